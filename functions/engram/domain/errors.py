@@ -1,0 +1,70 @@
+"""The closed set of errors Engram raises.
+
+Adapters translate SDK errors into these (``raise ... from exc``); each entry point maps them once
+(REST -> status + JSON body, chat -> OpenAI-style error, MCP -> ToolError, SQS -> failed record).
+"""
+
+from __future__ import annotations
+
+
+class EngramError(Exception):
+    """Root of every error Engram raises on purpose."""
+
+    code: str = "engram_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class NotFound(EngramError):
+    code = "not_found"
+
+
+class Conflict(EngramError):
+    code = "conflict"
+
+
+class InvalidInput(EngramError):
+    code = "invalid_input"
+
+
+class Unauthorized(EngramError):
+    code = "unauthorized"
+
+
+class Forbidden(EngramError):
+    code = "forbidden"
+
+
+class UpstreamUnavailable(EngramError):
+    """The upstream (model provider, AWS service) could not be reached or timed out."""
+
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamUnavailable):
+    code = "upstream_timeout"
+
+
+class UpstreamRateLimited(EngramError):
+    code = "upstream_rate_limited"
+
+
+class UpstreamRejected(EngramError):
+    """The upstream answered with an error status; ``status`` and ``body`` are kept to pass on."""
+
+    code = "upstream_rejected"
+
+    def __init__(self, message: str, *, status: int = 502, body: bytes | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class NotConfigured(EngramError):
+    """A feature needs a setting that is not set; the message names the setting."""
+
+    code = "not_configured"

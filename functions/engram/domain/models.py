@@ -1,0 +1,249 @@
+"""Engram's data model (DESIGN.md section 5).
+
+Every row belongs to a namespace (one user). Models are frozen: change one with ``model_copy(update=...)``.
+Timestamps are timezone-aware UTC datetimes; stores keep them as ISO-8601 strings.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MemoryType = Literal[
+    "fact",
+    "preference",
+    "instruction",
+    "event",
+    "task",
+    "identity",
+    "persona",
+    "project",
+    "boundary",
+    "excerpt",
+    "note",
+    "relationship",
+    "skill",
+]
+MEMORY_TYPES: tuple[str, ...] = MemoryType.__args__  # type: ignore[attr-defined]
+MemoryLayer = Literal["fragment", "event", "core"]
+MemoryStatus = Literal["active", "superseded", "archived", "deleted", "expired"]
+MEMORY_STATUSES: tuple[str, ...] = MemoryStatus.__args__  # type: ignore[attr-defined]
+CandidateStatus = Literal["pending", "approved", "discarded", "merged"]
+MessageRole = Literal["system", "user", "assistant", "tool"]
+
+# Types that never expire by retention and always join the boot block.
+DURABLE_TYPES: frozenset[str] = frozenset({"identity", "persona"})
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id(prefix: str) -> str:
+    """A time-ordered, URL-safe id: ``<prefix>_<10 chars ms time><16 chars random>`` (ULID layout)."""
+    ms = int(time.time() * 1000)
+    stamp = "".join(_CROCKFORD[(ms >> shift) & 31] for shift in range(45, -5, -5))
+    rand = int.from_bytes(os.urandom(10), "big")
+    tail = "".join(_CROCKFORD[(rand >> shift) & 31] for shift in range(75, -5, -5))
+    return f"{prefix}_{stamp}{tail}".lower()
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Memory(Frozen):
+    id: str
+    namespace: str
+    content: str
+    type: MemoryType = "fact"
+    fact_key: str | None = None
+    layer: MemoryLayer = "fragment"
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    pinned: bool = False
+    tags: tuple[str, ...] = ()
+    status: MemoryStatus = "active"
+    supersedes_id: str | None = None
+    superseded_by_id: str | None = None
+    source: str = "api"
+    source_message_ids: tuple[str, ...] = ()
+    external_id: str | None = None
+    remind_at: datetime | None = None
+    seen_count: int = 0
+    last_seen_at: datetime | None = None
+    last_injected_at: datetime | None = None
+    recall_count: int = 0
+    created_at: datetime
+    updated_at: datetime
+    status_changed_at: datetime | None = None
+    expires_at: datetime | None = None
+    # Where the search index keeps this memory's document, if the index assigns its own ids.
+    index_ref: str | None = None
+
+
+class Candidate(Frozen):
+    """A memory waiting for the owner's review (low confidence, or proposed by a job)."""
+
+    id: str
+    namespace: str
+    content: str
+    type: MemoryType = "fact"
+    fact_key: str | None = None
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+    tags: tuple[str, ...] = ()
+    source: str = "extraction"
+    source_message_ids: tuple[str, ...] = ()
+    status: CandidateStatus = "pending"
+    target_memory_id: str | None = None
+    result_memory_id: str | None = None
+    decision_note: str | None = None
+    created_at: datetime
+    decided_at: datetime | None = None
+
+
+class Message(Frozen):
+    id: str
+    namespace: str
+    conversation_id: str = "default"
+    role: MessageRole
+    content: str
+    model: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    # Client- or gateway-chosen key that makes storing this message idempotent.
+    external_id: str | None = None
+    created_at: datetime
+
+
+class Precious(Frozen):
+    """A verbatim note kept forever (append-only: never edited, only deleted by the owner)."""
+
+    id: str
+    namespace: str
+    content: str
+    source: str = "api"
+    reason: str | None = None
+    tags: tuple[str, ...] = ()
+    source_message_ids: tuple[str, ...] = ()
+    created_at: datetime
+
+
+class GlossaryTerm(Frozen):
+    id: str
+    namespace: str
+    term: str
+    aliases: tuple[str, ...] = ()
+    definition: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class Digest(Frozen):
+    """The L1 summary of a user (at most 500 characters)."""
+
+    namespace: str
+    content: str
+    updated_at: datetime
+
+
+class DailyLog(Frozen):
+    namespace: str
+    date: str  # YYYY-MM-DD in the configured time zone
+    title: str = ""
+    summary: str = ""
+    sections: tuple[dict[str, str], ...] = ()
+    created_at: datetime
+
+
+class MemoryEvent(Frozen):
+    """Audit trail: what happened to a memory (or what a job did), and why."""
+
+    id: str
+    namespace: str
+    kind: str
+    memory_id: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+
+
+class UsageRecord(Frozen):
+    id: str
+    namespace: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    created_at: datetime
+
+
+class IdempotencyRecord(Frozen):
+    namespace: str
+    key: str
+    value: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+
+
+class CacheEntry(Frozen):
+    namespace: str
+    key: str
+    value: Any
+    expires_at: datetime | None = None
+    updated_at: datetime
+
+
+class MemoryFilter(Frozen):
+    """Filters for listing memories. ``statuses`` empty means active only."""
+
+    types: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ("active",)
+    layer: str | None = None
+    tag: str | None = None
+    pinned: bool | None = None
+    fact_key: str | None = None
+
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to get the next one (None: no more)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class SearchHit(Frozen):
+    """A memory id with a score from one retrieval method; higher is better."""
+
+    memory_id: str
+    score: float
+
+
+class IndexedDoc(Frozen):
+    """What the search index keeps of a memory (active memories only)."""
+
+    memory_id: str
+    namespace: str
+    text: str
+    type: str
+    vector: tuple[float, ...] | None = None
+    importance: float = 0.5
+    pinned: bool = False
+    created_at: datetime
+
+
+class IndexInfo(Frozen):
+    """The embedding model the index was built with; ``None`` fields: nothing recorded yet."""
+
+    model_id: str | None = None
+    dimension: int | None = None
+    documents: int = 0
+    vectors: int = 0

@@ -1,0 +1,121 @@
+"""Pure rules about memories: fact keys, upsert decisions, content limits, retention."""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from engram.domain.errors import InvalidInput
+from engram.domain.models import DURABLE_TYPES, Memory
+
+MAX_CONTENT_CHARS = 4000
+MAX_TAGS = 20
+MAX_TAG_CHARS = 64
+DIGEST_MAX_CHARS = 500
+
+# category:slug — category is lower-case ASCII; the slug may be any letters or digits (so Chinese
+# slugs work) plus . _ - /
+_FACT_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}:[\w.\-/]{1,120}$", re.UNICODE)
+
+
+def normalize_fact_key(raw: str) -> str:
+    """Lower-case, trim, spaces to underscores; raise ``InvalidInput`` unless it is ``category:slug``."""
+    key = unicodedata.normalize("NFKC", raw).strip().lower()
+    key = re.sub(r"\s+", "_", key)
+    if not _FACT_KEY.match(key):
+        raise InvalidInput(
+            f"invalid fact_key {raw!r}: expected 'category:slug' (category a-z0-9_, up to 40 chars; "
+            "slug letters, digits, . _ - /, up to 120 chars)",
+            code="invalid_fact_key",
+        )
+    return key
+
+
+def clean_content(raw: str) -> str:
+    """Trimmed content; ``InvalidInput`` if empty or longer than ``MAX_CONTENT_CHARS``."""
+    text = raw.strip()
+    if not text:
+        raise InvalidInput("content must not be empty", code="empty_content")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise InvalidInput(
+            f"content is {len(text)} characters; the limit is {MAX_CONTENT_CHARS}", code="content_too_long"
+        )
+    return text
+
+
+def clean_tags(tags: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for tag in tags:
+        t = tag.strip()
+        if not t:
+            continue
+        if len(t) > MAX_TAG_CHARS:
+            raise InvalidInput(f"tag {t[:20]!r}... is longer than {MAX_TAG_CHARS} characters", code="tag_too_long")
+        if t not in out:
+            out.append(t)
+    if len(out) > MAX_TAGS:
+        raise InvalidInput(f"at most {MAX_TAGS} tags", code="too_many_tags")
+    return tuple(out)
+
+
+def same_meaning_text(a: str, b: str) -> bool:
+    """True when two texts differ only in case, whitespace and punctuation."""
+    return _fold(a) == _fold(b)
+
+
+def _fold(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return dot / (na * nb)
+
+
+UpsertAction = Literal["create", "seen", "supersede"]
+
+
+@dataclass(frozen=True)
+class UpsertDecision:
+    action: UpsertAction
+    reason: str
+
+
+def decide_upsert(
+    existing: Memory | None, new_content: str, similarity: float | None, dedup_cosine: float
+) -> UpsertDecision:
+    """What an upsert by fact key does.
+
+    No active memory with the key -> create. Same text (ignoring case/punctuation) or embedding
+    cosine >= ``dedup_cosine`` -> the existing memory is marked seen. Otherwise -> supersede.
+    """
+    if existing is None:
+        return UpsertDecision("create", "no active memory with this fact_key")
+    if same_meaning_text(existing.content, new_content):
+        return UpsertDecision("seen", "same text")
+    if similarity is not None and similarity >= dedup_cosine:
+        return UpsertDecision("seen", f"cosine {similarity:.3f} >= {dedup_cosine}")
+    return UpsertDecision("supersede", "content changed")
+
+
+def truncate_digest(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= DIGEST_MAX_CHARS else text[: DIGEST_MAX_CHARS - 1].rstrip() + "…"
+
+
+def expires_by_retention(memory: Memory, now: datetime, unseen_days: int) -> bool:
+    """Non-pinned memories other than identity/persona expire after ``unseen_days`` without a sighting."""
+    if memory.status != "active" or memory.pinned or memory.type in DURABLE_TYPES:
+        return False
+    last = memory.last_seen_at or memory.created_at
+    return now - last > timedelta(days=unseen_days)

@@ -1,0 +1,301 @@
+"""Ports: what the services need from the outside world (DESIGN.md section 4).
+
+Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
+``tests/contract``. Ports are synchronous except ``ChatModel`` (streaming over the network).
+Invariants are stated in the docstrings; the contract tests check them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from engram.domain.models import (
+    Candidate,
+    DailyLog,
+    Digest,
+    GlossaryTerm,
+    IdempotencyRecord,
+    IndexedDoc,
+    IndexInfo,
+    Memory,
+    MemoryEvent,
+    MemoryFilter,
+    Message,
+    Page,
+    Precious,
+    SearchHit,
+    UsageRecord,
+)
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """The source of truth for every row kind, partitioned by namespace.
+
+    Invariants:
+    - A read with namespace ``A`` never returns a row of namespace ``B``; ids are only unique
+      within the store, so a lookup by id is always scoped by namespace.
+    - At most one ``active`` memory per (namespace, fact_key): ``insert_memory`` raises
+      ``Conflict`` if the key is taken, ``supersede`` swaps the two rows atomically.
+    - ``insert_memory`` with an ``external_id`` already used in the namespace raises ``Conflict``.
+    - Listings are ordered newest first (``created_at`` desc, then id desc) and paginate with an
+      opaque cursor; a cursor from one listing is only valid for the same filters.
+    - Writes are visible to the next read at once (read-your-writes).
+    - ``get_*`` raise ``NotFound`` for unknown ids; ``find_*`` return ``None``.
+    """
+
+    # -- memories -------------------------------------------------------------------------
+    def insert_memory(self, memory: Memory) -> Memory: ...
+
+    def update_memory(self, memory: Memory) -> Memory:
+        """Replace the row with the same (namespace, id); ``NotFound`` if absent."""
+        ...
+
+    def get_memory(self, namespace: str, memory_id: str) -> Memory: ...
+
+    def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
+        """The memories with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
+    def find_active_by_fact_key(self, namespace: str, fact_key: str) -> Memory | None: ...
+
+    def find_by_external_id(self, namespace: str, external_id: str) -> Memory | None: ...
+
+    def list_memories(
+        self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Memory]: ...
+
+    def iter_memories(self, namespace: str, statuses: Sequence[str] = ()) -> Iterable[Memory]:
+        """Every memory of the namespace (all statuses when ``statuses`` is empty), oldest first."""
+        ...
+
+    def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
+        """Atomically store ``old`` (now superseded) and insert ``new`` (active). Both or neither."""
+        ...
+
+    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
+        """Hard-delete the row (retention only). Unknown ids are ignored."""
+        ...
+
+    def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
+        """Counts by ``status``, by ``type`` (active) and by ``layer`` (active)."""
+        ...
+
+    def memories_changed_before(
+        self, namespace: str, statuses: Sequence[str], before: datetime, *, limit: int = 500
+    ) -> list[Memory]:
+        """Memories in ``statuses`` whose status changed before ``before`` (hard-delete sweep)."""
+        ...
+
+    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``."""
+        ...
+
+    # -- review candidates ----------------------------------------------------------------
+    def insert_candidate(self, candidate: Candidate) -> Candidate: ...
+
+    def update_candidate(self, candidate: Candidate) -> Candidate: ...
+
+    def get_candidate(self, namespace: str, candidate_id: str) -> Candidate: ...
+
+    def list_candidates(
+        self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Candidate]: ...
+
+    # -- messages -------------------------------------------------------------------------
+    def insert_message(self, message: Message) -> tuple[Message, bool]:
+        """Store a message; if ``external_id`` was stored before in the namespace, return that
+        one and ``False`` (idempotent ingest), else the new one and ``True``."""
+        ...
+
+    def list_messages(
+        self,
+        namespace: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        after_id: str | None = None,
+    ) -> list[Message]:
+        """Messages with ``since <= created_at < until``, oldest first (then by id);
+        ``after_id`` continues after that message within the same bounds."""
+        ...
+
+    def count_messages(self, namespace: str, *, since: datetime | None = None) -> int: ...
+
+    def delete_messages_before(self, namespace: str, before: datetime) -> int: ...
+
+    # -- precious, glossary, digest, daily log ---------------------------------------------
+    def insert_precious(self, precious: Precious) -> Precious: ...
+
+    def list_precious(self, namespace: str, *, limit: int = 100) -> list[Precious]: ...
+
+    def delete_precious(self, namespace: str, precious_id: str) -> None: ...
+
+    def put_glossary_term(self, term: GlossaryTerm) -> GlossaryTerm:
+        """Insert or replace by (namespace, id)."""
+        ...
+
+    def get_glossary_term(self, namespace: str, term_id: str) -> GlossaryTerm: ...
+
+    def list_glossary(self, namespace: str) -> list[GlossaryTerm]: ...
+
+    def delete_glossary_term(self, namespace: str, term_id: str) -> None: ...
+
+    def get_digest(self, namespace: str) -> Digest | None: ...
+
+    def put_digest(self, digest: Digest) -> Digest: ...
+
+    def get_daily_log(self, namespace: str, date: str) -> DailyLog | None: ...
+
+    def put_daily_log(self, log: DailyLog) -> DailyLog: ...
+
+    def list_daily_logs(self, namespace: str, *, limit: int = 30) -> list[DailyLog]:
+        """Newest date first."""
+        ...
+
+    # -- events, usage, idempotency, cursors, cache -----------------------------------------
+    def append_event(self, event: MemoryEvent) -> None: ...
+
+    def list_events(
+        self, namespace: str, *, memory_id: str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[MemoryEvent]:
+        """Newest first."""
+        ...
+
+    def delete_events_before(self, namespace: str, before: datetime) -> int: ...
+
+    def append_usage(self, usage: UsageRecord) -> None: ...
+
+    def list_usage(self, namespace: str, *, since: datetime | None = None) -> list[UsageRecord]: ...
+
+    def delete_usage_before(self, namespace: str, before: datetime) -> int: ...
+
+    def get_idempotency(self, namespace: str, key: str) -> IdempotencyRecord | None: ...
+
+    def put_idempotency(self, record: IdempotencyRecord) -> bool:
+        """Store the record unless the key exists; ``True`` if this call stored it."""
+        ...
+
+    def delete_idempotency_before(self, namespace: str, before: datetime) -> int: ...
+
+    def get_cursor(self, namespace: str, name: str) -> str | None: ...
+
+    def set_cursor(self, namespace: str, name: str, value: str) -> None: ...
+
+    def get_cache(self, namespace: str, key: str) -> Any | None:
+        """The cached value, or ``None`` if absent or expired."""
+        ...
+
+    def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None: ...
+
+    def delete_cache(self, namespace: str, key: str) -> None: ...
+
+    def list_namespaces(self) -> list[str]:
+        """Every namespace that has any row (jobs iterate over these)."""
+        ...
+
+    def ping(self) -> None:
+        """Raise if the store cannot be reached."""
+        ...
+
+
+@runtime_checkable
+class SearchIndex(Protocol):
+    """Keyword + vector search over the active memories of each namespace.
+
+    A mirror of the store, rebuildable from it. Invariants:
+    - Search with namespace ``A`` never returns a document of namespace ``B``.
+    - Scores are higher-is-better; keyword scores are positive, vector scores are cosine in [-1, 1].
+    - ``upsert`` replaces the document of the same (namespace, memory_id) and returns the
+      index's own reference for it (may equal the memory id); ``delete`` takes that reference.
+      Deleting an unknown document is not an error.
+    - ``upsert`` with a vector whose length differs from ``info().dimension`` (once recorded)
+      raises ``InvalidInput``; ``reset(model_id, dimension)`` drops every vector and records the new model.
+    - Keyword search may lag writes (OpenSearch: ~60 s); the local index sees them at once.
+    """
+
+    def upsert(self, doc: IndexedDoc) -> str: ...
+
+    def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None: ...
+
+    def keyword_search(
+        self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()
+    ) -> list[SearchHit]: ...
+
+    def vector_search(
+        self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
+    ) -> list[SearchHit]: ...
+
+    def info(self) -> IndexInfo: ...
+
+    def reset(self, model_id: str, dimension: int) -> None: ...
+
+    def ping(self) -> None: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts -> unit-length vectors of ``dimension`` floats from model ``model_id``.
+
+    ``embed_query`` and ``embed_documents`` may differ (e5 prefixes). Raises ``UpstreamUnavailable``
+    when a remote model cannot be reached.
+    """
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores (query, document) pairs; returns one relevance in [0, 1] per document, same order."""
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[float]: ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model used by Engram itself (extraction, dreaming, compression).
+
+    ``complete`` returns the assistant text; with ``json_mode`` the model is asked for one JSON
+    object (callers still validate it). Provider errors become ``Upstream*`` errors.
+    """
+
+    @property
+    def model_id(self) -> str: ...
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str: ...
+
+    def stream(
+        self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None
+    ) -> AsyncIterator[str]: ...
+
+
+@runtime_checkable
+class JobQueue(Protocol):
+    """Fire-and-forget jobs (``cleanup``, ...). ``enqueue`` must not block the caller for long."""
+
+    def enqueue(self, job: str, payload: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Timezone-aware UTC now."""
+        ...

