@@ -89,6 +89,42 @@ class Settings(BaseSettings):
     # -- jobs -----------------------------------------------------------------------------
     scheduler_enabled: bool = Field(True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`.")
 
+    # -- retention (cleanup job; DynamoDB TTL uses the same numbers) ---------------------
+    retention_message_days: int = Field(14, ge=1, description="Messages older than this are deleted.")
+    retention_log_days: int = Field(30, ge=1, description="Usage logs and memory events older than this are deleted.")
+    retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys older than this are deleted.")
+    retention_unseen_days: int = Field(
+        180, ge=1, description="Non-pinned memories (not identity/persona) unseen this long expire."
+    )
+    retention_purge_days: int = Field(
+        30, ge=1, description="Deleted, superseded and expired memories are hard-deleted after this many days."
+    )
+
+    # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    aws_region: str = Field(
+        "", description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock (default: the SDK's)."
+    )
+    table_name: str = Field("", description="DynamoDB table of the `dynamodb` store.")
+    opensearch_endpoint: str = Field(
+        "", description="OpenSearch Serverless collection endpoint (`https://<id>.<region>.aoss.amazonaws.com`)."
+    )
+    opensearch_index: str = Field("engram-memories", description="Index name inside the OpenSearch collection.")
+    secret_arn: str = Field(
+        "", description="Secrets Manager secret (JSON) with keys and upstream keys; its fields override settings."
+    )
+    queue: Literal["inline", "sqs"] = Field(
+        "inline", description="Job queue: `inline` (in-process) or `sqs` (AWS, needs `ENGRAM_CLEANUP_QUEUE_URL`)."
+    )
+    cleanup_queue_url: str = Field("", description="SQS queue URL for cleanup jobs (`queue=sqs`).")
+    reranker: Literal["none", "bedrock"] = Field("none", description="Reranker: `none` (fused order) or `bedrock`.")
+    rerank_model: str = Field("amazon.rerank-v1:0", description="Bedrock rerank model id.")
+    rerank_region: str = Field(
+        "", description="Region of the Bedrock rerank API (not every region has it; default: `aws_region`)."
+    )
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, with keyword overrides (CLI flags, tests)."""
