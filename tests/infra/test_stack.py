@@ -323,3 +323,16 @@ def test_cfn_lint_has_no_errors(variant: str, request: pytest.FixtureRequest, tm
     matches = cfnlint_api.lint_file(path)
     errors = [f"{m.rule.id} {m.message}" for m in matches if m.rule.id.startswith("E")]
     assert not errors, errors
+
+
+def test_table_matches_the_dynamodb_adapter(template: Template) -> None:
+    # Given the key layout the adapter expects / Then the CDK table has exactly those keys and indexes
+    from engram.adapters.storage.dynamodb import TABLE_INDEXES, TABLE_KEYS
+
+    props = next(iter(_resources(template, "AWS::DynamoDB::Table").values()))["Properties"]
+    assert {k["AttributeName"]: k["KeyType"] for k in props["KeySchema"]} == TABLE_KEYS
+    indexes = {
+        g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"]) for g in props["GlobalSecondaryIndexes"]
+    }
+    assert indexes == TABLE_INDEXES
+    assert all(g["Projection"]["ProjectionType"] == "ALL" for g in props["GlobalSecondaryIndexes"])
