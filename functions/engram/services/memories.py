@@ -413,10 +413,9 @@ class MemoryService:
             log.warning("index upsert failed for %s: %s", memory.id, exc.code)
             self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
             return
-        if ref != memory.index_ref:
-            self._store.update_memory(
-                self._store.get_memory(memory.namespace, memory.id).model_copy(update={"index_ref": ref})
-            )
+        if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
+            current = self._store.get_memory(memory.namespace, memory.id)
+            self._store.update_memory(current.model_copy(update={"index_ref": ref}))
 
     def _unindex(self, memory: Memory) -> None:
         try:
