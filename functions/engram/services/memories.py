@@ -90,7 +90,7 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class MemoryRules:
-    dedup_cosine: float = 0.9
+    dedup_cosine: float = 0.96
 
 
 class MemoryService:
