@@ -39,12 +39,13 @@ class EngramConfig:
     reranker: str = "none"
     rerank_model: str = "amazon.rerank-v1:0"
     rerank_region: str = ""
-    # Retention in days (cleanup job and DynamoDB TTL).
-    retention_message_days: int = 14
-    retention_log_days: int = 30
+    # Retention in days (cleanup job; DynamoDB TTL backs up the first four).
+    retention_messages_days: int = 14
+    retention_usage_days: int = 30
+    retention_events_days: int = 30
     retention_idempotency_days: int = 7
-    retention_unseen_days: int = 180
-    retention_purge_days: int = 30
+    memory_expire_unseen_days: int = 180
+    hard_delete_after_days: int = 30
     # Vector backend: "opensearch" (S3 Vectors / DynamoDB-kept vectors are planned).
     vector_backend: str = "opensearch"
     # OpenSearch Serverless: "classic" (standby off: ~1 OCU floor) or "nextgen" (collection group that
@@ -115,11 +116,12 @@ class EngramConfig:
             "ENGRAM_DREAM_MODEL": self.dream_model,
             "ENGRAM_RERANKER": self.reranker,
             "ENGRAM_RERANK_MODEL": self.rerank_model,
-            "ENGRAM_RETENTION_MESSAGE_DAYS": str(self.retention_message_days),
-            "ENGRAM_RETENTION_LOG_DAYS": str(self.retention_log_days),
+            "ENGRAM_RETENTION_MESSAGES_DAYS": str(self.retention_messages_days),
+            "ENGRAM_RETENTION_USAGE_DAYS": str(self.retention_usage_days),
+            "ENGRAM_RETENTION_EVENTS_DAYS": str(self.retention_events_days),
             "ENGRAM_RETENTION_IDEMPOTENCY_DAYS": str(self.retention_idempotency_days),
-            "ENGRAM_RETENTION_UNSEEN_DAYS": str(self.retention_unseen_days),
-            "ENGRAM_RETENTION_PURGE_DAYS": str(self.retention_purge_days),
+            "ENGRAM_MEMORY_EXPIRE_UNSEEN_DAYS": str(self.memory_expire_unseen_days),
+            "ENGRAM_HARD_DELETE_AFTER_DAYS": str(self.hard_delete_after_days),
             "ENGRAM_LOG_LEVEL": self.log_level,
             "ENGRAM_SCHEDULER_ENABLED": "false",
             "POWERTOOLS_SERVICE_NAME": "engram",

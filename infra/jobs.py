@@ -93,7 +93,8 @@ class Jobs(Construct):
             self,
             "ExtractSchedule",
             description="Engram extraction every 4 hours",
-            schedule=scheduler.ScheduleExpression.cron(minute="0", hour="*/4", time_zone=tz),
+            # Whole UTC hours divisible by 4, like `engram serve`'s own scheduler.
+            schedule=scheduler.ScheduleExpression.cron(minute="0", hour="*/4", time_zone=TimeZone.ETC_UTC),
             target=self._lambda_target(self.extract_function, {"job": "extract"}),
         )
         self.dream_schedule = scheduler.Schedule(
@@ -108,7 +109,7 @@ class Jobs(Construct):
             self,
             "CleanupSchedule",
             description="Engram nightly cleanup of every namespace (via the cleanup queue)",
-            schedule=scheduler.ScheduleExpression.cron(minute="40", hour="3", time_zone=tz),
+            schedule=scheduler.ScheduleExpression.cron(minute="30", hour="3", time_zone=tz),
             target=targets.SqsSendMessage(
                 self.cleanup_queue,
                 input=scheduler.ScheduleTargetInput.from_object({"job": "cleanup", "payload": {"all": True}}),

@@ -99,17 +99,6 @@ class Settings(BaseSettings):
         True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
     )
 
-    # -- retention (cleanup job; DynamoDB TTL uses the same numbers) ---------------------
-    retention_message_days: int = Field(14, ge=1, description="Messages older than this are deleted.")
-    retention_log_days: int = Field(30, ge=1, description="Usage logs and memory events older than this are deleted.")
-    retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys older than this are deleted.")
-    retention_unseen_days: int = Field(
-        180, ge=1, description="Non-pinned memories (not identity/persona) unseen this long expire."
-    )
-    retention_purge_days: int = Field(
-        30, ge=1, description="Deleted, superseded and expired memories are hard-deleted after this many days."
-    )
-
     # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
     surface: Literal["all", "mcp"] = Field(
         "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
