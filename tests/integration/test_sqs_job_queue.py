@@ -9,9 +9,10 @@ import pytest
 pytest.importorskip("moto")
 
 from botocore.stub import Stubber
-from engram.adapters.queue.sqs import SqsJobQueue, decode_job
+from engram.adapters.queue.sqs import SqsJobQueue
 from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamUnavailable
 from engram.domain.ports import JobQueue
+from engram.entrypoints.lambdas.cleanup import decode_job
 
 from tests.fakes.moto_aws import sqs_queue_url
 

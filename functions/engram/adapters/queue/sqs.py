@@ -33,20 +33,6 @@ def encode_job(job: str, payload: dict[str, Any]) -> str:
     return body
 
 
-def decode_job(body: str) -> tuple[str, dict[str, Any]]:
-    """The (job, payload) of a message body; ``InvalidInput`` if it is not one of ours."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput("job message is not JSON") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("job"), str) or not data["job"]:
-        raise InvalidInput("job message needs a 'job' name")
-    payload = data.get("payload") or {}
-    if not isinstance(payload, dict):
-        raise InvalidInput("job payload must be an object")
-    return data["job"], payload
-
-
 class SqsJobQueue:
     """Sends each job as one SQS message. ``client`` is a boto3 SQS client (built with short timeouts
     if omitted, so a slow queue never holds up a chat turn for long)."""
