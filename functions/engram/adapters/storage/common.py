@@ -1,0 +1,61 @@
+"""Helpers every ``MemoryStore`` adapter shares, so listings behave the same on every backend."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+
+from engram.domain.errors import InvalidInput
+from engram.domain.models import MEMORY_STATUSES, MEMORY_TYPES, GlossaryTerm, MemoryLayer
+
+MEMORY_LAYERS: tuple[str, ...] = MemoryLayer.__args__  # type: ignore[attr-defined]
+
+
+def to_iso(value: datetime) -> str:
+    """Fixed-width ISO-8601 UTC text (microseconds), so text order equals time order.
+
+    A naive datetime is taken to be UTC already.
+    """
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def encode_cursor(created_at: datetime, row_id: str) -> str:
+    """An opaque cursor pointing at the last row of a page ordered by (created_at, id) desc."""
+    raw = json.dumps([to_iso(created_at), row_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor points at; ``InvalidInput`` if it was not made by ``encode_cursor``."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, row_id = json.loads(raw)
+        stamp = datetime.fromisoformat(created_at)
+    except (binascii.Error, UnicodeDecodeError, ValueError, TypeError) as exc:
+        raise InvalidInput("invalid cursor") from exc
+    if not isinstance(row_id, str) or stamp.tzinfo is None:
+        raise InvalidInput("invalid cursor")
+    return stamp, row_id
+
+
+def check_limit(limit: int) -> None:
+    if limit < 1:
+        raise InvalidInput(f"limit must be at least 1, got {limit}")
+
+
+def empty_memory_counts() -> dict[str, dict[str, int]]:
+    """The shape of ``count_memories``: every known status, type and layer, starting at zero."""
+    return {
+        "status": dict.fromkeys(MEMORY_STATUSES, 0),
+        "type": dict.fromkeys(MEMORY_TYPES, 0),
+        "layer": dict.fromkeys(MEMORY_LAYERS, 0),
+    }
+
+
+def glossary_order(term: GlossaryTerm) -> tuple[str, str]:
+    """Glossaries list alphabetically, ignoring case (ties by id)."""
+    return term.term.casefold(), term.id
