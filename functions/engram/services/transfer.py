@@ -81,7 +81,12 @@ class TransferService:
             memories=[_dump(m) for m in self._store.iter_memories(namespace)],
             candidates=[_dump(c) for c in sorted(candidates, key=lambda c: (c.created_at, c.id))],
             messages=[_dump(m) for m in self._all_messages(namespace)],
-            precious=[_dump(p) for p in sorted(self._store.list_precious(namespace, limit=1_000_000), key=lambda p: (p.created_at, p.id))],
+            precious=[
+                _dump(p)
+                for p in sorted(
+                    self._store.list_precious(namespace, limit=1_000_000), key=lambda p: (p.created_at, p.id)
+                )
+            ],
             glossary=[_dump(g) for g in self._store.list_glossary(namespace)],
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
@@ -112,7 +117,10 @@ class TransferService:
             return ids.get(old) if old else None
 
         def parse(model: type[BaseModel], rows: list[dict[str, Any]], prefix: str) -> list[Any]:
-            return [model.model_validate({**row, "namespace": namespace, "id": remap(row.get("id"), prefix)}) for row in rows]
+            return [
+                model.model_validate({**row, "namespace": namespace, "id": remap(row.get("id"), prefix)})
+                for row in rows
+            ]
 
         memories: list[Memory] = parse(Memory, document.memories, "mem")
         messages: list[Message] = parse(Message, document.messages, "msg")
