@@ -47,7 +47,7 @@ class CandidateService:
         )
         return self._store.insert_candidate(candidate)
 
-    def list(
+    def list_candidates(
         self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None
     ) -> Page[Candidate]:
         return self._store.list_candidates(namespace, status, limit=limit, cursor=cursor)

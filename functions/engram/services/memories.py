@@ -90,7 +90,7 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class MemoryRules:
-    dedup_cosine: float = 0.9
+    dedup_cosine: float = 0.96
 
 
 class MemoryService:
@@ -261,7 +261,7 @@ class MemoryService:
     def get(self, namespace: str, memory_id: str) -> Memory:
         return self._store.get_memory(namespace, memory_id)
 
-    def list(
+    def list_memories(
         self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
     ) -> Page[Memory]:
         return self._store.list_memories(namespace, filters, limit=limit, cursor=cursor)
@@ -413,10 +413,9 @@ class MemoryService:
             log.warning("index upsert failed for %s: %s", memory.id, exc.code)
             self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
             return
-        if ref != memory.index_ref:
-            self._store.update_memory(
-                self._store.get_memory(memory.namespace, memory.id).model_copy(update={"index_ref": ref})
-            )
+        if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
+            current = self._store.get_memory(memory.namespace, memory.id)
+            self._store.update_memory(current.model_copy(update={"index_ref": ref}))
 
     def _unindex(self, memory: Memory) -> None:
         try:

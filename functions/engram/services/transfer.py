@@ -133,12 +133,14 @@ class TransferService:
         counts = {k: 0 for k in ("memories", "messages", "candidates", "precious", "glossary", "daily_logs", "digest")}
         skipped = dict.fromkeys(counts, 0)
 
-        def put(kind: str, write: Callable[[], Any]) -> None:
+        def put(kind: str, write: Callable[[Any], Any], row: Any) -> Any:
             try:
-                write()
-                counts[kind] += 1
+                result = write(row)
             except Conflict:
                 skipped[kind] += 1
+                return None
+            counts[kind] += 1
+            return result
 
         for msg in messages:
             row = msg.model_copy(update={"external_id": msg.external_id or f"import:{msg.id}"})
@@ -155,19 +157,20 @@ class TransferService:
                     "index_ref": None,
                 }
             )
-            put("memories", lambda fixed=fixed: inserted.append(self._store.insert_memory(fixed).id))
+            if put("memories", self._store.insert_memory, fixed) is not None:
+                inserted.append(fixed.id)
         for cand in candidates:
             fixed_c = cand.model_copy(
                 update={"target_memory_id": ref(cand.target_memory_id), "result_memory_id": ref(cand.result_memory_id)}
             )
-            put("candidates", lambda fixed_c=fixed_c: self._store.insert_candidate(fixed_c))
+            put("candidates", self._store.insert_candidate, fixed_c)
         for note in precious:
-            put("precious", lambda note=note: self._store.insert_precious(note))
+            put("precious", self._store.insert_precious, note)
         for term in glossary:
-            put("glossary", lambda term=term: self._store.put_glossary_term(term))
+            put("glossary", self._store.put_glossary_term, term)
         for log in logs:
-            put("daily_logs", lambda log=log: self._store.put_daily_log(log))
+            put("daily_logs", self._store.put_daily_log, log)
         if digest is not None:
-            put("digest", lambda: self._store.put_digest(digest))
+            put("digest", self._store.put_digest, digest)
         indexed = self._memories.reindex_ids(namespace, inserted)
         return {"imported": counts, "skipped": skipped, "indexed": indexed}

@@ -218,6 +218,10 @@ M = TypeVar("M", bound=BaseModel)
 _Listed = TypeVar("_Listed", Memory, Candidate)
 
 
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
 class _Table(Generic[M]):
     """How one model maps to one table: one column per field, list/dict fields as JSON text."""
 
@@ -257,7 +261,9 @@ class _Table(Generic[M]):
         return [row[c] for c in self._update_order]
 
     def load(self, row: sqlite3.Row) -> M:
-        fields = {c: json.loads(row[c]) if c in self.json_fields else row[c] for c in row.keys()}
+        fields = dict(row)
+        for column in self.json_fields:
+            fields[column] = json.loads(fields[column])
         return self.model.model_validate(fields)
 
 
@@ -273,10 +279,6 @@ _USAGE = _Table("usage", UsageRecord, ("namespace", "id"))
 _IDEMPOTENCY = _Table("idempotency", IdempotencyRecord, ("namespace", "key"), ("value",))
 # Cache values are JSON text already (see ``put_cache``), so the column holds them as they are.
 _CACHE = _Table("cache", CacheEntry, ("namespace", "key"))
-
-
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
 
 
 def _memory_filter_sql(filters: MemoryFilter) -> tuple[str, list[Any]]:
