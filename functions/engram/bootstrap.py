@@ -38,6 +38,7 @@ class Container:
     transfer: Any
     recall: Any
     queue: JobQueue | None = None
+    chat: Any = None  # the chat gateway (services.chat.ChatService)
     extras: dict[str, Any] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list)
 
@@ -95,6 +96,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         queue=overrides.get("queue"),
     )
     container._closers = closers
+    container.chat = overrides.get("chat") or _build_chat(settings, container)
     return container
 
 
@@ -163,6 +165,37 @@ def _build_recall(
 
     config = RecallConfig.from_settings(settings)
     return RecallService(store, index, embedder, None, None, clock, config)
+
+
+def _build_chat(settings: Settings, container: Container) -> Any:
+    """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan)."""
+    from engram.adapters.llm.anthropic import AnthropicUpstream
+    from engram.adapters.llm.openai_compat import OpenAICompatUpstream
+    from engram.services.chat import ChatConfig, ChatService
+
+    timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
+    openai = OpenAICompatUpstream(
+        settings.upstream_base_url,
+        settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None,
+        **timeouts,
+    )
+    anthropic = AnthropicUpstream(
+        settings.anthropic_base_url,
+        settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+        **timeouts,
+    )
+    try:
+        from engram.services.recall import render_prompt
+    except ImportError:  # recall not in this build: plain one-line-per-memory rendering
+        render_prompt = None
+    config = ChatConfig.from_settings(
+        settings, openai_configured=openai.configured, anthropic_configured=anthropic.configured
+    )
+    return ChatService(
+        openai=openai, anthropic=anthropic, store=container.store, library=container.library,
+        memories=container.memories, recall=container.recall, clock=container.clock, config=config,
+        queue=container.queue, render_recall=render_prompt,
+    )
 
 
 def index_model_mismatch(container: Container) -> bool:
