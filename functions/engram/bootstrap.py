@@ -145,8 +145,9 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
-def _build_recall(settings: Settings, store: MemoryStore, index: SearchIndex, embedder: Embedder | None,
-                  clock: Clock, memories: Any) -> Any:
+def _build_recall(
+    settings: Settings, store: MemoryStore, index: SearchIndex, embedder: Embedder | None, clock: Clock, memories: Any
+) -> Any:
     from engram.services.recall import RecallConfig, RecallService
 
     config = RecallConfig.from_settings(settings)
@@ -164,7 +165,10 @@ def _check_index_model(index: SearchIndex, embedder: Embedder | None) -> None:
         log.warning(
             "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
             "vector search is off until `engram reindex` rebuilds it",
-            info.model_id, info.dimension, embedder.model_id, embedder.dimension,
+            info.model_id,
+            info.dimension,
+            embedder.model_id,
+            embedder.dimension,
         )
 
 
@@ -180,7 +184,9 @@ def build_keyring(settings: Settings) -> KeyRing:
     keys: list[ApiKey] = []
     if settings.api_key is not None:
         keys.append(
-            ApiKey.create(settings.api_key.get_secret_value(), name="owner", namespace=settings.default_namespace, scopes=[ALL])
+            ApiKey.create(
+                settings.api_key.get_secret_value(), name="owner", namespace=settings.default_namespace, scopes=[ALL]
+            )
         )
     if settings.keys_file is not None:
         keys.extend(load_keys_file(Path(settings.keys_file)))
@@ -226,5 +232,9 @@ def ensure_local_owner_key(settings: Settings) -> tuple[Settings, str | None]:
         created = "ek_" + secrets.token_urlsafe(24)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump([{"name": "owner", "key": created, "namespace": settings.default_namespace, "scopes": [ALL]}], fh, indent=2)
+            json.dump(
+                [{"name": "owner", "key": created, "namespace": settings.default_namespace, "scopes": [ALL]}],
+                fh,
+                indent=2,
+            )
     return settings.model_copy(update={"keys_file": path}), created

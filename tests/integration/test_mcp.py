@@ -249,7 +249,7 @@ async def test_missing_scopes_are_tool_errors_naming_the_scope(server: EngramSer
     async with mcp_client(server, CHAT_ONLY_KEY) as chat:
         assert "'memory:read'" in await call_error(chat, "memory_recall", query="anything")
     # And nothing was written
-    assert server.container.memories.list("alice", MemoryFilter()).items == []
+    assert server.container.memories.list_memories("alice", MemoryFilter()).items == []
 
 
 # -- errors -------------------------------------------------------------------------------------

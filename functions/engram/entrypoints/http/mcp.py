@@ -229,7 +229,7 @@ def build_server(container: Any) -> MCPServer:
             pinned=pinned,
             fact_key=fact_key,
         )
-        page = c.memories.list(who.namespace, filters, limit=limit, cursor=cursor)
+        page = c.memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor)
         return {"items": [_memory(m) for m in page.items], "next_cursor": page.next_cursor}
 
     @tool(ro)
