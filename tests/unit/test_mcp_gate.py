@@ -51,3 +51,17 @@ def test_query_token_is_removed_from_the_scope() -> None:
     assert token == "ek_secret_value"
     assert scope["query_string"] == b"a=1&b=2"
     assert strip_query_token({"query_string": b"a=1"}) is None
+
+
+def test_building_the_server_leaves_root_logging_alone() -> None:
+    import logging
+
+    from engram.entrypoints.http.mcp import build_server
+
+    # Given the root logger's state
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    # When the MCP server is built (the SDK calls logging.basicConfig)
+    build_server(object())
+    # Then root logging is unchanged
+    assert (list(root.handlers), root.level) == before

@@ -154,9 +154,14 @@ def _drop_namespace(value: Any) -> Any:
 # -- the server ----------------------------------------------------------------------------------
 def build_server(container: Any) -> MCPServer:
     """An MCPServer whose tools call ``container``'s services."""
+    # MCPServer() calls logging.basicConfig(); logging belongs to the entry point, so undo it.
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
     server: MCPServer = MCPServer(
         "engram", title="Engram memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
+    root.handlers[:] = root_handlers
+    root.setLevel(root_level)
     c = container
     ro = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
     write = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
