@@ -58,10 +58,16 @@ def test_building_the_server_leaves_root_logging_alone() -> None:
 
     from engram.entrypoints.http.mcp import build_server
 
-    # Given the root logger's state
+    # Given a root logger without handlers (as under uvicorn --factory; pytest's own are set aside)
     root = logging.getLogger()
-    before = (list(root.handlers), root.level)
-    # When the MCP server is built (the SDK calls logging.basicConfig)
-    build_server(object())
+    saved = (list(root.handlers), root.level)
+    root.handlers.clear()
+    try:
+        # When the MCP server is built (the SDK calls logging.basicConfig)
+        build_server(object())
+        after = (list(root.handlers), root.level)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
     # Then root logging is unchanged
-    assert (list(root.handlers), root.level) == before
+    assert after == ([], saved[1])
