@@ -7,10 +7,10 @@ generated from the field descriptions here (``engram settings --markdown``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -131,6 +131,28 @@ class Settings(BaseSettings):
     scheduler_enabled: bool = Field(
         True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
     )
+
+    # -- MCP ------------------------------------------------------------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],
+        description="Host headers `/mcp` accepts (comma-separated): `name`, `name:*` (any port), "
+        "`*.suffix` (any subdomain, e.g. `*.lambda-url.eu-west-1.on.aws`) or `*` (any host).",
+    )
+    mcp_allow_query_token: bool = Field(
+        False,
+        description="Also accept the key as `/mcp?token=<key>` (for clients that cannot send headers). "
+        "Off by default: URLs end up in logs and histories. The token is removed before access logging.",
+    )
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
 
 def load_settings(**overrides: object) -> Settings:
