@@ -192,9 +192,16 @@ def _build_chat(settings: Settings, container: Container) -> Any:
         settings, openai_configured=openai.configured, anthropic_configured=anthropic.configured
     )
     return ChatService(
-        openai=openai, anthropic=anthropic, store=container.store, library=container.library,
-        memories=container.memories, recall=container.recall, clock=container.clock, config=config,
-        queue=container.queue, render_recall=render_prompt,
+        openai=openai,
+        anthropic=anthropic,
+        store=container.store,
+        library=container.library,
+        memories=container.memories,
+        recall=container.recall,
+        clock=container.clock,
+        config=config,
+        queue=container.queue,
+        render_recall=render_prompt,
     )
 
 

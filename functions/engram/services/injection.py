@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast, Literal
+from typing import Any, Literal, cast
 
 LOOKBACK_BLOCKS = 20
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
