@@ -6,6 +6,7 @@ streamable HTTP transport. Nothing faked.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -346,3 +347,30 @@ async def test_mcp_surface_serves_only_mcp_and_health(make_server: Callable[...,
     # And MCP works
     async with mcp_client(server) as mcp:
         assert (await call(mcp, "memory_remember", content="Served by the MCP-only app"))["action"] == "created"
+
+
+async def test_memory_written_through_mcp_reaches_the_chat_gateway_of_the_same_namespace_only(
+    make_server: Callable[..., EngramServer],
+) -> None:
+    """Faked: the LLM provider (tests/fakes/upstream.py, loopback). Real: everything of Engram's."""
+    import openai
+
+    from tests.conftest import OTHER_KEY
+    from tests.fakes.upstream import FakeUpstream
+
+    with FakeUpstream() as upstream:
+        server = make_server(upstream_base_url=upstream.openai_base_url, chat_model="fake-chat")
+        # Given a memory remembered by alice's agent through MCP
+        async with mcp_client(server) as alice:
+            await call(alice, "memory_remember", content="My test code is apple-star-0428", type="fact")
+
+        # When alice and then bob ask the chat gateway about it
+        for key in (OWNER_KEY, OTHER_KEY):
+            chat = openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+            chat.chat.completions.create(
+                model="companion", messages=[{"role": "user", "content": "What is my test code apple-star?"}]
+            )
+            sent = upstream.last("/v1/chat/completions").json
+            # Then only alice's request to the model carries the memory
+            carries = "apple-star-0428" in json.dumps(sent, ensure_ascii=False)
+            assert carries is (key == OWNER_KEY), sent
