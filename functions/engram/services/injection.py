@@ -292,7 +292,8 @@ def _cacheable_last(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
             continue
         if block.get("type") == "text" and not block.get("text"):
             continue
-        return block
+        found: dict[str, Any] = block
+        return found
     return None
 
 

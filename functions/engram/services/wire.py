@@ -471,7 +471,7 @@ class OpenAIToAnthropicStream:
 
     def _start(self, resp_id: str) -> list[bytes]:
         self._started = True
-        msg = {
+        msg: dict[str, Any] = {
             "id": "msg_" + resp_id.removeprefix("chatcmpl-"),
             "type": "message",
             "role": "assistant",
