@@ -2,50 +2,24 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import uvicorn
 from engram.bootstrap import Container, build_container
 from engram.entrypoints.http.app import create_app
 from engram.settings import Settings
 
-from tests.fakes.recall import KeywordRecall
+from tests.fakes.recall import SpyRecall
 from tests.fakes.upstream import FakeUpstream
+from tests.servers import serve_app
 
 OWNER_KEY = "ek-test-owner-key"
 UPSTREAM_KEY = "sk-upstream-secret-0001"
 ANTHROPIC_KEY = "sk-ant-secret-0002"
-
-
-class ServerThread:
-    def __init__(self, app: Any) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("server did not start")
-            time.sleep(0.005)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @dataclass
@@ -53,7 +27,7 @@ class Gateway:
     url: str
     container: Container
     upstream: FakeUpstream
-    recall: KeywordRecall
+    recall: SpyRecall
 
     @property
     def store(self) -> Any:
@@ -95,29 +69,22 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture
 def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
-    started: list[tuple[ServerThread, Container]] = []
+    """Start real gateways (in-memory store and index, keyword recall) against the fake upstream."""
+    stack = ExitStack()
     upstream.reset()
 
     def make(*, recall_fails: bool = False, queue: Any = None, **overrides: Any) -> Gateway:
+        from engram.adapters.search.inmemory import InMemorySearchIndex
+        from engram.adapters.storage.inmemory import InMemoryMemoryStore
+
         settings = gateway_settings(upstream, **overrides)
-        holder: dict[str, KeywordRecall] = {}
-
-        def build() -> Container:
-            from engram.adapters.search.inmemory import InMemorySearchIndex
-            from engram.adapters.storage.inmemory import InMemoryMemoryStore
-
-            store, index = InMemoryMemoryStore(), InMemorySearchIndex()
-            holder["recall"] = KeywordRecall(store, index, fail=recall_fails)
-            return build_container(
-                settings, store=store, index=index, embedder=None, recall=holder["recall"], queue=queue
-            )
-
-        container = build()
-        server = ServerThread(create_app(container))
-        started.append((server, container))
-        return Gateway(server.url, container, upstream, holder["recall"])
+        store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+        real = build_container(settings, store=store, index=index, embedder=None).recall
+        spy = SpyRecall(real, fail=recall_fails)
+        container = build_container(settings, store=store, index=index, embedder=None, recall=spy, queue=queue)
+        stack.callback(container.close)
+        url = stack.enter_context(serve_app(create_app(container)))
+        return Gateway(url, container, upstream, spy)
 
     yield make
-    for server, container in started:
-        server.stop()
-        container.close()
+    stack.close()

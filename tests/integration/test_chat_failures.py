@@ -193,7 +193,7 @@ def test_no_upstream_configured_is_503_naming_the_setting_and_the_rest_works(mak
     # And the rest of Engram keeps working
     resp = httpx.post(gw.url + "/v1/memories", json={"content": "still works"}, headers=AUTH)
     assert resp.status_code in (200, 201)
-    assert gw.container.memories.list_memories("default", MemoryFilter()).items
+    assert gw.store.list_memories("default", MemoryFilter()).items
 
 
 def test_missing_scope_and_missing_key(make_gateway, tmp_path) -> None:

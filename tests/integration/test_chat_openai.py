@@ -20,7 +20,7 @@ AUTH = {"authorization": f"Bearer {OWNER_KEY}"}
 
 
 def memories(gw: Gateway) -> list:
-    return gw.container.memories.list_memories("default", MemoryFilter()).items
+    return gw.store.list_memories("default", MemoryFilter()).items
 
 
 def client(gw: Gateway) -> openai.OpenAI:

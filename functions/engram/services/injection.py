@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 LOOKBACK_BLOCKS = 20
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
@@ -292,7 +292,8 @@ def _cacheable_last(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
             continue
         if block.get("type") == "text" and not block.get("text"):
             continue
-        return cast(dict[str, Any], block)
+        found: dict[str, Any] = block
+        return found
     return None
 
 
