@@ -36,9 +36,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         created_at, row_id = json.loads(raw)
         stamp = datetime.fromisoformat(created_at)
     except (binascii.Error, UnicodeDecodeError, ValueError, TypeError) as exc:
-        raise InvalidInput("invalid cursor") from exc
+        raise InvalidInput("invalid cursor", code="invalid_cursor") from exc
     if not isinstance(row_id, str) or stamp.tzinfo is None:
-        raise InvalidInput("invalid cursor")
+        raise InvalidInput("invalid cursor", code="invalid_cursor")
     return stamp, row_id
 
 

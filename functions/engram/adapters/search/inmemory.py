@@ -1,0 +1,172 @@
+"""An in-process ``SearchIndex``: BM25 over ``engram.domain.text.tokenize`` tokens + exact cosine kNN.
+
+The reference implementation of the port (tests, ``ENGRAM_SEARCH=memory``). Everything lives in
+dicts guarded by one lock; nothing is persisted.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engram.domain.errors import InvalidInput
+from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
+from engram.domain.text import tokenize
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Long chat turns make long queries; the rarest terms carry the signal, so cap the unique terms.
+MAX_QUERY_TERMS = 128
+
+
+def query_terms(query: str) -> list[str]:
+    """Unique tokens of ``query`` in first-seen order, at most ``MAX_QUERY_TERMS``."""
+    return list(dict.fromkeys(tokenize(query)))[:MAX_QUERY_TERMS]
+
+
+def unit_vector(vector: Sequence[float]) -> np.ndarray:
+    """``vector`` as float32 scaled to length 1 (a zero vector stays zero)."""
+    arr = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(arr))
+    return arr / norm if norm > 0 else arr
+
+
+@dataclass
+class _Doc:
+    memory_id: str
+    type: str
+    tf: Counter[str]
+    length: int
+    vector: np.ndarray | None
+
+
+@dataclass
+class _Namespace:
+    docs: dict[str, _Doc] = field(default_factory=dict)
+    df: Counter[str] = field(default_factory=Counter)
+    total_length: int = 0
+
+    def add(self, doc: _Doc) -> None:
+        self.docs[doc.memory_id] = doc
+        self.df.update(doc.tf.keys())
+        self.total_length += doc.length
+
+    def remove(self, memory_id: str) -> None:
+        doc = self.docs.pop(memory_id, None)
+        if doc is None:
+            return
+        self.df.subtract(doc.tf.keys())
+        for term in doc.tf:
+            if self.df[term] <= 0:
+                del self.df[term]
+        self.total_length -= doc.length
+
+
+class InMemorySearchIndex:
+    """``SearchIndex`` held in process memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._namespaces: dict[str, _Namespace] = {}
+        self._model_id: str | None = None
+        self._dimension: int | None = None
+
+    def upsert(self, doc: IndexedDoc) -> str:
+        vector: np.ndarray | None = None
+        if doc.vector is not None:
+            vector = unit_vector(doc.vector)
+        tokens = tokenize(doc.text)
+        with self._lock:
+            if vector is not None:
+                if self._dimension is None:
+                    self._dimension = int(vector.shape[0])
+                elif vector.shape[0] != self._dimension:
+                    raise InvalidInput(
+                        f"vector has {vector.shape[0]} dimensions; the index holds {self._dimension}",
+                        code="dimension_mismatch",
+                    )
+            ns = self._namespaces.setdefault(doc.namespace, _Namespace())
+            ns.remove(doc.memory_id)
+            ns.add(_Doc(doc.memory_id, doc.type, Counter(tokens), len(tokens), vector))
+        return doc.memory_id
+
+    def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            if ns is not None:
+                ns.remove(memory_id)
+
+    def keyword_search(self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()) -> list[SearchHit]:
+        terms = query_terms(query)
+        if not terms or k <= 0:
+            return []
+        wanted = set(types)
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            if ns is None or not ns.docs:
+                return []
+            n_docs = len(ns.docs)
+            avg_len = ns.total_length / n_docs if n_docs else 0.0
+            idf = {t: math.log(1.0 + (n_docs - ns.df[t] + 0.5) / (ns.df[t] + 0.5)) for t in terms if ns.df[t]}
+            if not idf:
+                return []
+            hits: list[SearchHit] = []
+            for doc in ns.docs.values():
+                if wanted and doc.type not in wanted:
+                    continue
+                score = 0.0
+                norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / avg_len) if avg_len else BM25_K1
+                for term, weight in idf.items():
+                    tf = doc.tf.get(term)
+                    if tf:
+                        score += weight * tf * (BM25_K1 + 1.0) / (tf + norm)
+                if score > 0:
+                    hits.append(SearchHit(memory_id=doc.memory_id, score=score))
+        hits.sort(key=lambda h: (-h.score, h.memory_id))
+        return hits[:k]
+
+    def vector_search(
+        self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
+    ) -> list[SearchHit]:
+        query = unit_vector(vector)
+        wanted = set(types)
+        with self._lock:
+            if self._dimension is not None and query.shape[0] != self._dimension:
+                raise InvalidInput(
+                    f"query vector has {query.shape[0]} dimensions; the index holds {self._dimension}",
+                    code="dimension_mismatch",
+                )
+            ns = self._namespaces.get(namespace)
+            if ns is None or k <= 0:
+                return []
+            rows = [d for d in ns.docs.values() if d.vector is not None and (not wanted or d.type in wanted)]
+            if not rows:
+                return []
+            matrix = np.stack([d.vector for d in rows if d.vector is not None])
+        scores = np.clip(matrix @ query, -1.0, 1.0)
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [SearchHit(memory_id=rows[i].memory_id, score=float(scores[i])) for i in order]
+
+    def info(self) -> IndexInfo:
+        with self._lock:
+            docs = sum(len(ns.docs) for ns in self._namespaces.values())
+            vectors = sum(1 for ns in self._namespaces.values() for d in ns.docs.values() if d.vector is not None)
+            return IndexInfo(model_id=self._model_id, dimension=self._dimension, documents=docs, vectors=vectors)
+
+    def reset(self, model_id: str, dimension: int) -> None:
+        if dimension <= 0:
+            raise InvalidInput("dimension must be positive")
+        with self._lock:
+            for ns in self._namespaces.values():
+                for doc in ns.docs.values():
+                    doc.vector = None
+            self._model_id = model_id
+            self._dimension = dimension
+
+    def ping(self) -> None:
+        return None

@@ -1,0 +1,364 @@
+"""The embedded ``SearchIndex``: SQLite FTS5 for keywords, float32 BLOBs + numpy for vectors.
+
+It lives in the same SQLite file as the store (which owns the other tables) and only touches
+tables prefixed ``search_``, over its own connection:
+
+- ``search_docs``       one row per (namespace, memory_id): type; its integer id is the FTS rowid.
+- ``search_fts``        FTS5 over the *pre-tokenized* text (``engram.domain.text.tokenize`` joined by
+                        spaces; ``unicode61`` only splits on those spaces) plus a hashed namespace token,
+                        so a query only ever matches its own namespace. Ranked with ``bm25()``.
+- ``search_vectors``    unit float32 vectors as BLOBs.
+- ``search_namespaces`` a generation counter per namespace, bumped by every write.
+- ``search_meta``       embedding model id and dimension.
+
+kNN runs over a per-namespace matrix cached in memory, loaded lazily and patched in place by this
+process's writes; a generation that moved under it (another process wrote) reloads it. Big namespaces
+get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanned exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from engram.domain.errors import InvalidInput
+from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
+from engram.domain.text import tokenize
+
+from .inmemory import query_terms, unit_vector
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS search_meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS search_docs (
+    id INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    UNIQUE (namespace, memory_id)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(
+    nskey, tokens, tokenize = 'unicode61 remove_diacritics 0'
+);
+CREATE TABLE IF NOT EXISTS search_vectors (
+    namespace TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY (namespace, memory_id)
+);
+CREATE TABLE IF NOT EXISTS search_namespaces (namespace TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+"""
+
+
+def _nskey(namespace: str) -> str:
+    # An FTS token standing for the namespace: plain ASCII letters/digits, whatever the namespace is.
+    return "ns" + hashlib.sha1(namespace.encode("utf-8")).hexdigest()[:20]
+
+
+def _fts_query(namespace: str, terms: Sequence[str]) -> str:
+    ors = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return f'nskey : "{_nskey(namespace)}" AND tokens : ({ors})'
+
+
+class _VectorCache:
+    """The vectors of one namespace as a growable matrix; rows are unit length."""
+
+    def __init__(self, dimension: int, generation: int) -> None:
+        self.dimension = dimension
+        self.generation = generation
+        self.ids: list[str] = []
+        self.rows: dict[str, int] = {}
+        self.types: list[str] = []
+        self.type_codes: dict[str, int] = {}
+        self.codes = np.zeros(16, dtype=np.int32)
+        self.matrix = np.zeros((16, dimension), dtype=np.float32)
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    def _code(self, type_: str) -> int:
+        return self.type_codes.setdefault(type_, len(self.type_codes))
+
+    def put(self, memory_id: str, type_: str, vector: np.ndarray) -> None:
+        row = self.rows.get(memory_id)
+        if row is None:
+            row = self.size
+            if row >= self.matrix.shape[0]:
+                grow = max(16, self.matrix.shape[0])
+                self.matrix = np.concatenate([self.matrix, np.zeros((grow, self.dimension), np.float32)])
+                self.codes = np.concatenate([self.codes, np.zeros(grow, np.int32)])
+            self.ids.append(memory_id)
+            self.types.append(type_)
+            self.rows[memory_id] = row
+        else:
+            self.types[row] = type_
+        self.matrix[row] = vector
+        self.codes[row] = self._code(type_)
+
+    def remove(self, memory_id: str) -> None:
+        row = self.rows.pop(memory_id, None)
+        if row is None:
+            return
+        last = self.size - 1
+        if row != last:
+            moved = self.ids[last]
+            self.ids[row] = moved
+            self.types[row] = self.types[last]
+            self.rows[moved] = row
+            self.matrix[row] = self.matrix[last]
+            self.codes[row] = self.codes[last]
+        self.ids.pop()
+        self.types.pop()
+
+    def search(self, query: np.ndarray, k: int, types: Sequence[str]) -> list[SearchHit]:
+        n = self.size
+        if n == 0:
+            return []
+        scores = self.matrix[:n] @ query
+        if types:
+            wanted = [self.type_codes[t] for t in set(types) if t in self.type_codes]
+            if not wanted:
+                return []
+            scores = np.where(np.isin(self.codes[:n], wanted), scores, -np.inf)
+        k = min(k, n)
+        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [
+            SearchHit(memory_id=self.ids[i], score=float(min(1.0, max(-1.0, scores[i]))))
+            for i in top
+            if scores[i] != -np.inf
+        ]
+
+
+class SqliteSearchIndex:
+    """``SearchIndex`` in a SQLite file (shared with the store; tables ``search_*``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._path = str(path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._caches: dict[str, _VectorCache] = {}
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self._path != ":memory:":
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=10000")
+            conn.executescript(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._caches.clear()
+
+    def _meta(self, conn: sqlite3.Connection) -> tuple[str | None, int | None]:
+        rows = dict(conn.execute("SELECT key, value FROM search_meta").fetchall())
+        dim = rows.get("dimension")
+        return rows.get("model_id"), int(dim) if dim else None
+
+    def _bump(self, conn: sqlite3.Connection, namespace: str) -> int:
+        row = conn.execute(
+            "INSERT INTO search_namespaces (namespace, generation) VALUES (?, 1) "
+            "ON CONFLICT (namespace) DO UPDATE SET generation = generation + 1 RETURNING generation",
+            (namespace,),
+        ).fetchone()
+        return int(row[0])
+
+    def _generation(self, conn: sqlite3.Connection, namespace: str) -> int:
+        row = conn.execute("SELECT generation FROM search_namespaces WHERE namespace = ?", (namespace,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _remove_doc(self, conn: sqlite3.Connection, namespace: str, memory_id: str) -> None:
+        row = conn.execute(
+            "SELECT id FROM search_docs WHERE namespace = ? AND memory_id = ?", (namespace, memory_id)
+        ).fetchone()
+        if row is not None:
+            conn.execute("DELETE FROM search_fts WHERE rowid = ?", (row[0],))
+            conn.execute("DELETE FROM search_docs WHERE id = ?", (row[0],))
+        conn.execute("DELETE FROM search_vectors WHERE namespace = ? AND memory_id = ?", (namespace, memory_id))
+
+    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> _VectorCache | None:
+        """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        cache = self._caches.get(namespace)
+        if cache is None:
+            return None
+        if cache.generation != old_generation:
+            del self._caches[namespace]
+            return None
+        cache.generation = new_generation
+        return cache
+
+    # -- the port -------------------------------------------------------------------------
+    def upsert(self, doc: IndexedDoc) -> str:
+        tokens = " ".join(tokenize(doc.text))
+        vector = unit_vector(doc.vector) if doc.vector is not None else None
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _, dimension = self._meta(conn)
+                if vector is not None:
+                    if dimension is None:
+                        dimension = int(vector.shape[0])
+                        conn.execute(
+                            "INSERT OR REPLACE INTO search_meta (key, value) VALUES ('dimension', ?)", (str(dimension),)
+                        )
+                    elif vector.shape[0] != dimension:
+                        raise InvalidInput(
+                            f"vector has {vector.shape[0]} dimensions; the index holds {dimension}",
+                            code="dimension_mismatch",
+                        )
+                self._remove_doc(conn, doc.namespace, doc.memory_id)
+                cur = conn.execute(
+                    "INSERT INTO search_docs (namespace, memory_id, type) VALUES (?, ?, ?)",
+                    (doc.namespace, doc.memory_id, doc.type),
+                )
+                conn.execute(
+                    "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
+                    (cur.lastrowid, _nskey(doc.namespace), tokens),
+                )
+                if vector is not None:
+                    conn.execute(
+                        "INSERT INTO search_vectors (namespace, memory_id, type, vec) VALUES (?, ?, ?, ?)",
+                        (doc.namespace, doc.memory_id, doc.type, vector.astype("<f4").tobytes()),
+                    )
+                generation = self._bump(conn, doc.namespace)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            cache = self._patch_cache(doc.namespace, generation - 1, generation)
+            if cache is not None:
+                if vector is not None and cache.dimension == vector.shape[0]:
+                    cache.put(doc.memory_id, doc.type, vector)
+                elif vector is not None:
+                    self._caches.pop(doc.namespace, None)
+                else:
+                    cache.remove(doc.memory_id)
+        return doc.memory_id
+
+    def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._remove_doc(conn, namespace, memory_id)
+                generation = self._bump(conn, namespace)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            cache = self._patch_cache(namespace, generation - 1, generation)
+            if cache is not None:
+                cache.remove(memory_id)
+
+    def keyword_search(self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()) -> list[SearchHit]:
+        terms = query_terms(query)
+        if not terms or k <= 0:
+            return []
+        sql = (
+            "SELECT d.memory_id, -bm25(search_fts, 0.0, 1.0) AS score FROM search_fts "
+            "JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?"
+        )
+        params: list[object] = [_fts_query(namespace, terms)]
+        wanted = sorted(set(types))
+        if wanted:
+            sql += f" AND d.type IN ({','.join('?' * len(wanted))})"
+            params.extend(wanted)
+        sql += " AND d.namespace = ? ORDER BY score DESC, d.memory_id LIMIT ?"
+        params.extend([namespace, k])
+        with self._lock:
+            rows = self._db().execute(sql, params).fetchall()
+        # bm25() is never exactly 0 for a match, but keep the port's "positive" promise explicit.
+        return [SearchHit(memory_id=mid, score=max(float(score), 1e-9)) for mid, score in rows]
+
+    def vector_search(
+        self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
+    ) -> list[SearchHit]:
+        query = unit_vector(vector)
+        if k <= 0:
+            return []
+        with self._lock:
+            conn = self._db()
+            _, dimension = self._meta(conn)
+            if dimension is not None and query.shape[0] != dimension:
+                raise InvalidInput(
+                    f"query vector has {query.shape[0]} dimensions; the index holds {dimension}",
+                    code="dimension_mismatch",
+                )
+            if dimension is None:
+                return []
+            cache = self._load_cache(conn, namespace, dimension)
+            return cache.search(query, k, types)
+
+    def _load_cache(self, conn: sqlite3.Connection, namespace: str, dimension: int) -> _VectorCache:
+        generation = self._generation(conn, namespace)
+        cache = self._caches.get(namespace)
+        if cache is not None and cache.generation == generation and cache.dimension == dimension:
+            return cache
+        conn.execute("BEGIN")
+        try:
+            generation = self._generation(conn, namespace)
+            rows = conn.execute(
+                "SELECT memory_id, type, vec FROM search_vectors WHERE namespace = ?", (namespace,)
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        cache = _VectorCache(dimension, generation)
+        if rows:
+            blob = b"".join(r[2] for r in rows)
+            matrix = np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(len(rows), dimension)
+            cache.matrix = matrix.copy()
+            cache.codes = np.zeros(len(rows), dtype=np.int32)
+            for i, (memory_id, type_, _) in enumerate(rows):
+                cache.ids.append(memory_id)
+                cache.rows[memory_id] = i
+                cache.types.append(type_)
+                cache.codes[i] = cache._code(type_)
+        self._caches[namespace] = cache
+        return cache
+
+    def info(self) -> IndexInfo:
+        with self._lock:
+            conn = self._db()
+            model_id, dimension = self._meta(conn)
+            docs = conn.execute("SELECT COUNT(*) FROM search_docs").fetchone()[0]
+            vectors = conn.execute("SELECT COUNT(*) FROM search_vectors").fetchone()[0]
+        return IndexInfo(model_id=model_id, dimension=dimension, documents=int(docs), vectors=int(vectors))
+
+    def reset(self, model_id: str, dimension: int) -> None:
+        if dimension <= 0:
+            raise InvalidInput("dimension must be positive")
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM search_vectors")
+                conn.execute("INSERT OR REPLACE INTO search_meta (key, value) VALUES ('model_id', ?)", (model_id,))
+                conn.execute(
+                    "INSERT OR REPLACE INTO search_meta (key, value) VALUES ('dimension', ?)", (str(dimension),)
+                )
+                conn.execute("UPDATE search_namespaces SET generation = generation + 1")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._caches.clear()
+
+    def ping(self) -> None:
+        with self._lock:
+            self._db().execute("SELECT 1 FROM search_meta LIMIT 1").fetchall()

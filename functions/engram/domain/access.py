@@ -1,0 +1,83 @@
+"""API keys, scopes and the principal a request acts as (DESIGN.md section 9)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engram.domain.errors import Forbidden, InvalidInput, Unauthorized
+
+SCOPES: frozenset[str] = frozenset(
+    {"chat:proxy", "memory:read", "memory:write", "export:read", "cache:read", "cache:write", "debug:read", "admin"}
+)
+ALL = "*"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts for: one namespace, a set of scopes."""
+
+    namespace: str
+    scopes: frozenset[str]
+    key_name: str
+
+    def allows(self, scope: str) -> bool:
+        if ALL in self.scopes or scope in self.scopes:
+            return True
+        family = scope.split(":", 1)[0]
+        return f"{family}:*" in self.scopes
+
+    def require(self, scope: str) -> None:
+        if not self.allows(scope):
+            raise Forbidden(f"this key lacks the '{scope}' scope", code="missing_scope")
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    name: str
+    namespace: str
+    scopes: frozenset[str]
+    digest: bytes  # sha256 of the secret; the secret itself is not kept
+
+    @staticmethod
+    def create(secret: str, *, name: str, namespace: str, scopes: Iterable[str]) -> ApiKey:
+        if len(secret) < 8:
+            raise InvalidInput(f"key {name!r} is shorter than 8 characters", code="weak_key")
+        scope_set = frozenset(scopes)
+        unknown = {s for s in scope_set if s != ALL and s not in SCOPES and not s.endswith(":*")}
+        if unknown:
+            raise InvalidInput(f"key {name!r} has unknown scopes: {sorted(unknown)}", code="unknown_scope")
+        if not namespace or len(namespace) > 128:
+            raise InvalidInput(f"key {name!r} needs a namespace of 1-128 characters", code="bad_namespace")
+        return ApiKey(name=name, namespace=namespace, scopes=scope_set, digest=_digest(secret))
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+class KeyRing:
+    """Verifies bearer tokens in constant time against every configured key."""
+
+    def __init__(self, keys: Iterable[ApiKey]) -> None:
+        self._keys = tuple(keys)
+        digests = [k.digest for k in self._keys]
+        if len(set(digests)) != len(digests):
+            raise InvalidInput("two configured keys have the same secret", code="duplicate_key")
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def authenticate(self, token: str | None) -> Principal:
+        if not token:
+            raise Unauthorized("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key'", code="missing_key")
+        digest = _digest(token)
+        match: ApiKey | None = None
+        for key in self._keys:  # compare against all keys so timing does not reveal which matched
+            if hmac.compare_digest(key.digest, digest):
+                match = key
+        if match is None:
+            raise Unauthorized("invalid API key", code="invalid_key")
+        return Principal(namespace=match.namespace, scopes=match.scopes, key_name=match.name)

@@ -1,0 +1,177 @@
+"""The `engram` command: serve locally, rebuild the index, print settings, run jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from engram.domain.errors import EngramError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+# Job commands (extract, dream, cleanup) register here from their own modules.
+EXTRA_PARSERS: list[Callable[[Any], None]] = []
+
+
+class Progress:
+    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
+        self.total = max(total, 0)
+        self.done = 0
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        self._last_line = -1.0
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        tty = self.stream.isatty()
+        if tty or now - self._last_line >= 2 or self.done >= self.total:
+            self._last_line = now
+            pct = 100.0 * self.done / self.total if self.total else 100.0
+            width = 30
+            filled = int(width * pct / 100)
+            rate = self.done / max(now - self.started, 1e-6)
+            bar = "#" * filled + "." * (width - filled)
+            line = f"{self.label} [{bar}] {self.done}/{self.total} ({pct:.0f}%, {rate:.0f}/s)"
+            self.stream.write(("\r" + line) if tty else (line + "\n"))
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream.isatty():
+            self.stream.write("\n")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from engram.settings import load_settings
+
+    overrides: dict[str, Any] = {}
+    for name in ("host", "port", "data_dir"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return load_settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from engram.bootstrap import build_container, ensure_local_owner_key
+    from engram.entrypoints.http.app import create_app
+
+    settings, new_key = ensure_local_owner_key(_settings(args))
+    container = build_container(settings)
+    base = f"http://{settings.host}:{settings.port}"
+    print(
+        f"Engram {base}  (data: {Path(settings.data_dir).resolve()}, store: {settings.store}, "
+        f"search: {settings.search}, embedder: {settings.embedder})",
+        file=sys.stderr,
+    )
+    if new_key:
+        print(f"Created your owner API key (stored in {settings.keys_file}, shown once):\n  {new_key}", file=sys.stderr)
+    elif settings.keys_file and not settings.api_key:
+        print(f"API keys: {settings.keys_file}", file=sys.stderr)
+    print(f"  REST docs {base}/docs · chat {base}/v1 · MCP {base}/mcp · admin {base}/admin", file=sys.stderr)
+    app = create_app(container)
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        container.close()
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from engram.bootstrap import build_container, rebuild_index
+
+    container = build_container(_settings(args))
+    try:
+        total = rebuild_index(container, progress=lambda ns, count: Progress(count, f"reindex {ns}"))
+        model = container.embedder.model_id if container.embedder else "none (keyword only)"
+        print(f"reindexed {total} memories with {model}")
+    finally:
+        container.close()
+    return 0
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    from engram.settings import Settings
+
+    if args.markdown:
+        print("| setting | default | what it does |\n|---|---|---|")
+        for name, field in Settings.model_fields.items():
+            default = field.default
+            shown = "" if default is None else str(default)
+            print(f"| `ENGRAM_{name.upper()}` | `{shown}` | {field.description or ''} |")
+        return 0
+    settings = _settings(args)
+    print(json.dumps(settings.model_dump(mode="json"), indent=2, default=str))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI chat clients.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", dest="data_dir", type=Path, help="data directory (ENGRAM_DATA_DIR)")
+
+    serve = sub.add_parser("serve", help="run Engram locally (REST, chat gateway, MCP, admin)")
+    serve.add_argument("--host", help="listen address (ENGRAM_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (ENGRAM_PORT, default 8787)")
+    common(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    reindex = sub.add_parser("reindex", help="rebuild the search index (after changing the embedding model)")
+    reindex.add_argument("--namespace", help="only this namespace")
+    common(reindex)
+    reindex.set_defaults(func=cmd_reindex)
+
+    settings = sub.add_parser("settings", help="print the effective settings (secrets hidden)")
+    settings.add_argument("--markdown", action="store_true", help="print the settings table for the README")
+    common(settings)
+    settings.set_defaults(func=cmd_settings)
+
+    for extend in EXTRA_PARSERS:
+        extend(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _load_job_commands()
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EngramError as exc:
+        print(f"engram: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load_job_commands() -> None:
+    """Job commands live with the jobs; importing the module registers them in EXTRA_PARSERS."""
+    import importlib
+
+    try:
+        importlib.import_module("engram.entrypoints.jobs_cli")
+    except ModuleNotFoundError as exc:
+        if exc.name != "engram.entrypoints.jobs_cli":
+            raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

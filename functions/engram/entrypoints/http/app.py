@@ -1,0 +1,162 @@
+"""The ASGI app: REST API, chat gateway, MCP and admin panel on one FastAPI instance.
+
+`create_app()` is a factory (uvicorn `--factory`, the Lambda Web Adapter's run.sh): it builds the
+container from the environment unless one is passed in (tests, `engram serve`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engram import __version__
+from engram.entrypoints.http.errors import error_body, install_error_handlers
+
+log = logging.getLogger(__name__)
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._reject(send)
+            return
+        # Count even when a length was declared: a client may send more than it declared.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._reject(send)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        payload = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": payload, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps(
+            error_body(f"request body is larger than {self.limit} bytes", "request_too_large", "body_too_large")
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(container: Any = None) -> FastAPI:
+    from engram.bootstrap import build_container
+
+    container = container if container is not None else build_container()
+    settings = container.settings
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _lifespan_hooks(app):
+            yield
+
+    app = FastAPI(
+        title="Engram",
+        version=__version__,
+        description="Long-term memory for AI chat clients: REST API. Authenticate with `Authorization: Bearer <key>`.",
+        lifespan=lifespan,
+    )
+    app.state.container = container
+    app.state.startup_hooks = []
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def request_id(request: Any, call_next: Any) -> Any:
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        request.state.request_id = rid
+        started = time.perf_counter()
+        response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        log.debug(
+            "%s %s -> %s in %.1f ms",
+            request.method,
+            request.url.path,
+            response.status_code,
+            (time.perf_counter() - started) * 1000,
+        )
+        return response
+
+    from engram.entrypoints.http import rest
+
+    app.include_router(rest.public)
+    if settings.surface == "mcp":
+        # The MCP function on AWS: only /mcp and /health.
+        _include_optional_surfaces(app, container, only=("engram.entrypoints.http.mcp",))
+    else:
+        app.include_router(rest.router)
+        _include_optional_surfaces(app, container)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    return app
+
+
+_SURFACES = (
+    "engram.entrypoints.http.chat",
+    "engram.entrypoints.http.jobs",
+    "engram.entrypoints.http.mcp",
+    "engram.entrypoints.http.admin",
+)
+
+
+def _include_optional_surfaces(app: FastAPI, container: Any, only: tuple[str, ...] = _SURFACES) -> None:
+    """Routers of the chat gateway, MCP and admin panel, when their modules exist in this build."""
+    import importlib
+
+    for module_name in only:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.install(app, container)
+
+
+@asynccontextmanager
+async def _lifespan_hooks(app: FastAPI) -> AsyncIterator[None]:
+    """Run the async context managers surfaces registered in ``app.state.startup_hooks``."""
+    from contextlib import AsyncExitStack
+
+    async with AsyncExitStack() as stack:
+        for hook in app.state.startup_hooks:
+            await stack.enter_async_context(hook(app))
+        yield

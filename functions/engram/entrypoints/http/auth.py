@@ -1,0 +1,42 @@
+"""Request authentication: Bearer token or x-api-key -> Principal, then a scope check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Request
+
+from engram.domain.access import Principal
+
+
+def token_from(request: Request, *, allow_query: bool = False) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header[:7].lower() == "bearer ":
+        return header[7:].strip() or None
+    if key := request.headers.get("x-api-key"):
+        return key.strip() or None
+    if allow_query:
+        return request.query_params.get("token") or None
+    return None
+
+
+def authenticate(request: Request) -> Principal:
+    """The principal of this request (cached on the request). Raises Unauthorized."""
+    cached = getattr(request.state, "principal", None)
+    if isinstance(cached, Principal):
+        return cached
+    principal: Principal = request.app.state.container.keys.authenticate(token_from(request))
+    request.state.principal = principal
+    return principal
+
+
+def require(scope: str) -> Callable[[Request], Principal]:
+    """A FastAPI dependency: the request's principal, which must hold ``scope``."""
+
+    def dependency(request: Request) -> Principal:
+        principal = authenticate(request)
+        principal.require(scope)
+        return principal
+
+    dependency.__name__ = f"require_{scope.replace(':', '_').replace('*', 'any')}"
+    return dependency

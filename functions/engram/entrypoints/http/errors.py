@@ -1,0 +1,89 @@
+"""One mapping table from Engram errors to HTTP: status + ``{"error": {"message", "type", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from engram.domain import errors as e
+
+log = logging.getLogger(__name__)
+
+# (error class, HTTP status, error type) — the first match wins, so subclasses come first.
+STATUS_TABLE: tuple[tuple[type[e.EngramError], int, str], ...] = (
+    (e.NotFound, 404, "not_found_error"),
+    (e.Conflict, 409, "conflict_error"),
+    (e.InvalidInput, 400, "invalid_request_error"),
+    (e.Unauthorized, 401, "authentication_error"),
+    (e.Forbidden, 403, "permission_error"),
+    (e.UpstreamTimeout, 504, "upstream_timeout"),
+    (e.UpstreamUnavailable, 502, "upstream_error"),
+    (e.UpstreamRateLimited, 429, "rate_limit_error"),
+    (e.UpstreamRejected, 502, "upstream_error"),
+    (e.NotConfigured, 503, "not_configured"),
+)
+
+_HTTP_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+}
+
+
+def error_body(message: str, type_: str, code: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "code": code, **extra}}
+
+
+def status_for(exc: e.EngramError) -> tuple[int, str]:
+    for cls, status, type_ in STATUS_TABLE:
+        if isinstance(exc, cls):
+            if isinstance(exc, e.UpstreamRejected):
+                return exc.status, type_
+            return status, type_
+    return 500, "api_error"
+
+
+def error_response(status: int, message: str, type_: str, code: str, **extra: Any) -> JSONResponse:
+    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(message, type_, code, **extra), status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(e.EngramError)
+    async def _engram(_: Request, exc: e.EngramError) -> JSONResponse:
+        status, type_ = status_for(exc)
+        return error_response(status, exc.message, type_, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        if any(err.get("type") == "json_invalid" for err in errs):
+            return error_response(400, "request body is not valid JSON", "invalid_request_error", "invalid_json")
+        details = [
+            {"loc": [str(p) for p in err.get("loc", ())], "msg": err.get("msg", ""), "type": err.get("type", "")}
+            for err in errs
+        ]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(p for p in first["loc"] if p not in ("body", "query", "path"))
+        message = f"{where}: {first['msg']}" if where else str(first["msg"])
+        return error_response(422, message, "invalid_request_error", "invalid_request", details=details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, str(exc.detail), _HTTP_TYPES.get(exc.status_code, "api_error"), code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error", "api_error", "internal_error")

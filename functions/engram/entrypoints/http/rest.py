@@ -1,0 +1,426 @@
+"""The REST API (`/v1/...`): a thin layer over the services. Handlers are sync (run in a thread pool)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from engram.domain.access import Principal
+from engram.domain.errors import EngramError, InvalidInput, NotFound
+from engram.domain.models import MemoryFilter, MemoryType
+from engram.entrypoints.http.auth import require
+from engram.services.library import GlossaryIn, MessageIn
+from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
+from engram.services.transfer import ExportDocument
+
+log = logging.getLogger(__name__)
+
+public = APIRouter()
+router = APIRouter(prefix="/v1")
+
+Read = Annotated[Principal, Depends(require("memory:read"))]
+Write = Annotated[Principal, Depends(require("memory:write"))]
+Export = Annotated[Principal, Depends(require("export:read"))]
+CacheRead = Annotated[Principal, Depends(require("cache:read"))]
+CacheWrite = Annotated[Principal, Depends(require("cache:write"))]
+
+
+def _c(request: Request) -> Any:
+    return request.app.state.container
+
+
+# -- wire models ------------------------------------------------------------------------------
+class MemoryCreateRequest(MemoryWrite):
+    """`POST /v1/memories`: with `fact_key` an upsert, without it a new memory."""
+
+
+class SupersedeRequest(MemoryWrite):
+    """A new version for an existing memory; `fact_key` defaults to the old one's."""
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=8000)
+    top_k: int | None = Field(default=None, ge=1, le=50)
+    types: list[MemoryType] = Field(default_factory=list)
+    include_prompt: bool = False
+
+
+class PreciousRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(min_length=1, max_length=20000)
+    reason: str | None = Field(default=None, max_length=1000)
+    tags: list[str] = Field(default_factory=list)
+    source_message_ids: list[str] = Field(default_factory=list)
+
+
+class GlossaryPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    term: str | None = Field(default=None, min_length=1, max_length=200)
+    aliases: list[str] | None = None
+    definition: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class BootPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    digest: str = Field(max_length=4000)
+
+
+class DigestRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(max_length=4000)
+
+
+class IngestRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[MessageIn] = Field(min_length=1, max_length=1000)
+
+
+class DecisionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target_id: str | None = None
+    content: str | None = Field(default=None, max_length=4000)
+    note: str | None = Field(default=None, max_length=1000)
+
+
+class CacheRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: Any
+    ttl_seconds: int | None = Field(default=None, ge=1, le=365 * 86400)
+
+
+def _write_body(result: WriteResult) -> dict[str, Any]:
+    return {
+        "memory": result.memory.model_dump(mode="json"),
+        "created": result.created,
+        "action": result.action,
+        "reason": result.reason,
+        "superseded": result.previous.model_dump(mode="json") if result.previous else None,
+    }
+
+
+# -- health -----------------------------------------------------------------------------------
+@public.get("/health", tags=["health"])
+def health(request: Request, response: Response) -> dict[str, Any]:
+    """Status of store, search index and embedder (no auth)."""
+    from engram.bootstrap import index_model_mismatch
+
+    container = _c(request)
+    checks: dict[str, Any] = {}
+    ok = True
+    for name, probe in (("store", container.store.ping), ("search", container.index.ping)):
+        try:
+            probe()
+            checks[name] = {"status": "ok"}
+        except Exception as exc:  # health reports every failure instead of raising
+            ok = False
+            checks[name] = {"status": "error", "error": type(exc).__name__}
+    if container.embedder is None:
+        checks["embedder"] = {"status": "off", "detail": "keyword search only"}
+    else:
+        mismatch = index_model_mismatch(container)
+        checks["embedder"] = {
+            "status": "reindex_needed" if mismatch else "ok",
+            "model": container.embedder.model_id,
+            "dimension": container.embedder.dimension,
+        }
+    if not ok:
+        response.status_code = 503
+    return {"status": "ok" if ok else "degraded", "version": request.app.version, "checks": checks}
+
+
+# -- memories ---------------------------------------------------------------------------------
+@router.post("/memories", tags=["memories"], status_code=201)
+def create_memory(request: Request, response: Response, body: MemoryCreateRequest, who: Write) -> dict[str, Any]:
+    """Remember something. With `fact_key`: same key + same meaning -> marked seen; same key + new
+    content -> supersedes the old version. `external_id` makes retries idempotent."""
+    result = _c(request).memories.write(who.namespace, body)
+    if not result.created:
+        response.status_code = 200
+    return _write_body(result)
+
+
+@router.get("/memories", tags=["memories"])
+def list_memories(
+    request: Request,
+    who: Read,
+    type: Annotated[list[MemoryType] | None, Query()] = None,
+    status: Annotated[
+        list[str] | None, Query(description="active (default), superseded, archived, deleted, expired, or all")
+    ] = None,
+    layer: Literal["fragment", "event", "core"] | None = None,
+    tag: str | None = None,
+    pinned: bool | None = None,
+    fact_key: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    filters = MemoryFilter(
+        types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
+    )
+    page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor)
+    return {"items": [m.model_dump(mode="json") for m in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/memories/{memory_id}", tags=["memories"])
+def get_memory(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
+    return dict(_c(request).memories.get(who.namespace, memory_id).model_dump(mode="json"))
+
+
+@router.patch("/memories/{memory_id}", tags=["memories"])
+def patch_memory(request: Request, memory_id: str, body: MemoryPatch, who: Write) -> dict[str, Any]:
+    """Edit in place (no new version): content, type, fact_key, layer, importance, confidence,
+    pinned, tags, remind_at."""
+    return dict(_c(request).memories.update(who.namespace, memory_id, body).model_dump(mode="json"))
+
+
+@router.delete("/memories/{memory_id}", tags=["memories"])
+def delete_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+    """Soft delete (restorable; hard-deleted by retention after 30 days)."""
+    return dict(_c(request).memories.set_status(who.namespace, memory_id, "deleted").model_dump(mode="json"))
+
+
+@router.post("/memories/{memory_id}/archive", tags=["memories"])
+def archive_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+    return dict(_c(request).memories.set_status(who.namespace, memory_id, "archived").model_dump(mode="json"))
+
+
+@router.post("/memories/{memory_id}/restore", tags=["memories"])
+def restore_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+    """Make a superseded, archived or deleted version active again (it replaces the current holder of its key)."""
+    return dict(_c(request).memories.restore(who.namespace, memory_id).model_dump(mode="json"))
+
+
+@router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201)
+def supersede_memory(request: Request, memory_id: str, body: SupersedeRequest, who: Write) -> dict[str, Any]:
+    return _write_body(_c(request).memories.supersede(who.namespace, memory_id, body))
+
+
+@router.get("/memories/{memory_id}/versions", tags=["memories"])
+def memory_versions(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
+    chain = _c(request).memories.versions(who.namespace, memory_id)
+    return {"items": [m.model_dump(mode="json") for m in chain]}
+
+
+@router.get("/memories/{memory_id}/events", tags=["memories"])
+def memory_events(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
+    container = _c(request)
+    container.memories.get(who.namespace, memory_id)
+    events = container.store.list_events(who.namespace, memory_id=memory_id, limit=100)
+    return {"items": [ev.model_dump(mode="json") for ev in events]}
+
+
+# -- search -----------------------------------------------------------------------------------
+@router.post("/search/memories", tags=["search"])
+def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[str, Any]:
+    """Hybrid recall: keyword (CJK-aware) + vectors, fused. `include_prompt` adds the injectable text."""
+    from engram.services.recall import render_prompt
+
+    result = _c(request).recall.recall(who.namespace, body.query, top_k=body.top_k, types=tuple(body.types))
+    out: dict[str, Any] = {
+        "items": [{"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6)} for hit in result.hits],
+        "glossary_hits": [g.model_dump(mode="json") for g in result.glossary_hits],
+        "meta": result.meta,
+    }
+    if body.include_prompt:
+        out["prompt"] = render_prompt(result)
+    return out
+
+
+# -- precious, glossary, digest, boot ---------------------------------------------------------
+@router.get("/precious", tags=["precious"])
+def list_precious(request: Request, who: Read, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
+    return {"items": [p.model_dump(mode="json") for p in _c(request).library.list_precious(who.namespace, limit)]}
+
+
+@router.post("/precious", tags=["precious"], status_code=201)
+def add_precious(request: Request, body: PreciousRequest, who: Write) -> dict[str, Any]:
+    """Keep a verbatim note forever (append-only)."""
+    note = _c(request).library.add_precious(
+        who.namespace, body.content, reason=body.reason, tags=body.tags, source_message_ids=body.source_message_ids
+    )
+    return dict(note.model_dump(mode="json"))
+
+
+@router.delete("/precious/{precious_id}", tags=["precious"])
+def delete_precious(request: Request, precious_id: str, who: Write) -> dict[str, Any]:
+    container = _c(request)
+    if not any(p.id == precious_id for p in container.library.list_precious(who.namespace, 100_000)):
+        raise NotFound(f"precious note {precious_id} not found")
+    container.library.delete_precious(who.namespace, precious_id)
+    return {"deleted": precious_id}
+
+
+@router.get("/glossary", tags=["glossary"])
+def list_glossary(request: Request, who: Read) -> dict[str, Any]:
+    return {"items": [g.model_dump(mode="json") for g in _c(request).library.list_glossary(who.namespace)]}
+
+
+@router.post("/glossary", tags=["glossary"], status_code=201)
+def set_glossary(request: Request, body: GlossaryIn, who: Write) -> dict[str, Any]:
+    """Create a term (or replace the term of the same name)."""
+    return dict(_c(request).library.set_term(who.namespace, body).model_dump(mode="json"))
+
+
+@router.get("/glossary/{term_id}", tags=["glossary"])
+def get_glossary(request: Request, term_id: str, who: Read) -> dict[str, Any]:
+    return dict(_c(request).library.get_term(who.namespace, term_id).model_dump(mode="json"))
+
+
+@router.patch("/glossary/{term_id}", tags=["glossary"])
+def patch_glossary(request: Request, term_id: str, body: GlossaryPatch, who: Write) -> dict[str, Any]:
+    library = _c(request).library
+    current = library.get_term(who.namespace, term_id)
+    merged = GlossaryIn(
+        term=body.term if body.term is not None else current.term,
+        aliases=body.aliases if body.aliases is not None else list(current.aliases),
+        definition=body.definition if body.definition is not None else current.definition,
+    )
+    return dict(library.set_term(who.namespace, merged, term_id=term_id).model_dump(mode="json"))
+
+
+@router.delete("/glossary/{term_id}", tags=["glossary"])
+def delete_glossary(request: Request, term_id: str, who: Write) -> dict[str, Any]:
+    _c(request).library.delete_term(who.namespace, term_id)
+    return {"deleted": term_id}
+
+
+@router.get("/digest", tags=["boot"])
+def get_digest(request: Request, who: Read) -> dict[str, Any]:
+    digest = _c(request).library.get_digest(who.namespace)
+    return {
+        "content": digest.content if digest else "",
+        "updated_at": digest.updated_at.isoformat() if digest else None,
+    }
+
+
+@router.put("/digest", tags=["boot"])
+def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, Any]:
+    """Set the L1 summary (cut to 500 characters)."""
+    digest = _c(request).library.set_digest(who.namespace, body.content)
+    return {"content": digest.content, "updated_at": digest.updated_at.isoformat()}
+
+
+@router.get("/memory_boot", tags=["boot"])
+def get_boot(request: Request, who: Read) -> dict[str, Any]:
+    """The cold-boot package: digest, yesterday's log, stable memories, precious notes, glossary, stats."""
+    return _jsonable(_c(request).library.boot(who.namespace))
+
+
+@router.patch("/memory_boot", tags=["boot"])
+def patch_boot(request: Request, body: BootPatch, who: Write) -> dict[str, Any]:
+    """Write the digest (L1 summary, cut to 500 characters)."""
+    library = _c(request).library
+    library.set_digest(who.namespace, body.digest)
+    return _jsonable(library.boot(who.namespace))
+
+
+# -- review candidates --------------------------------------------------------------------------
+@router.get("/candidates", tags=["review"])
+def list_candidates(
+    request: Request,
+    who: Read,
+    status: Literal["pending", "approved", "discarded", "merged", "all"] = "pending",
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    page = _c(request).candidates.list_candidates(
+        who.namespace, None if status == "all" else status, limit=limit, cursor=cursor
+    )
+    return {"items": [c.model_dump(mode="json") for c in page.items], "next_cursor": page.next_cursor}
+
+
+@router.post("/candidates/{candidate_id}/{decision}", tags=["review"])
+def decide_candidate(
+    request: Request,
+    candidate_id: str,
+    decision: Literal["approve", "discard", "merge", "supersede"],
+    who: Write,
+    body: Annotated[DecisionRequest | None, Body()] = None,
+) -> dict[str, Any]:
+    """approve -> a memory; discard; merge into `target_id` (optionally with merged `content`);
+    supersede `target_id` with the candidate's text."""
+    body = body or DecisionRequest()
+    service = _c(request).candidates
+    if decision == "discard":
+        return {"candidate": service.discard(who.namespace, candidate_id, note=body.note).model_dump(mode="json")}
+    if decision == "approve":
+        cand, result = service.approve(who.namespace, candidate_id, content=body.content, note=body.note)
+    else:
+        if not body.target_id:
+            raise InvalidInput(f"{decision} needs 'target_id': the memory to {decision}", code="missing_target")
+        action = service.merge if decision == "merge" else service.supersede
+        cand, result = action(who.namespace, candidate_id, body.target_id, content=body.content, note=body.note)
+    return {"candidate": cand.model_dump(mode="json"), **_write_body(result)}
+
+
+# -- messages, stats, export/import -------------------------------------------------------------
+@router.post("/ingest/messages", tags=["messages"])
+def ingest_messages(request: Request, body: IngestRequest, who: Write) -> dict[str, Any]:
+    """Store raw chat messages for the extraction job; each message is stored once (send `id` or
+    `created_at` to keep identical repeats apart)."""
+    return dict(_c(request).library.ingest(who.namespace, body.messages))
+
+
+@router.get("/stats", tags=["stats"])
+def stats(request: Request, who: Read) -> dict[str, Any]:
+    return dict(_c(request).library.stats(who.namespace))
+
+
+@router.get("/export", tags=["export"])
+def export(request: Request, who: Export) -> dict[str, Any]:
+    """Every row of your namespace as one JSON document (the format `POST /v1/import` takes)."""
+    return dict(_c(request).transfer.export(who.namespace))
+
+
+@router.post("/import", tags=["export"])
+def import_(request: Request, body: ExportDocument, who: Write) -> dict[str, Any]:
+    try:
+        return dict(_c(request).transfer.import_(who.namespace, body))
+    except EngramError:
+        raise
+    except ValueError as exc:  # pydantic validation of a row
+        raise InvalidInput(f"import rejected, nothing was written: {exc}", code="invalid_import") from exc
+
+
+# -- cache ------------------------------------------------------------------------------------
+@router.get("/cache/{key}", tags=["cache"])
+def get_cache(request: Request, key: str, who: CacheRead) -> dict[str, Any]:
+    value = _c(request).store.get_cache(who.namespace, key)
+    if value is None:
+        raise NotFound(f"no cache entry {key!r}")
+    return {"key": key, "value": value}
+
+
+@router.put("/cache/{key}", tags=["cache"])
+def put_cache(request: Request, key: str, body: CacheRequest, who: CacheWrite) -> dict[str, Any]:
+    container = _c(request)
+    expires: datetime | None = None
+    if body.ttl_seconds:
+        expires = container.clock.now() + timedelta(seconds=body.ttl_seconds)
+    container.store.put_cache(who.namespace, key, body.value, expires_at=expires)
+    return {"key": key, "value": body.value, "expires_at": expires.isoformat() if expires else None}
+
+
+@router.delete("/cache/{key}", tags=["cache"])
+def delete_cache(request: Request, key: str, who: CacheWrite) -> dict[str, Any]:
+    _c(request).store.delete_cache(who.namespace, key)
+    return {"deleted": key}
+
+
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    from fastapi.encoders import jsonable_encoder
+
+    return dict(jsonable_encoder(data))

@@ -1,0 +1,450 @@
+"""Writing and curating memories: upsert by fact key, versions, status changes, index sync.
+
+The store is the source of truth; the search index mirrors active memories. An index failure never
+loses a write: the row is kept, the failure is logged and recorded as an event, and `engram reindex`
+rebuilds the mirror.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound
+from engram.domain.models import (
+    MEMORY_STATUSES,
+    IndexedDoc,
+    Memory,
+    MemoryEvent,
+    MemoryFilter,
+    MemoryLayer,
+    MemoryType,
+    Page,
+    new_id,
+)
+from engram.domain.policies import (
+    clean_content,
+    clean_tags,
+    cosine,
+    decide_upsert,
+    normalize_fact_key,
+    same_meaning_text,
+)
+from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
+
+log = logging.getLogger(__name__)
+
+WriteAction = Literal["created", "seen", "superseded", "existing"]
+
+
+class MemoryWrite(BaseModel):
+    """A request to remember something. ``fact_key`` makes it an upsert."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    type: MemoryType = "fact"
+    fact_key: str | None = None
+    layer: MemoryLayer = "fragment"
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    pinned: bool = False
+    tags: list[str] = Field(default_factory=list)
+    source: str = "api"
+    source_message_ids: list[str] = Field(default_factory=list)
+    external_id: str | None = Field(default=None, max_length=200)
+    remind_at: datetime | None = None
+
+
+class MemoryPatch(BaseModel):
+    """Fields to change in place (no new version). Unset fields stay as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str | None = None
+    type: MemoryType | None = None
+    fact_key: str | None = None
+    layer: MemoryLayer | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    pinned: bool | None = None
+    tags: list[str] | None = None
+    remind_at: datetime | None = None
+
+
+def parse_statuses(status: Sequence[str] | None) -> tuple[str, ...]:
+    """Statuses a listing asks for: none -> active only; ``all`` -> every status (empty tuple)."""
+    if not status:
+        return ("active",)
+    if "all" in status:
+        return ()
+    bad = [s for s in status if s not in MEMORY_STATUSES]
+    if bad:
+        raise InvalidInput(f"unknown status {bad[0]!r}; one of {', '.join(MEMORY_STATUSES)} or all")
+    return tuple(status)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    memory: Memory
+    action: WriteAction
+    previous: Memory | None = None  # the superseded row, when action == "superseded"
+    reason: str = ""
+
+    @property
+    def created(self) -> bool:
+        return self.action in ("created", "superseded")
+
+
+@dataclass(frozen=True)
+class MemoryRules:
+    dedup_cosine: float = 0.96
+
+
+class MemoryService:
+    def __init__(
+        self,
+        store: MemoryStore,
+        index: SearchIndex,
+        embedder: Embedder | None,
+        clock: Clock,
+        rules: MemoryRules | None = None,
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._embedder = embedder
+        self._clock = clock
+        self._rules = rules or MemoryRules()
+
+    # -- writes -----------------------------------------------------------------------------
+    def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False) -> WriteResult:
+        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert
+        (same meaning -> seen, changed -> supersede); without a key create, or with ``dedup``
+        mark a near-identical active memory of the same type seen instead."""
+        content = clean_content(req.content)
+        tags = clean_tags(req.tags)
+        fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
+
+        if req.external_id:
+            existing = self._store.find_by_external_id(namespace, req.external_id)
+            if existing is not None:
+                return WriteResult(existing, "existing", reason="external_id seen before")
+
+        vector: list[float] | None = None
+        if fact_key:
+            current = self._store.find_active_by_fact_key(namespace, fact_key)
+            similarity = None
+            if current is not None and not same_meaning_text(current.content, content):
+                vector = self._embed_document(content)
+                other = self._embed_document(current.content) if vector is not None else None
+                if vector is not None and other is not None:
+                    similarity = cosine(vector, other)
+            decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine)
+            if current is not None and decision.action == "seen":
+                return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
+            if current is not None and decision.action == "supersede":
+                new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
+                old, new = self._swap(current, new, reason=decision.reason)
+                self._sync_index(new, vector)
+                return WriteResult(new, "superseded", previous=old, reason=decision.reason)
+        elif dedup:
+            vector = self._embed_document(content)
+            twin = self._find_twin(namespace, content, req.type, vector)
+            if twin is not None:
+                return WriteResult(self._mark_seen(twin, tags), "seen", reason="near-identical memory")
+
+        memory = self._new_memory(namespace, req, content, tags, fact_key, supersedes=None)
+        try:
+            memory = self._store.insert_memory(memory)
+        except Conflict:
+            # A concurrent writer won the race for this key or external id: answer like a retry.
+            if req.external_id and (prior := self._store.find_by_external_id(namespace, req.external_id)):
+                return WriteResult(prior, "existing", reason="external_id seen before")
+            raise
+        self._event(namespace, "created", memory.id, {"source": memory.source})
+        self._sync_index(memory, vector)
+        return WriteResult(memory, "created", reason="new memory")
+
+    def supersede(self, namespace: str, old_id: str, req: MemoryWrite) -> WriteResult:
+        """Replace ``old_id`` by a new version (explicit correction). The new row keeps the old
+        row's fact_key unless ``req`` names one."""
+        old = self._store.get_memory(namespace, old_id)
+        if old.status != "active":
+            raise Conflict(f"memory {old_id} is {old.status}; only an active memory can be superseded")
+        content = clean_content(req.content)
+        tags = clean_tags(req.tags) if req.tags else old.tags
+        fact_key = normalize_fact_key(req.fact_key) if req.fact_key else old.fact_key
+        if fact_key and fact_key != old.fact_key:
+            taken = self._store.find_active_by_fact_key(namespace, fact_key)
+            if taken is not None:
+                raise Conflict(f"fact_key {fact_key!r} is already used by active memory {taken.id}")
+        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=old.id)
+        old, new = self._swap(old, new, reason="explicit supersede")
+        self._sync_index(new, None)
+        return WriteResult(new, "superseded", previous=old, reason="explicit supersede")
+
+    def update(self, namespace: str, memory_id: str, patch: MemoryPatch) -> Memory:
+        memory = self._store.get_memory(namespace, memory_id)
+        changes: dict[str, Any] = {}
+        fields = patch.model_fields_set
+        if "content" in fields and patch.content is not None:
+            changes["content"] = clean_content(patch.content)
+        if "tags" in fields and patch.tags is not None:
+            changes["tags"] = clean_tags(patch.tags)
+        if "fact_key" in fields:
+            key = normalize_fact_key(patch.fact_key) if patch.fact_key else None
+            if key and key != memory.fact_key and memory.status == "active":
+                taken = self._store.find_active_by_fact_key(namespace, key)
+                if taken is not None:
+                    raise Conflict(f"fact_key {key!r} is already used by active memory {taken.id}")
+            changes["fact_key"] = key
+        for name in ("type", "layer", "importance", "confidence", "pinned", "remind_at"):
+            if name in fields:
+                value = getattr(patch, name)
+                if value is None and name != "remind_at":
+                    raise InvalidInput(f"{name} cannot be null", code="invalid_field")
+                changes[name] = value
+        if not changes:
+            return memory
+        changes["updated_at"] = self._clock.now()
+        updated = self._store.update_memory(memory.model_copy(update=changes))
+        self._event(namespace, "updated", memory_id, {"fields": sorted(k for k in changes if k != "updated_at")})
+        if updated.status == "active":
+            self._sync_index(updated, None)
+        return updated
+
+    def set_status(
+        self, namespace: str, memory_id: str, status: Literal["archived", "deleted"], reason: str = ""
+    ) -> Memory:
+        memory = self._store.get_memory(namespace, memory_id)
+        if memory.status == status:
+            return memory
+        now = self._clock.now()
+        updated = self._store.update_memory(
+            memory.model_copy(update={"status": status, "status_changed_at": now, "updated_at": now})
+        )
+        self._event(namespace, status, memory_id, {"reason": reason} if reason else {})
+        self._unindex(memory)
+        return updated
+
+    def restore(self, namespace: str, memory_id: str) -> Memory:
+        """Make a superseded, archived, deleted or expired memory active again. If another active
+        memory holds its fact_key, that one is superseded by the restored version."""
+        memory = self._store.get_memory(namespace, memory_id)
+        if memory.status == "active":
+            return memory
+        now = self._clock.now()
+        holder = self._store.find_active_by_fact_key(namespace, memory.fact_key) if memory.fact_key else None
+        revived = memory.model_copy(
+            update={"status": "active", "status_changed_at": now, "updated_at": now, "superseded_by_id": None}
+        )
+        if holder is not None:
+            old = holder.model_copy(
+                update={
+                    "status": "superseded",
+                    "superseded_by_id": memory.id,
+                    "status_changed_at": now,
+                    "updated_at": now,
+                }
+            )
+            # supersede() inserts the new row; the revived row exists, so swap via two updates in order.
+            self._store.update_memory(old)
+            self._unindex(holder)
+        revived = self._store.update_memory(revived)
+        self._event(namespace, "restored", memory_id, {"replaced": holder.id} if holder else {})
+        self._sync_index(revived, None)
+        return revived
+
+    def mark_seen(self, namespace: str, memory_id: str) -> Memory:
+        return self._mark_seen(self._store.get_memory(namespace, memory_id), ())
+
+    def record_injection(self, namespace: str, memory_ids: Sequence[str]) -> None:
+        now = self._clock.now()
+        for memory in self._store.get_memories(namespace, memory_ids):
+            self._store.update_memory(
+                memory.model_copy(update={"last_injected_at": now, "recall_count": memory.recall_count + 1})
+            )
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, namespace: str, memory_id: str) -> Memory:
+        return self._store.get_memory(namespace, memory_id)
+
+    def list_memories(
+        self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Memory]:
+        return self._store.list_memories(namespace, filters, limit=limit, cursor=cursor)
+
+    def versions(self, namespace: str, memory_id: str) -> list[Memory]:
+        """The whole version chain of a memory, oldest first."""
+        memory = self._store.get_memory(namespace, memory_id)
+        chain = [memory]
+        seen = {memory.id}
+        back = memory
+        while back.supersedes_id and back.supersedes_id not in seen:
+            try:
+                back = self._store.get_memory(namespace, back.supersedes_id)
+            except NotFound:
+                break
+            chain.insert(0, back)
+            seen.add(back.id)
+        fwd = memory
+        while fwd.superseded_by_id and fwd.superseded_by_id not in seen:
+            try:
+                fwd = self._store.get_memory(namespace, fwd.superseded_by_id)
+            except NotFound:
+                break
+            chain.append(fwd)
+            seen.add(fwd.id)
+        return chain
+
+    # -- index maintenance ------------------------------------------------------------------
+    def reindex(self, namespace: str, *, progress: Any = None) -> int:
+        """Re-embed and re-index every active memory of ``namespace``; returns the count."""
+        return self._index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
+
+    def reindex_ids(self, namespace: str, memory_ids: Sequence[str]) -> int:
+        """Index these memories (the active ones); returns how many were indexed."""
+        memories = [m for m in self._store.get_memories(namespace, memory_ids) if m.status == "active"]
+        return self._index_memories(memories, None)
+
+    def _index_memories(self, active: list[Memory], progress: Any) -> int:
+        done = 0
+        batch = 32
+        for start in range(0, len(active), batch):
+            chunk = active[start : start + batch]
+            vectors: list[list[float]] | list[None] = [None] * len(chunk)
+            if self._embedder is not None:
+                vectors = self._embedder.embed_documents([m.content for m in chunk])
+            for memory, vector in zip(chunk, vectors, strict=True):
+                self._sync_index(memory, vector, embed=False)
+            done += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+        return done
+
+    # -- internals --------------------------------------------------------------------------
+    def _new_memory(
+        self,
+        namespace: str,
+        req: MemoryWrite,
+        content: str,
+        tags: tuple[str, ...],
+        fact_key: str | None,
+        *,
+        supersedes: str | None,
+    ) -> Memory:
+        now = self._clock.now()
+        return Memory(
+            id=new_id("mem"),
+            namespace=namespace,
+            content=content,
+            type=req.type,
+            fact_key=fact_key,
+            layer=req.layer,
+            importance=req.importance,
+            confidence=req.confidence,
+            pinned=req.pinned,
+            tags=tags,
+            source=req.source,
+            source_message_ids=tuple(req.source_message_ids),
+            external_id=req.external_id,
+            remind_at=req.remind_at,
+            supersedes_id=supersedes,
+            created_at=now,
+            updated_at=now,
+            last_seen_at=now,
+            seen_count=1,
+        )
+
+    def _swap(self, current: Memory, new: Memory, *, reason: str) -> tuple[Memory, Memory]:
+        now = self._clock.now()
+        old = current.model_copy(
+            update={"status": "superseded", "superseded_by_id": new.id, "status_changed_at": now, "updated_at": now}
+        )
+        old, new = self._store.supersede(old, new)
+        self._unindex(current)
+        self._event(new.namespace, "superseded", current.id, {"by": new.id, "reason": reason})
+        return old, new
+
+    def _mark_seen(self, memory: Memory, tags: Sequence[str]) -> Memory:
+        now = self._clock.now()
+        merged_tags = tuple(dict.fromkeys((*memory.tags, *tags)))
+        updated = self._store.update_memory(
+            memory.model_copy(update={"seen_count": memory.seen_count + 1, "last_seen_at": now, "tags": merged_tags})
+        )
+        self._event(memory.namespace, "seen", memory.id, {})
+        return updated
+
+    def _find_twin(self, namespace: str, content: str, type_: str, vector: list[float] | None) -> Memory | None:
+        hits = (
+            self._index.vector_search(namespace, vector, k=5, types=(type_,))
+            if vector is not None
+            else self._index.keyword_search(namespace, content, k=5, types=(type_,))
+        )
+        for memory in self._store.get_memories(namespace, [h.memory_id for h in hits]):
+            if memory.status != "active":
+                continue
+            if same_meaning_text(memory.content, content):
+                return memory
+            if vector is not None:
+                score = next(h.score for h in hits if h.memory_id == memory.id)
+                if score >= self._rules.dedup_cosine:
+                    return memory
+        return None
+
+    def _embed_document(self, text: str) -> list[float] | None:
+        if self._embedder is None:
+            return None
+        try:
+            return self._embedder.embed_documents([text])[0]
+        except EngramError as exc:
+            log.warning("embedding failed, continuing without a vector: %s", exc.code)
+            return None
+
+    def _sync_index(self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True) -> None:
+        if vector is None and embed:
+            vector = self._embed_document(memory.content)
+        try:
+            ref = self._index.upsert(
+                IndexedDoc(
+                    memory_id=memory.id,
+                    namespace=memory.namespace,
+                    text=memory.content,
+                    type=memory.type,
+                    vector=tuple(vector) if vector is not None else None,
+                    importance=memory.importance,
+                    pinned=memory.pinned,
+                    created_at=memory.created_at,
+                )
+            )
+        except EngramError as exc:
+            log.warning("index upsert failed for %s: %s", memory.id, exc.code)
+            self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
+            return
+        if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
+            current = self._store.get_memory(memory.namespace, memory.id)
+            self._store.update_memory(current.model_copy(update={"index_ref": ref}))
+
+    def _unindex(self, memory: Memory) -> None:
+        try:
+            self._index.delete(memory.namespace, memory.id, memory.index_ref)
+        except EngramError as exc:
+            log.warning("index delete failed for %s: %s", memory.id, exc.code)
+            self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code, "op": "delete"})
+
+    def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
+        self._store.append_event(
+            MemoryEvent(
+                id=new_id("evt"),
+                namespace=namespace,
+                kind=kind,
+                memory_id=memory_id,
+                detail=detail,
+                created_at=self._clock.now(),
+            )
+        )

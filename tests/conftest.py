@@ -1,0 +1,86 @@
+"""Shared fixtures: an Engram server on loopback with owner and limited keys."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.servers import serve_app
+
+OWNER_KEY = "ek_test_owner_key_0001"
+OTHER_KEY = "ek_test_other_ns_key_0002"
+READONLY_KEY = "ek_test_readonly_key_0003"
+CHAT_ONLY_KEY = "ek_test_chat_only_key_0004"
+
+
+@dataclass
+class EngramServer:
+    url: str
+    container: Any
+    data_dir: Path
+
+    def client(self, key: str | None = OWNER_KEY, **kwargs: Any) -> httpx.Client:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, **kwargs)
+
+
+def write_keys(path: Path) -> Path:
+    path.write_text(
+        json.dumps(
+            [
+                {"name": "owner", "key": OWNER_KEY, "namespace": "alice", "scopes": ["*"]},
+                {"name": "bob", "key": OTHER_KEY, "namespace": "bob", "scopes": ["*"]},
+                {"name": "reader", "key": READONLY_KEY, "namespace": "alice", "scopes": ["memory:read"]},
+                {"name": "chat", "key": CHAT_ONLY_KEY, "namespace": "alice", "scopes": ["chat:proxy"]},
+            ]
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Callable[..., EngramServer]]:
+    """Start real Engram servers (SQLite + local embedder by default); all stop at teardown."""
+    from contextlib import ExitStack
+
+    from engram.bootstrap import build_container
+    from engram.entrypoints.http.app import create_app
+    from engram.settings import Settings
+
+    stack = ExitStack()
+    counter = 0
+
+    def start(**settings: Any) -> EngramServer:
+        nonlocal counter
+        counter += 1
+        data_dir = tmp_path / f"server{counter}"
+        data_dir.mkdir()
+        overrides = settings.pop("overrides", {})
+        settings.setdefault("store", os.environ.get("ENGRAM_TEST_STORE", "sqlite"))
+        settings.setdefault("search", os.environ.get("ENGRAM_TEST_SEARCH", "local"))
+        config = Settings(data_dir=data_dir, keys_file=write_keys(data_dir / "keys.json"), **settings)
+        container = build_container(config, **overrides)
+        stack.callback(container.close)
+        url = stack.enter_context(serve_app(create_app(container)))
+        return EngramServer(url=url, container=container, data_dir=data_dir)
+
+    yield start
+    stack.close()
+
+
+@pytest.fixture
+def server(make_server: Callable[..., EngramServer]) -> EngramServer:
+    return make_server()
+
+
+@pytest.fixture
+def owner(server: EngramServer) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client

@@ -1,0 +1,288 @@
+"""The SearchIndex contract, run against every adapter (add OpenSearch to INDEXES when it exists)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from engram.adapters.search.inmemory import InMemorySearchIndex
+from engram.adapters.search.local import SqliteSearchIndex
+from engram.domain.errors import InvalidInput
+from engram.domain.models import IndexedDoc
+from engram.domain.ports import SearchIndex
+
+INDEXES: dict[str, Callable[[Path], SearchIndex]] = {
+    "memory": lambda tmp: InMemorySearchIndex(),
+    "sqlite": lambda tmp: SqliteSearchIndex(tmp / "engram.db"),
+}
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=sorted(INDEXES))
+def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
+    idx = INDEXES[request.param](tmp_path)
+    yield idx
+    close = getattr(idx, "close", None)
+    if close is not None:
+        close()
+
+
+def doc(mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None):
+    return IndexedDoc(memory_id=mid, namespace=ns, text=text, type=type_, vector=vector, created_at=T0)
+
+
+def ids(hits) -> list[str]:
+    return [h.memory_id for h in hits]
+
+
+def test_adapter_satisfies_the_port(index: SearchIndex) -> None:
+    assert isinstance(index, SearchIndex)
+
+
+def test_keyword_search_finds_english_by_stem(index: SearchIndex) -> None:
+    # Given memories in English
+    index.upsert(doc("m1", "I love hiking in the Alps"))
+    index.upsert(doc("m2", "My cat is called Miso"))
+    # When the query uses another form of the word
+    hits = index.keyword_search("a", "hikes in Switzerland")
+    # Then the stemmed match is found, with a positive score
+    assert ids(hits) == ["m1"]
+    assert hits[0].score > 0
+
+
+def test_keyword_search_finds_chinese_and_mixed_text(index: SearchIndex) -> None:
+    # Given Chinese and mixed memories
+    index.upsert(doc("zh", "我对花生过敏"))
+    index.upsert(doc("mix", "我在用Python写AI记忆系统"))
+    index.upsert(doc("en", "peanut butter is tasty"))
+    # When querying in Chinese, and with a mixed query
+    assert ids(index.keyword_search("a", "花生")) == ["zh"]
+    assert ids(index.keyword_search("a", "记忆 python"))[0] == "mix"
+    # Then an English query does not match the Chinese memory
+    assert ids(index.keyword_search("a", "peanut")) == ["en"]
+
+
+def test_keyword_ranking_prefers_more_matching_terms(index: SearchIndex) -> None:
+    # Given one memory matching two query terms and one matching one
+    index.upsert(doc("both", "coffee with oat milk every morning"))
+    index.upsert(doc("one", "coffee beans from Ethiopia"))
+    index.upsert(doc("none", "tea in the afternoon"))
+    # When searching for both terms
+    hits = index.keyword_search("a", "oat milk coffee")
+    # Then the fuller match ranks first and scores are descending
+    assert ids(hits) == ["both", "one"]
+    assert hits[0].score > hits[1].score > 0
+
+
+def test_namespaces_are_isolated(index: SearchIndex) -> None:
+    # Given the same words in two namespaces
+    index.upsert(doc("a1", "secret project falcon", ns="alice", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("b1", "secret project falcon", ns="bob", vector=(1.0, 0.0, 0.0)))
+    # When each namespace searches
+    # Then it only sees its own documents
+    assert ids(index.keyword_search("alice", "falcon")) == ["a1"]
+    assert ids(index.keyword_search("bob", "falcon")) == ["b1"]
+    assert ids(index.vector_search("alice", (1.0, 0.0, 0.0))) == ["a1"]
+    assert ids(index.keyword_search("carol", "falcon")) == []
+    assert ids(index.vector_search("carol", (1.0, 0.0, 0.0))) == []
+
+
+def test_same_memory_id_in_two_namespaces_are_two_documents(index: SearchIndex) -> None:
+    # Given the same id in two namespaces
+    index.upsert(doc("m", "apples", ns="x"))
+    index.upsert(doc("m", "bananas", ns="y"))
+    # When one is deleted
+    index.delete("x", "m")
+    # Then the other survives
+    assert ids(index.keyword_search("y", "bananas")) == ["m"]
+    assert ids(index.keyword_search("x", "apples")) == []
+
+
+def test_type_filters_apply_to_both_searches(index: SearchIndex) -> None:
+    # Given memories of several types
+    index.upsert(doc("f", "likes green tea", type_="fact", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("p", "prefers green tea", type_="preference", vector=(0.9, 0.1, 0.0)))
+    index.upsert(doc("i", "always answer about green tea", type_="instruction", vector=(0.8, 0.2, 0.0)))
+    # When filtering by type
+    kw = index.keyword_search("a", "green tea", types=["preference", "instruction"])
+    vec = index.vector_search("a", (1.0, 0.0, 0.0), types=["preference"])
+    # Then only those types come back
+    assert sorted(ids(kw)) == ["i", "p"]
+    assert ids(vec) == ["p"]
+    assert index.vector_search("a", (1.0, 0.0, 0.0), types=["task"]) == []
+
+
+def test_upsert_replaces_text_vector_and_type(index: SearchIndex) -> None:
+    # Given a memory
+    index.upsert(doc("m1", "lives in Berlin", vector=(1.0, 0.0, 0.0)))
+    # When it is upserted with new content
+    ref = index.upsert(doc("m1", "lives in Lisbon", type_="identity", vector=(0.0, 1.0, 0.0)))
+    # Then only the new content matches, once
+    assert ref
+    assert ids(index.keyword_search("a", "berlin")) == []
+    assert ids(index.keyword_search("a", "lisbon")) == ["m1"]
+    assert ids(index.keyword_search("a", "lisbon", types=["fact"])) == []
+    hits = index.vector_search("a", (0.0, 1.0, 0.0))
+    assert ids(hits) == ["m1"]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert index.info().documents == 1
+    assert index.info().vectors == 1
+
+
+def test_upsert_without_vector_drops_the_old_vector(index: SearchIndex) -> None:
+    # Given a memory with a vector
+    index.upsert(doc("m1", "text", vector=(1.0, 0.0, 0.0)))
+    # When it is replaced without one
+    index.upsert(doc("m1", "text"))
+    # Then it is keyword-only
+    assert index.vector_search("a", (1.0, 0.0, 0.0)) == []
+    assert ids(index.keyword_search("a", "text")) == ["m1"]
+
+
+def test_delete_removes_and_unknown_delete_is_fine(index: SearchIndex) -> None:
+    # Given two memories
+    ref = index.upsert(doc("m1", "red bicycle", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("m2", "blue bicycle", vector=(0.0, 1.0, 0.0)))
+    # When one is deleted (and unknown ids too)
+    index.delete("a", "m1", ref)
+    index.delete("a", "nope")
+    index.delete("nobody", "m2")
+    # Then it is gone from both searches and the other stays
+    assert ids(index.keyword_search("a", "bicycle")) == ["m2"]
+    assert ids(index.vector_search("a", (1.0, 0.0, 0.0))) == ["m2"]
+    assert index.info().documents == 1
+
+
+def test_vector_search_ranks_by_cosine(index: SearchIndex) -> None:
+    # Given vectors at known angles (not normalized on input)
+    index.upsert(doc("near", "x", vector=(2.0, 0.2, 0.0)))
+    index.upsert(doc("mid", "x", vector=(1.0, 1.0, 0.0)))
+    index.upsert(doc("far", "x", vector=(-1.0, 0.0, 0.0)))
+    # When searching near the x axis
+    hits = index.vector_search("a", (1.0, 0.0, 0.0), k=3)
+    # Then the order follows cosine, and scores are cosines in [-1, 1]
+    assert ids(hits) == ["near", "mid", "far"]
+    assert hits[0].score == pytest.approx(0.995, abs=1e-3)
+    assert hits[1].score == pytest.approx(0.7071, abs=1e-3)
+    assert hits[2].score == pytest.approx(-1.0, abs=1e-5)
+    assert ids(index.vector_search("a", (1.0, 0.0, 0.0), k=1)) == ["near"]
+
+
+def test_dimension_is_checked(index: SearchIndex) -> None:
+    # Given an index holding 3-dimensional vectors
+    index.upsert(doc("m1", "x", vector=(1.0, 0.0, 0.0)))
+    assert index.info().dimension == 3
+    # When a 4-dimensional vector arrives
+    # Then it is refused and nothing changes
+    with pytest.raises(InvalidInput):
+        index.upsert(doc("m2", "y", vector=(1.0, 0.0, 0.0, 0.0)))
+    with pytest.raises(InvalidInput):
+        index.vector_search("a", (1.0, 0.0, 0.0, 0.0))
+    assert index.info().documents == 1
+
+
+def test_reset_drops_vectors_keeps_keywords_and_records_model(index: SearchIndex) -> None:
+    # Given documents with 3-dimensional vectors
+    index.upsert(doc("m1", "orange juice", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("m2", "apple juice", ns="b", vector=(0.0, 1.0, 0.0)))
+    assert index.vector_search("a", (1.0, 0.0, 0.0))  # warm any cache
+    # When the index is reset for a 4-dimensional model
+    index.reset("model-b", 4)
+    # Then vectors are gone, keyword search still works, and the new model is recorded
+    info = index.info()
+    assert (info.model_id, info.dimension, info.documents, info.vectors) == ("model-b", 4, 2, 0)
+    assert index.vector_search("a", (1.0, 0.0, 0.0, 0.0)) == []
+    assert ids(index.keyword_search("a", "juice")) == ["m1"]
+    with pytest.raises(InvalidInput):
+        index.upsert(doc("m1", "orange juice", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("m1", "orange juice", vector=(1.0, 0.0, 0.0, 0.0)))
+    assert ids(index.vector_search("a", (1.0, 0.0, 0.0, 0.0))) == ["m1"]
+
+
+def test_info_counts(index: SearchIndex) -> None:
+    # Given an empty index
+    assert index.info().documents == 0
+    assert index.info().model_id is None
+    # When documents with and without vectors are added
+    index.reset("m", 3)
+    index.upsert(doc("1", "a b", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("2", "c d"))
+    index.upsert(doc("3", "e f", ns="z", vector=(0.0, 0.0, 1.0)))
+    # Then info counts them
+    info = index.info()
+    assert (info.documents, info.vectors, info.dimension, info.model_id) == (3, 2, 3, "m")
+
+
+def test_query_without_tokens_returns_nothing(index: SearchIndex) -> None:
+    # Given a memory
+    index.upsert(doc("m1", "the quick brown fox"))
+    # When the query is only stop words or punctuation, or quotes FTS syntax
+    # Then nothing matches and nothing breaks
+    assert index.keyword_search("a", "the of and") == []
+    assert index.keyword_search("a", "?!  ...") == []
+    assert ids(index.keyword_search("a", 'fox" OR "x* NEAR(')) == ["m1"]
+
+
+def test_writes_are_visible_at_once_between_vector_searches(index: SearchIndex) -> None:
+    # Given a warmed vector search
+    index.upsert(doc("m1", "one", vector=(1.0, 0.0, 0.0)))
+    assert ids(index.vector_search("a", (0.0, 1.0, 0.0))) == ["m1"]
+    # When documents are added, replaced and deleted in between searches
+    index.upsert(doc("m2", "two", vector=(0.0, 1.0, 0.0)))
+    assert ids(index.vector_search("a", (0.0, 1.0, 0.0)))[0] == "m2"
+    index.upsert(doc("m3", "three", vector=(0.0, 0.0, 1.0)))
+    index.delete("a", "m1")
+    index.upsert(doc("m2", "two", vector=(0.0, 0.0, -1.0)))
+    # Then every search reflects every write
+    hits = index.vector_search("a", (0.0, 0.0, 1.0))
+    assert ids(hits) == ["m3", "m2"]
+    assert ids(index.keyword_search("a", "three")) == ["m3"]
+
+
+def test_concurrent_writers_and_readers_stay_consistent(index: SearchIndex) -> None:
+    # Given several threads upserting, deleting and searching at once
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(40):
+                index.upsert(doc(f"w{w}-{i}", f"note {w} {i}", vector=(1.0, float(w), float(i))))
+                if i % 3 == 0:
+                    index.delete("a", f"w{w}-{i}")
+                index.vector_search("a", (1.0, 0.0, 0.0), k=5)
+                index.keyword_search("a", "note", k=5)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    # When they run
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then nothing failed and the final state is exactly the surviving documents
+    assert errors == []
+    expected = {f"w{w}-{i}" for w in range(4) for i in range(40) if i % 3 != 0}
+    assert set(ids(index.vector_search("a", (1.0, 0.0, 0.0), k=500))) == expected
+    assert set(ids(index.keyword_search("a", "note", k=500))) == expected
+    assert index.info().documents == len(expected)
+
+
+def test_sqlite_index_survives_reopen_and_sees_other_writers(tmp_path: Path) -> None:
+    # Given two index objects on one file (two processes, say), one with a warm cache
+    first = SqliteSearchIndex(tmp_path / "e.db")
+    first.upsert(doc("m1", "persisted words", vector=(1.0, 0.0, 0.0)))
+    assert ids(first.vector_search("a", (1.0, 0.0, 0.0))) == ["m1"]
+    second = SqliteSearchIndex(tmp_path / "e.db")
+    # When the other one writes
+    second.upsert(doc("m2", "other words", vector=(0.0, 1.0, 0.0)))
+    second.delete("a", "m1")
+    # Then the first sees it, keyword and vector, without restarting
+    assert ids(first.keyword_search("a", "words")) == ["m2"]
+    assert ids(first.vector_search("a", (1.0, 0.0, 0.0))) == ["m2"]
+    first.close()
+    second.close()
