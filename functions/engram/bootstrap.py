@@ -13,6 +13,7 @@ from typing import Any
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class Container:
     settings: Settings
     store: MemoryStore
     index: SearchIndex
-    embedder: Embedder | None
+    embedder: GatedEmbedder | None
     clock: Clock
     keys: KeyRing
     memories: Any
@@ -37,6 +38,7 @@ class Container:
     transfer: Any
     recall: Any
     queue: JobQueue | None = None
+    chat: Any = None  # the chat gateway (services.chat.ChatService)
     extras: dict[str, Any] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list)
 
@@ -62,9 +64,19 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     clock: Clock = overrides.get("clock") or SystemClock()
     store: MemoryStore = overrides.get("store") or _build_store(settings, closers)
     index: SearchIndex = overrides.get("index") or _build_index(settings, closers)
-    embedder: Embedder | None = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
     keys = overrides.get("keys") or build_keyring(settings)
-    _check_index_model(index, embedder)
+    if embedder is not None and not embedder.matches_index:
+        info = index.info()
+        log.warning(
+            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
+            "vector search is off until `engram reindex` rebuilds it",
+            info.model_id,
+            info.dimension,
+            embedder.model_id,
+            embedder.dimension,
+        )
 
     memories = MemoryService(store, index, embedder, clock, MemoryRules(dedup_cosine=settings.dedup_cosine))
     library = LibraryService(store, clock, settings.timezone)
@@ -84,6 +96,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         queue=overrides.get("queue"),
     )
     container._closers = closers
+    container.chat = overrides.get("chat") or _build_chat(settings, container)
     return container
 
 
@@ -154,29 +167,68 @@ def _build_recall(
     return RecallService(store, index, embedder, None, None, clock, config)
 
 
-def _check_index_model(index: SearchIndex, embedder: Embedder | None) -> None:
-    """Record the embedding model on a fresh index; warn when it changed (run `engram reindex`)."""
-    if embedder is None:
-        return
-    info = index.info()
-    if info.model_id is None:
-        index.reset(embedder.model_id, embedder.dimension)
-    elif info.model_id != embedder.model_id or info.dimension != embedder.dimension:
-        log.warning(
-            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
-            "vector search is off until `engram reindex` rebuilds it",
-            info.model_id,
-            info.dimension,
-            embedder.model_id,
-            embedder.dimension,
-        )
+def _build_chat(settings: Settings, container: Container) -> Any:
+    """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan)."""
+    from engram.adapters.llm.anthropic import AnthropicUpstream
+    from engram.adapters.llm.openai_compat import OpenAICompatUpstream
+    from engram.services.chat import ChatConfig, ChatService
+
+    timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
+    openai = OpenAICompatUpstream(
+        settings.upstream_base_url,
+        settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None,
+        **timeouts,
+    )
+    anthropic = AnthropicUpstream(
+        settings.anthropic_base_url,
+        settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+        **timeouts,
+    )
+    try:
+        from engram.services.recall import render_prompt
+    except ImportError:  # recall not in this build: plain one-line-per-memory rendering
+        render_prompt = None
+    config = ChatConfig.from_settings(
+        settings, openai_configured=openai.configured, anthropic_configured=anthropic.configured
+    )
+    return ChatService(
+        openai=openai,
+        anthropic=anthropic,
+        store=container.store,
+        library=container.library,
+        memories=container.memories,
+        recall=container.recall,
+        clock=container.clock,
+        config=config,
+        queue=container.queue,
+        render_recall=render_prompt,
+    )
 
 
 def index_model_mismatch(container: Container) -> bool:
-    if container.embedder is None:
-        return False
-    info = container.index.info()
-    return info.model_id != container.embedder.model_id or info.dimension != container.embedder.dimension
+    embedder = container.embedder
+    return isinstance(embedder, GatedEmbedder) and not embedder.matches_index
+
+
+def rebuild_index(container: Container, progress: Any = None) -> int:
+    """Reset the index to the current embedder and re-add every active memory of every namespace.
+
+    ``progress(namespace, total)`` returns a callable advanced per memory (or None).
+    """
+
+    def reindex_all() -> int:
+        total = 0
+        for ns in container.store.list_namespaces():
+            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
+            bar = progress(ns, count) if progress else None
+            total += container.memories.reindex(ns, progress=bar)
+            if bar is not None and hasattr(bar, "close"):
+                bar.close()
+        return total
+
+    if isinstance(container.embedder, GatedEmbedder):
+        return container.embedder.rebuild(reindex_all)
+    return reindex_all()
 
 
 # -- keys -----------------------------------------------------------------------------------

@@ -7,10 +7,10 @@ generated from the field descriptions here (``engram settings --markdown``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -94,15 +94,67 @@ class Settings(BaseSettings):
     dream_model: str = Field("", description="Model for dreaming (defaults to `chat_model`).")
     timezone: str = Field("UTC", description="The user's time zone (day boundaries, dreaming at 04:10).")
 
+    # -- chat gateway ---------------------------------------------------------------------
+    upstream_connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect to an upstream model API.")
+    upstream_timeout: float = Field(
+        300.0, gt=0, description="Seconds an upstream may stay silent (before its first byte or between chunks) -> 504."
+    )
+    chat_allow_model_passthrough: bool = Field(
+        False, description="Forward model names other than the alias, `chat_model` and `vision_model` as they are."
+    )
+    chat_inject_enabled: bool = Field(True, description="Inject memories into chat requests (`false`: pure proxy).")
+    chat_inject_max_body_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, description="Chat bodies larger than this are forwarded without injection."
+    )
+    chat_boot_max_chars: int = Field(8000, ge=500, description="Largest boot block (persona, digest, ...) injected.")
+    chat_boot_cache_seconds: float = Field(
+        30.0, ge=0, description="How long a namespace's rendered boot block is reused before it is rebuilt."
+    )
+    chat_keepalive_seconds: float = Field(
+        15.0, gt=0, description="SSE `: ping` interval while a streaming upstream has not answered yet."
+    )
+    chat_store_messages: bool = Field(
+        True, description="Store each exchange (last user message + reply) for the extraction job."
+    )
+    chat_default_max_tokens: int = Field(
+        4096, ge=1, description="`max_tokens` sent to Claude when an OpenAI-wire client sets none."
+    )
+    chat_cleanup_interval_hours: float = Field(
+        24.0, gt=0, description="The chat path enqueues the cleanup job at most this often per namespace."
+    )
+    anthropic_cache_enabled: bool = Field(
+        True, description="Place Claude prompt-cache markers (system anchor, tail, bridge, last tool)."
+    )
+    anthropic_cache_ttl: Literal["5m", "1h"] = Field("5m", description="TTL of Claude cache markers: `5m` or `1h`.")
+
     # -- jobs -----------------------------------------------------------------------------
     scheduler_enabled: bool = Field(
         True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
     )
 
-    # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
+    # -- MCP ------------------------------------------------------------------------------
     surface: Literal["all", "mcp"] = Field(
         "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
     )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],
+        description="Host headers `/mcp` accepts (comma-separated): `name`, `name:*` (any port), "
+        "`*.suffix` (any subdomain, e.g. `*.lambda-url.eu-west-1.on.aws`) or `*` (any host).",
+    )
+    mcp_allow_query_token: bool = Field(
+        False,
+        description="Also accept the key as `/mcp?token=<key>` (for clients that cannot send headers). "
+        "Off by default: URLs end up in logs and histories. The token is removed before access logging.",
+    )
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
     aws_region: str = Field(
         "", description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock (default: the SDK's)."
     )
