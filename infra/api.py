@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -20,8 +20,10 @@ def web_adapter_env(surface: str) -> dict[str, str]:
         "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
         "AWS_LWA_INVOKE_MODE": "response_stream",
         "AWS_LWA_PORT": "8080",
-        "AWS_LWA_READINESS_CHECK_PATH": "/healthz",
+        "AWS_LWA_READINESS_CHECK_PATH": "/health",
         "ENGRAM_SURFACE": surface,
+        # The Host headers /mcp accepts: the Function URL and the REST API's default domain.
+        "ENGRAM_MCP_ALLOWED_HOSTS": f"*.lambda-url.{Aws.REGION}.on.aws,*.execute-api.{Aws.REGION}.{Aws.URL_SUFFIX}",
     }
 
 

@@ -59,7 +59,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.memories import MemoryRules, MemoryService
     from engram.services.transfer import TransferService
 
-    settings = settings or load_settings()
+    settings = _with_secret(settings or load_settings())
     closers: list[Any] = []
     clock: Clock = overrides.get("clock") or SystemClock()
     store: MemoryStore = overrides.get("store") or _build_store(settings, closers)
@@ -93,7 +93,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         library=library,
         transfer=TransferService(store, memories, clock),
         recall=recall,
-        queue=overrides.get("queue"),
+        queue=overrides.get("queue") or _build_queue(settings),
     )
     container._closers = closers
     container.chat = overrides.get("chat") or _build_chat(settings, container)
@@ -118,6 +118,18 @@ def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
         sqlite_store = SqliteMemoryStore(path)
         closers.append(sqlite_store.close)
         return sqlite_store
+    if settings.store == "dynamodb":
+        from engram.adapters.storage.dynamodb import DynamoMemoryStore
+
+        if not settings.table_name:
+            raise NotConfigured("ENGRAM_STORE=dynamodb needs ENGRAM_TABLE_NAME")
+        return DynamoMemoryStore(
+            settings.table_name,
+            region_name=settings.aws_region or None,
+            message_ttl_days=int(getattr(settings, "retention_messages_days", 14)),
+            log_ttl_days=int(getattr(settings, "retention_events_days", 30)),
+            idempotency_ttl_days=int(getattr(settings, "retention_idempotency_days", 7)),
+        )
     raise NotConfigured(f"store {settings.store!r} is not available in this build")
 
 
@@ -134,6 +146,16 @@ def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
         index = SqliteSearchIndex(path)
         closers.append(index.close)
         return index
+    if settings.search == "opensearch":
+        from engram.adapters.search.opensearch import OpenSearchIndex
+
+        if not settings.opensearch_endpoint:
+            raise NotConfigured("ENGRAM_SEARCH=opensearch needs ENGRAM_OPENSEARCH_ENDPOINT")
+        opensearch = OpenSearchIndex(
+            settings.opensearch_endpoint, settings.opensearch_index, region=settings.aws_region or None
+        )
+        closers.append(opensearch.close)
+        return opensearch
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
 
 
@@ -155,7 +177,35 @@ def _build_embedder(settings: Settings) -> Embedder | None:
             model=settings.embedding_model,
             dimensions=settings.embedding_dimensions,
         )
+    if settings.embedder == "bedrock":
+        from engram.adapters.embed.bedrock import TITAN_V2, BedrockEmbedder
+
+        return BedrockEmbedder(
+            settings.embedding_model or TITAN_V2, settings.embedding_dimensions, region=settings.aws_region or None
+        )
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
+
+
+def _build_queue(settings: Settings) -> JobQueue | None:
+    """SQS on AWS; ``None`` otherwise (the jobs wiring supplies the in-process queue)."""
+    if settings.queue != "sqs":
+        return None
+    from engram.adapters.queue.sqs import SqsJobQueue
+
+    if not settings.cleanup_queue_url:
+        raise NotConfigured("ENGRAM_QUEUE=sqs needs ENGRAM_CLEANUP_QUEUE_URL")
+    return SqsJobQueue(settings.cleanup_queue_url, region_name=settings.aws_region or None)
+
+
+def _with_secret(settings: Settings) -> Settings:
+    """Settings with the fields of the ``ENGRAM_SECRET_ARN`` secret applied (keys stay out of env)."""
+    if not settings.secret_arn:
+        return settings
+    from engram.adapters.secrets import read_secret_json
+
+    values = read_secret_json(settings.secret_arn, region=settings.aws_region or None)
+    updates = {k: v for k, v in values.items() if k in Settings.model_fields and k != "secret_arn"}
+    return Settings.model_validate({**dict(settings), **updates}) if updates else settings
 
 
 def _build_recall(
@@ -164,7 +214,12 @@ def _build_recall(
     from engram.services.recall import RecallConfig, RecallService
 
     config = RecallConfig.from_settings(settings)
-    return RecallService(store, index, embedder, None, None, clock, config)
+    reranker = None
+    if settings.reranker == "bedrock":
+        from engram.adapters.llm.bedrock import BedrockReranker
+
+        reranker = BedrockReranker(settings.rerank_model, region=settings.rerank_region or settings.aws_region)
+    return RecallService(store, index, embedder, reranker, None, clock, config)
 
 
 def _build_chat(settings: Settings, container: Container) -> Any:

@@ -1,0 +1,121 @@
+"""The AWS wiring end to end on moto: ENGRAM_* settings as the stack sets them, keys from Secrets
+Manager, DynamoDB as the store, SQS as the queue, and the ASGI app answering the requests that API
+Gateway's REST proxy events turn into (the Lambda Web Adapter's job, done here by ``to_request``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("moto")
+
+import boto3
+from engram.adapters.queue.sqs import SqsJobQueue
+from engram.adapters.storage.dynamodb import DynamoMemoryStore, create_table
+from engram.bootstrap import build_container
+from engram.entrypoints.http.app import create_app
+from engram.settings import load_settings
+
+from tests.fakes.moto_aws import REGION, mocked_aws
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+OWNER_KEY = "ek_test_aws_owner_key_000001"
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, str]]:
+    with mocked_aws():
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        create_table(dynamodb, "engram")
+        queue_url = boto3.client("sqs", region_name=REGION).create_queue(QueueName="cleanup")["QueueUrl"]
+        secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
+            Name="engram-secret",
+            SecretString=json.dumps({"api_key": OWNER_KEY, "upstream_api_key": "", "admin_password": "pw-123"}),
+        )
+        env = {
+            "ENGRAM_STORE": "dynamodb",
+            "ENGRAM_TABLE_NAME": "engram",
+            "ENGRAM_SEARCH": "memory",
+            "ENGRAM_EMBEDDER": "none",
+            "ENGRAM_QUEUE": "sqs",
+            "ENGRAM_CLEANUP_QUEUE_URL": queue_url,
+            "ENGRAM_SECRET_ARN": secret["ARN"],
+            "ENGRAM_AWS_REGION": REGION,
+            "ENGRAM_SCHEDULER_ENABLED": "false",
+            "ENGRAM_DATA_DIR": str(tmp_path),
+        }
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        yield env
+
+
+def to_request(event: dict[str, Any]) -> httpx.Request:
+    """An API Gateway REST proxy event as the HTTP request the Lambda Web Adapter forwards."""
+    body = event.get("body") or ""
+    content = base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()
+    query = event.get("multiValueQueryStringParameters") or {}
+    params = [(k, v) for k, values in query.items() for v in values]
+    headers = {k: v[-1] for k, v in (event.get("multiValueHeaders") or {}).items()}
+    headers.pop("Content-Length", None)
+    return httpx.Request(event["httpMethod"], f"http://testserver{event['path']}", params=params,
+                         headers=headers, content=content)  # fmt: skip
+
+
+def rest_event(method: str, path: str, body: Any = None, key: str = OWNER_KEY) -> dict[str, Any]:
+    event = json.loads((EVENTS / "apigw_rest_proxy.json").read_text())
+    event["httpMethod"], event["path"] = method, path
+    event["resource"], event["pathParameters"] = "/{proxy+}", {"proxy": path.lstrip("/")}
+    event["multiValueHeaders"]["Authorization"] = [f"Bearer {key}"]
+    event["multiValueHeaders"]["Accept"] = ["application/json"]
+    event["body"] = None if body is None else json.dumps(body)
+    return event
+
+
+def test_settings_as_the_stack_sets_them_build_aws_adapters(aws_env: dict[str, str]) -> None:
+    # Given the environment of a deployed function / When the container is built
+    container = build_container(load_settings())
+    # Then it uses DynamoDB and SQS, and takes the keys from the secret
+    assert isinstance(container.store, DynamoMemoryStore)
+    assert isinstance(container.queue, SqsJobQueue)
+    assert container.settings.api_key is not None and container.settings.api_key.get_secret_value() == OWNER_KEY
+    assert container.settings.admin_password is not None
+    assert container.settings.upstream_api_key is None  # empty fields in the secret are ignored
+    container.close()
+
+
+async def test_rest_proxy_event_reaches_dynamodb(aws_env: dict[str, str]) -> None:
+    # Given the app on the AWS adapters
+    app = create_app(build_container(load_settings()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport) as client:
+        # When API Gateway delivers a POST /v1/memories event (through the web adapter)
+        event = rest_event("POST", "/v1/memories", {"content": "I am allergic to peanuts", "type": "fact"})
+        created = await client.send(to_request(event))
+        # Then the memory is created and readable through a GET event
+        assert created.status_code == 201, created.text
+        memory_id = created.json()["memory"]["id"]
+        fetched = await client.send(to_request(rest_event("GET", f"/v1/memories/{memory_id}")))
+        assert fetched.status_code == 200
+        # And a wrong key is refused
+        denied = await client.send(to_request(rest_event("GET", f"/v1/memories/{memory_id}", key="ek_wrong_key_0000")))
+        assert denied.status_code == 401
+    # And the row is a readable DynamoDB item in the owner's namespace
+    item = boto3.client("dynamodb", region_name=REGION).get_item(
+        TableName="engram", Key={"PK": {"S": "NS#default"}, "SK": {"S": f"MEM#{memory_id}"}}
+    )["Item"]
+    assert item["content"]["S"] == "I am allergic to peanuts"
+    assert item["entity"]["S"] == "memory"
+
+
+async def test_health_answers_for_the_web_adapter_readiness_check(aws_env: dict[str, str]) -> None:
+    # Given the app / When LWA polls the readiness path set by the stack / Then it is healthy
+    app = create_app(build_container(load_settings()))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080") as client:
+        response = await client.get("/health")
+    assert response.status_code == 200
