@@ -53,6 +53,9 @@ class EngramConfig:
     collection_generation: str = "classic"
     collection_name: str = "engram"
     standby_replicas: bool = False
+    # Extra IAM principal ARNs allowed to read/write the collection's indexes (e.g. the role you run
+    # `engram reindex` with from a workstation); the functions' roles are always allowed.
+    data_access_principals: tuple[str, ...] = ()
     # Lambda sizing.
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024

@@ -101,7 +101,7 @@ class Search(Construct):
         )
         self._principals.append(role.role_arn)
 
-    def finalize(self) -> None:
+    def finalize(self, *, extra_principals: tuple[str, ...] = ()) -> None:
         """Create the data access policy once every principal is known (call after the grants)."""
         name = self.collection_name
         aoss.CfnAccessPolicy(
@@ -124,7 +124,7 @@ class Search(Construct):
                                 "Permission": DATA_PERMISSIONS_INDEX,
                             },
                         ],
-                        "Principal": self._principals,
+                        "Principal": [*self._principals, *extra_principals],
                     }
                 ]
             ),

@@ -99,7 +99,7 @@ class EngramStack(Stack):
             search.grant_data_access(fn.role)  # type: ignore[arg-type]
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
-        search.finalize()
+        search.finalize(extra_principals=cfg.data_access_principals)
 
         self.api_url = Fn.join(
             "", ["https://", api.rest_api.rest_api_id, ".execute-api.", Aws.REGION, ".", Aws.URL_SUFFIX, "/prod"]

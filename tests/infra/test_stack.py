@@ -59,6 +59,7 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
         rerank_region="us-west-2",
         vector_dimension=512,
         bedrock_models=("us.anthropic.claude-haiku-4-5-20251001-v1:0",),
+        data_access_principals=("arn:aws:iam::111122223333:role/Admin",),
     )
 
 
@@ -211,6 +212,13 @@ def test_classic_collection_without_standby(template: Template) -> None:
     assert access["Properties"]["Type"] == "data"
     # The five function roles are the principals (resolved at deploy time).
     assert json.dumps(access["Properties"]["Policy"]).count("Role") >= 5
+
+
+def test_extra_data_access_principals(custom: tuple[EngramStack, Template]) -> None:
+    # Given an admin role in the context / Then it joins the data access policy
+    _, template = custom
+    access = next(iter(_resources(template, "AWS::OpenSearchServerless::AccessPolicy").values()))
+    assert "arn:aws:iam::111122223333:role/Admin" in json.dumps(access["Properties"]["Policy"])
 
 
 def test_nextgen_collection_group_scales_to_zero(custom: tuple[EngramStack, Template]) -> None:

@@ -91,8 +91,8 @@ def test_reset_creates_a_faiss_hnsw_index_with_the_model_in_meta() -> None:
     index, recorder = make_index(serverless(dimension=None))
     # When the bootstrap records the embedding model
     index.reset("amazon.titan-embed-text-v2:0", 1024)
-    # Then the index is dropped and created with a faiss HNSW knn_vector of that size
-    assert recorder.calls() == ["DELETE /engram-memories", "PUT /engram-memories"]
+    # Then the index is created with a faiss HNSW knn_vector of that size
+    assert recorder.calls() == ["GET /engram-memories/_mapping", "PUT /engram-memories"]
     body = json.loads(recorder.requests[1].content)
     assert body["settings"]["index"]["knn"] is True
     assert body["mappings"]["_meta"] == {"model_id": "amazon.titan-embed-text-v2:0", "dimension": 1024}
@@ -122,6 +122,20 @@ def test_upsert_posts_without_id_or_refresh_and_returns_the_generated_id() -> No
     written = recorder.bodies("POST", "/_doc")[0]
     assert written["memory_id"] == "m1" and written["namespace"] == "a" and written["vector"] == [1.0, 0.0, 0.0]
     assert written["terms"] == " ".join(tokenize("I love hiking"))
+
+
+def test_reset_to_the_same_model_keeps_the_index() -> None:
+    # Given an index built with Titan at 3 dimensions / When two cold starts reset to the same model
+    index, recorder = make_index(serverless(dimension=3))
+    index.reset("amazon.titan-embed-text-v2:0", 3)
+    # Then nothing is dropped
+    assert recorder.calls() == ["GET /engram-memories/_mapping"]
+
+
+def test_reset_to_another_model_recreates_the_index() -> None:
+    index, recorder = make_index(serverless(dimension=3))
+    index.reset("cohere.embed-multilingual-v3", 1024)
+    assert recorder.calls() == ["GET /engram-memories/_mapping", "DELETE /engram-memories", "PUT /engram-memories"]
 
 
 def test_upsert_checks_the_dimension_before_writing() -> None:
@@ -297,6 +311,23 @@ def test_live_namespaces_types_and_replacement(live: OpenSearchIndex) -> None:
     assert ids(live.keyword_search("a", "tea")) == ["m2"]
     assert ids(live.keyword_search("a", "coffee")) == ["m1"]
     assert live.info().documents == 3
+
+
+def test_live_first_model_keeps_keyword_documents(osmem: Any) -> None:
+    # Given an index created by a keyword-only deployment (no embedder yet)
+    clone = osmem.clone()
+    index = OpenSearchIndex(clone.url, signer=SigV4Signer("us-east-1", CREDS))
+    try:
+        index.upsert(doc("m1", "remember the milk"))
+        assert index.info().model_id is None
+        # When an embedding model is recorded for the first time
+        index.reset("test-model", 3)
+        # Then the keyword documents are still there and the model is recorded
+        assert ids(index.keyword_search("a", "milk")) == ["m1"]
+        assert (index.info().model_id, index.info().dimension) == ("test-model", 3)
+    finally:
+        index.close()
+        clone.close()
 
 
 def test_live_delete_by_reference_and_unknown(live: OpenSearchIndex) -> None:

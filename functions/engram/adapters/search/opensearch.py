@@ -10,8 +10,8 @@ Serverless vector collections differ from a cluster, and the adapter is shaped b
   the store, and searches drop repeated memory ids (an older copy not yet deleted).
 - kNN uses the faiss HNSW engine with inner product on unit vectors, so scores map back to cosine.
 - The index is created by the app at first use (the deployer role needs no data access); its mapping
-  ``_meta`` records the embedding model and dimension. ``reset`` recreates it: keyword documents go
-  too, so a reset must be followed by a reindex from the store (``engram reindex``).
+  ``_meta`` records the embedding model and dimension. Resetting to another model recreates it:
+  keyword documents go too, so that reset must be followed by a reindex from the store.
 
 Keyword search indexes ``engram.domain.text.tokenize`` tokens with the whitespace analyzer, so
 CJK text and stemming behave exactly as in the local index.
@@ -329,10 +329,23 @@ class OpenSearchIndex:
         return int(response.json().get("count", 0)) if response.status_code != 404 else 0
 
     def reset(self, model_id: str, dimension: int) -> None:
+        """Record ``model_id``/``dimension``. No index: create it. An index without vectors yet: add the
+        vector field in place (keyword documents stay). The same model already: nothing (two cold starts
+        may both get here). Another model: drop and recreate, so every document must be reindexed."""
         if dimension <= 0:
             raise InvalidInput("dimension must be positive")
         with self._lock:
-            self._request("DELETE", f"/{self._index}", ok=(404,))
+            exists = self._load_meta()
+            if exists and (self._model_id, self._dimension) == (model_id, dimension):
+                return
+            if exists and self._dimension is None:
+                mapping = self._mapping(model_id, dimension)["mappings"]
+                body = {"_meta": mapping["_meta"], "properties": {"vector": mapping["properties"]["vector"]}}
+                self._request("PUT", f"/{self._index}/_mapping", body)
+                self._model_id, self._dimension = model_id, dimension
+                return
+            if exists:
+                self._request("DELETE", f"/{self._index}", ok=(404,))
             self._recent.clear()
             self._create(model_id, dimension)
 
