@@ -195,7 +195,8 @@ class ExtractionService:
             raise NotConfigured(
                 "extraction needs a model: set ENGRAM_EXTRACT_MODEL (or ENGRAM_CHAT_MODEL) and ENGRAM_UPSTREAM_BASE_URL"
             )
-        until = now or self._clock.now()
+        # Inclusive of the start instant: a run right after an ingest reads those messages.
+        until = (now or self._clock.now()) + timedelta(microseconds=1)
         namespaces = [namespace] if namespace else await asyncio.to_thread(self._store.list_namespaces)
         report = ExtractionReport()
         for ns in namespaces:
