@@ -170,7 +170,8 @@ class DreamingService:
 
     async def _dream(self, namespace: str, day: str, force: bool, result: NamespaceDream) -> None:
         assert self._model is not None
-        if not force and await asyncio.to_thread(self._store.get_cursor, namespace, _marker(day)):
+        done = await asyncio.to_thread(self._store.get_cursor, namespace, _marker(day))
+        if done and not force:
             result.status = "already_done"
             return
         messages = await asyncio.to_thread(self._day_messages, namespace, day)
@@ -320,7 +321,7 @@ class DreamingService:
             self._memories.update(
                 namespace,
                 target.id,
-                MemoryPatch(type=new_type, importance=importance, confidence=confidence, tags=tags),  # type: ignore[arg-type]
+                MemoryPatch(type=new_type, importance=importance, confidence=confidence, tags=tags),
             )
             result.updated += 1
             return
@@ -329,7 +330,7 @@ class DreamingService:
             target.id,
             MemoryWrite(
                 content=content,
-                type=new_type,  # type: ignore[arg-type]
+                type=new_type,
                 layer=target.layer,
                 importance=importance,
                 confidence=confidence,
