@@ -13,6 +13,7 @@ from typing import Any
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class Container:
     settings: Settings
     store: MemoryStore
     index: SearchIndex
-    embedder: Embedder | None
+    embedder: GatedEmbedder | None
     clock: Clock
     keys: KeyRing
     memories: Any
@@ -65,9 +66,19 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     clock: Clock = overrides.get("clock") or SystemClock()
     store: MemoryStore = overrides.get("store") or _build_store(settings, closers)
     index: SearchIndex = overrides.get("index") or _build_index(settings, closers)
-    embedder: Embedder | None = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
     keys = overrides.get("keys") or build_keyring(settings)
-    _check_index_model(index, embedder)
+    if embedder is not None and not embedder.matches_index:
+        info = index.info()
+        log.warning(
+            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
+            "vector search is off until `engram reindex` rebuilds it",
+            info.model_id,
+            info.dimension,
+            embedder.model_id,
+            embedder.dimension,
+        )
 
     memories = MemoryService(store, index, embedder, clock, MemoryRules(dedup_cosine=settings.dedup_cosine))
     library = LibraryService(store, clock, settings.timezone)
@@ -215,34 +226,39 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
-def _build_recall(settings: Settings, store: MemoryStore, index: SearchIndex, embedder: Embedder | None,
-                  clock: Clock, memories: Any) -> Any:
+def _build_recall(
+    settings: Settings, store: MemoryStore, index: SearchIndex, embedder: Embedder | None, clock: Clock, memories: Any
+) -> Any:
     from engram.services.recall import RecallConfig, RecallService
 
     config = RecallConfig.from_settings(settings)
     return RecallService(store, index, embedder, None, None, clock, config)
 
 
-def _check_index_model(index: SearchIndex, embedder: Embedder | None) -> None:
-    """Record the embedding model on a fresh index; warn when it changed (run `engram reindex`)."""
-    if embedder is None:
-        return
-    info = index.info()
-    if info.model_id is None:
-        index.reset(embedder.model_id, embedder.dimension)
-    elif info.model_id != embedder.model_id or info.dimension != embedder.dimension:
-        log.warning(
-            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
-            "vector search is off until `engram reindex` rebuilds it",
-            info.model_id, info.dimension, embedder.model_id, embedder.dimension,
-        )
-
-
 def index_model_mismatch(container: Container) -> bool:
-    if container.embedder is None:
-        return False
-    info = container.index.info()
-    return info.model_id != container.embedder.model_id or info.dimension != container.embedder.dimension
+    embedder = container.embedder
+    return isinstance(embedder, GatedEmbedder) and not embedder.matches_index
+
+
+def rebuild_index(container: Container, progress: Any = None) -> int:
+    """Reset the index to the current embedder and re-add every active memory of every namespace.
+
+    ``progress(namespace, total)`` returns a callable advanced per memory (or None).
+    """
+
+    def reindex_all() -> int:
+        total = 0
+        for ns in container.store.list_namespaces():
+            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
+            bar = progress(ns, count) if progress else None
+            total += container.memories.reindex(ns, progress=bar)
+            if bar is not None and hasattr(bar, "close"):
+                bar.close()
+        return total
+
+    if isinstance(container.embedder, GatedEmbedder):
+        return container.embedder.rebuild(reindex_all)
+    return reindex_all()
 
 
 # -- keys -----------------------------------------------------------------------------------
@@ -250,7 +266,9 @@ def build_keyring(settings: Settings) -> KeyRing:
     keys: list[ApiKey] = []
     if settings.api_key is not None:
         keys.append(
-            ApiKey.create(settings.api_key.get_secret_value(), name="owner", namespace=settings.default_namespace, scopes=[ALL])
+            ApiKey.create(
+                settings.api_key.get_secret_value(), name="owner", namespace=settings.default_namespace, scopes=[ALL]
+            )
         )
     if settings.keys_file is not None:
         keys.extend(load_keys_file(Path(settings.keys_file)))
@@ -296,5 +314,9 @@ def ensure_local_owner_key(settings: Settings) -> tuple[Settings, str | None]:
         created = "ek_" + secrets.token_urlsafe(24)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump([{"name": "owner", "key": created, "namespace": settings.default_namespace, "scopes": [ALL]}], fh, indent=2)
+            json.dump(
+                [{"name": "owner", "key": created, "namespace": settings.default_namespace, "scopes": [ALL]}],
+                fh,
+                indent=2,
+            )
     return settings.model_copy(update={"keys_file": path}), created

@@ -20,9 +20,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `engram serve` listens on.")
     port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
     data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
-    max_body_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
-    )
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
     log_level: str = Field("INFO", description="Log level (DEBUG shows more, never keys).")
 
     # -- auth -----------------------------------------------------------------------------
@@ -31,7 +29,7 @@ class Settings(BaseSettings):
     )
     keys_file: Path | None = Field(
         None,
-        description="JSON file with several keys: `[{\"key\", \"namespace\", \"scopes\": [...], \"name\"}]`.",
+        description='JSON file with several keys: `[{"key", "namespace", "scopes": [...], "name"}]`.',
     )
     admin_password: SecretStr | None = Field(None, description="Password of the admin panel at `/admin`.")
     default_namespace: str = Field("default", description="Namespace of the owner key.")
@@ -56,7 +54,13 @@ class Settings(BaseSettings):
     embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
 
     # -- memory rules ---------------------------------------------------------------------
-    dedup_cosine: float = Field(0.9, ge=0, le=1, description="Cosine at or above which two memories are the same.")
+    dedup_cosine: float = Field(
+        0.96,
+        ge=0,
+        le=1,
+        description="Cosine at or above which two memories say the same thing (0.96 suits the local e5 model, "
+        "whose scores run high; about 0.9 suits Titan or OpenAI embeddings).",
+    )
     review_confidence: float = Field(
         0.76, ge=0, le=1, description="Extracted memories below this confidence go to the review queue."
     )
@@ -75,9 +79,13 @@ class Settings(BaseSettings):
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
 
     # -- upstream models ------------------------------------------------------------------
-    upstream_base_url: str = Field("", description="OpenAI-compatible upstream base URL (e.g. `https://api.openai.com/v1`).")
+    upstream_base_url: str = Field(
+        "", description="OpenAI-compatible upstream base URL (e.g. `https://api.openai.com/v1`)."
+    )
     upstream_api_key: SecretStr | None = Field(None, description="Key for the OpenAI-compatible upstream.")
-    anthropic_base_url: str = Field("", description="Anthropic Messages API base URL (e.g. `https://api.anthropic.com`).")
+    anthropic_base_url: str = Field(
+        "", description="Anthropic Messages API base URL (e.g. `https://api.anthropic.com`)."
+    )
     anthropic_api_key: SecretStr | None = Field(None, description="Key for the Anthropic upstream.")
     public_model_name: str = Field("companion", description="Model alias clients use.")
     chat_model: str = Field("", description="Upstream model the alias maps to.")
@@ -87,7 +95,9 @@ class Settings(BaseSettings):
     timezone: str = Field("UTC", description="The user's time zone (day boundaries, dreaming at 04:10).")
 
     # -- jobs -----------------------------------------------------------------------------
-    scheduler_enabled: bool = Field(True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`.")
+    scheduler_enabled: bool = Field(
+        True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
+    )
     extract_interval_hours: int = Field(
         4, ge=1, le=24, description="Extraction runs every this many hours (at whole UTC hours divisible by it)."
     )

@@ -282,9 +282,7 @@ class ChatModel(Protocol):
         temperature: float | None = None,
     ) -> str: ...
 
-    def stream(
-        self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None
-    ) -> AsyncIterator[str]: ...
+    def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]: ...
 
 
 @runtime_checkable

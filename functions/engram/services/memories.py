@@ -90,7 +90,7 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class MemoryRules:
-    dedup_cosine: float = 0.9
+    dedup_cosine: float = 0.96
 
 
 class MemoryService:
@@ -205,7 +205,9 @@ class MemoryService:
             self._sync_index(updated, None)
         return updated
 
-    def set_status(self, namespace: str, memory_id: str, status: Literal["archived", "deleted"], reason: str = "") -> Memory:
+    def set_status(
+        self, namespace: str, memory_id: str, status: Literal["archived", "deleted"], reason: str = ""
+    ) -> Memory:
         memory = self._store.get_memory(namespace, memory_id)
         if memory.status == status:
             return memory
@@ -230,7 +232,12 @@ class MemoryService:
         )
         if holder is not None:
             old = holder.model_copy(
-                update={"status": "superseded", "superseded_by_id": memory.id, "status_changed_at": now, "updated_at": now}
+                update={
+                    "status": "superseded",
+                    "superseded_by_id": memory.id,
+                    "status_changed_at": now,
+                    "updated_at": now,
+                }
             )
             # supersede() inserts the new row; the revived row exists, so swap via two updates in order.
             self._store.update_memory(old)
@@ -254,7 +261,7 @@ class MemoryService:
     def get(self, namespace: str, memory_id: str) -> Memory:
         return self._store.get_memory(namespace, memory_id)
 
-    def list(
+    def list_memories(
         self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
     ) -> Page[Memory]:
         return self._store.list_memories(namespace, filters, limit=limit, cursor=cursor)
@@ -355,9 +362,7 @@ class MemoryService:
         now = self._clock.now()
         merged_tags = tuple(dict.fromkeys((*memory.tags, *tags)))
         updated = self._store.update_memory(
-            memory.model_copy(
-                update={"seen_count": memory.seen_count + 1, "last_seen_at": now, "tags": merged_tags}
-            )
+            memory.model_copy(update={"seen_count": memory.seen_count + 1, "last_seen_at": now, "tags": merged_tags})
         )
         self._event(memory.namespace, "seen", memory.id, {})
         return updated
@@ -408,8 +413,9 @@ class MemoryService:
             log.warning("index upsert failed for %s: %s", memory.id, exc.code)
             self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
             return
-        if ref != memory.index_ref:
-            self._store.update_memory(self._store.get_memory(memory.namespace, memory.id).model_copy(update={"index_ref": ref}))
+        if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
+            current = self._store.get_memory(memory.namespace, memory.id)
+            self._store.update_memory(current.model_copy(update={"index_ref": ref}))
 
     def _unindex(self, memory: Memory) -> None:
         try:

@@ -35,25 +35,42 @@ class RecallResult(BaseModel):
 
 
 class RecallService:
-    def __init__(self, store: Any, index: Any, embedder: Any, reranker: Any, compressor: Any, clock: Any,
-                 config: RecallConfig) -> None:
+    def __init__(
+        self, store: Any, index: Any, embedder: Any, reranker: Any, compressor: Any, clock: Any, config: RecallConfig
+    ) -> None:
         self._store, self._index, self._embedder, self._config = store, index, embedder, config
 
-    def recall(self, namespace: str, query: str, *, top_k: int | None = None, types: Sequence[str] = (),
-               exclude_ids: Collection[str] = (), record_injection: bool = False) -> RecallResult:
+    def recall(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        top_k: int | None = None,
+        types: Sequence[str] = (),
+        exclude_ids: Collection[str] = (),
+        record_injection: bool = False,
+    ) -> RecallResult:
         k = top_k or self._config.top_k
         scores: dict[str, float] = {}
         lists = [self._index.keyword_search(namespace, query, k=self._config.candidates, types=types)]
         if self._embedder is not None:
-            vec = self._embedder.embed_query(query)
-            lists.append(self._index.vector_search(namespace, vec, k=self._config.candidates, types=types))
+            from engram.domain.errors import EngramError
+
+            try:
+                vec = self._embedder.embed_query(query)
+                lists.append(self._index.vector_search(namespace, vec, k=self._config.candidates, types=types))
+            except EngramError:
+                pass
         for hits in lists:
             for rank, hit in enumerate(hits):
                 scores[hit.memory_id] = scores.get(hit.memory_id, 0.0) + 1.0 / (self._config.rrf_k + rank + 1)
         ranked = sorted(scores, key=lambda i: -scores[i])
-        memories = [m for m in self._store.get_memories(namespace, ranked) if m.status == "active"
-                    and m.id not in exclude_ids]
-        return RecallResult(hits=[RecallHit(memory=m, score=scores[m.id]) for m in memories[:k]], meta={"interim": True})
+        memories = [
+            m for m in self._store.get_memories(namespace, ranked) if m.status == "active" and m.id not in exclude_ids
+        ]
+        return RecallResult(
+            hits=[RecallHit(memory=m, score=scores[m.id]) for m in memories[:k]], meta={"interim": True}
+        )
 
 
 def render_prompt(result: RecallResult) -> str:
