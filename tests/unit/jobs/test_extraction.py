@@ -216,7 +216,7 @@ async def test_low_confidence_goes_to_review_with_the_key_holder_as_target(env: 
     result = await extract(env)
     # Then the two below 0.76 are review candidates (the keyed one targets the holder) and 0.76 is stored
     assert result["candidates"] == 2 and result["created"] == 1
-    pending = env.container.candidates.list(NS).items
+    pending = env.container.candidates.list_candidates(NS).items
     by_text = {c.content: c for c in pending}
     assert by_text["The user lives in Lisbon"].target_memory_id == holder.id
     assert by_text["The user might learn Portuguese"].target_memory_id is None
@@ -235,7 +235,7 @@ async def test_same_low_confidence_fact_twice_is_one_candidate(env: Env) -> None
     result = await extract(env)
     # Then no second candidate is queued
     assert result["candidates"] == 0
-    assert len(env.container.candidates.list(NS).items) == 1
+    assert len(env.container.candidates.list_candidates(NS).items) == 1
 
 
 async def test_same_key_same_text_marks_the_existing_memory_seen(env: Env) -> None:
@@ -251,8 +251,9 @@ async def test_same_key_same_text_marks_the_existing_memory_seen(env: Env) -> No
     assert seen.seen_count == holder.seen_count + 1 and seen.status == "active"
 
 
-async def test_same_key_near_identical_by_cosine_marks_seen(env: Env) -> None:
-    # Given a keyed memory and a reworded text whose vectors are at least 0.9 apart in cosine
+async def test_same_key_near_identical_by_cosine_marks_seen(make_env: Any) -> None:
+    # Given the 0.9 threshold, a keyed memory and a reworded text whose cosine is at least 0.9
+    env = make_env(dedup_cosine=0.9)
     old_text = "The user works as a senior data engineer at Acme in Berlin office team platform"
     new_text = "The user works as a senior data engineer at Acme in Berlin office team platform now"
     emb = HashEmbedder()
