@@ -127,7 +127,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     )
     c = container
     c.extraction = ExtractionService(
-        c.store, c.memories, c.candidates, extract_model, c.clock, ExtractionConfig.from_settings(s), locks
+        c.store, c.memories, c.candidates, extract_model, c.clock, ExtractionConfig.from_settings(s), locks, c.index
     )
     c.dreaming = DreamingService(
         c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, DreamConfig.from_settings(s), locks

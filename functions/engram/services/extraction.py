@@ -22,9 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured, NotFound
-from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, MemoryType, Message
+from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
 from engram.domain.policies import normalize_fact_key, same_meaning_text
-from engram.domain.ports import ChatModel, Clock, MemoryStore
+from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
 from engram.services import prompts
 from engram.services.curation import CandidateService
 from engram.services.jobs import (
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 CURSOR = "extract"
 FAILURES = "extract:failures"
 MAX_ITEMS_PER_BATCH = 50
+KNOWN_KEYS = 30
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,9 @@ class ExtractionService:
         clock: Clock,
         config: ExtractionConfig | None = None,
         locks: NamespaceLocks | None = None,
+        index: SearchIndex | None = None,
     ) -> None:
+        self._index = index
         self._store = store
         self._memories = memories
         self._candidates = candidates
@@ -219,9 +222,14 @@ class ExtractionService:
             batch = await asyncio.to_thread(self._next_batch, namespace, until)
             if not batch:
                 return
+            readable = [m for m in batch if m.role in ("user", "assistant")]
+            if not readable:  # only system/tool rows: nothing to learn, move on
+                await asyncio.to_thread(self._apply, namespace, batch, [], result)
+                continue
+            known = await asyncio.to_thread(self._known_keys, namespace, readable)
             try:
                 reply = await self._model.complete(
-                    prompts.extraction_messages(batch, max_chars=self._config.max_message_chars),
+                    prompts.extraction_messages(readable, max_chars=self._config.max_message_chars, known=known),
                     json_mode=True,
                     max_tokens=self._config.max_tokens,
                     temperature=0.0,
@@ -254,6 +262,20 @@ class ExtractionService:
         except NotFound:  # the cursor's message was removed by retention
             rows = self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit + 100)
             return [m for m in rows if (m.created_at, m.id) > (cursor.ts, cursor.id)][:limit]
+
+    def _known_keys(self, namespace: str, batch: list[Message]) -> list[Memory]:
+        """Active keyed memories related to the batch, so the model reuses their keys."""
+        if self._index is None:
+            return []
+        text = prompts.clip(" ".join(m.content for m in batch if m.role == "user"), 2000)
+        if not text:
+            return []
+        try:
+            hits = self._index.keyword_search(namespace, text, k=KNOWN_KEYS)
+        except EngramError:  # the index is a mirror; extraction works without the hint
+            return []
+        found = self._store.get_memories(namespace, [h.memory_id for h in hits])
+        return [m for m in found if m.status == "active" and m.fact_key]
 
     def _apply(self, namespace: str, batch: list[Message], items: list[Extracted], result: NamespaceExtraction) -> None:
         claim = IdempotencyRecord(

@@ -50,6 +50,16 @@ Fields:
   to the owner's review queue instead of memory: be honest).
 - tags: a few short topic words.
 - source_message_ids: the ids (from the [id] prefixes) of the messages the memory comes from.
+
+Examples:
+[msg_1] user: 我家的猫叫年糕，今年三岁了。 ->
+{{"content": "用户的猫叫年糕，三岁", "type": "fact", "fact_key": "pet:cat_name", "importance": 0.6,
+  "confidence": 0.95, "tags": ["猫"], "source_message_ids": ["msg_1"]}}
+[msg_2] user: Please don't use emojis when you answer me. ->
+{{"content": "The user does not want emojis in answers", "type": "instruction",
+  "fact_key": "style:emojis", "importance": 0.7, "confidence": 0.95, "tags": ["style"],
+  "source_message_ids": ["msg_2"]}}
+[msg_3] user: 哈哈谢谢，晚安～ -> nothing (small talk).
 """
 
 DREAM_SYSTEM = f"""You are the nightly "dream" of a long-term memory system for one user of an AI assistant.
@@ -93,9 +103,15 @@ def render_messages(messages: Sequence[Message], max_chars: int, tz: Any = None)
     return "\n".join(lines)
 
 
-def extraction_messages(messages: Sequence[Message], *, max_chars: int) -> list[dict[str, Any]]:
-    user = "New conversation messages (oldest first):\n\n" + render_messages(messages, max_chars)
-    return [{"role": "system", "content": EXTRACTION_SYSTEM}, {"role": "user", "content": user}]
+def extraction_messages(
+    messages: Sequence[Message], *, max_chars: int, known: Sequence[Memory] = ()
+) -> list[dict[str, Any]]:
+    parts = []
+    if known:
+        lines = "\n".join(f"- {m.fact_key}: {clip(m.content, 200)}" for m in known if m.fact_key)
+        parts.append("Existing memories with keys (reuse a key when its fact comes up again):\n" + lines)
+    parts.append("New conversation messages (oldest first):\n\n" + render_messages(messages, max_chars))
+    return [{"role": "system", "content": EXTRACTION_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def render_memory(memory: Memory) -> dict[str, Any]:

@@ -353,3 +353,26 @@ def test_the_prompt_names_every_field_and_the_skip_rules() -> None:
     lowered = EXTRACTION_SYSTEM.lower()
     assert "small talk" in lowered and "secrets" in lowered and "one-off tasks" in lowered
     assert "chinese" in lowered and "english" in lowered
+
+
+async def test_related_keyed_memories_are_shown_so_the_model_reuses_their_keys(env: Env) -> None:
+    # Given a keyed memory about the user's city and one unrelated
+    env.remember("The user lives in Berlin", fact_key="profile:city")
+    env.remember("The user owns a red bicycle", fact_key="items:bicycle")
+    env.message("I am moving away from Berlin soon", at=ago(env, minutes=5))
+    env.model.script(reply())
+    # When extraction runs
+    await extract(env)
+    # Then the prompt lists the related key with its current value, not the unrelated one
+    prompt = env.model.calls[0].user
+    assert "- profile:city: The user lives in Berlin" in prompt and "items:bicycle" not in prompt
+
+
+async def test_a_batch_of_only_system_and_tool_rows_needs_no_model_call(env: Env) -> None:
+    # Given only a system and a tool message
+    env.message("You are a helpful assistant", role="system", at=ago(env, minutes=5))
+    env.message('{"result": 42}', role="tool", at=ago(env, minutes=4))
+    # When extraction runs
+    result = await extract(env)
+    # Then the window is passed without asking the model
+    assert env.model.calls == [] and result["messages"] == 2 and result["batches"] == 1
