@@ -33,10 +33,23 @@ def test_extraction_calls_the_configured_upstream_and_retries_after_an_error(
         owner.post("/v1/ingest/messages", json={"messages": [{"role": "user", "content": "I live in Porto"}]})
         up.script(
             upstream.Reply(status=500, error_body={"error": {"message": "overloaded"}}),
-            upstream.Reply(text=json.dumps({"memories": [{"content": "The user lives in Porto", "type": "fact",
-                                                          "fact_key": "profile:city", "importance": 0.8,
-                                                          "confidence": 0.9, "tags": [],
-                                                          "source_message_ids": []}]})),
+            upstream.Reply(
+                text=json.dumps(
+                    {
+                        "memories": [
+                            {
+                                "content": "The user lives in Porto",
+                                "type": "fact",
+                                "fact_key": "profile:city",
+                                "importance": 0.8,
+                                "confidence": 0.9,
+                                "tags": [],
+                                "source_message_ids": [],
+                            }
+                        ]
+                    }
+                )
+            ),
         )
         # When extraction runs (the upstream fails) and runs again
         first = owner.post("/v1/jobs/extract").json()
