@@ -192,6 +192,31 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    aws_region: str = Field(
+        "", description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock (default: the SDK's)."
+    )
+    table_name: str = Field("", description="DynamoDB table of the `dynamodb` store.")
+    opensearch_endpoint: str = Field(
+        "", description="OpenSearch Serverless collection endpoint (`https://<id>.<region>.aoss.amazonaws.com`)."
+    )
+    opensearch_index: str = Field("engram-memories", description="Index name inside the OpenSearch collection.")
+    secret_arn: str = Field(
+        "", description="Secrets Manager secret (JSON) with keys and upstream keys; its fields override settings."
+    )
+    queue: Literal["inline", "sqs"] = Field(
+        "inline", description="Job queue: `inline` (in-process) or `sqs` (AWS, needs `ENGRAM_CLEANUP_QUEUE_URL`)."
+    )
+    cleanup_queue_url: str = Field("", description="SQS queue URL for cleanup jobs (`queue=sqs`).")
+    reranker: Literal["none", "bedrock"] = Field("none", description="Reranker: `none` (fused order) or `bedrock`.")
+    rerank_model: str = Field("amazon.rerank-v1:0", description="Bedrock rerank model id.")
+    rerank_region: str = Field(
+        "", description="Region of the Bedrock rerank API (not every region has it; default: `aws_region`)."
+    )
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, with keyword overrides (CLI flags, tests)."""
