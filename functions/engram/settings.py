@@ -68,15 +68,35 @@ class Settings(BaseSettings):
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
     recall_candidates: int = Field(50, ge=5, le=500, description="Candidates fetched from each retriever.")
-    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
-    recall_keyword_weight: float = Field(1.0, ge=0, description="Weight of keyword ranks in fusion.")
-    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector ranks in fusion.")
+    recall_fusion: Literal["score", "rrf"] = Field(
+        "score",
+        description="How keyword and vector candidates are fused: `score` (weighted sum of normalized scores; "
+        "best on the retrieval benchmark) or `rrf` (weighted reciprocal ranks).",
+    )
+    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant (`recall_fusion=rrf`).")
+    recall_keyword_weight: float = Field(1.5, ge=0, description="Weight of keyword search in fusion.")
+    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector search in fusion.")
     recall_importance_weight: float = Field(0.2, ge=0, le=1, description="How much importance lifts a score.")
     recall_recency_weight: float = Field(0.1, ge=0, le=1, description="How much recency lifts a score.")
     recall_recency_half_life_days: float = Field(30.0, gt=0, description="Half-life of the recency boost.")
-    recall_min_score: float = Field(0.0, ge=0, description="Score floor after fusion (0 keeps everything).")
+    recall_min_score: float = Field(
+        0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
+    )
     recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
+    recall_dedup_jaccard: float = Field(
+        0.9, ge=0, le=1, description="Token overlap at or above which two recalled memories count as one (1 = exact)."
+    )
+    recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
+    recall_compress: bool = Field(
+        False, description="Compress recalled memories into short lines with a small chat model before injection."
+    )
+    recall_compress_timeout_s: float = Field(
+        8.0, gt=0, description="Give up compressing after this long (uncompressed)."
+    )
+    recall_max_query_chars: int = Field(
+        2000, ge=50, description="Longer queries keep only their last characters (the question is usually last)."
+    )
 
     # -- upstream models ------------------------------------------------------------------
     upstream_base_url: str = Field(
