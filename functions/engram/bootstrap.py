@@ -39,6 +39,9 @@ class Container:
     recall: Any
     queue: JobQueue | None = None
     chat: Any = None  # the chat gateway (services.chat.ChatService)
+    extraction: Any = None
+    dreaming: Any = None
+    cleanup: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list)
 
@@ -96,8 +99,75 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         queue=overrides.get("queue") or _build_queue(settings),
     )
     container._closers = closers
+    _wire_jobs(container, overrides)
     container.chat = overrides.get("chat") or _build_chat(settings, container)
     return container
+
+
+def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
+    """Extraction, dreaming and cleanup services, their models and the local job queue.
+
+    ``extract_model`` / ``dream_model`` overrides replace the models (tests pass a scripted fake).
+    """
+    from engram.services.cleanup import CleanupService, RetentionPolicy
+    from engram.services.dreaming import DreamConfig, DreamingService
+    from engram.services.extraction import ExtractionConfig, ExtractionService
+    from engram.services.jobs import NamespaceLocks
+
+    s = container.settings
+    locks = NamespaceLocks()
+    upstream: dict[str, Any] = {}
+    extract_model = (
+        overrides["extract_model"]
+        if "extract_model" in overrides
+        else _build_chat_model(s, s.extract_model or s.chat_model, upstream)
+    )
+    dream_model = (
+        overrides["dream_model"]
+        if "dream_model" in overrides
+        else _build_chat_model(s, s.dream_model or s.chat_model, upstream)
+    )
+    c = container
+    c.extraction = ExtractionService(
+        c.store, c.memories, c.candidates, extract_model, c.clock, ExtractionConfig.from_settings(s), locks, c.index
+    )
+    c.dreaming = DreamingService(
+        c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, DreamConfig.from_settings(s), locks
+    )
+    c.cleanup = CleanupService(c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks)
+    if c.queue is None and getattr(s, "queue", "inline") == "inline":
+        from engram.adapters.queue.inline import InlineJobQueue
+
+        cleanup = c.cleanup
+        c.queue = InlineJobQueue(
+            {"cleanup": lambda payload: cleanup.run(payload.get("namespace"))},
+            min_interval_seconds=s.cleanup_min_interval_hours * 3600,
+        )
+
+
+def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) -> Any:
+    """A ``ChatModel`` for Engram's own calls over the configured upstream; ``None`` when no model
+    or upstream is configured (the jobs then answer ``NotConfigured``)."""
+    if not model:
+        return None
+    try:
+        if settings.upstream_base_url:
+            from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
+
+            if "openai" not in shared:
+                key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+                shared["openai"] = OpenAICompatUpstream(settings.upstream_base_url, key)
+            return OpenAICompatChatModel(shared["openai"], model)
+        if settings.anthropic_base_url:
+            from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
+
+            if "anthropic" not in shared:
+                key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+                shared["anthropic"] = AnthropicUpstream(settings.anthropic_base_url, key)
+            return AnthropicChatModel(shared["anthropic"], model)
+    except ModuleNotFoundError as exc:  # a build without the LLM adapters
+        log.warning("no chat model adapter available (%s): extraction and dreaming are off", exc.name)
+    return None
 
 
 # -- adapters -------------------------------------------------------------------------------

@@ -68,15 +68,35 @@ class Settings(BaseSettings):
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
     recall_candidates: int = Field(50, ge=5, le=500, description="Candidates fetched from each retriever.")
-    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
-    recall_keyword_weight: float = Field(1.0, ge=0, description="Weight of keyword ranks in fusion.")
-    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector ranks in fusion.")
+    recall_fusion: Literal["score", "rrf"] = Field(
+        "score",
+        description="How keyword and vector candidates are fused: `score` (weighted sum of normalized scores; "
+        "best on the retrieval benchmark) or `rrf` (weighted reciprocal ranks).",
+    )
+    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant (`recall_fusion=rrf`).")
+    recall_keyword_weight: float = Field(1.5, ge=0, description="Weight of keyword search in fusion.")
+    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector search in fusion.")
     recall_importance_weight: float = Field(0.2, ge=0, le=1, description="How much importance lifts a score.")
     recall_recency_weight: float = Field(0.1, ge=0, le=1, description="How much recency lifts a score.")
     recall_recency_half_life_days: float = Field(30.0, gt=0, description="Half-life of the recency boost.")
-    recall_min_score: float = Field(0.0, ge=0, description="Score floor after fusion (0 keeps everything).")
+    recall_min_score: float = Field(
+        0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
+    )
     recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
+    recall_dedup_jaccard: float = Field(
+        0.9, ge=0, le=1, description="Token overlap at or above which two recalled memories count as one (1 = exact)."
+    )
+    recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
+    recall_compress: bool = Field(
+        False, description="Compress recalled memories into short lines with a small chat model before injection."
+    )
+    recall_compress_timeout_s: float = Field(
+        8.0, gt=0, description="Give up compressing after this long (uncompressed)."
+    )
+    recall_max_query_chars: int = Field(
+        2000, ge=50, description="Longer queries keep only their last characters (the question is usually last)."
+    )
 
     # -- upstream models ------------------------------------------------------------------
     upstream_base_url: str = Field(
@@ -119,9 +139,6 @@ class Settings(BaseSettings):
     chat_default_max_tokens: int = Field(
         4096, ge=1, description="`max_tokens` sent to Claude when an OpenAI-wire client sets none."
     )
-    chat_cleanup_interval_hours: float = Field(
-        24.0, gt=0, description="The chat path enqueues the cleanup job at most this often per namespace."
-    )
     anthropic_cache_enabled: bool = Field(
         True, description="Place Claude prompt-cache markers (system anchor, tail, bridge, last tool)."
     )
@@ -130,6 +147,47 @@ class Settings(BaseSettings):
     # -- jobs -----------------------------------------------------------------------------
     scheduler_enabled: bool = Field(
         True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
+    )
+    extract_interval_hours: int = Field(
+        4, ge=1, le=24, description="Extraction runs every this many hours (at whole UTC hours divisible by it)."
+    )
+    extract_window_hours: float = Field(
+        4.0, gt=0, description="First extraction of a namespace reads only this many past hours, not all history."
+    )
+    extract_max_messages: int = Field(40, ge=1, le=500, description="Messages per extraction batch (one model call).")
+    extract_max_batches: int = Field(
+        4, ge=1, le=100, description="Batches per extraction run and namespace; the rest waits for the next run."
+    )
+    extract_max_tokens: int = Field(1200, ge=100, description="Output token limit of one extraction call.")
+    extract_max_message_chars: int = Field(
+        2000, ge=100, description="Longer messages are clipped to this many characters in extraction/dream prompts."
+    )
+    dream_hour: int = Field(4, ge=0, le=23, description="Hour (in `ENGRAM_TIMEZONE`) of the nightly dream.")
+    dream_minute: int = Field(10, ge=0, le=59, description="Minute of the nightly dream.")
+    dream_max_messages: int = Field(
+        400, ge=1, le=5000, description="Most messages of one day given to the dream model (the latest are kept)."
+    )
+    dream_max_tokens: int = Field(8000, ge=200, description="Output token limit of the dream call.")
+    dream_memory_context_limit: int = Field(
+        40, ge=0, le=500, description="Active memories most relevant to the day shown to the dream model."
+    )
+    dream_excerpt_limit: int = Field(
+        8, ge=0, le=100, description="Most verbatim excerpts kept as precious notes per day."
+    )
+    cleanup_hour: int = Field(3, ge=0, le=23, description="Hour (in `ENGRAM_TIMEZONE`) of the nightly cleanup.")
+    cleanup_minute: int = Field(30, ge=0, le=59, description="Minute of the nightly cleanup.")
+    cleanup_min_interval_hours: float = Field(
+        24.0, ge=0, description="The chat path queues a cleanup at most once per this many hours per namespace."
+    )
+    retention_messages_days: int = Field(14, ge=1, description="Stored chat messages are deleted after this many days.")
+    retention_usage_days: int = Field(30, ge=1, description="Usage log rows are deleted after this many days.")
+    retention_events_days: int = Field(30, ge=1, description="Memory events (audit trail, job runs) are deleted after.")
+    retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
+    memory_expire_unseen_days: int = Field(
+        180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
+    )
+    hard_delete_after_days: int = Field(
+        30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."
     )
 
     # -- MCP ------------------------------------------------------------------------------
