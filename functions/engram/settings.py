@@ -7,10 +7,10 @@ generated from the field descriptions here (``engram settings --markdown``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -119,9 +119,6 @@ class Settings(BaseSettings):
     chat_default_max_tokens: int = Field(
         4096, ge=1, description="`max_tokens` sent to Claude when an OpenAI-wire client sets none."
     )
-    chat_cleanup_interval_hours: float = Field(
-        24.0, gt=0, description="The chat path enqueues the cleanup job at most this often per namespace."
-    )
     anthropic_cache_enabled: bool = Field(
         True, description="Place Claude prompt-cache markers (system anchor, tail, bridge, last tool)."
     )
@@ -130,6 +127,94 @@ class Settings(BaseSettings):
     # -- jobs -----------------------------------------------------------------------------
     scheduler_enabled: bool = Field(
         True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
+    )
+    extract_interval_hours: int = Field(
+        4, ge=1, le=24, description="Extraction runs every this many hours (at whole UTC hours divisible by it)."
+    )
+    extract_window_hours: float = Field(
+        4.0, gt=0, description="First extraction of a namespace reads only this many past hours, not all history."
+    )
+    extract_max_messages: int = Field(40, ge=1, le=500, description="Messages per extraction batch (one model call).")
+    extract_max_batches: int = Field(
+        4, ge=1, le=100, description="Batches per extraction run and namespace; the rest waits for the next run."
+    )
+    extract_max_tokens: int = Field(1200, ge=100, description="Output token limit of one extraction call.")
+    extract_max_message_chars: int = Field(
+        2000, ge=100, description="Longer messages are clipped to this many characters in extraction/dream prompts."
+    )
+    dream_hour: int = Field(4, ge=0, le=23, description="Hour (in `ENGRAM_TIMEZONE`) of the nightly dream.")
+    dream_minute: int = Field(10, ge=0, le=59, description="Minute of the nightly dream.")
+    dream_max_messages: int = Field(
+        400, ge=1, le=5000, description="Most messages of one day given to the dream model (the latest are kept)."
+    )
+    dream_max_tokens: int = Field(8000, ge=200, description="Output token limit of the dream call.")
+    dream_memory_context_limit: int = Field(
+        40, ge=0, le=500, description="Active memories most relevant to the day shown to the dream model."
+    )
+    dream_excerpt_limit: int = Field(
+        8, ge=0, le=100, description="Most verbatim excerpts kept as precious notes per day."
+    )
+    cleanup_hour: int = Field(3, ge=0, le=23, description="Hour (in `ENGRAM_TIMEZONE`) of the nightly cleanup.")
+    cleanup_minute: int = Field(30, ge=0, le=59, description="Minute of the nightly cleanup.")
+    cleanup_min_interval_hours: float = Field(
+        24.0, ge=0, description="The chat path queues a cleanup at most once per this many hours per namespace."
+    )
+    retention_messages_days: int = Field(14, ge=1, description="Stored chat messages are deleted after this many days.")
+    retention_usage_days: int = Field(30, ge=1, description="Usage log rows are deleted after this many days.")
+    retention_events_days: int = Field(30, ge=1, description="Memory events (audit trail, job runs) are deleted after.")
+    retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
+    memory_expire_unseen_days: int = Field(
+        180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
+    )
+    hard_delete_after_days: int = Field(
+        30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."
+    )
+
+    # -- MCP ------------------------------------------------------------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],
+        description="Host headers `/mcp` accepts (comma-separated): `name`, `name:*` (any port), "
+        "`*.suffix` (any subdomain, e.g. `*.lambda-url.eu-west-1.on.aws`) or `*` (any host).",
+    )
+    mcp_allow_query_token: bool = Field(
+        False,
+        description="Also accept the key as `/mcp?token=<key>` (for clients that cannot send headers). "
+        "Off by default: URLs end up in logs and histories. The token is removed before access logging.",
+    )
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    aws_region: str = Field(
+        "", description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock (default: the SDK's)."
+    )
+    table_name: str = Field("", description="DynamoDB table of the `dynamodb` store.")
+    opensearch_endpoint: str = Field(
+        "", description="OpenSearch Serverless collection endpoint (`https://<id>.<region>.aoss.amazonaws.com`)."
+    )
+    opensearch_index: str = Field("engram-memories", description="Index name inside the OpenSearch collection.")
+    secret_arn: str = Field(
+        "", description="Secrets Manager secret (JSON) with keys and upstream keys; its fields override settings."
+    )
+    queue: Literal["inline", "sqs"] = Field(
+        "inline", description="Job queue: `inline` (in-process) or `sqs` (AWS, needs `ENGRAM_CLEANUP_QUEUE_URL`)."
+    )
+    cleanup_queue_url: str = Field("", description="SQS queue URL for cleanup jobs (`queue=sqs`).")
+    reranker: Literal["none", "bedrock"] = Field("none", description="Reranker: `none` (fused order) or `bedrock`.")
+    rerank_model: str = Field("amazon.rerank-v1:0", description="Bedrock rerank model id.")
+    rerank_region: str = Field(
+        "", description="Region of the Bedrock rerank API (not every region has it; default: `aws_region`)."
     )
 
 

@@ -94,21 +94,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container
+    from engram.bootstrap import build_container, rebuild_index
 
     container = build_container(_settings(args))
     try:
-        if container.embedder is not None:
-            container.index.reset(container.embedder.model_id, container.embedder.dimension)
-        namespaces = [args.namespace] if args.namespace else container.store.list_namespaces()
-        total = 0
-        for ns in namespaces:
-            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
-            bar = Progress(count, f"reindex {ns}")
-            total += container.memories.reindex(ns, progress=bar)
-            bar.close()
+        total = rebuild_index(container, progress=lambda ns, count: Progress(count, f"reindex {ns}"))
         model = container.embedder.model_id if container.embedder else "none (keyword only)"
-        print(f"reindexed {total} memories in {len(namespaces)} namespace(s) with {model}")
+        print(f"reindexed {total} memories with {model}")
     finally:
         container.close()
     return 0

@@ -102,7 +102,7 @@ class ChatConfig:
             keepalive_seconds=s.chat_keepalive_seconds,
             store_messages=s.chat_store_messages,
             default_max_tokens=s.chat_default_max_tokens,
-            cleanup_interval=timedelta(hours=s.chat_cleanup_interval_hours),
+            cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
             cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
         )
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound
 from engram.domain.models import (
+    MEMORY_STATUSES,
     IndexedDoc,
     Memory,
     MemoryEvent,
@@ -74,6 +75,18 @@ class MemoryPatch(BaseModel):
     pinned: bool | None = None
     tags: list[str] | None = None
     remind_at: datetime | None = None
+
+
+def parse_statuses(status: Sequence[str] | None) -> tuple[str, ...]:
+    """Statuses a listing asks for: none -> active only; ``all`` -> every status (empty tuple)."""
+    if not status:
+        return ("active",)
+    if "all" in status:
+        return ()
+    bad = [s for s in status if s not in MEMORY_STATUSES]
+    if bad:
+        raise InvalidInput(f"unknown status {bad[0]!r}; one of {', '.join(MEMORY_STATUSES)} or all")
+    return tuple(status)
 
 
 @dataclass(frozen=True)

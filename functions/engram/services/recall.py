@@ -54,8 +54,13 @@ class RecallService:
         scores: dict[str, float] = {}
         lists = [self._index.keyword_search(namespace, query, k=self._config.candidates, types=types)]
         if self._embedder is not None:
-            vec = self._embedder.embed_query(query)
-            lists.append(self._index.vector_search(namespace, vec, k=self._config.candidates, types=types))
+            from engram.domain.errors import EngramError
+
+            try:
+                vec = self._embedder.embed_query(query)
+                lists.append(self._index.vector_search(namespace, vec, k=self._config.candidates, types=types))
+            except EngramError:
+                pass
         for hits in lists:
             for rank, hit in enumerate(hits):
                 scores[hit.memory_id] = scores.get(hit.memory_id, 0.0) + 1.0 / (self._config.rrf_k + rank + 1)

@@ -137,23 +137,30 @@ def create_app(container: Any = None) -> FastAPI:
     from engram.entrypoints.http import rest
 
     app.include_router(rest.public)
-    app.include_router(rest.router)
-    _include_optional_surfaces(app, container)
+    if settings.surface == "mcp":
+        # The MCP function on AWS: only /mcp and /health.
+        _include_optional_surfaces(app, container, only=("engram.entrypoints.http.mcp",))
+    else:
+        app.include_router(rest.router)
+        _include_optional_surfaces(app, container)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app
 
 
-def _include_optional_surfaces(app: FastAPI, container: Any) -> None:
+_SURFACES = (
+    "engram.entrypoints.http.chat",
+    "engram.entrypoints.http.jobs",
+    "engram.entrypoints.http.mcp",
+    "engram.entrypoints.http.admin",
+)
+
+
+def _include_optional_surfaces(app: FastAPI, container: Any, only: tuple[str, ...] = _SURFACES) -> None:
     """Routers of the chat gateway, MCP and admin panel, when their modules exist in this build."""
     import importlib
 
-    for module_name in (
-        "engram.entrypoints.http.chat",
-        "engram.entrypoints.http.jobs",
-        "engram.entrypoints.http.mcp",
-        "engram.entrypoints.http.admin",
-    ):
+    for module_name in only:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

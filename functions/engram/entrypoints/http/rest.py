@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, InvalidInput, NotFound
-from engram.domain.models import MEMORY_STATUSES, MemoryFilter, MemoryType
+from engram.domain.models import MemoryFilter, MemoryType
 from engram.entrypoints.http.auth import require
 from engram.services.library import GlossaryIn, MessageIn
-from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult
+from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
 from engram.services.transfer import ExportDocument
 
 log = logging.getLogger(__name__)
@@ -167,17 +167,8 @@ def list_memories(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    statuses: tuple[str, ...] = ("active",)
-    if status:
-        if "all" in status:
-            statuses = ()
-        else:
-            bad = [s for s in status if s not in MEMORY_STATUSES]
-            if bad:
-                raise InvalidInput(f"unknown status {bad[0]!r}; one of {', '.join(MEMORY_STATUSES)} or all")
-            statuses = tuple(status)
     filters = MemoryFilter(
-        types=tuple(type or ()), statuses=statuses, layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
+        types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
     )
     page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor)
     return {"items": [m.model_dump(mode="json") for m in page.items], "next_cursor": page.next_cursor}
