@@ -394,8 +394,7 @@ class ChatService:
                 raise UpstreamUnavailable("the upstream ended the stream early")
             self._after(ex, tap.text, tap.usage)
         except EngramError as exc:
-            for out in _error_event(ex.wire, exc):
-                yield out
+            yield b"".join(_error_event(ex.wire, exc))
         finally:
             if not task.done():
                 task.cancel()
