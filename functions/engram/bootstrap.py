@@ -37,6 +37,8 @@ class Container:
     transfer: Any
     recall: Any
     queue: JobQueue | None = None
+    # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
+    runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list)
 
@@ -55,6 +57,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.runtime_settings import RuntimeSettings
     from engram.services.transfer import TransferService
 
     settings = settings or load_settings()
@@ -66,9 +69,11 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     keys = overrides.get("keys") or build_keyring(settings)
     _check_index_model(index, embedder)
 
-    memories = MemoryService(store, index, embedder, clock, MemoryRules(dedup_cosine=settings.dedup_cosine))
-    library = LibraryService(store, clock, settings.timezone)
-    recall = overrides.get("recall") or _build_recall(settings, store, index, embedder, clock, memories)
+    runtime = RuntimeSettings(store, settings)
+    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    memories = MemoryService(store, index, embedder, clock, rules)
+    library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
+    recall = overrides.get("recall") or _build_recall(runtime, store, index, embedder, clock, memories)
     container = Container(
         settings=settings,
         store=store,
@@ -82,6 +87,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         transfer=TransferService(store, memories, clock),
         recall=recall,
         queue=overrides.get("queue"),
+        runtime=runtime,
     )
     container._closers = closers
     return container
@@ -145,11 +151,11 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
-def _build_recall(settings: Settings, store: MemoryStore, index: SearchIndex, embedder: Embedder | None,
+def _build_recall(runtime: Any, store: MemoryStore, index: SearchIndex, embedder: Embedder | None,
                   clock: Clock, memories: Any) -> Any:
     from engram.services.recall import RecallConfig, RecallService
 
-    config = RecallConfig.from_settings(settings)
+    config = runtime.provider(RecallConfig.from_settings)
     return RecallService(store, index, embedder, None, None, clock, config)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,14 @@ class RecallResult(BaseModel):
 
 class RecallService:
     def __init__(self, store: Any, index: Any, embedder: Any, reranker: Any, compressor: Any, clock: Any,
-                 config: RecallConfig) -> None:
-        self._store, self._index, self._embedder, self._config = store, index, embedder, config
+                 config: RecallConfig | Callable[[], RecallConfig]) -> None:
+        self._store, self._index, self._embedder = store, index, embedder
+        # A callable is read per recall (runtime settings change it without a restart).
+        self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
+
+    @property
+    def _config(self) -> RecallConfig:
+        return self._config_of()
 
     def recall(self, namespace: str, query: str, *, top_k: int | None = None, types: Sequence[str] = (),
                exclude_ids: Collection[str] = (), record_injection: bool = False) -> RecallResult:
