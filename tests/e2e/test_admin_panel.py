@@ -23,10 +23,16 @@ CHROMIUM = Path("/usr/bin/chromium")
 PASSWORD = "a long admin password 42"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "admin"
 BROWSER_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
-XSS = '<img src=x onerror="window.__pwned=1;document.title=\'pwned\'">'
+XSS = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
 
 if not CHROMIUM.exists():
     pytest.skip("needs /usr/bin/chromium: run scripts/install-browser.sh", allow_module_level=True)
@@ -71,30 +77,68 @@ def login(page: Any, password: str = PASSWORD) -> None:
     page.get_by_role("button", name="Log in").click()
 
 
-def shot(page: Any, name: str) -> None:
+def shot(page: Any, name: str, *, full_page: bool = True) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_timeout(150)  # let toasts and transitions settle
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
 
 
 def seed(owner: httpx.Client, server: EngramServer) -> dict[str, Any]:
-    tea = owner.post("/v1/memories", json={"content": "Alice likes green tea in the morning", "type": "preference",
-                                             "tags": ["drinks"], "importance": 0.7}).json()["memory"]
-    owner.post("/v1/memories", json={"content": "Alice lives in Berlin", "type": "identity", "fact_key": "home:city",
-                                      "layer": "core", "pinned": True})
-    owner.post("/v1/memories", json={"content": "Alice moved to Lisbon in 2026", "type": "identity", "fact_key": "home:city",
-                                      "layer": "core"})
-    owner.post("/v1/memories", json={"content": "Project Engram ships the admin panel this week", "type": "project",
-                                      "layer": "event", "tags": ["work"]})
+    tea = owner.post(
+        "/v1/memories",
+        json={
+            "content": "Alice likes green tea in the morning",
+            "type": "preference",
+            "tags": ["drinks"],
+            "importance": 0.7,
+        },
+    ).json()["memory"]
+    owner.post(
+        "/v1/memories",
+        json={
+            "content": "Alice lives in Berlin",
+            "type": "identity",
+            "fact_key": "home:city",
+            "layer": "core",
+            "pinned": True,
+        },
+    )
+    owner.post(
+        "/v1/memories",
+        json={"content": "Alice moved to Lisbon in 2026", "type": "identity", "fact_key": "home:city", "layer": "core"},
+    )
+    owner.post(
+        "/v1/memories",
+        json={
+            "content": "Project Engram ships the admin panel this week",
+            "type": "project",
+            "layer": "event",
+            "tags": ["work"],
+        },
+    )
     owner.put("/v1/digest", json={"content": "Alice: tea lover, moved from Berlin to Lisbon, builds Engram."})
-    owner.post("/v1/ingest/messages", json={"messages": [
-        {"role": "user", "content": "Good morning!"}, {"role": "assistant", "content": "Morning, Alice."}]})
-    owner.post("/v1/precious", json={"content": "You are the kind of tired that sleep does not fix.",
-                                      "reason": "said on a hard night"})
+    owner.post(
+        "/v1/ingest/messages",
+        json={
+            "messages": [
+                {"role": "user", "content": "Good morning!"},
+                {"role": "assistant", "content": "Morning, Alice."},
+            ]
+        },
+    )
+    owner.post(
+        "/v1/precious",
+        json={"content": "You are the kind of tired that sleep does not fix.", "reason": "said on a hard night"},
+    )
     owner.post("/v1/glossary", json={"term": "Mochi", "aliases": ["the cat"], "definition": "Alice's grey cat"})
     candidates = server.container.candidates
-    cand = candidates.propose("alice", "Alice prefers oolong tea over green tea", type="preference",
-                              confidence=0.55, source_message_ids=["m1", "m2"])
+    cand = candidates.propose(
+        "alice",
+        "Alice prefers oolong tea over green tea",
+        type="preference",
+        confidence=0.55,
+        source_message_ids=["m1", "m2"],
+    )
     candidates.propose("alice", "Alice might be learning Portuguese", confidence=0.35)
     return {"tea": tea, "candidate": cand}
 
@@ -187,7 +231,9 @@ def test_search_and_edit_a_memory(page: Any, panel_server: EngramServer, owner_a
     shot(page, "memories-edit-dialog")
     dialog.get_by_role("button", name="Save").click()
     # Then the list and the store show the new text and tags
-    expect(view.locator(".memory").first.locator(".content")).to_have_text("Alice likes jasmine green tea in the morning")
+    expect(view.locator(".memory").first.locator(".content")).to_have_text(
+        "Alice likes jasmine green tea in the morning"
+    )
     stored = owner_api.get(f"/v1/memories/{ids['tea']['id']}").json()
     assert stored["content"] == "Alice likes jasmine green tea in the morning"
     assert stored["tags"] == ["drinks", "morning"]
@@ -292,8 +338,9 @@ def test_approve_and_merge_candidates(page: Any, panel_server: EngramServer, own
     assert [c["id"] for c in merged] == [ids["candidate"].id]
 
 
-def test_supersede_candidate_replaces_the_chosen_memory(page: Any, panel_server: EngramServer,
-                                                         owner_api: httpx.Client) -> None:
+def test_supersede_candidate_replaces_the_chosen_memory(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
     # Given a candidate and the memory it should replace
     seed(owner_api, panel_server)
     login(page)
@@ -343,8 +390,9 @@ def test_add_glossary_term_and_precious_note(page: Any, panel_server: EngramServ
     assert any(p["content"] == "Keep going, quietly." for p in owner_api.get("/v1/precious").json()["items"])
 
 
-def test_reindex_with_progress_and_export_download(page: Any, panel_server: EngramServer,
-                                                    owner_api: httpx.Client) -> None:
+def test_reindex_with_progress_and_export_download(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
     # Given memories
     seed(owner_api, panel_server)
     login(page)
@@ -404,8 +452,9 @@ def test_run_a_job_from_maintenance(page: Any, panel_server: EngramServer) -> No
 
 
 # -- settings --------------------------------------------------------------------------------------
-def test_settings_change_applies_without_restart(page: Any, panel_server: EngramServer,
-                                                  owner_api: httpx.Client) -> None:
+def test_settings_change_applies_without_restart(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
     # Given memories that all match a query
     seed(owner_api, panel_server)
     assert len(owner_api.post("/v1/search/memories", json={"query": "Alice"}).json()["items"]) == 3
@@ -439,8 +488,13 @@ def test_settings_change_applies_without_restart(page: Any, panel_server: Engram
 def test_phone_layout_has_a_bottom_tab_bar(browser: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
     # Given a phone-sized screen
     seed(owner_api, panel_server)
-    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
-                                  has_touch=True, base_url=panel_server.url)
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844},
+        device_scale_factor=2,
+        is_mobile=True,
+        has_touch=True,
+        base_url=panel_server.url,
+    )
     page = context.new_page()
     login(page)
     expect(page.locator("[data-view=today]")).to_be_visible()
@@ -453,5 +507,5 @@ def test_phone_layout_has_a_bottom_tab_bar(browser: Any, panel_server: EngramSer
         expect(page.locator(f"[data-view={tab}]")).to_be_visible()
         page.wait_for_load_state("networkidle")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        shot(page, f"phone-{tab}")
+        shot(page, f"phone-{tab}", full_page=False)
     context.close()

@@ -63,8 +63,9 @@ ALLOWLIST: tuple[RuntimeSetting, ...] = (
 class RuntimeSettings(Generic[S]):
     """The effective settings: ``base`` (from the environment) with the stored overrides applied."""
 
-    def __init__(self, store: MemoryStore, base: S, *, ttl_seconds: float = 5.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, store: MemoryStore, base: S, *, ttl_seconds: float = 5.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self._store = store
         self._base = base
         self._ttl = ttl_seconds
@@ -119,18 +120,20 @@ class RuntimeSettings(Generic[S]):
         for name, spec in self._specs.items():
             field = self._fields[name]
             schema = self._adapters[name].json_schema()
-            out.append({
-                "name": name,
-                "group": spec.group,
-                "label": spec.label,
-                "description": field.description or "",
-                "kind": _kind(schema, name),
-                "minimum": _bound(schema, "minimum", "exclusiveMinimum"),
-                "maximum": _bound(schema, "maximum", "exclusiveMaximum"),
-                "value": getattr(effective, name),
-                "default": getattr(self._base, name),
-                "overridden": name in self._overrides,
-            })
+            out.append(
+                {
+                    "name": name,
+                    "group": spec.group,
+                    "label": spec.label,
+                    "description": field.description or "",
+                    "kind": _kind(schema, name),
+                    "minimum": _bound(schema, "minimum", "exclusiveMinimum"),
+                    "maximum": _bound(schema, "maximum", "exclusiveMaximum"),
+                    "value": getattr(effective, name),
+                    "default": getattr(self._base, name),
+                    "overridden": name in self._overrides,
+                }
+            )
         return out
 
     # -- writing --------------------------------------------------------------------------------

@@ -67,8 +67,16 @@ class ReindexJob:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return dict(self._state)
-            self._state = {"state": "running", "done": 0, "total": 0, "namespace": namespace,
-                           "started_at": time.time(), "finished_at": None, "error": None, "reset": False}
+            self._state = {
+                "state": "running",
+                "done": 0,
+                "total": 0,
+                "namespace": namespace,
+                "started_at": time.time(),
+                "finished_at": None,
+                "error": None,
+                "reset": False,
+            }
             self._thread = threading.Thread(target=self._run, args=(namespace,), name="engram-reindex", daemon=True)
             self._thread.start()
             return dict(self._state)
@@ -158,13 +166,15 @@ def install(app: FastAPI, container: Any) -> None:
             return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
         retry = limiter.hit(client_ip(request))
         if retry is not None:
-            response = error_response(429, "too many login attempts; wait a minute", "rate_limit_error",
-                                      "login_rate_limited")
+            response = error_response(
+                429, "too many login attempts; wait a minute", "rate_limit_error", "login_rate_limited"
+            )
             response.headers["retry-after"] = str(int(retry + 0.999))
             return response
         if not sessions.configured:
-            raise NotConfigured("the admin panel has no password: set ENGRAM_ADMIN_PASSWORD and restart",
-                                code="admin_password_missing")
+            raise NotConfigured(
+                "the admin panel has no password: set ENGRAM_ADMIN_PASSWORD and restart", code="admin_password_missing"
+            )
         if not sessions.check_password(body.password):
             log.warning("admin login failed from %s", client_ip(request))
             raise Unauthorized("wrong password", code="wrong_password")

@@ -45,8 +45,9 @@ def _b64(raw: bytes) -> str:
 class AdminSessions:
     """Issues and verifies admin session cookies."""
 
-    def __init__(self, password: str | None, store: MemoryStore, namespace: str, *,
-                 now: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, password: str | None, store: MemoryStore, namespace: str, *, now: Callable[[], float] = time.time
+    ) -> None:
         self._password = password or None
         self._store = store
         self.namespace = namespace
@@ -141,8 +142,15 @@ class AdminSessions:
         return Principal(namespace=self.namespace, scopes=frozenset({ALL}), key_name="admin-panel")
 
     def set_cookie(self, request: HTTPConnection, response: Response, token: str) -> None:
-        response.set_cookie(COOKIE_NAME, token, max_age=SESSION_SECONDS, path="/", httponly=True,
-                            samesite="strict", secure=is_https(request))
+        response.set_cookie(
+            COOKIE_NAME,
+            token,
+            max_age=SESSION_SECONDS,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=is_https(request),
+        )
 
     def clear_cookie(self, request: HTTPConnection, response: Response) -> None:
         response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict", secure=is_https(request))
@@ -177,8 +185,14 @@ def client_ip(request: HTTPConnection) -> str:
 class LoginLimiter:
     """At most ``attempts`` login attempts per ``window`` seconds per client address (per process)."""
 
-    def __init__(self, attempts: int = 5, window: float = 60.0, *, max_clients: int = 10_000,
-                 now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        attempts: int = 5,
+        window: float = 60.0,
+        *,
+        max_clients: int = 10_000,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._attempts = attempts
         self._window = window
         self._max_clients = max_clients

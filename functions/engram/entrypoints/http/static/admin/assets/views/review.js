@@ -1,6 +1,6 @@
 // Review: pending candidates; approve, discard, merge into or supersede a chosen memory.
 import { get, post } from '../api.js';
-import { button, chip, empty, fmtAgo, fmtDate, h, pct, toast } from '../dom.js';
+import { append, button, chip, empty, fmtAgo, fmtDate, h, pct, toast } from '../dom.js';
 import { memoryMeta, pickMemory } from './memory-ui.js';
 
 function confidence(value) {
@@ -34,7 +34,7 @@ function candidateCard(c, { onDone }) {
     )).catch(() => target.remove());
   }
 
-  el.append(
+  append(el, [
     text, editor,
     h('div', { class: 'meta' },
       chip(c.type, `type t-${c.type}`),
@@ -68,7 +68,7 @@ function candidateCard(c, { onDone }) {
         if (!editor.hidden) editor.focus();
       }, { kind: 'ghost small', iconName: 'edit' }),
       button('Discard', () => decide('discard', {}, 'Discarded'), { kind: 'ghost small danger-text', iconName: 'x' })),
-  );
+  ]);
   return el;
 }
 

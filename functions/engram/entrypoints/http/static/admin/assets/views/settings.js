@@ -41,7 +41,7 @@ export async function render(root) {
   const refreshState = () => {
     const n = Object.keys(dirty()).length;
     save.disabled = n === 0;
-    status.textContent = n ? `${n} unsaved change${n === 1 ? '' : 's'}` : '';
+    status.textContent = n ? `${n} unsaved change${n === 1 ? '' : 's'}` : 'No unsaved changes';
   };
   const apply = (res) => {
     data.items = res.items;
@@ -87,6 +87,7 @@ export async function render(root) {
     } catch (err) { toast(err.message, 'error'); }
   });
 
+  refreshState();
   const info = data.info || {};
   const session = await api('admin/session').catch(() => ({}));
   const facts = [

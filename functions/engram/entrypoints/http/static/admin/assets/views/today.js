@@ -1,6 +1,6 @@
 // Today: messages, digest, yesterday's log, counts by type and layer, review queue, last job runs.
 import { get, put } from '../api.js';
-import { button, card, empty, field, fmtAgo, fmtDate, h, openDialog, toast } from '../dom.js';
+import { button, card, empty, field, fmtAgo, h, openDialog, toast } from '../dom.js';
 import { runList, runRow } from './jobs-ui.js';
 
 function stat(label, value, { href = null, tone = '' } = {}) {
@@ -97,8 +97,9 @@ export async function render(root, ctx) {
       card('Last job runs', jobsBody),
       card('Memories by type', bars(counts.type)),
       card('Memories by layer', bars(counts.layer),
-        h('p', { class: 'muted small' }, `${stats.messages_total ?? 0} messages stored · `,
-          Object.entries(counts.status || {}).filter(([s, n]) => s !== 'active' && n).map(([s, n]) => `${n} ${s}`).join(' · ') || 'nothing archived',
-          ' · ', `checked ${fmtDate(now.toISOString())}`))),
+        h('p', { class: 'muted small card-foot' }, [
+          `${stats.messages_total ?? 0} messages stored`,
+          ...Object.entries(counts.status || {}).filter(([s, n]) => s !== 'active' && n).map(([s, n]) => `${n} ${s}`),
+        ].join(' · ')))),
   );
 }
