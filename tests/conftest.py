@@ -65,6 +65,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., EngramServer]]:
         overrides = settings.pop("overrides", {})
         settings.setdefault("store", os.environ.get("ENGRAM_TEST_STORE", "sqlite"))
         settings.setdefault("search", os.environ.get("ENGRAM_TEST_SEARCH", "local"))
+        settings.setdefault("scheduler_enabled", False)  # jobs run only when a test asks for them
         config = Settings(data_dir=data_dir, keys_file=write_keys(data_dir / "keys.json"), **settings)
         container = build_container(config, **overrides)
         stack.callback(container.close)

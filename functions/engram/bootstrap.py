@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class Container:
     settings: Settings
     store: MemoryStore
     index: SearchIndex
-    embedder: Embedder | None
+    embedder: GatedEmbedder | None
     clock: Clock
     keys: KeyRing
     memories: Any
@@ -37,6 +39,10 @@ class Container:
     transfer: Any
     recall: Any
     queue: JobQueue | None = None
+    chat: Any = None  # the chat gateway (services.chat.ChatService)
+    extraction: Any = None
+    dreaming: Any = None
+    cleanup: Any = None
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -65,9 +71,19 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     clock: Clock = overrides.get("clock") or SystemClock()
     store: MemoryStore = overrides.get("store") or _build_store(settings, closers)
     index: SearchIndex = overrides.get("index") or _build_index(settings, closers)
-    embedder: Embedder | None = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
     keys = overrides.get("keys") or build_keyring(settings)
-    _check_index_model(index, embedder)
+    if embedder is not None and not embedder.matches_index:
+        info = index.info()
+        log.warning(
+            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
+            "vector search is off until `engram reindex` rebuilds it",
+            info.model_id,
+            info.dimension,
+            embedder.model_id,
+            embedder.dimension,
+        )
 
     runtime = RuntimeSettings(store, settings)
     rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
@@ -90,7 +106,107 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         runtime=runtime,
     )
     container._closers = closers
+    _wire_jobs(container, overrides)
+    container.chat = overrides.get("chat") or _build_chat(settings, container)
     return container
+
+
+def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
+    """Extraction, dreaming and cleanup services, their models and the local job queue.
+
+    ``extract_model`` / ``dream_model`` overrides replace the models (tests pass a scripted fake).
+    """
+    from engram.services.cleanup import CleanupService, RetentionPolicy
+    from engram.services.dreaming import DreamConfig, DreamingService
+    from engram.services.extraction import ExtractionConfig, ExtractionService
+    from engram.services.jobs import NamespaceLocks
+
+    s = container.settings
+    locks = NamespaceLocks()
+    upstream: dict[str, Any] = {}
+    c = container
+
+    def job_model(name: Callable[[Settings], str]) -> Any:
+        # The model name follows the runtime settings (admin panel); the upstream stays the environment's.
+        if _build_chat_model(s, name(s), upstream) is None:
+            return None
+        return RuntimeChatModel(c.runtime.provider(lambda eff: _build_chat_model(eff, name(eff), upstream)))
+
+    extract_model = (
+        overrides["extract_model"]
+        if "extract_model" in overrides
+        else job_model(lambda eff: eff.extract_model or eff.chat_model)
+    )
+    dream_model = (
+        overrides["dream_model"]
+        if "dream_model" in overrides
+        else job_model(lambda eff: eff.dream_model or eff.chat_model)
+    )
+    extraction_config = c.runtime.provider(ExtractionConfig.from_settings)
+    dream_config = c.runtime.provider(DreamConfig.from_settings)
+    c.extraction = ExtractionService(
+        c.store, c.memories, c.candidates, extract_model, c.clock, extraction_config, locks, c.index
+    )
+    c.dreaming = DreamingService(
+        c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
+    )
+    c.cleanup = CleanupService(c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks)
+    if c.queue is None and getattr(s, "queue", "inline") == "inline":
+        from engram.adapters.queue.inline import InlineJobQueue
+
+        cleanup = c.cleanup
+        c.queue = InlineJobQueue(
+            {"cleanup": lambda payload: cleanup.run(payload.get("namespace"))},
+            min_interval_seconds=s.cleanup_min_interval_hours * 3600,
+        )
+
+
+class RuntimeChatModel:
+    """A ``ChatModel`` whose model name follows the runtime settings, rebuilt only when it changes."""
+
+    def __init__(self, current: Callable[[], Any]) -> None:
+        self._current = current
+
+    def _model(self) -> Any:
+        model = self._current()
+        if model is None:
+            raise NotConfigured("no model is configured for this job (set it in the admin panel's settings)")
+        return model
+
+    @property
+    def model_id(self) -> str:
+        return str(self._model().model_id)
+
+    async def complete(self, messages: Any, **kwargs: Any) -> str:
+        return str(await self._model().complete(messages, **kwargs))
+
+    def stream(self, messages: Any, **kwargs: Any) -> Any:
+        return self._model().stream(messages, **kwargs)
+
+
+def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) -> Any:
+    """A ``ChatModel`` for Engram's own calls over the configured upstream; ``None`` when no model
+    or upstream is configured (the jobs then answer ``NotConfigured``)."""
+    if not model:
+        return None
+    try:
+        if settings.upstream_base_url:
+            from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
+
+            if "openai" not in shared:
+                key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+                shared["openai"] = OpenAICompatUpstream(settings.upstream_base_url, key)
+            return OpenAICompatChatModel(shared["openai"], model)
+        if settings.anthropic_base_url:
+            from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
+
+            if "anthropic" not in shared:
+                key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+                shared["anthropic"] = AnthropicUpstream(settings.anthropic_base_url, key)
+            return AnthropicChatModel(shared["anthropic"], model)
+    except ModuleNotFoundError as exc:  # a build without the LLM adapters
+        log.warning("no chat model adapter available (%s): extraction and dreaming are off", exc.name)
+    return None
 
 
 # -- adapters -------------------------------------------------------------------------------
@@ -151,34 +267,79 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
-def _build_recall(runtime: Any, store: MemoryStore, index: SearchIndex, embedder: Embedder | None,
-                  clock: Clock, memories: Any) -> Any:
+def _build_recall(
+    runtime: Any, store: MemoryStore, index: SearchIndex, embedder: Embedder | None, clock: Clock, memories: Any
+) -> Any:
     from engram.services.recall import RecallConfig, RecallService
 
     config = runtime.provider(RecallConfig.from_settings)
     return RecallService(store, index, embedder, None, None, clock, config)
 
 
-def _check_index_model(index: SearchIndex, embedder: Embedder | None) -> None:
-    """Record the embedding model on a fresh index; warn when it changed (run `engram reindex`)."""
-    if embedder is None:
-        return
-    info = index.info()
-    if info.model_id is None:
-        index.reset(embedder.model_id, embedder.dimension)
-    elif info.model_id != embedder.model_id or info.dimension != embedder.dimension:
-        log.warning(
-            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
-            "vector search is off until `engram reindex` rebuilds it",
-            info.model_id, info.dimension, embedder.model_id, embedder.dimension,
+def _build_chat(settings: Settings, container: Container) -> Any:
+    """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan)."""
+    from engram.adapters.llm.anthropic import AnthropicUpstream
+    from engram.adapters.llm.openai_compat import OpenAICompatUpstream
+    from engram.services.chat import ChatConfig, ChatService
+
+    timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
+    openai = OpenAICompatUpstream(
+        settings.upstream_base_url,
+        settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None,
+        **timeouts,
+    )
+    anthropic = AnthropicUpstream(
+        settings.anthropic_base_url,
+        settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+        **timeouts,
+    )
+    try:
+        from engram.services.recall import render_prompt
+    except ImportError:  # recall not in this build: plain one-line-per-memory rendering
+        render_prompt = None
+    config = container.runtime.provider(
+        lambda eff: ChatConfig.from_settings(
+            eff, openai_configured=openai.configured, anthropic_configured=anthropic.configured
         )
+    )
+    return ChatService(
+        openai=openai,
+        anthropic=anthropic,
+        store=container.store,
+        library=container.library,
+        memories=container.memories,
+        recall=container.recall,
+        clock=container.clock,
+        config=config,
+        queue=container.queue,
+        render_recall=render_prompt,
+    )
 
 
 def index_model_mismatch(container: Container) -> bool:
-    if container.embedder is None:
-        return False
-    info = container.index.info()
-    return info.model_id != container.embedder.model_id or info.dimension != container.embedder.dimension
+    embedder = container.embedder
+    return isinstance(embedder, GatedEmbedder) and not embedder.matches_index
+
+
+def rebuild_index(container: Container, progress: Any = None) -> int:
+    """Reset the index to the current embedder and re-add every active memory of every namespace.
+
+    ``progress(namespace, total)`` returns a callable advanced per memory (or None).
+    """
+
+    def reindex_all() -> int:
+        total = 0
+        for ns in container.store.list_namespaces():
+            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
+            bar = progress(ns, count) if progress else None
+            total += container.memories.reindex(ns, progress=bar)
+            if bar is not None and hasattr(bar, "close"):
+                bar.close()
+        return total
+
+    if isinstance(container.embedder, GatedEmbedder):
+        return container.embedder.rebuild(reindex_all)
+    return reindex_all()
 
 
 # -- keys -----------------------------------------------------------------------------------
@@ -186,7 +347,9 @@ def build_keyring(settings: Settings) -> KeyRing:
     keys: list[ApiKey] = []
     if settings.api_key is not None:
         keys.append(
-            ApiKey.create(settings.api_key.get_secret_value(), name="owner", namespace=settings.default_namespace, scopes=[ALL])
+            ApiKey.create(
+                settings.api_key.get_secret_value(), name="owner", namespace=settings.default_namespace, scopes=[ALL]
+            )
         )
     if settings.keys_file is not None:
         keys.extend(load_keys_file(Path(settings.keys_file)))
@@ -232,5 +395,9 @@ def ensure_local_owner_key(settings: Settings) -> tuple[Settings, str | None]:
         created = "ek_" + secrets.token_urlsafe(24)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump([{"name": "owner", "key": created, "namespace": settings.default_namespace, "scopes": [ALL]}], fh, indent=2)
+            json.dump(
+                [{"name": "owner", "key": created, "namespace": settings.default_namespace, "scopes": [ALL]}],
+                fh,
+                indent=2,
+            )
     return settings.model_copy(update={"keys_file": path}), created

@@ -7,10 +7,10 @@ generated from the field descriptions here (``engram settings --markdown``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -20,9 +20,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `engram serve` listens on.")
     port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
     data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
-    max_body_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
-    )
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
     log_level: str = Field("INFO", description="Log level (DEBUG shows more, never keys).")
 
     # -- auth -----------------------------------------------------------------------------
@@ -31,7 +29,7 @@ class Settings(BaseSettings):
     )
     keys_file: Path | None = Field(
         None,
-        description="JSON file with several keys: `[{\"key\", \"namespace\", \"scopes\": [...], \"name\"}]`.",
+        description='JSON file with several keys: `[{"key", "namespace", "scopes": [...], "name"}]`.',
     )
     admin_password: SecretStr | None = Field(None, description="Password of the admin panel at `/admin`.")
     default_namespace: str = Field("default", description="Namespace of the owner key.")
@@ -56,7 +54,13 @@ class Settings(BaseSettings):
     embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
 
     # -- memory rules ---------------------------------------------------------------------
-    dedup_cosine: float = Field(0.9, ge=0, le=1, description="Cosine at or above which two memories are the same.")
+    dedup_cosine: float = Field(
+        0.96,
+        ge=0,
+        le=1,
+        description="Cosine at or above which two memories say the same thing (0.96 suits the local e5 model, "
+        "whose scores run high; about 0.9 suits Titan or OpenAI embeddings).",
+    )
     review_confidence: float = Field(
         0.76, ge=0, le=1, description="Extracted memories below this confidence go to the review queue."
     )
@@ -64,20 +68,44 @@ class Settings(BaseSettings):
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
     recall_candidates: int = Field(50, ge=5, le=500, description="Candidates fetched from each retriever.")
-    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant.")
-    recall_keyword_weight: float = Field(1.0, ge=0, description="Weight of keyword ranks in fusion.")
-    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector ranks in fusion.")
+    recall_fusion: Literal["score", "rrf"] = Field(
+        "score",
+        description="How keyword and vector candidates are fused: `score` (weighted sum of normalized scores; "
+        "best on the retrieval benchmark) or `rrf` (weighted reciprocal ranks).",
+    )
+    recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant (`recall_fusion=rrf`).")
+    recall_keyword_weight: float = Field(1.5, ge=0, description="Weight of keyword search in fusion.")
+    recall_vector_weight: float = Field(1.0, ge=0, description="Weight of vector search in fusion.")
     recall_importance_weight: float = Field(0.2, ge=0, le=1, description="How much importance lifts a score.")
     recall_recency_weight: float = Field(0.1, ge=0, le=1, description="How much recency lifts a score.")
     recall_recency_half_life_days: float = Field(30.0, gt=0, description="Half-life of the recency boost.")
-    recall_min_score: float = Field(0.0, ge=0, description="Score floor after fusion (0 keeps everything).")
+    recall_min_score: float = Field(
+        0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
+    )
     recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
+    recall_dedup_jaccard: float = Field(
+        0.9, ge=0, le=1, description="Token overlap at or above which two recalled memories count as one (1 = exact)."
+    )
+    recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
+    recall_compress: bool = Field(
+        False, description="Compress recalled memories into short lines with a small chat model before injection."
+    )
+    recall_compress_timeout_s: float = Field(
+        8.0, gt=0, description="Give up compressing after this long (uncompressed)."
+    )
+    recall_max_query_chars: int = Field(
+        2000, ge=50, description="Longer queries keep only their last characters (the question is usually last)."
+    )
 
     # -- upstream models ------------------------------------------------------------------
-    upstream_base_url: str = Field("", description="OpenAI-compatible upstream base URL (e.g. `https://api.openai.com/v1`).")
+    upstream_base_url: str = Field(
+        "", description="OpenAI-compatible upstream base URL (e.g. `https://api.openai.com/v1`)."
+    )
     upstream_api_key: SecretStr | None = Field(None, description="Key for the OpenAI-compatible upstream.")
-    anthropic_base_url: str = Field("", description="Anthropic Messages API base URL (e.g. `https://api.anthropic.com`).")
+    anthropic_base_url: str = Field(
+        "", description="Anthropic Messages API base URL (e.g. `https://api.anthropic.com`)."
+    )
     anthropic_api_key: SecretStr | None = Field(None, description="Key for the Anthropic upstream.")
     public_model_name: str = Field("companion", description="Model alias clients use.")
     chat_model: str = Field("", description="Upstream model the alias maps to.")
@@ -86,8 +114,128 @@ class Settings(BaseSettings):
     dream_model: str = Field("", description="Model for dreaming (defaults to `chat_model`).")
     timezone: str = Field("UTC", description="The user's time zone (day boundaries, dreaming at 04:10).")
 
+    # -- chat gateway ---------------------------------------------------------------------
+    upstream_connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect to an upstream model API.")
+    upstream_timeout: float = Field(
+        300.0, gt=0, description="Seconds an upstream may stay silent (before its first byte or between chunks) -> 504."
+    )
+    chat_allow_model_passthrough: bool = Field(
+        False, description="Forward model names other than the alias, `chat_model` and `vision_model` as they are."
+    )
+    chat_inject_enabled: bool = Field(True, description="Inject memories into chat requests (`false`: pure proxy).")
+    chat_inject_max_body_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, description="Chat bodies larger than this are forwarded without injection."
+    )
+    chat_boot_max_chars: int = Field(8000, ge=500, description="Largest boot block (persona, digest, ...) injected.")
+    chat_boot_cache_seconds: float = Field(
+        30.0, ge=0, description="How long a namespace's rendered boot block is reused before it is rebuilt."
+    )
+    chat_keepalive_seconds: float = Field(
+        15.0, gt=0, description="SSE `: ping` interval while a streaming upstream has not answered yet."
+    )
+    chat_store_messages: bool = Field(
+        True, description="Store each exchange (last user message + reply) for the extraction job."
+    )
+    chat_default_max_tokens: int = Field(
+        4096, ge=1, description="`max_tokens` sent to Claude when an OpenAI-wire client sets none."
+    )
+    anthropic_cache_enabled: bool = Field(
+        True, description="Place Claude prompt-cache markers (system anchor, tail, bridge, last tool)."
+    )
+    anthropic_cache_ttl: Literal["5m", "1h"] = Field("5m", description="TTL of Claude cache markers: `5m` or `1h`.")
+
     # -- jobs -----------------------------------------------------------------------------
-    scheduler_enabled: bool = Field(True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`.")
+    scheduler_enabled: bool = Field(
+        True, description="Run extraction/dreaming/cleanup schedules inside `engram serve`."
+    )
+    extract_interval_hours: int = Field(
+        4, ge=1, le=24, description="Extraction runs every this many hours (at whole UTC hours divisible by it)."
+    )
+    extract_window_hours: float = Field(
+        4.0, gt=0, description="First extraction of a namespace reads only this many past hours, not all history."
+    )
+    extract_max_messages: int = Field(40, ge=1, le=500, description="Messages per extraction batch (one model call).")
+    extract_max_batches: int = Field(
+        4, ge=1, le=100, description="Batches per extraction run and namespace; the rest waits for the next run."
+    )
+    extract_max_tokens: int = Field(1200, ge=100, description="Output token limit of one extraction call.")
+    extract_max_message_chars: int = Field(
+        2000, ge=100, description="Longer messages are clipped to this many characters in extraction/dream prompts."
+    )
+    dream_hour: int = Field(4, ge=0, le=23, description="Hour (in `ENGRAM_TIMEZONE`) of the nightly dream.")
+    dream_minute: int = Field(10, ge=0, le=59, description="Minute of the nightly dream.")
+    dream_max_messages: int = Field(
+        400, ge=1, le=5000, description="Most messages of one day given to the dream model (the latest are kept)."
+    )
+    dream_max_tokens: int = Field(8000, ge=200, description="Output token limit of the dream call.")
+    dream_memory_context_limit: int = Field(
+        40, ge=0, le=500, description="Active memories most relevant to the day shown to the dream model."
+    )
+    dream_excerpt_limit: int = Field(
+        8, ge=0, le=100, description="Most verbatim excerpts kept as precious notes per day."
+    )
+    cleanup_hour: int = Field(3, ge=0, le=23, description="Hour (in `ENGRAM_TIMEZONE`) of the nightly cleanup.")
+    cleanup_minute: int = Field(30, ge=0, le=59, description="Minute of the nightly cleanup.")
+    cleanup_min_interval_hours: float = Field(
+        24.0, ge=0, description="The chat path queues a cleanup at most once per this many hours per namespace."
+    )
+    retention_messages_days: int = Field(14, ge=1, description="Stored chat messages are deleted after this many days.")
+    retention_usage_days: int = Field(30, ge=1, description="Usage log rows are deleted after this many days.")
+    retention_events_days: int = Field(30, ge=1, description="Memory events (audit trail, job runs) are deleted after.")
+    retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
+    memory_expire_unseen_days: int = Field(
+        180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
+    )
+    hard_delete_after_days: int = Field(
+        30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."
+    )
+
+    # -- MCP ------------------------------------------------------------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],
+        description="Host headers `/mcp` accepts (comma-separated): `name`, `name:*` (any port), "
+        "`*.suffix` (any subdomain, e.g. `*.lambda-url.eu-west-1.on.aws`) or `*` (any host).",
+    )
+    mcp_allow_query_token: bool = Field(
+        False,
+        description="Also accept the key as `/mcp?token=<key>` (for clients that cannot send headers). "
+        "Off by default: URLs end up in logs and histories. The token is removed before access logging.",
+    )
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
+    surface: Literal["all", "mcp"] = Field(
+        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    )
+    aws_region: str = Field(
+        "", description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock (default: the SDK's)."
+    )
+    table_name: str = Field("", description="DynamoDB table of the `dynamodb` store.")
+    opensearch_endpoint: str = Field(
+        "", description="OpenSearch Serverless collection endpoint (`https://<id>.<region>.aoss.amazonaws.com`)."
+    )
+    opensearch_index: str = Field("engram-memories", description="Index name inside the OpenSearch collection.")
+    secret_arn: str = Field(
+        "", description="Secrets Manager secret (JSON) with keys and upstream keys; its fields override settings."
+    )
+    queue: Literal["inline", "sqs"] = Field(
+        "inline", description="Job queue: `inline` (in-process) or `sqs` (AWS, needs `ENGRAM_CLEANUP_QUEUE_URL`)."
+    )
+    cleanup_queue_url: str = Field("", description="SQS queue URL for cleanup jobs (`queue=sqs`).")
+    reranker: Literal["none", "bedrock"] = Field("none", description="Reranker: `none` (fused order) or `bedrock`.")
+    rerank_model: str = Field("amazon.rerank-v1:0", description="Bedrock rerank model id.")
+    rerank_region: str = Field(
+        "", description="Region of the Bedrock rerank API (not every region has it; default: `aws_region`)."
+    )
 
 
 def load_settings(**overrides: object) -> Settings:

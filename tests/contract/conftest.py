@@ -30,9 +30,18 @@ def _sqlite_store(tmp_path: Path) -> Iterator[MemoryStore]:
         store.close()
 
 
+def _dynamodb_store(tmp_path: Path) -> AbstractContextManager[MemoryStore]:
+    # DynamoMemoryStore on a fresh moto table; the mock starts before any client exists.
+    pytest.importorskip("moto")
+    from tests.fakes.moto_aws import dynamo_store
+
+    return dynamo_store(tmp_path)
+
+
 STORE_FACTORIES: dict[str, Callable[[Path], AbstractContextManager[MemoryStore]]] = {
     "memory": _inmemory_store,
     "sqlite": _sqlite_store,
+    "dynamodb": _dynamodb_store,
 }
 
 

@@ -71,16 +71,17 @@ def ids(rows: Any) -> list[str]:
     return [row.id for row in rows]
 
 
-def all_pages(fetch: Callable[[str | None], Any]) -> list[list[str]]:
-    """Follow cursors from the first page to the last; the ids of each page."""
+def all_pages(fetch: Callable[[str | None], Any], *, max_pages: int = 20) -> list[list[str]]:
+    """Follow cursors from the first page to the last; the ids of each page (a cursor loop fails)."""
     pages: list[list[str]] = []
     cursor: str | None = None
-    while True:
+    for _ in range(max_pages):
         page = fetch(cursor)
         pages.append(ids(page.items))
         cursor = page.next_cursor
         if cursor is None:
             return pages
+    pytest.fail(f"no last page after {max_pages} pages: {pages}")
 
 
 def test_adapter_implements_the_port(store: MemoryStore) -> None:

@@ -196,7 +196,11 @@ def test_namespaces_never_leak(server: EngramServer, owner: httpx.Client) -> Non
 # -- bad input --------------------------------------------------------------------------------
 def test_bad_input_gets_json_errors_and_changes_nothing(owner: httpx.Client) -> None:
     cases = [
-        (owner.post("/v1/memories", content=b"{not json", headers={"content-type": "application/json"}), 400, "invalid_json"),
+        (
+            owner.post("/v1/memories", content=b"{not json", headers={"content-type": "application/json"}),
+            400,
+            "invalid_json",
+        ),
         (owner.post("/v1/memories", json={"content": 42}), 422, "invalid_request"),
         (owner.post("/v1/memories", json={}), 422, "invalid_request"),
         (owner.post("/v1/memories", json={"content": "x", "importance": 7}), 422, "invalid_request"),
@@ -225,8 +229,11 @@ def test_oversized_body_is_413(make_server) -> None:  # type: ignore[no-untyped-
     with small.client() as client:
         # When a larger body is sent, declared or chunked
         declared = client.post("/v1/memories", json={"content": "y" * 10_000})
-        chunked = client.post("/v1/memories", content=iter([b'{"content": "', b"z" * 10_000, b'"}']),
-                              headers={"content-type": "application/json"})
+        chunked = client.post(
+            "/v1/memories",
+            content=iter([b'{"content": "', b"z" * 10_000, b'"}']),
+            headers={"content-type": "application/json"},
+        )
         # Then 413 with a JSON error, and nothing stored
         assert declared.status_code == 413 and declared.json()["error"]["code"] == "body_too_large"
         assert chunked.status_code == 413

@@ -73,6 +73,15 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
 
 
+def numeric_tokens(text: str) -> frozenset[str]:
+    """Tokens that carry a digit (dates, amounts, codes): two texts that differ here differ in fact."""
+    return frozenset(
+        t
+        for t in re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).casefold())
+        if any(ch.isdigit() for ch in t)
+    )
+
+
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     na = math.sqrt(sum(x * x for x in a))
@@ -96,13 +105,16 @@ def decide_upsert(
 ) -> UpsertDecision:
     """What an upsert by fact key does.
 
-    No active memory with the key -> create. Same text (ignoring case/punctuation) or embedding
-    cosine >= ``dedup_cosine`` -> the existing memory is marked seen. Otherwise -> supersede.
+    No active memory with the key -> create. Same text (ignoring case/punctuation) -> the existing
+    memory is marked seen. Different numbers or codes ("30" vs "31", "9:30" vs "10:00") -> supersede,
+    however close the embeddings. Embedding cosine >= ``dedup_cosine`` -> seen. Otherwise -> supersede.
     """
     if existing is None:
         return UpsertDecision("create", "no active memory with this fact_key")
     if same_meaning_text(existing.content, new_content):
         return UpsertDecision("seen", "same text")
+    if numeric_tokens(existing.content) != numeric_tokens(new_content):
+        return UpsertDecision("supersede", "numbers or codes changed")
     if similarity is not None and similarity >= dedup_cosine:
         return UpsertDecision("seen", f"cosine {similarity:.3f} >= {dedup_cosine}")
     return UpsertDecision("supersede", "content changed")

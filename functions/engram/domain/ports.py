@@ -7,7 +7,7 @@ Invariants are stated in the docstrings; the contract tests check them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -282,9 +282,46 @@ class ChatModel(Protocol):
         temperature: float | None = None,
     ) -> str: ...
 
-    def stream(
-        self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None
-    ) -> AsyncIterator[str]: ...
+    def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]: ...
+
+
+@runtime_checkable
+class UpstreamReply(Protocol):
+    """An open 2xx HTTP response from a model provider. Read it once (``aread`` or ``aiter_bytes``),
+    then ``aclose`` (also on cancellation). Reading raises ``UpstreamUnavailable`` if the connection
+    drops and ``UpstreamTimeout`` if the provider stalls longer than the read timeout."""
+
+    status: int
+    content_type: str
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ChatUpstream(Protocol):
+    """A model provider's HTTP API that the chat gateway forwards to (OpenAI-compatible or Anthropic).
+
+    ``send`` returns an open 2xx reply, or raises ``UpstreamRejected`` (status and body kept for
+    pass-through) for an error status, ``UpstreamUnavailable`` when the provider cannot be reached and
+    ``UpstreamTimeout`` when it does not answer in time. The adapter adds the provider key itself; the
+    key is never part of what it returns or raises.
+    """
+
+    @property
+    def configured(self) -> bool: ...
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> UpstreamReply: ...
 
 
 @runtime_checkable

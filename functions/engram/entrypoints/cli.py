@@ -39,7 +39,8 @@ class Progress:
             width = 30
             filled = int(width * pct / 100)
             rate = self.done / max(now - self.started, 1e-6)
-            line = f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} ({pct:.0f}%, {rate:.0f}/s)"
+            bar = "#" * filled + "." * (width - filled)
+            line = f"{self.label} [{bar}] {self.done}/{self.total} ({pct:.0f}%, {rate:.0f}/s)"
             self.stream.write(("\r" + line) if tty else (line + "\n"))
             self.stream.flush()
 
@@ -68,8 +69,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings, new_key = ensure_local_owner_key(_settings(args))
     container = build_container(settings)
     base = f"http://{settings.host}:{settings.port}"
-    print(f"Engram {base}  (data: {Path(settings.data_dir).resolve()}, store: {settings.store}, "
-          f"search: {settings.search}, embedder: {settings.embedder})", file=sys.stderr)
+    print(
+        f"Engram {base}  (data: {Path(settings.data_dir).resolve()}, store: {settings.store}, "
+        f"search: {settings.search}, embedder: {settings.embedder})",
+        file=sys.stderr,
+    )
     if new_key:
         print(f"Created your owner API key (stored in {settings.keys_file}, shown once):\n  {new_key}", file=sys.stderr)
     elif settings.keys_file and not settings.api_key:
@@ -77,29 +81,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"  REST docs {base}/docs · chat {base}/v1 · MCP {base}/mcp · admin {base}/admin", file=sys.stderr)
     app = create_app(container)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    timeout_graceful_shutdown=5)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            timeout_graceful_shutdown=5,
+        )
     finally:
         container.close()
     return 0
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container
+    from engram.bootstrap import build_container, rebuild_index
 
     container = build_container(_settings(args))
     try:
-        if container.embedder is not None:
-            container.index.reset(container.embedder.model_id, container.embedder.dimension)
-        namespaces = [args.namespace] if args.namespace else container.store.list_namespaces()
-        total = 0
-        for ns in namespaces:
-            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
-            bar = Progress(count, f"reindex {ns}")
-            total += container.memories.reindex(ns, progress=bar)
-            bar.close()
+        total = rebuild_index(container, progress=lambda ns, count: Progress(count, f"reindex {ns}"))
         model = container.embedder.model_id if container.embedder else "none (keyword only)"
-        print(f"reindexed {total} memories in {len(namespaces)} namespace(s) with {model}")
+        print(f"reindexed {total} memories with {model}")
     finally:
         container.close()
     return 0
@@ -112,7 +113,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
         print("| setting | default | what it does |\n|---|---|---|")
         for name, field in Settings.model_fields.items():
             default = field.default
-            shown = "" if default is None else (str(default) if not isinstance(default, Path) else str(default))
+            shown = "" if default is None else str(default)
             print(f"| `ENGRAM_{name.upper()}` | `{shown}` | {field.description or ''} |")
         return 0
     settings = _settings(args)

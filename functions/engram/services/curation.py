@@ -47,13 +47,17 @@ class CandidateService:
         )
         return self._store.insert_candidate(candidate)
 
-    def list(self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None) -> Page[Candidate]:
+    def list_candidates(
+        self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Candidate]:
         return self._store.list_candidates(namespace, status, limit=limit, cursor=cursor)
 
     def get(self, namespace: str, candidate_id: str) -> Candidate:
         return self._store.get_candidate(namespace, candidate_id)
 
-    def approve(self, namespace: str, candidate_id: str, *, content: str | None = None, note: str | None = None) -> tuple[Candidate, WriteResult]:
+    def approve(
+        self, namespace: str, candidate_id: str, *, content: str | None = None, note: str | None = None
+    ) -> tuple[Candidate, WriteResult]:
         """Turn the candidate into a memory (an upsert when it has a fact key)."""
         candidate = self._pending(namespace, candidate_id)
         result = self._memories.write(namespace, self._as_write(candidate, content))
@@ -71,7 +75,9 @@ class CandidateService:
         candidate = self._pending(namespace, candidate_id)
         target = self._memories.get(namespace, target_id)
         if content:
-            result = self._memories.supersede(namespace, target.id, self._as_write(candidate, content, keep_key=target.fact_key))
+            result = self._memories.supersede(
+                namespace, target.id, self._as_write(candidate, content, keep_key=target.fact_key)
+            )
         else:
             result = WriteResult(self._memories.mark_seen(namespace, target.id), "seen", reason="merged candidate")
         return self._decide(candidate, "merged", result.memory.id, note, target=target.id), result
@@ -82,7 +88,9 @@ class CandidateService:
         """Replace ``target_id`` by the candidate's text (a new version of the target)."""
         candidate = self._pending(namespace, candidate_id)
         target = self._memories.get(namespace, target_id)
-        result = self._memories.supersede(namespace, target.id, self._as_write(candidate, content, keep_key=target.fact_key))
+        result = self._memories.supersede(
+            namespace, target.id, self._as_write(candidate, content, keep_key=target.fact_key)
+        )
         return self._decide(candidate, "approved", result.memory.id, note, target=target.id), result
 
     # -- internals --------------------------------------------------------------------------

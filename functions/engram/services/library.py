@@ -99,8 +99,14 @@ class LibraryService:
 
     # -- precious ---------------------------------------------------------------------------
     def add_precious(
-        self, namespace: str, content: str, *, reason: str | None = None, tags: Sequence[str] = (),
-        source: str = "api", source_message_ids: Sequence[str] = (),
+        self,
+        namespace: str,
+        content: str,
+        *,
+        reason: str | None = None,
+        tags: Sequence[str] = (),
+        source: str = "api",
+        source_message_ids: Sequence[str] = (),
     ) -> Precious:
         return self._store.insert_precious(
             Precious(

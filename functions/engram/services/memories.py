@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound
 from engram.domain.models import (
+    MEMORY_STATUSES,
     IndexedDoc,
     Memory,
     MemoryEvent,
@@ -76,6 +77,18 @@ class MemoryPatch(BaseModel):
     remind_at: datetime | None = None
 
 
+def parse_statuses(status: Sequence[str] | None) -> tuple[str, ...]:
+    """Statuses a listing asks for: none -> active only; ``all`` -> every status (empty tuple)."""
+    if not status:
+        return ("active",)
+    if "all" in status:
+        return ()
+    bad = [s for s in status if s not in MEMORY_STATUSES]
+    if bad:
+        raise InvalidInput(f"unknown status {bad[0]!r}; one of {', '.join(MEMORY_STATUSES)} or all")
+    return tuple(status)
+
+
 @dataclass(frozen=True)
 class WriteResult:
     memory: Memory
@@ -90,7 +103,7 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class MemoryRules:
-    dedup_cosine: float = 0.9
+    dedup_cosine: float = 0.96
 
 
 class MemoryService:
@@ -211,7 +224,9 @@ class MemoryService:
             self._sync_index(updated, None)
         return updated
 
-    def set_status(self, namespace: str, memory_id: str, status: Literal["archived", "deleted"], reason: str = "") -> Memory:
+    def set_status(
+        self, namespace: str, memory_id: str, status: Literal["archived", "deleted"], reason: str = ""
+    ) -> Memory:
         memory = self._store.get_memory(namespace, memory_id)
         if memory.status == status:
             return memory
@@ -236,7 +251,12 @@ class MemoryService:
         )
         if holder is not None:
             old = holder.model_copy(
-                update={"status": "superseded", "superseded_by_id": memory.id, "status_changed_at": now, "updated_at": now}
+                update={
+                    "status": "superseded",
+                    "superseded_by_id": memory.id,
+                    "status_changed_at": now,
+                    "updated_at": now,
+                }
             )
             # supersede() inserts the new row; the revived row exists, so swap via two updates in order.
             self._store.update_memory(old)
@@ -260,7 +280,7 @@ class MemoryService:
     def get(self, namespace: str, memory_id: str) -> Memory:
         return self._store.get_memory(namespace, memory_id)
 
-    def list(
+    def list_memories(
         self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
     ) -> Page[Memory]:
         return self._store.list_memories(namespace, filters, limit=limit, cursor=cursor)
@@ -361,9 +381,7 @@ class MemoryService:
         now = self._clock.now()
         merged_tags = tuple(dict.fromkeys((*memory.tags, *tags)))
         updated = self._store.update_memory(
-            memory.model_copy(
-                update={"seen_count": memory.seen_count + 1, "last_seen_at": now, "tags": merged_tags}
-            )
+            memory.model_copy(update={"seen_count": memory.seen_count + 1, "last_seen_at": now, "tags": merged_tags})
         )
         self._event(memory.namespace, "seen", memory.id, {})
         return updated
@@ -414,8 +432,9 @@ class MemoryService:
             log.warning("index upsert failed for %s: %s", memory.id, exc.code)
             self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
             return
-        if ref != memory.index_ref:
-            self._store.update_memory(self._store.get_memory(memory.namespace, memory.id).model_copy(update={"index_ref": ref}))
+        if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
+            current = self._store.get_memory(memory.namespace, memory.id)
+            self._store.update_memory(current.model_copy(update={"index_ref": ref}))
 
     def _unindex(self, memory: Memory) -> None:
         try:

@@ -1,66 +1,511 @@
-"""INTERIM recall (plain RRF of keyword + vector hits); replaced by the full pipeline of issue 3."""
+"""Recall: the few memories that matter for a query, fast, never stale, never another user's.
+
+One pipeline serves search, the chat gateway and MCP (DESIGN.md section 6):
+
+    query -> keyword candidates + vector candidates (kNN over the namespace's active memories)
+          -> weighted fusion (normalized scores, or reciprocal ranks with k = 60)
+          -> importance and recency weighting -> store re-check (active, same namespace, not expired)
+          -> dedup (same folded text / near-identical tokens) and boot-block exclusion
+          -> optional reranker -> score floor -> anti-repeat decay -> top k -> optional compression
+
+Every stage degrades instead of failing; ``RecallResult.meta`` says what ran, what degraded and how
+long each stage took. The pure scoring helpers below are unit-tested on their own.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+import asyncio
+import json
+import logging
+import math
+import re
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from engram.domain.models import GlossaryTerm, Memory
+from engram.domain.models import GlossaryTerm, Memory, SearchHit
+from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
+from engram.domain.text import is_cjk, tokenize
+
+log = logging.getLogger(__name__)
+
+Fusion = Literal["score", "rrf"]
 
 
 @dataclass(frozen=True)
 class RecallConfig:
+    """Weights and thresholds of the pipeline (mapped from ``Settings.recall_*``)."""
+
     top_k: int = 5
     candidates: int = 50
+    fusion: Fusion = "score"
     rrf_k: int = 60
+    keyword_weight: float = 1.5
+    vector_weight: float = 1.0
+    importance_weight: float = 0.2
+    recency_weight: float = 0.1
+    recency_half_life_days: float = 30.0
+    min_score: float = 0.0
+    repeat_window_minutes: int = 30
+    repeat_decay: float = 0.5
+    dedup_jaccard: float = 0.9
+    rerank_candidates: int = 20
+    compress: bool = False
+    compress_timeout_s: float = 8.0
+    max_query_chars: int = 2000
 
     @classmethod
     def from_settings(cls, settings: Any) -> RecallConfig:
-        return cls(top_k=settings.recall_top_k, candidates=settings.recall_candidates, rrf_k=settings.recall_rrf_k)
+        """Every ``recall_<name>`` setting that exists maps onto the field ``<name>``."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = f"recall_{f.name}"
+            if hasattr(settings, name):
+                values[f.name] = getattr(settings, name)
+        return cls(**values)
 
 
 class RecallHit(BaseModel):
     model_config = ConfigDict(frozen=True)
+
     memory: Memory
     score: float
+    keyword_rank: int | None = None
+    vector_rank: int | None = None
+    # The compressed line to inject instead of the full content (compression on and successful).
+    text: str | None = None
 
 
 class RecallResult(BaseModel):
-    hits: list[RecallHit]
-    glossary_hits: list[GlossaryTerm] = []
-    meta: dict[str, Any] = {}
+    hits: list[RecallHit] = Field(default_factory=list)
+    glossary_hits: list[GlossaryTerm] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+def render_prompt(result: RecallResult) -> str:
+    """The injectable memory block: one short line per memory, best first, then glossary terms.
+
+    Format (stable, no ids): ``- <content> (<type>, <YYYY-MM-DD>)`` and ``- <term>: <definition>``.
+    """
+    lines: list[str] = []
+    for hit in result.hits:
+        text = " ".join((hit.text or hit.memory.content).split())
+        lines.append(f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})")
+    if result.glossary_hits:
+        lines.append("Glossary:")
+        for term in result.glossary_hits:
+            name = term.term + (f" ({', '.join(term.aliases)})" if term.aliases else "")
+            lines.append(f"- {name}: {' '.join(term.definition.split())}")
+    return "\n".join(lines)
+
+
+# -- pure scoring helpers ---------------------------------------------------------------------
+def fuse_rrf(ranked_lists: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
+    """Weighted reciprocal-rank fusion, normalized so a document first in every list scores 1."""
+    total = sum(w for _, w in ranked_lists) / (k + 1)
+    scores: dict[str, float] = {}
+    if total <= 0:
+        return scores
+    for ids, weight in ranked_lists:
+        for rank, mid in enumerate(ids):
+            scores[mid] = scores.get(mid, 0.0) + weight / (k + rank + 1) / total
+    return scores
+
+
+def normalize_scores(hits: Sequence[SearchHit], *, floor_at_last: bool) -> dict[str, float]:
+    """Scores to [0, 1]: divided by the best (``floor_at_last=False``, BM25) or min-max over the
+    list (``True``, cosine: its raw range depends on the model)."""
+    if not hits:
+        return {}
+    best = max(h.score for h in hits)
+    low = min(h.score for h in hits) if floor_at_last else 0.0
+    span = best - low
+    if span <= 1e-12:
+        return {h.memory_id: 1.0 for h in hits}
+    return {h.memory_id: max(0.0, (h.score - low) / span) for h in hits}
+
+
+def fuse_scores(weighted: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
+    """Weighted sum of normalized scores, divided by the weight sum (a document best everywhere scores 1)."""
+    total = sum(w for _, w in weighted)
+    scores: dict[str, float] = {}
+    if total <= 0:
+        return scores
+    for normed, weight in weighted:
+        for mid, s in normed.items():
+            scores[mid] = scores.get(mid, 0.0) + weight * s / total
+    return scores
+
+
+def importance_factor(importance: float, weight: float) -> float:
+    """1 at importance 0.5; ``1 ± weight/2`` at the extremes."""
+    return 1.0 + weight * (importance - 0.5)
+
+
+def recency_factor(created_at: datetime, now: datetime, weight: float, half_life_days: float) -> float:
+    """``1 + weight`` for a brand-new memory, halving the bonus every ``half_life_days``."""
+    age_days = max(0.0, (now - created_at).total_seconds() / 86400.0)
+    return 1.0 + weight * math.pow(0.5, age_days / half_life_days)
+
+
+def repeat_factor(last_injected_at: datetime | None, now: datetime, window_minutes: int, decay: float) -> float:
+    """``decay`` for a memory injected within the last ``window_minutes``, else 1."""
+    if last_injected_at is None or window_minutes <= 0:
+        return 1.0
+    return decay if now - last_injected_at < timedelta(minutes=window_minutes) else 1.0
+
+
+def fold_text(text: str) -> str:
+    """Case, width, whitespace and punctuation folded away (``same_meaning_text`` in one key)."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tuple[list[Memory], int]:
+    """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
+    kept: list[Memory] = []
+    seen_folds: set[str] = set()
+    kept_tokens: list[set[str]] = []
+    dropped = 0
+    for memory in memories:
+        folded = fold_text(memory.content)
+        tokens = set(tokenize(memory.content))
+        if folded in seen_folds or (
+            jaccard_threshold < 1.0
+            and len(tokens) >= 3
+            and any(jaccard(tokens, t) >= jaccard_threshold for t in kept_tokens)
+        ):
+            dropped += 1
+            continue
+        seen_folds.add(folded)
+        kept_tokens.append(tokens)
+        kept.append(memory)
+    return kept, dropped
+
+
+def is_live(memory: Memory, namespace: str, now: datetime, types: Collection[str]) -> bool:
+    """Only active, unexpired memories of the namespace (and of the wanted types) may be recalled."""
+    if memory.namespace != namespace or memory.status != "active":
+        return False
+    if memory.expires_at is not None and memory.expires_at <= now:
+        return False
+    return not types or memory.type in types
+
+
+_WORDISH = re.compile(r"^[\w\s.\-+'#]+$", re.ASCII)
+
+
+def _latin_word_char(ch: str) -> bool:
+    return ch.isalnum() and not is_cjk(ch)
+
+
+def _occurs(needle: str, haystack: str, *, whole_word: bool) -> bool:
+    """``needle`` in ``haystack``; with ``whole_word`` not glued to Latin letters/digits (CJK may touch it)."""
+    start = haystack.find(needle)
+    while start != -1:
+        end = start + len(needle)
+        if not whole_word or (
+            (start == 0 or not _latin_word_char(haystack[start - 1]))
+            and (end == len(haystack) or not _latin_word_char(haystack[end]))
+        ):
+            return True
+        start = haystack.find(needle, start + 1)
+    return False
+
+
+def glossary_matches(query: str, terms: Sequence[GlossaryTerm]) -> list[GlossaryTerm]:
+    """Terms whose name or an alias occurs in the query (whole words for Latin script)."""
+    folded = unicodedata.normalize("NFKC", query).casefold()
+    out: list[GlossaryTerm] = []
+    for term in terms:
+        for name in (term.term, *term.aliases):
+            needle = unicodedata.normalize("NFKC", name).casefold().strip()
+            if not needle:
+                continue
+            if _occurs(needle, folded, whole_word=bool(_WORDISH.match(needle))):
+                out.append(term)
+                break
+    return out
+
+
+# -- the service ------------------------------------------------------------------------------
+class _Stages:
+    """Collects what each stage did for ``meta``."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.degraded: dict[str, str] = {}
+        self.skipped: list[str] = []
+        self.timings: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round((now - self._t) * 1000, 3)
+        self._t = now
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        log.warning("recall stage %s degraded: %s", stage, exc.__class__.__name__, exc_info=log.isEnabledFor(10))
+        self.degraded[stage] = f"{exc.__class__.__name__}: {exc}"[:200]
 
 
 class RecallService:
-    def __init__(self, store: Any, index: Any, embedder: Any, reranker: Any, compressor: Any, clock: Any,
-                 config: RecallConfig | Callable[[], RecallConfig]) -> None:
-        self._store, self._index, self._embedder = store, index, embedder
-        # A callable is read per recall (runtime settings change it without a restart).
+    def __init__(
+        self,
+        store: MemoryStore,
+        index: SearchIndex,
+        embedder: Embedder | None,
+        reranker: Reranker | None,
+        compressor: ChatModel | None,
+        clock: Clock,
+        config: RecallConfig | Callable[[], RecallConfig],
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._embedder = embedder
+        self._reranker = reranker
+        self._compressor = compressor
+        self._clock = clock
+        # A callable is read per recall: runtime settings (admin panel) change it without a restart.
         self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
+        self._pool_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def config(self) -> RecallConfig:
+        return self._config_of()
 
     @property
     def _config(self) -> RecallConfig:
         return self._config_of()
 
-    def recall(self, namespace: str, query: str, *, top_k: int | None = None, types: Sequence[str] = (),
-               exclude_ids: Collection[str] = (), record_injection: bool = False) -> RecallResult:
-        k = top_k or self._config.top_k
-        scores: dict[str, float] = {}
-        lists = [self._index.keyword_search(namespace, query, k=self._config.candidates, types=types)]
-        if self._embedder is not None:
-            vec = self._embedder.embed_query(query)
-            lists.append(self._index.vector_search(namespace, vec, k=self._config.candidates, types=types))
-        for hits in lists:
-            for rank, hit in enumerate(hits):
-                scores[hit.memory_id] = scores.get(hit.memory_id, 0.0) + 1.0 / (self._config.rrf_k + rank + 1)
-        ranked = sorted(scores, key=lambda i: -scores[i])
-        memories = [m for m in self._store.get_memories(namespace, ranked) if m.status == "active"
-                    and m.id not in exclude_ids]
-        return RecallResult(hits=[RecallHit(memory=m, score=scores[m.id]) for m in memories[:k]], meta={"interim": True})
+    def recall(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        top_k: int | None = None,
+        types: Sequence[str] = (),
+        exclude_ids: Collection[str] = (),
+        record_injection: bool = False,
+    ) -> RecallResult:
+        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring)."""
+        cfg = self._config
+        k = max(1, top_k or cfg.top_k)
+        stages = _Stages()
+        started = time.perf_counter()
+        now = self._clock.now()
+        text = (query or "").strip()
+        if len(text) > cfg.max_query_chars:
+            # The end of a long turn is usually the question; keep it.
+            text = text[-cfg.max_query_chars :]
+        wanted_types = tuple(dict.fromkeys(types))
+        counts: dict[str, int] = {}
 
+        glossary: list[GlossaryTerm] = []
+        if text:
+            try:
+                glossary = glossary_matches(text, self._store.list_glossary(namespace))
+                stages.ran.append("glossary")
+            except Exception as exc:
+                stages.fail("glossary", exc)
+        stages.lap("glossary")
 
-def render_prompt(result: RecallResult) -> str:
-    return "\n".join(f"- {h.memory.content}" for h in result.hits)
+        keyword_hits: list[SearchHit] = []
+        vector_hits: list[SearchHit] = []
+        if text:
+            try:
+                keyword_hits = self._index.keyword_search(namespace, text, k=cfg.candidates, types=wanted_types)
+                stages.ran.append("keyword")
+            except Exception as exc:
+                stages.fail("keyword", exc)
+            stages.lap("keyword")
+            if self._embedder is None:
+                stages.skipped.append("vector")
+            else:
+                try:
+                    vector = self._embedder.embed_query(text)
+                    stages.lap("embed")
+                    vector_hits = self._index.vector_search(namespace, vector, k=cfg.candidates, types=wanted_types)
+                    stages.ran.append("vector")
+                except Exception as exc:
+                    stages.fail("vector", exc)
+                stages.lap("vector")
+        counts["keyword"] = len(keyword_hits)
+        counts["vector"] = len(vector_hits)
+
+        keyword_rank = {h.memory_id: i + 1 for i, h in enumerate(keyword_hits)}
+        vector_rank = {h.memory_id: i + 1 for i, h in enumerate(vector_hits)}
+        if cfg.fusion == "rrf":
+            fused = fuse_rrf(
+                [
+                    ([h.memory_id for h in keyword_hits], cfg.keyword_weight if keyword_hits else 0.0),
+                    ([h.memory_id for h in vector_hits], cfg.vector_weight if vector_hits else 0.0),
+                ],
+                cfg.rrf_k,
+            )
+        else:
+            fused = fuse_scores(
+                [
+                    (normalize_scores(keyword_hits, floor_at_last=False), cfg.keyword_weight if keyword_hits else 0.0),
+                    (normalize_scores(vector_hits, floor_at_last=True), cfg.vector_weight if vector_hits else 0.0),
+                ]
+            )
+        excluded = set(exclude_ids)
+        ranked = [mid for mid in sorted(fused, key=lambda m: (-fused[m], m)) if mid not in excluded]
+        counts["fused"] = len(fused)
+        counts["excluded"] = len(fused) - len(ranked)
+        stages.lap("fusion")
+
+        # Re-check against the store (the index is only a mirror) and weight by importance/recency.
+        pool_size = max(k * 4, cfg.rerank_candidates if self._reranker else 0, 20)
+        live: list[Memory] = []
+        stale = 0
+        offset = 0
+        while offset < len(ranked) and len(live) < pool_size:
+            batch = ranked[offset : offset + pool_size]
+            offset += len(batch)
+            for memory in self._store.get_memories(namespace, batch):
+                if is_live(memory, namespace, now, wanted_types):
+                    live.append(memory)
+                else:
+                    stale += 1
+        counts["stale"] = stale
+        weighted = {
+            m.id: fused[m.id]
+            * importance_factor(m.importance, cfg.importance_weight)
+            * recency_factor(m.created_at, now, cfg.recency_weight, cfg.recency_half_life_days)
+            for m in live
+        }
+        live.sort(key=lambda m: (-weighted[m.id], m.id))
+        live, counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard)
+        stages.lap("filter")
+
+        scores = dict(weighted)
+        if self._reranker is not None and live:
+            head = live[: cfg.rerank_candidates]
+            try:
+                relevance = self._reranker.rerank(text, [m.content for m in head])
+                if len(relevance) != len(head):
+                    raise ValueError(f"reranker returned {len(relevance)} scores for {len(head)} documents")
+                for m, r in zip(head, relevance, strict=True):
+                    scores[m.id] = float(r) * weighted[m.id] / max(fused[m.id], 1e-9)
+                head.sort(key=lambda m: (-scores[m.id], m.id))
+                live = head + live[len(head) :]
+                stages.ran.append("rerank")
+            except Exception as exc:
+                scores = dict(weighted)
+                stages.fail("rerank", exc)
+            stages.lap("rerank")
+        else:
+            stages.skipped.append("rerank")
+
+        final: list[tuple[Memory, float]] = []
+        floored = 0
+        for m in live:
+            score = scores[m.id]
+            if score < cfg.min_score:
+                floored += 1
+                continue
+            score *= repeat_factor(m.last_injected_at, now, cfg.repeat_window_minutes, cfg.repeat_decay)
+            final.append((m, score))
+        final.sort(key=lambda pair: (-pair[1], pair[0].id))
+        final = final[:k]
+        counts["floored"] = floored
+
+        hits = [
+            RecallHit(
+                memory=m, score=round(s, 6), keyword_rank=keyword_rank.get(m.id), vector_rank=vector_rank.get(m.id)
+            )
+            for m, s in final
+        ]
+        if cfg.compress and self._compressor is not None and hits:
+            try:
+                lines = self._run_async(self._compress(text, [h.memory.content for h in hits]))
+                hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
+                stages.ran.append("compress")
+            except Exception as exc:
+                stages.fail("compress", exc)
+            stages.lap("compress")
+        else:
+            stages.skipped.append("compress")
+
+        if record_injection and hits:
+            try:
+                self._record_injection(namespace, [h.memory.id for h in hits], now)
+                stages.ran.append("record_injection")
+            except Exception as exc:
+                stages.fail("record_injection", exc)
+            stages.lap("record_injection")
+
+        counts["returned"] = len(hits)
+        stages.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+        meta = {
+            "stages": stages.ran,
+            "skipped": stages.skipped,
+            "degraded": stages.degraded,
+            "fusion": cfg.fusion,
+            "timings_ms": stages.timings,
+            "counts": counts,
+        }
+        return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _record_injection(self, namespace: str, ids: Sequence[str], now: datetime) -> None:
+        for memory in self._store.get_memories(namespace, ids):
+            if memory.status != "active":
+                continue
+            self._store.update_memory(
+                memory.model_copy(update={"last_injected_at": now, "recall_count": memory.recall_count + 1})
+            )
+
+    async def _compress(self, query: str, contents: Sequence[str]) -> list[str]:
+        assert self._compressor is not None
+        numbered = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(contents))
+        messages = [
+            {
+                "role": "system",
+                "content": "You shorten memories about a user for injection into a chat prompt. For each numbered "
+                "memory write one short line (at most 20 words) keeping every fact, name, number and date that "
+                "could matter for the message. Same language as the memory. Reply with JSON: "
+                '{"lines": ["...", ...]} with exactly one line per memory, in order.',
+            },
+            {"role": "user", "content": f"Message: {query[:500]}\n\nMemories:\n{numbered}"},
+        ]
+        raw = await asyncio.wait_for(
+            self._compressor.complete(messages, json_mode=True, max_tokens=60 * len(contents) + 50, temperature=0.0),
+            timeout=self._config.compress_timeout_s,
+        )
+        data = json.loads(raw)
+        lines = data.get("lines") if isinstance(data, dict) else None
+        if not isinstance(lines, list) or len(lines) != len(contents):
+            raise ValueError("compressor returned the wrong number of lines")
+        out = [" ".join(str(line).split()) for line in lines]
+        if any(not line for line in out):
+            raise ValueError("compressor returned an empty line")
+        return out
+
+    def _run_async(self, coro: Any) -> Any:
+        """Run a coroutine from this sync code: directly if no loop runs in this thread, else on a helper thread."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-compress")
+            pool = self._pool
+        return pool.submit(asyncio.run, coro).result(timeout=self._config.compress_timeout_s + 1)

@@ -81,7 +81,12 @@ class TransferService:
             memories=[_dump(m) for m in self._store.iter_memories(namespace)],
             candidates=[_dump(c) for c in sorted(candidates, key=lambda c: (c.created_at, c.id))],
             messages=[_dump(m) for m in self._all_messages(namespace)],
-            precious=[_dump(p) for p in sorted(self._store.list_precious(namespace, limit=1_000_000), key=lambda p: (p.created_at, p.id))],
+            precious=[
+                _dump(p)
+                for p in sorted(
+                    self._store.list_precious(namespace, limit=1_000_000), key=lambda p: (p.created_at, p.id)
+                )
+            ],
             glossary=[_dump(g) for g in self._store.list_glossary(namespace)],
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
@@ -112,7 +117,10 @@ class TransferService:
             return ids.get(old) if old else None
 
         def parse(model: type[BaseModel], rows: list[dict[str, Any]], prefix: str) -> list[Any]:
-            return [model.model_validate({**row, "namespace": namespace, "id": remap(row.get("id"), prefix)}) for row in rows]
+            return [
+                model.model_validate({**row, "namespace": namespace, "id": remap(row.get("id"), prefix)})
+                for row in rows
+            ]
 
         memories: list[Memory] = parse(Memory, document.memories, "mem")
         messages: list[Message] = parse(Message, document.messages, "msg")
@@ -125,12 +133,14 @@ class TransferService:
         counts = {k: 0 for k in ("memories", "messages", "candidates", "precious", "glossary", "daily_logs", "digest")}
         skipped = dict.fromkeys(counts, 0)
 
-        def put(kind: str, write: Callable[[], Any]) -> None:
+        def put(kind: str, write: Callable[[Any], Any], row: Any) -> Any:
             try:
-                write()
-                counts[kind] += 1
+                result = write(row)
             except Conflict:
                 skipped[kind] += 1
+                return None
+            counts[kind] += 1
+            return result
 
         for msg in messages:
             row = msg.model_copy(update={"external_id": msg.external_id or f"import:{msg.id}"})
@@ -147,19 +157,20 @@ class TransferService:
                     "index_ref": None,
                 }
             )
-            put("memories", lambda fixed=fixed: inserted.append(self._store.insert_memory(fixed).id))
+            if put("memories", self._store.insert_memory, fixed) is not None:
+                inserted.append(fixed.id)
         for cand in candidates:
             fixed_c = cand.model_copy(
                 update={"target_memory_id": ref(cand.target_memory_id), "result_memory_id": ref(cand.result_memory_id)}
             )
-            put("candidates", lambda fixed_c=fixed_c: self._store.insert_candidate(fixed_c))
+            put("candidates", self._store.insert_candidate, fixed_c)
         for note in precious:
-            put("precious", lambda note=note: self._store.insert_precious(note))
+            put("precious", self._store.insert_precious, note)
         for term in glossary:
-            put("glossary", lambda term=term: self._store.put_glossary_term(term))
+            put("glossary", self._store.put_glossary_term, term)
         for log in logs:
-            put("daily_logs", lambda log=log: self._store.put_daily_log(log))
+            put("daily_logs", self._store.put_daily_log, log)
         if digest is not None:
-            put("digest", lambda: self._store.put_digest(digest))
+            put("digest", self._store.put_digest, digest)
         indexed = self._memories.reindex_ids(namespace, inserted)
         return {"imported": counts, "skipped": skipped, "indexed": indexed}

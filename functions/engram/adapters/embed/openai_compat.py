@@ -48,6 +48,7 @@ class OpenAIEmbedder:
         self._url = base_url.rstrip("/") + "/embeddings"
         self._api_key = api_key
         self._model = model
+        self._requested = dimensions  # sent to the API only when the user asked for it
         self._dimensions = dimensions
         self._timeout = timeout
         self._batch_size = max(1, batch_size)
@@ -57,7 +58,7 @@ class OpenAIEmbedder:
 
     @property
     def model_id(self) -> str:
-        return f"openai/{self._model}" + (f"@{self._dimensions}" if self._dimensions else "")
+        return f"openai/{self._model}" + (f"@{self._requested}" if self._requested else "")
 
     @property
     def dimension(self) -> int:
@@ -80,8 +81,8 @@ class OpenAIEmbedder:
 
     def _post(self, texts: list[str]) -> list[list[float]]:
         body: dict[str, Any] = {"model": self._model, "input": texts, "encoding_format": "float"}
-        if self._dimensions is not None:
-            body["dimensions"] = self._dimensions
+        if self._requested is not None:
+            body["dimensions"] = self._requested
         try:
             resp = self._http().post(self._url, json=body)
         except httpx.TimeoutException as exc:

@@ -228,7 +228,6 @@ class _Table(Generic[M]):
     def __init__(self, name: str, model: type[M], key: tuple[str, ...], json_fields: Iterable[str] = ()) -> None:
         self.name = name
         self.model = model
-        self.key = key
         self.json_fields = frozenset(json_fields)
         self.columns = tuple(model.model_fields)
         values = [c for c in self.columns if c not in key]

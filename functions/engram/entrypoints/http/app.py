@@ -69,8 +69,13 @@ class BodyLimitMiddleware:
         body = json.dumps(
             error_body(f"request body is larger than {self.limit} bytes", "request_too_large", "body_too_large")
         ).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -102,25 +107,41 @@ def create_app(container: Any = None) -> FastAPI:
         started = time.perf_counter()
         response = await call_next(request)
         response.headers["x-request-id"] = rid
-        log.debug("%s %s -> %s in %.1f ms", request.method, request.url.path, response.status_code,
-                  (time.perf_counter() - started) * 1000)
+        log.debug(
+            "%s %s -> %s in %.1f ms",
+            request.method,
+            request.url.path,
+            response.status_code,
+            (time.perf_counter() - started) * 1000,
+        )
         return response
 
     from engram.entrypoints.http import rest
 
     app.include_router(rest.public)
-    app.include_router(rest.router)
-    _include_optional_surfaces(app, container)
+    if settings.surface == "mcp":
+        # The MCP function on AWS: only /mcp and /health.
+        _include_optional_surfaces(app, container, only=("engram.entrypoints.http.mcp",))
+    else:
+        app.include_router(rest.router)
+        _include_optional_surfaces(app, container)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     return app
 
 
-def _include_optional_surfaces(app: FastAPI, container: Any) -> None:
+_SURFACES = (
+    "engram.entrypoints.http.chat",
+    "engram.entrypoints.http.jobs",
+    "engram.entrypoints.http.mcp",
+    "engram.entrypoints.http.admin",
+)
+
+
+def _include_optional_surfaces(app: FastAPI, container: Any, only: tuple[str, ...] = _SURFACES) -> None:
     """Routers of the chat gateway, MCP and admin panel, when their modules exist in this build."""
     import importlib
 
-    for module_name in ("engram.entrypoints.http.chat", "engram.entrypoints.http.jobs",
-                        "engram.entrypoints.http.mcp", "engram.entrypoints.http.admin"):
+    for module_name in only:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

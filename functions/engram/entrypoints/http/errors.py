@@ -28,9 +28,16 @@ STATUS_TABLE: tuple[tuple[type[e.EngramError], int, str], ...] = (
     (e.NotConfigured, 503, "not_configured"),
 )
 
-_HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-               415: "invalid_request_error", 422: "invalid_request_error"}
+_HTTP_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+}
 
 
 def error_body(message: str, type_: str, code: str, **extra: Any) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, InvalidInput, NotFound
-from engram.domain.models import MEMORY_STATUSES, MemoryFilter, MemoryType
+from engram.domain.models import MemoryFilter, MemoryType
 from engram.entrypoints.http.auth import require
 from engram.services.library import GlossaryIn, MessageIn
-from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult
+from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
 from engram.services.transfer import ExportDocument
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,9 @@ def list_memories(
     request: Request,
     who: Read,
     type: Annotated[list[MemoryType] | None, Query()] = None,
-    status: Annotated[list[str] | None, Query(description="active (default), superseded, archived, deleted, expired, or all")] = None,
+    status: Annotated[
+        list[str] | None, Query(description="active (default), superseded, archived, deleted, expired, or all")
+    ] = None,
     layer: Literal["fragment", "event", "core"] | None = None,
     tag: str | None = None,
     pinned: bool | None = None,
@@ -165,17 +167,10 @@ def list_memories(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    statuses: tuple[str, ...] = ("active",)
-    if status:
-        if "all" in status:
-            statuses = ()
-        else:
-            bad = [s for s in status if s not in MEMORY_STATUSES]
-            if bad:
-                raise InvalidInput(f"unknown status {bad[0]!r}; one of {', '.join(MEMORY_STATUSES)} or all")
-            statuses = tuple(status)
-    filters = MemoryFilter(types=tuple(type or ()), statuses=statuses, layer=layer, tag=tag, pinned=pinned, fact_key=fact_key)
-    page = _c(request).memories.list(who.namespace, filters, limit=limit, cursor=cursor)
+    filters = MemoryFilter(
+        types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
+    )
+    page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor)
     return {"items": [m.model_dump(mode="json") for m in page.items], "next_cursor": page.next_cursor}
 
 
@@ -186,7 +181,8 @@ def get_memory(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
 
 @router.patch("/memories/{memory_id}", tags=["memories"])
 def patch_memory(request: Request, memory_id: str, body: MemoryPatch, who: Write) -> dict[str, Any]:
-    """Edit in place (no new version): content, type, fact_key, layer, importance, confidence, pinned, tags, remind_at."""
+    """Edit in place (no new version): content, type, fact_key, layer, importance, confidence,
+    pinned, tags, remind_at."""
     return dict(_c(request).memories.update(who.namespace, memory_id, body).model_dump(mode="json"))
 
 
@@ -234,9 +230,7 @@ def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[st
 
     result = _c(request).recall.recall(who.namespace, body.query, top_k=body.top_k, types=tuple(body.types))
     out: dict[str, Any] = {
-        "items": [
-            {"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6)} for hit in result.hits
-        ],
+        "items": [{"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6)} for hit in result.hits],
         "glossary_hits": [g.model_dump(mode="json") for g in result.glossary_hits],
         "meta": result.meta,
     }
@@ -306,7 +300,10 @@ def delete_glossary(request: Request, term_id: str, who: Write) -> dict[str, Any
 @router.get("/digest", tags=["boot"])
 def get_digest(request: Request, who: Read) -> dict[str, Any]:
     digest = _c(request).library.get_digest(who.namespace)
-    return {"content": digest.content if digest else "", "updated_at": digest.updated_at.isoformat() if digest else None}
+    return {
+        "content": digest.content if digest else "",
+        "updated_at": digest.updated_at.isoformat() if digest else None,
+    }
 
 
 @router.put("/digest", tags=["boot"])
@@ -339,7 +336,9 @@ def list_candidates(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    page = _c(request).candidates.list(who.namespace, None if status == "all" else status, limit=limit, cursor=cursor)
+    page = _c(request).candidates.list_candidates(
+        who.namespace, None if status == "all" else status, limit=limit, cursor=cursor
+    )
     return {"items": [c.model_dump(mode="json") for c in page.items], "next_cursor": page.next_cursor}
 
 

@@ -1,0 +1,27 @@
+# The two quick-start commands: `make run` and `make test`. Both set up everything they need.
+.PHONY: run test lint typecheck bench setup-local setup-test
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+run: setup-local
+	$(VENV)/bin/engram serve $(ARGS)
+
+test: setup-test lint typecheck
+	$(PY) -m pytest -m "not slow and not aws" $(ARGS)
+
+lint:
+	$(VENV)/bin/ruff check functions tests bench infra app.py
+	$(VENV)/bin/ruff format --check functions tests bench infra app.py
+
+typecheck:
+	$(VENV)/bin/mypy
+
+bench: setup-test
+	$(PY) bench/run_all.py $(ARGS)
+
+setup-local:
+	@scripts/setup.sh local
+
+setup-test:
+	@scripts/setup.sh test

@@ -1,0 +1,105 @@
+"""The Anthropic Messages API: forwarding + ``ChatModel``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from engram.adapters.llm.http import HttpxUpstream
+from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+from engram.domain.sse import SseParser
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+class AnthropicUpstream(HttpxUpstream):
+    """``base_url`` is the API root (``https://api.anthropic.com``); paths are ``/v1/messages``."""
+
+    name = "Anthropic upstream"
+
+    def __init__(self, base_url: str, api_key: str | None, **kwargs: Any) -> None:
+        root = base_url.rstrip("/")
+        if root.endswith("/v1"):
+            root = root[:-3]
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        super().__init__(root, headers, **kwargs)
+
+
+def _split_system(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
+    rest = [{"role": m["role"], "content": m.get("content") or ""} for m in messages if m.get("role") != "system"]
+    return "\n\n".join(system), rest
+
+
+class AnthropicChatModel:
+    """``ChatModel`` over the Messages API. Claude has no JSON mode: the system prompt asks for one object."""
+
+    def __init__(self, upstream: AnthropicUpstream, model: str, *, default_max_tokens: int = 4096) -> None:
+        self._upstream = upstream
+        self._model = model
+        self._default_max_tokens = default_max_tokens
+
+    @property
+    def model_id(self) -> str:
+        return self._model
+
+    def _body(self, messages: Sequence[dict[str, Any]], max_tokens: int | None, json_mode: bool) -> dict[str, Any]:
+        system, rest = _split_system(messages)
+        if json_mode:
+            system = (system + "\n\n" if system else "") + "Reply with exactly one JSON object and nothing else."
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": rest,
+            "max_tokens": max_tokens or self._default_max_tokens,
+        }
+        if system:
+            body["system"] = system
+        return body
+
+    async def _send(self, body: dict[str, Any]) -> Any:
+        try:
+            return await self._upstream.send("POST", "/v1/messages", body)
+        except UpstreamRejected as exc:
+            if exc.status == 429:
+                raise UpstreamRateLimited(exc.message) from exc
+            raise
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        body = self._body(messages, max_tokens, json_mode)
+        if temperature is not None:
+            body["temperature"] = temperature
+        reply = await self._send(body)
+        raw = await reply.aread()
+        try:
+            data = json.loads(raw)
+            return "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UpstreamUnavailable("Anthropic upstream sent an unreadable message") from exc
+
+    async def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]:
+        body = self._body(messages, max_tokens, False)
+        body["stream"] = True
+        reply = await self._send(body)
+        parser = SseParser()
+        try:
+            async for chunk in reply.aiter_bytes():
+                for event in parser.feed(chunk):
+                    if event.event == "error":
+                        raise UpstreamUnavailable(f"Anthropic stream error: {event.data[:200]}")
+                    if event.event != "content_block_delta":
+                        continue
+                    delta = event.json().get("delta") or {}
+                    if delta.get("type") == "text_delta" and delta.get("text"):
+                        yield delta["text"]
+        finally:
+            await reply.aclose()

@@ -1,0 +1,131 @@
+"""Raw async HTTP to a model provider over one shared ``httpx.AsyncClient`` (the gateway's forwarding path).
+
+Provider errors become domain errors here: an error status -> ``UpstreamRejected`` with the status and
+body kept for pass-through; unreachable -> ``UpstreamUnavailable``; timeout -> ``UpstreamTimeout``.
+The provider key lives only in the client's default headers: never returned, raised or logged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from engram.domain.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+def translate_transport_error(exc: httpx.HTTPError, what: str) -> UpstreamUnavailable:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"{what} did not answer in time ({type(exc).__name__})")
+    return UpstreamUnavailable(f"{what} could not be reached or dropped the connection ({type(exc).__name__})")
+
+
+class HttpxReply:
+    """An open 2xx response; implements the ``UpstreamReply`` port."""
+
+    __slots__ = ("_resp", "_what", "content_type", "status")
+
+    def __init__(self, resp: httpx.Response, what: str) -> None:
+        self._resp = resp
+        self._what = what
+        self.status = resp.status_code
+        self.content_type = resp.headers.get("content-type", "application/json")
+
+    async def aread(self) -> bytes:
+        try:
+            return await self._resp.aread()
+        except httpx.HTTPError as exc:
+            raise translate_transport_error(exc, self._what) from exc
+        finally:
+            await self._resp.aclose()
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._resp.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise translate_transport_error(exc, self._what) from exc
+
+    async def aclose(self) -> None:
+        await self._resp.aclose()
+
+
+class HttpxUpstream:
+    """Base of the provider adapters: ``send`` implements the ``ChatUpstream`` port."""
+
+    name = "upstream"
+
+    def __init__(
+        self,
+        base_url: str,
+        auth_headers: Mapping[str, str],
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 300.0,
+        max_connections: int = 100,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._auth_headers = dict(auth_headers)
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+        )
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = client
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url)
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        # Built on first use (inside the running loop), then shared by every request of the process.
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout, limits=self._limits, headers=self._auth_headers)
+        return self._client
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpxReply:
+        content: bytes | None
+        if body is None or isinstance(body, bytes):
+            content = body
+        else:
+            content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        hdrs = {"content-type": "application/json"} if content is not None else {}
+        if headers:
+            hdrs.update(headers)
+        client = self.client
+        request = client.build_request(method, self.url(path), content=content, headers=hdrs)
+        try:
+            resp = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise translate_transport_error(exc, self.name) from exc
+        if resp.status_code >= 400:
+            try:
+                raw = await resp.aread()
+            except httpx.HTTPError as exc:
+                raise translate_transport_error(exc, self.name) from exc
+            finally:
+                await resp.aclose()
+            raise UpstreamRejected(
+                f"{self.name} answered {resp.status_code}", status=resp.status_code, body=raw[:_MAX_ERROR_BODY]
+            )
+        return HttpxReply(resp, self.name)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

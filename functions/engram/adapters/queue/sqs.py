@@ -1,0 +1,68 @@
+"""``JobQueue`` on SQS: the chat path and jobs enqueue, CleanupFunction consumes (AWS deployment).
+
+Message body: ``{"job": "<name>", "payload": {...}}`` (JSON), the same shape the nightly Scheduler
+target sends, with the job name also as a message attribute for filtering in the console.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+
+try:
+    from botocore.exceptions import BotoCoreError, ClientError
+except ImportError:  # pragma: no cover - only without the aws extra
+    BotoCoreError = ClientError = Exception  # type: ignore[assignment,misc]
+
+MAX_BODY_BYTES = 256 * 1024
+_THROTTLED = {"ThrottlingException", "RequestThrottled", "AWS.SimpleQueueService.RequestThrottled"}
+_DENIED = {"AccessDenied", "AccessDeniedException", "InvalidClientTokenId", "KMS.AccessDeniedException"}
+
+
+def encode_job(job: str, payload: dict[str, Any]) -> str:
+    if not job:
+        raise InvalidInput("job name must not be empty")
+    try:
+        body = json.dumps({"job": job, "payload": payload}, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload of job {job!r} is not JSON-serializable") from exc
+    if len(body.encode()) > MAX_BODY_BYTES:
+        raise InvalidInput(f"payload of job {job!r} exceeds the SQS message limit")
+    return body
+
+
+class SqsJobQueue:
+    """Sends each job as one SQS message. ``client`` is a boto3 SQS client (built with short timeouts
+    if omitted, so a slow queue never holds up a chat turn for long)."""
+
+    def __init__(self, queue_url: str, client: Any | None = None, *, region_name: str | None = None) -> None:
+        if not queue_url:
+            raise InvalidInput("SqsJobQueue needs a queue URL (ENGRAM_CLEANUP_QUEUE_URL)")
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 2, "mode": "standard"})
+            client = boto3.client("sqs", region_name=region_name or None, config=config)
+        self._client = client
+        self._url = queue_url
+
+    def enqueue(self, job: str, payload: dict[str, Any]) -> None:
+        body = encode_job(job, payload)
+        try:
+            self._client.send_message(
+                QueueUrl=self._url,
+                MessageBody=body,
+                MessageAttributes={"job": {"DataType": "String", "StringValue": job}},
+            )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in _THROTTLED:
+                raise UpstreamRateLimited(f"SQS throttled the {job} job") from exc
+            if code in _DENIED:
+                raise UpstreamRejected(f"SQS refused the {job} job: {code}", status=502) from exc
+            raise UpstreamUnavailable(f"SQS could not take the {job} job: {code or 'error'}") from exc
+        except BotoCoreError as exc:
+            raise UpstreamUnavailable(f"SQS could not take the {job} job: {type(exc).__name__}") from exc

@@ -1,0 +1,140 @@
+"""The chat gateway's HTTP surface: OpenAI and Anthropic wires, guide-dog, models and usage.
+
+One mapping table for errors (``errors.status_for``), rendered in the client's wire: OpenAI-style
+``{"error": {...}}`` or Anthropic-style ``{"type": "error", "error": {...}}``. An upstream error status
+and body are passed through unchanged. Every chat response carries the ``x-engram-*`` headers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from starlette.responses import StreamingResponse
+
+from engram.domain.errors import EngramError, UpstreamRejected
+from engram.entrypoints.http.auth import authenticate
+from engram.entrypoints.http.errors import status_for
+from engram.services.chat import ChatReply, ChatService, Wire
+
+router = APIRouter()
+
+_DEFAULT_HEADERS = {
+    "x-engram-injected": "0",
+    "x-engram-reason": "disabled",
+    "x-engram-recall-ms": "0.0",
+    "x-engram-upstream-ms": "0.0",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def install(app: FastAPI, container: Any) -> None:
+    app.include_router(router)
+
+    @asynccontextmanager
+    async def close_clients(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        chat = getattr(container, "chat", None)
+        if chat is not None:
+            await chat.aclose()
+
+    app.state.startup_hooks.append(close_clients)
+
+
+def _service(request: Request) -> ChatService:
+    chat: ChatService | None = getattr(request.app.state.container, "chat", None)
+    if chat is None:
+        from engram.domain.errors import NotConfigured
+
+        raise NotConfigured("the chat gateway is not part of this build")
+    return chat
+
+
+def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Response:
+    status, type_ = status_for(exc)
+    if isinstance(exc, UpstreamRejected) and exc.body is not None:
+        # The provider's own error, unchanged (its status and body), so clients show the real cause.
+        ctype = "application/json" if exc.body[:1] in (b"{", b"[") else "text/plain; charset=utf-8"
+        return Response(exc.body, status_code=status, headers=headers, media_type=ctype)
+    if wire == "anthropic":
+        payload: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": exc.message},
+        }
+    else:
+        payload = {"error": {"message": exc.message, "type": type_, "code": exc.code}}
+    extra = {"www-authenticate": "Bearer"} if status == 401 else {}
+    return Response(
+        json.dumps(payload), status_code=status, headers={**headers, **extra}, media_type="application/json"
+    )
+
+
+async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Response:
+    try:
+        principal = authenticate(request)
+        principal.require("chat:proxy")
+        chat = _service(request)
+    except EngramError as exc:
+        return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
+    raw = await request.body()
+    reply: ChatReply = await chat.handle(
+        principal.namespace,
+        wire,
+        raw,
+        guide_dog=guide_dog,
+        conversation_id=request.headers.get("x-engram-conversation"),
+        memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
+        forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
+    )
+    if reply.error is not None:
+        return _error_response(wire, reply.error, reply.headers)
+    if reply.stream is not None:
+        return StreamingResponse(
+            reply.stream, status_code=reply.status, headers=reply.headers, media_type=reply.media_type
+        )
+    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
+
+
+@router.post("/v1/chat/completions", tags=["chat"], summary="OpenAI-compatible chat with memory")
+async def chat_completions(request: Request) -> Response:
+    return await _chat(request, "openai")
+
+
+@router.post("/v1/messages", tags=["chat"], summary="Anthropic Messages API with memory")
+async def messages(request: Request) -> Response:
+    return await _chat(request, "anthropic")
+
+
+@router.post(
+    "/v1/guide-dog/chat/completions",
+    tags=["chat"],
+    summary="Forward to the vision model: no memory read or written, nothing stored",
+)
+async def guide_dog(request: Request) -> Response:
+    return await _chat(request, "openai", guide_dog=True)
+
+
+@router.get("/v1/models", tags=["chat"], summary="Models a chat client can pick")
+async def models(request: Request) -> Any:
+    principal = authenticate(request)
+    principal.require("chat:proxy")
+    return await _service(request).models()
+
+
+@router.get("/v1/usage", tags=["chat"], summary="Token usage per model (input, output, cache read/write)")
+async def usage(request: Request, days: int = Query(30, ge=1, le=365)) -> Any:
+    principal = authenticate(request)
+    principal.require("memory:read")
+    return _service(request).usage(principal.namespace, days=days)

@@ -1,0 +1,107 @@
+"""Jobs over REST (`/v1/jobs`, scope `admin`) and the in-process scheduler of `engram serve`.
+
+A REST run acts on the caller's namespace only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from engram.domain.access import Principal
+from engram.entrypoints.http.auth import require
+from engram.services.jobs import last_runs
+from engram.services.scheduler import Scheduler, daily_at, every_hours
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+Admin = Annotated[Principal, Depends(require("admin"))]
+
+
+class DreamRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    date: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD; default yesterday")
+    force: bool = False
+
+
+def _c(request: Request) -> Any:
+    return request.app.state.container
+
+
+@router.get("")
+def list_runs(request: Request, who: Admin, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> dict[str, Any]:
+    """The latest job runs of your namespace, newest first."""
+    return {"runs": last_runs(_c(request).store, who.namespace, limit)}
+
+
+@router.post("/extract")
+async def extract_now(request: Request, who: Admin) -> dict[str, Any]:
+    """Extract your new messages now; returns what was created, seen, superseded or queued for review."""
+    report = await _c(request).extraction.run(namespace=who.namespace)
+    return dict(report.to_dict())
+
+
+@router.post("/dream")
+async def dream_now(
+    request: Request, who: Admin, body: Annotated[DreamRequest | None, Body()] = None
+) -> dict[str, Any]:
+    """Dream one day now (default yesterday; `force` repeats a day already dreamt)."""
+    body = body or DreamRequest()
+    report = await _c(request).dreaming.run(date=body.date, force=body.force, namespace=who.namespace)
+    return dict(report.to_dict())
+
+
+@router.post("/cleanup")
+def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
+    """Apply the retention periods to your namespace now."""
+    return dict(_c(request).cleanup.run(who.namespace).to_dict())
+
+
+def build_scheduler(container: Any) -> Scheduler:
+    s = container.settings
+    scheduler = Scheduler(clock=container.clock)
+
+    async def extract() -> object:
+        return await container.extraction.run()
+
+    async def dream() -> object:
+        report = await container.dreaming.run()
+        return not any(ns.status == "failed" for ns in report.namespaces)
+
+    async def cleanup() -> object:
+        return await asyncio.to_thread(container.cleanup.run)
+
+    if container.extraction.configured:
+        scheduler.add("extract", every_hours(s.extract_interval_hours), extract)
+    if container.dreaming.configured:
+        scheduler.add("dream", daily_at(s.dream_hour, s.dream_minute, s.timezone), dream)
+    scheduler.add("cleanup", daily_at(s.cleanup_hour, s.cleanup_minute, s.timezone), cleanup)
+    return scheduler
+
+
+def install(app: FastAPI, container: Any) -> None:
+    app.include_router(router)
+    if not container.settings.scheduler_enabled:
+        return
+
+    @asynccontextmanager
+    async def scheduler_running(app: FastAPI) -> AsyncIterator[None]:
+        scheduler = build_scheduler(container)
+        app.state.scheduler = scheduler
+        task = asyncio.create_task(scheduler.serve(), name="engram-scheduler")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    app.state.startup_hooks.append(scheduler_running)

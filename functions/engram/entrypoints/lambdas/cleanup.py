@@ -1,0 +1,78 @@
+"""CleanupFunction: SQS batches -> ``cleanup.run`` per message, with partial batch failures.
+
+Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJobQueue``) or
+``{"job": "cleanup", "payload": {"all": true}}`` (the nightly schedule). A failed record is reported
+back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
+once: after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from engram.domain.errors import InvalidInput
+from engram.domain.models import IdempotencyRecord, utcnow
+from engram.entrypoints.lambdas.runtime import get_container, job_service, logger, metrics, report_dict, tracer
+
+# Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
+JOBS_NAMESPACE = "_jobs"
+
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def decode_job(body: str) -> tuple[str, dict[str, Any]]:
+    """The (job, payload) of a message body (the format ``SqsJobQueue`` writes); ``InvalidInput`` otherwise."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("job message is not JSON") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("job"), str) or not data["job"]:
+        raise InvalidInput("job message needs a 'job' name")
+    payload = data.get("payload") or {}
+    if not isinstance(payload, dict):
+        raise InvalidInput("job payload must be an object")
+    return data["job"], payload
+
+
+def _idempotency_key(record: SQSRecord) -> str:
+    return f"sqs:{record.message_id}"
+
+
+@tracer.capture_method(capture_response=False)
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    container = get_container()
+    store = container.store
+    key = _idempotency_key(record)
+    if store.get_idempotency(JOBS_NAMESPACE, key) is not None:
+        logger.info("message already processed", extra={"message_id": record.message_id})
+        return {"skipped": True}
+    job, payload = decode_job(record.body)
+    if job != "cleanup":
+        raise InvalidInput(f"the cleanup queue got a {job!r} job")
+    namespace = None if payload.get("all") else payload.get("namespace")
+    if not payload.get("all") and not namespace:
+        raise InvalidInput("cleanup job needs 'namespace' or 'all'")
+    report = report_dict(job_service(container, "cleanup").run(namespace))
+    store.put_idempotency(
+        IdempotencyRecord(
+            namespace=JOBS_NAMESPACE,
+            key=key,
+            value={"job": job, "namespace": namespace or "*", "errors": report.get("errors", 0)},
+            created_at=utcnow(),
+        )
+    )
+    metrics.add_metric(name="CleanupRuns", unit=MetricUnit.Count, value=1)
+    return report
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

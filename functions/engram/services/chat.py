@@ -1,0 +1,624 @@
+"""The chat gateway use case: recall, inject, forward (streaming), store the exchange.
+
+``ChatService.handle`` takes a client request on either wire (OpenAI chat completions or Anthropic
+Messages) and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
+an async byte stream that passes upstream events on as they arrive. Nothing here fails the chat
+because of memory: recall, boot block, remember and persistence errors are logged and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+import anyio
+
+from engram.domain.errors import EngramError, InvalidInput, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.models import UsageRecord, new_id
+from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
+from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
+from engram.services import wire as w
+from engram.services.injection import (
+    BootData,
+    CachePolicy,
+    Injected,
+    inject_anthropic,
+    inject_openai,
+    last_user_text_anthropic,
+    last_user_text_openai,
+    render_boot_block,
+)
+from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+
+log = logging.getLogger(__name__)
+
+Wire = Literal["openai", "anthropic"]
+Reason = Literal["injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed"]
+
+_MAX_STORED_CHARS = 100_000
+_REMEMBER = re.compile(
+    r"^\s*(?:(?:please|pls|kindly|can you|could you)[\s,]+)?remember(?:\s+that)?\s*[:：,，\-]?\s*(?P<x>.+)$",
+    re.IGNORECASE | re.DOTALL,
+)
+_REMEMBER_ZH = re.compile(
+    r"^\s*(?:请|請)?(?:帮我|幫我)?(?:记住|記住|记一下|記一下)\s*[:：,，]?\s*(?P<x>.+)$", re.DOTALL
+)
+_NOT_A_REQUEST = re.compile(r"^(when|what|how|who|where|why|if|whether|me\b|the time)", re.IGNORECASE)
+
+
+def explicit_remember(text: str) -> str | None:
+    """The fact in "remember ...", "please remember: ...", "记住 ..." (not questions like "remember when...?")."""
+    match = _REMEMBER.match(text) or _REMEMBER_ZH.match(text)
+    if not match:
+        return None
+    fact = match.group("x").strip()
+    if len(fact) < 3 or fact.endswith(("?", "？")) or _NOT_A_REQUEST.match(fact):
+        return None
+    return fact[:4000]
+
+
+def render_hits(result: Any) -> str:
+    """Fallback rendering of a recall result: one line per memory."""
+    return "\n".join(f"- {' '.join(hit.memory.content.split())}" for hit in getattr(result, "hits", ()) or ())
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    routing: RouteConfig
+    inject_enabled: bool = True
+    inject_max_body_bytes: int = 2 * 1024 * 1024
+    boot_max_chars: int = 8000
+    boot_cache_seconds: float = 30.0
+    keepalive_seconds: float = 15.0
+    store_messages: bool = True
+    default_max_tokens: int = 4096
+    cleanup_interval: timedelta = timedelta(hours=24)
+    cache: CachePolicy | None = field(default_factory=CachePolicy)
+
+    @classmethod
+    def from_settings(cls, s: Any, *, openai_configured: bool, anthropic_configured: bool) -> ChatConfig:
+        return cls(
+            routing=RouteConfig(
+                public_model=s.public_model_name,
+                chat_model=s.chat_model,
+                vision_model=s.vision_model,
+                allow_passthrough=s.chat_allow_model_passthrough,
+                openai_configured=openai_configured,
+                anthropic_configured=anthropic_configured,
+            ),
+            inject_enabled=s.chat_inject_enabled,
+            inject_max_body_bytes=s.chat_inject_max_body_bytes,
+            boot_max_chars=s.chat_boot_max_chars,
+            boot_cache_seconds=s.chat_boot_cache_seconds,
+            keepalive_seconds=s.chat_keepalive_seconds,
+            store_messages=s.chat_store_messages,
+            default_max_tokens=s.chat_default_max_tokens,
+            cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
+            cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
+        )
+
+
+@dataclass
+class ChatReply:
+    """What the HTTP layer sends: ``error`` (not yet mapped to a status) or ``body`` or ``stream``."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes | None = None
+    stream: AsyncIterator[bytes] | None = None
+    media_type: str = "application/json"
+    error: EngramError | None = None
+
+
+@dataclass
+class _Exchange:
+    """One request on its way through the gateway."""
+
+    namespace: str
+    wire: Wire
+    body: dict[str, Any]
+    route: Route | None = None
+    user_text: str | None = None
+    conversation: str = "default"
+    persist: bool = True
+    reason: Reason = "disabled"
+    injected: bool = False
+    recall_ms: float = 0.0
+    upstream_ms: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    client_wants_usage: bool = True
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-engram-injected": "1" if self.injected else "0",
+            "x-engram-reason": self.reason,
+            "x-engram-recall-ms": f"{self.recall_ms:.1f}",
+            "x-engram-upstream-ms": f"{self.upstream_ms:.1f}",
+        }
+
+
+class ChatService:
+    def __init__(
+        self,
+        *,
+        openai: ChatUpstream,
+        anthropic: ChatUpstream,
+        store: MemoryStore,
+        library: Any,
+        memories: Any,
+        recall: Any,
+        clock: Clock,
+        config: ChatConfig | Callable[[], ChatConfig],
+        queue: JobQueue | None = None,
+        render_recall: Callable[[Any], str] | None = None,
+    ) -> None:
+        self._openai = openai
+        self._anthropic = anthropic
+        self._store = store
+        self._library = library
+        self._memories = memories
+        self._recall = recall
+        self._render_recall = render_recall or render_hits
+        self._clock = clock
+        # A callable is read per use: runtime settings (admin panel) change it without a restart.
+        self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
+        self._queue = queue
+        self._boot_cache: dict[str, tuple[float, str, tuple[str, ...]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def _config(self) -> ChatConfig:
+        return self._config_of()
+
+    # -- the request ----------------------------------------------------------------------------
+    async def handle(
+        self,
+        namespace: str,
+        wire: Wire,
+        raw: bytes,
+        *,
+        guide_dog: bool = False,
+        conversation_id: str | None = None,
+        memory_off: bool = False,
+        forward_headers: Mapping[str, str] | None = None,
+    ) -> ChatReply:
+        ex = _Exchange(namespace=namespace, wire=wire, body={})
+        try:
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                raise InvalidInput("request body is not valid JSON", code="invalid_json") from exc
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                raise InvalidInput("request body needs a 'messages' list", code="invalid_request")
+            ex.body = body
+            ex.persist = self._config.store_messages and not guide_dog
+            ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
+            has_images = openai_has_images(body) if wire == "openai" else anthropic_has_images(body)
+            ex.route = route(
+                str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
+            )
+            ex.user_text = last_user_text_openai(body) if wire == "openai" else last_user_text_anthropic(body)
+            upstream_body = self._to_upstream(ex)
+            if not guide_dog:
+                upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
+                self._remember_later(ex)
+            return await self._forward(ex, upstream_body, forward_headers or {})
+        except EngramError as exc:
+            return ChatReply(status=0, headers=ex.headers(), error=exc)
+
+    def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
+        assert ex.route is not None
+        body, provider, model = ex.body, ex.route.provider, ex.route.model
+        if ex.wire == "openai" and provider == "openai":
+            out = {**body, "model": model}
+            if body.get("stream"):
+                opts = dict(body.get("stream_options") or {})
+                ex.client_wants_usage = bool(opts.get("include_usage"))
+                out["stream_options"] = {**opts, "include_usage": True}
+            return out
+        if ex.wire == "anthropic" and provider == "anthropic":
+            return {**body, "model": model}
+        if ex.wire == "openai":
+            ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            out = w.openai_request_to_anthropic(body, model)
+            if not (body.get("max_completion_tokens") or body.get("max_tokens")):
+                out["max_tokens"] = self._config.default_max_tokens
+            return out
+        return w.anthropic_request_to_openai(body, model)
+
+    # -- memory -------------------------------------------------------------------------------------
+    async def _inject(self, ex: _Exchange, body: dict[str, Any], size: int, memory_off: bool) -> dict[str, Any]:
+        assert ex.route is not None
+        if not self._config.inject_enabled or memory_off:
+            ex.reason = "disabled"
+            return body
+        if size > self._config.inject_max_body_bytes:
+            ex.reason = "body_too_large"
+            return body
+        t0 = time.perf_counter()
+        boot_text, boot_ids = await self._boot(ex.namespace)
+        recall_text = ""
+        if ex.user_text is None:
+            ex.reason = "not_injectable"
+        else:
+            try:
+                result = await asyncio.to_thread(
+                    self._recall.recall, ex.namespace, ex.user_text, exclude_ids=boot_ids, record_injection=True
+                )
+                recall_text = self._render_recall(result) if getattr(result, "hits", None) else ""
+                ex.reason = "injected" if recall_text.strip() else "no_content"
+            except Exception:
+                log.warning("recall failed; the chat goes on without memories", exc_info=True)
+                ex.reason = "recall_failed"
+        ex.recall_ms = (time.perf_counter() - t0) * 1000
+        info: Injected
+        if ex.route.provider == "anthropic":
+            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache)
+        else:
+            body, info = inject_openai(body, boot_text, recall_text)
+        ex.injected = info.any
+        return body
+
+    async def _boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
+        """The rendered boot block (cached briefly per namespace) and the ids of its memories."""
+        cached = self._boot_cache.get(namespace)
+        now = time.monotonic()
+        if cached and now - cached[0] < self._config.boot_cache_seconds:
+            return cached[1], cached[2]
+        try:
+            text, ids = await asyncio.to_thread(self._build_boot, namespace)
+        except Exception:
+            log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
+            return "", ()
+        self._boot_cache[namespace] = (now, text, ids)
+        return text, ids
+
+    def _build_boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
+        stable = self._library.stable_memories(namespace)
+        digest = self._store.get_digest(namespace)
+        yesterday = self._library.yesterday()
+        log_row = self._store.get_daily_log(namespace, yesterday)
+        precious = sorted(self._store.list_precious(namespace, limit=10), key=lambda p: (p.created_at, p.id))
+        glossary = sorted(self._store.list_glossary(namespace), key=lambda g: (g.term.lower(), g.id))[:50]
+        data = BootData(
+            persona=[m.content for m in stable if m.type == "persona"],
+            about=[m.content for m in stable if m.type != "persona"],
+            glossary=[(g.term, g.aliases, g.definition) for g in glossary],
+            precious=[p.content for p in precious],
+            digest=digest.content if digest else "",
+            yesterday=(yesterday, log_row.summary or log_row.title) if log_row else None,
+        )
+        return render_boot_block(data, max_chars=self._config.boot_max_chars), tuple(m.id for m in stable)
+
+    def _remember_later(self, ex: _Exchange) -> None:
+        fact = explicit_remember(ex.user_text or "")
+        if fact is None:
+            return
+        from engram.services.memories import MemoryWrite
+
+        key = "gw-rem-" + self._exchange_key(ex)
+        request = MemoryWrite(
+            content=fact, type="fact", source="chat", importance=0.8, confidence=0.95, external_id=key
+        )
+
+        def write() -> None:
+            try:
+                self._memories.write(ex.namespace, request, dedup=True)
+            except Exception:
+                log.warning("storing an explicit remember request failed", exc_info=True)
+
+        self._spawn(asyncio.to_thread(write))
+
+    # -- forwarding ---------------------------------------------------------------------------------
+    async def _forward(self, ex: _Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
+        assert ex.route is not None
+        upstream = self._anthropic if ex.route.provider == "anthropic" else self._openai
+        path = "/v1/messages" if ex.route.provider == "anthropic" else "/chat/completions"
+        headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
+        if ex.route.provider != "anthropic":
+            headers = {}
+        stream = bool(body.get("stream"))
+        t0 = time.perf_counter()
+        task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
+        if not stream:
+            try:
+                reply = await task
+            finally:
+                ex.upstream_ms = (time.perf_counter() - t0) * 1000
+            raw = await reply.aread()
+            return self._whole(ex, raw)
+        done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
+        ex.upstream_ms = (time.perf_counter() - t0) * 1000
+        first: UpstreamReply | None = None
+        if done:
+            first = task.result()  # an error status, unreachable or timeout raise here -> real status
+        return ChatReply(
+            status=200,
+            headers={**ex.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"},
+            stream=self._stream(ex, task, first),
+            media_type="text/event-stream",
+        )
+
+    def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
+        assert ex.route is not None
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
+        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
+        if upstream_wire == "anthropic":
+            text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
+            usage = w.usage_from_anthropic(data.get("usage"))
+        else:
+            message = ((data.get("choices") or [{}])[0]).get("message") or {}
+            text = w.text_of(message.get("content"))
+            usage = w.usage_from_openai(data.get("usage"))
+        if upstream_wire != ex.wire:
+            data = (
+                w.anthropic_response_to_openai(data, ex.route.requested)
+                if ex.wire == "openai"
+                else w.openai_response_to_anthropic(data, ex.route.requested)
+            )
+            raw = json.dumps(data, ensure_ascii=False).encode()
+        self._after(ex, text, usage)
+        return ChatReply(status=200, headers=ex.headers(), body=raw)
+
+    async def _stream(
+        self, ex: _Exchange, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
+    ) -> AsyncIterator[bytes]:
+        assert ex.route is not None
+        tap = _Tap(ex.route.provider, ex.wire, ex.route.requested, ex.client_wants_usage)
+        try:
+            if reply is None:
+                while True:
+                    done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
+                    if done:
+                        break
+                    yield SSE_PING
+                reply = task.result()
+            parser = SseParser()
+            async for chunk in reply.aiter_bytes():
+                for event in parser.feed(chunk):
+                    for out in tap.feed(event):
+                        yield out
+            for event in parser.flush():
+                for out in tap.feed(event):
+                    yield out
+            if not tap.finished:
+                raise UpstreamUnavailable("the upstream ended the stream early")
+            self._after(ex, tap.text, tap.usage)
+        except EngramError as exc:
+            for out in _error_event(ex.wire, exc):
+                yield out
+        finally:
+            if not task.done():
+                task.cancel()
+            elif reply is None and not task.cancelled() and task.exception() is None:
+                reply = task.result()  # answered just as the client went away
+            if reply is not None:
+                with anyio.CancelScope(shield=True):
+                    await reply.aclose()
+
+    # -- after the reply ------------------------------------------------------------------------------
+    def _after(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+        if not ex.persist:
+            return
+        self._spawn(asyncio.to_thread(self._persist, ex, assistant_text, usage))
+
+    def _persist(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+        assert ex.route is not None
+        try:
+            now = self._clock.now()
+            self._store.append_usage(
+                UsageRecord(
+                    id=new_id("use"),
+                    namespace=ex.namespace,
+                    model=ex.route.model,
+                    input_tokens=usage.input,
+                    output_tokens=usage.output,
+                    cache_read_tokens=usage.cache_read,
+                    cache_write_tokens=usage.cache_write,
+                    created_at=now,
+                )
+            )
+            if ex.user_text:
+                from engram.services.library import MessageIn
+
+                key = self._exchange_key(ex)
+                messages = [
+                    MessageIn(
+                        role="user",
+                        content=ex.user_text[:_MAX_STORED_CHARS],
+                        conversation_id=ex.conversation,
+                        id=f"gw-{key}-u",
+                        created_at=now,
+                        model=ex.route.requested[:200],
+                    )
+                ]
+                if assistant_text.strip():
+                    messages.append(
+                        MessageIn(
+                            role="assistant",
+                            content=assistant_text[:_MAX_STORED_CHARS],
+                            conversation_id=ex.conversation,
+                            id=f"gw-{key}-a",
+                            created_at=now + timedelta(microseconds=1),
+                            model=ex.route.model[:200],
+                        )
+                    )
+                self._library.ingest(ex.namespace, messages)
+            self._maybe_cleanup(ex.namespace, now)
+        except Exception:
+            log.warning("storing the exchange failed", exc_info=True)
+
+    def _maybe_cleanup(self, namespace: str, now: Any) -> None:
+        if self._queue is None:
+            return
+        if self._store.get_cache(namespace, "gateway:cleanup-enqueued") is not None:
+            return
+        self._store.put_cache(
+            namespace, "gateway:cleanup-enqueued", now.isoformat(), expires_at=now + self._config.cleanup_interval
+        )
+        self._queue.enqueue("cleanup", {"namespace": namespace})
+
+    def _exchange_key(self, ex: _Exchange) -> str:
+        """Same namespace, conversation, earlier turns and last user message -> same key (retries)."""
+        messages = ex.body.get("messages") or []
+        material = json.dumps(
+            [ex.namespace, ex.conversation, messages],
+            ensure_ascii=False,
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
+        return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        """Finish background writes and close the upstream HTTP clients (app shutdown)."""
+        await self.drain()
+        for upstream in (self._openai, self._anthropic):
+            closer = getattr(upstream, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    async def drain(self) -> None:
+        """Wait for background writes (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # -- models and usage --------------------------------------------------------------------------------
+    async def models(self) -> dict[str, Any]:
+        cfg = self._config.routing
+        names: list[str] = [cfg.public_model]
+        for name in (cfg.chat_model, cfg.vision_model):
+            if name and name not in names:
+                names.append(name)
+        if cfg.allow_passthrough and cfg.openai_configured:
+            with contextlib.suppress(EngramError, ValueError, KeyError, TypeError, AttributeError):
+                reply = await asyncio.wait_for(self._openai.send("GET", "/models"), 5.0)
+                for item in json.loads(await reply.aread()).get("data") or []:
+                    if item.get("id") and item["id"] not in names:
+                        names.append(str(item["id"]))
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": created, "owned_by": "engram"} for n in names],
+        }
+
+    def usage(self, namespace: str, *, days: int = 30) -> dict[str, Any]:
+        since = self._clock.now() - timedelta(days=days)
+        per_model: dict[str, dict[str, int]] = {}
+        for rec in self._store.list_usage(namespace, since=since):
+            row = per_model.setdefault(
+                rec.model,
+                {"requests": 0, "input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0},
+            )
+            row["requests"] += 1
+            row["input_tokens"] += rec.input_tokens
+            row["output_tokens"] += rec.output_tokens
+            row["cache_read_tokens"] += rec.cache_read_tokens
+            row["cache_write_tokens"] += rec.cache_write_tokens
+        return {
+            "since": since.isoformat(),
+            "days": days,
+            "models": [{"model": m, **v} for m, v in sorted(per_model.items())],
+        }
+
+
+def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
+    """The SSE error event for a failure after the stream began (status can no longer change)."""
+    kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+    if wire == "anthropic":
+        return [sse_bytes({"type": "error", "error": {"type": "api_error", "message": exc.message}}, "error")]
+    return [sse_bytes({"error": {"message": exc.message, "type": kind, "code": exc.code}}), SSE_DONE]
+
+
+class _Tap:
+    """Per-event pass-through or conversion to the client's wire, noting reply text and usage."""
+
+    def __init__(self, upstream: str, client: Wire, model: str, client_wants_usage: bool) -> None:
+        self.upstream = upstream
+        self.client = client
+        self.client_wants_usage = client_wants_usage
+        self.text_parts: list[str] = []
+        self.usage = w.TokenUsage()
+        self._anthropic_usage: dict[str, Any] = {}
+        self.finished = False
+        self._a2o = (
+            w.AnthropicToOpenAIStream(model, include_usage=client_wants_usage)
+            if (upstream == "anthropic" and client == "openai")
+            else None
+        )
+        self._o2a = w.OpenAIToAnthropicStream(model) if (upstream == "openai" and client == "anthropic") else None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        if event.is_comment or not event.data:
+            return [event.raw] if self._a2o is None and self._o2a is None else []
+        if self.upstream == "openai":
+            return self._openai(event)
+        return self._anthropic(event)
+
+    def _openai(self, event: SseEvent) -> list[bytes]:
+        if event.data == "[DONE]":
+            self.finished = True
+            return self._o2a.finish() if self._o2a is not None else [event.raw]
+        try:
+            data = event.json()
+        except ValueError:
+            return [event.raw] if self._o2a is None else []
+        if data.get("error"):
+            raise UpstreamUnavailable(f"upstream error: {str(data['error'].get('message', data['error']))[:300]}")
+        choices = data.get("choices") or []
+        for choice in choices:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                self.text_parts.append(piece)
+        if data.get("usage"):
+            self.usage = w.usage_from_openai(data["usage"])
+        if self._o2a is not None:
+            return self._o2a.feed(data)
+        if not choices and data.get("usage") and not self.client_wants_usage:
+            return []  # the usage chunk we asked for on our own account
+        return [event.raw]
+
+    def _anthropic(self, event: SseEvent) -> list[bytes]:
+        try:
+            data = event.json()
+        except ValueError:
+            return [event.raw] if self._a2o is None else []
+        kind = data.get("type") or event.event
+        if kind == "error":
+            err = data.get("error") or {}
+            raise UpstreamUnavailable(f"upstream error: {str(err.get('message', err))[:300]}")
+        if kind == "message_start":
+            self._anthropic_usage.update((data.get("message") or {}).get("usage") or {})
+        elif kind == "content_block_delta":
+            delta = data.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                self.text_parts.append(delta.get("text", ""))
+        elif kind == "message_delta":
+            self._anthropic_usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.finished = True
+            self.usage = w.usage_from_anthropic(self._anthropic_usage)
+        if self._a2o is not None:
+            return self._a2o.feed(event.event, data)
+        return [event.raw]

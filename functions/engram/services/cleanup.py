@@ -1,0 +1,182 @@
+"""Cleanup: retention of every row kind (DESIGN.md section 8).
+
+Per namespace: messages, usage rows, events and idempotency keys older than their periods are
+deleted; active memories unseen for ``memory_expire_unseen_days`` expire (never pinned, identity or
+persona ones); memories deleted, superseded or expired for longer than ``hard_delete_after_days``
+are erased — the search document first, and when that fails the row stays for the next run, so
+the index never keeps a vector whose row is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from engram.domain.errors import EngramError
+from engram.domain.policies import expires_by_retention
+from engram.domain.ports import Clock, JobQueue, MemoryStore, SearchIndex
+from engram.services.jobs import NamespaceLocks, record_run
+
+log = logging.getLogger(__name__)
+
+_PAGE = 500
+LAST_RUN = "cleanup:last_run"
+HARD_DELETE_STATUSES = ("deleted", "superseded", "expired")
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    messages_days: int = 14
+    usage_days: int = 30
+    events_days: int = 30
+    idempotency_days: int = 7
+    memory_unseen_days: int = 180
+    hard_delete_days: int = 30
+    min_interval_hours: float = 24.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> RetentionPolicy:
+        return cls(
+            messages_days=settings.retention_messages_days,
+            usage_days=settings.retention_usage_days,
+            events_days=settings.retention_events_days,
+            idempotency_days=settings.retention_idempotency_days,
+            memory_unseen_days=settings.memory_expire_unseen_days,
+            hard_delete_days=settings.hard_delete_after_days,
+            min_interval_hours=settings.cleanup_min_interval_hours,
+        )
+
+
+@dataclass
+class NamespaceCleanup:
+    namespace: str
+    messages: int = 0
+    usage: int = 0
+    events: int = 0
+    idempotency: int = 0
+    expired: int = 0
+    hard_deleted: int = 0
+    kept_for_retry: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CleanupReport:
+    namespaces: list[NamespaceCleanup] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        keys = ("messages", "usage", "events", "idempotency", "expired", "hard_deleted", "kept_for_retry")
+        return {
+            "job": "cleanup",
+            **{k: sum(int(getattr(ns, k)) for ns in self.namespaces) for k in keys},
+            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "namespaces": [asdict(ns) for ns in self.namespaces],
+        }
+
+
+class CleanupService:
+    def __init__(
+        self,
+        store: MemoryStore,
+        index: SearchIndex,
+        clock: Clock,
+        policy: RetentionPolicy | None = None,
+        locks: NamespaceLocks | None = None,
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._clock = clock
+        self._policy = policy or RetentionPolicy()
+        self._locks = locks or NamespaceLocks()
+
+    def run(self, namespace: str | None = None, progress: Any = None) -> CleanupReport:
+        """Clean every namespace (or one); ``progress(n)`` is called once per namespace done."""
+        namespaces = [namespace] if namespace else self._store.list_namespaces()
+        report = CleanupReport()
+        for ns in namespaces:
+            report.namespaces.append(self._run_namespace(ns))
+            if progress is not None:
+                progress(1)
+        return report
+
+    def request(self, queue: JobQueue | None, namespace: str) -> bool:
+        """Queue a cleanup of ``namespace`` unless one ran within ``min_interval_hours`` (the chat
+        path calls this on every turn; it costs one cursor read). ``True`` if queued."""
+        if queue is None or not self.due(namespace):
+            return False
+        queue.enqueue("cleanup", {"namespace": namespace})
+        return True
+
+    def due(self, namespace: str) -> bool:
+        raw = self._store.get_cursor(namespace, LAST_RUN)
+        if not raw:
+            return True
+        last = datetime.fromisoformat(raw)
+        return self._clock.now() - last >= timedelta(hours=self._policy.min_interval_hours)
+
+    def _run_namespace(self, namespace: str) -> NamespaceCleanup:
+        result = NamespaceCleanup(namespace=namespace)
+        try:
+            with self._locks.hold("cleanup", namespace):
+                self._clean(namespace, result)
+        except EngramError as exc:
+            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        detail = asdict(result)
+        detail.pop("namespace")
+        record_run(self._store, self._clock, "cleanup", namespace, detail)
+        return result
+
+    def _clean(self, namespace: str, result: NamespaceCleanup) -> None:
+        now = self._clock.now()
+        self._store.set_cursor(namespace, LAST_RUN, now.isoformat())
+        p = self._policy
+        result.messages = self._store.delete_messages_before(namespace, now - timedelta(days=p.messages_days))
+        result.usage = self._store.delete_usage_before(namespace, now - timedelta(days=p.usage_days))
+        result.events = self._store.delete_events_before(namespace, now - timedelta(days=p.events_days))
+        result.idempotency = self._store.delete_idempotency_before(namespace, now - timedelta(days=p.idempotency_days))
+        self._expire(namespace, now, result)
+        self._hard_delete(namespace, now, result)
+
+    def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
+        before = now - timedelta(days=self._policy.memory_unseen_days)
+        while True:
+            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE)
+            doomed = [m for m in page if expires_by_retention(m, now, self._policy.memory_unseen_days)]
+            for memory in doomed:
+                try:
+                    self._index.delete(namespace, memory.id, memory.index_ref)
+                except EngramError as exc:  # the row still expires; the hard delete retries the vector
+                    result.errors.append({"error": exc.code, "memory_id": memory.id, "op": "unindex"})
+                self._store.update_memory(
+                    memory.model_copy(update={"status": "expired", "status_changed_at": now, "updated_at": now})
+                )
+                result.expired += 1
+            # Pinned/durable memories stay in the page; stop when nothing in it could expire.
+            if len(page) < _PAGE or not doomed:
+                return
+
+    def _hard_delete(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
+        before = now - timedelta(days=self._policy.hard_delete_days)
+        failed: set[str] = set()
+        while True:
+            page = [
+                m
+                for m in self._store.memories_changed_before(namespace, HARD_DELETE_STATUSES, before, limit=_PAGE)
+                if m.id not in failed
+            ]
+            if not page:
+                return
+            for memory in page:
+                try:
+                    self._index.delete(namespace, memory.id, memory.index_ref)
+                except EngramError as exc:
+                    failed.add(memory.id)
+                    result.kept_for_retry += 1
+                    result.errors.append({"error": exc.code, "memory_id": memory.id, "op": "hard_delete"})
+                    continue
+                self._store.delete_memory_row(namespace, memory.id)
+                result.hard_deleted += 1
+            if len(failed) >= _PAGE:  # a whole page keeps failing: leave the rest for the next run
+                return

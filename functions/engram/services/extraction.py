@@ -1,0 +1,372 @@
+"""Extraction: new chat messages -> memories or review candidates (DESIGN.md section 8).
+
+Per namespace, messages after the cursor and before the moment the run starts are read in batches
+of ``max_messages`` (at most ``max_batches`` per run). The first run of a namespace reads only the
+last ``window_hours``, not all history. Each batch is one model call; its answer is applied, then
+the cursor moves to the batch's last message. A model error or an unreadable answer leaves the
+cursor where it was (the batch is retried next run, up to ``max_attempts`` times before it is
+skipped). A batch is claimed by its last message id before it is applied, so the same window is
+never applied twice, even when two processes race or a crash hits between apply and cursor write.
+
+Messages stored with a client timestamp older than the cursor are not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from engram.domain.errors import EngramError, InvalidInput, NotConfigured, NotFound
+from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
+from engram.domain.policies import normalize_fact_key, same_meaning_text
+from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
+from engram.services import prompts
+from engram.services.curation import CandidateService
+from engram.services.jobs import (
+    NamespaceLocks,
+    as_list,
+    as_str,
+    as_str_list,
+    as_unit,
+    parse_json_object,
+    record_run,
+)
+from engram.services.memories import MemoryService, MemoryWrite
+
+log = logging.getLogger(__name__)
+
+CURSOR = "extract"
+FAILURES = "extract:failures"
+MAX_ITEMS_PER_BATCH = 50
+KNOWN_KEYS = 30
+
+
+@dataclass(frozen=True)
+class ExtractionConfig:
+    window_hours: float = 4.0
+    max_messages: int = 40
+    max_batches: int = 4
+    max_tokens: int = 1200
+    max_message_chars: int = 2000
+    review_confidence: float = 0.76
+    max_attempts: int = 5
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ExtractionConfig:
+        return cls(
+            window_hours=settings.extract_window_hours,
+            max_messages=settings.extract_max_messages,
+            max_batches=settings.extract_max_batches,
+            max_tokens=settings.extract_max_tokens,
+            max_message_chars=settings.extract_max_message_chars,
+            review_confidence=settings.review_confidence,
+        )
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One memory as the model proposed it, validated."""
+
+    content: str
+    type: MemoryType
+    fact_key: str | None
+    importance: float
+    confidence: float
+    tags: list[str]
+    source_message_ids: list[str]
+
+
+@dataclass
+class NamespaceExtraction:
+    namespace: str
+    messages: int = 0
+    batches: int = 0
+    created: int = 0
+    seen: int = 0
+    superseded: int = 0
+    candidates: int = 0
+    rejected: int = 0
+    skipped_batches: int = 0
+    more: bool = False
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ExtractionReport:
+    namespaces: list[NamespaceExtraction] = field(default_factory=list)
+
+    def total(self, name: str) -> int:
+        return sum(int(getattr(ns, name)) for ns in self.namespaces)
+
+    def to_dict(self) -> dict[str, Any]:
+        keys = ("messages", "batches", "created", "seen", "superseded", "candidates", "rejected", "skipped_batches")
+        return {
+            "job": "extract",
+            **{k: self.total(k) for k in keys},
+            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "namespaces": [asdict(ns) for ns in self.namespaces],
+        }
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    ts: datetime
+    id: str | None
+
+    def dump(self) -> str:
+        return json.dumps({"ts": self.ts.isoformat(), "id": self.id})
+
+    @staticmethod
+    def load(raw: str | None) -> _Cursor | None:
+        if not raw:
+            return None
+        data = json.loads(raw)
+        return _Cursor(datetime.fromisoformat(data["ts"]), data.get("id"))
+
+
+def parse_extraction(reply: str, batch_ids: Sequence[str]) -> tuple[list[Extracted], int]:
+    """The valid memories of a model reply and how many items were rejected.
+
+    ``InvalidInput`` when the reply is not ``{"memories": [...]}`` at all (the batch is retried).
+    """
+    data = parse_json_object(reply)
+    if not isinstance(data.get("memories"), list):
+        raise InvalidInput("the model answer has no 'memories' list", code="invalid_model_output")
+    known = set(batch_ids)
+    out: list[Extracted] = []
+    rejected = 0
+    for raw in as_list(data["memories"])[:MAX_ITEMS_PER_BATCH]:
+        content = as_str(raw.get("content")) if isinstance(raw, dict) else ""
+        if not content:
+            rejected += 1
+            continue
+        type_ = as_str(raw.get("type")).lower()
+        fact_key: str | None = None
+        if as_str(raw.get("fact_key")):
+            try:
+                fact_key = normalize_fact_key(raw["fact_key"])
+            except InvalidInput:
+                fact_key = None  # a malformed key still leaves a useful memory
+        out.append(
+            Extracted(
+                content=content,
+                type=type_ if type_ in MEMORY_TYPES else "fact",  # type: ignore[arg-type]
+                fact_key=fact_key,
+                importance=as_unit(raw.get("importance"), 0.5),
+                confidence=as_unit(raw.get("confidence"), 0.5),
+                tags=as_str_list(raw.get("tags")),
+                source_message_ids=[i for i in as_str_list(raw.get("source_message_ids"), 100) if i in known],
+            )
+        )
+    return out, rejected
+
+
+class ExtractionService:
+    def __init__(
+        self,
+        store: MemoryStore,
+        memories: MemoryService,
+        candidates: CandidateService,
+        model: ChatModel | None,
+        clock: Clock,
+        config: ExtractionConfig | Callable[[], ExtractionConfig] | None = None,
+        locks: NamespaceLocks | None = None,
+        index: SearchIndex | None = None,
+    ) -> None:
+        self._index = index
+        self._store = store
+        self._memories = memories
+        self._candidates = candidates
+        self._model = model
+        self._clock = clock
+        # A callable is read per use: runtime settings (admin panel) change it without a restart.
+        fixed = config if isinstance(config, ExtractionConfig) else ExtractionConfig()
+        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: fixed)
+        self._locks = locks or NamespaceLocks()
+
+    @property
+    def _config(self) -> ExtractionConfig:
+        return self._config_of()
+
+    @property
+    def configured(self) -> bool:
+        """Whether a model is set (the scheduler skips the job otherwise)."""
+        return self._model is not None
+
+    async def run(self, namespace: str | None = None, now: datetime | None = None) -> ExtractionReport:
+        """Extract every namespace (or one) up to ``now`` (default: the clock)."""
+        if self._model is None:
+            raise NotConfigured(
+                "extraction needs a model: set ENGRAM_EXTRACT_MODEL (or ENGRAM_CHAT_MODEL) and ENGRAM_UPSTREAM_BASE_URL"
+            )
+        # Inclusive of the start instant: a run right after an ingest reads those messages.
+        until = (now or self._clock.now()) + timedelta(microseconds=1)
+        namespaces = [namespace] if namespace else await asyncio.to_thread(self._store.list_namespaces)
+        report = ExtractionReport()
+        for ns in namespaces:
+            report.namespaces.append(await self._run_namespace(ns, until))
+        return report
+
+    async def _run_namespace(self, namespace: str, until: datetime) -> NamespaceExtraction:
+        result = NamespaceExtraction(namespace=namespace)
+        try:
+            with self._locks.hold("extract", namespace):
+                await self._extract(namespace, until, result)
+        except EngramError as exc:
+            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        await asyncio.to_thread(record_run, self._store, self._clock, "extract", namespace, _detail(result))
+        return result
+
+    async def _extract(self, namespace: str, until: datetime, result: NamespaceExtraction) -> None:
+        assert self._model is not None
+        for _ in range(self._config.max_batches):
+            batch = await asyncio.to_thread(self._next_batch, namespace, until)
+            if not batch:
+                return
+            readable = [m for m in batch if m.role in ("user", "assistant")]
+            if not readable:  # only system/tool rows: nothing to learn, move on
+                await asyncio.to_thread(self._apply, namespace, batch, [], result)
+                continue
+            known = await asyncio.to_thread(self._known_keys, namespace, readable)
+            try:
+                reply = await self._model.complete(
+                    prompts.extraction_messages(readable, max_chars=self._config.max_message_chars, known=known),
+                    json_mode=True,
+                    max_tokens=self._config.max_tokens,
+                    temperature=0.0,
+                )
+                items, rejected = parse_extraction(reply, [m.id for m in batch])
+            except Exception as exc:  # any model failure: keep the cursor, try again next run
+                code = exc.code if isinstance(exc, EngramError) else "model_error"
+                log.warning("extraction model call failed for %s: %s", namespace, code)
+                result.errors.append({"error": code, "message": str(exc)[:300], "first_message_id": batch[0].id})
+                await asyncio.to_thread(self._note_failure, namespace, batch, result)
+                return
+            await asyncio.to_thread(self._apply, namespace, batch, items, result)
+            result.rejected += rejected
+        result.more = bool(await asyncio.to_thread(self._next_batch, namespace, until, 1))
+
+    # -- sync steps (run in a worker thread) -------------------------------------------------
+    def _next_batch(self, namespace: str, until: datetime, limit: int | None = None) -> list[Message]:
+        limit = limit or self._config.max_messages
+        cursor = _Cursor.load(self._store.get_cursor(namespace, CURSOR))
+        if cursor is None:
+            # First run: only the current window. Anchor the cursor there so a quiet first window
+            # does not make the next run look back a full window again.
+            since = until - timedelta(hours=self._config.window_hours)
+            self._store.set_cursor(namespace, CURSOR, _Cursor(since, None).dump())
+            return self._store.list_messages(namespace, since=since, until=until, limit=limit)
+        if cursor.id is None:
+            return self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit)
+        try:
+            return self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit, after_id=cursor.id)
+        except NotFound:  # the cursor's message was removed by retention
+            rows = self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit + 100)
+            return [m for m in rows if (m.created_at, m.id) > (cursor.ts, cursor.id)][:limit]
+
+    def _known_keys(self, namespace: str, batch: list[Message]) -> list[Memory]:
+        """Active keyed memories related to the batch, so the model reuses their keys."""
+        if self._index is None:
+            return []
+        text = prompts.clip(" ".join(m.content for m in batch if m.role == "user"), 2000)
+        if not text:
+            return []
+        try:
+            hits = self._index.keyword_search(namespace, text, k=KNOWN_KEYS)
+        except EngramError:  # the index is a mirror; extraction works without the hint
+            return []
+        found = self._store.get_memories(namespace, [h.memory_id for h in hits])
+        return [m for m in found if m.status == "active" and m.fact_key]
+
+    def _apply(self, namespace: str, batch: list[Message], items: list[Extracted], result: NamespaceExtraction) -> None:
+        claim = IdempotencyRecord(
+            namespace=namespace,
+            key=f"extract:{batch[-1].id}",
+            value={"first": batch[0].id, "items": len(items)},
+            created_at=self._clock.now(),
+        )
+        if self._store.put_idempotency(claim):
+            for item in items:
+                try:
+                    self._route(namespace, item, batch, result)
+                except EngramError as exc:
+                    result.rejected += 1
+                    result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        else:
+            result.skipped_batches += 1  # applied before (another run, or a crash before the cursor moved)
+        self._store.set_cursor(namespace, CURSOR, _Cursor(batch[-1].created_at, batch[-1].id).dump())
+        self._store.set_cursor(namespace, FAILURES, "")
+        result.batches += 1
+        result.messages += len(batch)
+
+    def _route(self, namespace: str, item: Extracted, batch: list[Message], result: NamespaceExtraction) -> None:
+        sources = item.source_message_ids or [m.id for m in batch]
+        if item.confidence < self._config.review_confidence:
+            if self._pending_twin(namespace, item.content):
+                result.seen += 1
+                return
+            holder = self._store.find_active_by_fact_key(namespace, item.fact_key) if item.fact_key else None
+            self._candidates.propose(
+                namespace,
+                item.content,
+                type=item.type,
+                fact_key=item.fact_key,
+                importance=item.importance,
+                confidence=item.confidence,
+                tags=item.tags,
+                source="extraction",
+                source_message_ids=sources,
+                target_memory_id=holder.id if holder else None,
+            )
+            result.candidates += 1
+            return
+        written = self._memories.write(
+            namespace,
+            MemoryWrite(
+                content=item.content,
+                type=item.type,
+                fact_key=item.fact_key,
+                importance=item.importance,
+                confidence=item.confidence,
+                tags=item.tags,
+                source="extraction",
+                source_message_ids=sources,
+            ),
+            dedup=True,
+        )
+        if written.action == "superseded":
+            result.superseded += 1
+        elif written.action == "created":
+            result.created += 1
+        else:
+            result.seen += 1
+
+    def _pending_twin(self, namespace: str, content: str) -> bool:
+        pending = self._store.list_candidates(namespace, "pending", limit=200).items
+        return any(same_meaning_text(c.content, content) for c in pending)
+
+    def _note_failure(self, namespace: str, batch: list[Message], result: NamespaceExtraction) -> None:
+        """Count failures of the same batch; after ``max_attempts`` skip it so one bad window
+        cannot stall a namespace forever."""
+        raw = self._store.get_cursor(namespace, FAILURES)
+        state = json.loads(raw) if raw else {}
+        count = int(state.get("count", 0)) + 1 if state.get("first") == batch[0].id else 1
+        if count < self._config.max_attempts:
+            self._store.set_cursor(namespace, FAILURES, json.dumps({"first": batch[0].id, "count": count}))
+            return
+        log.warning("extraction skips %d messages of %s after %d failed attempts", len(batch), namespace, count)
+        self._store.set_cursor(namespace, CURSOR, _Cursor(batch[-1].created_at, batch[-1].id).dump())
+        self._store.set_cursor(namespace, FAILURES, "")
+        result.skipped_batches += 1
+        result.errors.append({"error": "window_skipped", "message": f"gave up after {count} attempts"})
+
+
+def _detail(result: NamespaceExtraction) -> dict[str, Any]:
+    detail = asdict(result)
+    detail.pop("namespace")
+    return detail

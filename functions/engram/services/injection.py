@@ -1,0 +1,357 @@
+"""Where Engram puts memories in a chat request so prompt caches stay warm (pure, no I/O).
+
+Layout of a request after injection (both wires)::
+
+    [tools ............................................] <- Claude: marker "last tool"
+    [client system prompt, volatile lines removed]
+    [boot block]                                          <- Claude: marker "system anchor"
+    [history ... previous-previous turn]                  <- Claude: marker "bridge" (long turns only)
+    [history ... previous turn]                           <- Claude: marker "tail"
+    [current user turn][per-turn patch: volatile lines + recalled memories]   (never marked)
+
+Why this order: provider caches (Anthropic's explicit markers, OpenAI/DeepSeek automatic prefix
+caching) reuse the longest unchanged *prefix*. So everything is ordered by how rarely it changes:
+the client's own system prompt (changes almost never; volatile date/time lines are moved out of it
+into the patch), then the boot block, whose sections are themselves ordered slowest-changing first
+(persona/identity/pinned -> glossary -> precious notes -> digest -> yesterday's log; items oldest
+first so additions land at the end), then the history, which only ever grows at the end. The only
+per-turn content, the patch, sits in the current user turn after every cache breakpoint. The client
+does not send our patch back in later turns, so the previous turn's tail (the assistant reply
+before the current user turn) is the last point two consecutive requests share byte for byte; the
+"tail" marker sits there, and the "bridge" marker repeats the previous request's tail when the new
+turn added more blocks than Anthropic looks back (about 20) from a marker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+LOOKBACK_BLOCKS = 20
+_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+
+# -- volatile lines -------------------------------------------------------------------------------------
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")
+_NOWISH = re.compile(r"(current|today|now\b|date|time|clock|当前|现在|今天|今日|日期|时间|時間|星期)", re.IGNORECASE)
+_DATEISH = re.compile(
+    r"(\d{4}\s*[-/.年]\s*\d{1,2}\s*[-/.月]\s*\d{1,2}|\b\d{1,2}:\d{2}\b|"
+    r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d{1,2}\b|"
+    r"\b\d{1,2}\s+(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\b|"
+    r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b)",
+    re.IGNORECASE,
+)
+_NOT_VOLATILE = re.compile(r"(cutoff|cut-off|截止|training data)", re.IGNORECASE)
+
+
+def is_volatile_line(line: str) -> bool:
+    """A short line stating the current date or time (it would change the prompt every turn or day)."""
+    text = line.strip()
+    if not text or len(text) > 160 or _NOT_VOLATILE.search(text):
+        return False
+    if _STAMP.search(text):
+        return True
+    return bool(_NOWISH.search(text) and _DATEISH.search(text))
+
+
+def split_volatile(text: str) -> tuple[str, list[str]]:
+    """``text`` without its volatile lines, and those lines (stripped) in order."""
+    if not _DATEISH.search(text) and not _STAMP.search(text):
+        return text, []
+    keep: list[str] = []
+    moved: list[str] = []
+    for line in text.split("\n"):
+        (moved if is_volatile_line(line) else keep).append(line)
+    if not moved:
+        return text, []
+    return "\n".join(keep).strip("\n"), [m.strip() for m in moved]
+
+
+# -- what gets injected ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BootData:
+    """The stable memory context, already sorted by the caller (oldest first)."""
+
+    persona: Sequence[str] = ()  # persona memories
+    about: Sequence[str] = ()  # identity and pinned memories
+    glossary: Sequence[tuple[str, Sequence[str], str]] = ()  # (term, aliases, definition)
+    precious: Sequence[str] = ()
+    digest: str = ""
+    yesterday: tuple[str, str] | None = None  # (date, text)
+
+
+def render_boot_block(data: BootData, *, max_chars: int = 8000) -> str:
+    """Deterministic text of the boot block ('' when there is nothing to say)."""
+    sections: list[str] = []
+
+    def section(title: str, lines: Sequence[str]) -> None:
+        items = [" ".join(line.split()) for line in lines if line and line.strip()]
+        if items:
+            sections.append(f"## {title}\n" + "\n".join(f"- {item}" for item in items))
+
+    section("Persona", data.persona)
+    section("About the user", data.about)
+    section(
+        "Glossary",
+        [
+            f"{term}{' (' + ', '.join(aliases) + ')' if aliases else ''}: {definition}"
+            for term, aliases, definition in data.glossary
+        ],
+    )
+    section("Precious notes (verbatim)", data.precious)
+    if data.digest.strip():
+        sections.append("## Summary\n" + data.digest.strip())
+    if data.yesterday and data.yesterday[1].strip():
+        sections.append(f"## Yesterday ({data.yesterday[0]})\n" + data.yesterday[1].strip())
+    if not sections:
+        return ""
+    body = "\n\n".join(sections)
+    if len(body) > max_chars:
+        body = body[: max_chars - 1].rstrip() + "…"
+    return (
+        "<engram-memory>\nLong-term memory about the user, kept by Engram. Use it when it helps; "
+        "do not mention it unless asked.\n\n" + body + "\n</engram-memory>"
+    )
+
+
+def render_patch(volatile: Sequence[str], recall_text: str) -> str:
+    """The per-turn text appended to the current user turn ('' when empty)."""
+    parts: list[str] = []
+    if volatile:
+        parts.append("\n".join(volatile))
+    if recall_text.strip():
+        parts.append("Memories that may be relevant to this message:\n" + recall_text.strip())
+    if not parts:
+        return ""
+    return "<engram-context>\n" + "\n\n".join(parts) + "\n</engram-context>"
+
+
+@dataclass
+class Injected:
+    """What ``inject_*`` did."""
+
+    boot: bool = False
+    patch: bool = False
+    volatile: list[str] = field(default_factory=list)
+    markers: int = 0
+
+    @property
+    def any(self) -> bool:
+        return self.boot or self.patch
+
+
+# -- the current user turn -------------------------------------------------------------------------------
+def last_user_text_openai(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    if not messages or messages[-1].get("role") != "user":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, str):
+        return content.strip() or None
+    text = "\n".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
+    return text.strip() or None
+
+
+def last_user_text_anthropic(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    if not messages or messages[-1].get("role") != "user":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, str):
+        return content.strip() or None
+    text = "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+    return text.strip() or None
+
+
+# -- OpenAI wire -----------------------------------------------------------------------------------------
+def inject_openai(body: dict[str, Any], boot_text: str, recall_text: str) -> tuple[dict[str, Any], Injected]:
+    """A new body with the boot block after the client's system prompt and the patch in the last turn."""
+    messages = [dict(m) for m in body.get("messages") or []]
+    info = Injected()
+    last_role = messages[-1].get("role") if messages else None
+    can_patch = last_role in ("user", "tool")
+    lead = 0
+    while lead < len(messages) and messages[lead].get("role") in ("system", "developer"):
+        lead += 1
+    if can_patch:
+        for msg in messages[:lead]:
+            msg["content"], moved = _strip_volatile_content(msg.get("content"))
+            info.volatile += moved
+    if boot_text:
+        info.boot = True
+        if lead:
+            target = messages[lead - 1]
+            content = target.get("content")
+            if isinstance(content, list):
+                target["content"] = [*content, {"type": "text", "text": boot_text}]
+            else:
+                target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
+        else:
+            messages.insert(0, {"role": "system", "content": boot_text})
+    patch = render_patch(info.volatile, recall_text) if can_patch else ""
+    if patch:
+        info.patch = bool(recall_text.strip())
+        last = messages[-1]
+        if last_role == "tool":
+            messages.append({"role": "user", "content": patch})
+        elif isinstance(last.get("content"), list):
+            last["content"] = [*last["content"], {"type": "text", "text": patch}]
+        else:
+            last["content"] = f"{last.get('content') or ''}\n\n{patch}"
+    return {**body, "messages": messages}, info
+
+
+def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
+    if isinstance(content, str):
+        text, moved = split_volatile(content)
+        return text, moved
+    if isinstance(content, list):
+        out: list[Any] = []
+        moved_all: list[str] = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                text, moved = split_volatile(part.get("text", ""))
+                moved_all += moved
+                if moved and not text.strip():
+                    continue
+                out.append({**part, "text": text} if moved else part)
+            else:
+                out.append(part)
+        return out, moved_all
+    return content, []
+
+
+# -- Anthropic wire --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CachePolicy:
+    """Claude prompt-cache markers: ``ttl`` ``5m`` or ``1h``; ``lookback`` blocks before a bridge is added."""
+
+    ttl: Literal["5m", "1h"] = "5m"
+    lookback: int = LOOKBACK_BLOCKS
+
+    def marker(self) -> dict[str, str]:
+        return {"type": "ephemeral", "ttl": self.ttl}
+
+
+def inject_anthropic(
+    body: dict[str, Any], boot_text: str, recall_text: str, cache: CachePolicy | None
+) -> tuple[dict[str, Any], Injected]:
+    """A new body: boot block as the last system block, patch as the last block of the current user
+    turn, and (with ``cache``) at most four ``cache_control`` markers, none on the patch."""
+    info = Injected()
+    messages = [{**m, "content": _blocks(m.get("content"))} for m in body.get("messages") or []]
+    can_patch = bool(messages) and messages[-1].get("role") == "user"
+    system = _blocks(body.get("system"))
+    if can_patch:
+        system, info.volatile = _strip_volatile_blocks(system)
+    if boot_text:
+        system.append({"type": "text", "text": boot_text})
+        info.boot = True
+    out = {**body, "messages": messages}
+    if system:
+        out["system"] = system
+    else:
+        out.pop("system", None)
+    tools = [dict(t) for t in body.get("tools") or []]
+    if tools:
+        out["tools"] = tools
+    if cache is not None:
+        info.markers = _place_markers(out, cache)
+    patch = render_patch(info.volatile, recall_text) if can_patch else ""
+    if patch:
+        info.patch = bool(recall_text.strip())
+        messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": patch}]
+    return out, info
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [dict(b) if isinstance(b, dict) else b for b in content or []]
+
+
+def _strip_volatile_blocks(blocks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    out: list[dict[str, Any]] = []
+    moved_all: list[str] = []
+    for block in blocks:
+        if block.get("type") == "text":
+            text, moved = split_volatile(block.get("text", ""))
+            moved_all += moved
+            if moved and not text.strip():
+                continue
+            out.append({**block, "text": text} if moved else block)
+        else:
+            out.append(block)
+    return out, moved_all
+
+
+def _cacheable_last(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for block in reversed(blocks):
+        if block.get("type") in _UNCACHEABLE:
+            continue
+        if block.get("type") == "text" and not block.get("text"):
+            continue
+        found: dict[str, Any] = block
+        return found
+    return None
+
+
+def _place_markers(body: dict[str, Any], cache: CachePolicy) -> int:
+    """Strip the client's markers and place ours: last tool, system anchor, tail, bridge (<= 4)."""
+    tools: list[dict[str, Any]] = body.get("tools") or []
+    system: list[dict[str, Any]] = body.get("system") or []
+    messages: list[dict[str, Any]] = body.get("messages") or []
+    for item in tools:
+        item.pop("cache_control", None)
+    for block in system:
+        block.pop("cache_control", None)
+    for msg in messages:
+        for block in msg["content"]:
+            block.pop("cache_control", None)
+            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                block["content"] = [
+                    {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+                    for b in block["content"]
+                ]
+    marker = cache.marker()
+    placed = 0
+    if tools:
+        tools[-1]["cache_control"] = dict(marker)
+        placed += 1
+    if system:
+        system[-1]["cache_control"] = dict(marker)
+        placed += 1
+    n = len(messages)
+    # The current turn is the last message (a user turn); the tail is the message before it.
+    if n >= 2 and messages[-1].get("role") == "user":
+        tail = _cacheable_last(messages[n - 2]["content"])
+        if tail is not None:
+            tail["cache_control"] = dict(marker)
+            placed += 1
+        # The previous request's tail was two messages earlier. If this turn added more blocks than
+        # Anthropic looks back from a marker, repeat that tail as a bridge so it is still read.
+        if n >= 4 and tail is not None:
+            added = len(messages[n - 3]["content"]) + len(messages[n - 2]["content"])
+            if added >= cache.lookback:
+                bridge = _cacheable_last(messages[n - 4]["content"])
+                if bridge is not None:
+                    bridge["cache_control"] = dict(marker)
+                    placed += 1
+    return placed
+
+
+def count_markers(body: dict[str, Any]) -> int:
+    """Every ``cache_control`` in a Messages request (tests and sanity checks)."""
+    count = sum(1 for t in body.get("tools") or [] if "cache_control" in t)
+    system = body.get("system")
+    if isinstance(system, list):
+        count += sum(1 for b in system if "cache_control" in b)
+    for msg in body.get("messages") or []:
+        content = msg.get("content")
+        if isinstance(content, list):
+            for block in content:
+                count += int("cache_control" in block)
+                if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                    count += sum(1 for b in block["content"] if isinstance(b, dict) and "cache_control" in b)
+    return count

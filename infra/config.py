@@ -1,0 +1,150 @@
+"""Deployment settings read from CDK context (``cdk.json`` or ``-c key=value``), with defaults.
+
+Each setting that the functions read is passed to them under the same ``ENGRAM_*`` name as in
+``functions/engram/settings.py``; ``docs/aws.md`` lists every key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from constructs import Node
+
+VECTOR_DIMENSIONS = (256, 512, 1024)
+VECTOR_BACKENDS = ("opensearch",)
+COLLECTION_GENERATIONS = ("classic", "nextgen")
+_NAME = re.compile(r"^[a-z][a-z0-9-]{2,27}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngramConfig:
+    """Every context key, its default, and what it means (the field docs are the reference)."""
+
+    # Time zone of the user: dreaming runs at 04:10 there and day boundaries follow it.
+    timezone: str = "UTC"
+    # Bedrock embedding model and its vector size (Titan v2: 256, 512 or 1024).
+    embedding_model: str = "amazon.titan-embed-text-v2:0"
+    vector_dimension: int = 1024
+    # Models for the jobs, `bedrock/<model-id>` or an upstream model name.
+    extract_model: str = "bedrock/amazon.nova-lite-v1:0"
+    dream_model: str = "bedrock/amazon.nova-lite-v1:0"
+    # Upstream chat model the public alias maps to (empty: set ENGRAM_CHAT_MODEL later via extra_env).
+    chat_model: str = ""
+    # Extra Bedrock model ids the functions may invoke (chat models named `bedrock/<id>`).
+    bedrock_models: tuple[str, ...] = ()
+    # Reranker: "none" or "bedrock"; the rerank API is not in every region, hence rerank_region.
+    reranker: str = "none"
+    rerank_model: str = "amazon.rerank-v1:0"
+    rerank_region: str = ""
+    # Retention in days (cleanup job; DynamoDB TTL backs up the first four).
+    retention_messages_days: int = 14
+    retention_usage_days: int = 30
+    retention_events_days: int = 30
+    retention_idempotency_days: int = 7
+    memory_expire_unseen_days: int = 180
+    hard_delete_after_days: int = 30
+    # Vector backend: "opensearch" (S3 Vectors / DynamoDB-kept vectors are planned).
+    vector_backend: str = "opensearch"
+    # OpenSearch Serverless: "classic" (standby off: ~1 OCU floor) or "nextgen" (collection group that
+    # scales to zero after 10 idle minutes).
+    collection_generation: str = "classic"
+    collection_name: str = "engram"
+    standby_replicas: bool = False
+    # Lambda sizing.
+    api_memory_mb: int = 1024
+    job_memory_mb: int = 1024
+    log_level: str = "INFO"
+    # Lambda Web Adapter public layer version (arn:aws:lambda:<region>:753240598075:layer:LambdaAdapterLayerX86:<v>).
+    lwa_layer_version: int = 30
+    # Where the dependency layer is built (layers/build.py); synth builds it when missing.
+    layer_dir: str = "layers/build"
+    # Anything else, passed verbatim to every function (keys must start with ENGRAM_).
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.vector_dimension not in VECTOR_DIMENSIONS:
+            raise ValueError(f"vector_dimension must be one of {VECTOR_DIMENSIONS}, got {self.vector_dimension}")
+        if self.vector_backend not in VECTOR_BACKENDS:
+            raise ValueError(f"vector_backend must be one of {VECTOR_BACKENDS}, got {self.vector_backend!r}")
+        if self.collection_generation not in COLLECTION_GENERATIONS:
+            raise ValueError(f"collection_generation must be one of {COLLECTION_GENERATIONS}")
+        if self.reranker not in ("none", "bedrock"):
+            raise ValueError("reranker must be 'none' or 'bedrock'")
+        if not _NAME.match(self.collection_name):
+            raise ValueError("collection_name: 3-28 chars, lower-case letters, digits and '-', starting with a letter")
+        bad = [k for k in self.extra_env if not k.startswith("ENGRAM_")]
+        if bad:
+            raise ValueError(f"extra_env keys must start with ENGRAM_: {bad}")
+
+    @classmethod
+    def from_context(cls, node: Node) -> EngramConfig:
+        """Read ``engram:<field>`` context keys (strings from ``-c`` are coerced to the field's type)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = node.try_get_context(f"engram:{f.name}")
+            if raw is None:
+                continue
+            values[f.name] = _coerce(f.name, raw, f.default)
+        return cls(**values)
+
+    def bedrock_model_ids(self) -> list[str]:
+        """Every Bedrock model id the functions may invoke (embeddings, jobs, chat, rerank)."""
+        ids = [self.embedding_model, *self.bedrock_models]
+        ids += [
+            m.removeprefix("bedrock/")
+            for m in (self.extract_model, self.dream_model, self.chat_model)
+            if m.startswith("bedrock/")
+        ]
+        if self.reranker == "bedrock":
+            ids.append(self.rerank_model)
+        return sorted(set(filter(None, ids)))
+
+    def function_env(self) -> dict[str, str]:
+        """The ENGRAM_* settings every function gets (resource names are added by the stack)."""
+        env = {
+            "ENGRAM_STORE": "dynamodb",
+            "ENGRAM_SEARCH": "opensearch",
+            "ENGRAM_EMBEDDER": "bedrock",
+            "ENGRAM_EMBEDDING_MODEL": self.embedding_model,
+            "ENGRAM_EMBEDDING_DIMENSIONS": str(self.vector_dimension),
+            "ENGRAM_QUEUE": "sqs",
+            "ENGRAM_TIMEZONE": self.timezone,
+            "ENGRAM_EXTRACT_MODEL": self.extract_model,
+            "ENGRAM_DREAM_MODEL": self.dream_model,
+            "ENGRAM_RERANKER": self.reranker,
+            "ENGRAM_RERANK_MODEL": self.rerank_model,
+            "ENGRAM_RETENTION_MESSAGES_DAYS": str(self.retention_messages_days),
+            "ENGRAM_RETENTION_USAGE_DAYS": str(self.retention_usage_days),
+            "ENGRAM_RETENTION_EVENTS_DAYS": str(self.retention_events_days),
+            "ENGRAM_RETENTION_IDEMPOTENCY_DAYS": str(self.retention_idempotency_days),
+            "ENGRAM_MEMORY_EXPIRE_UNSEEN_DAYS": str(self.memory_expire_unseen_days),
+            "ENGRAM_HARD_DELETE_AFTER_DAYS": str(self.hard_delete_after_days),
+            "ENGRAM_LOG_LEVEL": self.log_level,
+            "ENGRAM_SCHEDULER_ENABLED": "false",
+            "POWERTOOLS_SERVICE_NAME": "engram",
+            "POWERTOOLS_METRICS_NAMESPACE": "Engram",
+            "POWERTOOLS_LOG_LEVEL": self.log_level,
+        }
+        if self.chat_model:
+            env["ENGRAM_CHAT_MODEL"] = self.chat_model
+        if self.rerank_region:
+            env["ENGRAM_RERANK_REGION"] = self.rerank_region
+        env.update(self.extra_env)
+        return env
+
+
+def _coerce(name: str, raw: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, tuple):
+        if isinstance(raw, str):
+            return tuple(x.strip() for x in raw.split(",") if x.strip())
+        return tuple(raw)
+    if name == "extra_env":
+        return json.loads(raw) if isinstance(raw, str) else dict(raw)
+    return str(raw)

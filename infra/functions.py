@@ -1,0 +1,62 @@
+"""Shared Lambda function defaults: one code asset (functions/), the dependency layer, Powertools env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS_DIR = ROOT / "functions"
+RUNTIME = lambda_.Runtime.PYTHON_3_12  # matches layers/build.py --python-version
+ARCHITECTURE = lambda_.Architecture.X86_64  # matches --platform manylinux2014_x86_64 and the LWA X86 layer
+ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.pytest_cache", "**/*.egg-info"]
+
+
+def functions_code(scope: Construct) -> lambda_.Code:
+    """One asset for every function of a stack (CDK needs one Code instance per stack)."""
+    stack = Stack.of(scope)
+    code = getattr(stack, "_engram_functions_code", None)
+    if code is None:
+        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES)
+        stack._engram_functions_code = code  # type: ignore[attr-defined]
+    return code
+
+
+def engram_function(
+    scope: Construct,
+    construct_id: str,
+    *,
+    handler: str,
+    description: str,
+    environment: dict[str, str],
+    layers: list[lambda_.ILayerVersion],
+    timeout: Duration,
+    memory_size: int,
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+) -> lambda_.Function:
+    log_group = logs.LogGroup(
+        scope,
+        f"{construct_id}Logs",
+        retention=log_retention,
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+    return lambda_.Function(
+        scope,
+        construct_id,
+        runtime=RUNTIME,
+        architecture=ARCHITECTURE,
+        code=functions_code(scope),
+        handler=handler,
+        description=description,
+        environment=environment,
+        layers=layers,
+        timeout=timeout,
+        memory_size=memory_size,
+        tracing=lambda_.Tracing.ACTIVE,
+        log_group=log_group,
+        logging_format=lambda_.LoggingFormat.JSON,
+    )

@@ -1,0 +1,133 @@
+"""Scheduled and queued jobs: extraction every 4 h, dreaming at 04:10 local time, cleanup from SQS."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, TimeZone
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as targets
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.functions import engram_function
+
+JOB_TIMEOUT = Duration.minutes(15)
+CLEANUP_TIMEOUT = Duration.minutes(5)
+SCHEDULE_RETRIES = 2
+SCHEDULE_MAX_EVENT_AGE = Duration.hours(1)
+CLEANUP_MAX_RECEIVES = 3
+
+
+def _queue(scope: Construct, construct_id: str, **kwargs: object) -> sqs.Queue:
+    return sqs.Queue(
+        scope,
+        construct_id,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+class Jobs(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: dict[str, str],
+        layers: list[lambda_.ILayerVersion],
+        memory_size: int,
+        timezone: str,
+    ):
+        super().__init__(scope, construct_id)
+        tz = TimeZone.of(timezone)
+
+        # -- cleanup: SQS queue (+DLQ) consumed with partial batch failures -----------------
+        self.cleanup_dlq = _queue(self, "CleanupDlq", retention_period=Duration.days(14))
+        self.cleanup_queue = _queue(
+            self,
+            "CleanupQueue",
+            # AWS guidance: at least 6x the consumer's timeout, so retries don't overlap a running batch.
+            visibility_timeout=Duration.minutes(30),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.cleanup_dlq, max_receive_count=CLEANUP_MAX_RECEIVES),
+        )
+        env = {**environment, "ENGRAM_CLEANUP_QUEUE_URL": self.cleanup_queue.queue_url}
+        self.cleanup_function = engram_function(
+            self,
+            "CleanupFunction",
+            handler="engram.entrypoints.lambdas.cleanup.handler",
+            description="Engram cleanup job (retention), fed by the cleanup queue",
+            environment=env,
+            layers=layers,
+            timeout=CLEANUP_TIMEOUT,
+            memory_size=memory_size,
+        )
+        self.cleanup_function.add_event_source(
+            sources.SqsEventSource(self.cleanup_queue, batch_size=10, report_batch_item_failures=True)
+        )
+
+        # -- extraction and dreaming: EventBridge Scheduler with retries and a DLQ ----------
+        self.schedule_dlq = _queue(self, "ScheduleDlq", retention_period=Duration.days(14))
+        self.extract_function = engram_function(
+            self,
+            "ExtractFunction",
+            handler="engram.entrypoints.lambdas.extract.handler",
+            description="Engram extraction job: new messages -> memories or review candidates",
+            environment=env,
+            layers=layers,
+            timeout=JOB_TIMEOUT,
+            memory_size=memory_size,
+        )
+        self.dream_function = engram_function(
+            self,
+            "DreamFunction",
+            handler="engram.entrypoints.lambdas.dream.handler",
+            description="Engram dreaming job: nightly consolidation, digest and daily log",
+            environment=env,
+            layers=layers,
+            timeout=JOB_TIMEOUT,
+            memory_size=memory_size,
+        )
+        self.extract_schedule = scheduler.Schedule(
+            self,
+            "ExtractSchedule",
+            description="Engram extraction every 4 hours",
+            # Whole UTC hours divisible by 4, like `engram serve`'s own scheduler.
+            schedule=scheduler.ScheduleExpression.cron(minute="0", hour="*/4", time_zone=TimeZone.ETC_UTC),
+            target=self._lambda_target(self.extract_function, {"job": "extract"}),
+        )
+        self.dream_schedule = scheduler.Schedule(
+            self,
+            "DreamSchedule",
+            description="Engram dreaming at 04:10 in the user's time zone",
+            schedule=scheduler.ScheduleExpression.cron(minute="10", hour="4", time_zone=tz),
+            target=self._lambda_target(self.dream_function, {"job": "dream"}),
+        )
+        # Nightly cleanup of every namespace goes through the same queue as the chat path's requests.
+        self.cleanup_schedule = scheduler.Schedule(
+            self,
+            "CleanupSchedule",
+            description="Engram nightly cleanup of every namespace (via the cleanup queue)",
+            schedule=scheduler.ScheduleExpression.cron(minute="30", hour="3", time_zone=tz),
+            target=targets.SqsSendMessage(
+                self.cleanup_queue,
+                input=scheduler.ScheduleTargetInput.from_object({"job": "cleanup", "payload": {"all": True}}),
+                dead_letter_queue=self.schedule_dlq,
+                retry_attempts=SCHEDULE_RETRIES,
+                max_event_age=SCHEDULE_MAX_EVENT_AGE,
+            ),
+        )
+
+    def _lambda_target(self, fn: lambda_.IFunction, payload: dict[str, str]) -> targets.LambdaInvoke:
+        return targets.LambdaInvoke(
+            fn,
+            input=scheduler.ScheduleTargetInput.from_object(payload),
+            dead_letter_queue=self.schedule_dlq,
+            retry_attempts=SCHEDULE_RETRIES,
+            max_event_age=SCHEDULE_MAX_EVENT_AGE,
+        )
+
+    @property
+    def functions(self) -> list[lambda_.Function]:
+        return [self.extract_function, self.dream_function, self.cleanup_function]

@@ -1,0 +1,40 @@
+"""The dependency layer (built without Docker by layers/build.py) and the public Lambda Web Adapter layer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from aws_cdk import Aws
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from infra.functions import ARCHITECTURE, ROOT, RUNTIME
+
+LWA_ACCOUNT = "753240598075"
+
+
+def ensure_layer_built(layer_dir: Path) -> Path:
+    """Build the layer with layers/build.py unless ``<layer_dir>/python`` already exists."""
+    if not (layer_dir / "python").is_dir():
+        subprocess.run([sys.executable, str(ROOT / "layers" / "build.py"), "--out", str(layer_dir)], check=True)
+    return layer_dir
+
+
+class Layers(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, layer_dir: Path, lwa_version: int):
+        super().__init__(scope, construct_id)
+        self.dependencies = lambda_.LayerVersion(
+            self,
+            "Dependencies",
+            code=lambda_.Code.from_asset(str(ensure_layer_built(layer_dir))),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="Engram runtime dependencies (pip, manylinux2014_x86_64, cp312; boto3 included)",
+        )
+        self.web_adapter = lambda_.LayerVersion.from_layer_version_arn(
+            self,
+            "WebAdapter",
+            f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{LWA_ACCOUNT}:layer:LambdaAdapterLayerX86:{lwa_version}",
+        )

@@ -1,0 +1,140 @@
+"""EngramStack: composes the constructs, wires grants and environment, and exports the URLs.
+
+Environment-agnostic (no account/region lookups), so ``cdk synth`` runs with no AWS account.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Aws, CfnOutput, Fn, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from infra.api import Api
+from infra.config import EngramConfig
+from infra.functions import ROOT
+from infra.jobs import Jobs
+from infra.layer import Layers
+from infra.mcp import Mcp
+from infra.nag import add_suppressions
+from infra.search import Search
+from infra.secrets import Secrets
+from infra.storage import Storage
+
+# Cross-region inference profile ids start with a geography ("us.anthropic...", "global.amazon...").
+_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "jp.", "au.", "ca.", "global.")
+
+
+def bedrock_model_arns(model_id: str, *, region: str = Aws.REGION) -> list[str]:
+    """ARNs that InvokeModel needs for ``model_id`` (a foundation model or an inference profile)."""
+    if model_id.startswith(_PROFILE_PREFIXES):
+        base = model_id.split(".", 1)[1]
+        return [
+            f"arn:{Aws.PARTITION}:bedrock:{region}:{Aws.ACCOUNT_ID}:inference-profile/{model_id}",
+            # A profile routes to the foundation model in any region of its geography.
+            f"arn:{Aws.PARTITION}:bedrock:*::foundation-model/{base}",
+        ]
+    return [f"arn:{Aws.PARTITION}:bedrock:{region}::foundation-model/{model_id}"]
+
+
+class EngramStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EngramConfig | None = None,
+        table_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        **kwargs: object,
+    ):
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        cfg = config or EngramConfig.from_context(self.node)
+        self.config = cfg
+
+        storage = Storage(self, "Storage", removal_policy=table_removal_policy)
+        secrets = Secrets(self, "Secrets")
+        search = Search(
+            self,
+            "Search",
+            collection_name=cfg.collection_name,
+            generation=cfg.collection_generation,
+            standby_replicas=cfg.standby_replicas,
+        )
+        layer_dir = Path(cfg.layer_dir)
+        layers = Layers(
+            self,
+            "Layers",
+            layer_dir=layer_dir if layer_dir.is_absolute() else ROOT / layer_dir,
+            lwa_version=cfg.lwa_layer_version,
+        )
+
+        env = {
+            **cfg.function_env(),
+            "ENGRAM_AWS_REGION": Aws.REGION,
+            "ENGRAM_TABLE_NAME": storage.table.table_name,
+            "ENGRAM_SECRET_ARN": secrets.secret.secret_arn,
+            "ENGRAM_OPENSEARCH_ENDPOINT": search.endpoint,
+        }
+        jobs = Jobs(
+            self,
+            "Jobs",
+            environment=env,
+            layers=[layers.dependencies],
+            memory_size=cfg.job_memory_mb,
+            timezone=cfg.timezone,
+        )
+        http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
+        http_layers = [layers.dependencies, layers.web_adapter]
+        api = Api(self, "Api", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
+        mcp = Mcp(self, "Mcp", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
+
+        functions: list[lambda_.Function] = [api.function, mcp.function, *jobs.functions]
+        bedrock = self._bedrock_statements(cfg)
+        for fn in functions:
+            storage.table.grant_read_write_data(fn)
+            secrets.secret.grant_read(fn)
+            jobs.cleanup_queue.grant_send_messages(fn)
+            search.grant_data_access(fn.role)  # type: ignore[arg-type]
+            for statement in bedrock:
+                fn.add_to_role_policy(statement)
+        search.finalize()
+
+        self.api_url = Fn.join(
+            "", ["https://", api.rest_api.rest_api_id, ".execute-api.", Aws.REGION, ".", Aws.URL_SUFFIX, "/prod"]
+        )
+        CfnOutput(self, "ApiUrl", value=self.api_url, description="Base URL; OpenAI clients use <ApiUrl>/v1")
+        CfnOutput(self, "McpUrl", value=Fn.join("", [mcp.url, "mcp"]), description="MCP endpoint (streamable HTTP)")
+        CfnOutput(self, "AdminUrl", value=Fn.join("", [self.api_url, "/admin"]), description="Admin panel")
+        CfnOutput(self, "TableName", value=storage.table.table_name)
+        CfnOutput(self, "SecretArn", value=secrets.secret.secret_arn, description="Fill in upstream keys here")
+        CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
+
+        self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp = (
+            storage,
+            secrets,
+            search,
+            jobs,
+            api,
+            mcp,
+        )
+        add_suppressions(self)
+
+    @staticmethod
+    def _bedrock_statements(cfg: EngramConfig) -> list[iam.PolicyStatement]:
+        arns: list[str] = []
+        for model_id in cfg.bedrock_model_ids():
+            region = cfg.rerank_region if (model_id == cfg.rerank_model and cfg.rerank_region) else Aws.REGION
+            arns += bedrock_model_arns(model_id, region=region)
+        statements = [
+            iam.PolicyStatement(
+                actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"],
+                resources=sorted(set(arns)),
+            )
+        ]
+        if cfg.reranker == "bedrock":
+            # The Rerank action has no resource type: it can only be granted on "*" (the model it may
+            # use is still limited by the InvokeModel statement above).
+            statements.append(iam.PolicyStatement(actions=["bedrock:Rerank"], resources=["*"]))
+        return statements

@@ -1,0 +1,39 @@
+"""The DynamoDB table: the source of truth (one table, see DynamoMemoryStore for the item layout)."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+# Generic key names: the adapter decides what goes in them (functions/engram/adapters/storage/dynamodb.py).
+GSI1 = "GSI1"  # listings in created_at order: memories/candidates by status, events by memory, messages by id
+GSI2 = "GSI2"  # retention sweeps: memories by the time they last mattered
+
+
+class Storage(Construct):
+    """One on-demand table with PITR, RETAIN on delete and TTL attribute ``ttl``."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, removal_policy: RemovalPolicy = RemovalPolicy.RETAIN):
+        super().__init__(scope, construct_id)
+        self.table = dynamodb.Table(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name="PK", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="SK", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute="ttl",
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            removal_policy=removal_policy,
+            deletion_protection=removal_policy == RemovalPolicy.RETAIN,
+        )
+        for name in (GSI1, GSI2):
+            self.table.add_global_secondary_index(
+                index_name=name,
+                partition_key=dynamodb.Attribute(name=f"{name}PK", type=dynamodb.AttributeType.STRING),
+                sort_key=dynamodb.Attribute(name=f"{name}SK", type=dynamodb.AttributeType.STRING),
+                projection_type=dynamodb.ProjectionType.ALL,
+            )

@@ -1,0 +1,90 @@
+"""The real Engram ASGI app under uvicorn on a free loopback port, wired to the fake upstream."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from engram.bootstrap import Container, build_container
+from engram.entrypoints.http.app import create_app
+from engram.settings import Settings
+
+from tests.fakes.recall import SpyRecall
+from tests.fakes.upstream import FakeUpstream
+from tests.servers import serve_app
+
+OWNER_KEY = "ek-test-owner-key"
+UPSTREAM_KEY = "sk-upstream-secret-0001"
+ANTHROPIC_KEY = "sk-ant-secret-0002"
+
+
+@dataclass
+class Gateway:
+    url: str
+    container: Container
+    upstream: FakeUpstream
+    recall: SpyRecall
+
+    @property
+    def store(self) -> Any:
+        return self.container.store
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 3.0) -> Any:
+        """Poll until ``predicate()`` is truthy (background writes land after the response)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value or time.monotonic() > deadline:
+                return value
+            time.sleep(0.01)
+
+
+def gateway_settings(upstream: FakeUpstream, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "store": "memory",
+        "search": "memory",
+        "embedder": "none",
+        "api_key": OWNER_KEY,
+        "upstream_base_url": upstream.openai_base_url,
+        "upstream_api_key": UPSTREAM_KEY,
+        "anthropic_base_url": upstream.base_url,
+        "anthropic_api_key": ANTHROPIC_KEY,
+        "chat_model": "fake-chat",
+        "vision_model": "fake-vision",
+        "scheduler_enabled": False,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
+    """Start real gateways (in-memory store and index, keyword recall) against the fake upstream."""
+    stack = ExitStack()
+    upstream.reset()
+
+    def make(*, recall_fails: bool = False, queue: Any = None, **overrides: Any) -> Gateway:
+        from engram.adapters.search.inmemory import InMemorySearchIndex
+        from engram.adapters.storage.inmemory import InMemoryMemoryStore
+
+        settings = gateway_settings(upstream, **overrides)
+        store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+        real = build_container(settings, store=store, index=index, embedder=None).recall
+        spy = SpyRecall(real, fail=recall_fails)
+        container = build_container(settings, store=store, index=index, embedder=None, recall=spy, queue=queue)
+        stack.callback(container.close)
+        url = stack.enter_context(serve_app(create_app(container)))
+        return Gateway(url, container, upstream, spy)
+
+    yield make
+    stack.close()

@@ -1,0 +1,163 @@
+"""The job Lambda handlers, invoked with real event JSON against a moto-backed DynamoDB store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aws_lambda_powertools")
+pytest.importorskip("moto")
+
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from engram.domain.errors import NotConfigured
+from engram.domain.models import IdempotencyRecord
+from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
+
+from tests.fakes.moto_aws import dynamo_store
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+
+
+def event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+@dataclass
+class LambdaContextStub:
+    function_name: str = "Engram-JobsFunction"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:111122223333:function:Engram-JobsFunction"
+    memory_limit_in_mb: int = 1024
+    aws_request_id: str = "52fdfc07-2182-154f-163f-5f0f9a621d72"
+    log_group_name: str = "/aws/lambda/Engram-JobsFunction"
+    log_stream_name: str = "2025/03/01/[$LATEST]abc"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000
+
+
+@dataclass
+class Report:
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+@dataclass
+class RecordingService:
+    """Stands in for a job service: records each run's arguments, returns a report."""
+
+    is_async: bool = False
+    fail_for: set[str] = field(default_factory=set)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def run(self, namespace: str | None = None, **kwargs: Any) -> Any:
+        self.calls.append({"namespace": namespace, **kwargs})
+        if namespace in self.fail_for:
+            raise RuntimeError(f"cleanup of {namespace} failed")
+        report = Report({"created": 2, "errors": 0, "date": kwargs.get("date")})
+        if self.is_async:
+
+            async def done() -> Report:
+                return report
+
+            return done()
+        return report
+
+
+@dataclass
+class FakeContainer:
+    store: Any
+    extraction: Any = None
+    dreaming: Any = None
+    cleanup: Any = None
+
+
+@pytest.fixture
+def container() -> Iterator[FakeContainer]:
+    with dynamo_store() as store:
+        fake = FakeContainer(
+            store=store,
+            extraction=RecordingService(is_async=True),
+            dreaming=RecordingService(is_async=True),
+            cleanup=RecordingService(),
+        )
+        runtime.set_container_factory(lambda: fake)
+        yield fake
+        runtime.set_container_factory(None)
+
+
+def test_extract_handler_runs_extraction_for_every_namespace(container: FakeContainer) -> None:
+    # Given the Scheduler's input / When ExtractFunction is invoked
+    result = extract.handler(event("scheduler_extract.json"), LambdaContextStub())
+    # Then extraction ran once over every namespace and its report is returned
+    assert container.extraction.calls == [{"namespace": None}]
+    assert result["created"] == 2
+
+
+def test_dream_handler_passes_date_force_and_namespace(container: FakeContainer) -> None:
+    # Given the nightly input, then a manual run with options
+    dream.handler(event("scheduler_dream.json"), LambdaContextStub())
+    dream.handler(event("manual_dream.json"), LambdaContextStub())
+    # Then the first dreams yesterday for everyone, the second the given date for one namespace
+    assert container.dreaming.calls == [
+        {"namespace": None, "date": None, "force": False},
+        {"namespace": "alice", "date": "2025-03-01", "force": True},
+    ]
+
+
+def test_job_handler_without_the_service_is_not_configured(container: FakeContainer) -> None:
+    # Given a deployment whose extraction is not wired / Then the invocation fails loudly
+    container.extraction = None
+    with pytest.raises(NotConfigured):
+        extract.handler(event("scheduler_extract.json"), LambdaContextStub())
+
+
+def test_cleanup_reports_only_the_failed_record(container: FakeContainer) -> None:
+    # Given an SQS batch: a namespace job, the nightly job and a foreign body
+    batch = event("sqs_cleanup_batch.json")
+    # When CleanupFunction processes it
+    result = cleanup.handler(batch, LambdaContextStub())
+    # Then the two jobs ran and only the foreign message is reported for retry
+    assert container.cleanup.calls == [{"namespace": "alice"}, {"namespace": None}]
+    assert result == {"batchItemFailures": [{"itemIdentifier": "c80e8021-a70a-42c7-a470-796e1186f753"}]}
+    # And the processed message ids are kept as idempotency keys
+    key = container.store.get_idempotency(cleanup.JOBS_NAMESPACE, "sqs:059f36b4-87a3-44ab-83d2-661975830a7d")
+    assert isinstance(key, IdempotencyRecord) and key.value["namespace"] == "alice"
+
+
+def test_cleanup_redelivery_is_not_processed_twice(container: FakeContainer) -> None:
+    # Given a batch processed once
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    cleanup.handler(batch, LambdaContextStub())
+    # When SQS delivers the same message again
+    result = cleanup.handler(batch, LambdaContextStub())
+    # Then it is acknowledged without running the cleanup again
+    assert result == {"batchItemFailures": []}
+    assert container.cleanup.calls == [{"namespace": "alice"}]
+
+
+def test_cleanup_failure_is_retried_and_not_marked_done(container: FakeContainer) -> None:
+    # Given the cleanup of one namespace fails
+    container.cleanup.fail_for = {"alice"}
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    # When the batch is processed / Then the whole (one-record) batch fails, so SQS retries it,
+    # and no idempotency key is kept
+    with pytest.raises(BatchProcessingError):
+        cleanup.handler(batch, LambdaContextStub())
+    assert container.store.get_idempotency(cleanup.JOBS_NAMESPACE, "sqs:059f36b4-87a3-44ab-83d2-661975830a7d") is None
+
+
+def test_queue_and_consumer_agree_on_the_message_format() -> None:
+    # Given a job sent through SqsJobQueue / Then the cleanup handler decodes it
+    from engram.adapters.queue.sqs import encode_job
+
+    assert cleanup.decode_job(encode_job("cleanup", {"namespace": "alice"})) == ("cleanup", {"namespace": "alice"})

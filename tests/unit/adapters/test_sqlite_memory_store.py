@@ -1,0 +1,132 @@
+"""What only the SQLite store promises beyond the contract: a durable file, a versioned schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from engram.adapters.storage import sqlite as sqlite_store
+from engram.adapters.storage.sqlite import SCHEMA_VERSION, SqliteMemoryStore
+from engram.domain.errors import UpstreamUnavailable
+from engram.domain.models import Memory, MemoryFilter
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def a_memory(memory_id: str, minute: int = 0) -> Memory:
+    created = T0 + timedelta(minutes=minute)
+    return Memory(id=memory_id, namespace="alice", content="likes tea", created_at=created, updated_at=created)
+
+
+def test_rows_survive_a_restart(tmp_path: Path) -> None:
+    # Given a store that wrote a memory and a cursor, then closed
+    path = tmp_path / "data" / "engram.db"
+    first = SqliteMemoryStore(path)
+    memory = first.insert_memory(a_memory("m1"))
+    first.set_cursor("alice", "extraction", "msg1")
+    first.close()
+    # When the file is opened again
+    second = SqliteMemoryStore(path)
+    try:
+        # Then everything is still there
+        assert second.get_memory("alice", "m1") == memory
+        assert second.get_cursor("alice", "extraction") == "msg1"
+        assert second.list_namespaces() == ["alice"]
+    finally:
+        second.close()
+
+
+def test_schema_version_is_recorded_once(tmp_path: Path) -> None:
+    # Given a store opened twice on the same file
+    path = tmp_path / "engram.db"
+    for _ in range(2):
+        store = SqliteMemoryStore(path)
+        store.ping()
+        store.close()
+    # When the file is inspected
+    with closing(sqlite3.connect(path)) as db:
+        versions = [row[0] for row in db.execute("SELECT version FROM schema_version ORDER BY version")]
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        (journal_mode,) = db.execute("PRAGMA journal_mode").fetchone()
+    # Then every migration was applied exactly once, in WAL mode, leaving ``search_*`` to the index
+    assert SCHEMA_VERSION >= 1
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+    assert {"memories", "messages", "candidates", "schema_version"} <= set(tables)
+    assert not [name for name in tables if name.startswith("search_")]
+    assert journal_mode == "wal"
+
+
+def test_nothing_touches_the_disk_before_first_use(tmp_path: Path) -> None:
+    # Given a store built on a path that does not exist yet
+    path = tmp_path / "later" / "engram.db"
+    store = SqliteMemoryStore(path)
+    # Then the file appears only once the store is used
+    assert not path.exists()
+    store.ping()
+    assert path.exists()
+    store.close()
+
+
+def test_timestamps_are_stored_as_utc_iso_text(tmp_path: Path) -> None:
+    # Given a memory created in UTC+02:00
+    path = tmp_path / "engram.db"
+    store = SqliteMemoryStore(path)
+    local = datetime(2025, 3, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))
+    store.insert_memory(a_memory("m1").model_copy(update={"created_at": local}))
+    store.close()
+    # When the raw row is read
+    with closing(sqlite3.connect(path)) as db:
+        (created_at,) = db.execute("SELECT created_at FROM memories").fetchone()
+    # Then it is fixed-width UTC text
+    assert created_at == "2025-03-01T12:00:00.000000+00:00"
+
+
+def test_iter_memories_crosses_chunk_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given more memories than one chunk holds
+    monkeypatch.setattr(sqlite_store, "_ITER_CHUNK", 2)
+    store = SqliteMemoryStore(tmp_path / "engram.db")
+    for n in range(5):
+        store.insert_memory(a_memory(f"m{n}", minute=n))
+    # When they are iterated / Then every one comes once, oldest first
+    assert [m.id for m in store.iter_memories("alice")] == ["m0", "m1", "m2", "m3", "m4"]
+    store.close()
+
+
+def test_listings_use_the_indexes(tmp_path: Path) -> None:
+    # Given a store with its schema
+    path = tmp_path / "engram.db"
+    store = SqliteMemoryStore(path)
+    store.ping()
+    store.close()
+    # When the planner explains the hot queries
+    queries = {
+        "memories_by_status": "SELECT * FROM memories WHERE namespace = 'a' AND status IN ('active')"
+        " ORDER BY created_at DESC, id DESC LIMIT 51",
+        "memories_active_fact_key": "SELECT * FROM memories WHERE namespace = 'a' AND fact_key = 'k'"
+        " AND status = 'active'",
+        "messages_by_created": "SELECT * FROM messages WHERE namespace = 'a' AND created_at >= '2025'"
+        " ORDER BY created_at, id LIMIT 100",
+    }
+    with closing(sqlite3.connect(path)) as db:
+        plans = {
+            name: " ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}")) for name, sql in queries.items()
+        }
+    # Then each one searches its index (no full scan, no temporary sort)
+    for index, plan in plans.items():
+        assert f"USING INDEX {index}" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+
+
+def test_a_closed_store_reports_unavailable(tmp_path: Path) -> None:
+    # Given a closed store
+    store = SqliteMemoryStore(tmp_path / "engram.db")
+    store.insert_memory(a_memory("m1"))
+    store.close()
+    # When it is pinged or read / Then it says it cannot be used
+    with pytest.raises(UpstreamUnavailable):
+        store.ping()
+    with pytest.raises(UpstreamUnavailable):
+        store.list_memories("alice", MemoryFilter())

@@ -1,0 +1,193 @@
+"""Injection placement, volatile lines and Claude cache markers (pure)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from engram.services.injection import (
+    BootData,
+    CachePolicy,
+    count_markers,
+    inject_anthropic,
+    inject_openai,
+    is_volatile_line,
+    last_user_text_anthropic,
+    render_boot_block,
+    split_volatile,
+)
+
+BOOT = render_boot_block(BootData(persona=["Warm, brief."], about=["Name is Lin."], digest="Likes tea."))
+SYSTEM = "You are a helpful assistant.\nCurrent date and time: 2026-11-30 10:32\nBe kind."
+
+
+def _strip_markers(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_markers(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip_markers(v) for v in value]
+    return value
+
+
+def _canon(value: Any) -> bytes:
+    return json.dumps(_strip_markers(value), ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_volatile_lines_are_detected_conservatively() -> None:
+    # Given lines that state the current time, and lines that only mention dates
+    assert is_volatile_line("Current date: 2026-11-30")
+    assert is_volatile_line("当前时间：2026年11月30日 10:32")
+    assert is_volatile_line("Today is Monday, November 30")
+    assert is_volatile_line("now: 2026-11-30T10:32:00Z")
+    assert not is_volatile_line("Knowledge cutoff: 2024-06")
+    assert not is_volatile_line("You are a helpful assistant.")
+    assert not is_volatile_line("Remember the user's birthday is in May")
+    # When splitting a prompt, Then only the volatile line moves
+    text, moved = split_volatile(SYSTEM)
+    assert moved == ["Current date and time: 2026-11-30 10:32"]
+    assert text == "You are a helpful assistant.\nBe kind."
+
+
+def test_openai_boot_after_client_system_and_patch_in_last_user_turn() -> None:
+    # Given a client request with a time line in its system prompt
+    body = {
+        "model": "companion",
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"}],
+    }
+    # When injecting a boot block and recalled memories
+    out, info = inject_openai(body, BOOT, "- Lin's test code is apple-star-0428")
+    sys_text = out["messages"][0]["content"]
+    user_text = out["messages"][-1]["content"]
+    # Then the system prompt is stable (no time line) with the boot block after the client's text
+    assert sys_text.startswith("You are a helpful assistant.\nBe kind.\n\n<engram-memory>")
+    assert "10:32" not in sys_text
+    # And the time line plus the memories follow the user's own text in the current turn
+    assert user_text.startswith("hi\n\n<engram-context>")
+    assert "2026-11-30 10:32" in user_text and "apple-star-0428" in user_text
+    assert info.boot and info.patch and info.volatile
+    # And the client's body was not modified
+    assert body["messages"][0]["content"] == SYSTEM
+
+
+def test_openai_without_system_and_with_list_content() -> None:
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "look"}]}]}
+    out, _ = inject_openai(body, BOOT, "- m")
+    assert out["messages"][0] == {"role": "system", "content": BOOT}
+    assert out["messages"][1]["content"][0] == {"type": "text", "text": "look"}
+    assert out["messages"][1]["content"][1]["text"].startswith("<engram-context>")
+
+
+def _turn(history: list[dict[str, Any]], user: str) -> dict[str, Any]:
+    return {
+        "model": "claude-x",
+        "max_tokens": 100,
+        "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "a", "input_schema": {}}, {"name": "b", "input_schema": {}}],
+        "messages": [*copy.deepcopy(history), {"role": "user", "content": user}],
+    }
+
+
+def test_claude_markers_at_most_four_none_on_patch_and_ttl() -> None:
+    # Given a conversation in its third turn
+    history = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "r1"},
+        {"role": "user", "content": "two"},
+        {
+            "role": "assistant",
+            "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "r2"}],
+        },
+    ]
+    # When injecting with a 1h cache policy
+    out, info = inject_anthropic(_turn(history, "three"), BOOT, "- memory", CachePolicy(ttl="1h"))
+    # Then: last tool, system anchor (the boot block) and tail (previous assistant reply) are marked
+    assert count_markers(out) == info.markers == 3
+    assert out["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert "cache_control" not in out["tools"][0]
+    assert out["system"][-1]["text"] == BOOT and "cache_control" in out["system"][-1]
+    assert "cache_control" not in out["system"][0]  # the client's own marker was replaced by ours
+    assert "cache_control" in out["messages"][-2]["content"][-1]
+    assert "cache_control" not in out["messages"][-2]["content"][0]  # never on thinking
+    # And the patch is the last block of the current turn, unmarked, after the user's text
+    current = out["messages"][-1]["content"]
+    assert current[0] == {"type": "text", "text": "three"}
+    assert current[-1]["text"].startswith("<engram-context>") and "cache_control" not in current[-1]
+    assert "10:32" in current[-1]["text"] and "10:32" not in json.dumps(out["system"])
+    assert last_user_text_anthropic(_turn(history, "three")) == "three"
+
+
+def test_bridge_marker_for_long_turns_and_never_more_than_four() -> None:
+    # Given a turn in which the assistant made 12 tool calls (24+ blocks since the previous tail)
+    calls = [{"type": "tool_use", "id": f"t{i}", "name": "a", "input": {}} for i in range(12)]
+    results = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"} for i in range(12)]
+    history = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "ok, working"},
+        {"role": "user", "content": [*results[:1], {"type": "text", "text": "go"}]},
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": results},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}, *calls[:8]]},
+    ]
+    out, info = inject_anthropic(_turn(history, "next"), BOOT, "", CachePolicy())
+    # Then four markers: tool, system, tail and a bridge on the previous request's tail
+    assert count_markers(out) == info.markers == 4
+    assert "cache_control" in out["messages"][3]["content"][-1]
+    assert "cache_control" in out["messages"][5]["content"][-1]
+
+
+def test_two_consecutive_turns_share_a_byte_identical_prefix_up_to_the_previous_tail() -> None:
+    # Given turn 2 and turn 3 of one conversation (the client resends history without our patch)
+    t2_history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "r1"}]
+    t3_history = [*t2_history, {"role": "user", "content": "two"}, {"role": "assistant", "content": "r2"}]
+    policy = CachePolicy()
+    # When each is injected with a different per-turn recall
+    t2, _ = inject_anthropic(_turn(t2_history, "two"), BOOT, "- memory A", policy)
+    t3, _ = inject_anthropic(_turn(t3_history, "three"), BOOT, "- memory B", policy)
+    # Then tools, system and every message up to turn 2's tail are byte-identical (markers aside)
+    tail = len(t2["messages"]) - 2
+    prefix2 = [t2["tools"], t2["system"], t2["messages"][: tail + 1]]
+    prefix3 = [t3["tools"], t3["system"], t3["messages"][: tail + 1]]
+    assert _canon(prefix2) == _canon(prefix3)
+    # And tools and system are identical including their markers
+    assert json.dumps([t2["tools"], t2["system"]]) == json.dumps([t3["tools"], t3["system"]])
+    # And the patches differ (they are the per-turn part)
+    assert t2["messages"][-1]["content"][-1] != t3["messages"][-1]["content"][-1]
+
+
+def test_consecutive_openai_turns_share_the_system_prefix() -> None:
+    t1, _ = inject_openai(
+        {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "a"}]}, BOOT, "- x"
+    )
+    sys2 = SYSTEM.replace("10:32", "10:47")
+    t2, _ = inject_openai(
+        {
+            "messages": [
+                {"role": "system", "content": sys2},
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"},
+            ]
+        },
+        BOOT,
+        "- y",
+    )
+    assert t1["messages"][0] == t2["messages"][0]
+    assert "10:47" in t2["messages"][-1]["content"]
+
+
+def test_boot_block_is_deterministic_and_empty_when_nothing() -> None:
+    data = BootData(
+        glossary=[("PR", ("pull request",), "a change")], precious=["keep"], yesterday=("2026-11-29", "walked")
+    )
+    assert render_boot_block(data) == render_boot_block(data)
+    text = render_boot_block(data)
+    assert text.index("Glossary") < text.index("Precious") < text.index("Yesterday (2026-11-29)")
+    assert render_boot_block(BootData()) == ""
+
+
+def test_no_patch_when_last_message_is_assistant_prefill() -> None:
+    body = {"system": SYSTEM, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure:"}]}
+    out, info = inject_anthropic(body, "", "- m", CachePolicy())
+    assert not info.patch and not info.volatile
+    assert "10:32" in out["system"][0]["text"]  # nowhere to move it, so it stays

@@ -1,0 +1,474 @@
+"""Recall pipeline: pure scoring helpers, every stage, degradation, and what must never be recalled."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from engram.adapters.search.inmemory import InMemorySearchIndex
+from engram.adapters.storage.inmemory import InMemoryMemoryStore
+from engram.domain.errors import UpstreamUnavailable
+from engram.domain.models import GlossaryTerm, IndexedDoc, Memory, SearchHit
+from engram.services.recall import (
+    RecallConfig,
+    RecallResult,
+    RecallService,
+    dedup_memories,
+    fuse_rrf,
+    fuse_scores,
+    glossary_matches,
+    importance_factor,
+    is_live,
+    normalize_scores,
+    recency_factor,
+    render_prompt,
+    repeat_factor,
+)
+
+from tests.fakes.embeddings_server import fake_vector
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+DIM = 64
+
+
+class FixedClock:
+    def __init__(self, now: datetime = NOW) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words vectors (same as the fake embeddings server)."""
+
+    model_id = "fake/hash"
+    dimension = DIM
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return [fake_vector(t, DIM) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.fail:
+            raise UpstreamUnavailable("embeddings down")
+        return fake_vector(text, DIM)
+
+
+class ScriptedReranker:
+    def __init__(self, prefer: str | None = None, fail: bool = False) -> None:
+        self.prefer, self.fail = prefer, fail
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        if self.fail:
+            raise UpstreamUnavailable("rerank down")
+        return [0.99 if self.prefer and self.prefer in d else 0.1 for d in documents]
+
+
+class ScriptedCompressor:
+    model_id = "fake/compress"
+
+    def __init__(self, reply: str | None = None, fail: bool = False) -> None:
+        self.reply, self.fail = reply, fail
+        self.calls = 0
+
+    async def complete(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> str:
+        self.calls += 1
+        if self.fail:
+            raise UpstreamUnavailable("model down")
+        if self.reply is not None:
+            return self.reply
+        numbered = messages[-1]["content"].split("Memories:\n", 1)[1].splitlines()
+        return json.dumps({"lines": [line.split(". ", 1)[1][:13] for line in numbered]})
+
+    def stream(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> AsyncIterator[str]:
+        raise NotImplementedError
+
+
+class World:
+    """A store and an index kept in sync the way MemoryService does it."""
+
+    def __init__(self) -> None:
+        self.store = InMemoryMemoryStore()
+        self.index = InMemorySearchIndex()
+        self.clock = FixedClock()
+        self.n = 0
+
+    def add(self, content: str, *, ns: str = "u", index: bool = True, **fields: Any) -> Memory:
+        self.n += 1
+        created = fields.pop("created_at", NOW - timedelta(days=1))
+        memory = Memory(
+            id=f"m{self.n:03d}", namespace=ns, content=content, created_at=created, updated_at=created, **fields
+        )
+        self.store.insert_memory(memory)
+        if index:
+            self.index.upsert(
+                IndexedDoc(
+                    memory_id=memory.id,
+                    namespace=ns,
+                    text=content,
+                    type=memory.type,
+                    vector=tuple(fake_vector(content, DIM)),
+                    created_at=created,
+                )
+            )
+        return memory
+
+    def service(self, embedder: Any = "hash", reranker: Any = None, compressor: Any = None, **cfg: Any):
+        emb = HashEmbedder() if embedder == "hash" else embedder
+        return RecallService(self.store, self.index, emb, reranker, compressor, self.clock, RecallConfig(**cfg))
+
+
+def ids(result: RecallResult) -> list[str]:
+    return [h.memory.content for h in result.hits]
+
+
+# -- pure helpers -----------------------------------------------------------------------------
+def test_rrf_is_weighted_and_normalized() -> None:
+    # Given two ranked lists, keyword weighted twice
+    scores = fuse_rrf([(["a", "b"], 2.0), (["b", "c"], 1.0)], k=60)
+    # Then a document first everywhere would score 1, and weights tilt the order
+    assert fuse_rrf([(["x"], 2.0), (["x"], 1.0)], k=60)["x"] == pytest.approx(1.0)
+    assert scores["b"] > scores["a"] > scores["c"]  # in both lists beats first in one
+    assert fuse_rrf([(["a"], 0.0)]) == {}
+
+
+def test_score_fusion_normalizes_each_retriever() -> None:
+    # Given BM25 scores (unbounded) and cosines (narrow range)
+    kw = normalize_scores(
+        [SearchHit(memory_id="a", score=12.0), SearchHit(memory_id="b", score=6.0)], floor_at_last=False
+    )
+    vec = normalize_scores(
+        [
+            SearchHit(memory_id="b", score=0.85),
+            SearchHit(memory_id="c", score=0.80),
+            SearchHit(memory_id="a", score=0.75),
+        ],
+        floor_at_last=True,
+    )
+    # When fused 1.5 : 1
+    fused = fuse_scores([(kw, 1.5), (vec, 1.0)])
+    # Then each list spans [0, 1] and the weighted sum is divided by the weight total
+    assert kw == {"a": 1.0, "b": 0.5}
+    assert vec == pytest.approx({"b": 1.0, "c": 0.5, "a": 0.0})
+    assert fused["a"] == pytest.approx(0.6)
+    assert fused["b"] == pytest.approx((0.75 + 1.0) / 2.5)
+    assert fused["c"] == pytest.approx(0.2)
+    assert normalize_scores([SearchHit(memory_id="z", score=0.5)], floor_at_last=True) == {"z": 1.0}
+
+
+def test_importance_recency_and_repeat_factors() -> None:
+    assert importance_factor(0.5, 0.2) == 1.0
+    assert importance_factor(1.0, 0.2) == pytest.approx(1.1)
+    assert importance_factor(0.0, 0.2) == pytest.approx(0.9)
+    assert recency_factor(NOW, NOW, 0.1, 30) == pytest.approx(1.1)
+    assert recency_factor(NOW - timedelta(days=30), NOW, 0.1, 30) == pytest.approx(1.05)
+    assert recency_factor(NOW + timedelta(days=1), NOW, 0.1, 30) == pytest.approx(1.1)  # clock skew
+    assert repeat_factor(None, NOW, 30, 0.5) == 1.0
+    assert repeat_factor(NOW - timedelta(minutes=10), NOW, 30, 0.5) == 0.5
+    assert repeat_factor(NOW - timedelta(minutes=31), NOW, 30, 0.5) == 1.0
+    assert repeat_factor(NOW - timedelta(minutes=1), NOW, 0, 0.5) == 1.0
+
+
+def _m(mid: str, content: str, **kw: Any) -> Memory:
+    return Memory(id=mid, namespace="u", content=content, created_at=NOW, updated_at=NOW, **kw)
+
+
+def test_dedup_drops_same_folded_text_and_near_identical_tokens() -> None:
+    memories = [
+        _m("1", "User likes green tea."),
+        _m("2", "user likes GREEN tea"),
+        _m("3", "The user lives in Lisbon near the river Tagus"),
+        _m("4", "the user lives in Lisbon, near the river Tagus!"),
+        _m("5", "用户喜欢绿茶"),
+        _m("6", "用户 喜欢 绿茶。"),
+        _m("7", "User likes black tea"),
+    ]
+    kept, dropped = dedup_memories(memories, 0.9)
+    assert [m.id for m in kept] == ["1", "3", "5", "7"]
+    assert dropped == 3
+    assert len(dedup_memories(memories, 1.0)[0]) == 4  # folded equality still applies
+
+
+def test_is_live_rejects_other_namespaces_statuses_expired_and_types() -> None:
+    assert is_live(_m("1", "x"), "u", NOW, ())
+    assert not is_live(_m("1", "x"), "other", NOW, ())
+    for status in ("superseded", "archived", "deleted", "expired"):
+        assert not is_live(_m("1", "x", status=status), "u", NOW, ())
+    assert not is_live(_m("1", "x", expires_at=NOW), "u", NOW, ())
+    assert is_live(_m("1", "x", expires_at=NOW + timedelta(seconds=1)), "u", NOW, ())
+    assert not is_live(_m("1", "x", type="fact"), "u", NOW, ("preference",))
+
+
+def test_glossary_matches_terms_and_aliases_by_word() -> None:
+    terms = [
+        GlossaryTerm(
+            id="g1",
+            namespace="u",
+            term="Engram",
+            aliases=("EG",),
+            definition="the memory layer",
+            created_at=NOW,
+            updated_at=NOW,
+        ),
+        GlossaryTerm(id="g2", namespace="u", term="小满", definition="the cat", created_at=NOW, updated_at=NOW),
+        GlossaryTerm(id="g3", namespace="u", term="AI", definition="x", created_at=NOW, updated_at=NOW),
+    ]
+    assert [t.id for t in glossary_matches("how does engram store things?", terms)] == ["g1"]
+    assert [t.id for t in glossary_matches("ask eg about it", terms)] == ["g1"]
+    assert [t.id for t in glossary_matches("今天小满吃饭了吗", terms)] == ["g2"]
+    assert glossary_matches("the main idea", terms) == []  # "ai" inside a word is not a hit
+    assert [t.id for t in glossary_matches("用AI写代码", terms)] == ["g3"]
+
+
+# -- the service ------------------------------------------------------------------------------
+def test_recall_finds_by_keyword_and_vector_and_reports_stages() -> None:
+    # Given a few memories
+    w = World()
+    w.add("I am allergic to peanuts")
+    w.add("My sister lives in Toronto")
+    w.add("Favourite editor is vim")
+    # When recalling
+    result = w.service().recall("u", "peanuts allergy")
+    # Then the matching memory is first with ranks from both retrievers, and meta says what ran
+    assert ids(result)[0] == "I am allergic to peanuts"
+    top = result.hits[0]
+    assert top.keyword_rank == 1 and top.vector_rank == 1
+    assert {"keyword", "vector", "glossary"} <= set(result.meta["stages"])
+    assert result.meta["degraded"] == {}
+    assert result.meta["counts"]["returned"] == len(result.hits)
+    assert "total" in result.meta["timings_ms"]
+
+
+def test_top_k_and_types() -> None:
+    w = World()
+    for i in range(8):
+        w.add(f"coffee note number {i}", type="note" if i % 2 else "preference")
+    result = w.service().recall("u", "coffee", top_k=3, types=["preference"])
+    assert len(result.hits) == 3
+    assert {h.memory.type for h in result.hits} == {"preference"}
+
+
+def test_stale_index_entries_never_come_back() -> None:
+    # Given memories that are superseded, archived, deleted, expired, or in another namespace,
+    # but still present in the index (the index is only a mirror and may lag)
+    w = World()
+    live = w.add("tea preference: green tea")
+    old = w.add("tea preference: black tea")
+    w.store.update_memory(old.model_copy(update={"status": "superseded", "superseded_by_id": live.id}))
+    for status in ("archived", "deleted", "expired"):
+        m = w.add(f"tea preference {status} oolong")
+        w.store.update_memory(m.model_copy(update={"status": status}))
+    w.add("tea preference: expiring matcha", expires_at=NOW - timedelta(minutes=1))
+    w.add("tea preference: other user's tea", ns="someone-else")
+    # When recalling with a generous top_k
+    result = w.service().recall("u", "tea preference", top_k=20)
+    # Then only the live memory of this namespace is returned
+    assert ids(result) == ["tea preference: green tea"]
+    assert result.meta["counts"]["stale"] >= 5
+
+
+def test_other_namespace_is_never_searched() -> None:
+    w = World()
+    w.add("secret launch code is 1234", ns="alice")
+    result = w.service().recall("bob", "secret launch code")
+    assert result.hits == []
+
+
+def test_exclude_ids_drops_boot_block_memories() -> None:
+    w = World()
+    pinned = w.add("name is Ada", pinned=True)
+    w.add("Ada likes chess")
+    result = w.service().recall("u", "Ada", exclude_ids={pinned.id})
+    assert ids(result) == ["Ada likes chess"]
+    assert result.meta["counts"]["excluded"] == 1
+
+
+def test_duplicates_are_collapsed() -> None:
+    w = World()
+    w.add("User likes green tea.")
+    w.add("user likes green tea")
+    w.add("User likes green tea very much in the morning")
+    result = w.service().recall("u", "green tea", top_k=5)
+    assert len(result.hits) == 2
+    assert result.meta["counts"]["duplicates"] == 1
+
+
+def test_importance_and_recency_break_ties() -> None:
+    # Given two equally matching memories, one important, one recent
+    w = World()
+    w.add("project alpha deadline", importance=0.9, created_at=NOW - timedelta(days=300))
+    w.add("project alpha kickoff", importance=0.5, created_at=NOW - timedelta(days=300))
+    assert ids(w.service().recall("u", "project alpha"))[0] == "project alpha deadline"
+    w2 = World()
+    w2.add("project beta deadline", created_at=NOW - timedelta(days=300))
+    w2.add("project beta kickoff", created_at=NOW - timedelta(hours=1))
+    assert ids(w2.service(importance_weight=0.0).recall("u", "project beta"))[0] == "project beta kickoff"
+
+
+def test_score_floor_drops_weak_hits() -> None:
+    w = World()
+    w.add("rust borrow checker tips")
+    w.add("rust cargo workspaces and rust editions")
+    full = w.service().recall("u", "rust editions")
+    floored = w.service(min_score=0.5).recall("u", "rust editions")
+    assert len(full.hits) == 2
+    assert ids(floored) == ["rust cargo workspaces and rust editions"]
+    assert floored.meta["counts"]["floored"] == 1
+
+
+def test_recently_injected_memories_decay_and_injection_is_recorded() -> None:
+    # Given two memories about the same thing
+    w = World()
+    a = w.add("dentist appointment on Friday at 9")
+    w.add("dentist is Dr. Smith on Main street")
+    svc = w.service()
+    first = svc.recall("u", "dentist appointment Friday", record_injection=True, top_k=1)
+    # When the first is injected, then recalled again within 30 minutes
+    assert first.hits[0].memory.id == a.id
+    stored = w.store.get_memory("u", a.id)
+    assert stored.last_injected_at == NOW and stored.recall_count == 1
+    w.clock.current = NOW + timedelta(minutes=5)
+    again = svc.recall("u", "dentist appointment Friday", top_k=2)
+    # Then its score is halved
+    assert again.hits[0].score == pytest.approx(first.hits[0].score * 0.5, rel=1e-3) or again.hits[0].memory.id != a.id
+    decayed = next(h for h in again.hits if h.memory.id == a.id)
+    assert decayed.score == pytest.approx(first.hits[0].score * 0.5, rel=1e-3)
+    # And after the window it is back to full strength
+    w.clock.current = NOW + timedelta(minutes=45)
+    later = svc.recall("u", "dentist appointment Friday", top_k=1)
+    assert later.hits[0].memory.id == a.id
+    assert later.hits[0].score == pytest.approx(first.hits[0].score, rel=1e-3)
+
+
+def test_no_embedder_means_keyword_only() -> None:
+    w = World()
+    w.add("I am allergic to peanuts")
+    result = w.service(embedder=None).recall("u", "peanuts")
+    assert ids(result) == ["I am allergic to peanuts"]
+    assert "vector" in result.meta["skipped"]
+    assert result.hits[0].vector_rank is None
+
+
+def test_failing_embedder_degrades_to_keyword() -> None:
+    w = World()
+    w.add("I am allergic to peanuts")
+    result = w.service(embedder=HashEmbedder(fail=True)).recall("u", "peanuts")
+    assert ids(result) == ["I am allergic to peanuts"]
+    assert "vector" in result.meta["degraded"]
+    assert "UpstreamUnavailable" in result.meta["degraded"]["vector"]
+
+
+def test_failing_keyword_search_degrades_to_vector() -> None:
+    class BrokenKeyword(InMemorySearchIndex):
+        def keyword_search(self, *a: Any, **k: Any) -> list[SearchHit]:
+            raise RuntimeError("fts down")
+
+    w = World()
+    w.index = BrokenKeyword()
+    w.add("I am allergic to peanuts")
+    result = w.service().recall("u", "allergic to peanuts")
+    assert ids(result) == ["I am allergic to peanuts"]
+    assert "keyword" in result.meta["degraded"]
+
+
+def test_reranker_reorders_and_failing_reranker_keeps_fused_order() -> None:
+    w = World()
+    w.add("hiking boots size 42")
+    w.add("hiking trip to the Alps in July with boots")
+    fused = w.service().recall("u", "hiking boots")
+    reranked = w.service(reranker=ScriptedReranker(prefer="Alps")).recall("u", "hiking boots")
+    broken = w.service(reranker=ScriptedReranker(fail=True)).recall("u", "hiking boots")
+    assert ids(reranked)[0] == "hiking trip to the Alps in July with boots"
+    assert "rerank" in reranked.meta["stages"]
+    assert ids(broken) == ids(fused)
+    assert [h.score for h in broken.hits] == [h.score for h in fused.hits]
+    assert "rerank" in broken.meta["degraded"]
+
+
+def test_compression_sets_lines_and_failure_keeps_content() -> None:
+    w = World()
+    w.add("I am allergic to peanuts and also to shellfish since childhood")
+    ok = w.service(compressor=ScriptedCompressor(), compress=True).recall("u", "peanuts")
+    assert ok.hits[0].text == "I am allergic"
+    assert render_prompt(ok).startswith("- I am allergic (fact, ")
+    failing = ScriptedCompressor(fail=True)
+    bad = w.service(compressor=failing, compress=True).recall("u", "peanuts")
+    assert failing.calls == 1 and bad.hits[0].text is None and "compress" in bad.meta["degraded"]
+    wrong = w.service(compressor=ScriptedCompressor(reply='{"lines": []}'), compress=True).recall("u", "peanuts")
+    assert wrong.hits[0].text is None and "compress" in wrong.meta["degraded"]
+    off = ScriptedCompressor()
+    w.service(compressor=off).recall("u", "peanuts")
+    assert off.calls == 0  # off by default
+
+
+async def test_compression_works_when_called_from_an_event_loop_thread() -> None:
+    # Given recall called synchronously from inside a running event loop
+    w = World()
+    w.add("I am allergic to peanuts")
+    result = w.service(compressor=ScriptedCompressor(), compress=True).recall("u", "peanuts")
+    # Then compression still ran (on a helper thread)
+    assert result.hits[0].text == "I am allergic"
+
+
+def test_glossary_hits_and_render_prompt() -> None:
+    w = World()
+    w.add("Engram stores memories in SQLite", type="project", created_at=datetime(2025, 5, 2, tzinfo=UTC))
+    w.store.put_glossary_term(
+        GlossaryTerm(
+            id="g1",
+            namespace="u",
+            term="Engram",
+            aliases=("记忆层",),
+            definition="the memory\nlayer",
+            created_at=NOW,
+            updated_at=NOW,
+        )
+    )
+    w.store.put_glossary_term(
+        GlossaryTerm(id="g2", namespace="other", term="Engram", definition="not yours", created_at=NOW, updated_at=NOW)
+    )
+    result = w.service().recall("u", "where does Engram keep data?")
+    assert [g.id for g in result.glossary_hits] == ["g1"]
+    assert render_prompt(result) == (
+        "- Engram stores memories in SQLite (project, 2025-05-02)\nGlossary:\n- Engram (记忆层): the memory layer"
+    )
+    assert render_prompt(RecallResult()) == ""
+
+
+def test_empty_query_returns_nothing() -> None:
+    w = World()
+    w.add("anything")
+    assert w.service().recall("u", "   ").hits == []
+
+
+def test_long_queries_keep_their_end() -> None:
+    w = World()
+    w.add("the password manager is Bitwarden")
+    query = "lorem ipsum " * 500 + " which password manager do I use?"
+    result = w.service().recall("u", query)
+    assert ids(result)[0] == "the password manager is Bitwarden"
+
+
+def test_rrf_fusion_mode() -> None:
+    w = World()
+    w.add("I am allergic to peanuts")
+    w.add("peanut butter sandwich recipe")
+    result = w.service(fusion="rrf").recall("u", "allergic peanuts")
+    assert ids(result)[0] == "I am allergic to peanuts"
+    assert result.meta["fusion"] == "rrf"
+
+
+def test_config_maps_every_recall_setting() -> None:
+    from engram.settings import Settings
+
+    s = Settings(recall_top_k=7, recall_fusion="rrf", recall_keyword_weight=2.0, recall_compress=True)
+    cfg = RecallConfig.from_settings(s)
+    assert (cfg.top_k, cfg.fusion, cfg.keyword_weight, cfg.compress) == (7, "rrf", 2.0, True)
+    recall_fields = {n[len("recall_") :] for n in Settings.model_fields if n.startswith("recall_")}
+    assert recall_fields <= set(RecallConfig.__dataclass_fields__)
