@@ -434,21 +434,49 @@ def test_import_upload(page: Any, panel_server: EngramServer, owner_api: httpx.C
     assert [m["content"] for m in active] == ["Imported fact about kites"]
 
 
-def test_run_a_job_from_maintenance(page: Any, panel_server: EngramServer) -> None:
-    # Given a build with the jobs API
-    with httpx.Client(base_url=panel_server.url) as anon:
-        paths = anon.get("/openapi.json").json()["paths"]
-    if not any(p.startswith("/v1/jobs/") for p in paths):
-        pytest.skip("the jobs API (POST /v1/jobs/{name}) is not in this build yet")
+def test_run_jobs_from_maintenance(browser: Any, make_server: Callable[..., EngramServer]) -> None:
+    # Given a server whose extraction model is a scripted fake, and a fresh chat message
+    from tests.fakes.chat_model import ScriptedChatModel
+
+    model = ScriptedChatModel().script_json(
+        {
+            "memories": [
+                {
+                    "content": "Alice adopted a second cat named Yuzu",
+                    "type": "fact",
+                    "fact_key": "pet:second_cat",
+                    "importance": 0.7,
+                    "confidence": 0.95,
+                    "tags": ["pets"],
+                    "source_message_ids": [],
+                }
+            ]
+        }
+    )
+    server = make_server(
+        admin_password=PASSWORD, default_namespace="alice", scheduler_enabled=False, overrides={"extract_model": model}
+    )
+    with server.client() as owner:
+        owner.post("/v1/ingest/messages", json={"messages": [{"role": "user", "content": "We adopted Yuzu today!"}]})
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=server.url)
+    page = context.new_page()
     login(page)
     page.goto("/admin/#more/maintenance")
-    # When cleanup is run now
+    # When extraction and cleanup are run now from the panel
+    page.locator(".job-row", has_text="Extraction").get_by_role("button", name="Run now").click()
+    extract_result = page.locator(".job-result[data-job=extract]")
+    expect(extract_result).to_contain_text("1 created", timeout=30_000)
     page.locator(".job-row", has_text="Cleanup").get_by_role("button", name="Run now").click()
-    # Then the run reports a result and shows up under recent runs
-    result = page.locator(".job-result[data-job=cleanup]")
-    expect(result).not_to_have_text(re.compile(r"^(|Running…)$"), timeout=30_000)
-    expect(result).not_to_contain_text("failed")
-    expect(page.locator(".runs .run").first).to_be_visible()
+    expect(page.locator(".job-result[data-job=cleanup]")).to_contain_text("done", timeout=30_000)
+    # Then both runs are listed, the model saw the message, and the memory exists
+    expect(page.locator(".runs .run")).to_have_count(2)
+    expect(page.locator(".runs .run").first).to_contain_text("cleanup")
+    shot(page, "more-maintenance-jobs")
+    assert "We adopted Yuzu today!" in model.calls[0].user
+    with server.client() as owner:
+        found = owner.get("/v1/memories", params={"fact_key": "pet:second_cat"}).json()["items"]
+    assert [m["content"] for m in found] == ["Alice adopted a second cat named Yuzu"]
+    context.close()
 
 
 # -- settings --------------------------------------------------------------------------------------

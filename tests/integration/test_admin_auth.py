@@ -206,7 +206,7 @@ def test_runtime_settings_apply_without_restart_and_persist(panel: EngramServer)
         ):
             refused = client.put("/v1/admin/settings", json={"values": {**bad, "dedup_cosine": 0.5}})
             assert refused.status_code == 400, bad
-        assert panel.container.runtime.effective().dedup_cosine == 0.9
+        assert panel.container.runtime.effective().dedup_cosine == panel.container.runtime.base.dedup_cosine
     # And a new process on the same data reads the stored overrides
     from engram.bootstrap import build_container
 

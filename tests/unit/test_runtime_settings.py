@@ -84,3 +84,43 @@ def test_describe_lists_groups_bounds_and_defaults() -> None:
     }
     assert items["timezone"]["kind"] == "timezone"
     assert "admin_password" not in items and "upstream_api_key" not in items
+
+
+def test_the_composed_services_follow_runtime_changes_without_a_restart() -> None:
+    # Given a container whose jobs and gateway use an upstream model named in the environment
+    from engram.bootstrap import build_container
+
+    settings = Settings(
+        store="memory",
+        search="memory",
+        embedder="none",
+        upstream_base_url="http://127.0.0.1:9/v1",
+        chat_model="env-model",
+        timezone="UTC",
+    )
+    container = build_container(settings)
+    try:
+        assert container.extraction._model.model_id == "env-model"
+        assert container.chat._config.routing.chat_model == "env-model"
+        # When the owner changes models, thresholds and the time zone at runtime
+        container.runtime.update(
+            {
+                "extract_model": "small-model",
+                "chat_model": "big-model",
+                "review_confidence": 0.5,
+                "timezone": "Asia/Tokyo",
+                "recall_top_k": 9,
+                "dedup_cosine": 0.8,
+            }
+        )
+        # Then every service reads the new values on its next use
+        assert container.extraction._model.model_id == "small-model"
+        assert container.dreaming._model.model_id == "big-model"
+        assert container.chat._config.routing.chat_model == "big-model"
+        assert container.extraction._config.review_confidence == 0.5
+        assert container.dreaming._config.timezone == "Asia/Tokyo"
+        assert container.library._tz.key == "Asia/Tokyo"
+        assert container.recall.config.top_k == 9
+        assert container.memories._rules.dedup_cosine == 0.8
+    finally:
+        container.close()

@@ -1,5 +1,5 @@
-// Rendering of job runs (the jobs API: POST /v1/jobs/{name}, GET /v1/jobs). Field names are read
-// defensively so the panel keeps working while that API grows.
+// Rendering of job runs: `POST /v1/jobs/{extract|dream|cleanup}` returns a report and
+// `GET /v1/jobs` lists recorded runs ({job, at, ...counts, errors, namespaces}).
 import { chip, fmtAgo, fmtDate, h } from '../dom.js';
 
 export const JOBS = [
@@ -7,33 +7,45 @@ export const JOBS = [
   ['dream', 'Dreaming', 'Consolidates yesterday: merges duplicates, rewrites the digest and the daily log.'],
   ['cleanup', 'Cleanup', 'Retention: expires old rows and hard-deletes what was removed 30 days ago.'],
 ];
-
-const pick = (obj, ...names) => names.map((n) => obj?.[n]).find((v) => v !== undefined && v !== null);
+const SKIP = new Set(['job', 'at', 'status', 'state', 'namespace', 'date', 'errors', 'finished_at', 'started_at']);
 
 export function runList(body) {
   if (Array.isArray(body)) return body;
-  return body?.items || body?.runs || body?.jobs || [];
+  return body?.runs || body?.items || [];
+}
+
+function errorsOf(run) {
+  const nsErrors = (run.namespaces || []).flatMap((ns) => ns.errors || []);
+  if (Array.isArray(run.errors)) return [...run.errors, ...nsErrors];
+  return nsErrors.length ? nsErrors : Array.from({ length: Number(run.errors || 0) }, () => ({}));
+}
+
+export function statusOf(run) {
+  const explicit = run.status || run.state || (run.namespaces || []).map((ns) => ns.status).find(Boolean);
+  if (explicit) return String(explicit);
+  return errorsOf(run).length ? 'failed' : 'done';
 }
 
 export function summarize(run) {
-  const detail = pick(run, 'result', 'summary', 'stats', 'detail', 'counts') || {};
-  if (typeof detail !== 'object') return String(detail);
-  return Object.entries(detail)
-    .filter(([, v]) => ['number', 'string', 'boolean'].includes(typeof v))
-    .slice(0, 6)
-    .map(([k, v]) => `${k.replaceAll('_', ' ')}: ${v}`)
-    .join(' · ');
+  const parts = Object.entries(run)
+    .filter(([k, v]) => !SKIP.has(k) && typeof v === 'number' && v > 0)
+    .map(([k, v]) => `${v} ${k.replaceAll('_', ' ')}`);
+  const errors = errorsOf(run);
+  if (errors.length) {
+    const first = errors[0];
+    parts.push(`${errors.length} error${errors.length === 1 ? '' : 's'}${first?.error ? ` (${first.error})` : ''}`);
+  }
+  if (run.date) parts.unshift(`day ${run.date}`);
+  return parts.length ? parts.join(' · ') : 'nothing to do';
 }
 
 export function runRow(run) {
-  const name = pick(run, 'job', 'name', 'kind', 'type') || 'job';
-  const status = String(pick(run, 'status', 'state', 'outcome') || 'done');
-  const when = pick(run, 'finished_at', 'ended_at', 'started_at', 'created_at');
+  const status = statusOf(run);
+  const when = run.at || run.finished_at || run.started_at;
   const kind = /fail|error/i.test(status) ? 'bad' : /run|queue|pend|start/i.test(status) ? 'warn' : 'good';
-  const error = pick(run, 'error', 'message');
   return h('li', { class: 'run' },
-    h('span', { class: 'run-name' }, name),
-    chip(status, `status ${kind}`),
-    h('span', { class: 'muted run-summary' }, error && kind === 'bad' ? String(error) : summarize(run)),
+    h('span', { class: 'run-name' }, run.job || 'job'),
+    chip(status.replaceAll('_', ' '), `status ${kind}`),
+    h('span', { class: 'muted run-summary', title: summarize(run) }, summarize(run)),
     h('span', { class: 'muted run-time', title: fmtDate(when) }, fmtAgo(when)));
 }

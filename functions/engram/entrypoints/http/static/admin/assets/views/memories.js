@@ -69,7 +69,8 @@ export async function render(root) {
     if (first) list.replaceChildren();
     list.append(...res.items.map((m) => card(m)));
     if (first && !res.items.length) list.replaceChildren(empty('No memories match these filters.'));
-    note.textContent = `${list.querySelectorAll('.memory').length}${cursor ? '+' : ''} memories, newest first`;
+    const n = list.querySelectorAll('.memory').length;
+    note.textContent = `${n}${cursor ? '+' : ''} ${n === 1 && !cursor ? 'memory' : 'memories'}, newest first`;
     more.replaceChildren();
     if (cursor) more.append(button('Load more', () => page(false), { kind: 'ghost' }));
   };

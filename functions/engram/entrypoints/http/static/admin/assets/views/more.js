@@ -1,7 +1,7 @@
 // More: precious notes, glossary, maintenance (jobs, reindex, export, import).
 import { del, get, patch, post } from '../api.js';
 import { button, card, chip, confirmDialog, downloadJson, empty, field, fmtAgo, fmtDate, h, openDialog, toast } from '../dom.js';
-import { JOBS, runList, runRow, summarize } from './jobs-ui.js';
+import { JOBS, runList, runRow, statusOf, summarize } from './jobs-ui.js';
 
 const SECTIONS = [['precious', 'Precious'], ['glossary', 'Glossary'], ['maintenance', 'Maintenance']];
 let pollTimer = null;
@@ -113,9 +113,8 @@ async function maintenance(root) {
         result.textContent = 'Running…';
         try {
           const res = await post(`v1/jobs/${name}`, {});
-          const run = res?.run || res || {};
-          const status = run.status || run.state || 'done';
-          result.textContent = `${status}${summarize(run) ? ` · ${summarize(run)}` : ''}`;
+          const status = statusOf(res || {}).replaceAll('_', ' ');
+          result.textContent = `${status} · ${summarize(res || {})}`;
           toast(`${label}: ${status}`);
           await loadRuns();
         } catch (err) {
