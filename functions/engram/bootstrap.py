@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ class Container:
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
+    # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
+    runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list)
 
@@ -60,6 +63,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.runtime_settings import RuntimeSettings
     from engram.services.transfer import TransferService
 
     settings = _with_secret(settings or load_settings())
@@ -81,9 +85,11 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             embedder.dimension,
         )
 
-    memories = MemoryService(store, index, embedder, clock, MemoryRules(dedup_cosine=settings.dedup_cosine))
-    library = LibraryService(store, clock, settings.timezone)
-    recall = overrides.get("recall") or _build_recall(settings, store, index, embedder, clock, memories)
+    runtime = RuntimeSettings(store, settings)
+    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    memories = MemoryService(store, index, embedder, clock, rules)
+    library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
+    recall = overrides.get("recall") or _build_recall(settings, runtime, store, index, embedder, clock, memories)
     container = Container(
         settings=settings,
         store=store,
@@ -97,6 +103,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         transfer=TransferService(store, memories, clock),
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
+        runtime=runtime,
     )
     container._closers = closers
     _wire_jobs(container, overrides)
@@ -117,22 +124,31 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     s = container.settings
     locks = NamespaceLocks()
     upstream: dict[str, Any] = {}
+    c = container
+
+    def job_model(name: Callable[[Settings], str]) -> Any:
+        # The model name follows the runtime settings (admin panel); the upstream stays the environment's.
+        if _build_chat_model(s, name(s), upstream) is None:
+            return None
+        return RuntimeChatModel(c.runtime.provider(lambda eff: _build_chat_model(eff, name(eff), upstream)))
+
     extract_model = (
         overrides["extract_model"]
         if "extract_model" in overrides
-        else _build_chat_model(s, s.extract_model or s.chat_model, upstream)
+        else job_model(lambda eff: eff.extract_model or eff.chat_model)
     )
     dream_model = (
         overrides["dream_model"]
         if "dream_model" in overrides
-        else _build_chat_model(s, s.dream_model or s.chat_model, upstream)
+        else job_model(lambda eff: eff.dream_model or eff.chat_model)
     )
-    c = container
+    extraction_config = c.runtime.provider(ExtractionConfig.from_settings)
+    dream_config = c.runtime.provider(DreamConfig.from_settings)
     c.extraction = ExtractionService(
-        c.store, c.memories, c.candidates, extract_model, c.clock, ExtractionConfig.from_settings(s), locks, c.index
+        c.store, c.memories, c.candidates, extract_model, c.clock, extraction_config, locks, c.index
     )
     c.dreaming = DreamingService(
-        c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, DreamConfig.from_settings(s), locks
+        c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
     )
     c.cleanup = CleanupService(c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks)
     if c.queue is None and getattr(s, "queue", "inline") == "inline":
@@ -143,6 +159,29 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
             {"cleanup": lambda payload: cleanup.run(payload.get("namespace"))},
             min_interval_seconds=s.cleanup_min_interval_hours * 3600,
         )
+
+
+class RuntimeChatModel:
+    """A ``ChatModel`` whose model name follows the runtime settings, rebuilt only when it changes."""
+
+    def __init__(self, current: Callable[[], Any]) -> None:
+        self._current = current
+
+    def _model(self) -> Any:
+        model = self._current()
+        if model is None:
+            raise NotConfigured("no model is configured for this job (set it in the admin panel's settings)")
+        return model
+
+    @property
+    def model_id(self) -> str:
+        return str(self._model().model_id)
+
+    async def complete(self, messages: Any, **kwargs: Any) -> str:
+        return str(await self._model().complete(messages, **kwargs))
+
+    def stream(self, messages: Any, **kwargs: Any) -> Any:
+        return self._model().stream(messages, **kwargs)
 
 
 def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) -> Any:
@@ -279,11 +318,17 @@ def _with_secret(settings: Settings) -> Settings:
 
 
 def _build_recall(
-    settings: Settings, store: MemoryStore, index: SearchIndex, embedder: Embedder | None, clock: Clock, memories: Any
+    settings: Settings,
+    runtime: Any,
+    store: MemoryStore,
+    index: SearchIndex,
+    embedder: Embedder | None,
+    clock: Clock,
+    memories: Any,
 ) -> Any:
     from engram.services.recall import RecallConfig, RecallService
 
-    config = RecallConfig.from_settings(settings)
+    config = runtime.provider(RecallConfig.from_settings)
     reranker = None
     if settings.reranker == "bedrock":
         from engram.adapters.llm.bedrock import BedrockReranker
@@ -313,8 +358,10 @@ def _build_chat(settings: Settings, container: Container) -> Any:
         from engram.services.recall import render_prompt
     except ImportError:  # recall not in this build: plain one-line-per-memory rendering
         render_prompt = None
-    config = ChatConfig.from_settings(
-        settings, openai_configured=openai.configured, anthropic_configured=anthropic.configured
+    config = container.runtime.provider(
+        lambda eff: ChatConfig.from_settings(
+            eff, openai_configured=openai.configured, anthropic_configured=anthropic.configured
+        )
     )
     return ChatService(
         openai=openai,

@@ -157,7 +157,7 @@ class ChatService:
         memories: Any,
         recall: Any,
         clock: Clock,
-        config: ChatConfig,
+        config: ChatConfig | Callable[[], ChatConfig],
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
     ) -> None:
@@ -169,10 +169,15 @@ class ChatService:
         self._recall = recall
         self._render_recall = render_recall or render_hits
         self._clock = clock
-        self._config = config
+        # A callable is read per use: runtime settings (admin panel) change it without a restart.
+        self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
         self._queue = queue
         self._boot_cache: dict[str, tuple[float, str, tuple[str, ...]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def _config(self) -> ChatConfig:
+        return self._config_of()
 
     # -- the request ----------------------------------------------------------------------------
     async def handle(

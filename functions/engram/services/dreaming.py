@@ -16,7 +16,7 @@ import logging
 import re
 import unicodedata
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date as Date
 from datetime import datetime, time, timedelta
@@ -120,7 +120,7 @@ class DreamingService:
         embedder: Embedder | None,
         model: ChatModel | None,
         clock: Clock,
-        config: DreamConfig | None = None,
+        config: DreamConfig | Callable[[], DreamConfig] | None = None,
         locks: NamespaceLocks | None = None,
     ) -> None:
         self._store = store
@@ -130,8 +130,14 @@ class DreamingService:
         self._embedder = embedder
         self._model = model
         self._clock = clock
-        self._config = config or DreamConfig()
+        # A callable is read per use: runtime settings (admin panel) change it without a restart.
+        fixed = config if isinstance(config, DreamConfig) else DreamConfig()
+        self._config_of: Callable[[], DreamConfig] = config if callable(config) else (lambda: fixed)
         self._locks = locks or NamespaceLocks()
+
+    @property
+    def _config(self) -> DreamConfig:
+        return self._config_of()
 
     @property
     def configured(self) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -174,7 +174,7 @@ class ExtractionService:
         candidates: CandidateService,
         model: ChatModel | None,
         clock: Clock,
-        config: ExtractionConfig | None = None,
+        config: ExtractionConfig | Callable[[], ExtractionConfig] | None = None,
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
     ) -> None:
@@ -184,8 +184,14 @@ class ExtractionService:
         self._candidates = candidates
         self._model = model
         self._clock = clock
-        self._config = config or ExtractionConfig()
+        # A callable is read per use: runtime settings (admin panel) change it without a restart.
+        fixed = config if isinstance(config, ExtractionConfig) else ExtractionConfig()
+        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: fixed)
         self._locks = locks or NamespaceLocks()
+
+    @property
+    def _config(self) -> ExtractionConfig:
+        return self._config_of()
 
     @property
     def configured(self) -> bool:

@@ -4,7 +4,7 @@ message ingest."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -60,10 +60,19 @@ def message_key(namespace: str, msg: MessageIn) -> str:
 
 
 class LibraryService:
-    def __init__(self, store: MemoryStore, clock: Clock, timezone: str = "UTC") -> None:
+    def __init__(self, store: MemoryStore, clock: Clock, timezone: str | Callable[[], str] = "UTC") -> None:
         self._store = store
         self._clock = clock
-        self._tz = ZoneInfo(timezone)
+        # A callable reads the time zone per use (runtime settings change it without a restart).
+        if isinstance(timezone, str):
+            zone = ZoneInfo(timezone)
+            self._timezone: Callable[[], str] = lambda: zone.key
+        else:
+            self._timezone = timezone
+
+    @property
+    def _tz(self) -> ZoneInfo:
+        return ZoneInfo(self._timezone())
 
     # -- messages ---------------------------------------------------------------------------
     def ingest(self, namespace: str, messages: Sequence[MessageIn]) -> dict[str, Any]:

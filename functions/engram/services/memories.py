@@ -8,7 +8,7 @@ rebuilds the mirror.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -113,13 +113,19 @@ class MemoryService:
         index: SearchIndex,
         embedder: Embedder | None,
         clock: Clock,
-        rules: MemoryRules | None = None,
+        rules: MemoryRules | Callable[[], MemoryRules] | None = None,
     ) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._clock = clock
-        self._rules = rules or MemoryRules()
+        # A callable is read per use (runtime settings change the rules without a restart).
+        fixed = rules if isinstance(rules, MemoryRules) else MemoryRules()
+        self._rules_of: Callable[[], MemoryRules] = rules if callable(rules) else (lambda: fixed)
+
+    @property
+    def _rules(self) -> MemoryRules:
+        return self._rules_of()
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False) -> WriteResult:

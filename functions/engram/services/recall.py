@@ -22,7 +22,7 @@ import re
 import threading
 import time
 import unicodedata
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -271,7 +271,7 @@ class RecallService:
         reranker: Reranker | None,
         compressor: ChatModel | None,
         clock: Clock,
-        config: RecallConfig,
+        config: RecallConfig | Callable[[], RecallConfig],
     ) -> None:
         self._store = store
         self._index = index
@@ -279,13 +279,18 @@ class RecallService:
         self._reranker = reranker
         self._compressor = compressor
         self._clock = clock
-        self._config = config
+        # A callable is read per recall: runtime settings (admin panel) change it without a restart.
+        self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
         self._pool_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
     @property
     def config(self) -> RecallConfig:
-        return self._config
+        return self._config_of()
+
+    @property
+    def _config(self) -> RecallConfig:
+        return self._config_of()
 
     def recall(
         self,

@@ -1,4 +1,5 @@
-"""Request authentication: Bearer token or x-api-key -> Principal, then a scope check."""
+"""Request authentication: Bearer token or x-api-key (or the admin panel's session cookie) -> Principal,
+then a scope check."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ def authenticate(request: Request) -> Principal:
     cached = getattr(request.state, "principal", None)
     if isinstance(cached, Principal):
         return cached
-    principal: Principal = request.app.state.container.keys.authenticate(token_from(request))
+    token = token_from(request)
+    sessions = getattr(request.app.state, "admin_sessions", None)
+    session_principal = sessions.principal(request) if token is None and sessions is not None else None
+    principal: Principal = session_principal or request.app.state.container.keys.authenticate(token)
     request.state.principal = principal
     return principal
 

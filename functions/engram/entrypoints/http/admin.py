@@ -1,0 +1,240 @@
+"""The admin panel at `/admin`: static files (no build step), password login, runtime settings and reindex.
+
+The panel itself calls the REST API (`/v1/...`) with its session cookie (see `session.py` and
+`auth.py`). This module adds what only the panel needs: login/logout/session, `GET/PUT
+/v1/admin/settings` (the allowlisted runtime settings) and `GET/POST /v1/admin/reindex` (a
+background rebuild of the search index with progress). Both `/v1/admin/*` routes need the `admin`
+scope, which an admin session holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.staticfiles import StaticFiles
+
+from engram import __version__
+from engram.domain.access import Principal
+from engram.domain.errors import InvalidInput, NotConfigured, Unauthorized
+from engram.entrypoints.http.auth import require
+from engram.entrypoints.http.errors import error_response
+from engram.entrypoints.http.session import AdminSessions, LoginLimiter, client_ip, same_origin
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static" / "admin"
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+Admin = Annotated[Principal, Depends(require("admin"))]
+
+
+class LoginRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    password: str = Field(max_length=1000)
+
+
+class SettingsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    values: dict[str, Any] = Field(description="Setting name -> new value; null resets it to the default.")
+
+
+class ReindexJob:
+    """One background reindex at a time per process, with progress for polling."""
+
+    def __init__(self, container: Any) -> None:
+        self._container = container
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._state: dict[str, Any] = {"state": "idle", "done": 0, "total": 0}
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._state)
+
+    def start(self, namespace: str) -> dict[str, Any]:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return dict(self._state)
+            self._state = {
+                "state": "running",
+                "done": 0,
+                "total": 0,
+                "namespace": namespace,
+                "started_at": time.time(),
+                "finished_at": None,
+                "error": None,
+                "reset": False,
+            }
+            self._thread = threading.Thread(target=self._run, args=(namespace,), name="engram-reindex", daemon=True)
+            self._thread.start()
+            return dict(self._state)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _progress(self, count: int) -> None:
+        with self._lock:
+            self._state["done"] += count
+
+    def _run(self, namespace: str) -> None:
+        from engram.bootstrap import index_model_mismatch
+
+        container = self._container
+        try:
+            namespaces = [namespace]
+            # A changed embedding model makes every stored vector useless: rebuild the whole index.
+            if container.embedder is not None and index_model_mismatch(container):
+                container.index.reset(container.embedder.model_id, container.embedder.dimension)
+                namespaces = container.store.list_namespaces()
+                with self._lock:
+                    self._state["reset"] = True
+            total = sum(sum(1 for _ in container.store.iter_memories(ns, ("active",))) for ns in namespaces)
+            with self._lock:
+                self._state["total"] = total
+            for ns in namespaces:
+                container.memories.reindex(ns, progress=self._progress)
+            with self._lock:
+                self._state.update(state="done", finished_at=time.time())
+        except Exception as exc:  # reported to the panel; the index stays usable for what was done
+            log.exception("reindex failed")
+            with self._lock:
+                self._state.update(state="error", finished_at=time.time(), error=f"{type(exc).__name__}: {exc}")
+
+
+def install(app: FastAPI, container: Any) -> None:
+    settings = container.settings
+    password = settings.admin_password.get_secret_value() if settings.admin_password else None
+    sessions = AdminSessions(password, container.store, settings.default_namespace)
+    limiter = LoginLimiter(attempts=5, window=60.0)
+    reindex = ReindexJob(container)
+    app.state.admin_sessions = sessions
+    app.state.admin_reindex = reindex
+
+    @app.middleware("http")
+    async def admin_headers(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        path = request.url.path
+        if path == "/admin" or path.startswith("/admin/") or path.startswith("/v1/admin/"):
+            response.headers["content-security-policy"] = CSP
+            response.headers["x-frame-options"] = "DENY"
+            response.headers["x-content-type-options"] = "nosniff"
+            response.headers["referrer-policy"] = "same-origin"
+            response.headers["cache-control"] = "no-cache" if path.startswith("/admin/assets/") else "no-store"
+        return response
+
+    panel = APIRouter(include_in_schema=False)
+
+    @panel.get("/admin")
+    def admin_root() -> RedirectResponse:
+        # Relative, so the panel also works under a path prefix (an API Gateway stage).
+        return RedirectResponse("admin/", status_code=308)
+
+    @panel.get("/admin/")
+    def admin_index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    @panel.get("/admin/session")
+    def admin_session(request: Request) -> dict[str, Any]:
+        """Whether a password is configured and whether this browser is logged in."""
+        from engram.entrypoints.http.session import COOKIE_NAME
+
+        session = sessions.verify(request.cookies.get(COOKIE_NAME))
+        return {
+            "configured": sessions.configured,
+            "authenticated": session is not None,
+            "expires_at": session["expires"] if session else None,
+            "namespace": sessions.namespace if session else None,
+            "version": __version__,
+        }
+
+    @panel.post("/admin/login")
+    def admin_login(request: Request, body: LoginRequest) -> Response:
+        if not same_origin(request):
+            return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
+        retry = limiter.hit(client_ip(request))
+        if retry is not None:
+            response = error_response(
+                429, "too many login attempts; wait a minute", "rate_limit_error", "login_rate_limited"
+            )
+            response.headers["retry-after"] = str(int(retry + 0.999))
+            return response
+        if not sessions.configured:
+            raise NotConfigured(
+                "the admin panel has no password: set ENGRAM_ADMIN_PASSWORD and restart", code="admin_password_missing"
+            )
+        if not sessions.check_password(body.password):
+            log.warning("admin login failed from %s", client_ip(request))
+            raise Unauthorized("wrong password", code="wrong_password")
+        token, expires = sessions.issue()
+        response = JSONResponse({"authenticated": True, "expires_at": expires, "namespace": sessions.namespace})
+        sessions.set_cookie(request, response, token)
+        return response
+
+    @panel.post("/admin/logout")
+    def admin_logout(request: Request) -> Response:
+        from engram.entrypoints.http.session import COOKIE_NAME
+
+        if not same_origin(request):
+            return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
+        sessions.revoke(request.cookies.get(COOKIE_NAME))
+        response = JSONResponse({"authenticated": False})
+        sessions.clear_cookie(request, response)
+        return response
+
+    api = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+    @api.get("/settings")
+    def get_settings(request: Request, who: Admin) -> dict[str, Any]:
+        """The runtime settings the owner may change, with defaults, plus read-only facts about this build."""
+        return {"items": container.runtime.describe(), "info": _info(container)}
+
+    @api.put("/settings")
+    def put_settings(request: Request, body: SettingsRequest, who: Admin) -> dict[str, Any]:
+        """Change runtime settings (validated; all or nothing); they apply without a restart."""
+        if not body.values:
+            raise InvalidInput("nothing to change: send {'values': {name: value}}", code="empty_settings")
+        container.runtime.update(body.values)
+        log.info("runtime settings changed: %s", sorted(body.values))
+        return {"items": container.runtime.describe(), "info": _info(container)}
+
+    @api.get("/reindex")
+    def reindex_status(who: Admin) -> dict[str, Any]:
+        return reindex.snapshot()
+
+    @api.post("/reindex", status_code=202)
+    def reindex_start(who: Admin) -> dict[str, Any]:
+        """Rebuild your namespace's search index entries (vectors and keywords) in the background;
+        poll `GET` for progress. After an embedding model change the whole index is rebuilt."""
+        return reindex.start(who.namespace)
+
+    app.include_router(panel)
+    app.include_router(api)
+    app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
+
+
+def _info(container: Any) -> dict[str, Any]:
+    settings = container.settings
+    index = container.index.info()
+    return {
+        "version": __version__,
+        "namespace": settings.default_namespace,
+        "store": settings.store,
+        "search": settings.search,
+        "embedder": container.embedder.model_id if container.embedder is not None else None,
+        "index_model": index.model_id,
+        "index_documents": index.documents,
+        "index_vectors": index.vectors,
+    }

@@ -1,0 +1,216 @@
+"""Admin panel sessions: password login -> a signed, HttpOnly, SameSite=Strict cookie (12 h).
+
+The signing key is derived from the admin password and a random salt kept in the store, so every
+process of a deployment accepts the same cookies, a changed password ends every session, and a copy
+of the store alone cannot forge one. A cookie acts as the owner (default namespace, every scope).
+State-changing cookie requests must come from the panel's own origin (CSRF defence on top of
+SameSite=Strict). Logout revokes the session id until it would have expired anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+
+from engram.domain.access import ALL, Principal
+from engram.domain.errors import Forbidden
+from engram.domain.ports import MemoryStore
+from engram.services.runtime_settings import SYSTEM_NAMESPACE
+
+log = logging.getLogger(__name__)
+
+COOKIE_NAME = "engram_admin"
+SESSION_SECONDS = 12 * 3600
+SALT_KEY = "admin_session_salt"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+class AdminSessions:
+    """Issues and verifies admin session cookies."""
+
+    def __init__(
+        self, password: str | None, store: MemoryStore, namespace: str, *, now: Callable[[], float] = time.time
+    ) -> None:
+        self._password = password or None
+        self._store = store
+        self.namespace = namespace
+        self._now = now
+        self._key: bytes | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def configured(self) -> bool:
+        return self._password is not None
+
+    # -- password -------------------------------------------------------------------------------
+    def check_password(self, candidate: str) -> bool:
+        if self._password is None:
+            return False
+        # Compare digests so the comparison time depends on neither length nor content.
+        expected = hashlib.sha256(self._password.encode()).digest()
+        given = hashlib.sha256(candidate.encode()).digest()
+        return hmac.compare_digest(expected, given)
+
+    # -- tokens ---------------------------------------------------------------------------------
+    def issue(self) -> tuple[str, int]:
+        """A new session token and its expiry (unix seconds)."""
+        expires = int(self._now()) + SESSION_SECONDS
+        payload = f"{_b64(secrets.token_bytes(16))}.{expires}"
+        return f"{payload}.{self._sign(payload)}", expires
+
+    def verify(self, token: str | None) -> dict[str, Any] | None:
+        """The session (``sid``, ``expires``) of a valid, unexpired, unrevoked token; else None."""
+        if not token or not self.configured or len(token) > 256:
+            return None
+        parts = token.split(".")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        sid, expires_text, signature = parts
+        if not hmac.compare_digest(self._sign(f"{sid}.{expires_text}"), signature):
+            return None
+        expires = int(expires_text)
+        if expires <= self._now():
+            return None
+        try:
+            if self._store.get_cache(SYSTEM_NAMESPACE, f"admin_revoked:{sid}") is not None:
+                return None
+        except Exception:  # the store is down: refuse rather than accept a possibly revoked cookie
+            log.exception("could not check the admin session revocation list")
+            return None
+        return {"sid": sid, "expires": expires}
+
+    def revoke(self, token: str | None) -> None:
+        session = self.verify(token)
+        if session is None:
+            return
+        until = datetime.fromtimestamp(session["expires"], tz=UTC)
+        self._store.put_cache(SYSTEM_NAMESPACE, f"admin_revoked:{session['sid']}", True, expires_at=until)
+
+    def _sign(self, payload: str) -> str:
+        return _b64(hmac.new(self._signing_key(), payload.encode(), hashlib.sha256).digest())
+
+    def _signing_key(self) -> bytes:
+        if self._key is None:
+            with self._lock:
+                if self._key is None:
+                    salt = self._load_salt()
+                    secret = b"engram-admin-session\x00" + (self._password or "").encode()
+                    self._key = hmac.new(salt, secret, hashlib.sha256).digest()
+        return self._key
+
+    def _load_salt(self) -> bytes:
+        try:
+            stored = self._store.get_cache(SYSTEM_NAMESPACE, SALT_KEY)
+            if isinstance(stored, str) and len(stored) >= 32:
+                return stored.encode()
+            salt = _b64(secrets.token_bytes(32))
+            self._store.put_cache(SYSTEM_NAMESPACE, SALT_KEY, salt)
+            # Read back: when two processes raced, both use whichever write landed last.
+            again = self._store.get_cache(SYSTEM_NAMESPACE, SALT_KEY)
+            return (again if isinstance(again, str) else salt).encode()
+        except Exception:  # no store: sessions last as long as this process
+            log.exception("could not load the admin session salt; using a per-process salt")
+            return secrets.token_bytes(32)
+
+    # -- requests -------------------------------------------------------------------------------
+    def principal(self, request: HTTPConnection) -> Principal | None:
+        """The owner principal for a request carrying a valid session cookie, else None.
+
+        Raises Forbidden for a state-changing request whose Origin is not this host.
+        """
+        if self.verify(request.cookies.get(COOKIE_NAME)) is None:
+            return None
+        if request.scope.get("method", "GET") not in SAFE_METHODS and not same_origin(request):
+            raise Forbidden("cross-origin request refused", code="bad_origin")
+        return Principal(namespace=self.namespace, scopes=frozenset({ALL}), key_name="admin-panel")
+
+    def set_cookie(self, request: HTTPConnection, response: Response, token: str) -> None:
+        response.set_cookie(
+            COOKIE_NAME,
+            token,
+            max_age=SESSION_SECONDS,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=is_https(request),
+        )
+
+    def clear_cookie(self, request: HTTPConnection, response: Response) -> None:
+        response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict", secure=is_https(request))
+
+
+def is_https(request: HTTPConnection) -> bool:
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+def same_origin(request: HTTPConnection) -> bool:
+    """True when the request's Origin (or, lacking one, Referer) names the host it was sent to."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source or source == "null":
+        return False
+    claimed = urlsplit(source).netloc.lower()
+    hosts = {request.headers.get("host", "").lower()}
+    if forwarded := request.headers.get("x-forwarded-host"):
+        hosts.add(forwarded.split(",")[0].strip().lower())
+    hosts.discard("")
+    return bool(claimed) and claimed in hosts
+
+
+def client_ip(request: HTTPConnection) -> str:
+    """The caller's address: the last X-Forwarded-For hop (added by our proxy), else the peer."""
+    forwarded = request.headers.get("x-forwarded-for")
+    if forwarded:
+        return forwarded.split(",")[-1].strip()
+    return request.client.host if request.client else "unknown"
+
+
+class LoginLimiter:
+    """At most ``attempts`` login attempts per ``window`` seconds per client address (per process)."""
+
+    def __init__(
+        self,
+        attempts: int = 5,
+        window: float = 60.0,
+        *,
+        max_clients: int = 10_000,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._attempts = attempts
+        self._window = window
+        self._max_clients = max_clients
+        self._now = now
+        self._hits: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def hit(self, client: str) -> float | None:
+        """Record an attempt; returns None when allowed, else the seconds until the next is allowed."""
+        now = self._now()
+        with self._lock:
+            hits = self._hits.pop(client, None) or deque()
+            while hits and now - hits[0] >= self._window:
+                hits.popleft()
+            self._hits[client] = hits
+            while len(self._hits) > self._max_clients:
+                self._hits.popitem(last=False)
+            if len(hits) >= self._attempts:
+                return max(1.0, self._window - (now - hits[0]))
+            hits.append(now)
+            return None

@@ -1,0 +1,539 @@
+"""The admin panel in headless Chromium (Debian's browser, driven by Playwright's Python package).
+
+Real parts: uvicorn on loopback, SQLite store and index, the local embedder, the panel's own static
+files. Screenshots of every tab (desktop and phone) land in test-artifacts/admin/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import EngramServer
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+PASSWORD = "a long admin password 42"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "admin"
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+XSS = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
+
+if not CHROMIUM.exists():
+    pytest.skip("needs /usr/bin/chromium: run scripts/install-browser.sh", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs the `browser` extra (pip install playwright)")
+expect = sync_api.expect
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=BROWSER_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def panel_server(make_server: Callable[..., EngramServer]) -> EngramServer:
+    return make_server(admin_password=PASSWORD, default_namespace="alice")
+
+
+@pytest.fixture
+def owner_api(panel_server: EngramServer) -> Iterator[httpx.Client]:
+    with panel_server.client() as client:
+        yield client
+
+
+@pytest.fixture
+def page(browser: Any, panel_server: EngramServer) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=panel_server.url)
+    page = context.new_page()
+    page.dialogs_seen = []  # type: ignore[attr-defined]
+    page.on("dialog", lambda d: (page.dialogs_seen.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
+    page.console_errors = []  # type: ignore[attr-defined]
+    page.on("pageerror", lambda exc: page.console_errors.append(str(exc)))  # type: ignore[attr-defined]
+    yield page
+    context.close()
+
+
+def login(page: Any, password: str = PASSWORD) -> None:
+    page.goto("/admin")
+    page.get_by_label("Admin password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+
+
+def shot(page: Any, name: str, *, full_page: bool = True) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.wait_for_timeout(150)  # let toasts and transitions settle
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+
+def seed(owner: httpx.Client, server: EngramServer) -> dict[str, Any]:
+    tea = owner.post(
+        "/v1/memories",
+        json={
+            "content": "Alice likes green tea in the morning",
+            "type": "preference",
+            "tags": ["drinks"],
+            "importance": 0.7,
+        },
+    ).json()["memory"]
+    owner.post(
+        "/v1/memories",
+        json={
+            "content": "Alice lives in Berlin",
+            "type": "identity",
+            "fact_key": "home:city",
+            "layer": "core",
+            "pinned": True,
+        },
+    )
+    owner.post(
+        "/v1/memories",
+        json={"content": "Alice moved to Lisbon in 2026", "type": "identity", "fact_key": "home:city", "layer": "core"},
+    )
+    owner.post(
+        "/v1/memories",
+        json={
+            "content": "Project Engram ships the admin panel this week",
+            "type": "project",
+            "layer": "event",
+            "tags": ["work"],
+        },
+    )
+    owner.put("/v1/digest", json={"content": "Alice: tea lover, moved from Berlin to Lisbon, builds Engram."})
+    owner.post(
+        "/v1/ingest/messages",
+        json={
+            "messages": [
+                {"role": "user", "content": "Good morning!"},
+                {"role": "assistant", "content": "Morning, Alice."},
+            ]
+        },
+    )
+    owner.post(
+        "/v1/precious",
+        json={"content": "You are the kind of tired that sleep does not fix.", "reason": "said on a hard night"},
+    )
+    owner.post("/v1/glossary", json={"term": "Mochi", "aliases": ["the cat"], "definition": "Alice's grey cat"})
+    candidates = server.container.candidates
+    cand = candidates.propose(
+        "alice",
+        "Alice prefers oolong tea over green tea",
+        type="preference",
+        confidence=0.55,
+        source_message_ids=["m1", "m2"],
+    )
+    candidates.propose("alice", "Alice might be learning Portuguese", confidence=0.35)
+    return {"tea": tea, "candidate": cand}
+
+
+# -- login and auth ----------------------------------------------------------------------------------
+def test_wrong_password_is_refused_and_nothing_loads(page: Any, panel_server: EngramServer) -> None:
+    # Given the login screen
+    # When a wrong password is submitted
+    login(page, "not the password")
+    # Then the error shows, the panel stays hidden and no session cookie exists
+    expect(page.get_by_role("alert")).to_have_text("Wrong password.")
+    expect(page.locator("#app")).to_be_hidden()
+    assert not [c for c in page.context.cookies() if c["name"] == "engram_admin"]
+    shot(page, "login-wrong-password")
+
+
+def test_missing_cookie_is_refused_by_the_api(page: Any, panel_server: EngramServer) -> None:
+    # Given a browser that never logged in
+    page.goto("/admin")
+    # When it calls the API directly
+    status = page.evaluate("fetch('/v1/stats').then(r => r.status)")
+    # Then it is refused and the login form is shown
+    assert status == 401
+    expect(page.get_by_label("Admin password")).to_be_visible()
+
+
+def test_login_shows_today_then_logout(page: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given some memory, a digest, messages and candidates
+    seed(owner_api, panel_server)
+    # When the owner logs in
+    login(page)
+    # Then Today shows the counts, the digest and the review badge
+    today = page.locator("[data-view=today]")
+    expect(today.get_by_text("Alice: tea lover, moved from Berlin to Lisbon, builds Engram.")).to_be_visible()
+    expect(today.locator(".stat", has_text="messages today").locator(".stat-value")).to_have_text("2")
+    expect(today.locator(".stat", has_text="to review").locator(".stat-value")).to_have_text("2")
+    expect(today.locator(".stat", has_text="active memories").locator(".stat-value")).to_have_text("3")
+    expect(page.locator("#review-badge")).to_have_text("2")
+    expect(today.locator(".bars li", has_text="identity")).to_contain_text("1")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "engram_admin")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""  # not readable by scripts
+    shot(page, "today")
+
+    # When the owner logs out
+    page.get_by_role("button", name="Log out").click()
+    # Then the login form is back and the API refuses the browser
+    expect(page.get_by_label("Admin password")).to_be_visible()
+    assert page.evaluate("fetch('/v1/stats').then(r => r.status)") == 401
+
+
+def test_unconfigured_panel_says_how_to_set_a_password(browser: Any, make_server: Callable[..., EngramServer]) -> None:
+    # Given a server without ENGRAM_ADMIN_PASSWORD
+    server = make_server()
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    # When the panel opens
+    page.goto("/admin")
+    # Then it explains how to set the password and offers no login form
+    expect(page.get_by_text("Set an admin password first")).to_be_visible()
+    expect(page.get_by_text("ENGRAM_ADMIN_PASSWORD", exact=False)).to_be_visible()
+    expect(page.locator("#login-form")).to_be_hidden()
+    shot(page, "login-unconfigured")
+    context.close()
+
+
+# -- memories --------------------------------------------------------------------------------------
+def test_search_and_edit_a_memory(page: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given memories
+    ids = seed(owner_api, panel_server)
+    login(page)
+    page.locator("#tabs a[data-tab=memories]").click()
+    view = page.locator("[data-view=memories]")
+    expect(view.locator(".memory")).to_have_count(3)
+    shot(page, "memories")
+
+    # When the owner searches with the real recall
+    view.get_by_label("Search memories").fill("green tea")
+    view.get_by_role("button", name="Search").click()
+    # Then the tea memory comes first, with a score
+    first = view.locator(".memory").first
+    expect(first.locator(".content")).to_have_text("Alice likes green tea in the morning")
+    expect(first.locator(".chip.score")).to_be_visible()
+
+    # When it is edited
+    first.get_by_role("button", name="Edit").click()
+    dialog = page.locator("dialog[open]")
+    dialog.locator("textarea[name=content]").fill("Alice likes jasmine green tea in the morning")
+    dialog.locator("input[name=tags]").fill("drinks, morning")
+    shot(page, "memories-edit-dialog")
+    dialog.get_by_role("button", name="Save").click()
+    # Then the list and the store show the new text and tags
+    expect(view.locator(".memory").first.locator(".content")).to_have_text(
+        "Alice likes jasmine green tea in the morning"
+    )
+    stored = owner_api.get(f"/v1/memories/{ids['tea']['id']}").json()
+    assert stored["content"] == "Alice likes jasmine green tea in the morning"
+    assert stored["tags"] == ["drinks", "morning"]
+
+
+def test_pin_archive_restore_and_versions(page: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given memories, one with an older version
+    ids = seed(owner_api, panel_server)
+    login(page)
+    page.locator("#tabs a[data-tab=memories]").click()
+    view = page.locator("[data-view=memories]")
+    tea = view.locator(f"[data-id='{ids['tea']['id']}']")
+
+    # When the tea memory is pinned, then archived
+    tea.get_by_role("button", name="Pin").click()
+    expect(tea.locator(".chip.pinned")).to_be_visible()
+    view.locator(f"[data-id='{ids['tea']['id']}']").get_by_role("button", name="Archive").click()
+    # Then it leaves the active list, and shows up under Archived where it can be restored
+    expect(view.locator(f"[data-id='{ids['tea']['id']}']")).to_have_count(0)
+    view.get_by_label("Status").select_option("archived")
+    archived = view.locator(f"[data-id='{ids['tea']['id']}']")
+    expect(archived.locator(".chip.s-archived")).to_be_visible()
+    archived.get_by_role("button", name="Restore").click()
+    expect(view.locator(f"[data-id='{ids['tea']['id']}']")).to_have_count(0)
+    assert owner_api.get(f"/v1/memories/{ids['tea']['id']}").json()["status"] == "active"
+
+    # When the version chain of the city fact is opened
+    view.get_by_label("Status").select_option("active")
+    view.locator(".memory", has_text="Lisbon").get_by_role("button", name="Versions").click()
+    dialog = page.locator("dialog[open]")
+    # Then both versions show, oldest first, and the old one can be restored
+    expect(dialog.locator(".version")).to_have_count(2)
+    expect(dialog.locator(".version").first).to_contain_text("Alice lives in Berlin")
+    shot(page, "memories-versions")
+    dialog.get_by_role("button", name="Restore this version").click()
+    expect(dialog.locator(".version").first.locator(".chip")).to_have_text("active")
+    assert owner_api.get("/v1/memories", params={"fact_key": "home:city"}).json()["items"][0]["content"] == (
+        "Alice lives in Berlin"
+    )
+
+
+def test_html_in_a_memory_stays_inert_text(page: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given memories, a candidate, a glossary term and a precious note that contain markup and script
+    owner_api.post("/v1/memories", json={"content": XSS, "tags": ["<b>bold</b>"]})
+    owner_api.post("/v1/glossary", json={"term": "<script>window.__pwned=2</script>", "definition": XSS})
+    owner_api.post("/v1/precious", json={"content": XSS})
+    owner_api.put("/v1/digest", json={"content": XSS})
+    panel_server.container.candidates.propose("alice", XSS, confidence=0.4)
+    # When every place that shows them is opened
+    login(page)
+    expect(page.locator(".digest")).to_have_text(XSS)
+    for tab, section in (("memories", ""), ("review", ""), ("more", "/precious"), ("more", "/glossary")):
+        page.goto(f"/admin/#{tab}{section}")
+        page.wait_for_selector(".item")
+        # Then the literal text is visible and no element was created from it
+        expect(page.locator(".item .content", has_text="onerror").first).to_have_text(XSS)
+        assert page.locator(".item img").count() == 0
+        assert page.locator(".item script").count() == 0
+    page.goto("/admin/#memories")
+    expect(page.get_by_text("#<b>bold</b>")).to_be_visible()
+    shot(page, "xss-inert")
+    # And no script ran: no flag, no title change, no dialog, no page error
+    assert page.evaluate("window.__pwned") is None
+    assert page.title() != "pwned"
+    assert page.dialogs_seen == []  # type: ignore[attr-defined]
+    assert page.console_errors == []  # type: ignore[attr-defined]
+
+
+# -- review ----------------------------------------------------------------------------------------
+def test_approve_and_merge_candidates(page: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given two pending candidates
+    ids = seed(owner_api, panel_server)
+    login(page)
+    page.locator("#tabs a[data-tab=review]").click()
+    view = page.locator("[data-view=review]")
+    expect(view.locator(".candidate")).to_have_count(2)
+    expect(view.locator(".candidate").first).to_contain_text("confident")
+    shot(page, "review")
+
+    # When the Portuguese candidate is approved
+    view.locator(".candidate", has_text="Portuguese").get_by_role("button", name="Approve").click()
+    # Then it becomes a memory and leaves the queue
+    expect(view.locator(".candidate")).to_have_count(1)
+    expect(page.locator("#review-badge")).to_have_text("1")
+    found = owner_api.post("/v1/search/memories", json={"query": "Portuguese"}).json()["items"]
+    assert found and found[0]["memory"]["content"] == "Alice might be learning Portuguese"
+
+    # When the oolong candidate is merged into the tea memory chosen with the search picker
+    view.locator(".candidate").get_by_role("button", name="Merge into…").click()
+    dialog = page.locator("dialog[open]")
+    dialog.get_by_label("Search memories").fill("green tea morning")
+    dialog.locator(".pick", has_text="Alice likes green tea in the morning").click()
+    dialog.locator("textarea").fill("Alice likes oolong and green tea")
+    shot(page, "review-merge-picker")
+    dialog.get_by_role("button", name="Merge").click()
+    # Then the queue is empty and the tea memory has a new version with the merged text
+    expect(view.get_by_text("Nothing to review")).to_be_visible()
+    expect(page.locator("#review-badge")).to_be_hidden()
+    chain = owner_api.get(f"/v1/memories/{ids['tea']['id']}/versions").json()["items"]
+    assert [v["content"] for v in chain][-1] == "Alice likes oolong and green tea"
+    merged = owner_api.get("/v1/candidates", params={"status": "merged"}).json()["items"]
+    assert [c["id"] for c in merged] == [ids["candidate"].id]
+
+
+def test_supersede_candidate_replaces_the_chosen_memory(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
+    # Given a candidate and the memory it should replace
+    seed(owner_api, panel_server)
+    login(page)
+    page.locator("#tabs a[data-tab=review]").click()
+    card = page.locator(".candidate", has_text="oolong")
+    # When it supersedes the tea memory
+    card.get_by_role("button", name="Supersede…").click()
+    dialog = page.locator("dialog[open]")
+    dialog.locator(".pick", has_text="green tea in the morning").click()
+    dialog.get_by_role("button", name="Supersede").click()
+    # Then the old memory is superseded by the candidate's text
+    expect(page.locator(".candidate", has_text="oolong")).to_have_count(0)
+    active = owner_api.get("/v1/memories", params={"type": "preference"}).json()["items"]
+    assert [m["content"] for m in active] == ["Alice prefers oolong tea over green tea"]
+    old = owner_api.get("/v1/memories", params={"status": "superseded", "type": "preference"}).json()["items"]
+    assert old[0]["content"] == "Alice likes green tea in the morning"
+
+
+# -- more ------------------------------------------------------------------------------------------
+def test_add_glossary_term_and_precious_note(page: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given the glossary section
+    seed(owner_api, panel_server)
+    login(page)
+    page.locator("#tabs a[data-tab=more]").click()
+    shot(page, "more-precious")
+    page.locator(".segmented").get_by_role("link", name="Glossary").click()
+    # When a term with aliases is added
+    page.get_by_role("button", name="Add term").click()
+    dialog = page.locator("dialog[open]")
+    dialog.get_by_label("Term").fill("Sunday reset")
+    dialog.get_by_label("Aliases").fill("reset day, SR")
+    dialog.get_by_label("Definition").fill("Alice's weekly planning ritual on Sunday evenings")
+    dialog.get_by_role("button", name="Save").click()
+    # Then it is listed and stored
+    term = page.locator(".term", has_text="Sunday reset")
+    expect(term.locator(".chip.alias")).to_have_text(["reset day", "SR"])
+    stored = {t["term"]: t for t in owner_api.get("/v1/glossary").json()["items"]}
+    assert stored["Sunday reset"]["aliases"] == ["reset day", "SR"]
+    shot(page, "more-glossary")
+
+    # When a precious note is kept
+    page.locator(".segmented").get_by_role("link", name="Precious").click()
+    page.locator("textarea[name=precious]").fill("Keep going, quietly.")
+    page.get_by_role("button", name="Add note").click()
+    # Then it is listed first... and stored verbatim
+    expect(page.locator(".precious .content", has_text="Keep going, quietly.")).to_be_visible()
+    assert any(p["content"] == "Keep going, quietly." for p in owner_api.get("/v1/precious").json()["items"])
+
+
+def test_reindex_with_progress_and_export_download(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
+    # Given memories
+    seed(owner_api, panel_server)
+    login(page)
+    page.goto("/admin/#more/maintenance")
+    # When the index is rebuilt from the panel
+    page.get_by_role("button", name="Reindex vectors").click()
+    # Then progress reaches all active memories
+    expect(page.locator("#reindex-status")).to_contain_text("Done: 3 memories reindexed", timeout=20_000)
+    expect(page.locator(".progress")).to_have_attribute("aria-valuenow", "100")
+    shot(page, "more-maintenance")
+
+    # When the export is downloaded
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download export").click()
+    download = info.value
+    # Then it is the namespace's export document
+    assert re.fullmatch(r"engram-export-\d{4}-\d{2}-\d{2}\.json", download.suggested_filename)
+    document = json.loads(Path(download.path()).read_text())
+    contents = {m["content"] for m in document["memories"]}
+    assert "Alice likes green tea in the morning" in contents and "Alice lives in Berlin" in contents
+
+
+def test_import_upload(page: Any, panel_server: EngramServer, owner_api: httpx.Client, tmp_path: Path) -> None:
+    # Given an export file from another server
+    owner_api.post("/v1/memories", json={"content": "Imported fact about kites"})
+    document = owner_api.get("/v1/export").json()
+    owner_api.delete(f"/v1/memories/{document['memories'][0]['id']}")
+    path = tmp_path / "backup.json"
+    path.write_text(json.dumps(document))
+    login(page)
+    page.goto("/admin/#more/maintenance")
+    # When it is uploaded through the panel
+    page.get_by_label("Export file to import").set_input_files(str(path))
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.locator("dialog[open]").get_by_role("button", name="Import").click()
+    # Then the rows are imported
+    expect(page.locator("#import-result")).to_contain_text("1 memories")
+    active = owner_api.get("/v1/memories").json()["items"]
+    assert [m["content"] for m in active] == ["Imported fact about kites"]
+
+
+def test_run_jobs_from_maintenance(browser: Any, make_server: Callable[..., EngramServer]) -> None:
+    # Given a server whose extraction model is a scripted fake, and a fresh chat message
+    from tests.fakes.chat_model import ScriptedChatModel
+
+    model = ScriptedChatModel().script_json(
+        {
+            "memories": [
+                {
+                    "content": "Alice adopted a second cat named Yuzu",
+                    "type": "fact",
+                    "fact_key": "pet:second_cat",
+                    "importance": 0.7,
+                    "confidence": 0.95,
+                    "tags": ["pets"],
+                    "source_message_ids": [],
+                }
+            ]
+        }
+    )
+    server = make_server(
+        admin_password=PASSWORD, default_namespace="alice", scheduler_enabled=False, overrides={"extract_model": model}
+    )
+    with server.client() as owner:
+        owner.post("/v1/ingest/messages", json={"messages": [{"role": "user", "content": "We adopted Yuzu today!"}]})
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=server.url)
+    page = context.new_page()
+    login(page)
+    page.goto("/admin/#more/maintenance")
+    # When extraction and cleanup are run now from the panel
+    page.locator(".job-row", has_text="Extraction").get_by_role("button", name="Run now").click()
+    extract_result = page.locator(".job-result[data-job=extract]")
+    expect(extract_result).to_contain_text("1 created", timeout=30_000)
+    page.locator(".job-row", has_text="Cleanup").get_by_role("button", name="Run now").click()
+    expect(page.locator(".job-result[data-job=cleanup]")).to_contain_text("done", timeout=30_000)
+    # Then both runs are listed, the model saw the message, and the memory exists
+    expect(page.locator(".runs .run")).to_have_count(2)
+    expect(page.locator(".runs .run").first).to_contain_text("cleanup")
+    shot(page, "more-maintenance-jobs")
+    assert "We adopted Yuzu today!" in model.calls[0].user
+    with server.client() as owner:
+        found = owner.get("/v1/memories", params={"fact_key": "pet:second_cat"}).json()["items"]
+    assert [m["content"] for m in found] == ["Alice adopted a second cat named Yuzu"]
+    context.close()
+
+
+# -- settings --------------------------------------------------------------------------------------
+def test_settings_change_applies_without_restart(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
+    # Given memories that all match a query
+    seed(owner_api, panel_server)
+    assert len(owner_api.post("/v1/search/memories", json={"query": "Alice"}).json()["items"]) == 3
+    login(page)
+    page.locator("#tabs a[data-tab=settings]").click()
+    shot(page, "settings")
+    # When the injection count is set to 1 and the time zone changed
+    page.locator("#set-recall_top_k").fill("1")
+    page.locator("#set-timezone").fill("Asia/Tokyo")
+    page.get_by_role("button", name="Save changes").click()
+    # Then both are saved, marked as changed, and recall uses the new count at once
+    expect(page.locator(".setting.overridden")).to_have_count(2)
+    assert len(owner_api.post("/v1/search/memories", json={"query": "Alice"}).json()["items"]) == 1
+    assert panel_server.container.library.today()  # the library now reads Asia/Tokyo
+    assert panel_server.container.runtime.effective().timezone == "Asia/Tokyo"
+
+    # When an invalid value is entered
+    page.locator("#set-timezone").fill("Mars/Olympus_Mons")
+    page.get_by_role("button", name="Save changes").click()
+    # Then the server refuses it and nothing changes
+    expect(page.locator(".toast.error")).to_contain_text("unknown time zone")
+    assert panel_server.container.runtime.effective().timezone == "Asia/Tokyo"
+
+    # When the injection count is reset to its default
+    page.locator(".setting[data-name=recall_top_k]").get_by_role("button", name="Reset").click()
+    expect(page.locator("#set-recall_top_k")).to_have_value("5")
+    assert len(owner_api.post("/v1/search/memories", json={"query": "Alice"}).json()["items"]) == 3
+
+
+# -- phone layout ----------------------------------------------------------------------------------
+def test_phone_layout_has_a_bottom_tab_bar(browser: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given a phone-sized screen
+    seed(owner_api, panel_server)
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844},
+        device_scale_factor=2,
+        is_mobile=True,
+        has_touch=True,
+        base_url=panel_server.url,
+    )
+    page = context.new_page()
+    login(page)
+    expect(page.locator("[data-view=today]")).to_be_visible()
+    # Then the tabs sit at the bottom of the screen
+    box = page.locator("#tabs").bounding_box()
+    assert box is not None and box["y"] + box["height"] >= 844 - 2 and box["width"] >= 388
+    # And every tab renders without horizontal overflow
+    for tab in ("today", "review", "memories", "more", "settings"):
+        page.locator(f"#tabs a[data-tab={tab}]").click()
+        expect(page.locator(f"[data-view={tab}]")).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        shot(page, f"phone-{tab}", full_page=False)
+    context.close()

@@ -1,0 +1,86 @@
+"""Admin session tokens and the login limiter, with a controlled clock and the in-memory store."""
+
+from __future__ import annotations
+
+from engram.adapters.storage.inmemory import InMemoryMemoryStore
+from engram.entrypoints.http.session import SESSION_SECONDS, AdminSessions, LoginLimiter
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_token_expires_after_12_hours() -> None:
+    # Given a session issued now
+    clock = Clock()
+    sessions = AdminSessions("pw-123456", InMemoryMemoryStore(), "default", now=clock)
+    token, expires = sessions.issue()
+    assert expires == clock.t + SESSION_SECONDS == clock.t + 12 * 3600
+    # When time passes, Then it is valid until the 12 h mark and not after
+    clock.t += SESSION_SECONDS - 1
+    assert sessions.verify(token) is not None
+    clock.t += 1
+    assert sessions.verify(token) is None
+
+
+def test_processes_sharing_a_store_accept_each_others_cookies_until_the_password_changes() -> None:
+    # Given two processes on one store with the same password
+    store = InMemoryMemoryStore()
+    first = AdminSessions("pw-123456", store, "default")
+    second = AdminSessions("pw-123456", store, "default")
+    token, _ = first.issue()
+    # Then the second accepts the first's cookie (shared stored salt)
+    assert second.verify(token) is not None
+    # When the password changes, Then old cookies are void
+    assert AdminSessions("another-pw", store, "default").verify(token) is None
+    # And without a password nothing verifies
+    assert AdminSessions(None, store, "default").verify(token) is None
+
+
+def test_revoked_token_is_refused_everywhere() -> None:
+    store = InMemoryMemoryStore()
+    sessions = AdminSessions("pw-123456", store, "default")
+    token, _ = sessions.issue()
+    # When it is revoked by one process
+    sessions.revoke(token)
+    # Then no process accepts it
+    assert AdminSessions("pw-123456", store, "default").verify(token) is None
+
+
+def test_password_check_is_exact() -> None:
+    sessions = AdminSessions("pw-123456", InMemoryMemoryStore(), "default")
+    assert sessions.check_password("pw-123456")
+    assert not sessions.check_password("pw-1234567")
+    assert not sessions.check_password("")
+    assert not AdminSessions(None, InMemoryMemoryStore(), "default").check_password("")
+
+
+def test_limiter_allows_five_per_minute_per_client() -> None:
+    # Given a limiter of 5 attempts per 60 s
+    clock = Clock(0.0)
+    limiter = LoginLimiter(5, 60.0, now=clock)
+    # When a client tries once a second, Then the 6th attempt waits until the first leaves the window
+    allowed = []
+    for second in range(5):
+        clock.t = float(second)
+        allowed.append(limiter.hit("a"))
+    assert allowed == [None] * 5
+    assert limiter.hit("a") == 56.0
+    assert limiter.hit("b") is None
+    # When the window slides past the first attempt, Then one more is allowed
+    clock.t = 60.0
+    assert limiter.hit("a") is None
+    assert limiter.hit("a") is not None
+
+
+def test_limiter_memory_is_bounded() -> None:
+    limiter = LoginLimiter(1, 60.0, max_clients=3, now=Clock(0.0))
+    for ip in ("1", "2", "3", "4"):
+        limiter.hit(ip)
+    # The oldest client was forgotten, the newest are still limited
+    assert limiter.hit("1") is None
+    assert limiter.hit("4") is not None
