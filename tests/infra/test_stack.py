@@ -284,16 +284,6 @@ def test_outputs(template: Template) -> None:
 def test_function_env_names_are_settings_fields(template: Template) -> None:
     # Then every ENGRAM_* variable the stack sets is a field of engram.settings.Settings
     fields = {f"ENGRAM_{name.upper()}" for name in Settings.model_fields}
-    if "retention_messages_days" not in Settings.model_fields:
-        # The retention settings arrive with the jobs work (functions/engram/services/cleanup.py).
-        fields |= {
-            "ENGRAM_RETENTION_MESSAGES_DAYS",
-            "ENGRAM_RETENTION_USAGE_DAYS",
-            "ENGRAM_RETENTION_EVENTS_DAYS",
-            "ENGRAM_RETENTION_IDEMPOTENCY_DAYS",
-            "ENGRAM_MEMORY_EXPIRE_UNSEEN_DAYS",
-            "ENGRAM_HARD_DELETE_AFTER_DAYS",
-        }
     for fn in _resources(template, "AWS::Lambda::Function").values():
         env = fn["Properties"]["Environment"]["Variables"]
         unknown = sorted(k for k in env if k.startswith("ENGRAM_") and k not in fields)
