@@ -346,3 +346,20 @@ def test_table_matches_the_dynamodb_adapter(template: Template) -> None:
     }
     assert indexes == TABLE_INDEXES
     assert all(g["Projection"]["ProjectionType"] == "ALL" for g in props["GlobalSecondaryIndexes"])
+
+
+def test_layer_requirements_cover_the_runtime_dependencies() -> None:
+    # Given the package's runtime dependencies and the `aws` extra / Then the Lambda layer installs each
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["aws"]]
+
+    def name(requirement: str) -> str:
+        return re.split(r"[\[<>=!~; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+    lines = (root / "layers" / "requirements.txt").read_text().splitlines()
+    layer = {name(line) for line in lines if line.strip() and not line.startswith("#")}
+    assert {name(r) for r in wanted} <= layer
