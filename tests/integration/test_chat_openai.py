@@ -239,3 +239,37 @@ def test_tool_calls_and_reasoning_pass_through(make_gateway) -> None:
     call = out.choices[0].message.tool_calls[0]
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo"})
     assert gw.upstream.last().json["tools"] == tools
+
+
+class RecordingQueue:
+    def __init__(self) -> None:
+        self.jobs: list[tuple[str, dict]] = []
+
+    def enqueue(self, job: str, payload: dict) -> None:
+        self.jobs.append((job, payload))
+
+
+def test_cleanup_is_enqueued_at_most_once_per_day_per_namespace(make_gateway) -> None:
+    # Given a container with a job queue
+    queue = RecordingQueue()
+    gw = make_gateway(queue=queue)
+    c = client(gw)
+    # When three exchanges go through
+    for text in ("one", "two", "three"):
+        c.chat.completions.create(model="companion", messages=[{"role": "user", "content": text}])
+    gw.wait_for(lambda: len(gw.store.list_messages("default")) == 6)
+    # Then cleanup was enqueued once for the namespace
+    assert queue.jobs == [("cleanup", {"namespace": "default"})]
+
+
+def test_upstream_keys_are_never_logged(make_gateway, caplog) -> None:
+    # Given debug logging and a few requests, one failing
+    caplog.set_level("DEBUG")
+    gw = make_gateway()
+    gw.upstream.script(Reply(status=401, error_body={"error": {"message": "bad key"}}))
+    c = client(gw)
+    with pytest.raises(openai.AuthenticationError):
+        c.chat.completions.create(model="companion", messages=[{"role": "user", "content": "x"}])
+    c.chat.completions.create(model="companion", messages=[{"role": "user", "content": "y"}], stream=True).close()
+    # Then no log line carries the gateway's upstream key
+    assert all(UPSTREAM_KEY not in record.getMessage() for record in caplog.records)

@@ -215,7 +215,7 @@ class ChatService:
         body, provider, model = ex.body, ex.route.provider, ex.route.model
         if ex.wire == "openai" and provider == "openai":
             out = {**body, "model": model}
-            if body.get("stream"):
+            if body.get("stream") and ex.persist:  # usage is logged with the exchange
                 opts = dict(body.get("stream_options") or {})
                 ex.client_wants_usage = bool(opts.get("include_usage"))
                 out["stream_options"] = {**opts, "include_usage": True}
@@ -371,7 +371,7 @@ class ChatService:
         self, ex: _Exchange, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
     ) -> AsyncIterator[bytes]:
         assert ex.route is not None
-        tap = _Tap(ex.route.provider, ex.wire, ex.route.requested, ex.client_wants_usage)
+        tap = _Tap(ex.route.provider, ex.wire, ex.route.requested, ex.client_wants_usage, observe=ex.persist)
         try:
             if reply is None:
                 while True:
@@ -381,19 +381,20 @@ class ChatService:
                     yield SSE_PING
                 reply = task.result()
             parser = SseParser()
+            # Whatever one network read brought is passed on in one write: as soon as it arrives, and
+            # with one syscall instead of one per event.
             async for chunk in reply.aiter_bytes():
-                for event in parser.feed(chunk):
-                    for out in tap.feed(event):
-                        yield out
-            for event in parser.flush():
-                for out in tap.feed(event):
-                    yield out
+                out = [piece for event in parser.feed(chunk) for piece in tap.feed(event)]
+                if out:
+                    yield b"".join(out)
+            out = [piece for event in parser.flush() for piece in tap.feed(event)]
+            if out:
+                yield b"".join(out)
             if not tap.finished:
                 raise UpstreamUnavailable("the upstream ended the stream early")
             self._after(ex, tap.text, tap.usage)
         except EngramError as exc:
-            for out in _error_event(ex.wire, exc):
-                yield out
+            yield b"".join(_error_event(ex.wire, exc))
         finally:
             if not task.done():
                 task.cancel()
@@ -545,8 +546,11 @@ def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
 class _Tap:
     """Per-event pass-through or conversion to the client's wire, noting reply text and usage."""
 
-    def __init__(self, upstream: str, client: Wire, model: str, client_wants_usage: bool) -> None:
+    def __init__(
+        self, upstream: str, client: Wire, model: str, client_wants_usage: bool, *, observe: bool = True
+    ) -> None:
         self.upstream = upstream
+        self.observe = observe
         self.client = client
         self.client_wants_usage = client_wants_usage
         self.text_parts: list[str] = []
@@ -567,9 +571,24 @@ class _Tap:
     def feed(self, event: SseEvent) -> list[bytes]:
         if event.is_comment or not event.data:
             return [event.raw] if self._a2o is None and self._o2a is None else []
+        if not self.observe and self._a2o is None and self._o2a is None:
+            return self._pass(event)
         if self.upstream == "openai":
             return self._openai(event)
         return self._anthropic(event)
+
+    def _pass(self, event: SseEvent) -> list[bytes]:
+        """Pure forwarding: no JSON parsing except to recognise an error event."""
+        if self.upstream == "openai":
+            if event.data == "[DONE]":
+                self.finished = True
+            elif '"error"' in event.data:
+                return self._openai(event)
+        elif event.event == "message_stop":
+            self.finished = True
+        elif event.event == "error":
+            return self._anthropic(event)
+        return [event.raw]
 
     def _openai(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
