@@ -190,6 +190,12 @@ def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) ->
     if not model:
         return None
     try:
+        if model.startswith("bedrock/"):
+            from engram.adapters.llm.bedrock import BedrockChatModel
+
+            if model not in shared:
+                shared[model] = BedrockChatModel(model, region=settings.aws_region or None)
+            return shared[model]
         if settings.upstream_base_url:
             from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
 

@@ -284,16 +284,6 @@ def test_outputs(template: Template) -> None:
 def test_function_env_names_are_settings_fields(template: Template) -> None:
     # Then every ENGRAM_* variable the stack sets is a field of engram.settings.Settings
     fields = {f"ENGRAM_{name.upper()}" for name in Settings.model_fields}
-    if "retention_messages_days" not in Settings.model_fields:
-        # The retention settings arrive with the jobs work (functions/engram/services/cleanup.py).
-        fields |= {
-            "ENGRAM_RETENTION_MESSAGES_DAYS",
-            "ENGRAM_RETENTION_USAGE_DAYS",
-            "ENGRAM_RETENTION_EVENTS_DAYS",
-            "ENGRAM_RETENTION_IDEMPOTENCY_DAYS",
-            "ENGRAM_MEMORY_EXPIRE_UNSEEN_DAYS",
-            "ENGRAM_HARD_DELETE_AFTER_DAYS",
-        }
     for fn in _resources(template, "AWS::Lambda::Function").values():
         env = fn["Properties"]["Environment"]["Variables"]
         unknown = sorted(k for k in env if k.startswith("ENGRAM_") and k not in fields)
@@ -356,3 +346,20 @@ def test_table_matches_the_dynamodb_adapter(template: Template) -> None:
     }
     assert indexes == TABLE_INDEXES
     assert all(g["Projection"]["ProjectionType"] == "ALL" for g in props["GlobalSecondaryIndexes"])
+
+
+def test_layer_requirements_cover_the_runtime_dependencies() -> None:
+    # Given the package's runtime dependencies and the `aws` extra / Then the Lambda layer installs each
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["aws"]]
+
+    def name(requirement: str) -> str:
+        return re.split(r"[\[<>=!~; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+    lines = (root / "layers" / "requirements.txt").read_text().splitlines()
+    layer = {name(line) for line in lines if line.strip() and not line.startswith("#")}
+    assert {name(r) for r in wanted} <= layer

@@ -119,3 +119,49 @@ async def test_health_answers_for_the_web_adapter_readiness_check(aws_env: dict[
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080") as client:
         response = await client.get("/health")
     assert response.status_code == 200
+
+
+def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the stack's defaults: Bedrock models for the jobs and the Bedrock reranker
+    from engram.adapters.llm.bedrock import BedrockChatModel, BedrockReranker
+
+    monkeypatch.setenv("ENGRAM_EXTRACT_MODEL", "bedrock/amazon.nova-lite-v1:0")
+    monkeypatch.setenv("ENGRAM_DREAM_MODEL", "bedrock/amazon.nova-lite-v1:0")
+    monkeypatch.setenv("ENGRAM_RERANKER", "bedrock")
+    monkeypatch.setenv("ENGRAM_RERANK_REGION", "us-west-2")
+    # When the container is built
+    container = build_container(load_settings())
+    # Then the jobs talk to Bedrock Converse (one client shared) and recall reranks with Bedrock
+    assert isinstance(container.extraction._model, BedrockChatModel)
+    assert container.extraction._model is container.dreaming._model
+    assert isinstance(container.recall._reranker, BedrockReranker)
+    container.close()
+
+
+def test_cleanup_lambda_runs_the_real_cleanup_on_dynamodb(aws_env: dict[str, str]) -> None:
+    # Given the CleanupFunction building its container from the environment, and a 30-day-old message
+    from datetime import timedelta
+
+    from engram.domain.models import Message, utcnow
+    from engram.entrypoints.lambdas import cleanup, runtime
+
+    from tests.integration.test_lambda_handlers import LambdaContextStub
+
+    runtime.set_container_factory(None)
+    try:
+        store = runtime.get_container().store
+        old = Message(
+            id="msg_old", namespace="default", role="user", content="hi", created_at=utcnow() - timedelta(days=30)
+        )
+        store.insert_message(old)
+        batch = json.loads((EVENTS / "sqs_cleanup_batch.json").read_text())
+        batch["Records"] = batch["Records"][:1]
+        batch["Records"][0]["body"] = json.dumps({"job": "cleanup", "payload": {"namespace": "default"}})
+        # When the SQS batch arrives
+        result = cleanup.handler(batch, LambdaContextStub())
+        # Then the record succeeded and retention removed the old message
+        assert result == {"batchItemFailures": []}
+        assert store.count_messages("default") == 0
+        assert store.get_idempotency(cleanup.JOBS_NAMESPACE, "sqs:059f36b4-87a3-44ab-83d2-661975830a7d") is not None
+    finally:
+        runtime.set_container_factory(None)

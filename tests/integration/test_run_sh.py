@@ -1,0 +1,61 @@
+"""functions/run.sh, the Lambda Web Adapter bootstrap, boots the app factory and answers /health."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+RUN_SH = Path(__file__).resolve().parents[2] / "functions" / "run.sh"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("surface", ["all", "mcp"])
+def test_run_sh_serves_health_on_the_adapter_port(tmp_path: Path, surface: str) -> None:
+    # Given the environment the stack gives the HTTP functions (in-memory adapters instead of AWS)
+    port = free_port()
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "AWS_LWA_PORT": str(port),
+        "LAMBDA_TASK_ROOT": str(RUN_SH.parent),
+        "ENGRAM_SURFACE": surface,
+        "ENGRAM_STORE": "memory",
+        "ENGRAM_SEARCH": "memory",
+        "ENGRAM_EMBEDDER": "none",
+        "ENGRAM_SCHEDULER_ENABLED": "false",
+        "ENGRAM_API_KEY": "ek_run_sh_test_key_000001",
+        "ENGRAM_DATA_DIR": str(tmp_path),
+        "HOME": str(tmp_path),
+    }
+    # When run.sh starts (as /opt/bootstrap would run it)
+    process = subprocess.Popen(["bash", str(RUN_SH)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        # Then uvicorn serves the app on the adapter's port and the readiness path answers
+        output = b"" if process.poll() is None else process.stdout.read()  # type: ignore[union-attr]
+        assert status == 200, output.decode(errors="replace")[-2000:]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    assert os.access(RUN_SH, os.X_OK)
