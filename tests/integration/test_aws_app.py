@@ -132,8 +132,10 @@ def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monk
     # When the container is built
     container = build_container(load_settings())
     # Then the jobs talk to Bedrock Converse (one client shared) and recall reranks with Bedrock
-    assert isinstance(container.extraction._model, BedrockChatModel)
-    assert container.extraction._model is container.dreaming._model
+    # (the job models follow the runtime settings through a RuntimeChatModel wrapper)
+    extract_model = container.extraction._model._model()
+    assert isinstance(extract_model, BedrockChatModel)
+    assert extract_model is container.dreaming._model._model()
     assert isinstance(container.recall._reranker, BedrockReranker)
     container.close()
 
