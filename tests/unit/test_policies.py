@@ -88,3 +88,10 @@ def test_digest_is_cut_to_500_characters() -> None:
     assert truncate_digest("short") == "short"
     cut = truncate_digest("w" * 800)
     assert len(cut) == 500 and cut.endswith("…")
+
+
+def test_ids_sort_in_creation_order_even_within_one_millisecond() -> None:
+    from engram.domain.models import new_id
+
+    ids = [new_id("evt") for _ in range(2000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)

@@ -7,6 +7,7 @@ Timestamps are timezone-aware UTC datetimes; stores keep them as ISO-8601 string
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -41,11 +42,26 @@ DURABLE_TYPES: frozenset[str] = frozenset({"identity", "persona"})
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
+_id_lock = threading.Lock()
+_last_id: tuple[int, int] = (0, 0)
+
+
 def new_id(prefix: str) -> str:
-    """A time-ordered, URL-safe id: ``<prefix>_<10 chars ms time><16 chars random>`` (ULID layout)."""
-    ms = int(time.time() * 1000)
+    """A time-ordered, URL-safe id: ``<prefix>_<10 chars ms time><16 chars random>`` (ULID layout).
+
+    Monotonic within a process: ids made in the same millisecond still sort in creation order, so
+    listings ordered by (created_at, id) are stable even when a clock is frozen in tests.
+    """
+    global _last_id
+    with _id_lock:
+        ms = int(time.time() * 1000)
+        last_ms, last_rand = _last_id
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom for increments
+        _last_id = (ms, rand)
     stamp = "".join(_CROCKFORD[(ms >> shift) & 31] for shift in range(45, -5, -5))
-    rand = int.from_bytes(os.urandom(10), "big")
     tail = "".join(_CROCKFORD[(rand >> shift) & 31] for shift in range(75, -5, -5))
     return f"{prefix}_{stamp}{tail}".lower()
 
