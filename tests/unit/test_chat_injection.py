@@ -191,3 +191,28 @@ def test_no_patch_when_last_message_is_assistant_prefill() -> None:
     out, info = inject_anthropic(body, "", "- m", CachePolicy())
     assert not info.patch and not info.volatile
     assert "10:32" in out["system"][0]["text"]  # nowhere to move it, so it stays
+
+
+def test_only_the_date_sentence_leaves_a_mixed_line() -> None:
+    from engram.services.injection import split_volatile
+
+    assert split_volatile("You are helpful. Today is 2026-11-30 10:00.") == (
+        "You are helpful.",
+        ["Today is 2026-11-30 10:00."],
+    )
+    assert split_volatile("你是助手。今天是2026年11月30日。请简洁。") == (
+        "你是助手。请简洁。",
+        ["今天是2026年11月30日。"],
+    )
+
+
+def test_a_system_prompt_that_was_only_a_date_is_dropped_not_sent_empty() -> None:
+    from engram.services.injection import inject_openai
+
+    body = {
+        "model": "m",
+        "messages": [{"role": "system", "content": "Today is 2026-11-30 10:00."}, {"role": "user", "content": "hi"}],
+    }
+    out, _ = inject_openai(body, boot_text="", recall_text="- a memory")
+    assert [m["role"] for m in out["messages"]] == ["user"]
+    assert "2026-11-30" in out["messages"][0]["content"] and "a memory" in out["messages"][0]["content"]

@@ -45,6 +45,9 @@ _DATEISH = re.compile(
 _NOT_VOLATILE = re.compile(r"(cutoff|cut-off|截止|training data)", re.IGNORECASE)
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？;；])\s*(?=\S)")
+
+
 def is_volatile_line(line: str) -> bool:
     """A short line stating the current date or time (it would change the prompt every turn or day)."""
     text = line.strip()
@@ -62,7 +65,20 @@ def split_volatile(text: str) -> tuple[str, list[str]]:
     keep: list[str] = []
     moved: list[str] = []
     for line in text.split("\n"):
-        (moved if is_volatile_line(line) else keep).append(line)
+        if not is_volatile_line(line):
+            keep.append(line)
+            continue
+        # Move only the sentences that state the date/time: "You are kind. Today is ..." keeps "You are kind."
+        sentences = _SENTENCE_END.split(line.strip())
+        stays = [x for x in sentences if not is_volatile_line(x)]
+        goes = [x for x in sentences if is_volatile_line(x)]
+        if not goes:  # the date only reads as "now" across sentences: move the whole line
+            goes, stays = [line], []
+        moved.extend(goes)
+        if stays:
+            keep.append(
+                "".join(x if i == 0 or stays[i - 1][-1] in "。！？；" else " " + x for i, x in enumerate(stays))
+            )
     if not moved:
         return text, []
     return "\n".join(keep).strip("\n"), [m.strip() for m in moved]
@@ -178,6 +194,10 @@ def inject_openai(body: dict[str, Any], boot_text: str, recall_text: str) -> tup
         for msg in messages[:lead]:
             msg["content"], moved = _strip_volatile_content(msg.get("content"))
             info.volatile += moved
+        if not boot_text:  # a system prompt that was only a date line: drop it rather than send it empty
+            kept = [m for m in messages[:lead] if m.get("content")]
+            messages[:lead] = kept
+            lead = len(kept)
     if boot_text:
         info.boot = True
         if lead:
