@@ -237,24 +237,21 @@ def _cjk_tokens(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
+def _cjk_class() -> str:
+    return "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
+
+
+# One pass: a CJK run, or a run of other letters/digits ("ai记忆" -> "ai", "记忆"). Only word
+# characters count, as before: CJK punctuation inside the ranges (such as "・") separates runs.
+_RUNS = re.compile(f"((?:(?=[{_cjk_class()}])[^\\W_])+)|((?:(?![{_cjk_class()}])[^\\W_])+)")
+
+
 def tokenize(text: str) -> list[str]:
     """Search tokens of ``text`` in order (duplicates kept, for term frequency)."""
     text = unicodedata.normalize("NFKC", text).casefold()
     tokens: list[str] = []
-    for match in _TOKEN.finditer(text):
-        word = match.group(0)
-        # Split a match into CJK and non-CJK runs ("ai记忆" -> "ai", "记忆").
-        run: list[str] = []
-        run_cjk: bool | None = None
-        for ch in word:
-            cjk = is_cjk(ch)
-            if run and cjk != run_cjk:
-                tokens.extend(_emit("".join(run), bool(run_cjk)))
-                run = []
-            run.append(ch)
-            run_cjk = cjk
-        if run:
-            tokens.extend(_emit("".join(run), bool(run_cjk)))
+    for cjk, other in _RUNS.findall(text):
+        tokens.extend(_emit(cjk, True) if cjk else _emit(other, False))
     return tokens
 
 

@@ -22,10 +22,11 @@ import re
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -168,21 +169,26 @@ def fold_text(text: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
+def jaccard(a: Set[str], b: Set[str]) -> float:
     if not a or not b:
         return 0.0
     return len(a & b) / len(a | b)
+
+
+@lru_cache(maxsize=16384)
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(tokenize(text))
 
 
 def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tuple[list[Memory], int]:
     """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
     kept: list[Memory] = []
     seen_folds: set[str] = set()
-    kept_tokens: list[set[str]] = []
+    kept_tokens: list[frozenset[str]] = []
     dropped = 0
     for memory in memories:
         folded = fold_text(memory.content)
-        tokens = set(tokenize(memory.content))
+        tokens = _token_set(memory.content)
         if folded in seen_folds or (
             jaccard_threshold < 1.0
             and len(tokens) >= 3

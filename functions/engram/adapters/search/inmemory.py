@@ -6,6 +6,7 @@ dicts guarded by one lock; nothing is persisted.
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from collections import Counter
@@ -115,7 +116,7 @@ class InMemorySearchIndex:
             idf = {t: math.log(1.0 + (n_docs - ns.df[t] + 0.5) / (ns.df[t] + 0.5)) for t in terms if ns.df[t]}
             if not idf:
                 return []
-            hits: list[SearchHit] = []
+            scored: list[tuple[float, str]] = []
             for doc in ns.docs.values():
                 if wanted and doc.type not in wanted:
                     continue
@@ -126,9 +127,9 @@ class InMemorySearchIndex:
                     if tf:
                         score += weight * tf * (BM25_K1 + 1.0) / (tf + norm)
                 if score > 0:
-                    hits.append(SearchHit(memory_id=doc.memory_id, score=score))
-        hits.sort(key=lambda h: (-h.score, h.memory_id))
-        return hits[:k]
+                    scored.append((-score, doc.memory_id))
+        # Only the top k become SearchHit objects (building one per matching document dominated the cost).
+        return [SearchHit(memory_id=mid, score=-neg) for neg, mid in heapq.nsmallest(k, scored)]
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
