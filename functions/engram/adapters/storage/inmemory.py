@@ -102,6 +102,8 @@ class InMemoryMemoryStore:
     @staticmethod
     def _check_memory_unique(memory: Memory, rows: dict[str, Memory]) -> None:
         """Raise ``Conflict`` if ``memory`` breaks a uniqueness rule among ``rows`` (its namespace)."""
+        if memory.external_id is None and (memory.fact_key is None or memory.status != "active"):
+            return  # no rule can apply: skip the scan (it ran on every write)
         for other in rows.values():
             if other.id == memory.id:
                 continue

@@ -18,7 +18,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import MutableHeaders
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.domain.access import Principal
@@ -114,6 +116,31 @@ class ReindexJob:
                 self._state.update(state="error", finished_at=time.time(), error=f"{type(exc).__name__}: {exc}")
 
 
+class AdminHeadersMiddleware:
+    """Security headers on the panel and its API. Pure ASGI: other paths pass through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not (path == "/admin" or path.startswith(("/admin/", "/v1/admin/"))):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["content-security-policy"] = CSP
+                headers["x-frame-options"] = "DENY"
+                headers["x-content-type-options"] = "nosniff"
+                headers["referrer-policy"] = "same-origin"
+                headers["cache-control"] = "no-cache" if path.startswith("/admin/assets/") else "no-store"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 def install(app: FastAPI, container: Any) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
@@ -123,17 +150,7 @@ def install(app: FastAPI, container: Any) -> None:
     app.state.admin_sessions = sessions
     app.state.admin_reindex = reindex
 
-    @app.middleware("http")
-    async def admin_headers(request: Request, call_next: Any) -> Any:
-        response = await call_next(request)
-        path = request.url.path
-        if path == "/admin" or path.startswith("/admin/") or path.startswith("/v1/admin/"):
-            response.headers["content-security-policy"] = CSP
-            response.headers["x-frame-options"] = "DENY"
-            response.headers["x-content-type-options"] = "nosniff"
-            response.headers["referrer-policy"] = "same-origin"
-            response.headers["cache-control"] = "no-cache" if path.startswith("/admin/assets/") else "no-store"
-        return response
+    app.add_middleware(AdminHeadersMiddleware)
 
     panel = APIRouter(include_in_schema=False)
 
