@@ -13,11 +13,17 @@ reported apart from the timed ones.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+# One query at a time: extra BLAS/OpenMP threads only spin against each other on a small, shared machine.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
