@@ -17,6 +17,8 @@ from engram.domain.ports import SearchIndex
 INDEXES: dict[str, Callable[[Path], SearchIndex]] = {
     "memory": lambda tmp: InMemorySearchIndex(),
     "sqlite": lambda tmp: SqliteSearchIndex(tmp / "engram.db"),
+    # The same adapter with its HNSW graph on from the first vector (big namespaces use it).
+    "sqlite-ann": lambda tmp: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1),
 }
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -97,7 +97,7 @@ def render_prompt(result: RecallResult) -> str:
     """
     lines: list[str] = []
     for hit in result.hits:
-        text = " ".join((hit.text or hit.memory.content).split())
+        text = " ".join((getattr(hit, "text", None) or hit.memory.content).split())
         lines.append(f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})")
     if result.glossary_hits:
         lines.append("Glossary:")

