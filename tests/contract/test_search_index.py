@@ -17,8 +17,9 @@ from engram.domain.ports import SearchIndex
 INDEXES: dict[str, Callable[[Path], SearchIndex]] = {
     "memory": lambda tmp: InMemorySearchIndex(),
     "sqlite": lambda tmp: SqliteSearchIndex(tmp / "engram.db"),
-    # The same adapter with its HNSW graph on from the first vector (big namespaces use it).
-    "sqlite-ann": lambda tmp: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1),
+    # The same adapter with its HNSW graph on from the first vector, built in the foreground (big namespaces
+    # build it in the background and scan exactly until it is ready).
+    "sqlite-ann": lambda tmp: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1, ann_background=False),
 }
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

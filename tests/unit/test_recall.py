@@ -472,3 +472,53 @@ def test_config_maps_every_recall_setting() -> None:
     assert (cfg.top_k, cfg.fusion, cfg.keyword_weight, cfg.compress) == (7, "rrf", 2.0, True)
     recall_fields = {n[len("recall_") :] for n in Settings.model_fields if n.startswith("recall_")}
     assert recall_fields <= set(RecallConfig.__dataclass_fields__)
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        return super().embed_query(text)
+
+
+def test_repeated_queries_reuse_the_query_vector_and_failures_are_not_cached() -> None:
+    # Given a service whose embedder counts its calls
+    w = World()
+    w.add("I am allergic to peanuts")
+    embedder = CountingEmbedder()
+    service = w.service(embedder=embedder)
+    # When the same query is recalled twice and another once
+    first = service.recall("u", "peanuts")
+    second = service.recall("u", "peanuts")
+    service.recall("u", "allergic")
+    # Then the repeat did not embed again and gave the same answer, and meta says it was cached
+    assert embedder.queries == ["peanuts", "allergic"]
+    assert ids(first) == ids(second) == ["I am allergic to peanuts"]
+    assert (first.meta["counts"]["embed_cached"], second.meta["counts"]["embed_cached"]) == (0, 1)
+    # Given an embedder that fails once, then works
+    embedder.fail = True
+    assert "vector" in service.recall("u", "new query").meta["degraded"]
+    embedder.fail = False
+    # When asked again, then it embeds (the failure was not cached) and vector search runs
+    result = service.recall("u", "new query")
+    assert "vector" in result.meta["stages"] and embedder.queries[-1] == "new query"
+
+
+def test_the_query_vector_cache_is_bounded() -> None:
+    # Given a service and more distinct queries than the cache holds
+    from engram.services import recall as recall_module
+
+    w = World()
+    w.add("I am allergic to peanuts")
+    embedder = CountingEmbedder()
+    service = w.service(embedder=embedder)
+    for i in range(recall_module.QUERY_VECTOR_CACHE + 5):
+        service.recall("u", f"query {i}")
+    # When the oldest query comes back, then it is embedded again (evicted), the newest is not
+    before = len(embedder.queries)
+    service.recall("u", "query 0")
+    service.recall("u", f"query {recall_module.QUERY_VECTOR_CACHE + 4}")
+    assert len(embedder.queries) == before + 1

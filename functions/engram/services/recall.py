@@ -22,8 +22,9 @@ import re
 import threading
 import time
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -38,6 +39,10 @@ from engram.domain.text import is_cjk, tokenize
 log = logging.getLogger(__name__)
 
 Fusion = Literal["score", "rrf"]
+
+# Query vectors kept per service: chat retries, MCP clients and regenerated answers repeat the same
+# query, and the embedding is most of a recall's time.
+QUERY_VECTOR_CACHE = 256
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class RecallConfig:
     dedup_jaccard: float = 0.9
     rerank_candidates: int = 20
     compress: bool = False
+    compress_model: str = ""
     compress_timeout_s: float = 8.0
     max_query_chars: int = 2000
 
@@ -289,6 +295,9 @@ class RecallService:
         self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
         self._pool_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._embed_pool: ThreadPoolExecutor | None = None
+        self._vectors: OrderedDict[tuple[str, str], Sequence[float]] = OrderedDict()
+        self._vectors_lock = threading.Lock()
 
     @property
     def config(self) -> RecallConfig:
@@ -321,6 +330,12 @@ class RecallService:
         wanted_types = tuple(dict.fromkeys(types))
         counts: dict[str, int] = {}
 
+        # The query embedding (the slowest stage) runs on a helper thread while the glossary and the
+        # keyword search run here; both release the GIL (C engine, SQLite).
+        pending_vector: Future[tuple[Sequence[float], bool, float]] | None = None
+        if text and self._embedder is not None:
+            pending_vector = self._embed_async(text)
+
         glossary: list[GlossaryTerm] = []
         if text:
             try:
@@ -339,12 +354,14 @@ class RecallService:
             except Exception as exc:
                 stages.fail("keyword", exc)
             stages.lap("keyword")
-            if self._embedder is None:
+            if pending_vector is None:
                 stages.skipped.append("vector")
             else:
                 try:
-                    vector = self._embedder.embed_query(text)
-                    stages.lap("embed")
+                    vector, cached, embed_ms = pending_vector.result()
+                    counts["embed_cached"] = int(cached)
+                    stages.lap("embed_wait")
+                    stages.timings["embed"] = round(embed_ms, 3)
                     vector_hits = self._index.vector_search(namespace, vector, k=cfg.candidates, types=wanted_types)
                     stages.ran.append("vector")
                 except Exception as exc:
@@ -470,6 +487,45 @@ class RecallService:
         return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
 
     # -- helpers ------------------------------------------------------------------------------
+    def _embed_async(self, text: str) -> Future[tuple[Sequence[float], bool, float]]:
+        """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
+
+        def run() -> tuple[Sequence[float], bool, float]:
+            t = time.perf_counter()
+            vector, cached = self._query_vector(text)
+            return vector, cached, (time.perf_counter() - t) * 1000
+
+        with self._vectors_lock:
+            hit = (str(getattr(self._embedder, "model_id", "")), text) in self._vectors
+        if hit:
+            done: Future[tuple[Sequence[float], bool, float]] = Future()
+            try:
+                done.set_result(run())
+            except Exception as exc:
+                done.set_exception(exc)
+            return done
+        with self._pool_lock:
+            if self._embed_pool is None:
+                self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-embed")
+            pool = self._embed_pool
+        return pool.submit(run)
+
+    def _query_vector(self, text: str) -> tuple[Sequence[float], bool]:
+        """The query's embedding from a small LRU (keyed by model and text), else from the embedder."""
+        assert self._embedder is not None
+        key = (str(getattr(self._embedder, "model_id", "")), text)
+        with self._vectors_lock:
+            vector = self._vectors.get(key)
+            if vector is not None:
+                self._vectors.move_to_end(key)
+                return vector, True
+        vector = tuple(self._embedder.embed_query(text))
+        with self._vectors_lock:
+            self._vectors[key] = vector
+            while len(self._vectors) > QUERY_VECTOR_CACHE:
+                self._vectors.popitem(last=False)
+        return vector, False
+
     def _record_injection(self, namespace: str, ids: Sequence[str], now: datetime) -> None:
         for memory in self._store.get_memories(namespace, ids):
             if memory.status != "active":

@@ -2,25 +2,46 @@
 
 Optional: without ``usearch`` installed, ``AnnGraph.available()`` is False and callers scan exactly.
 Keys are stable integers per memory id, so the graph is patched in place on upsert/delete.
+
+A graph can be saved next to the SQLite file (``save``) and loaded back (``load``); ``sync`` then
+reconciles it with the namespace's current vectors (adds, removes and re-adds changed rows, found by
+a per-row digest of the vector bytes), so a stale file costs only the difference, never a rebuild.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+_DIGEST_COEFFS = np.random.default_rng(20261130).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+
+
+def row_digests(matrix: np.ndarray) -> np.ndarray:
+    """One uint64 per row that changes when any byte of the row's float32 vector changes."""
+    rows = np.ascontiguousarray(matrix, dtype=np.float32)
+    out = np.empty(rows.shape[0], dtype=np.uint64)
+    coeffs = _DIGEST_COEFFS[: rows.shape[1]]
+    for start in range(0, rows.shape[0], 4096):
+        chunk = rows[start : start + 4096].view(np.uint32).astype(np.uint64)
+        out[start : start + 4096] = (chunk * coeffs).sum(axis=1, dtype=np.uint64)  # wraps mod 2**64
+    return out
+
 
 class AnnGraph:
-    def __init__(self, dimension: int) -> None:
+    def __init__(self, dimension: int, index: Any = None) -> None:
         from usearch.index import Index
 
-        self._index: Any = Index(
+        self.dimension = dimension
+        self._index: Any = index or Index(
             ndim=dimension, metric="ip", dtype="f32", connectivity=16, expansion_add=128, expansion_search=96
         )
         self._key_of: dict[str, int] = {}
         self._id_of: dict[int, str] = {}
+        self._digest: dict[str, int] = {}
         self._next = 0
 
     @staticmethod
@@ -34,14 +55,18 @@ class AnnGraph:
     def __len__(self) -> int:
         return len(self._key_of)
 
-    def add_many(self, memory_ids: Sequence[str], vectors: np.ndarray) -> None:
+    def add_many(self, memory_ids: Sequence[str], vectors: np.ndarray, digests: np.ndarray | None = None) -> None:
+        if not len(memory_ids):
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(memory_ids), -1)
+        digests = row_digests(vectors) if digests is None else digests
         keys = np.arange(self._next, self._next + len(memory_ids), dtype=np.uint64)
         self._next += len(memory_ids)
-        for key, mid in zip(keys.tolist(), memory_ids, strict=True):
+        for key, mid, digest in zip(keys.tolist(), memory_ids, digests.tolist(), strict=True):
             self._key_of[mid] = key
             self._id_of[key] = mid
-        if len(keys):
-            self._index.add(keys, np.ascontiguousarray(vectors, dtype=np.float32))
+            self._digest[mid] = digest
+        self._index.add(keys, vectors)
 
     def put(self, memory_id: str, vector: np.ndarray) -> None:
         self.remove(memory_id)
@@ -51,7 +76,26 @@ class AnnGraph:
         key = self._key_of.pop(memory_id, None)
         if key is not None:
             del self._id_of[key]
+            self._digest.pop(memory_id, None)
             self._index.remove(key)
+
+    def remove_many(self, memory_ids: Sequence[str]) -> None:
+        keys = [self._key_of.pop(mid) for mid in memory_ids if mid in self._key_of]
+        for key in keys:
+            self._digest.pop(self._id_of.pop(key), None)
+        if keys:
+            self._index.remove(np.asarray(keys, dtype=np.uint64))
+
+    def sync(self, memory_ids: Sequence[str], vectors: np.ndarray) -> int:
+        """Make the graph hold exactly these rows; returns how many rows were added, re-added or removed."""
+        digests = row_digests(vectors)
+        wanted = dict(zip(memory_ids, digests.tolist(), strict=True))
+        stale = [mid for mid, d in self._digest.items() if wanted.get(mid) != d]
+        self.remove_many(stale)
+        rows = [i for i, mid in enumerate(memory_ids) if mid not in self._key_of]
+        if rows:
+            self.add_many([memory_ids[i] for i in rows], vectors[rows], digests[rows])
+        return len(stale) + len(rows)
 
     def search(self, query: np.ndarray, count: int) -> list[tuple[str, float]]:
         if not self._key_of:
@@ -63,3 +107,48 @@ class AnnGraph:
             if mid is not None:
                 out.append((mid, 1.0 - float(distance)))
         return out
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path: Path) -> None:
+        """Write the graph and its id map (``<path>`` and ``<path>.ids.npz``), atomically each."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        self._index.save(str(tmp))
+        ids = list(self._key_of)
+        sidecar = path.with_name(path.name + ".ids.npz")
+        tmp_ids = path.with_name(path.name + ".ids.tmp.npz")
+        np.savez(
+            tmp_ids,
+            ids=np.asarray(ids, dtype=str),
+            keys=np.asarray([self._key_of[m] for m in ids], dtype=np.uint64),
+            digests=np.asarray([self._digest[m] for m in ids], dtype=np.uint64),
+            next=np.asarray([self._next], dtype=np.uint64),
+        )
+        os.replace(tmp, path)
+        os.replace(tmp_ids, sidecar)
+
+    @classmethod
+    def load(cls, path: Path, dimension: int) -> AnnGraph | None:
+        """The graph saved at ``path``, or None (missing, unreadable or another dimension)."""
+        sidecar = path.with_name(path.name + ".ids.npz")
+        if not path.exists() or not sidecar.exists():
+            return None
+        try:
+            from usearch.index import Index
+
+            index = Index.restore(str(path))
+            if index is None or index.ndim != dimension:
+                return None
+            data = np.load(sidecar)
+            graph = cls(dimension, index)
+            ids = [str(m) for m in data["ids"].tolist()]
+            keys = data["keys"].tolist()
+            if len(ids) != len(index):
+                return None
+            graph._key_of = dict(zip(ids, keys, strict=True))
+            graph._id_of = dict(zip(keys, ids, strict=True))
+            graph._digest = dict(zip(ids, data["digests"].tolist(), strict=True))
+            graph._next = int(data["next"][0])
+            return graph
+        except (OSError, ValueError, KeyError, RuntimeError):
+            return None

@@ -13,12 +13,16 @@ tables prefixed ``search_``, over its own connection:
 
 kNN runs over a per-namespace matrix cached in memory, loaded lazily and patched in place by this
 process's writes; a generation that moved under it (another process wrote) reloads it. Big namespaces
-get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanned exactly.
+get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanned exactly. The graph
+is never built on a query's time: a background thread builds it (or loads the one saved next to the
+SQLite file and reconciles it) while queries scan exactly; once ready it is patched on every write and
+saved again on ``close``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -32,6 +36,8 @@ from engram.domain.text import tokenize
 
 from .ann import AnnGraph
 from .inmemory import query_terms, unit_vector
+
+log = logging.getLogger(__name__)
 
 # Namespaces with at least this many vectors are searched through an HNSW graph (if usearch is installed).
 ANN_THRESHOLD = 20_000
@@ -70,12 +76,32 @@ def _fts_query(namespace: str, terms: Sequence[str]) -> str:
 
 
 class _VectorCache:
-    """The vectors of one namespace as a growable matrix; rows are unit length."""
+    """The vectors of one namespace as a growable matrix; rows are unit length.
 
-    def __init__(self, dimension: int, generation: int, ann_threshold: int = ANN_THRESHOLD) -> None:
+    ``lock`` is the index's lock (held by every caller of ``put``/``remove``/``search``); the
+    background graph build takes it only to publish the finished graph.
+    """
+
+    def __init__(
+        self,
+        dimension: int,
+        generation: int,
+        ann_threshold: int = ANN_THRESHOLD,
+        *,
+        lock: threading.RLock | None = None,
+        ann_path: Path | None = None,
+        background: bool = True,
+    ) -> None:
         self.dimension = dimension
         self.ann_threshold = ann_threshold
         self.ann: AnnGraph | None = None
+        self.ann_dirty = False
+        self.ann_path = ann_path
+        self._lock = lock or threading.RLock()
+        self._background = background
+        self._builder: threading.Thread | None = None
+        # Writes that happen while the graph is being built, replayed onto it before it is published.
+        self._pending: list[tuple[str, np.ndarray | None]] | None = None
         self.generation = generation
         self.ids: list[str] = []
         self.rows: dict[str, int] = {}
@@ -108,6 +134,9 @@ class _VectorCache:
         self.codes[row] = self._code(type_)
         if self.ann is not None:
             self.ann.put(memory_id, vector)
+            self.ann_dirty = True
+        elif self._pending is not None:
+            self._pending.append((memory_id, vector.copy()))
 
     def remove(self, memory_id: str) -> None:
         row = self.rows.pop(memory_id, None)
@@ -115,6 +144,9 @@ class _VectorCache:
             return
         if self.ann is not None:
             self.ann.remove(memory_id)
+            self.ann_dirty = True
+        elif self._pending is not None:
+            self._pending.append((memory_id, None))
         last = self.size - 1
         if row != last:
             moved = self.ids[last]
@@ -131,8 +163,9 @@ class _VectorCache:
         if self.size < self.ann_threshold or not AnnGraph.available():
             return None
         if self.ann is None:
-            self.ann = AnnGraph(self.dimension)
-            self.ann.add_many(self.ids, self.matrix[: self.size])
+            self.start_ann()
+            if self.ann is None:
+                return None  # still building: scan exactly meanwhile
         wanted = set(types)
         found = self.ann.search(query, k * 4 if wanted else k)
         hits = [
@@ -143,6 +176,74 @@ class _VectorCache:
         if wanted and len(hits) < k:
             return None
         return hits[:k]
+
+    # -- the graph's life cycle -----------------------------------------------------------------
+    def start_ann(self) -> None:
+        """Build (or load and reconcile) the graph: in a background thread, or right here if not ``background``."""
+        if self.ann is not None or self._builder is not None or not AnnGraph.available():
+            return
+        ids = list(self.ids)
+        matrix = self.matrix[: self.size].copy()
+        self._pending = []
+        if not self._background:
+            self._publish(self._build(ids, matrix))
+            return
+        self._builder = threading.Thread(
+            target=self._build_in_background, args=(ids, matrix), name="engram-ann-build", daemon=True
+        )
+        self._builder.start()
+
+    def _build(self, ids: list[str], matrix: np.ndarray) -> tuple[AnnGraph, bool]:
+        graph = AnnGraph.load(self.ann_path, self.dimension) if self.ann_path is not None else None
+        if graph is not None:
+            changed = graph.sync(ids, matrix)
+            log.info("loaded the saved ANN graph (%d vectors, %d reconciled)", len(ids), changed)
+            return graph, changed > 0
+        graph = AnnGraph(self.dimension)
+        graph.add_many(ids, matrix)
+        return graph, True
+
+    def _build_in_background(self, ids: list[str], matrix: np.ndarray) -> None:
+        try:
+            graph, changed = self._build(ids, matrix)
+            if changed and self.ann_path is not None:
+                try:
+                    graph.save(self.ann_path)  # the snapshot; later writes are reconciled on the next load
+                except OSError as exc:
+                    log.warning("could not save the ANN graph: %s", exc)
+                changed = False
+            with self._lock:
+                self._publish((graph, changed))
+        except Exception:  # the exact scan keeps answering; the next query retries the build
+            log.exception("building the ANN graph failed")
+            with self._lock:
+                self._pending = None
+                self._builder = None
+
+    def _publish(self, built: tuple[AnnGraph, bool]) -> None:
+        graph, dirty = built
+        for memory_id, vector in self._pending or ():
+            if vector is None:
+                graph.remove(memory_id)
+            else:
+                graph.put(memory_id, vector)
+        self.ann_dirty = dirty or bool(self._pending)
+        self._pending = None
+        self.ann = graph
+
+    def wait_for_ann(self, timeout: float | None = None) -> bool:
+        builder = self._builder
+        if builder is not None:
+            builder.join(timeout)
+        return self.ann is not None
+
+    def save_ann(self) -> None:
+        if self.ann is not None and self.ann_dirty and self.ann_path is not None:
+            try:
+                self.ann.save(self.ann_path)
+                self.ann_dirty = False
+            except OSError as exc:
+                log.warning("could not save the ANN graph: %s", exc)
 
     def search(self, query: np.ndarray, k: int, types: Sequence[str]) -> list[SearchHit]:
         n = self.size
@@ -170,9 +271,18 @@ class _VectorCache:
 class SqliteSearchIndex:
     """``SearchIndex`` in a SQLite file (shared with the store; tables ``search_*``)."""
 
-    def __init__(self, path: str | Path, *, ann_threshold: int = ANN_THRESHOLD) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        ann_threshold: int = ANN_THRESHOLD,
+        ann_background: bool = True,
+        ann_persist: bool = True,
+    ) -> None:
         self._path = str(path)
         self._ann_threshold = ann_threshold
+        self._ann_background = ann_background
+        self._ann_persist = ann_persist and self._path != ":memory:"
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._caches: dict[str, _VectorCache] = {}
@@ -192,10 +302,43 @@ class SqliteSearchIndex:
 
     def close(self) -> None:
         with self._lock:
+            for cache in self._caches.values():
+                cache.save_ann()
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
             self._caches.clear()
+
+    def _ann_path(self, namespace: str) -> Path | None:
+        if not self._ann_persist:
+            return None
+        return Path(f"{self._path}.ann-{hashlib.sha1(namespace.encode('utf-8')).hexdigest()[:16]}.usearch")
+
+    def _new_cache(self, namespace: str, dimension: int, generation: int) -> _VectorCache:
+        return _VectorCache(
+            dimension,
+            generation,
+            self._ann_threshold,
+            lock=self._lock,
+            ann_path=self._ann_path(namespace),
+            background=self._ann_background,
+        )
+
+    def warm(self, namespace: str) -> None:
+        """Load the namespace's vectors and start its graph build now (e.g. at start-up), not on a query."""
+        with self._lock:
+            conn = self._db()
+            _, dimension = self._meta(conn)
+            if dimension is not None:
+                cache = self._load_cache(conn, namespace, dimension)
+                if cache.size >= cache.ann_threshold:
+                    cache.start_ann()
+
+    def wait_for_ann(self, namespace: str, timeout: float | None = None) -> bool:
+        """Block until the namespace's graph is ready (benchmarks and tests); False if there is none."""
+        with self._lock:
+            cache = self._caches.get(namespace)
+        return cache.wait_for_ann(timeout) if cache is not None else False
 
     def _meta(self, conn: sqlite3.Connection) -> tuple[str | None, int | None]:
         rows = dict(conn.execute("SELECT key, value FROM search_meta").fetchall())
@@ -302,17 +445,24 @@ class SqliteSearchIndex:
         terms = query_terms(query)
         if not terms or k <= 0:
             return []
-        sql = (
-            "SELECT d.memory_id, -bm25(search_fts, 0.0, 1.0) AS score FROM search_fts "
-            "JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?"
-        )
-        params: list[object] = [_fts_query(namespace, terms)]
+        match = _fts_query(namespace, terms)
         wanted = sorted(set(types))
         if wanted:
-            sql += f" AND d.type IN ({','.join('?' * len(wanted))})"
-            params.extend(wanted)
-        sql += " AND d.namespace = ? ORDER BY score DESC, d.memory_id LIMIT ?"
-        params.extend([namespace, k])
+            sql = (
+                "SELECT d.memory_id, -bm25(search_fts, 0.0, 1.0) AS score FROM search_fts "
+                "JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ? "
+                f"AND d.type IN ({','.join('?' * len(wanted))}) "
+                "AND d.namespace = ? ORDER BY score DESC, d.memory_id LIMIT ?"
+            )
+            params: list[object] = [match, *wanted, namespace, k]
+        else:
+            # Rank inside FTS5 first and join only the top k (the join per match cost ~20 % at 100k matches).
+            sql = (
+                "SELECT d.memory_id, s.score FROM (SELECT rowid AS rid, -bm25(search_fts, 0.0, 1.0) AS score "
+                "FROM search_fts WHERE search_fts MATCH ? ORDER BY score DESC, rowid LIMIT ?) s "
+                "JOIN search_docs d ON d.id = s.rid WHERE d.namespace = ? ORDER BY s.score DESC, d.memory_id"
+            )
+            params = [match, k, namespace]
         with self._lock:
             rows = self._db().execute(sql, params).fetchall()
         # bm25() is never exactly 0 for a match, but keep the port's "positive" promise explicit.
@@ -350,7 +500,7 @@ class SqliteSearchIndex:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        cache = _VectorCache(dimension, generation, self._ann_threshold)
+        cache = self._new_cache(namespace, dimension, generation)
         if rows:
             blob = b"".join(r[2] for r in rows)
             matrix = np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(len(rows), dimension)
