@@ -89,7 +89,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
     memories = MemoryService(store, index, embedder, clock, rules)
     library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
-    recall = overrides.get("recall") or _build_recall(settings, runtime, store, index, embedder, clock, memories)
+    recall = overrides.get("recall") or _build_recall(
+        settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
+    )
     container = Container(
         settings=settings,
         store=store,
@@ -331,6 +333,7 @@ def _build_recall(
     embedder: Embedder | None,
     clock: Clock,
     memories: Any,
+    compressor: Any = None,
 ) -> Any:
     from engram.services.recall import RecallConfig, RecallService
 
@@ -340,7 +343,16 @@ def _build_recall(
         from engram.adapters.llm.bedrock import BedrockReranker
 
         reranker = BedrockReranker(settings.rerank_model, region=settings.rerank_region or settings.aws_region)
-    return RecallService(store, index, embedder, reranker, None, clock, config)
+    if compressor is None and settings.recall_compress_model:
+        # Like the jobs' models: the name follows the runtime settings, the upstream is the environment's.
+        shared: dict[str, Any] = {}
+        if _build_chat_model(settings, settings.recall_compress_model, shared) is None:
+            log.warning("ENGRAM_RECALL_COMPRESS_MODEL is set but no upstream is configured: compression is off")
+        else:
+            compressor = RuntimeChatModel(
+                runtime.provider(lambda eff: _build_chat_model(eff, eff.recall_compress_model, shared))
+            )
+    return RecallService(store, index, embedder, reranker, compressor, clock, config)
 
 
 def _build_chat(settings: Settings, container: Container) -> Any:

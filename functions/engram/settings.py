@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     recall_compress: bool = Field(
         False, description="Compress recalled memories into short lines with a small chat model before injection."
     )
+    recall_compress_model: str = Field(
+        "",
+        description="Small chat model (on the configured upstream, or `bedrock/<id>`) that compresses recalled "
+        "memories into short lines before injection; empty = no compression.",
+    )
     recall_compress_timeout_s: float = Field(
         8.0, gt=0, description="Give up compressing after this long (uncompressed)."
     )

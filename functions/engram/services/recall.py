@@ -455,7 +455,7 @@ class RecallService:
             )
             for m, s in final
         ]
-        if cfg.compress and self._compressor is not None and hits:
+        if (cfg.compress or cfg.compress_model) and self._compressor is not None and hits:
             try:
                 lines = self._run_async(self._compress(text, [h.memory.content for h in hits]))
                 hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
