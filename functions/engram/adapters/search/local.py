@@ -26,7 +26,6 @@ import logging
 import math
 import sqlite3
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -73,7 +72,7 @@ CREATE TABLE IF NOT EXISTS search_namespaces (namespace TEXT PRIMARY KEY, genera
 # (bench/README.md). BM25_B = 0.75 turns the re-scoring off.
 BM25_K1 = 1.2
 BM25_B = 0.3
-RESCORE_DEPTH = 200
+RESCORE_DEPTH = 100
 
 
 def _varints(blob: bytes) -> list[int]:
@@ -525,12 +524,17 @@ class SqliteSearchIndex:
             conn.execute(f"SELECT rowid, tokens FROM search_fts WHERE rowid IN ({','.join('?' * len(ids))})", ids)
         )
         k1, b = BM25_K1, self._bm25_b
+        weights = list(idf.items())
         scored: list[tuple[str, float]] = []
         for memory_id, _, rowid in rows:
             tokens = str(texts.get(rowid, "")).split()
-            tf = Counter(t for t in tokens if t in idf)
             norm = k1 * (1.0 - b + b * len(tokens) / avgdl)
-            scored.append((memory_id, sum(idf[t] * c * (k1 + 1.0) / (c + norm) for t, c in tf.items())))
+            score = 0.0
+            for term, weight in weights:
+                c = tokens.count(term)  # a few query terms: list.count beats building a Counter
+                if c:
+                    score += weight * c * (k1 + 1.0) / (c + norm)
+            scored.append((memory_id, score))
         scored.sort(key=lambda pair: (-pair[1], pair[0]))
         return [pair for pair in scored if pair[1] > 0]
 
