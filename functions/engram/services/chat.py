@@ -33,8 +33,7 @@ from engram.services.injection import (
     Injected,
     inject_anthropic,
     inject_openai,
-    last_user_text_anthropic,
-    last_user_text_openai,
+    last_user_text,
     render_boot_block,
 )
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
@@ -206,7 +205,7 @@ class ChatService:
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
             )
-            ex.user_text = last_user_text_openai(body) if wire == "openai" else last_user_text_anthropic(body)
+            ex.user_text = last_user_text(body)
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
