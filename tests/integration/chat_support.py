@@ -28,6 +28,7 @@ class Gateway:
     container: Container
     upstream: FakeUpstream
     recall: SpyRecall
+    app: Any = None
 
     @property
     def store(self) -> Any:
@@ -83,8 +84,9 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
         spy = SpyRecall(real, fail=recall_fails)
         container = build_container(settings, store=store, index=index, embedder=None, recall=spy, queue=queue)
         stack.callback(container.close)
-        url = stack.enter_context(serve_app(create_app(container)))
-        return Gateway(url, container, upstream, spy)
+        app = create_app(container)
+        url = stack.enter_context(serve_app(app))
+        return Gateway(url, container, upstream, spy, app)
 
     yield make
     stack.close()

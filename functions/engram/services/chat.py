@@ -543,7 +543,8 @@ def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
     """The SSE error event for a failure after the stream began (status can no longer change)."""
     kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
     if wire == "anthropic":
-        return [sse_bytes({"type": "error", "error": {"type": "api_error", "message": exc.message}}, "error")]
+        payload = {"type": "error", "error": {"type": "api_error", "message": exc.message, "code": exc.code}}
+        return [sse_bytes(payload, "error")]
     return [sse_bytes({"error": {"message": exc.message, "type": kind, "code": exc.code}}), SSE_DONE]
 
 
