@@ -71,3 +71,16 @@ def serve_app(app: Any, *, port: int | None = None) -> Iterator[str]:
         yield thread.start()
     finally:
         thread.stop()
+
+
+def app_routes(app: Any) -> Iterator[tuple[str, list[str]]]:
+    """(path, methods) of every route, looking through included routers (FastAPI may keep them nested)."""
+    for route in app.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        if contexts is not None:
+            for ctx in contexts() if callable(contexts) else contexts:
+                yield ctx.path, sorted(ctx.methods or [])
+        elif hasattr(route, "routes") and not hasattr(route, "app"):
+            yield from app_routes(route)
+        else:
+            yield route.path, sorted(getattr(route, "methods", None) or ["GET", "POST"])

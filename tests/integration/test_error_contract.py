@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,6 +15,7 @@ import openai
 import pytest
 
 from tests.integration.chat_support import ANTHROPIC_KEY, OWNER_KEY, UPSTREAM_KEY, make_gateway, upstream
+from tests.servers import app_routes
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -34,19 +34,6 @@ PUBLIC = {
     "/admin/logout",
     "/admin/assets",
 }
-
-
-def app_routes(app: Any) -> Iterator[tuple[str, list[str]]]:
-    """(path, methods) of every route, looking through included routers (FastAPI may keep them nested)."""
-    for route in app.routes:
-        contexts = getattr(route, "effective_route_contexts", None)
-        if contexts is not None:
-            for ctx in contexts() if callable(contexts) else contexts:
-                yield ctx.path, sorted(ctx.methods or [])
-        elif hasattr(route, "routes") and not hasattr(route, "app"):
-            yield from app_routes(route)
-        else:
-            yield route.path, sorted(getattr(route, "methods", None) or ["GET", "POST"])
 
 
 def assert_error_shape(resp: httpx.Response) -> dict[str, Any]:
