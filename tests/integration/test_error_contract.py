@@ -132,3 +132,32 @@ def test_no_secret_reaches_the_logs_at_info(make_gateway: Any, caplog: pytest.Lo
     assert any(r.name.startswith("engram") for r in server_records), "no server log: the check would be empty"
     for secret in (OWNER_KEY, UPSTREAM_KEY, ANTHROPIC_KEY, ADMIN_PASSWORD):
         assert secret not in logged, f"a secret ({secret[:6]}...) was logged"
+
+
+CHAT_HEADERS = ("x-engram-injected", "x-engram-reason", "x-engram-recall-ms", "x-engram-upstream-ms")
+
+
+@pytest.mark.parametrize("door", ["/v1/chat/completions", "/v1/messages", "/v1/guide-dog/chat/completions"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_chat_response_carries_the_engram_headers(make_gateway: Any, door: str, stream: bool) -> None:
+    from tests.fakes.upstream import Reply
+
+    # Given a gateway whose upstream first fails with 500, then answers
+    gw = make_gateway()
+    gw.upstream.script(Reply(status=500, error_body={"error": {"message": "boom"}}), Reply(text="fine"))
+    body = {"model": "companion", "stream": stream, "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    auth = {"x-api-key": OWNER_KEY}
+    with httpx.Client(base_url=gw.url, timeout=10) as http:
+        # When the door answers an upstream error, a success, a bad key, bad JSON and an unknown model
+        responses = {
+            "upstream_error": http.post(door, json=body, headers=auth),
+            "ok": http.post(door, json=body, headers=auth),
+            "bad_key": http.post(door, json=body, headers={"x-api-key": "ek_wrong_key_0000000"}),
+            "bad_json": http.post(door, content=b"{", headers=auth),
+            "unknown_model": http.post(door, json={**body, "model": "nope"}, headers=auth),
+        }
+    # Then each carries all four headers, whatever its status
+    assert responses["upstream_error"].status_code == 500 and responses["ok"].status_code == 200
+    for outcome, resp in responses.items():
+        missing = [h for h in CHAT_HEADERS if h not in resp.headers]
+        assert not missing, f"{door} {outcome} ({resp.status_code}) lacks {missing}"
