@@ -557,9 +557,8 @@ class McpGate:
         if scope["method"] == "GET":
             # Stateless with JSON responses: no server-initiated stream to offer. The spec's answer is
             # 405; the SDK would instead hold an idle SSE stream open (on Lambda, until the timeout).
-            response = error_response(
-                405, "GET /mcp opens no stream on this server: POST JSON-RPC", "invalid_request_error", "method_not_allowed"
-            )
+            message = "GET /mcp opens no stream on this server: POST JSON-RPC"
+            response = error_response(405, message, "invalid_request_error", "method_not_allowed")
             response.headers["allow"] = "POST, DELETE"
             await response(scope, receive, send)
             return
