@@ -74,7 +74,9 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
     stack = ExitStack()
     upstream.reset()
 
-    def make(*, recall_fails: bool = False, queue: Any = None, **overrides: Any) -> Gateway:
+    def make(
+        *, recall_fails: bool = False, queue: Any = None, bedrock_runtime: Any = None, **overrides: Any
+    ) -> Gateway:
         from engram.adapters.search.inmemory import InMemorySearchIndex
         from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
@@ -82,7 +84,9 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
         store, index = InMemoryMemoryStore(), InMemorySearchIndex()
         real = build_container(settings, store=store, index=index, embedder=None).recall
         spy = SpyRecall(real, fail=recall_fails)
-        container = build_container(settings, store=store, index=index, embedder=None, recall=spy, queue=queue)
+        container = build_container(
+            settings, store=store, index=index, embedder=None, recall=spy, queue=queue, bedrock_runtime=bedrock_runtime
+        )
         stack.callback(container.close)
         app = create_app(container)
         url = stack.enter_context(serve_app(app))

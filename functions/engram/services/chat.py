@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import anyio
 
-from engram.domain.errors import EngramError, InvalidInput, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.errors import EngramError, InvalidInput, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
 from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
@@ -84,7 +84,9 @@ class ChatConfig:
     cache: CachePolicy | None = field(default_factory=CachePolicy)
 
     @classmethod
-    def from_settings(cls, s: Any, *, openai_configured: bool, anthropic_configured: bool) -> ChatConfig:
+    def from_settings(
+        cls, s: Any, *, openai_configured: bool, anthropic_configured: bool, bedrock_configured: bool = False
+    ) -> ChatConfig:
         return cls(
             routing=RouteConfig(
                 public_model=s.public_model_name,
@@ -93,6 +95,7 @@ class ChatConfig:
                 allow_passthrough=s.chat_allow_model_passthrough,
                 openai_configured=openai_configured,
                 anthropic_configured=anthropic_configured,
+                bedrock_configured=bedrock_configured,
             ),
             inject_enabled=s.chat_inject_enabled,
             inject_max_body_bytes=s.chat_inject_max_body_bytes,
@@ -159,9 +162,13 @@ class ChatService:
         config: ChatConfig | Callable[[], ChatConfig],
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
+        bedrock: ChatUpstream | None = None,
     ) -> None:
         self._openai = openai
         self._anthropic = anthropic
+        # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
+        # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
+        self._bedrock = bedrock
         self._store = store
         self._library = library
         self._memories = memories
@@ -217,7 +224,7 @@ class ChatService:
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
         assert ex.route is not None
         body, provider, model = ex.body, ex.route.provider, ex.route.model
-        if ex.wire == "openai" and provider == "openai":
+        if ex.wire == "openai" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
             if body.get("stream") and ex.persist:  # usage is logged with the exchange
                 opts = dict(body.get("stream_options") or {})
@@ -320,7 +327,7 @@ class ChatService:
     # -- forwarding ---------------------------------------------------------------------------------
     async def _forward(self, ex: _Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
         assert ex.route is not None
-        upstream = self._anthropic if ex.route.provider == "anthropic" else self._openai
+        upstream = self._upstream_for(ex.route.provider)
         path = "/v1/messages" if ex.route.provider == "anthropic" else "/chat/completions"
         headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
         if ex.route.provider != "anthropic":
@@ -346,6 +353,15 @@ class ChatService:
             stream=self._stream(ex, task, first),
             media_type="text/event-stream",
         )
+
+    def _upstream_for(self, provider: str) -> ChatUpstream:
+        if provider == "anthropic":
+            return self._anthropic
+        if provider == "bedrock":
+            if self._bedrock is None:
+                raise NotConfigured("bedrock/ models are not available in this build (needs boto3)")
+            return self._bedrock
+        return self._openai
 
     def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
@@ -375,7 +391,13 @@ class ChatService:
         self, ex: _Exchange, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
     ) -> AsyncIterator[bytes]:
         assert ex.route is not None
-        tap = _Tap(ex.route.provider, ex.wire, ex.route.requested, ex.client_wants_usage, observe=ex.persist)
+        tap = _Tap(
+            "anthropic" if ex.route.provider == "anthropic" else "openai",
+            ex.wire,
+            ex.route.requested,
+            ex.client_wants_usage,
+            observe=ex.persist,
+        )
         try:
             if reply is None:
                 while True:
@@ -490,7 +512,7 @@ class ChatService:
     async def aclose(self) -> None:
         """Finish background writes and close the upstream HTTP clients (app shutdown)."""
         await self.drain()
-        for upstream in (self._openai, self._anthropic):
+        for upstream in (self._openai, self._anthropic, self._bedrock):
             closer = getattr(upstream, "aclose", None)
             if closer is not None:
                 await closer()
