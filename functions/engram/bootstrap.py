@@ -197,9 +197,13 @@ def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) ->
             from engram.adapters.llm.bedrock import BedrockChatModel
 
             if model not in shared:
-                shared[model] = BedrockChatModel(
-                    model, region=settings.aws_region or None, client=shared.get("bedrock-runtime")
-                )
+                try:
+                    shared[model] = BedrockChatModel(
+                        model, region=settings.aws_region or None, client=shared.get("bedrock-runtime")
+                    )
+                except Exception as exc:  # botocore's NoRegionError: the jobs say so, the app still starts
+                    log.warning("Bedrock model %s is unavailable to the jobs (%s): set ENGRAM_AWS_REGION", model, exc)
+                    return None
             return shared[model]
         if settings.upstream_base_url:
             from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream

@@ -82,7 +82,9 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
 
         settings = gateway_settings(upstream, **overrides)
         store, index = InMemoryMemoryStore(), InMemorySearchIndex()
-        real = build_container(settings, store=store, index=index, embedder=None).recall
+        real = build_container(
+            settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime
+        ).recall
         spy = SpyRecall(real, fail=recall_fails)
         container = build_container(
             settings, store=store, index=index, embedder=None, recall=spy, queue=queue, bedrock_runtime=bedrock_runtime

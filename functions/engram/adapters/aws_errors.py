@@ -40,6 +40,7 @@ def translate(exc: Exception, what: str) -> EngramError:
     if isinstance(response, dict):
         error = response.get("Error", {})
         code = str(error.get("Code", ""))
+        code = code[:1].upper() + code[1:]  # stream exception events name them `throttlingException`, ...
         message = str(error.get("Message", ""))[:300]
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 502)
         if code in THROTTLED:

@@ -267,7 +267,12 @@ class _StreamReply:
                 if item is _END:
                     ended = True
                     break
-                out += self._convert(item)
+                try:
+                    out += self._convert(item)
+                except Exception:
+                    if out:  # what came before the failure still reaches the client
+                        yield b"".join(out)
+                    raise
             if ended:
                 out += self._converter.finish()
             if out:
