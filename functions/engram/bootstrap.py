@@ -374,7 +374,12 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     try:
         from engram.adapters.llm.bedrock import BedrockChatUpstream
 
-        bedrock = BedrockChatUpstream(region=settings.aws_region or None, client=bedrock_runtime, **timeouts)
+        bedrock = BedrockChatUpstream(
+            region=settings.aws_region or None,
+            client=bedrock_runtime,
+            connect_timeout=settings.upstream_connect_timeout,
+            read_timeout=settings.upstream_timeout,
+        )
     except ModuleNotFoundError as exc:  # a build without boto3: bedrock/ models answer 503
         log.info("no Bedrock chat upstream (%s)", exc.name)
     try:

@@ -247,7 +247,7 @@ class _StreamReply:
             self._put(_END)
 
     def _convert(self, item: Any) -> list[bytes]:
-        if isinstance(item, BaseException):
+        if isinstance(item, Exception):
             raise translate(item, f"{self._what} stream") from item
         failure = stream_error(item)
         if failure is not None:
