@@ -21,7 +21,7 @@ bench: setup-test
 	$(PY) bench/run_all.py $(ARGS)
 
 setup-local:
-	@scripts/setup.sh local
+	@ENGRAM_VENV=$(VENV) scripts/setup.sh local
 
 setup-test:
-	@scripts/setup.sh test
+	@ENGRAM_VENV=$(VENV) scripts/setup.sh test

@@ -32,7 +32,10 @@ class EngramConfig:
     extract_model: str = "bedrock/amazon.nova-lite-v1:0"
     dream_model: str = "bedrock/amazon.nova-lite-v1:0"
     # Upstream chat model the public alias maps to (empty: set ENGRAM_CHAT_MODEL later via extra_env).
+    # `bedrock/<model-id>` is served by Bedrock Converse with the functions' role (no upstream key).
     chat_model: str = ""
+    # Model for requests with images and for guide-dog (`bedrock/<model-id>` or an upstream name).
+    vision_model: str = ""
     # Extra Bedrock model ids the functions may invoke (chat models named `bedrock/<id>`).
     bedrock_models: tuple[str, ...] = ()
     # Reranker: "none" or "bedrock"; the rerank API is not in every region, hence rerank_region.
@@ -96,11 +99,10 @@ class EngramConfig:
     def bedrock_model_ids(self) -> list[str]:
         """Every Bedrock model id the functions may invoke (embeddings, jobs, chat, rerank)."""
         ids = [self.embedding_model, *self.bedrock_models]
-        ids += [
-            m.removeprefix("bedrock/")
-            for m in (self.extract_model, self.dream_model, self.chat_model)
-            if m.startswith("bedrock/")
-        ]
+        # Models named in extra_env are granted too, so a chat model set there is not denied at run time.
+        named = [self.extract_model, self.dream_model, self.chat_model, self.vision_model]
+        named += [self.extra_env.get(f"ENGRAM_{k}_MODEL", "") for k in ("CHAT", "VISION", "EXTRACT", "DREAM")]
+        ids += [m.removeprefix("bedrock/") for m in named if m.startswith("bedrock/")]
         if self.reranker == "bedrock":
             ids.append(self.rerank_model)
         return sorted(set(filter(None, ids)))
@@ -133,6 +135,8 @@ class EngramConfig:
         }
         if self.chat_model:
             env["ENGRAM_CHAT_MODEL"] = self.chat_model
+        if self.vision_model:
+            env["ENGRAM_VISION_MODEL"] = self.vision_model
         if self.rerank_region:
             env["ENGRAM_RERANK_REGION"] = self.rerank_region
         env.update(self.extra_env)

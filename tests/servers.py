@@ -1,4 +1,8 @@
-"""Run an ASGI app under real uvicorn on a free loopback port, in a background thread."""
+"""Run an ASGI app under real uvicorn on a loopback port, in a background thread.
+
+One helper for every server the tests start: the Engram app (``serve_app``), the fake upstream
+(``tests/fakes/upstream.py``) and the benchmarks.
+"""
 
 from __future__ import annotations
 
@@ -13,28 +17,70 @@ import uvicorn
 
 
 def free_port() -> int:
+    """A port nothing listens on right now (for a dead URL, or a child process that binds it itself)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
+class ServerThread:
+    """uvicorn serving ``app`` on 127.0.0.1 in a daemon thread.
+
+    Without a port it binds port 0 itself and hands uvicorn the socket, so two servers never race
+    for the same free port. ``config`` goes to ``uvicorn.Config`` (log level, lifespan, ...).
+    """
+
+    def __init__(self, app: Any, *, port: int | None = None, start_timeout: float = 20.0, **config: Any) -> None:
+        config.setdefault("log_level", "warning")
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port or 0))
+        self.port = int(self._sock.getsockname()[1])
+        self.server = uvicorn.Server(uvicorn.Config(app, **config))
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._sock]}, name=f"uvicorn-{self.port}", daemon=True
+        )
+        self._start_timeout = start_timeout
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        self._thread.start()
+        deadline = time.monotonic() + self._start_timeout
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("test server failed to start")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"test server did not start within {self._start_timeout:.0f} s")
+            time.sleep(0.005)
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=timeout)
+        self._sock.close()
+
+
 @contextmanager
 def serve_app(app: Any, *, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 until the block exits; yields the base URL."""
-    port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("test server failed to start")
-        if time.monotonic() > deadline:
-            raise TimeoutError("test server did not start within 20 s")
-        time.sleep(0.01)
+    """Serve ``app`` (lifespan on) until the block exits; yields the base URL."""
+    thread = ServerThread(app, port=port, lifespan="on")
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield thread.start()
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        thread.stop()
+
+
+def app_routes(app: Any) -> Iterator[tuple[str, list[str]]]:
+    """(path, methods) of every route, looking through included routers (FastAPI may keep them nested)."""
+    for route in app.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        if contexts is not None:
+            for ctx in contexts() if callable(contexts) else contexts:
+                yield ctx.path, sorted(ctx.methods or [])
+        elif hasattr(route, "routes") and not hasattr(route, "app"):
+            yield from app_routes(route)
+        else:
+            yield route.path, sorted(getattr(route, "methods", None) or ["GET", "POST"])

@@ -58,7 +58,8 @@ class Container:
 
 
 def build_container(settings: Settings | None = None, **overrides: Any) -> Container:
-    """Build the object graph. ``overrides`` replace adapters (tests pass fakes: ``store=...``)."""
+    """Build the object graph. ``overrides`` replace adapters (tests pass fakes: ``store=...``;
+    ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs)."""
     from engram.adapters.clock import SystemClock
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
@@ -109,7 +110,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     )
     container._closers = closers
     _wire_jobs(container, overrides)
-    container.chat = overrides.get("chat") or _build_chat(settings, container)
+    container.chat = overrides.get("chat") or _build_chat(settings, container, overrides.get("bedrock_runtime"))
     return container
 
 
@@ -126,6 +127,8 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     s = container.settings
     locks = NamespaceLocks()
     upstream: dict[str, Any] = {}
+    if overrides.get("bedrock_runtime") is not None:
+        upstream["bedrock-runtime"] = overrides["bedrock_runtime"]
     c = container
 
     def job_model(name: Callable[[Settings], str]) -> Any:
@@ -196,7 +199,13 @@ def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) ->
             from engram.adapters.llm.bedrock import BedrockChatModel
 
             if model not in shared:
-                shared[model] = BedrockChatModel(model, region=settings.aws_region or None)
+                try:
+                    shared[model] = BedrockChatModel(
+                        model, region=settings.aws_region or None, client=shared.get("bedrock-runtime")
+                    )
+                except Exception as exc:  # botocore's NoRegionError: the jobs say so, the app still starts
+                    log.warning("Bedrock model %s is unavailable to the jobs (%s): set ENGRAM_AWS_REGION", model, exc)
+                    return None
             return shared[model]
         if settings.upstream_base_url:
             from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
@@ -355,8 +364,9 @@ def _build_recall(
     return RecallService(store, index, embedder, reranker, compressor, clock, config)
 
 
-def _build_chat(settings: Settings, container: Container) -> Any:
-    """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan)."""
+def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any = None) -> Any:
+    """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan); Bedrock
+    (``bedrock/<model-id>``) through one boto3 client built on first use."""
     from engram.adapters.llm.anthropic import AnthropicUpstream
     from engram.adapters.llm.openai_compat import OpenAICompatUpstream
     from engram.services.chat import ChatConfig, ChatService
@@ -372,13 +382,28 @@ def _build_chat(settings: Settings, container: Container) -> Any:
         settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
         **timeouts,
     )
+    bedrock: Any = None
+    try:
+        from engram.adapters.llm.bedrock import BedrockChatUpstream
+
+        bedrock = BedrockChatUpstream(
+            region=settings.aws_region or None,
+            client=bedrock_runtime,
+            connect_timeout=settings.upstream_connect_timeout,
+            read_timeout=settings.upstream_timeout,
+        )
+    except ModuleNotFoundError as exc:  # a build without boto3: bedrock/ models answer 503
+        log.info("no Bedrock chat upstream (%s)", exc.name)
     try:
         from engram.services.recall import render_prompt
     except ImportError:  # recall not in this build: plain one-line-per-memory rendering
         render_prompt = None
     config = container.runtime.provider(
         lambda eff: ChatConfig.from_settings(
-            eff, openai_configured=openai.configured, anthropic_configured=anthropic.configured
+            eff,
+            openai_configured=openai.configured,
+            anthropic_configured=anthropic.configured,
+            bedrock_configured=bedrock is not None and (bedrock.configured or not _names_bedrock(eff)),
         )
     )
     return ChatService(
@@ -392,7 +417,15 @@ def _build_chat(settings: Settings, container: Container) -> Any:
         config=config,
         queue=container.queue,
         render_recall=render_prompt,
+        bedrock=bedrock,
     )
+
+
+def _names_bedrock(settings: Settings) -> bool:
+    """Whether the gateway may route to Bedrock; only then is the AWS config read (it takes ~0.1 s).
+    Otherwise a ``bedrock/`` name still fails cleanly: the adapter names the missing region setting."""
+    models = (settings.chat_model, settings.vision_model)
+    return settings.chat_allow_model_passthrough or any(m.startswith("bedrock/") for m in models)
 
 
 def index_model_mismatch(container: Container) -> bool:

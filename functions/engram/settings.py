@@ -113,8 +113,12 @@ class Settings(BaseSettings):
     )
     anthropic_api_key: SecretStr | None = Field(None, description="Key for the Anthropic upstream.")
     public_model_name: str = Field("companion", description="Model alias clients use.")
-    chat_model: str = Field("", description="Upstream model the alias maps to.")
-    vision_model: str = Field("", description="Model used when a request contains images (and by guide-dog).")
+    chat_model: str = Field(
+        "", description="Upstream model the alias maps to (`bedrock/<model-id>`: Amazon Bedrock, no key needed)."
+    )
+    vision_model: str = Field(
+        "", description="Model used when a request contains images (and by guide-dog); `bedrock/<model-id>` works too."
+    )
     extract_model: str = Field("", description="Model for extraction (defaults to `chat_model`).")
     dream_model: str = Field("", description="Model for dreaming (defaults to `chat_model`).")
     timezone: str = Field("UTC", description="The user's time zone (day boundaries, dreaming at 04:10).")
@@ -219,7 +223,9 @@ class Settings(BaseSettings):
 
     # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------
     aws_region: str = Field(
-        "", description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock (default: the SDK's)."
+        "",
+        description="AWS region for DynamoDB, SQS, OpenSearch and Bedrock, `bedrock/` chat models included "
+        "(default: the SDK's, e.g. `AWS_REGION`).",
     )
     table_name: str = Field("", description="DynamoDB table of the `dynamodb` store.")
     opensearch_endpoint: str = Field(

@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
+from tests.servers import ServerThread
 
 
 @dataclass(frozen=True)
@@ -91,8 +90,7 @@ class FakeUpstream:
         self.requests: list[RecordedRequest] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ServerThread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._release: asyncio.Event | None = None
         self.port = 0
@@ -122,35 +120,24 @@ class FakeUpstream:
         raise AssertionError(f"no request recorded for {path or 'any path'}")
 
     def start(self) -> FakeUpstream:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
+        self._server = ServerThread(
             self._app,
+            start_timeout=10,
             interface="asgi3",
             log_level="critical",
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("fake upstream did not start")
-            time.sleep(0.005)
+        self.port = self._server.port
+        self._server.start()
         return self
 
     def stop(self) -> None:
         if self._loop is not None and self._release is not None:
             self._loop.call_soon_threadsafe(self._release.set)
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._server.stop(timeout=5)
 
     def __enter__(self) -> FakeUpstream:
         return self.start()

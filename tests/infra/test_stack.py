@@ -59,6 +59,8 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
         rerank_region="us-west-2",
         vector_dimension=512,
         bedrock_models=("us.anthropic.claude-haiku-4-5-20251001-v1:0",),
+        chat_model="bedrock/eu.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        vision_model="bedrock/amazon.nova-lite-v1:0",
         data_access_principals=("arn:aws:iam::111122223333:role/Admin",),
     )
 
@@ -257,6 +259,10 @@ def test_bedrock_limited_to_named_models(custom: tuple[EngramStack, Template]) -
         assert "foundation-model/amazon.titan-embed-text-v2:0" in resources
         assert "inference-profile/us.anthropic.claude-haiku-4-5-20251001-v1:0" in resources
         assert ":bedrock:us-west-2::foundation-model/amazon.rerank-v1:0" in resources
+        # And the gateway's bedrock/ chat and vision models (ConverseStream needs the stream action)
+        assert "inference-profile/eu.anthropic.claude-sonnet-4-5-20250929-v1:0" in resources
+        assert "foundation-model/anthropic.claude-sonnet-4-5-20250929-v1:0" in resources
+        assert "foundation-model/amazon.nova-lite-v1:0" in resources
         assert "foundation-model/*" not in resources
     rerank = [s for s in _policy_statements(template) if "bedrock:Rerank" in _as_list(s["Action"])]
     assert rerank and all(s["Resource"] == "*" for s in rerank)
@@ -363,3 +369,11 @@ def test_layer_requirements_cover_the_runtime_dependencies() -> None:
     lines = (root / "layers" / "requirements.txt").read_text().splitlines()
     layer = {name(line) for line in lines if line.strip() and not line.startswith("#")}
     assert {name(r) for r in wanted} <= layer
+
+
+def test_bedrock_models_named_in_extra_env_are_granted() -> None:
+    # Given a chat model set through extra_env instead of the chat_model key
+    cfg = EngramConfig(extra_env={"ENGRAM_CHAT_MODEL": "bedrock/mistral.mistral-large-2407-v1:0"}, chat_model="gpt-x")
+    # Then it is among the models the functions may invoke, and a non-Bedrock name is not
+    ids = cfg.bedrock_model_ids()
+    assert "mistral.mistral-large-2407-v1:0" in ids and "gpt-x" not in ids

@@ -28,6 +28,7 @@ class Gateway:
     container: Container
     upstream: FakeUpstream
     recall: SpyRecall
+    app: Any = None
 
     @property
     def store(self) -> Any:
@@ -73,18 +74,25 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
     stack = ExitStack()
     upstream.reset()
 
-    def make(*, recall_fails: bool = False, queue: Any = None, **overrides: Any) -> Gateway:
+    def make(
+        *, recall_fails: bool = False, queue: Any = None, bedrock_runtime: Any = None, **overrides: Any
+    ) -> Gateway:
         from engram.adapters.search.inmemory import InMemorySearchIndex
         from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
         settings = gateway_settings(upstream, **overrides)
         store, index = InMemoryMemoryStore(), InMemorySearchIndex()
-        real = build_container(settings, store=store, index=index, embedder=None).recall
+        real = build_container(
+            settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime
+        ).recall
         spy = SpyRecall(real, fail=recall_fails)
-        container = build_container(settings, store=store, index=index, embedder=None, recall=spy, queue=queue)
+        container = build_container(
+            settings, store=store, index=index, embedder=None, recall=spy, queue=queue, bedrock_runtime=bedrock_runtime
+        )
         stack.callback(container.close)
-        url = stack.enter_context(serve_app(create_app(container)))
-        return Gateway(url, container, upstream, spy)
+        app = create_app(container)
+        url = stack.enter_context(serve_app(app))
+        return Gateway(url, container, upstream, spy, app)
 
     yield make
     stack.close()

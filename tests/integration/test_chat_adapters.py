@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +10,7 @@ from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompa
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 
 from tests.fakes.upstream import FakeUpstream, Reply, Usage
+from tests.servers import free_port
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +22,6 @@ def upstream() -> Iterator[FakeUpstream]:
 @pytest.fixture(autouse=True)
 def _reset(upstream: FakeUpstream) -> None:
     upstream.reset()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_openai_complete_sends_key_model_and_json_mode(upstream: FakeUpstream) -> None:
@@ -98,7 +92,7 @@ async def test_rate_limit_and_rejection_are_translated(upstream: FakeUpstream) -
 
 async def test_unreachable_is_unavailable_and_hang_is_timeout(upstream: FakeUpstream) -> None:
     # Given nothing listening, and an upstream that stalls past the read timeout
-    dead = OpenAICompatChatModel(OpenAICompatUpstream(f"http://127.0.0.1:{_free_port()}/v1", None), "m")
+    dead = OpenAICompatChatModel(OpenAICompatUpstream(f"http://127.0.0.1:{free_port()}/v1", None), "m")
     slow = OpenAICompatChatModel(OpenAICompatUpstream(upstream.openai_base_url, None, read_timeout=0.2), "m")
     upstream.script(Reply(hang=3))
     # Then the errors are the domain's

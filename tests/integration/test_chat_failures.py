@@ -4,7 +4,6 @@ nothing configured, missing scope, client disconnect. Driven by the `openai`/`an
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import anthropic
@@ -16,6 +15,7 @@ from engram.services.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply
 from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.servers import free_port
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -25,12 +25,6 @@ HEADERS = ("x-engram-injected", "x-engram-reason", "x-engram-recall-ms", "x-engr
 
 def client(gw: Gateway) -> openai.OpenAI:
     return openai.OpenAI(base_url=gw.url + "/v1", api_key=OWNER_KEY, max_retries=0, timeout=10)
-
-
-def _dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 def _chat(gw: Gateway, *, stream: bool = False, content: str = "hi") -> httpx.Response:
@@ -57,7 +51,7 @@ def test_upstream_error_status_and_body_are_passed_through(make_gateway) -> None
 
 def test_unreachable_upstream_is_502_and_timeout_is_504(make_gateway) -> None:
     # Given nothing listening at the upstream URL
-    gw = make_gateway(upstream_base_url=_dead_url())
+    gw = make_gateway(upstream_base_url=f"http://127.0.0.1:{free_port()}/v1")
     with pytest.raises(openai.APIStatusError) as info:
         client(gw).chat.completions.create(model="companion", messages=[{"role": "user", "content": "x"}])
     assert info.value.status_code == 502

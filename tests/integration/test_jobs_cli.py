@@ -123,3 +123,24 @@ def test_extract_and_dream_with_a_model(
     # Then the first dreams the day and the second finds it done
     assert f"dream {yesterday}: 1 done" in first and "1 already_done" in second
     assert len(scripted.calls) == 2
+
+
+def test_job_commands_exist_when_run_as_a_module(data_dir: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # Given the CLI run as `python -m engram.entrypoints.cli` (not through the `engram` script)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "functions"), "ENGRAM_EMBEDDER": "none"}
+    # When `cleanup` runs on a fresh data directory
+    done = subprocess.run(
+        [sys.executable, "-m", "engram.entrypoints.cli", "cleanup", "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # Then the job command is known and reports what it did
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cleanup: deleted 0 messages")

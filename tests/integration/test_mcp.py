@@ -290,6 +290,17 @@ def test_protocol_errors_are_jsonrpc_errors_and_the_server_survives(server: Engr
         assert http.post("/mcp", json=INIT, headers=auth).status_code == 200
 
 
+def test_get_opens_no_idle_stream_it_answers_405(server: EngramServer) -> None:
+    # Given a stateless JSON-response server and an authenticated GET (a client probing for an SSE stream)
+    with httpx.Client(base_url=server.url, timeout=5) as http:
+        probe = http.get("/mcp", headers={"accept": "text/event-stream", "authorization": f"Bearer {OWNER_KEY}"})
+        anonymous = http.get("/mcp", headers={"accept": "text/event-stream"})
+    # Then it gets 405 at once (the spec's "no stream here"), not a stream held open; no key is still 401
+    assert probe.status_code == 405 and probe.json()["error"]["code"] == "method_not_allowed"
+    assert "POST" in probe.headers["allow"]
+    assert anonymous.status_code == 401
+
+
 def test_host_allowlist(make_server: Callable[..., EngramServer]) -> None:
     auth = {**ACCEPT, "authorization": f"Bearer {OWNER_KEY}"}
     # Given the default allowlist (localhost and 127.0.0.1, any port)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,13 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.servers import free_port
+
 RUN_SH = Path(__file__).resolve().parents[2] / "functions" / "run.sh"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("surface", ["all", "mcp"])

@@ -13,7 +13,7 @@ from engram.services.injection import (
     inject_anthropic,
     inject_openai,
     is_volatile_line,
-    last_user_text_anthropic,
+    last_user_text,
     render_boot_block,
     split_volatile,
 )
@@ -114,7 +114,7 @@ def test_claude_markers_at_most_four_none_on_patch_and_ttl() -> None:
     assert current[0] == {"type": "text", "text": "three"}
     assert current[-1]["text"].startswith("<engram-context>") and "cache_control" not in current[-1]
     assert "10:32" in current[-1]["text"] and "10:32" not in json.dumps(out["system"])
-    assert last_user_text_anthropic(_turn(history, "three")) == "three"
+    assert last_user_text(_turn(history, "three")) == "three"
 
 
 def test_bridge_marker_for_long_turns_and_never_more_than_four() -> None:
@@ -216,3 +216,27 @@ def test_a_system_prompt_that_was_only_a_date_is_dropped_not_sent_empty() -> Non
     out, _ = inject_openai(body, boot_text="", recall_text="- a memory")
     assert [m["role"] for m in out["messages"]] == ["user"]
     assert "2026-11-30" in out["messages"][0]["content"] and "a memory" in out["messages"][0]["content"]
+
+
+def test_last_user_text_reads_both_wires_and_only_a_user_turn() -> None:
+    # Given OpenAI and Anthropic turns with text and image parts, and a turn ending with the assistant
+    openai_turn = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": " look "},
+                    {"type": "image_url", "image_url": {"url": "data:x"}},
+                    {"type": "text", "text": "here"},
+                ],
+            }
+        ]
+    }
+    anthropic_turn = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    ended = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    # When reading the current user text, Then text parts are joined and other turns give None
+    assert last_user_text(openai_turn) == "look \nhere"
+    assert last_user_text(anthropic_turn) == "hi"
+    assert last_user_text({"messages": [{"role": "user", "content": "   "}]}) is None
+    assert last_user_text(ended) is None
+    assert last_user_text({}) is None

@@ -44,3 +44,19 @@ def test_not_configured_names_the_setting() -> None:
             config=CFG.__class__("companion", "m", "", False, True, False),
             vision_only=True,
         )
+
+
+def test_bedrock_models_go_to_bedrock_with_their_prefix_kept() -> None:
+    # Given the alias mapped to a Bedrock model and Bedrock configured
+    cfg = RouteConfig("companion", "bedrock/anthropic.claude-3-5-haiku", "", False, True, True, bedrock_configured=True)
+    # When the alias is asked
+    r = route("companion", has_images=False, config=cfg)
+    # Then Bedrock serves it (the adapter strips the prefix), even though the name contains "claude"
+    assert (r.provider, r.model, r.requested) == ("bedrock", "bedrock/anthropic.claude-3-5-haiku", "companion")
+
+
+def test_a_bedrock_model_without_aws_configured_names_the_setting() -> None:
+    cfg = RouteConfig("companion", "bedrock/amazon.nova-lite-v1:0", "", False, True, True)
+    with pytest.raises(NotConfigured) as info:
+        route("companion", has_images=False, config=cfg)
+    assert "ENGRAM_AWS_REGION" in info.value.message

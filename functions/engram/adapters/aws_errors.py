@@ -5,6 +5,7 @@ from __future__ import annotations
 from engram.domain.errors import (
     EngramError,
     InvalidInput,
+    NotConfigured,
     UpstreamRateLimited,
     UpstreamRejected,
     UpstreamTimeout,
@@ -26,7 +27,11 @@ UNAVAILABLE = {
     "ServiceUnavailable",
 }
 TIMEOUT = {"ModelTimeoutException", "RequestTimeout", "RequestTimeoutException"}
-DENIED = {"AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException", "InvalidSignatureException"}
+# The caller's IAM identity may not do this (no grant, or no model access in Bedrock): 403, the owner can fix it.
+FORBIDDEN = {"AccessDeniedException"}
+# The process's own credentials are broken: the service did not recognise them (the gateway's fault, 502).
+DENIED = {"UnrecognizedClientException", "ExpiredTokenException", "InvalidSignatureException"}
+NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
 
 
 def translate(exc: Exception, what: str) -> EngramError:
@@ -35,6 +40,7 @@ def translate(exc: Exception, what: str) -> EngramError:
     if isinstance(response, dict):
         error = response.get("Error", {})
         code = str(error.get("Code", ""))
+        code = code[:1].upper() + code[1:]  # stream exception events name them `throttlingException`, ...
         message = str(error.get("Message", ""))[:300]
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 502)
         if code in THROTTLED:
@@ -45,10 +51,19 @@ def translate(exc: Exception, what: str) -> EngramError:
             return UpstreamUnavailable(f"{what}: {code or status} {message}".strip())
         if code == "ValidationException":
             return InvalidInput(f"{what}: rejected: {message}")
+        if code in FORBIDDEN:
+            return UpstreamRejected(f"{what}: access denied ({code}): {message}", status=403)
         if code in DENIED:
             return UpstreamRejected(f"{what}: access denied ({code}): {message}", status=502)
         return UpstreamRejected(f"{what}: {code} {message}".strip(), status=502)
     name = type(exc).__name__
+    if name in NO_CREDENTIALS:
+        return NotConfigured(
+            f"{what}: no AWS credentials: give the process an IAM role, or set AWS_PROFILE "
+            "(or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        )
+    if name == "NoRegionError":
+        return NotConfigured(f"{what}: no AWS region: set ENGRAM_AWS_REGION (or AWS_REGION)")
     if "Timeout" in name:
         return UpstreamTimeout(f"{what}: timed out ({name})")
     return UpstreamUnavailable(f"{what}: {name}")

@@ -174,4 +174,8 @@ def _load_job_commands() -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m engram.entrypoints.cli`: run the importable module's main, whose parser list the job
+    # commands register into (this file runs as `__main__`, a second copy they never see).
+    from engram.entrypoints.cli import main as _main
+
+    raise SystemExit(_main())

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import anyio
 
-from engram.domain.errors import EngramError, InvalidInput, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.errors import EngramError, InvalidInput, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
 from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
@@ -33,8 +33,7 @@ from engram.services.injection import (
     Injected,
     inject_anthropic,
     inject_openai,
-    last_user_text_anthropic,
-    last_user_text_openai,
+    last_user_text,
     render_boot_block,
 )
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
@@ -85,7 +84,9 @@ class ChatConfig:
     cache: CachePolicy | None = field(default_factory=CachePolicy)
 
     @classmethod
-    def from_settings(cls, s: Any, *, openai_configured: bool, anthropic_configured: bool) -> ChatConfig:
+    def from_settings(
+        cls, s: Any, *, openai_configured: bool, anthropic_configured: bool, bedrock_configured: bool = False
+    ) -> ChatConfig:
         return cls(
             routing=RouteConfig(
                 public_model=s.public_model_name,
@@ -94,6 +95,7 @@ class ChatConfig:
                 allow_passthrough=s.chat_allow_model_passthrough,
                 openai_configured=openai_configured,
                 anthropic_configured=anthropic_configured,
+                bedrock_configured=bedrock_configured,
             ),
             inject_enabled=s.chat_inject_enabled,
             inject_max_body_bytes=s.chat_inject_max_body_bytes,
@@ -160,9 +162,13 @@ class ChatService:
         config: ChatConfig | Callable[[], ChatConfig],
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
+        bedrock: ChatUpstream | None = None,
     ) -> None:
         self._openai = openai
         self._anthropic = anthropic
+        # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
+        # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
+        self._bedrock = bedrock
         self._store = store
         self._library = library
         self._memories = memories
@@ -206,7 +212,7 @@ class ChatService:
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
             )
-            ex.user_text = last_user_text_openai(body) if wire == "openai" else last_user_text_anthropic(body)
+            ex.user_text = last_user_text(body)
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
@@ -218,7 +224,7 @@ class ChatService:
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
         assert ex.route is not None
         body, provider, model = ex.body, ex.route.provider, ex.route.model
-        if ex.wire == "openai" and provider == "openai":
+        if ex.wire == "openai" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
             if body.get("stream") and ex.persist:  # usage is logged with the exchange
                 opts = dict(body.get("stream_options") or {})
@@ -321,7 +327,7 @@ class ChatService:
     # -- forwarding ---------------------------------------------------------------------------------
     async def _forward(self, ex: _Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
         assert ex.route is not None
-        upstream = self._anthropic if ex.route.provider == "anthropic" else self._openai
+        upstream = self._upstream_for(ex.route.provider)
         path = "/v1/messages" if ex.route.provider == "anthropic" else "/chat/completions"
         headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
         if ex.route.provider != "anthropic":
@@ -347,6 +353,15 @@ class ChatService:
             stream=self._stream(ex, task, first),
             media_type="text/event-stream",
         )
+
+    def _upstream_for(self, provider: str) -> ChatUpstream:
+        if provider == "anthropic":
+            return self._anthropic
+        if provider == "bedrock":
+            if self._bedrock is None:
+                raise NotConfigured("bedrock/ models are not available in this build (needs boto3)")
+            return self._bedrock
+        return self._openai
 
     def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
@@ -376,7 +391,13 @@ class ChatService:
         self, ex: _Exchange, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
     ) -> AsyncIterator[bytes]:
         assert ex.route is not None
-        tap = _Tap(ex.route.provider, ex.wire, ex.route.requested, ex.client_wants_usage, observe=ex.persist)
+        tap = _Tap(
+            "anthropic" if ex.route.provider == "anthropic" else "openai",
+            ex.wire,
+            ex.route.requested,
+            ex.client_wants_usage,
+            observe=ex.persist,
+        )
         try:
             if reply is None:
                 while True:
@@ -491,7 +512,7 @@ class ChatService:
     async def aclose(self) -> None:
         """Finish background writes and close the upstream HTTP clients (app shutdown)."""
         await self.drain()
-        for upstream in (self._openai, self._anthropic):
+        for upstream in (self._openai, self._anthropic, self._bedrock):
             closer = getattr(upstream, "aclose", None)
             if closer is not None:
                 await closer()
@@ -544,7 +565,8 @@ def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
     """The SSE error event for a failure after the stream began (status can no longer change)."""
     kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
     if wire == "anthropic":
-        return [sse_bytes({"type": "error", "error": {"type": "api_error", "message": exc.message}}, "error")]
+        payload = {"type": "error", "error": {"type": "api_error", "message": exc.message, "code": exc.code}}
+        return [sse_bytes(payload, "error")]
     return [sse_bytes({"error": {"message": exc.message, "type": kind, "code": exc.code}}), SSE_DONE]
 
 

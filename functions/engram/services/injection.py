@@ -158,7 +158,12 @@ class Injected:
 
 
 # -- the current user turn -------------------------------------------------------------------------------
-def last_user_text_openai(body: dict[str, Any]) -> str | None:
+def last_user_text(body: dict[str, Any]) -> str | None:
+    """The text of the current user turn, or None when the last message is not a user's.
+
+    Both wires keep text parts as ``{"type": "text", "text": ...}`` in a ``content`` list (or a plain
+    string), so one reader serves OpenAI chat completions and Anthropic messages alike.
+    """
     messages = body.get("messages") or []
     if not messages or messages[-1].get("role") != "user":
         return None
@@ -166,17 +171,6 @@ def last_user_text_openai(body: dict[str, Any]) -> str | None:
     if isinstance(content, str):
         return content.strip() or None
     text = "\n".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
-    return text.strip() or None
-
-
-def last_user_text_anthropic(body: dict[str, Any]) -> str | None:
-    messages = body.get("messages") or []
-    if not messages or messages[-1].get("role") != "user":
-        return None
-    content = messages[-1].get("content")
-    if isinstance(content, str):
-        return content.strip() or None
-    text = "\n".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
     return text.strip() or None
 
 

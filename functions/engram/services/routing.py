@@ -2,6 +2,7 @@
 
 - the public alias (``companion``) -> the configured chat model;
 - a request with images that asked for the alias -> the vision model (when one is configured);
+- ``bedrock/<model-id>`` -> Amazon Bedrock Converse (OpenAI wire to the adapter, which converts);
 - ``claude*`` / ``anthropic/claude*`` -> the Anthropic Messages API (when configured; else the
   OpenAI-compatible upstream, which is how OpenRouter serves Claude);
 - everything else -> the OpenAI-compatible upstream.
@@ -16,7 +17,8 @@ from typing import Any, Literal
 
 from engram.domain.errors import InvalidInput, NotConfigured
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "bedrock"]
+BEDROCK_PREFIX = "bedrock/"
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,13 @@ class RouteConfig:
     allow_passthrough: bool
     openai_configured: bool
     anthropic_configured: bool
+    bedrock_configured: bool = False
 
 
 @dataclass(frozen=True)
 class Route:
     provider: Provider
-    model: str  # the name sent upstream
+    model: str  # the name sent upstream (``bedrock/<id>`` keeps its prefix; the Bedrock adapter strips it)
     requested: str  # the name the client asked for (echoed back in responses)
     vision: bool = False
 
@@ -66,6 +69,13 @@ def route(requested: str, *, has_images: bool, config: RouteConfig, vision_only:
             f"unknown model '{name}': use '{config.public_model}' (or set ENGRAM_CHAT_ALLOW_MODEL_PASSTHROUGH=true)",
             code="model_not_found",
         )
+    if model.startswith(BEDROCK_PREFIX) and len(model) > len(BEDROCK_PREFIX):
+        if not config.bedrock_configured:
+            raise NotConfigured(
+                f"model '{model}' runs on Amazon Bedrock: set ENGRAM_AWS_REGION (or AWS_REGION) "
+                "and give the process AWS credentials (an IAM role, AWS_PROFILE or AWS_ACCESS_KEY_ID)"
+            )
+        return Route("bedrock", model, requested or model, vision)
     if is_claude(model) and config.anthropic_configured:
         return Route("anthropic", model.split("/", 1)[1] if "/" in model else model, requested or model, vision)
     if config.openai_configured:

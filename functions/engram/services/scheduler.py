@@ -3,6 +3,10 @@
 On AWS, EventBridge Scheduler plays this part (set ``ENGRAM_SCHEDULER_ENABLED=false`` there). The
 schedule math is pure (``every_hours``, ``daily_at``) so the time-zone rules are unit-tested; the
 loop sleeps in short steps so shutdown is prompt and a test clock can drive it.
+
+A job's next run is recomputed on every cycle from the time of its last run (or the scheduler's
+start), so a time zone changed in the admin panel's runtime settings moves the daily schedules
+without a restart.
 """
 
 from __future__ import annotations
@@ -36,11 +40,15 @@ def every_hours(hours: int) -> NextRun:
     return next_run
 
 
-def daily_at(hour: int, minute: int, timezone: str) -> NextRun:
-    """The next ``hour:minute`` wall-clock time in ``timezone`` strictly after ``t``."""
-    tz = ZoneInfo(timezone)
+def daily_at(hour: int, minute: int, timezone: str | Callable[[], str]) -> NextRun:
+    """The next ``hour:minute`` wall-clock time in ``timezone`` strictly after ``t``.
+
+    ``timezone`` may be a callable, read on every call (the runtime settings' current time zone).
+    """
+    current_zone = timezone if callable(timezone) else (lambda: timezone)
 
     def next_run(t: datetime) -> datetime:
+        tz = ZoneInfo(current_zone())
         local = t.astimezone(tz)
         day = local.date()
         for offset in range(3):
@@ -58,6 +66,9 @@ class ScheduledJob:
     next_after: NextRun
     run: JobRunner
     due: datetime | None = None
+    # The schedule counts from here (the last run, or the scheduler's start); ``retry_at`` brings a failed run forward.
+    anchor: datetime | None = None
+    retry_at: datetime | None = None
     runs: int = 0
     failures: int = 0
 
@@ -77,17 +88,23 @@ class Scheduler:
         now = self.clock.now()
         ran: list[str] = []
         for job in self.jobs:
-            if job.due is None:
-                job.due = job.next_after(now)
+            if job.anchor is None:
+                job.anchor = now
+            job.due = self._due(job)
             if job.due > now:
                 continue
             ran.append(job.name)
             ok = await self._run(job)
-            after = self.clock.now()
-            job.due = job.next_after(after)
-            if not ok:
-                job.due = min(job.due, after + self.retry_after)
+            job.anchor = self.clock.now()
+            job.retry_at = None if ok else job.anchor + self.retry_after
+            job.due = self._due(job)
         return ran
+
+    @staticmethod
+    def _due(job: ScheduledJob) -> datetime:
+        assert job.anchor is not None
+        due = job.next_after(job.anchor)  # recomputed each cycle: follows a changed time zone
+        return min(due, job.retry_at) if job.retry_at is not None else due
 
     async def serve(self) -> None:
         """Run forever (until cancelled)."""

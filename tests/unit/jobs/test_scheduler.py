@@ -60,3 +60,29 @@ async def test_jobs_run_when_due_and_failures_retry_sooner() -> None:
     clock.set(datetime(2026, 3, 10, 23, 0, tzinfo=UTC))
     assert "nightly" in await scheduler.run_due()
     assert scheduler.jobs[1].failures == 1 and calls.count("nightly") == 1
+
+
+async def test_a_changed_time_zone_moves_the_next_daily_run_without_a_restart() -> None:
+    # Given a scheduler started at 12:00 UTC with a 04:10 daily job in a time zone that can change
+    clock = ManualClock(datetime(2026, 3, 10, 12, 0, tzinfo=UTC))
+    zone = {"name": "UTC"}
+    calls: list[datetime] = []
+
+    async def nightly() -> object:
+        calls.append(clock.now())
+        return True
+
+    scheduler = Scheduler(clock=clock)
+    scheduler.add("dream", daily_at(4, 10, lambda: zone["name"]), nightly)
+    assert await scheduler.run_due() == []
+    assert scheduler.jobs[0].due == datetime(2026, 3, 11, 4, 10, tzinfo=UTC)
+    # When the owner switches to Singapore (04:10 there is 20:10 UTC)
+    zone["name"] = "Asia/Singapore"
+    clock.set(datetime(2026, 3, 10, 13, 0, tzinfo=UTC))
+    # Then the next cycle already waits for 20:10 UTC, and the job runs then, not at 04:10 UTC
+    assert await scheduler.run_due() == []
+    assert scheduler.jobs[0].due == datetime(2026, 3, 10, 20, 10, tzinfo=UTC)
+    clock.set(datetime(2026, 3, 10, 20, 10, tzinfo=UTC))
+    assert await scheduler.run_due() == ["dream"]
+    assert calls == [datetime(2026, 3, 10, 20, 10, tzinfo=UTC)]
+    assert scheduler.jobs[0].due == datetime(2026, 3, 11, 20, 10, tzinfo=UTC)

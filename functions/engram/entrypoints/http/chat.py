@@ -71,7 +71,8 @@ def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Re
     if wire == "anthropic":
         payload: dict[str, Any] = {
             "type": "error",
-            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": exc.message},
+            # Anthropic's wire shape, plus the `code` every Engram error carries.
+            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": exc.message, "code": exc.code},
         }
     else:
         payload = {"error": {"message": exc.message, "type": type_, "code": exc.code}}

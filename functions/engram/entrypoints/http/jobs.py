@@ -79,11 +79,16 @@ def build_scheduler(container: Any) -> Scheduler:
     async def cleanup() -> object:
         return await asyncio.to_thread(container.cleanup.run)
 
+    def timezone() -> str:
+        # The admin panel may change the time zone at run time; the daily schedules follow it.
+        runtime = getattr(container, "runtime", None)
+        return str(runtime.get("timezone")) if runtime is not None else str(s.timezone)
+
     if container.extraction.configured:
         scheduler.add("extract", every_hours(s.extract_interval_hours), extract)
     if container.dreaming.configured:
-        scheduler.add("dream", daily_at(s.dream_hour, s.dream_minute, s.timezone), dream)
-    scheduler.add("cleanup", daily_at(s.cleanup_hour, s.cleanup_minute, s.timezone), cleanup)
+        scheduler.add("dream", daily_at(s.dream_hour, s.dream_minute, timezone), dream)
+    scheduler.add("cleanup", daily_at(s.cleanup_hour, s.cleanup_minute, timezone), cleanup)
     return scheduler
 
 

@@ -554,6 +554,14 @@ class McpGate:
         except Unauthorized as exc:
             await error_response(401, exc.message, "authentication_error", exc.code)(scope, receive, send)
             return
+        if scope["method"] == "GET":
+            # Stateless with JSON responses: no server-initiated stream to offer. The spec's answer is
+            # 405; the SDK would instead hold an idle SSE stream open (on Lambda, until the timeout).
+            message = "GET /mcp opens no stream on this server: POST JSON-RPC"
+            response = error_response(405, message, "invalid_request_error", "method_not_allowed")
+            response.headers["allow"] = "POST, DELETE"
+            await response(scope, receive, send)
+            return
         scope[PRINCIPAL_KEY] = principal
         await self.app(scope, receive, send)
 
