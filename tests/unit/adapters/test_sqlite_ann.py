@@ -84,7 +84,7 @@ def test_the_graph_is_saved_on_close_and_reloaded_and_reconciled_with_later_writ
     index.warm("a")
     assert index.wait_for_ann("a", timeout=10)
     index.close()
-    assert list(tmp_path.glob("e.db.ann-*.usearch"))
+    assert list(tmp_path.glob("e.db.ann-*.npz"))
     # When another process changes the namespace while nobody holds the graph
     other = SqliteSearchIndex(path, ann_threshold=10**9)
     moved = vectors(1, seed=5)[0]
@@ -123,3 +123,23 @@ def test_row_digests_see_any_change_and_sync_reports_the_difference() -> None:
     assert graph.sync(ids, rows) == 4  # m4 out and in, m19 out, x in
     assert len(graph) == 20
     assert graph.search(rows[-1], 1)[0][0] == "x"
+
+
+def test_an_unreadable_saved_graph_is_ignored_and_rebuilt(tmp_path: Path) -> None:
+    # Given a saved graph file that got truncated
+    path = tmp_path / "e.db"
+    index = SqliteSearchIndex(path, ann_threshold=50)
+    m = vectors(60)
+    fill(index, m)
+    index.warm("a")
+    assert index.wait_for_ann("a", timeout=10)
+    index.close()
+    (saved,) = tmp_path.glob("e.db.ann-*.npz")
+    saved.write_bytes(saved.read_bytes()[:100])
+    # When the index is reopened
+    reopened = SqliteSearchIndex(path, ann_threshold=50)
+    reopened.warm("a")
+    # Then the graph is rebuilt and answers
+    assert reopened.wait_for_ann("a", timeout=10)
+    assert top1(reopened, m[9]) == "m9"
+    reopened.close()

@@ -3,14 +3,16 @@
 Optional: without ``usearch`` installed, ``AnnGraph.available()`` is False and callers scan exactly.
 Keys are stable integers per memory id, so the graph is patched in place on upsert/delete.
 
-A graph can be saved next to the SQLite file (``save``) and loaded back (``load``); ``sync`` then
-reconciles it with the namespace's current vectors (adds, removes and re-adds changed rows, found by
-a per-row digest of the vector bytes), so a stale file costs only the difference, never a rebuild.
+A graph can be saved next to the SQLite file (``save``: one file, graph and id map together, replaced
+atomically) and loaded back (``load``); ``sync`` then reconciles it with the namespace's current
+vectors (adds, removes and re-adds changed rows, found by a per-row digest of the vector bytes), so a
+stale file costs only the difference, never a rebuild. An unreadable file is ignored (rebuilt).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -110,45 +112,48 @@ class AnnGraph:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        """Write the graph and its id map (``<path>`` and ``<path>.ids.npz``), atomically each."""
+        """Write the graph and its id map as one file, atomically (a unique temp file, then a rename)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        self._index.save(str(tmp))
         ids = list(self._key_of)
-        sidecar = path.with_name(path.name + ".ids.npz")
-        tmp_ids = path.with_name(path.name + ".ids.tmp.npz")
-        np.savez(
-            tmp_ids,
-            ids=np.asarray(ids, dtype=str),
-            keys=np.asarray([self._key_of[m] for m in ids], dtype=np.uint64),
-            digests=np.asarray([self._digest[m] for m in ids], dtype=np.uint64),
-            next=np.asarray([self._next], dtype=np.uint64),
-        )
-        os.replace(tmp, path)
-        os.replace(tmp_ids, sidecar)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(
+                    fh,
+                    graph=np.frombuffer(bytes(self._index.save()), dtype=np.uint8),
+                    ids=np.asarray(ids, dtype=str),
+                    keys=np.asarray([self._key_of[m] for m in ids], dtype=np.uint64),
+                    digests=np.asarray([self._digest[m] for m in ids], dtype=np.uint64),
+                    next=np.asarray([self._next], dtype=np.uint64),
+                    dimension=np.asarray([self.dimension], dtype=np.int64),
+                )
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: Path, dimension: int) -> AnnGraph | None:
         """The graph saved at ``path``, or None (missing, unreadable or another dimension)."""
-        sidecar = path.with_name(path.name + ".ids.npz")
-        if not path.exists() or not sidecar.exists():
+        if not path.exists():
             return None
         try:
             from usearch.index import Index
 
-            index = Index.restore(str(path))
-            if index is None or index.ndim != dimension:
+            with np.load(path) as data:
+                if int(data["dimension"][0]) != dimension:
+                    return None
+                index = Index.restore(data["graph"].tobytes())
+                ids = [str(m) for m in data["ids"].tolist()]
+                keys = data["keys"].tolist()
+                digests = data["digests"].tolist()
+                next_key = int(data["next"][0])
+            if index is None or index.ndim != dimension or len(ids) != len(index):
                 return None
-            data = np.load(sidecar)
             graph = cls(dimension, index)
-            ids = [str(m) for m in data["ids"].tolist()]
-            keys = data["keys"].tolist()
-            if len(ids) != len(index):
-                return None
             graph._key_of = dict(zip(ids, keys, strict=True))
             graph._id_of = dict(zip(keys, ids, strict=True))
-            graph._digest = dict(zip(ids, data["digests"].tolist(), strict=True))
-            graph._next = int(data["next"][0])
+            graph._digest = dict(zip(ids, digests, strict=True))
+            graph._next = next_key
             return graph
-        except (OSError, ValueError, KeyError, RuntimeError):
+        except Exception:  # truncated zip, bad pickle-free arrays, usearch refusing the buffer: rebuild
             return None

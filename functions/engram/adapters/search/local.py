@@ -343,7 +343,7 @@ class SqliteSearchIndex:
     def _ann_path(self, namespace: str) -> Path | None:
         if not self._ann_persist:
             return None
-        return Path(f"{self._path}.ann-{hashlib.sha1(namespace.encode('utf-8')).hexdigest()[:16]}.usearch")
+        return Path(f"{self._path}.ann-{hashlib.sha1(namespace.encode('utf-8')).hexdigest()[:16]}.npz")
 
     def _new_cache(self, namespace: str, dimension: int, generation: int) -> _VectorCache:
         return _VectorCache(
