@@ -291,7 +291,7 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     if settings.embedder == "local":
         from engram.adapters.embed.local import LocalEmbedder
 
-        return LocalEmbedder()
+        return LocalEmbedder(num_threads=settings.embedding_threads or None)
     if settings.embedder == "openai":
         from engram.adapters.embed.openai_compat import OpenAIEmbedder
 

