@@ -135,7 +135,9 @@ async def _run(url: str, headers: dict[str, str], concurrency: int, n: int, warm
 
         async def worker() -> None:
             for i in counter:
-                a, b = await _one(client, url, headers, QUERIES[i % len(QUERIES)])
+                # A distinct text per request (a real user rarely repeats a message verbatim), so the
+                # query-embedding cache does not flatter the recall row.
+                a, b = await _one(client, url, headers, f"{QUERIES[i % len(QUERIES)]} ({TOPICS[i % len(TOPICS)]} #{concurrency}.{i})")
                 ttfb.append(a)
                 total.append(b)
 
