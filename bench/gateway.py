@@ -137,7 +137,8 @@ async def _run(url: str, headers: dict[str, str], concurrency: int, n: int, warm
             for i in counter:
                 # A distinct text per request (a real user rarely repeats a message verbatim), so the
                 # query-embedding cache does not flatter the recall row.
-                a, b = await _one(client, url, headers, f"{QUERIES[i % len(QUERIES)]} ({TOPICS[i % len(TOPICS)]} #{concurrency}.{i})")
+                text = f"{QUERIES[i % len(QUERIES)]} ({TOPICS[i % len(TOPICS)]} #{concurrency}.{i})"
+                a, b = await _one(client, url, headers, text)
                 ttfb.append(a)
                 total.append(b)
 
