@@ -223,6 +223,19 @@ class ChatService:
 
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
         assert ex.route is not None
+        out = self._convert(ex)
+        if ex.route.provider == "bedrock":
+            # Prompt caching on Bedrock: the adapter places Converse cache points (Claude models only)
+            # where a top-level ``cache_control`` asks for them; the settings decide, not the client.
+            cache = self._config.cache
+            if cache is None:
+                out.pop("cache_control", None)
+            else:
+                out["cache_control"] = cache.marker()
+        return out
+
+    def _convert(self, ex: _Exchange) -> dict[str, Any]:
+        assert ex.route is not None
         body, provider, model = ex.body, ex.route.provider, ex.route.model
         if ex.wire == "openai" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}

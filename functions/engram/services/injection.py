@@ -20,6 +20,9 @@ does not send our patch back in later turns, so the previous turn's tail (the as
 before the current user turn) is the last point two consecutive requests share byte for byte; the
 "tail" marker sits there, and the "bridge" marker repeats the previous request's tail when the new
 turn added more blocks than Anthropic looks back (about 20) from a marker.
+
+Where the markers go is decided once, in ``engram.domain.prompt_cache.plan_markers``; this module writes
+them as Anthropic ``cache_control`` fields, the Bedrock adapter as Converse ``cachePoint`` blocks.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-LOOKBACK_BLOCKS = 20
+from engram.domain.prompt_cache import CachePolicy, plan_markers
+
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
 
 # -- volatile lines -------------------------------------------------------------------------------------
@@ -237,17 +241,6 @@ def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
 
 
 # -- Anthropic wire --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CachePolicy:
-    """Claude prompt-cache markers: ``ttl`` ``5m`` or ``1h``; ``lookback`` blocks before a bridge is added."""
-
-    ttl: Literal["5m", "1h"] = "5m"
-    lookback: int = LOOKBACK_BLOCKS
-
-    def marker(self) -> dict[str, str]:
-        return {"type": "ephemeral", "ttl": self.ttl}
-
-
 def inject_anthropic(
     body: dict[str, Any], boot_text: str, recall_text: str, cache: CachePolicy | None
 ) -> tuple[dict[str, Any], Injected]:
@@ -300,19 +293,15 @@ def _strip_volatile_blocks(blocks: list[dict[str, Any]]) -> tuple[list[dict[str,
     return out, moved_all
 
 
-def _cacheable_last(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for block in reversed(blocks):
-        if block.get("type") in _UNCACHEABLE:
-            continue
-        if block.get("type") == "text" and not block.get("text"):
-            continue
-        found: dict[str, Any] = block
-        return found
-    return None
+def _anthropic_cacheable(block: Any) -> bool:
+    """A block that may carry ``cache_control`` (not thinking, not an empty text)."""
+    if not isinstance(block, dict) or block.get("type") in _UNCACHEABLE:
+        return False
+    return not (block.get("type") == "text" and not block.get("text"))
 
 
 def _place_markers(body: dict[str, Any], cache: CachePolicy) -> int:
-    """Strip the client's markers and place ours: last tool, system anchor, tail, bridge (<= 4)."""
+    """Strip the client's markers and write ours where ``plan_markers`` says (<= 4)."""
     tools: list[dict[str, Any]] = body.get("tools") or []
     system: list[dict[str, Any]] = body.get("system") or []
     messages: list[dict[str, Any]] = body.get("messages") or []
@@ -328,31 +317,17 @@ def _place_markers(body: dict[str, Any], cache: CachePolicy) -> int:
                     {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
                     for b in block["content"]
                 ]
+    plan = plan_markers(
+        tools=len(tools), system=len(system), messages=messages, cacheable=_anthropic_cacheable, lookback=cache.lookback
+    )
     marker = cache.marker()
-    placed = 0
-    if tools:
+    if plan.last_tool:
         tools[-1]["cache_control"] = dict(marker)
-        placed += 1
-    if system:
+    if plan.system:
         system[-1]["cache_control"] = dict(marker)
-        placed += 1
-    n = len(messages)
-    # The current turn is the last message (a user turn); the tail is the message before it.
-    if n >= 2 and messages[-1].get("role") == "user":
-        tail = _cacheable_last(messages[n - 2]["content"])
-        if tail is not None:
-            tail["cache_control"] = dict(marker)
-            placed += 1
-        # The previous request's tail was two messages earlier. If this turn added more blocks than
-        # Anthropic looks back from a marker, repeat that tail as a bridge so it is still read.
-        if n >= 4 and tail is not None:
-            added = len(messages[n - 3]["content"]) + len(messages[n - 2]["content"])
-            if added >= cache.lookback:
-                bridge = _cacheable_last(messages[n - 4]["content"])
-                if bridge is not None:
-                    bridge["cache_control"] = dict(marker)
-                    placed += 1
-    return placed
+    for message, block in plan.in_messages:
+        messages[message]["content"][block]["cache_control"] = dict(marker)
+    return plan.count
 
 
 def count_markers(body: dict[str, Any]) -> int:

@@ -8,6 +8,12 @@ Covered: system/developer prompts, user/assistant turns (merged so roles alterna
 given as data URLs (raw bytes; boto3 encodes them), tool definitions -> ``toolConfig``, tool calls and
 results, reasoning, ``max_tokens``/``temperature``/``top_p``/``stop``, stop reasons and usage including
 cache read/write tokens.
+
+Prompt caching: a body with a top-level ``cache_control`` (``{"type": "ephemeral", "ttl": "5m"|"1h"}``, set
+by the chat service from ``ENGRAM_ANTHROPIC_CACHE_*``) gets Converse ``cachePoint`` blocks when the model
+is an Anthropic Claude model, at the positions ``engram.domain.prompt_cache.plan_markers`` picks (last
+tool, system anchor, tail of the previous turn, bridge; at most four, never in the current user turn).
+Other models get none (the field is dropped).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import time
 from typing import Any
 
 from engram.domain.errors import InvalidInput
+from engram.domain.prompt_cache import LOOKBACK_BLOCKS, plan_markers
 from engram.domain.sse import SSE_DONE, sse_bytes
 
 BEDROCK_PREFIX = "bedrock/"
@@ -158,7 +165,59 @@ def openai_to_converse(body: dict[str, Any]) -> dict[str, Any]:
     tool_config = _tool_config(body)
     if tool_config:
         request["toolConfig"] = tool_config
+    cache = body.get("cache_control")
+    if isinstance(cache, dict) and supports_prompt_cache(request["modelId"]):
+        place_cache_points(request, ttl=str(cache.get("ttl") or "5m"))
     return request
+
+
+# -- prompt caching ----------------------------------------------------------------------------------
+def supports_prompt_cache(model_id: str) -> bool:
+    """Anthropic Claude on Bedrock (``anthropic.claude-*``, also behind ``us.``/``eu.``/``global.`` inference
+    profiles and their ARNs). An application inference profile ARN does not name its model: no cache points."""
+    return "anthropic.claude" in model_id.lower()
+
+
+def _converse_cacheable(block: Any) -> bool:
+    """A content block a ``cachePoint`` may follow (not reasoning, not a cache point, not an empty text)."""
+    if not isinstance(block, dict) or "reasoningContent" in block or "cachePoint" in block:
+        return False
+    return not ("text" in block and not block["text"])
+
+
+def cache_point(ttl: str) -> dict[str, Any]:
+    """A Converse ``cachePoint`` block. ``5m`` is Bedrock's default and is not sent (older Claude models
+    take no ``ttl`` field); ``1h`` is sent as ``ttl`` (Claude 4.5 models and later)."""
+    point: dict[str, Any] = {"type": "default"}
+    if ttl == "1h":
+        point["ttl"] = "1h"
+    return {"cachePoint": point}
+
+
+def place_cache_points(request: dict[str, Any], *, ttl: str = "5m", lookback: int = LOOKBACK_BLOCKS) -> int:
+    """Add ``cachePoint`` blocks to a Converse request where ``plan_markers`` says; returns how many."""
+    tools: list[dict[str, Any]] = (request.get("toolConfig") or {}).get("tools") or []
+    system: list[dict[str, Any]] = request.get("system") or []
+    messages: list[dict[str, Any]] = request.get("messages") or []
+    plan = plan_markers(
+        tools=len(tools), system=len(system), messages=messages, cacheable=_converse_cacheable, lookback=lookback
+    )
+    if plan.last_tool:
+        tools.append(cache_point(ttl))
+    if plan.system:
+        system.append(cache_point(ttl))
+    for message, block in plan.in_messages:  # last first: an insertion leaves earlier positions valid
+        messages[message]["content"].insert(block + 1, cache_point(ttl))
+    return plan.count
+
+
+def count_cache_points(request: dict[str, Any]) -> int:
+    """Every ``cachePoint`` in a Converse request (tests and sanity checks)."""
+    tools = (request.get("toolConfig") or {}).get("tools") or []
+    blocks = [*tools, *(request.get("system") or [])]
+    for message in request.get("messages") or []:
+        blocks += message.get("content") or []
+    return sum(1 for block in blocks if isinstance(block, dict) and "cachePoint" in block)
 
 
 def _tool_config(body: dict[str, Any]) -> dict[str, Any] | None:
