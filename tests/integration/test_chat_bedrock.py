@@ -252,6 +252,103 @@ def test_anthropic_sdk_streaming_text_and_tool_use(gw, bedrock) -> None:
     assert stored(gw) == [("user", "weather in Oslo?"), ("assistant", "Checking the weather.")]
 
 
+# -- prompt caching -----------------------------------------------------------------------------------
+POINT = {"cachePoint": {"type": "default"}}
+
+
+def points(request: dict) -> int:
+    blocks = [*(request.get("toolConfig") or {}).get("tools", []), *request.get("system", [])]
+    blocks += [b for m in request["messages"] for b in m["content"]]
+    return sum(1 for b in blocks if "cachePoint" in b)
+
+
+def unpointed(messages: list[dict]) -> str:
+    return json.dumps([[b for b in m["content"] if "cachePoint" not in b] for m in messages], sort_keys=True)
+
+
+def test_claude_on_bedrock_gets_cache_points_and_consecutive_turns_share_the_prefix(gw, bedrock) -> None:
+    # Given memories, and Bedrock answering turn 2 with a cache write and turn 3 (streamed) with a cache read
+    seed(gw)
+    bedrock.script(
+        BedrockReply(text="r2", usage={"inputTokens": 10, "outputTokens": 2, "cacheWriteInputTokens": 2000}),
+        BedrockReply(text="r3", usage={"inputTokens": 12, "outputTokens": 2, "cacheReadInputTokens": 2000}),
+    )
+    system = {"role": "system", "content": "You are Mira.\nCurrent time: 2026-11-30 10:32"}
+    t2 = [system, {"role": "user", "content": "one"}, {"role": "assistant", "content": "r1"}]
+    t2.append({"role": "user", "content": "what is my test code?"})
+    t3 = [*t2, {"role": "assistant", "content": "r2"}, {"role": "user", "content": "and my name?"}]
+    # When the openai SDK sends turn 2 whole and turn 3 streamed, with tools
+    c = oai(gw)
+    c.chat.completions.create(model="companion", messages=t2, tools=TOOLS)
+    list(c.chat.completions.create(model="companion", messages=t3, tools=TOOLS, stream=True))
+    (op2, r2), (op3, r3) = bedrock.requests[-2:]
+    # Then both passed botocore's validation with cache points after the last tool, the boot block and the tail
+    assert (op2, op3) == ("Converse", "ConverseStream") and points(r2) == points(r3) == 3
+    for request in (r2, r3):
+        assert request["toolConfig"]["tools"][-1] == POINT and request["system"][-1] == POINT
+        assert "<engram-memory>" in request["system"][-2]["text"]
+        assert request["messages"][-2]["content"][-1] == POINT
+        # And none in the current turn, which carries the per-turn memory patch
+        current = request["messages"][-1]["content"]
+        assert all("cachePoint" not in b for b in current) and "<engram-context>" in texts(current)
+    # And tools and system are byte-identical across the turns, cache points included
+    assert json.dumps([r2["toolConfig"], r2["system"]]) == json.dumps([r3["toolConfig"], r3["system"]])
+    # And the messages up to turn 2's tail are byte-identical (cache points aside)
+    tail = len(r2["messages"]) - 2
+    assert unpointed(r2["messages"][: tail + 1]) == unpointed(r3["messages"][: tail + 1])
+    # And the cache write and read reach /v1/usage
+    rows = gw.wait_for(
+        lambda: [r for r in httpx.get(gw.url + "/v1/usage", headers=AUTH).json()["models"] if r["requests"] >= 2]
+    )
+    assert rows[0]["cache_write_tokens"] == 2000 and rows[0]["cache_read_tokens"] == 2000
+
+
+def test_anthropic_sdk_to_claude_on_bedrock_gets_our_cache_points_not_the_clients(gw, bedrock) -> None:
+    # Given a client that marks its own system prompt (Claude Code does)
+    system = [{"type": "text", "text": "You are Mira.", "cache_control": {"type": "ephemeral"}}]
+    messages = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "r1"},
+        {"role": "user", "content": "two"},
+    ]
+    # When it streams through the Anthropic door to a Bedrock Claude model
+    with claude(gw).messages.stream(model="companion", max_tokens=50, system=system, messages=messages) as stream:
+        "".join(stream.text_stream)
+    # Then Converse got Engram's points: system anchor and tail, none in the current turn
+    request = bedrock.last
+    assert bedrock.requests[-1][0] == "ConverseStream" and points(request) == 2
+    assert request["system"][-1] == POINT and request["messages"][-2]["content"] == [{"text": "r1"}, POINT]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"anthropic_cache_ttl": "1h"}, {"cachePoint": {"type": "default", "ttl": "1h"}}),
+        ({"anthropic_cache_enabled": False}, None),
+        ({"chat_model": "bedrock/amazon.nova-pro-v1:0"}, None),
+        ({"chat_model": "bedrock/meta.llama3-3-70b-instruct-v1:0"}, None),
+    ],
+)
+def test_cache_points_follow_the_settings_and_only_claude_gets_them(make_gateway, bedrock, overrides, expected):
+    # Given a gateway with a TTL of 1h, caching off, or a model that is not Claude
+    gw = make_gateway(**{"chat_model": MODEL, "aws_region": "us-east-1", **overrides}, bedrock_runtime=bedrock)
+    # When a second turn is sent
+    messages = [
+        {"role": "system", "content": "You are Mira."},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "r1"},
+        {"role": "user", "content": "two"},
+    ]
+    oai(gw).chat.completions.create(model="companion", messages=messages)
+    request = bedrock.last
+    # Then the 1h TTL is on every point, and caching off or a non-Claude model gets none
+    if expected is None:
+        assert points(request) == 0
+    else:
+        assert points(request) == 2
+        assert request["system"][-1] == expected and request["messages"][-2]["content"][-1] == expected
+
+
 # -- failures -----------------------------------------------------------------------------------------
 def test_bedrock_errors_map_to_statuses_on_both_wires(gw, bedrock) -> None:
     msgs = [{"role": "user", "content": "hi"}]
