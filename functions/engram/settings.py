@@ -157,9 +157,15 @@ class Settings(BaseSettings):
         4096, ge=1, description="`max_tokens` sent to Claude when an OpenAI-wire client sets none."
     )
     anthropic_cache_enabled: bool = Field(
-        True, description="Place Claude prompt-cache markers (system anchor, tail, bridge, last tool)."
+        True,
+        description="Place Claude prompt-cache markers (system anchor, tail, bridge, last tool): `cache_control` "
+        "on the Anthropic API, Converse `cachePoint` blocks for `bedrock/` Claude models.",
     )
-    anthropic_cache_ttl: Literal["5m", "1h"] = Field("5m", description="TTL of Claude cache markers: `5m` or `1h`.")
+    anthropic_cache_ttl: Literal["5m", "1h"] = Field(
+        "5m",
+        description="TTL of Claude cache markers: `5m` or `1h` (on Bedrock, `1h` needs Claude 4.5 or later; "
+        "`5m` is sent as Bedrock's default, without a `ttl` field).",
+    )
 
     # -- jobs -----------------------------------------------------------------------------
     scheduler_enabled: bool = Field(

@@ -25,11 +25,11 @@ import anyio
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
+from engram.domain.prompt_cache import CachePolicy
 from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
 from engram.services import wire as w
 from engram.services.injection import (
     BootData,
-    CachePolicy,
     Injected,
     inject_anthropic,
     inject_openai,

@@ -325,8 +325,8 @@ def _place_markers(body: dict[str, Any], cache: CachePolicy) -> int:
         tools[-1]["cache_control"] = dict(marker)
     if plan.system:
         system[-1]["cache_control"] = dict(marker)
-    for message, block in plan.in_messages:
-        messages[message]["content"][block]["cache_control"] = dict(marker)
+    for at_message, at_block in plan.in_messages:
+        messages[at_message]["content"][at_block]["cache_control"] = dict(marker)
     return plan.count
 
 
