@@ -81,3 +81,16 @@ def sse_bytes(data: Any, event: str | None = None) -> bytes:
 
 SSE_DONE = b"data: [DONE]\n\n"
 SSE_PING = b": ping\n\n"
+
+
+def openai_chunk(response_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    """One OpenAI ``chat.completion.chunk`` SSE event (every converter to the OpenAI wire emits these)."""
+    return sse_bytes(
+        {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engram.domain.sse import SSE_DONE, sse_bytes
+from engram.domain.sse import SSE_DONE, openai_chunk, sse_bytes
 
 DEFAULT_MAX_TOKENS = 4096
 
@@ -387,15 +387,7 @@ class AnthropicToOpenAIStream:
         self.done = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return sse_bytes(
-            {
-                "id": self._id,
-                "object": "chat.completion.chunk",
-                "created": self._created,
-                "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
+        return openai_chunk(self._id, self._created, self.model, delta, finish)
 
     def feed(self, event: str | None, data: dict[str, Any]) -> list[bytes]:
         kind = data.get("type") or event

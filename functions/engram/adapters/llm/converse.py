@@ -26,7 +26,7 @@ from typing import Any
 
 from engram.domain.errors import InvalidInput
 from engram.domain.prompt_cache import LOOKBACK_BLOCKS, plan_markers
-from engram.domain.sse import SSE_DONE, sse_bytes
+from engram.domain.sse import SSE_DONE, openai_chunk, sse_bytes
 
 BEDROCK_PREFIX = "bedrock/"
 _IMAGE_FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "gif": "gif", "webp": "webp"}
@@ -336,15 +336,7 @@ class ConverseToOpenAIStream:
         self.stopped = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return sse_bytes(
-            {
-                "id": self._id,
-                "object": "chat.completion.chunk",
-                "created": self._created,
-                "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
+        return openai_chunk(self._id, self._created, self.model, delta, finish)
 
     def _start(self) -> list[bytes]:
         if self._started:
