@@ -291,7 +291,8 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     if settings.embedder == "local":
         from engram.adapters.embed.local import LocalEmbedder
 
-        return LocalEmbedder(num_threads=settings.embedding_threads or None)
+        instances = settings.embedding_instances or min(4, os.cpu_count() or 1)
+        return LocalEmbedder(num_threads=settings.embedding_threads or None, instances=instances)
     if settings.embedder == "openai":
         from engram.adapters.embed.openai_compat import OpenAIEmbedder
 

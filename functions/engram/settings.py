@@ -54,6 +54,13 @@ class Settings(BaseSettings):
         "here: 1 thread embeds a query in ~18 ms; more threads are slower when called from the server's worker "
         "threads and when requests compete for the CPU.",
     )
+    embedding_instances: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Local embedding model copies that may run at once (~70 MB each; 0 = one per CPU core, "
+        "at most 4): concurrent chats then do not queue behind one embedding.",
+    )
     embedding_model: str = Field(
         "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."
     )

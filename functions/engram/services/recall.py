@@ -506,7 +506,8 @@ class RecallService:
             return done
         with self._pool_lock:
             if self._embed_pool is None:
-                self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-embed")
+                # Several at once: the embedder bounds its own parallelism (the local model pool).
+                self._embed_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-embed")
             pool = self._embed_pool
         return pool.submit(run)
 
