@@ -252,9 +252,9 @@ def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
         return DynamoMemoryStore(
             settings.table_name,
             region_name=settings.aws_region or None,
-            message_ttl_days=int(getattr(settings, "retention_messages_days", 14)),
-            log_ttl_days=int(getattr(settings, "retention_events_days", 30)),
-            idempotency_ttl_days=int(getattr(settings, "retention_idempotency_days", 7)),
+            message_ttl_days=settings.retention_messages_days,
+            log_ttl_days=settings.retention_events_days,
+            idempotency_ttl_days=settings.retention_idempotency_days,
         )
     raise NotConfigured(f"store {settings.store!r} is not available in this build")
 
