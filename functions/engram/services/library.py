@@ -157,7 +157,6 @@ class LibraryService:
         return self._store.get_glossary_term(namespace, term_id)
 
     def delete_term(self, namespace: str, term_id: str) -> None:
-        self._store.get_glossary_term(namespace, term_id)
         self._store.delete_glossary_term(namespace, term_id)
 
     # -- digest and boot --------------------------------------------------------------------

@@ -256,10 +256,7 @@ def add_precious(request: Request, body: PreciousRequest, who: Write) -> dict[st
 
 @router.delete("/precious/{precious_id}", tags=["precious"])
 def delete_precious(request: Request, precious_id: str, who: Write) -> dict[str, Any]:
-    container = _c(request)
-    if not any(p.id == precious_id for p in container.library.list_precious(who.namespace, 100_000)):
-        raise NotFound(f"precious note {precious_id} not found")
-    container.library.delete_precious(who.namespace, precious_id)
+    _c(request).library.delete_precious(who.namespace, precious_id)  # NotFound -> 404
     return {"deleted": precious_id}
 
 
