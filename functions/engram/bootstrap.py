@@ -483,13 +483,19 @@ def load_keys_file(path: Path) -> list[ApiKey]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
             raise InvalidInput(f"keys file {path}: entry {i} needs a string 'key'")
-        out.append(
-            ApiKey.create(
-                entry["key"],
-                name=str(entry.get("name") or f"key{i}"),
-                namespace=str(entry.get("namespace") or "default"),
-                scopes=entry.get("scopes") or [ALL],
+        name = str(entry.get("name") or f"key{i}")
+        # Scopes are never implied: a missing list is a mistake, an empty one grants nothing.
+        if "scopes" not in entry:
+            raise InvalidInput(
+                f"keys file {path}: key {name!r} has no 'scopes' (list what it may do, e.g. [\"chat:proxy\"], "
+                "or [] for nothing)",
+                code="missing_scopes",
             )
+        scopes = entry["scopes"]
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise InvalidInput(f"keys file {path}: key {name!r}: 'scopes' must be a list of strings", code="bad_scopes")
+        out.append(
+            ApiKey.create(entry["key"], name=name, namespace=str(entry.get("namespace") or "default"), scopes=scopes)
         )
     return out
 
