@@ -281,7 +281,7 @@ _CACHE = _Table("cache", CacheEntry, ("namespace", "key"))
 
 
 def _memory_filter_sql(filters: MemoryFilter) -> tuple[str, list[Any]]:
-    statuses = filters.statuses or ("active",)
+    statuses = filters.listed_statuses
     clauses = [f"status IN ({_marks(len(statuses))})"]
     params: list[Any] = list(statuses)
     if filters.types:
