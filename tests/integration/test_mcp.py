@@ -152,6 +152,13 @@ async def test_every_tool_end_to_end(server: EngramServer) -> None:
         assert (await call(mcp, "memory_restore", id=oolong))["memory"]["status"] == "active"
         assert (await call(mcp, "memory_delete", id=oolong))["memory"]["status"] == "deleted"
         assert oolong not in [m["id"] for m in (await call(mcp, "memory_list"))["items"]]
+        every = await call(mcp, "memory_list", status=["all"])
+        assert {m["id"]: m["status"] for m in every["items"]} == {
+            oolong: "deleted",
+            tea["memory"]["id"]: "superseded",
+            city_id: "active",
+            old_id: "superseded",
+        }
 
         # precious note, glossary, digest, ingest
         pinned = await call(mcp, "memory_pin", content="“We'll climb Mount Kinabalu together.”", reason="a promise")
