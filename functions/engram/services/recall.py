@@ -296,7 +296,9 @@ class RecallService:
         self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
         self._pool_lock = threading.Lock()
         self._embed_pool: ThreadPoolExecutor | None = None
-        self._vectors: OrderedDict[tuple[str, str], Sequence[float]] = OrderedDict()
+        # Keyed by namespace too: a hit (``embed_cached``, or a faster answer) must not tell one namespace
+        # which texts another one recently sent.
+        self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
 
     @property
@@ -334,7 +336,7 @@ class RecallService:
         # keyword search run here; both release the GIL (C engine, SQLite).
         pending_vector: Future[tuple[Sequence[float], bool, float]] | None = None
         if text and self._embedder is not None:
-            pending_vector = self._embed_async(text)
+            pending_vector = self._embed_async(namespace, text)
 
         glossary: list[GlossaryTerm] = []
         if text:
@@ -490,16 +492,16 @@ class RecallService:
         return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _embed_async(self, text: str) -> Future[tuple[Sequence[float], bool, float]]:
+    def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
         """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
 
         def run() -> tuple[Sequence[float], bool, float]:
             t = time.perf_counter()
-            vector, cached = self._query_vector(text)
+            vector, cached = self._query_vector(namespace, text)
             return vector, cached, (time.perf_counter() - t) * 1000
 
         with self._vectors_lock:
-            hit = (str(getattr(self._embedder, "model_id", "")), text) in self._vectors
+            hit = self._vector_key(namespace, text) in self._vectors
         if hit:
             done: Future[tuple[Sequence[float], bool, float]] = Future()
             try:
@@ -514,10 +516,13 @@ class RecallService:
             pool = self._embed_pool
         return pool.submit(run)
 
-    def _query_vector(self, text: str) -> tuple[Sequence[float], bool]:
-        """The query's embedding from a small LRU (keyed by model and text), else from the embedder."""
+    def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
+        return namespace, str(getattr(self._embedder, "model_id", "")), text
+
+    def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
+        """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""
         assert self._embedder is not None
-        key = (str(getattr(self._embedder, "model_id", "")), text)
+        key = self._vector_key(namespace, text)
         with self._vectors_lock:
             vector = self._vectors.get(key)
             if vector is not None:
