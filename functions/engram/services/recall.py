@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
+from engram.services.loop import run_sync
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +295,6 @@ class RecallService:
         # A callable is read per recall: runtime settings (admin panel) change it without a restart.
         self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
         self._pool_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
         self._embed_pool: ThreadPoolExecutor | None = None
         # Keyed by namespace too: a hit (``embed_cached``, or a faster answer) must not tell one namespace
         # which texts another one recently sent.
@@ -459,7 +459,10 @@ class RecallService:
         ]
         if (cfg.compress or cfg.compress_model) and self._compressor is not None and hits:
             try:
-                lines = self._run_async(self._compress(text, [h.memory.content for h in hits]))
+                lines = run_sync(
+                    self._compress(text, [h.memory.content for h in hits]),
+                    timeout=self._config.compress_timeout_s + 1,
+                )
                 hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
                 stages.ran.append("compress")
             except Exception as exc:
@@ -565,15 +568,3 @@ class RecallService:
         if any(not line for line in out):
             raise ValueError("compressor returned an empty line")
         return out
-
-    def _run_async(self, coro: Any) -> Any:
-        """Run a coroutine from this sync code: directly if no loop runs in this thread, else on a helper thread."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-compress")
-            pool = self._pool
-        return pool.submit(asyncio.run, coro).result(timeout=self._config.compress_timeout_s + 1)
