@@ -2,38 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from tests.conftest import OWNER_KEY, EngramServer
+from tests.servers import access_log_lines
 
 
 def test_query_string_keys_are_redacted_from_the_access_log(make_server: Callable[..., EngramServer]) -> None:
     # Given a server with uvicorn's access log at INFO
     server = make_server(embedder="none")
-    records: list[logging.LogRecord] = []
-
-    class Capture(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    access = logging.getLogger("uvicorn.access")
-    handler, level = Capture(), access.level
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    try:
-        # When clients put keys in the query string of REST, chat and public routes
-        with server.client() as client:
-            client.get("/v1/stats", params={"api_key": OWNER_KEY, "limit": "5"})
-            client.get("/v1/memories", params={"key": OWNER_KEY})
-            client.get("/health", params={"access_token": OWNER_KEY})
-            client.get("/v1/models", params={"token": OWNER_KEY})
-            client.get("/no/such/route", params={"Api_Key": OWNER_KEY})
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(level)
+    # When clients put keys in the query string of REST, chat and public routes
+    with access_log_lines() as lines, server.client() as client:
+        client.get("/v1/stats", params={"api_key": OWNER_KEY, "limit": "5"})
+        client.get("/v1/memories", params={"key": OWNER_KEY})
+        client.get("/health", params={"access_token": OWNER_KEY})
+        client.get("/v1/models", params={"token": OWNER_KEY})
+        client.get("/no/such/route", params={"Api_Key": OWNER_KEY})
     # Then every request is logged, with the parameter names kept and no key
-    lines = [r.getMessage() for r in records]
     assert len(lines) == 5, lines
     assert any("/v1/stats?api_key=[redacted]&limit=5" in line for line in lines), lines
     assert not any(OWNER_KEY in line for line in lines), lines
