@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("aws_lambda_powertools")
 
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.lambda_harness import (
     LambdaStack,
     create_table_request,
@@ -100,6 +101,59 @@ def message_row(namespace: str, text: str, at: datetime, role: str = "user") -> 
     from engram.domain.models import Message, new_id
 
     return Message(id=new_id("msg"), namespace=namespace, role=role, content=text, created_at=at)
+
+
+def test_the_extract_handler_runs_three_times_in_one_process(
+    make_stack: Callable[..., LambdaStack], session_upstream: FakeUpstream
+) -> None:
+    # Given the extract function (job model on the upstream, not Bedrock) in one warm process
+    stack = make_stack()
+    store = stack.deployment.store()
+    extract = stack.job("engram.entrypoints.lambdas.extract.handler").start()
+    for run, city in enumerate(("Porto", "Lisbon", "Braga")):
+        # When a new message arrives and the schedule invokes it again
+        store.insert_message(message_row("default", f"I moved to {city}", datetime.now(UTC)))
+        # (keyed: a keyless fact is compared by vector search, which osmem-server does not serve)
+        memory = {
+            "content": f"The user lives in {city}",
+            "type": "fact",
+            "fact_key": f"home:{city.lower()}",
+            "importance": 0.8,
+            "confidence": 0.9,
+        }
+        session_upstream.script(Reply(text=json.dumps({"memories": [memory]})))
+        answer = extract.invoke(event("scheduler_extract.json"))
+        # Then every run reaches the model and stores what it found
+        assert "error" not in answer, answer
+        report = answer["result"]
+        assert (report["errors"], report["created"]) == (0, 1), f"run {run + 1}: {report}"
+    assert session_upstream.last().json["model"] == "fake-extract"
+    contents = [m.content for m in store.iter_memories("default", ("active",))]
+    assert {"The user lives in Porto", "The user lives in Lisbon", "The user lives in Braga"} <= set(contents)
+
+
+def test_the_dream_handler_runs_three_times_in_one_process(
+    make_stack: Callable[..., LambdaStack], session_upstream: FakeUpstream
+) -> None:
+    # Given a day of messages and the dream function in one warm process
+    stack = make_stack()
+    store = stack.deployment.store()
+    manual = event("manual_dream.json")
+    day = datetime.fromisoformat(manual["date"]).replace(hour=12, tzinfo=UTC)
+    store.insert_message(message_row(manual["namespace"], "We hiked up to the lighthouse", day))
+    dream = stack.job("engram.entrypoints.lambdas.dream.handler").start()
+    for run in range(3):
+        # When a manual (forced) dream is invoked again
+        session_upstream.script(
+            Reply(text=json.dumps({"title": f"Hike {run}", "summary": "A hike.", "digest": f"d{run}"}))
+        )
+        answer = dream.invoke(manual)
+        # Then each run reaches the model and writes the day's log and digest
+        assert "error" not in answer, answer
+        (ns,) = answer["result"]["namespaces"]
+        assert (ns["status"], ns["errors"]) == ("done", []), f"run {run + 1}: {ns}"
+        assert store.get_digest(manual["namespace"]).content == f"d{run}"
+    assert session_upstream.last().json["model"] == "fake-dream"
 
 
 def test_the_cleanup_handler_runs_three_times_in_one_process(make_stack: Callable[..., LambdaStack]) -> None:
