@@ -125,6 +125,8 @@ def test_api_function_runs_uvicorn_under_the_web_adapter(template: Template) -> 
     env = props["Environment"]["Variables"]
     assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
     assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    # Only the adapter on loopback is believed about the client's address (API Gateway's last hop)
+    assert env["ENGRAM_TRUSTED_PROXIES"] == "127.0.0.1"
     assert props["Timeout"] == 900
     assert props["Runtime"] == "python3.12"
     assert LWA_LAYER in json.dumps(props["Layers"])
