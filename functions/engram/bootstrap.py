@@ -14,7 +14,7 @@ from typing import Any
 from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
-from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
@@ -46,6 +46,7 @@ class Container:
     cleanup: Any = None
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
+    limits: Any = None  # services.ratelimit.RequestLimits: requests per minute per key
     extras: dict[str, Any] = field(default_factory=dict)
     _closers: list[Any] = field(default_factory=list)
 
@@ -108,6 +109,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
+        limits=_build_limits(settings, overrides.get("rate_limiter")),
     )
     container._closers = closers
     _wire_jobs(container, overrides)
@@ -314,6 +316,27 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
+def _build_limits(settings: Settings, limiter: RateLimiter | None = None) -> Any:
+    """Per-key request limits: counters in process locally, in the DynamoDB table on AWS (every Lambda
+    instance shares them)."""
+    from engram.services.ratelimit import RequestLimits
+
+    if limiter is None:
+        if settings.store == "dynamodb" and settings.table_name:
+            from engram.adapters.ratelimit.dynamodb import DynamoRateLimiter
+
+            limiter = DynamoRateLimiter(settings.table_name, region_name=settings.aws_region or None)
+        else:
+            from engram.adapters.ratelimit.inprocess import InProcessRateLimiter
+
+            limiter = InProcessRateLimiter()
+    return RequestLimits(
+        limiter,
+        chat_per_minute=settings.rate_limit_chat_per_minute,
+        requests_per_minute=settings.rate_limit_requests_per_minute,
+    )
+
+
 def _build_queue(settings: Settings) -> JobQueue | None:
     """SQS on AWS; ``None`` otherwise (the jobs wiring supplies the in-process queue)."""
     if settings.queue != "sqs":
@@ -498,7 +521,14 @@ def load_keys_file(path: Path) -> list[ApiKey]:
         if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
             raise InvalidInput(f"keys file {path}: key {name!r}: 'scopes' must be a list of strings", code="bad_scopes")
         out.append(
-            ApiKey.create(entry["key"], name=name, namespace=str(entry.get("namespace") or "default"), scopes=scopes)
+            ApiKey.create(
+                entry["key"],
+                name=name,
+                namespace=str(entry.get("namespace") or "default"),
+                scopes=scopes,
+                chat_per_minute=entry.get("chat_per_minute"),
+                requests_per_minute=entry.get("requests_per_minute"),
+            )
         )
     return out
 

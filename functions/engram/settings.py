@@ -34,6 +34,18 @@ class Settings(BaseSettings):
     )
     admin_password: SecretStr | None = Field(None, description="Password of the admin panel at `/admin`.")
     default_namespace: str = Field("default", description="Namespace of the owner key.")
+    rate_limit_chat_per_minute: int = Field(
+        60,
+        ge=0,
+        description="Chat requests (`/v1/chat/completions`, `/v1/messages`, guide-dog) per minute per key before "
+        "429 with `Retry-After`; 0 = no limit. A key's `chat_per_minute` in the keys file overrides it.",
+    )
+    rate_limit_requests_per_minute: int = Field(
+        600,
+        ge=0,
+        description="Other requests (REST, MCP, `/v1/models`) per minute per key before 429; 0 = no limit. A key's "
+        "`requests_per_minute` in the keys file overrides it. Counted in process locally, in DynamoDB on AWS.",
+    )
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         [],
         description="Reverse proxies (IP addresses or CIDR ranges, comma-separated) whose `X-Forwarded-For`, "

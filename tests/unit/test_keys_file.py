@@ -45,3 +45,28 @@ def test_scopes_must_be_a_list_of_strings(tmp_path: Path, scopes: object) -> Non
     with pytest.raises(InvalidInput) as err:
         load_keys_file(path)
     assert "'odd'" in err.value.message and SECRET not in err.value.message
+
+
+def test_a_key_may_set_its_own_rate_limits(tmp_path: Path) -> None:
+    # Given a key with its own limits and one without
+    path = _write(
+        tmp_path,
+        [
+            {"name": "phone", "key": SECRET, "namespace": "n", "scopes": ["chat:proxy"], "chat_per_minute": 10},
+            {"name": "script", "key": SECRET + "2", "namespace": "n", "scopes": ["*"], "requests_per_minute": 0},
+        ],
+    )
+    ring = KeyRing(load_keys_file(path))
+    # Then each principal carries its own (None: the default from settings; 0: no limit)
+    phone, script = ring.authenticate(SECRET), ring.authenticate(SECRET + "2")
+    assert (phone.chat_per_minute, phone.requests_per_minute) == (10, None)
+    assert (script.chat_per_minute, script.requests_per_minute) == (None, 0)
+    assert phone.rate_key and phone.rate_key != script.rate_key and SECRET not in phone.rate_key
+
+
+@pytest.mark.parametrize("limit", [-1, "10", 1.5, True])
+def test_rate_limits_must_be_whole_numbers(tmp_path: Path, limit: object) -> None:
+    path = _write(tmp_path, [{"name": "odd", "key": SECRET, "namespace": "n", "scopes": [], "chat_per_minute": limit}])
+    with pytest.raises(InvalidInput) as err:
+        load_keys_file(path)
+    assert "'odd'" in err.value.message and "chat_per_minute" in err.value.message

@@ -17,11 +17,18 @@ ALL = "*"
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request acts for: one namespace, a set of scopes."""
+    """Who a request acts for: one namespace, a set of scopes; and its key's rate limits.
+
+    ``rate_key`` names the key's request counters (not its secret); a limit of ``None`` means the
+    configured default, 0 no limit.
+    """
 
     namespace: str
     scopes: frozenset[str]
     key_name: str
+    rate_key: str = ""
+    chat_per_minute: int | None = None
+    requests_per_minute: int | None = None
 
     def allows(self, scope: str) -> bool:
         if ALL in self.scopes or scope in self.scopes:
@@ -40,9 +47,19 @@ class ApiKey:
     namespace: str
     scopes: frozenset[str]
     digest: bytes  # sha256 of the secret; the secret itself is not kept
+    chat_per_minute: int | None = None
+    requests_per_minute: int | None = None
 
     @staticmethod
-    def create(secret: str, *, name: str, namespace: str, scopes: Iterable[str]) -> ApiKey:
+    def create(
+        secret: str,
+        *,
+        name: str,
+        namespace: str,
+        scopes: Iterable[str],
+        chat_per_minute: int | None = None,
+        requests_per_minute: int | None = None,
+    ) -> ApiKey:
         if len(secret) < 8:
             raise InvalidInput(f"key {name!r} is shorter than 8 characters", code="weak_key")
         scope_set = frozenset(scopes)
@@ -51,7 +68,22 @@ class ApiKey:
             raise InvalidInput(f"key {name!r} has unknown scopes: {sorted(unknown)}", code="unknown_scope")
         if not namespace or len(namespace) > 128:
             raise InvalidInput(f"key {name!r} needs a namespace of 1-128 characters", code="bad_namespace")
-        return ApiKey(name=name, namespace=namespace, scopes=scope_set, digest=_digest(secret))
+        for field, limit in (("chat_per_minute", chat_per_minute), ("requests_per_minute", requests_per_minute)):
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+                raise InvalidInput(f"key {name!r}: {field} must be a whole number >= 0 (0: no limit)", code="bad_limit")
+        return ApiKey(
+            name=name,
+            namespace=namespace,
+            scopes=scope_set,
+            digest=_digest(secret),
+            chat_per_minute=chat_per_minute,
+            requests_per_minute=requests_per_minute,
+        )
+
+    @property
+    def rate_key(self) -> str:
+        """A stable id for the key's counters: a hash of the digest, so stored counters reveal no secret."""
+        return hashlib.sha256(b"engram-rate\x00" + self.digest).hexdigest()[:24]
 
 
 def _digest(secret: str) -> bytes:
@@ -80,4 +112,11 @@ class KeyRing:
                 match = key
         if match is None:
             raise Unauthorized("invalid API key", code="invalid_key")
-        return Principal(namespace=match.namespace, scopes=match.scopes, key_name=match.name)
+        return Principal(
+            namespace=match.namespace,
+            scopes=match.scopes,
+            key_name=match.name,
+            rate_key=match.rate_key,
+            chat_per_minute=match.chat_per_minute,
+            requests_per_minute=match.requests_per_minute,
+        )

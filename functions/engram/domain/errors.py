@@ -39,6 +39,16 @@ class Forbidden(EngramError):
     code = "forbidden"
 
 
+class RateLimited(EngramError):
+    """This key sent more requests than its limit allows in the current window (429 with Retry-After)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
 class UpstreamUnavailable(EngramError):
     """The upstream (model provider, AWS service) could not be reached or timed out."""
 

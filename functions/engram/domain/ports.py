@@ -342,3 +342,18 @@ class Clock(Protocol):
     def now(self) -> datetime:
         """Timezone-aware UTC now."""
         ...
+
+
+@runtime_checkable
+class RateLimiter(Protocol):
+    """Fixed-window request counters (README, section Keys: rate limits).
+
+    Invariants:
+    - ``hit(key, limit, window_seconds)`` counts one request for ``key`` in the current window
+      (``floor(now / window_seconds)``) and returns ``None`` while the count stays within ``limit``;
+      otherwise it counts nothing and returns the seconds until the window ends (> 0).
+    - Counters of different keys, and of different windows, are independent; a new window starts at 0.
+    - Counting is atomic: ``n`` concurrent hits on a fresh window allow exactly ``min(n, limit)``.
+    """
+
+    def hit(self, key: str, limit: int, window_seconds: int) -> float | None: ...

@@ -21,6 +21,7 @@ usage                      ``NS#ns`` / ``USAGE#<id>``      ``NS#ns#USAGE`` / ``<
 idempotency key, cursor    ``NS#ns`` / ``IDEM#<key>``, ``CURSOR#<name>``
 cache entry                ``NS#ns`` / ``CACHE#<key>``     (value kept as JSON text in ``value_json``)
 namespace registry         ``NAMESPACES`` / ``<ns>``
+rate-limit counter         ``RATE#<key>`` / ``W#<window start>``  (written by ``adapters/ratelimit/dynamodb.py``)
 =========================  ==============================  ===========================================
 
 Every access is a GetItem, a Query or a transaction; nothing scans. Rows keep their fields as plain

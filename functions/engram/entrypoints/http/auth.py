@@ -4,10 +4,12 @@ then a scope check."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import Request
 
 from engram.domain.access import Principal
+from engram.services.ratelimit import Kind, RequestLimits
 
 
 def token_from(request: Request, *, allow_query: bool = False) -> str | None:
@@ -21,17 +23,26 @@ def token_from(request: Request, *, allow_query: bool = False) -> str | None:
     return None
 
 
-def authenticate(request: Request) -> Principal:
-    """The principal of this request (cached on the request). Raises Unauthorized."""
+def authenticate(request: Request, kind: Kind = "requests") -> Principal:
+    """The principal of this request (cached on the request), counted once against its key's rate
+    limit of ``kind``. Raises Unauthorized, or RateLimited over the limit."""
     cached = getattr(request.state, "principal", None)
     if isinstance(cached, Principal):
         return cached
     token = token_from(request)
     sessions = getattr(request.app.state, "admin_sessions", None)
     session_principal = sessions.principal(request) if token is None and sessions is not None else None
-    principal: Principal = session_principal or request.app.state.container.keys.authenticate(token)
+    container = request.app.state.container
+    principal: Principal = session_principal or container.keys.authenticate(token)
+    check_rate(container, principal, kind)
     request.state.principal = principal
     return principal
+
+
+def check_rate(container: Any, principal: Principal, kind: Kind) -> None:
+    limits: RequestLimits | None = getattr(container, "limits", None)
+    if limits is not None:
+        limits.check(principal, kind)
 
 
 def require(scope: str) -> Callable[[Request], Principal]:

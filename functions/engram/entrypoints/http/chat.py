@@ -17,7 +17,7 @@ from starlette.responses import StreamingResponse
 
 from engram.domain.errors import EngramError, UpstreamRejected
 from engram.entrypoints.http.auth import authenticate
-from engram.entrypoints.http.errors import status_for
+from engram.entrypoints.http.errors import error_headers, status_for
 from engram.services.chat import ChatReply, ChatService, Wire
 
 router = APIRouter()
@@ -76,7 +76,7 @@ def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Re
         }
     else:
         payload = {"error": {"message": exc.message, "type": type_, "code": exc.code}}
-    extra = {"www-authenticate": "Bearer"} if status == 401 else {}
+    extra = error_headers(exc, status)
     return Response(
         json.dumps(payload), status_code=status, headers={**headers, **extra}, media_type="application/json"
     )
@@ -84,7 +84,7 @@ def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Re
 
 async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Response:
     try:
-        principal = authenticate(request)
+        principal = authenticate(request, "chat")
         principal.require("chat:proxy")
         chat = _service(request)
     except EngramError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,6 +22,7 @@ STATUS_TABLE: tuple[tuple[type[e.EngramError], int, str], ...] = (
     (e.InvalidInput, 400, "invalid_request_error"),
     (e.Unauthorized, 401, "authentication_error"),
     (e.Forbidden, 403, "permission_error"),
+    (e.RateLimited, 429, "rate_limit_error"),
     (e.UpstreamTimeout, 504, "upstream_timeout"),
     (e.UpstreamUnavailable, 502, "upstream_error"),
     (e.UpstreamRateLimited, 429, "rate_limit_error"),
@@ -53,16 +55,31 @@ def status_for(exc: e.EngramError) -> tuple[int, str]:
     return 500, "api_error"
 
 
-def error_response(status: int, message: str, type_: str, code: str, **extra: Any) -> JSONResponse:
-    headers = {"www-authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(error_body(message, type_, code, **extra), status_code=status, headers=headers)
+def error_headers(exc: e.EngramError, status: int) -> dict[str, str]:
+    """The headers an error answer carries in every door's shape (401: how to authenticate; 429: when to retry)."""
+    headers = {"www-authenticate": "Bearer"} if status == 401 else {}
+    if isinstance(exc, e.RateLimited):
+        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
+    return headers
+
+
+def error_response(
+    status: int, message: str, type_: str, code: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    headers = {**({"www-authenticate": "Bearer"} if status == 401 else {}), **(headers or {})}
+    return JSONResponse(error_body(message, type_, code, **extra), status_code=status, headers=headers or None)
+
+
+def engram_error_response(exc: e.EngramError) -> JSONResponse:
+    """The REST (and MCP gate) answer for an Engram error."""
+    status, type_ = status_for(exc)
+    return error_response(status, exc.message, type_, exc.code, headers=error_headers(exc, status))
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(e.EngramError)
     async def _engram(_: Request, exc: e.EngramError) -> JSONResponse:
-        status, type_ = status_for(exc)
-        return error_response(status, exc.message, type_, exc.code)
+        return engram_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

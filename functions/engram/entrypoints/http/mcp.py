@@ -30,11 +30,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram import __version__
 from engram.domain.access import Principal
-from engram.domain.errors import EngramError, Forbidden, Unauthorized
+from engram.domain.errors import EngramError, Forbidden, RateLimited, Unauthorized
 from engram.domain.models import Memory, MemoryFilter, MemoryLayer, MemoryType
 from engram.domain.policies import DIGEST_MAX_CHARS, MAX_CONTENT_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import token_from
-from engram.entrypoints.http.errors import error_response
+from engram.entrypoints.http.errors import engram_error_response, error_response
 from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
 
@@ -515,9 +515,12 @@ def strip_query_token(scope: Scope) -> str | None:
 class McpGate:
     """In front of the SDK: strip a query token, check Host/Origin, authenticate, then hand over."""
 
-    def __init__(self, app: ASGIApp, keys: Any, *, hosts: Sequence[str], allow_query_token: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: Any, *, hosts: Sequence[str], allow_query_token: bool, limits: Any = None
+    ) -> None:
         self.app = app
         self.keys = keys
+        self.limits = limits  # services.ratelimit.RequestLimits, or None (no limit)
         self.hosts = tuple(hosts)
         self.allow_query_token = allow_query_token
 
@@ -551,8 +554,10 @@ class McpGate:
             token = query_token
         try:
             principal: Principal = self.keys.authenticate(token)
-        except Unauthorized as exc:
-            await error_response(401, exc.message, "authentication_error", exc.code)(scope, receive, send)
+            if self.limits is not None:
+                self.limits.check(principal, "requests")
+        except (Unauthorized, RateLimited) as exc:
+            await engram_error_response(exc)(scope, receive, send)
             return
         if scope["method"] == "GET":
             # Stateless with JSON responses: no server-initiated stream to offer. The spec's answer is
@@ -576,7 +581,11 @@ def install(app: Any, container: Any) -> None:
     )
     manager = server.session_manager
     gate = McpGate(
-        manager.handle_request, container.keys, hosts=hosts, allow_query_token=settings.mcp_allow_query_token
+        manager.handle_request,
+        container.keys,
+        hosts=hosts,
+        allow_query_token=settings.mcp_allow_query_token,
+        limits=getattr(container, "limits", None),
     )
     # Routes (not a Mount) so `/mcp` itself answers without a redirect to `/mcp/`.
     app.add_route(PATH, gate, include_in_schema=False)

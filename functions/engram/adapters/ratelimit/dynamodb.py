@@ -1,0 +1,63 @@
+"""``RateLimiter`` on the deployment's DynamoDB table: one item per key and window, shared by every
+Lambda instance.
+
+Item: ``PK = RATE#<key>``, ``SK = W#<window start>``, a count ``n`` and a ``ttl`` an hour after the
+window ends (DynamoDB's TTL removes old windows). One conditional ``UpdateItem`` per request: add 1
+when the count is below the limit; a failed condition means the window is full.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engram.adapters.aws_errors import translate
+from engram.domain.errors import InvalidInput
+
+TTL_AFTER_WINDOW_SECONDS = 3600
+
+
+class DynamoRateLimiter:
+    def __init__(
+        self,
+        table_name: str,
+        client: Any | None = None,
+        *,
+        region_name: str | None = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        if not table_name:
+            raise InvalidInput("DynamoRateLimiter needs a table name (ENGRAM_TABLE_NAME)")
+        if client is None:
+            import boto3
+
+            client = boto3.client("dynamodb", region_name=region_name or None)
+        self._client = client
+        self._table = table_name
+        self._now = now
+
+    def hit(self, key: str, limit: int, window_seconds: int) -> float | None:
+        now = self._now()
+        start = int(now // window_seconds) * window_seconds
+        end = start + window_seconds
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key={"PK": {"S": f"RATE#{key}"}, "SK": {"S": f"W#{start}"}},
+                UpdateExpression="ADD #n :one SET #ttl = :ttl",
+                ConditionExpression="attribute_not_exists(#n) OR #n < :limit",
+                ExpressionAttributeNames={"#n": "n", "#ttl": "ttl"},
+                ExpressionAttributeValues={
+                    ":one": {"N": "1"},
+                    ":limit": {"N": str(limit)},
+                    ":ttl": {"N": str(end + TTL_AFTER_WINDOW_SECONDS)},
+                },
+            )
+        except Exception as exc:
+            response = getattr(exc, "response", None)
+            code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+            if code == "ConditionalCheckFailedException":
+                return max(end - now, 0.001)
+            raise translate(exc, "DynamoDB rate limit counter") from exc
+        return None
