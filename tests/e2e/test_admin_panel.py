@@ -253,6 +253,11 @@ def test_pin_archive_restore_and_versions(page: Any, panel_server: EngramServer,
     view.locator(f"[data-id='{ids['tea']['id']}']").get_by_role("button", name="Archive").click()
     # Then it leaves the active list, and shows up under Archived where it can be restored
     expect(view.locator(f"[data-id='{ids['tea']['id']}']")).to_have_count(0)
+    # and "Any status" lists every row: the archived tea and the superseded city fact with the rest
+    view.get_by_label("Status").select_option("all")
+    expect(view.locator(f"[data-id='{ids['tea']['id']}'] .chip.s-archived")).to_be_visible()
+    expect(view.locator(".memory", has_text="Alice lives in Berlin").locator(".chip.s-superseded")).to_be_visible()
+    expect(view.locator(".memory")).to_have_count(4)
     view.get_by_label("Status").select_option("archived")
     archived = view.locator(f"[data-id='{ids['tea']['id']}']")
     expect(archived.locator(".chip.s-archived")).to_be_visible()
