@@ -33,9 +33,9 @@ from engram.domain.policies import (
     cosine,
     decide_upsert,
     normalize_fact_key,
-    same_meaning_text,
 )
 from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.wording import near_duplicate, salient_difference, same_wording
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,13 @@ class MemoryService:
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False) -> WriteResult:
-        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert
-        (same meaning -> seen, changed -> supersede); without a key create, or with ``dedup``
-        mark a near-identical active memory of the same type seen instead."""
+        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert (same
+        wording -> seen, changed -> supersede); without a key create.
+
+        ``dedup`` is for machine-written texts (extraction, "remember ..." in a chat, MCP
+        memory_remember): a near-duplicate (same wording, or cosine >= ``dedup_cosine`` with the same
+        numbers, names, places and negation; ``domain/wording.py``) is marked seen instead: the
+        memory holding the key, or without a key an active memory of the same type."""
         content = clean_content(req.content)
         tags = clean_tags(req.tags)
         fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
@@ -145,12 +149,17 @@ class MemoryService:
         if fact_key:
             current = self._store.find_active_by_fact_key(namespace, fact_key)
             similarity = None
-            if current is not None and not same_meaning_text(current.content, content):
+            if (
+                current is not None
+                and dedup
+                and not same_wording(current.content, content)
+                and salient_difference(current.content, content) is None
+            ):
                 vector = self._embed_document(content)
                 other = self._embed_document(current.content) if vector is not None else None
                 if vector is not None and other is not None:
                     similarity = cosine(vector, other)
-            decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine)
+            decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine, explicit=not dedup)
             if current is not None and decision.action == "seen":
                 return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
             if current is not None and decision.action == "supersede":
@@ -392,15 +401,13 @@ class MemoryService:
             if vector is not None
             else self._index.keyword_search(namespace, content, k=5, types=(type_,))
         )
-        for memory in self._store.get_memories(namespace, [h.memory_id for h in hits]):
-            if memory.status != "active":
-                continue
-            if same_meaning_text(memory.content, content):
+        # Keyword scores are not cosines: without a vector only the same wording makes a twin.
+        scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
+        for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
+            if memory.status == "active" and near_duplicate(
+                memory.content, content, scores.get(memory.id), self._rules.dedup_cosine
+            ):
                 return memory
-            if vector is not None:
-                score = next(h.score for h in hits if h.memory_id == memory.id)
-                if score >= self._rules.dedup_cosine:
-                    return memory
         return None
 
     def _embed_document(self, text: str) -> list[float] | None:
