@@ -13,10 +13,12 @@ from typing import Any
 
 from constructs import Node
 
+from infra.search import COLLECTION_NAME_MAX
+
 VECTOR_DIMENSIONS = (256, 512, 1024)
 VECTOR_BACKENDS = ("opensearch",)
 COLLECTION_GENERATIONS = ("classic", "nextgen")
-_NAME = re.compile(r"^[a-z][a-z0-9-]{2,27}$")
+_NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +81,11 @@ class EngramConfig:
             raise ValueError(f"collection_generation must be one of {COLLECTION_GENERATIONS}")
         if self.reranker not in ("none", "bedrock"):
             raise ValueError("reranker must be 'none' or 'bedrock'")
-        if not _NAME.match(self.collection_name):
-            raise ValueError("collection_name: 3-28 chars, lower-case letters, digits and '-', starting with a letter")
+        if not _NAME.fullmatch(self.collection_name):
+            raise ValueError(
+                f"collection_name {self.collection_name!r}: 3-{COLLECTION_NAME_MAX} characters (its policies add "
+                "'-data'/'-group' and may have 32), lower-case letters, digits and '-', starting with a letter"
+            )
         bad = [k for k in self.extra_env if not k.startswith("ENGRAM_")]
         if bad:
             raise ValueError(f"extra_env keys must start with ENGRAM_: {bad}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import Duration, TimeZone
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
@@ -16,6 +17,11 @@ JOB_TIMEOUT = Duration.minutes(15)
 CLEANUP_TIMEOUT = Duration.minutes(5)
 SCHEDULE_RETRIES = 2
 SCHEDULE_MAX_EVENT_AGE = Duration.hours(1)
+# Scheduler invokes Lambda asynchronously: its retry policy covers delivery only. A run that fails
+# inside the function is retried by Lambda's async queue (2 retries, ~1 and ~2 min apart), then
+# recorded in the schedule DLQ. A full-length run (15 min) plus two retries fits in 1 h.
+ASYNC_RETRIES = 2
+ASYNC_MAX_EVENT_AGE = Duration.hours(1)
 CLEANUP_MAX_RECEIVES = 3
 
 
@@ -89,6 +95,12 @@ class Jobs(Construct):
             timeout=JOB_TIMEOUT,
             memory_size=memory_size,
         )
+        for fn in (self.extract_function, self.dream_function):
+            fn.configure_async_invoke(
+                on_failure=destinations.SqsDestination(self.schedule_dlq),
+                retry_attempts=ASYNC_RETRIES,
+                max_event_age=ASYNC_MAX_EVENT_AGE,
+            )
         self.extract_schedule = scheduler.Schedule(
             self,
             "ExtractSchedule",

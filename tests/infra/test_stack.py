@@ -18,6 +18,7 @@ from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
 from infra.config import EngramConfig  # noqa: E402
+from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
 
 LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
@@ -62,6 +63,8 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
         chat_model="bedrock/eu.anthropic.claude-sonnet-4-5-20250929-v1:0",
         vision_model="bedrock/amazon.nova-lite-v1:0",
         data_access_principals=("arn:aws:iam::111122223333:role/Admin",),
+        # The longest name allowed: "-group"/"-data" names must still fit 32 characters (cfn-lint E3033).
+        collection_name="engram-" + "x" * (COLLECTION_NAME_MAX - len("engram-")),
     )
 
 
@@ -84,6 +87,13 @@ def _policy_statements(template: Template) -> list[dict[str, Any]]:
 
 def _as_list(x: Any) -> list[Any]:
     return x if isinstance(x, list) else [x]
+
+
+def _joined(value: Any) -> str:
+    """A string property as text, with every token of an ``Fn::Join`` replaced by a placeholder."""
+    if isinstance(value, str):
+        return value
+    return "".join(p if isinstance(p, str) else "TOKEN" for p in value["Fn::Join"][1])
 
 
 # -- API: REST API streaming into the ASGI app ------------------------------------------------
@@ -190,6 +200,34 @@ def test_schedules_use_cron_time_zone_retries_and_dlq(custom: tuple[EngramStack,
     assert json.loads(dream["Input"]) == {"job": "dream"}
 
 
+def _logical_id(template: Template, type_: str, id_prefix: str) -> str:
+    found = [k for k in _resources(template, type_) if k.startswith(id_prefix)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_scheduled_functions_retry_async_and_record_failures_in_the_schedule_dlq(template: Template) -> None:
+    # Given Scheduler invokes the job functions asynchronously (its own retries cover delivery only)
+    dlq = _logical_id(template, "AWS::SQS::Queue", "JobsScheduleDlq")
+    configs = _resources(template, "AWS::Lambda::EventInvokeConfig")
+    # Then the extract and dream functions each retry a failed run twice within an hour, then send it to the DLQ
+    targets = sorted(c["Properties"]["FunctionName"]["Ref"] for c in configs.values())
+    assert len(targets) == 2
+    assert targets[0].startswith("JobsDreamFunction") and targets[1].startswith("JobsExtractFunction")
+    for config in configs.values():
+        props = config["Properties"]
+        assert props["MaximumRetryAttempts"] == 2
+        assert props["MaximumEventAgeInSeconds"] == 3600
+        assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [dlq, "Arn"]}
+    # And their roles may send to that queue
+    senders = [
+        s
+        for s in _policy_statements(template)
+        if "sqs:SendMessage" in _as_list(s["Action"]) and s["Resource"] == {"Fn::GetAtt": [dlq, "Arn"]}
+    ]
+    assert len(senders) >= 2
+
+
 def test_job_handlers_point_at_lambda_entrypoints(template: Template) -> None:
     # Then each job function uses its thin handler module
     for name in ("extract", "dream", "cleanup"):
@@ -214,6 +252,15 @@ def test_classic_collection_without_standby(template: Template) -> None:
     assert access["Properties"]["Type"] == "data"
     # The five function roles are the principals (resolved at deploy time).
     assert json.dumps(access["Properties"]["Policy"]).count("Role") >= 5
+
+
+def test_data_access_allows_replacing_the_index(template: Template) -> None:
+    # Given a changed embedding model drops and recreates the index (OpenSearchIndex.reset)
+    access = next(iter(_resources(template, "AWS::OpenSearchServerless::AccessPolicy").values()))
+    policy = json.loads(_joined(access["Properties"]["Policy"]))
+    index_rule = next(r for r in policy[0]["Rules"] if r["ResourceType"] == "index")
+    # Then the functions may delete the index as well as create and write it
+    assert {"aoss:CreateIndex", "aoss:DeleteIndex", "aoss:WriteDocument"} <= set(index_rule["Permission"])
 
 
 def test_extra_data_access_principals(custom: tuple[EngramStack, Template]) -> None:
@@ -285,6 +332,9 @@ def test_functions_can_use_table_secret_queue_and_collection(template: Template)
 def test_outputs(template: Template) -> None:
     outputs = template.find_outputs("*")
     assert {"ApiUrl", "McpUrl", "AdminUrl", "TableName", "SecretArn", "CollectionEndpoint"} <= set(outputs)
+    # McpUrl is the Function URL (which ends in "/") plus "mcp": clients use it as it is (docs/mcp.md)
+    parts = outputs["McpUrl"]["Value"]["Fn::Join"][1]
+    assert parts[-1] == "mcp" and "FunctionUrl" in json.dumps(parts[0])
 
 
 def test_function_env_names_are_settings_fields(template: Template) -> None:
@@ -314,6 +364,14 @@ def test_context_values_are_coerced_and_validated() -> None:
         EngramConfig(vector_dimension=300)
     with pytest.raises(ValueError, match="ENGRAM_"):
         EngramConfig(extra_env={"PATH": "/tmp"})
+
+
+@pytest.mark.parametrize("name", ["e" * (COLLECTION_NAME_MAX + 1), "Engram", "9lives", "ab", "engram\n"])
+def test_collection_name_is_validated(name: str) -> None:
+    # Given a name whose "-group" policy name would exceed 32 characters, or an invalid one
+    # Then the config refuses it, naming the limit
+    with pytest.raises(ValueError, match=f"collection_name .*3-{COLLECTION_NAME_MAX} characters"):
+        EngramConfig(collection_name=name)
 
 
 # -- linters ----------------------------------------------------------------------------------

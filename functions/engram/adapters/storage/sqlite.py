@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from engram.adapters.files import private_sqlite
 from engram.adapters.storage.common import (
     check_limit,
     decode_cursor,
@@ -347,7 +348,8 @@ class SqliteMemoryStore:
         if self._closed:
             raise UpstreamUnavailable("the SQLite store is closed")
         if self._db is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            if str(self._path) != ":memory:":
+                private_sqlite(self._path)  # owner-only, like its -wal/-shm (adapters/files.py)
             db = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
                 db.row_factory = sqlite3.Row
