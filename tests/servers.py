@@ -84,3 +84,25 @@ def app_routes(app: Any) -> Iterator[tuple[str, list[str]]]:
             yield from app_routes(route)
         else:
             yield route.path, sorted(getattr(route, "methods", None) or ["GET", "POST"])
+
+
+@contextmanager
+def access_log_lines() -> Iterator[list[str]]:
+    """The lines uvicorn's access log writes (at INFO) while the block runs, as they would be printed."""
+    import logging
+
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    access = logging.getLogger("uvicorn.access")
+    handler, level = Capture(), access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
