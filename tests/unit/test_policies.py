@@ -117,6 +117,11 @@ def test_digest_is_cut_to_500_characters() -> None:
     assert truncate_digest("short") == "short"
     cut = truncate_digest("w" * 800)
     assert len(cut) == 500 and cut.endswith("…")
+    sentences = truncate_digest("Lives in Lisbon. " * 40)
+    assert sentences == ("Lives in Lisbon. " * 29).strip() and len(sentences) <= 500
+    chinese = truncate_digest("用户住在里斯本。" * 80)
+    assert chinese == "用户住在里斯本。" * 62
+    assert truncate_digest("a" * 200 + ". " + "b" * 400).endswith("…")  # no sentence end late enough
 
 
 def test_ids_sort_in_creation_order_even_within_one_millisecond() -> None:

@@ -122,9 +122,20 @@ def decide_upsert(
     return UpsertDecision("supersede", "content changed")
 
 
+_SENTENCE_END = re.compile(r"[.!?。！？…](?=\s|$)|[。！？]")
+
+
 def truncate_digest(text: str) -> str:
+    """At most ``DIGEST_MAX_CHARS``: cut after the last whole sentence that fits, or (no sentence
+    end in the second half of the limit) at the limit with an ellipsis."""
     text = text.strip()
-    return text if len(text) <= DIGEST_MAX_CHARS else text[: DIGEST_MAX_CHARS - 1].rstrip() + "…"
+    if len(text) <= DIGEST_MAX_CHARS:
+        return text
+    head = text[:DIGEST_MAX_CHARS]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() < len(text) and m.end() <= DIGEST_MAX_CHARS]
+    if ends and ends[-1] >= DIGEST_MAX_CHARS // 2:
+        return head[: ends[-1]].rstrip()
+    return head[: DIGEST_MAX_CHARS - 1].rstrip() + "…"
 
 
 def expires_by_retention(memory: Memory, now: datetime, unseen_days: int) -> bool:
