@@ -32,6 +32,7 @@ class ServerThread:
 
     def __init__(self, app: Any, *, port: int | None = None, start_timeout: float = 20.0, **config: Any) -> None:
         config.setdefault("log_level", "warning")
+        config.setdefault("proxy_headers", False)  # as `engram serve` and run.sh: Engram reads them itself
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port or 0))
