@@ -200,6 +200,7 @@ def test_unconfigured_panel_says_how_to_set_a_password(browser: Any, make_server
     # Then it explains how to set the password and offers no login form
     expect(page.get_by_text("Set an admin password first")).to_be_visible()
     expect(page.get_by_text("ENGRAM_ADMIN_PASSWORD", exact=False)).to_be_visible()
+    expect(page.get_by_text("admin_password", exact=True)).to_be_visible()
     expect(page.locator("#login-form")).to_be_hidden()
     shot(page, "login-unconfigured")
     context.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.entrypoints.http.proxies import TrustedProxies
@@ -129,3 +131,36 @@ def test_a_success_clears_the_count() -> None:
     assert limiter.hit("a") is None and limiter.hit("a") is None
     limiter.reset("a")
     assert limiter.hit("a") is None
+
+
+def test_a_running_reindex_of_another_namespace_is_a_conflict_that_names_nobody() -> None:
+    from types import SimpleNamespace
+
+    from engram.domain.errors import Conflict
+    from engram.entrypoints.http.admin import ReindexJob
+
+    # Given a reindex of alice's namespace that is still counting her memories
+    release = threading.Event()
+
+    def iter_memories(namespace: str, statuses: object) -> list[object]:
+        release.wait(10)
+        return []
+
+    container = SimpleNamespace(
+        embedder=None,
+        store=SimpleNamespace(iter_memories=iter_memories),
+        memories=SimpleNamespace(reindex=lambda ns, progress=None: 0),
+    )
+    job = ReindexJob(container)
+    assert job.start("alice")["state"] == "running"
+    try:
+        # When bob starts one, Then 409 without alice's name; alice asking again sees her own run
+        with pytest.raises(Conflict) as err:
+            job.start("bob")
+        assert "alice" not in err.value.message
+        assert job.start("alice")["namespace"] == "alice"
+        assert job.snapshot("bob") == {"state": "idle", "done": 0, "total": 0}
+    finally:
+        release.set()
+        job.join(10)
+    assert job.snapshot("alice")["state"] == "done"
