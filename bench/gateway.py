@@ -70,6 +70,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
         chat_inject_enabled=recall,
         chat_store_messages=recall,
         log_level="WARNING",
+        rate_limit_chat_per_minute=0,  # one key sends every request: measure the gateway, not the limit
     )  # type: ignore[call-arg]
     container = build_container(settings, store=InMemoryMemoryStore(), index=InMemorySearchIndex())
     if recall:

@@ -57,6 +57,10 @@ def gateway_settings(upstream: FakeUpstream, **overrides: Any) -> Settings:
         "chat_model": "fake-chat",
         "vision_model": "fake-vision",
         "scheduler_enabled": False,
+        # One key sends whole matrices of chats: these tests are about the gateway; the per-key limit has
+        # its own (tests/integration/test_rate_limits.py).
+        "rate_limit_chat_per_minute": 0,
+        "rate_limit_requests_per_minute": 0,
     }
     values.update(overrides)
     return Settings(**values)
