@@ -67,6 +67,20 @@ class Settings(BaseSettings):
     embedding_dimensions: int | None = Field(None, description="Requested vector size for remote embedders.")
     embedding_base_url: str = Field("", description="Base URL of the OpenAI-compatible embeddings API.")
     embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
+    search_timeout: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="Seconds to wait for a remote search index (OpenSearch) per request; a slower or failed "
+        "answer marks it unavailable: recall goes on without it, writes are kept and repaired later.",
+    )
+    search_retry_seconds: float = Field(
+        15.0,
+        ge=0,
+        le=3600,
+        description="While the search index is unavailable, calls fail at once and one request tries it again "
+        "after this many seconds.",
+    )
 
     # -- memory rules ---------------------------------------------------------------------
     dedup_cosine: float = Field(

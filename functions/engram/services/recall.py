@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
+from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +263,7 @@ class _Stages:
         self.degraded: dict[str, str] = {}
         self.skipped: list[str] = []
         self.timings: dict[str, float] = {}
+        self.index_unavailable = False
         self._t = time.perf_counter()
 
     def lap(self, name: str) -> None:
@@ -272,6 +274,7 @@ class _Stages:
     def fail(self, stage: str, exc: BaseException) -> None:
         log.warning("recall stage %s degraded: %s", stage, exc.__class__.__name__, exc_info=log.isEnabledFor(10))
         self.degraded[stage] = f"{exc.__class__.__name__}: {exc}"[:200]
+        self.index_unavailable = self.index_unavailable or is_index_unavailable(exc)
 
 
 class RecallService:
@@ -484,6 +487,9 @@ class RecallService:
             "timings_ms": stages.timings,
             "counts": counts,
         }
+        if stages.index_unavailable:
+            # The search index is asleep or unreachable: the caller says so (chat: x-engram-reason).
+            meta["index"] = "unavailable"
         return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
 
     # -- helpers ------------------------------------------------------------------------------

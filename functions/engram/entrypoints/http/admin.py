@@ -24,10 +24,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.domain.access import Principal
-from engram.domain.errors import InvalidInput, NotConfigured, Unauthorized
+from engram.domain.errors import EngramError, InvalidInput, NotConfigured, Unauthorized
+from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, client_ip, same_origin
+from engram.services.memories import INDEX_DIRTY
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +229,37 @@ def install(app: FastAPI, container: Any) -> None:
         log.info("runtime settings changed: %s", sorted(body.values))
         return {"items": container.runtime.describe(), "info": _info(container)}
 
+    @api.get("/health")
+    def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:
+        """Check the store and the search index now (a network call each on AWS), the embedding model
+        against the index, and whether index writes of your namespace wait for repair. 503 if one fails."""
+        checks: dict[str, Any] = {}
+        for name, probe in (("store", container.store.ping), ("search", container.index.ping)):
+            try:
+                probe()
+                checks[name] = {"status": "ok"}
+            except Exception as exc:  # reported, never raised
+                checks[name] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+        embedder = container.embedder
+        if embedder is None:
+            checks["embedder"] = {"status": "off", "detail": "keyword search only"}
+        else:
+            try:
+                embedder.matches_index  # noqa: B018 - asks the index now
+            except Exception as exc:
+                checks["embedder"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+            else:
+                checks["embedder"] = {"status": embedder.state, "model": embedder.model_id}
+        try:
+            dirty = container.store.get_cache(who.namespace, INDEX_DIRTY)
+            checks["index_repair"] = {"status": "pending" if dirty else "ok"}
+        except Exception as exc:
+            checks["index_repair"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+        ok = all(c["status"] in ("ok", "off", "pending") for c in checks.values())
+        if not ok:
+            response.status_code = 503
+        return {"status": "ok" if ok else "degraded", "version": __version__, "checks": checks}
+
     @api.get("/reindex")
     def reindex_status(who: Admin) -> dict[str, Any]:
         return reindex.snapshot()
@@ -244,7 +277,10 @@ def install(app: FastAPI, container: Any) -> None:
 
 def _info(container: Any) -> dict[str, Any]:
     settings = container.settings
-    index = container.index.info()
+    try:
+        index = container.index.info()
+    except EngramError:  # the index is away: the settings page still works
+        index = IndexInfo()
     return {
         "version": __version__,
         "namespace": settings.default_namespace,

@@ -1,7 +1,9 @@
-"""CleanupFunction: SQS batches -> ``cleanup.run`` per message, with partial batch failures.
+"""CleanupFunction: the jobs queue's consumer; SQS batches -> one job per message, with partial batch failures.
 
-Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJobQueue``) or
-``{"job": "cleanup", "payload": {"all": true}}`` (the nightly schedule). A failed record is reported
+Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJobQueue``),
+``{"job": "cleanup", "payload": {"all": true}}`` (the nightly schedule) or
+``{"job": "index_repair", "payload": {"namespace": "..."}}`` (queued when the search index answers
+again after index writes failed). A failed record is reported
 back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
 once: after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed.
 """
@@ -53,12 +55,18 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         logger.info("message already processed", extra={"message_id": record.message_id})
         return {"skipped": True}
     job, payload = decode_job(record.body)
-    if job != "cleanup":
-        raise InvalidInput(f"the cleanup queue got a {job!r} job")
-    namespace = None if payload.get("all") else payload.get("namespace")
-    if not payload.get("all") and not namespace:
-        raise InvalidInput("cleanup job needs 'namespace' or 'all'")
-    report = report_dict(job_service(container, "cleanup").run(namespace))
+    if job == "cleanup":
+        namespace = None if payload.get("all") else payload.get("namespace")
+        if not payload.get("all") and not namespace:
+            raise InvalidInput("cleanup job needs 'namespace' or 'all'")
+        report = report_dict(job_service(container, "cleanup").run(namespace))
+    elif job == "index_repair":
+        namespace = payload.get("namespace")
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidInput("index_repair job needs 'namespace'")
+        report = {"job": job, "repaired": container.memories.repair_index(namespace), "errors": 0}
+    else:
+        raise InvalidInput(f"the jobs queue got an unknown {job!r} job")
     store.put_idempotency(
         IdempotencyRecord(
             namespace=JOBS_NAMESPACE,
@@ -67,7 +75,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
             created_at=utcnow(),
         )
     )
-    metrics.add_metric(name="CleanupRuns", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="CleanupRuns" if job == "cleanup" else "IndexRepairRuns", unit=MetricUnit.Count, value=1)
     return report
 
 
