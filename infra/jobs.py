@@ -1,4 +1,5 @@
-"""Scheduled and queued jobs: extraction every 4 h, dreaming at 04:10 local time, cleanup from SQS."""
+"""Scheduled and queued jobs: extraction every 4 h, dreaming at 04:10 local time; cleanup, index repair
+and reindex from the SQS jobs queue."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ class Jobs(Construct):
             self,
             "CleanupFunction",
             handler="engram.entrypoints.lambdas.cleanup.handler",
-            description="Engram cleanup job (retention), fed by the cleanup queue",
+            # The jobs queue's consumer: cleanup, index repair and the admin panel's reindex, which stops
+            # before this timeout at a checkpoint and queues its own continuation (services/reindex.py).
+            description="Engram jobs from the queue: cleanup (retention), index repair, reindex",
             environment=env,
             layers=layers,
             timeout=CLEANUP_TIMEOUT,

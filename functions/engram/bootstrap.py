@@ -44,6 +44,7 @@ class Container:
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
+    reindex: Any = None  # services.reindex.ReindexService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -118,6 +119,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
     from engram.services.jobs import NamespaceLocks
+    from engram.services.reindex import ReindexService
 
     s = container.settings
     locks = NamespaceLocks()
@@ -161,10 +163,12 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
             {
                 "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
                 "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
+                "reindex": lambda payload: c.reindex.run(payload["namespace"], payload["run_id"]),
             },
             min_interval_seconds=s.cleanup_min_interval_hours * 3600,
             throttled=("cleanup",),
         )
+    c.reindex = ReindexService(c.store, c.memories, c.embedder, c.clock, c.queue)
     _repair_when_back(c)
 
 
@@ -451,27 +455,6 @@ def index_model_mismatch(container: Container) -> bool:
     """Whether the index is known to hold another model's vectors (asks the index; may raise)."""
     embedder = container.embedder
     return isinstance(embedder, GatedEmbedder) and not embedder.matches_index
-
-
-def rebuild_index(container: Container, progress: Any = None) -> int:
-    """Reset the index to the current embedder and re-add every active memory of every namespace.
-
-    ``progress(namespace, total)`` returns a callable advanced per memory (or None).
-    """
-
-    def reindex_all() -> int:
-        total = 0
-        for ns in container.store.list_namespaces():
-            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
-            bar = progress(ns, count) if progress else None
-            total += container.memories.reindex(ns, progress=bar)
-            if bar is not None and hasattr(bar, "close"):
-                bar.close()
-        return total
-
-    if isinstance(container.embedder, GatedEmbedder):
-        return container.embedder.rebuild(reindex_all)
-    return reindex_all()
 
 
 # -- keys -----------------------------------------------------------------------------------

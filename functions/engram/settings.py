@@ -235,8 +235,10 @@ class Settings(BaseSettings):
     )
 
     # -- MCP ------------------------------------------------------------------------------
-    surface: Literal["all", "mcp"] = Field(
-        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    surface: Literal["all", "api", "mcp"] = Field(
+        "all",
+        description="What the HTTP app serves: `all` (chat, REST, admin, MCP), `api` (chat, REST, admin; the "
+        "MCP SDK is not even imported: the API function on AWS) or `mcp` (only `/mcp`: the MCP function).",
     )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],

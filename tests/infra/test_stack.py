@@ -131,7 +131,7 @@ def test_mcp_function_url_streams(template: Template) -> None:
         for r in _resources(template, "AWS::Lambda::Function").values()
         if r["Properties"]["Handler"] == "run.sh"
     )
-    assert surfaces == ["all", "mcp"]
+    assert surfaces == ["api", "mcp"]
 
 
 # -- storage --------------------------------------------------------------------------------

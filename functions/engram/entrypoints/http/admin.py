@@ -2,16 +2,14 @@
 
 The panel itself calls the REST API (`/v1/...`) with its session cookie (see `session.py` and
 `auth.py`). This module adds what only the panel needs: login/logout/session, `GET/PUT
-/v1/admin/settings` (the allowlisted runtime settings) and `GET/POST /v1/admin/reindex` (a
-background rebuild of the search index with progress). Both `/v1/admin/*` routes need the `admin`
-scope, which an admin session holds.
+/v1/admin/settings` (the allowlisted runtime settings), `GET/POST /v1/admin/reindex` (a rebuild of
+the search index as a job, with progress; services/reindex.py) and `GET /v1/admin/health`. The
+`/v1/admin/*` routes need the `admin` scope, which an admin session holds.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,70 +52,6 @@ class SettingsRequest(BaseModel):
     values: dict[str, Any] = Field(description="Setting name -> new value; null resets it to the default.")
 
 
-class ReindexJob:
-    """One background reindex at a time per process, with progress for polling."""
-
-    def __init__(self, container: Any) -> None:
-        self._container = container
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._state: dict[str, Any] = {"state": "idle", "done": 0, "total": 0}
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return dict(self._state)
-
-    def start(self, namespace: str) -> dict[str, Any]:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return dict(self._state)
-            self._state = {
-                "state": "running",
-                "done": 0,
-                "total": 0,
-                "namespace": namespace,
-                "started_at": time.time(),
-                "finished_at": None,
-                "error": None,
-                "reset": False,
-            }
-            self._thread = threading.Thread(target=self._run, args=(namespace,), name="engram-reindex", daemon=True)
-            self._thread.start()
-            return dict(self._state)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _progress(self, count: int) -> None:
-        with self._lock:
-            self._state["done"] += count
-
-    def _run(self, namespace: str) -> None:
-        from engram.bootstrap import index_model_mismatch
-
-        container = self._container
-        try:
-            namespaces = [namespace]
-            # A changed embedding model makes every stored vector useless: rebuild the whole index.
-            if container.embedder is not None and index_model_mismatch(container):
-                container.index.reset(container.embedder.model_id, container.embedder.dimension)
-                namespaces = container.store.list_namespaces()
-                with self._lock:
-                    self._state["reset"] = True
-            total = sum(sum(1 for _ in container.store.iter_memories(ns, ("active",))) for ns in namespaces)
-            with self._lock:
-                self._state["total"] = total
-            for ns in namespaces:
-                container.memories.reindex(ns, progress=self._progress)
-            with self._lock:
-                self._state.update(state="done", finished_at=time.time())
-        except Exception as exc:  # reported to the panel; the index stays usable for what was done
-            log.exception("reindex failed")
-            with self._lock:
-                self._state.update(state="error", finished_at=time.time(), error=f"{type(exc).__name__}: {exc}")
-
-
 class AdminHeadersMiddleware:
     """Security headers on the panel and its API. Pure ASGI: other paths pass through untouched."""
 
@@ -148,9 +82,7 @@ def install(app: FastAPI, container: Any) -> None:
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     sessions = AdminSessions(password, container.store, settings.default_namespace)
     limiter = LoginLimiter(attempts=5, window=60.0)
-    reindex = ReindexJob(container)
     app.state.admin_sessions = sessions
-    app.state.admin_reindex = reindex
 
     app.add_middleware(AdminHeadersMiddleware)
 
@@ -262,13 +194,16 @@ def install(app: FastAPI, container: Any) -> None:
 
     @api.get("/reindex")
     def reindex_status(who: Admin) -> dict[str, Any]:
-        return reindex.snapshot()
+        """Progress of the latest reindex started from your namespace (kept in the store: every
+        instance reports the same)."""
+        return dict(container.reindex.status(who.namespace))
 
     @api.post("/reindex", status_code=202)
     def reindex_start(who: Admin) -> dict[str, Any]:
-        """Rebuild your namespace's search index entries (vectors and keywords) in the background;
-        poll `GET` for progress. After an embedding model change the whole index is rebuilt."""
-        return reindex.start(who.namespace)
+        """Rebuild your namespace's search index entries (vectors and keywords) as a job (in process
+        locally, on the jobs queue on AWS); poll `GET` for progress. After an embedding model change
+        the whole index is rebuilt."""
+        return dict(container.reindex.start(who.namespace))
 
     app.include_router(panel)
     app.include_router(api)
