@@ -72,22 +72,26 @@ class Pipeline:
             memory = Memory(
                 id=f"mem_{self._n:07d}", namespace=namespace, content=text, created_at=when, updated_at=when
             )
-            self.store.insert_memory(memory)
-            self.index.upsert(
-                IndexedDoc(
-                    memory_id=memory.id,
-                    namespace=namespace,
-                    text=text,
-                    type=memory.type,
-                    vector=tuple(vector) if vector is not None else None,
-                    created_at=when,
-                )
-            )
+            self.add_memory(memory, vector)
             ids.append(memory.id)
         return ids
 
-    def recall(self, namespace: str, query: str, k: int) -> list[str]:
-        return [h.memory.id for h in self.service.recall(namespace, query, top_k=k).hits]
+    def add_memory(self, memory: Memory, vector: Sequence[float] | None) -> None:
+        """One memory as given (any status) into the store, and its document into the index."""
+        self.store.insert_memory(memory)
+        self.index.upsert(
+            IndexedDoc(
+                memory_id=memory.id,
+                namespace=memory.namespace,
+                text=memory.content,
+                type=memory.type,
+                vector=tuple(vector) if vector is not None else None,
+                created_at=memory.created_at,
+            )
+        )
+
+    def recall(self, namespace: str, query: str, k: int, **options: Any) -> list[str]:
+        return [h.memory.id for h in self.service.recall(namespace, query, top_k=k, **options).hits]
 
     def close(self) -> None:
         self.index.close()

@@ -1,10 +1,15 @@
-"""Scheduled and queued jobs: extraction every 4 h, dreaming at 04:10 local time; cleanup, index repair
-and reindex from the SQS jobs queue."""
+"""Scheduled and queued jobs: extraction every N hours, nightly dreaming and cleanup; cleanup, index
+repair and reindex from the SQS jobs queue.
+
+The schedule times are the deploy-time ENGRAM_DREAM_HOUR/..., ENGRAM_TIMEZONE the functions also get
+(EngramConfig.schedule_times); docs/aws.md says what a time zone changed later in the panel moves.
+"""
 
 from __future__ import annotations
 
 from aws_cdk import Duration, TimeZone
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
@@ -17,6 +22,11 @@ JOB_TIMEOUT = Duration.minutes(15)
 CLEANUP_TIMEOUT = Duration.minutes(5)
 SCHEDULE_RETRIES = 2
 SCHEDULE_MAX_EVENT_AGE = Duration.hours(1)
+# Scheduler invokes Lambda asynchronously: its retry policy covers delivery only. A run that fails
+# inside the function is retried by Lambda's async queue (2 retries, ~1 and ~2 min apart), then
+# recorded in the schedule DLQ. A full-length run (15 min) plus two retries fits in 1 h.
+ASYNC_RETRIES = 2
+ASYNC_MAX_EVENT_AGE = Duration.hours(1)
 CLEANUP_MAX_RECEIVES = 3
 
 
@@ -40,9 +50,11 @@ class Jobs(Construct):
         layers: list[lambda_.ILayerVersion],
         memory_size: int,
         timezone: str,
+        times: dict[str, int],
     ):
         super().__init__(scope, construct_id)
         tz = TimeZone.of(timezone)
+        every = times["extract_interval_hours"]
 
         # -- cleanup: SQS queue (+DLQ) consumed with partial batch failures -----------------
         self.cleanup_dlq = _queue(self, "CleanupDlq", retention_period=Duration.days(14))
@@ -92,19 +104,29 @@ class Jobs(Construct):
             timeout=JOB_TIMEOUT,
             memory_size=memory_size,
         )
+        for fn in (self.extract_function, self.dream_function):
+            fn.configure_async_invoke(
+                on_failure=destinations.SqsDestination(self.schedule_dlq),
+                retry_attempts=ASYNC_RETRIES,
+                max_event_age=ASYNC_MAX_EVENT_AGE,
+            )
         self.extract_schedule = scheduler.Schedule(
             self,
             "ExtractSchedule",
-            description="Engram extraction every 4 hours",
-            # Whole UTC hours divisible by 4, like `engram serve`'s own scheduler.
-            schedule=scheduler.ScheduleExpression.cron(minute="0", hour="*/4", time_zone=TimeZone.ETC_UTC),
+            description=f"Engram extraction every {every} hours",
+            # Whole UTC hours divisible by the interval, like `engram serve`'s own scheduler.
+            schedule=scheduler.ScheduleExpression.cron(
+                minute="0", hour="0" if every == 24 else f"*/{every}", time_zone=TimeZone.ETC_UTC
+            ),
             target=self._lambda_target(self.extract_function, {"job": "extract"}),
         )
         self.dream_schedule = scheduler.Schedule(
             self,
             "DreamSchedule",
-            description="Engram dreaming at 04:10 in the user's time zone",
-            schedule=scheduler.ScheduleExpression.cron(minute="10", hour="4", time_zone=tz),
+            description="Engram dreaming, nightly in the user's time zone",
+            schedule=scheduler.ScheduleExpression.cron(
+                minute=str(times["dream_minute"]), hour=str(times["dream_hour"]), time_zone=tz
+            ),
             target=self._lambda_target(self.dream_function, {"job": "dream"}),
         )
         # Nightly cleanup of every namespace goes through the same queue as the chat path's requests.
@@ -112,7 +134,9 @@ class Jobs(Construct):
             self,
             "CleanupSchedule",
             description="Engram nightly cleanup of every namespace (via the cleanup queue)",
-            schedule=scheduler.ScheduleExpression.cron(minute="30", hour="3", time_zone=tz),
+            schedule=scheduler.ScheduleExpression.cron(
+                minute=str(times["cleanup_minute"]), hour=str(times["cleanup_hour"]), time_zone=tz
+            ),
             target=targets.SqsSendMessage(
                 self.cleanup_queue,
                 input=scheduler.ScheduleTargetInput.from_object({"job": "cleanup", "payload": {"all": True}}),

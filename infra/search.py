@@ -14,14 +14,20 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_opensearchserverless as aoss
 from constructs import Construct
 
+# DeleteIndex: a changed embedding model drops and recreates the index (OpenSearchIndex.reset).
 DATA_PERMISSIONS_INDEX = [
     "aoss:CreateIndex",
+    "aoss:DeleteIndex",
     "aoss:DescribeIndex",
     "aoss:UpdateIndex",
     "aoss:ReadDocument",
     "aoss:WriteDocument",
 ]
 NEXTGEN_MAX_OCU = 2
+# Policies and the collection group are named <collection>-<suffix>; those names may have 32 characters.
+NAME_SUFFIXES = ("-enc", "-net", "-data", "-group")
+POLICY_NAME_MAX = 32
+COLLECTION_NAME_MAX = POLICY_NAME_MAX - max(len(s) for s in NAME_SUFFIXES)
 
 
 class Search(Construct):

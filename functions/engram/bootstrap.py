@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, SearchIndex
@@ -259,7 +260,7 @@ def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
         from engram.adapters.storage.sqlite import SqliteMemoryStore
 
         path = local_db_path(settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         sqlite_store = SqliteMemoryStore(path)
         closers.append(sqlite_store.close)
         return sqlite_store
@@ -287,7 +288,7 @@ def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
         from engram.adapters.search.local import SqliteSearchIndex
 
         path = local_db_path(settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         index = SqliteSearchIndex(path)
         closers.append(index.close)
         return index
@@ -478,6 +479,8 @@ def load_keys_file(path: Path) -> list[ApiKey]:
         raise NotConfigured(f"keys file {path} does not exist") from exc
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"keys file {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from exc
+    if readable_by_others(path):
+        log.warning("keys file %s is readable by other users of this machine: run `chmod 600 %s`", path, path)
     entries = raw.get("keys", raw) if isinstance(raw, dict) else raw
     if not isinstance(entries, list):
         raise InvalidInput(f"keys file {path} must hold a list of keys")
@@ -485,13 +488,19 @@ def load_keys_file(path: Path) -> list[ApiKey]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
             raise InvalidInput(f"keys file {path}: entry {i} needs a string 'key'")
-        out.append(
-            ApiKey.create(
-                entry["key"],
-                name=str(entry.get("name") or f"key{i}"),
-                namespace=str(entry.get("namespace") or "default"),
-                scopes=entry.get("scopes") or [ALL],
+        name = str(entry.get("name") or f"key{i}")
+        # Scopes are never implied: a missing list is a mistake, an empty one grants nothing.
+        if "scopes" not in entry:
+            raise InvalidInput(
+                f"keys file {path}: key {name!r} has no 'scopes' (list what it may do, e.g. [\"chat:proxy\"], "
+                "or [] for nothing)",
+                code="missing_scopes",
             )
+        scopes = entry["scopes"]
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise InvalidInput(f"keys file {path}: key {name!r}: 'scopes' must be a list of strings", code="bad_scopes")
+        out.append(
+            ApiKey.create(entry["key"], name=name, namespace=str(entry.get("namespace") or "default"), scopes=scopes)
         )
     return out
 
@@ -506,7 +515,7 @@ def ensure_local_owner_key(settings: Settings) -> tuple[Settings, str | None]:
     path = Path(settings.data_dir).expanduser() / LOCAL_KEYS_NAME
     created: str | None = None
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         created = "ek_" + secrets.token_urlsafe(24)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -353,7 +353,7 @@ def test_list_memories_filters(store: MemoryStore) -> None:
 
     # When each filter is applied / Then only matching rows come back, newest first
     assert listed() == ["core", "pref", "fact"]
-    assert listed(statuses=()) == ["core", "pref", "fact"]
+    assert listed(statuses=()) == ["gone", "old", "core", "pref", "fact"]  # empty: every status ("all")
     assert listed(statuses=("superseded", "archived")) == ["gone", "old"]
     assert listed(types=("preference", "identity")) == ["pref"]
     assert listed(layer="core") == ["core"]
@@ -363,6 +363,18 @@ def test_list_memories_filters(store: MemoryStore) -> None:
     assert listed(pinned=False) == ["pref", "fact"]
     assert listed(fact_key="id:name", statuses=("active", "superseded")) == ["old", "core"]
     assert listed(tag="work", statuses=("active", "superseded"), types=("fact",)) == ["fact"]
+
+
+def test_list_memories_of_every_status_pages_across_statuses(store: MemoryStore) -> None:
+    # Given one memory in each status, interleaved in time, and one in another namespace
+    statuses = ["active", "superseded", "archived", "deleted", "expired", "active", "archived"]
+    for n, status in enumerate(statuses):
+        store.insert_memory(a_memory(f"m{n}", minute=n, status=status))
+    store.insert_memory(a_memory("other", namespace=OTHER, status="archived"))
+    # When every status is listed ("all" is the empty filter), two at a time
+    pages = all_pages(lambda cursor: store.list_memories(NS, MemoryFilter(statuses=()), limit=2, cursor=cursor))
+    # Then every row of the namespace comes back once, newest first, whatever its status
+    assert pages == [["m6", "m5"], ["m4", "m3"], ["m2", "m1"], ["m0"]]
 
 
 def test_list_memories_cursor_continues_with_filters(store: MemoryStore) -> None:

@@ -200,6 +200,7 @@ def test_unconfigured_panel_says_how_to_set_a_password(browser: Any, make_server
     # Then it explains how to set the password and offers no login form
     expect(page.get_by_text("Set an admin password first")).to_be_visible()
     expect(page.get_by_text("ENGRAM_ADMIN_PASSWORD", exact=False)).to_be_visible()
+    expect(page.get_by_text("admin_password", exact=True)).to_be_visible()
     expect(page.locator("#login-form")).to_be_hidden()
     shot(page, "login-unconfigured")
     context.close()
@@ -253,6 +254,11 @@ def test_pin_archive_restore_and_versions(page: Any, panel_server: EngramServer,
     view.locator(f"[data-id='{ids['tea']['id']}']").get_by_role("button", name="Archive").click()
     # Then it leaves the active list, and shows up under Archived where it can be restored
     expect(view.locator(f"[data-id='{ids['tea']['id']}']")).to_have_count(0)
+    # and "Any status" lists every row: the archived tea and the superseded city fact with the rest
+    view.get_by_label("Status").select_option("all")
+    expect(view.locator(f"[data-id='{ids['tea']['id']}'] .chip.s-archived")).to_be_visible()
+    expect(view.locator(".memory", has_text="Alice lives in Berlin").locator(".chip.s-superseded")).to_be_visible()
+    expect(view.locator(".memory")).to_have_count(4)
     view.get_by_label("Status").select_option("archived")
     archived = view.locator(f"[data-id='{ids['tea']['id']}']")
     expect(archived.locator(".chip.s-archived")).to_be_visible()

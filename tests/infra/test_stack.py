@@ -17,7 +17,9 @@ from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
-from infra.config import EngramConfig  # noqa: E402
+from infra.config import LAMBDA_MAX_BODY_BYTES, EngramConfig  # noqa: E402
+from infra.layer import require_supported_region  # noqa: E402
+from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
 
 LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
@@ -62,6 +64,14 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
         chat_model="bedrock/eu.anthropic.claude-sonnet-4-5-20250929-v1:0",
         vision_model="bedrock/amazon.nova-lite-v1:0",
         data_access_principals=("arn:aws:iam::111122223333:role/Admin",),
+        # The longest name allowed: "-group"/"-data" names must still fit 32 characters (cfn-lint E3033).
+        collection_name="engram-" + "x" * (COLLECTION_NAME_MAX - len("engram-")),
+        dream_hour=5,
+        dream_minute=45,
+        extract_interval_hours=6,
+        extra_env={"ENGRAM_CLEANUP_HOUR": "2"},
+        alarm_email="owner@example.com",
+        revision="2026-01-01",
     )
 
 
@@ -86,6 +96,13 @@ def _as_list(x: Any) -> list[Any]:
     return x if isinstance(x, list) else [x]
 
 
+def _joined(value: Any) -> str:
+    """A string property as text, with every token of an ``Fn::Join`` replaced by a placeholder."""
+    if isinstance(value, str):
+        return value
+    return "".join(p if isinstance(p, str) else "TOKEN" for p in value["Fn::Join"][1])
+
+
 # -- API: REST API streaming into the ASGI app ------------------------------------------------
 
 
@@ -108,6 +125,8 @@ def test_api_function_runs_uvicorn_under_the_web_adapter(template: Template) -> 
     env = props["Environment"]["Variables"]
     assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
     assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    # Only the adapter on loopback is believed about the client's address (API Gateway's last hop)
+    assert env["ENGRAM_TRUSTED_PROXIES"] == "127.0.0.1"
     assert props["Timeout"] == 900
     assert props["Runtime"] == "python3.12"
     assert LWA_LAYER in json.dumps(props["Layers"])
@@ -173,21 +192,78 @@ def test_cleanup_queue_has_dlq_and_partial_batch_failures(template: Template) ->
 
 
 def test_schedules_use_cron_time_zone_retries_and_dlq(custom: tuple[EngramStack, Template]) -> None:
-    # Given a deployment in Berlin / Then extraction runs every 4 h and dreaming at 04:10 Berlin time
+    # Given a deployment in Berlin with dreaming at 05:45, cleanup at 02:30 (through extra_env) and
+    # extraction every 6 hours
     _, template = custom
     schedules = {
         s["Properties"]["ScheduleExpression"]: s["Properties"]
         for s in _resources(template, "AWS::Scheduler::Schedule").values()
     }
-    assert set(schedules) == {"cron(0 */4 * * ? *)", "cron(10 4 * * ? *)", "cron(30 3 * * ? *)"}
-    assert schedules["cron(0 */4 * * ? *)"]["ScheduleExpressionTimezone"] == "Etc/UTC"
-    assert schedules["cron(10 4 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
-    assert schedules["cron(30 3 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
+    # Then the schedules fire at those times, dream and cleanup in Berlin time
+    assert set(schedules) == {"cron(0 */6 * * ? *)", "cron(45 5 * * ? *)", "cron(30 2 * * ? *)"}
+    assert schedules["cron(0 */6 * * ? *)"]["ScheduleExpressionTimezone"] == "Etc/UTC"
+    assert schedules["cron(45 5 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
+    assert schedules["cron(30 2 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
     for props in schedules.values():
         assert props["Target"]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2}
         assert "DeadLetterConfig" in props["Target"]
-    dream = schedules["cron(10 4 * * ? *)"]["Target"]
+    dream = schedules["cron(45 5 * * ? *)"]["Target"]
     assert json.loads(dream["Input"]) == {"job": "dream"}
+    # And the functions get the same times, so runs on demand and the schedules agree
+    env = _function(template, "engram.entrypoints.lambdas.dream.handler")["Properties"]["Environment"]["Variables"]
+    assert (env["ENGRAM_DREAM_HOUR"], env["ENGRAM_DREAM_MINUTE"], env["ENGRAM_CLEANUP_HOUR"]) == ("5", "45", "2")
+    assert env["ENGRAM_EXTRACT_INTERVAL_HOURS"] == "6" and env["ENGRAM_TIMEZONE"] == "Europe/Berlin"
+
+
+def test_default_schedules(template: Template) -> None:
+    # Given no schedule settings / Then the defaults of engram.settings: 04:10, 03:30 (UTC), every 4 h
+    expressions = {
+        s["Properties"]["ScheduleExpression"] for s in _resources(template, "AWS::Scheduler::Schedule").values()
+    }
+    assert expressions == {"cron(0 */4 * * ? *)", "cron(10 4 * * ? *)", "cron(30 3 * * ? *)"}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"dream_hour": 24},
+        {"cleanup_minute": -1},
+        {"extract_interval_hours": 0},
+        {"extra_env": {"ENGRAM_DREAM_MINUTE": "x"}},
+    ],
+)
+def test_schedule_times_are_validated(config: dict[str, Any]) -> None:
+    # Given an impossible time / Then synth stops with the setting's name
+    with pytest.raises(ValueError, match=r"ENGRAM_(DREAM|CLEANUP|EXTRACT)_"):
+        EngramConfig(**config)
+
+
+def _logical_id(template: Template, type_: str, id_prefix: str) -> str:
+    found = [k for k in _resources(template, type_) if k.startswith(id_prefix)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_scheduled_functions_retry_async_and_record_failures_in_the_schedule_dlq(template: Template) -> None:
+    # Given Scheduler invokes the job functions asynchronously (its own retries cover delivery only)
+    dlq = _logical_id(template, "AWS::SQS::Queue", "JobsScheduleDlq")
+    configs = _resources(template, "AWS::Lambda::EventInvokeConfig")
+    # Then the extract and dream functions each retry a failed run twice within an hour, then send it to the DLQ
+    targets = sorted(c["Properties"]["FunctionName"]["Ref"] for c in configs.values())
+    assert len(targets) == 2
+    assert targets[0].startswith("JobsDreamFunction") and targets[1].startswith("JobsExtractFunction")
+    for config in configs.values():
+        props = config["Properties"]
+        assert props["MaximumRetryAttempts"] == 2
+        assert props["MaximumEventAgeInSeconds"] == 3600
+        assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [dlq, "Arn"]}
+    # And their roles may send to that queue
+    senders = [
+        s
+        for s in _policy_statements(template)
+        if "sqs:SendMessage" in _as_list(s["Action"]) and s["Resource"] == {"Fn::GetAtt": [dlq, "Arn"]}
+    ]
+    assert len(senders) >= 2
 
 
 def test_job_handlers_point_at_lambda_entrypoints(template: Template) -> None:
@@ -195,6 +271,54 @@ def test_job_handlers_point_at_lambda_entrypoints(template: Template) -> None:
     for name in ("extract", "dream", "cleanup"):
         props = _function(template, f"engram.entrypoints.lambdas.{name}.handler")["Properties"]
         assert props["Environment"]["Variables"]["ENGRAM_CLEANUP_QUEUE_URL"]
+
+
+# -- alarms ---------------------------------------------------------------------------------
+
+
+def _alarms(template: Template) -> dict[str, dict[str, Any]]:
+    return {k: v["Properties"] for k, v in _resources(template, "AWS::CloudWatch::Alarm").items()}
+
+
+def test_alarms_cover_dlqs_job_errors_and_api_5xx_rate(template: Template) -> None:
+    # Given the default stack
+    alarms = _alarms(template)
+    topic = _logical_id(template, "AWS::SNS::Topic", "AlarmsTopic")
+    # Then every alarm notifies the one topic
+    assert alarms and all(a["AlarmActions"] == [{"Ref": topic}] for a in alarms.values())
+    # And each dead-letter queue alarms on its first message
+    for dlq in ("JobsScheduleDlq", "JobsCleanupDlq"):
+        queue = _logical_id(template, "AWS::SQS::Queue", dlq)
+        (alarm,) = [
+            a
+            for a in alarms.values()
+            if a.get("Dimensions") == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
+        ]
+        assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    # And each job function alarms on any error
+    errors = {a["Dimensions"][0]["Value"]["Ref"][:-8] for a in alarms.values() if a.get("MetricName") == "Errors"}
+    assert errors == {"JobsExtractFunction", "JobsDreamFunction", "JobsCleanupFunction"}
+    # And the API alarms when 5 % of at least 5 requests in 15 minutes are 5xx
+    (rate,) = [a for a in alarms.values() if "Metrics" in a]
+    expression = next(m for m in rate["Metrics"] if "Expression" in m)["Expression"]
+    assert expression == "IF(requests >= 5, errors / requests, 0)"
+    names = {m["Id"]: m["MetricStat"]["Metric"]["MetricName"] for m in rate["Metrics"] if "MetricStat" in m}
+    assert names == {"errors": "5XXError", "requests": "Count"}
+    assert (rate["Threshold"], rate["ComparisonOperator"]) == (0.05, "GreaterThanOrEqualToThreshold")
+    assert all(a["TreatMissingData"] == "notBreaching" for a in alarms.values())
+    # And nobody is mailed unless an address is given; the topic only accepts TLS publishers
+    template.resource_count_is("AWS::SNS::Subscription", 0)
+    template.has_resource_properties("AWS::SNS::TopicPolicy", {"PolicyDocument": Match.object_like({})})
+    assert "AlarmTopicArn" in template.find_outputs("*")
+
+
+def test_alarm_email_is_subscribed(custom: tuple[EngramStack, Template]) -> None:
+    # Given -c engram:alarm_email=owner@example.com / Then the address is subscribed to the alarm topic
+    _, template = custom
+    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "owner@example.com"})
+    with pytest.raises(ValueError, match="alarm_email"):
+        EngramConfig(alarm_email="not-an-address")
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -214,6 +338,15 @@ def test_classic_collection_without_standby(template: Template) -> None:
     assert access["Properties"]["Type"] == "data"
     # The five function roles are the principals (resolved at deploy time).
     assert json.dumps(access["Properties"]["Policy"]).count("Role") >= 5
+
+
+def test_data_access_allows_replacing_the_index(template: Template) -> None:
+    # Given a changed embedding model drops and recreates the index (OpenSearchIndex.reset)
+    access = next(iter(_resources(template, "AWS::OpenSearchServerless::AccessPolicy").values()))
+    policy = json.loads(_joined(access["Properties"]["Policy"]))
+    index_rule = next(r for r in policy[0]["Rules"] if r["ResourceType"] == "index")
+    # Then the functions may delete the index as well as create and write it
+    assert {"aoss:CreateIndex", "aoss:DeleteIndex", "aoss:WriteDocument"} <= set(index_rule["Permission"])
 
 
 def test_extra_data_access_principals(custom: tuple[EngramStack, Template]) -> None:
@@ -285,6 +418,9 @@ def test_functions_can_use_table_secret_queue_and_collection(template: Template)
 def test_outputs(template: Template) -> None:
     outputs = template.find_outputs("*")
     assert {"ApiUrl", "McpUrl", "AdminUrl", "TableName", "SecretArn", "CollectionEndpoint"} <= set(outputs)
+    # McpUrl is the Function URL (which ends in "/") plus "mcp": clients use it as it is (docs/mcp.md)
+    parts = outputs["McpUrl"]["Value"]["Fn::Join"][1]
+    assert parts[-1] == "mcp" and "FunctionUrl" in json.dumps(parts[0])
 
 
 def test_function_env_names_are_settings_fields(template: Template) -> None:
@@ -314,6 +450,76 @@ def test_context_values_are_coerced_and_validated() -> None:
         EngramConfig(vector_dimension=300)
     with pytest.raises(ValueError, match="ENGRAM_"):
         EngramConfig(extra_env={"PATH": "/tmp"})
+
+
+@pytest.mark.parametrize("name", ["e" * (COLLECTION_NAME_MAX + 1), "Engram", "9lives", "ab", "engram\n"])
+def test_collection_name_is_validated(name: str) -> None:
+    # Given a name whose "-group" policy name would exceed 32 characters, or an invalid one
+    # Then the config refuses it, naming the limit
+    with pytest.raises(ValueError, match=f"collection_name .*3-{COLLECTION_NAME_MAX} characters"):
+        EngramConfig(collection_name=name)
+
+
+def test_http_functions_answer_413_before_lambda_refuses_the_payload(template: Template) -> None:
+    # Given Lambda refuses invocation events over 6 MB before Engram sees them
+    http = [f for f in _resources(template, "AWS::Lambda::Function").values() if f["Properties"]["Handler"] == "run.sh"]
+    assert len(http) == 2
+    for fn in http:
+        # Then Engram's own body limit is lower, so an oversized image gets Engram's JSON 413
+        limit = int(fn["Properties"]["Environment"]["Variables"]["ENGRAM_MAX_BODY_BYTES"])
+        assert 1024 <= limit <= LAMBDA_MAX_BODY_BYTES < 6 * 1024 * 1024
+    # And a larger limit, through its own key or through extra_env, stops the synth
+    with pytest.raises(ValueError, match=r"ENGRAM_MAX_BODY_BYTES .* 6 MB"):
+        EngramConfig(max_body_bytes=6 * 1024 * 1024)
+    with pytest.raises(ValueError, match="ENGRAM_MAX_BODY_BYTES"):
+        EngramConfig(extra_env={"ENGRAM_MAX_BODY_BYTES": str(8 * 1024 * 1024)})
+
+
+def test_revision_gives_every_function_a_new_environment(
+    template: Template, custom: tuple[EngramStack, Template]
+) -> None:
+    # Given -c engram:revision=2026-01-01 / Then every function's environment changes (new execution
+    # environments read the secret again); without it nothing is added
+    for fn in _resources(custom[1], "AWS::Lambda::Function").values():
+        assert fn["Properties"]["Environment"]["Variables"]["DEPLOY_REVISION"] == "2026-01-01"
+    for fn in _resources(template, "AWS::Lambda::Function").values():
+        assert "DEPLOY_REVISION" not in fn["Properties"]["Environment"]["Variables"]
+
+
+def test_admin_panel_hint_names_the_real_secret_field_and_context_key() -> None:
+    # Given the panel's "set an admin password" hint for AWS
+    import re
+
+    from infra.secrets import SECRET_TEMPLATE
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "functions" / "engram" / "entrypoints" / "http" / "static" / "admin" / "index.html").read_text()
+    hint = next(line for line in page.splitlines() if "AWS:" in line)
+    # Then what it names exists: the secret's field and the context key that makes functions re-read it
+    assert "admin_password" in SECRET_TEMPLATE and "<code>admin_password</code>" in hint
+    keys = re.findall(r"engram:([a-z_]+)=", hint)
+    assert keys and all(k in EngramConfig.__dataclass_fields__ for k in keys)
+    assert "AdminPassword" not in page
+
+
+def test_only_the_commercial_partition_is_supported(layer_dir: Path) -> None:
+    # Given the CDK app targets only "aws" (the Web Adapter layer's account and Bedrock exist there)
+    root = Path(__file__).resolve().parents[2]
+    context = json.loads((root / "cdk.json").read_text())["context"]
+    assert context["@aws-cdk/core:target-partitions"] == ["aws"]
+    # Then a China or GovCloud region stops the synth with a clear message; commercial regions pass
+    for region in ("cn-north-1", "us-gov-west-1"):
+        with pytest.raises(ValueError, match=f"commercial AWS regions only.*{region}"):
+            require_supported_region(region)
+    require_supported_region("eu-west-1")
+    require_supported_region(None)
+    with pytest.raises(ValueError, match="commercial AWS regions only"):
+        EngramStack(
+            cdk.App(),
+            "China",
+            config=EngramConfig(layer_dir=str(layer_dir)),
+            env=cdk.Environment(account="111122223333", region="cn-northwest-1"),
+        )
 
 
 # -- linters ----------------------------------------------------------------------------------
@@ -368,7 +574,11 @@ def test_layer_requirements_cover_the_runtime_dependencies() -> None:
 
     lines = (root / "layers" / "requirements.txt").read_text().splitlines()
     layer = {name(line) for line in lines if line.strip() and not line.startswith("#")}
-    assert {name(r) for r in wanted} <= layer
+    # numpy serves only the local and in-memory indexes, which no function on AWS imports
+    # (tests/integration/test_surfaces.py checks the functions' imports): the layer leaves it out.
+    local_only = {"numpy"}
+    assert {name(r) for r in wanted} - local_only <= layer
+    assert not local_only & layer
 
 
 def test_bedrock_models_named_in_extra_env_are_granted() -> None:

@@ -69,6 +69,30 @@ def test_create_without_key_then_get_list_patch_delete(owner: httpx.Client) -> N
     assert restored.json()["status"] == "active"
 
 
+def test_status_all_lists_every_status(owner: httpx.Client) -> None:
+    # Given memories that are active, superseded, archived and deleted
+    old = _remember(owner, "I live in Berlin", fact_key="home:city").json()["memory"]
+    new = _remember(owner, "I live in Singapore", fact_key="home:city").json()["memory"]
+    archived = _remember(owner, "I collect stamps").json()["memory"]
+    deleted = _remember(owner, "I play the oboe").json()["memory"]
+    owner.post(f"/v1/memories/{archived['id']}/archive").raise_for_status()
+    owner.delete(f"/v1/memories/{deleted['id']}").raise_for_status()
+    # When the listing asks for any status (what the panel's "Any status" sends)
+    every = owner.get("/v1/memories", params={"status": "all"}).json()["items"]
+    paged = owner.get("/v1/memories", params={"status": "all", "limit": 3}).json()
+    # Then every row comes back with its own status, newest first, and paging continues
+    assert [(m["id"], m["status"]) for m in every] == [
+        (deleted["id"], "deleted"),
+        (archived["id"], "archived"),
+        (new["id"], "active"),
+        (old["id"], "superseded"),
+    ]
+    assert len(paged["items"]) == 3 and paged["next_cursor"]
+    rest = owner.get("/v1/memories", params={"status": "all", "limit": 3, "cursor": paged["next_cursor"]}).json()
+    assert [m["id"] for m in rest["items"]] == [old["id"]]
+    assert [m["id"] for m in owner.get("/v1/memories").json()["items"]] == [new["id"]]
+
+
 def test_upsert_same_key_same_meaning_marks_seen(owner: httpx.Client) -> None:
     # Given a memory with a fact key
     first = _remember(owner, "My cat is called Mochi.", fact_key="pet:cat_name").json()["memory"]

@@ -522,3 +522,17 @@ def test_the_query_vector_cache_is_bounded() -> None:
     service.recall("u", "query 0")
     service.recall("u", f"query {recall_module.QUERY_VECTOR_CACHE + 4}")
     assert len(embedder.queries) == before + 1
+
+
+def test_the_query_vector_cache_tells_no_namespace_what_another_asked() -> None:
+    # Given alice recalled a text
+    w = World()
+    embedder = CountingEmbedder()
+    service = w.service(embedder=embedder)
+    service.recall("alice", "my secret diagnosis")
+    # When bob recalls the same text, Then his answer does not say it was cached (it is embedded anew)
+    bob = service.recall("bob", "my secret diagnosis")
+    assert bob.meta["counts"]["embed_cached"] == 0
+    assert embedder.queries == ["my secret diagnosis", "my secret diagnosis"]
+    # And alice's own repeat still comes from the cache
+    assert service.recall("alice", "my secret diagnosis").meta["counts"]["embed_cached"] == 1

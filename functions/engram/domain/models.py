@@ -216,7 +216,7 @@ class CacheEntry(Frozen):
 
 
 class MemoryFilter(Frozen):
-    """Filters for listing memories. ``statuses`` empty means active only."""
+    """Filters for listing memories. ``statuses`` defaults to active only; empty means every status."""
 
     types: tuple[str, ...] = ()
     statuses: tuple[str, ...] = ("active",)
@@ -224,6 +224,11 @@ class MemoryFilter(Frozen):
     tag: str | None = None
     pinned: bool | None = None
     fact_key: str | None = None
+
+    @property
+    def listed_statuses(self) -> tuple[str, ...]:
+        """The statuses a listing covers: the ones named, or every status (``status=all``)."""
+        return self.statuses or MEMORY_STATUSES
 
 
 T = TypeVar("T")

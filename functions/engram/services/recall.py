@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
+from engram.services.loop import run_sync
 from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
@@ -297,9 +298,10 @@ class RecallService:
         # A callable is read per recall: runtime settings (admin panel) change it without a restart.
         self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
         self._pool_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
         self._embed_pool: ThreadPoolExecutor | None = None
-        self._vectors: OrderedDict[tuple[str, str], Sequence[float]] = OrderedDict()
+        # Keyed by namespace too: a hit (``embed_cached``, or a faster answer) must not tell one namespace
+        # which texts another one recently sent.
+        self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
 
     @property
@@ -337,7 +339,7 @@ class RecallService:
         # keyword search run here; both release the GIL (C engine, SQLite).
         pending_vector: Future[tuple[Sequence[float], bool, float]] | None = None
         if text and self._embedder is not None:
-            pending_vector = self._embed_async(text)
+            pending_vector = self._embed_async(namespace, text)
 
         glossary: list[GlossaryTerm] = []
         if text:
@@ -460,7 +462,10 @@ class RecallService:
         ]
         if (cfg.compress or cfg.compress_model) and self._compressor is not None and hits:
             try:
-                lines = self._run_async(self._compress(text, [h.memory.content for h in hits]))
+                lines = run_sync(
+                    self._compress(text, [h.memory.content for h in hits]),
+                    timeout=self._config.compress_timeout_s + 1,
+                )
                 hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
                 stages.ran.append("compress")
             except Exception as exc:
@@ -493,16 +498,16 @@ class RecallService:
         return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _embed_async(self, text: str) -> Future[tuple[Sequence[float], bool, float]]:
+    def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
         """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
 
         def run() -> tuple[Sequence[float], bool, float]:
             t = time.perf_counter()
-            vector, cached = self._query_vector(text)
+            vector, cached = self._query_vector(namespace, text)
             return vector, cached, (time.perf_counter() - t) * 1000
 
         with self._vectors_lock:
-            hit = (str(getattr(self._embedder, "model_id", "")), text) in self._vectors
+            hit = self._vector_key(namespace, text) in self._vectors
         if hit:
             done: Future[tuple[Sequence[float], bool, float]] = Future()
             try:
@@ -517,10 +522,13 @@ class RecallService:
             pool = self._embed_pool
         return pool.submit(run)
 
-    def _query_vector(self, text: str) -> tuple[Sequence[float], bool]:
-        """The query's embedding from a small LRU (keyed by model and text), else from the embedder."""
+    def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
+        return namespace, str(getattr(self._embedder, "model_id", "")), text
+
+    def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
+        """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""
         assert self._embedder is not None
-        key = (str(getattr(self._embedder, "model_id", "")), text)
+        key = self._vector_key(namespace, text)
         with self._vectors_lock:
             vector = self._vectors.get(key)
             if vector is not None:
@@ -566,15 +574,3 @@ class RecallService:
         if any(not line for line in out):
             raise ValueError("compressor returned an empty line")
         return out
-
-    def _run_async(self, coro: Any) -> Any:
-        """Run a coroutine from this sync code: directly if no loop runs in this thread, else on a helper thread."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-compress")
-            pool = self._pool
-        return pool.submit(asyncio.run, coro).result(timeout=self._config.compress_timeout_s + 1)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from engram.adapters.files import open_private, private_dir
+
 _DIGEST_COEFFS = np.random.default_rng(20261130).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
@@ -113,11 +115,11 @@ class AnnGraph:
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         """Write the graph and its id map as one file, atomically (a unique temp file, then a rename)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         ids = list(self._key_of)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            with open(tmp, "wb") as fh:
+            with os.fdopen(open_private(tmp), "wb") as fh:  # owner-only (adapters/files.py)
                 np.savez(
                     fh,
                     graph=np.frombuffer(bytes(self._index.save()), dtype=np.uint8),

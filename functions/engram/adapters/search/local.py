@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engram.adapters.files import private_sqlite
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
@@ -322,7 +323,7 @@ class SqliteSearchIndex:
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             if self._path != ":memory:":
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                private_sqlite(Path(self._path))  # owner-only, like its -wal/-shm (adapters/files.py)
             conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")

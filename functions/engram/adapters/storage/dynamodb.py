@@ -582,7 +582,7 @@ class DynamoMemoryStore:
     ) -> Page[Memory]:
         _check_limit(limit)
         before = _decode_cursor(cursor) if cursor is not None else None
-        statuses = filters.statuses or ("active",)
+        statuses = filters.listed_statuses
         page_size = min(max(limit + 1, 25), 500)
         items = self._newest_first(namespace, "MEM", statuses, before, page_size)
         return self._page(items, Memory, limit, lambda m: _memory_matches(m, filters))

@@ -63,7 +63,7 @@ def _page(rows: Iterable[_Row], limit: int, cursor: str | None) -> Page[_Row]:
 
 def _memory_matches(memory: Memory, filters: MemoryFilter) -> bool:
     return (
-        memory.status in (filters.statuses or ("active",))
+        memory.status in filters.listed_statuses
         and (not filters.types or memory.type in filters.types)
         and (filters.layer is None or memory.layer == filters.layer)
         and (filters.tag is None or filters.tag in memory.tags)

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from engram.adapters.files import private_sqlite
 from engram.adapters.storage.common import (
     check_limit,
     decode_cursor,
@@ -281,7 +282,7 @@ _CACHE = _Table("cache", CacheEntry, ("namespace", "key"))
 
 
 def _memory_filter_sql(filters: MemoryFilter) -> tuple[str, list[Any]]:
-    statuses = filters.statuses or ("active",)
+    statuses = filters.listed_statuses
     clauses = [f"status IN ({_marks(len(statuses))})"]
     params: list[Any] = list(statuses)
     if filters.types:
@@ -347,7 +348,8 @@ class SqliteMemoryStore:
         if self._closed:
             raise UpstreamUnavailable("the SQLite store is closed")
         if self._db is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            if str(self._path) != ":memory:":
+                private_sqlite(self._path)  # owner-only, like its -wal/-shm (adapters/files.py)
             db = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
                 db.row_factory = sqlite3.Row

@@ -26,7 +26,8 @@ from engram.domain.errors import EngramError, InvalidInput, NotConfigured, Unaut
 from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
-from engram.entrypoints.http.session import AdminSessions, LoginLimiter, client_ip, same_origin
+from engram.entrypoints.http.proxies import TrustedProxies
+from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
 from engram.services.memories import INDEX_DIRTY
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ class AdminHeadersMiddleware:
 def install(app: FastAPI, container: Any) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
-    sessions = AdminSessions(password, container.store, settings.default_namespace)
+    proxies = TrustedProxies(settings.trusted_proxies)
+    sessions = AdminSessions(password, container.store, settings.default_namespace, proxies=proxies)
     limiter = LoginLimiter(attempts=5, window=60.0)
     app.state.admin_sessions = sessions
 
@@ -113,9 +115,10 @@ def install(app: FastAPI, container: Any) -> None:
 
     @panel.post("/admin/login")
     def admin_login(request: Request, body: LoginRequest) -> Response:
-        if not same_origin(request):
+        if not same_origin(request, proxies):
             return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
-        retry = limiter.hit(client_ip(request))
+        client = proxies.client_ip(request)
+        retry = limiter.hit(client)
         if retry is not None:
             response = error_response(
                 429, "too many login attempts; wait a minute", "rate_limit_error", "login_rate_limited"
@@ -127,8 +130,9 @@ def install(app: FastAPI, container: Any) -> None:
                 "the admin panel has no password: set ENGRAM_ADMIN_PASSWORD and restart", code="admin_password_missing"
             )
         if not sessions.check_password(body.password):
-            log.warning("admin login failed from %s", client_ip(request))
+            log.warning("admin login failed from %s", client)
             raise Unauthorized("wrong password", code="wrong_password")
+        limiter.reset(client)
         token, expires = sessions.issue()
         response = JSONResponse({"authenticated": True, "expires_at": expires, "namespace": sessions.namespace})
         sessions.set_cookie(request, response, token)
@@ -138,7 +142,7 @@ def install(app: FastAPI, container: Any) -> None:
     def admin_logout(request: Request) -> Response:
         from engram.entrypoints.http.session import COOKIE_NAME
 
-        if not same_origin(request):
+        if not same_origin(request, proxies):
             return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
         sessions.revoke(request.cookies.get(COOKIE_NAME))
         response = JSONResponse({"authenticated": False})

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.entrypoints.http.errors import error_body, install_error_handlers
+from engram.entrypoints.http.redact import install_redaction
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,11 @@ def create_app(container: Any = None) -> FastAPI:
     container = container if container is not None else build_container()
     settings = container.settings
 
+    install_redaction()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        install_redaction()  # again: the server may have (re)configured logging since create_app
         async with _lifespan_hooks(app):
             yield
 

@@ -7,7 +7,7 @@ later invocations of the same execution environment.
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from engram.domain.errors import NotConfigured
+from engram.services import loop
 
 T = TypeVar("T")
 
@@ -57,10 +58,11 @@ def job_service(container: Any, name: str) -> Any:
 
 
 def run_sync(result: Awaitable[T] | T) -> T:
-    """Services' ``run`` may be async (model calls) or not; a Lambda handler is synchronous."""
-    if asyncio.iscoroutine(result):
-        return asyncio.run(result)  # type: ignore[no-any-return]
-    return result  # type: ignore[return-value]
+    """Services' ``run`` may be async (model calls) or not; a Lambda handler is synchronous. Async runs
+    go to the process's one loop (``engram.services.loop``), which a warm environment keeps open."""
+    if inspect.isawaitable(result):
+        return loop.run_sync(result)
+    return result
 
 
 def report_dict(report: Any) -> dict[str, Any]:

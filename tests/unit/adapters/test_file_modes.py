@@ -1,0 +1,97 @@
+"""Local data is owner-only: the data dir 0700, every file Engram writes 0600 (adapters/files.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engram.adapters.search.ann import AnnGraph
+from engram.bootstrap import build_container, ensure_local_owner_key, load_keys_file
+from engram.domain.models import IndexedDoc, Memory
+from engram.settings import Settings
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture(autouse=True)
+def permissive_umask() -> Iterator[None]:
+    """The common default umask, under which plain file creation gives 0644 and 0755."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_store_index_and_keys_in_a_new_data_dir_are_owner_only(tmp_path: Path) -> None:
+    # Given a fresh data dir, an owner key created by `engram serve`, the SQLite store and index
+    data = tmp_path / "new" / "data"
+    settings, secret = ensure_local_owner_key(
+        Settings(data_dir=data, store="sqlite", search="local", embedder="none", scheduler_enabled=False)
+    )
+    assert secret is not None
+    container = build_container(settings)
+    try:
+        # When rows are written (WAL mode: the -wal and -shm files appear)
+        container.store.insert_memory(
+            Memory(id="m1", namespace="alice", content="likes tea", created_at=T0, updated_at=T0)
+        )
+        doc = IndexedDoc(memory_id="m1", namespace="alice", text="likes tea", type="fact", created_at=T0)
+        container.index.upsert(doc)
+        files = sorted(p for p in data.iterdir())
+        # Then the directories are 0700 and every file is 0600
+        assert {p.name for p in files} >= {"engram.sqlite3", "engram.sqlite3-wal", "engram.sqlite3-shm", "keys.json"}
+        assert {p.name: oct(mode(p)) for p in files} == {p.name: oct(0o600) for p in files}
+        assert (mode(data), mode(data.parent)) == (0o700, 0o700)
+    finally:
+        container.close()
+
+
+def test_files_left_readable_by_an_earlier_version_are_tightened(tmp_path: Path) -> None:
+    # Given a database and WAL that an earlier run left world-readable
+    for name in ("engram.sqlite3", "engram.sqlite3-wal"):
+        (tmp_path / name).touch(mode=0o644)
+    os.chmod(tmp_path / "engram.sqlite3", 0o644)
+    settings = Settings(data_dir=tmp_path, store="sqlite", search="local", embedder="none", scheduler_enabled=False)
+    # When Engram opens them
+    container = build_container(settings)
+    try:
+        container.store.list_namespaces()
+        # Then they are owner-only
+        assert mode(tmp_path / "engram.sqlite3") == 0o600
+        assert mode(tmp_path / "engram.sqlite3-wal") == 0o600
+    finally:
+        container.close()
+
+
+@pytest.mark.skipif(not AnnGraph.available(), reason="usearch is not installed")
+def test_the_saved_ann_graph_is_owner_only(tmp_path: Path) -> None:
+    graph = AnnGraph(8)
+    graph.add_many(["a", "b"], np.eye(2, 8, dtype=np.float32))
+    path = tmp_path / "graphs" / "g.npz"
+    graph.save(path)
+    assert (mode(path), mode(path.parent)) == (0o600, 0o700)
+
+
+def test_a_keys_file_readable_by_others_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a keys file with the usual 0644
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps([{"name": "me", "key": "ek_secret_never_logged", "namespace": "n", "scopes": ["*"]}]))
+    os.chmod(path, 0o644)
+    # When it is loaded, Then a warning says so (without the secret), and a 0600 file gets none
+    with caplog.at_level(logging.WARNING, logger="engram.bootstrap"):
+        load_keys_file(path)
+        os.chmod(path, 0o600)
+        load_keys_file(path)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "readable by other users" in warnings[0] and "chmod 600" in warnings[0]
+    assert "ek_secret_never_logged" not in caplog.text
