@@ -95,7 +95,8 @@ class Settings(BaseSettings):
         0.96,
         ge=0,
         le=1,
-        description="Cosine at or above which two memories say the same thing (0.96 suits the local e5 model, "
+        description="Cosine at or above which a machine-written memory (extraction, remember) restates an existing "
+        "one, if its numbers, names, places and negation are the same (0.96 suits the local e5 model, "
         "whose scores run high; about 0.9 suits Titan or OpenAI embeddings).",
     )
     review_confidence: float = Field(

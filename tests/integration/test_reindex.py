@@ -79,6 +79,7 @@ def _serve(data_dir: Path, embeddings: str, keys: Path) -> tuple[list[str], dict
         "PYTHONPATH": f"{ROOT / 'functions'}{os.pathsep}{ROOT}",
         "ENGRAM_DATA_DIR": str(data_dir),
         "ENGRAM_KEYS_FILE": str(keys),
+        "ENGRAM_DEFAULT_NAMESPACE": "alice",  # the owner's: a full rebuild needs its admin key
         "ENGRAM_PORT": str(port),
         "ENGRAM_SCHEDULER_ENABLED": "false",
         "ENGRAM_LOG_LEVEL": "WARNING",

@@ -50,9 +50,9 @@ class SwitchableIndex(InMemorySearchIndex):
         self._maybe_fail()
         return super().keyword_search(namespace, query, k=k, types=types)
 
-    def info(self) -> IndexInfo:
+    def info(self, namespace: str | None = None) -> IndexInfo:
         self._maybe_fail()
-        return super().info()
+        return super().info(namespace)
 
 
 class Ticker:

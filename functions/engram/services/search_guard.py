@@ -158,8 +158,8 @@ class GuardedIndex:
     ) -> list[SearchHit]:
         return self._call("vector_search", lambda: self._inner.vector_search(namespace, vector, k=k, types=types))
 
-    def info(self) -> IndexInfo:
-        return self._call("info", self._inner.info)
+    def info(self, namespace: str | None = None) -> IndexInfo:
+        return self._call("info", lambda: self._inner.info(namespace))
 
     def reset(self, model_id: str, dimension: int) -> None:
         self._call("reset", lambda: self._inner.reset(model_id, dimension))

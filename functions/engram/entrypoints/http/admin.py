@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.domain.access import Principal
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured, Unauthorized
+from engram.domain.errors import EngramError, Forbidden, InvalidInput, NotConfigured, Unauthorized
 from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
@@ -151,19 +151,31 @@ def install(app: FastAPI, container: Any) -> None:
 
     api = APIRouter(prefix="/v1/admin", tags=["admin"])
 
+    def require_owner(who: Principal, what: str) -> None:
+        # Runtime settings and a full index rebuild act on every namespace: the owner's, not a tenant's.
+        if who.namespace != settings.default_namespace:
+            raise Forbidden(
+                f"{what} applies to every namespace: only an admin key of the default namespace "
+                f"({settings.default_namespace!r}) may do it",
+                code="owner_only",
+            )
+
     @api.get("/settings")
     def get_settings(request: Request, who: Admin) -> dict[str, Any]:
-        """The runtime settings the owner may change, with defaults, plus read-only facts about this build."""
-        return {"items": container.runtime.describe(), "info": _info(container)}
+        """The runtime settings (global: every namespace uses them), with defaults, plus facts about this
+        build and your namespace's index. Only the default namespace's admin may change them."""
+        return {"items": container.runtime.describe(), "info": _info(container, who)}
 
     @api.put("/settings")
     def put_settings(request: Request, body: SettingsRequest, who: Admin) -> dict[str, Any]:
-        """Change runtime settings (validated; all or nothing); they apply without a restart."""
+        """Change runtime settings (validated; all or nothing); they apply without a restart, to every
+        namespace, so this needs an admin key of the default namespace (403 `owner_only` otherwise)."""
+        require_owner(who, "changing runtime settings")
         if not body.values:
             raise InvalidInput("nothing to change: send {'values': {name: value}}", code="empty_settings")
         container.runtime.update(body.values)
         log.info("runtime settings changed: %s", sorted(body.values))
-        return {"items": container.runtime.describe(), "info": _info(container)}
+        return {"items": container.runtime.describe(), "info": _info(container, who)}
 
     @api.get("/health")
     def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:
@@ -199,14 +211,18 @@ def install(app: FastAPI, container: Any) -> None:
     @api.get("/reindex")
     def reindex_status(who: Admin) -> dict[str, Any]:
         """Progress of the latest reindex started from your namespace (kept in the store: every
-        instance reports the same)."""
+        instance reports the same; another namespace's run is not shown)."""
         return dict(container.reindex.status(who.namespace))
 
     @api.post("/reindex", status_code=202)
     def reindex_start(who: Admin) -> dict[str, Any]:
         """Rebuild your namespace's search index entries (vectors and keywords) as a job (in process
-        locally, on the jobs queue on AWS); poll `GET` for progress. After an embedding model change
-        the whole index is rebuilt."""
+        locally, on the jobs queue on AWS); poll `GET` for progress. After an embedding model change the
+        whole index is rebuilt, which only the default namespace's admin may start (403 `owner_only`)."""
+        from engram.bootstrap import index_model_mismatch
+
+        if container.embedder is not None and index_model_mismatch(container):
+            require_owner(who, "rebuilding the whole index (the embedding model changed)")
         return dict(container.reindex.start(who.namespace))
 
     app.include_router(panel)
@@ -214,15 +230,15 @@ def install(app: FastAPI, container: Any) -> None:
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 
 
-def _info(container: Any) -> dict[str, Any]:
+def _info(container: Any, who: Principal) -> dict[str, Any]:
     settings = container.settings
     try:
-        index = container.index.info()
+        index = container.index.info(who.namespace)  # counts of the caller's namespace only
     except EngramError:  # the index is away: the settings page still works
         index = IndexInfo()
     return {
         "version": __version__,
-        "namespace": settings.default_namespace,
+        "namespace": who.namespace,
         "store": settings.store,
         "search": settings.search,
         "embedder": container.embedder.model_id if container.embedder is not None else None,
