@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import anyio
 
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.errors import EngramError, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
 from engram.domain.prompt_cache import CachePolicy
@@ -37,6 +37,12 @@ from engram.services.injection import (
     render_boot_block,
 )
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.wire_shapes import (
+    check_upstream_response,
+    parse_chat_request,
+    parse_upstream_event,
+    upstream_error_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -201,12 +207,7 @@ class ChatService:
     ) -> ChatReply:
         ex = _Exchange(namespace=namespace, wire=wire, body={})
         try:
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise InvalidInput("request body is not valid JSON", code="invalid_json") from exc
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise InvalidInput("request body needs a 'messages' list", code="invalid_request")
+            body = parse_chat_request(raw, wire)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
             ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
@@ -382,11 +383,14 @@ class ChatService:
 
     def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
+        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
         try:
             data = json.loads(raw)
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
+        except (ValueError, RecursionError) as exc:
+            raise UpstreamUnavailable(
+                "the upstream sent a response that is not JSON", code="upstream_malformed"
+            ) from exc
+        data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
             text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
             usage = w.usage_from_anthropic(data.get("usage"))
@@ -427,17 +431,26 @@ class ChatService:
             # Whatever one network read brought is passed on in one write: as soon as it arrives, and
             # with one syscall instead of one per event.
             async for chunk in reply.aiter_bytes():
-                out = [piece for event in parser.feed(chunk) for piece in tap.feed(event)]
+                out, failure = _relay(tap, parser.feed(chunk))
                 if out:
-                    yield b"".join(out)
-            out = [piece for event in parser.flush() for piece in tap.feed(event)]
+                    yield out
+                if failure is not None:
+                    raise failure
+            out, failure = _relay(tap, parser.flush())
             if out:
-                yield b"".join(out)
+                yield out
+            if failure is not None:
+                raise failure
             if not tap.finished:
                 raise UpstreamUnavailable("the upstream ended the stream early")
             self._after(ex, tap.text, tap.usage)
         except EngramError as exc:
+            log.warning("chat stream ended with an error event: %s", exc.message)
             yield b"".join(_error_event(ex.wire, exc))
+        except Exception:
+            # The status line is gone: a clean error event is the only answer left (never a cut stream).
+            log.exception("chat stream failed")
+            yield b"".join(_error_event(ex.wire, EngramError("internal error", code="internal_error")))
         finally:
             if not task.done():
                 task.cancel()
@@ -578,6 +591,28 @@ class ChatService:
         }
 
 
+def _anthropic_kind(event: SseEvent, data: dict[str, Any]) -> str:
+    """The type of an Anthropic stream event; raises for an error event or one without a type."""
+    kind = data.get("type") or event.event
+    if kind == "error" or (kind is None and data.get("error") is not None):
+        raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data.get('error'))}")
+    if not kind:
+        raise UpstreamUnavailable("the upstream sent a stream event without a type", code="upstream_malformed")
+    return str(kind)
+
+
+def _relay(tap: _Tap, events: list[SseEvent]) -> tuple[bytes, Exception | None]:
+    """The client's bytes for ``events`` up to the first bad one, and what was wrong with it (if any),
+    so the events before a malformed one still reach the client ahead of the error event."""
+    out: list[bytes] = []
+    for event in events:
+        try:
+            out += tap.feed(event)
+        except Exception as exc:
+            return b"".join(out), exc
+    return b"".join(out), None
+
+
 def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
     """The SSE error event for a failure after the stream began (status can no longer change)."""
     kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
@@ -613,8 +648,10 @@ class _Tap:
         return "".join(self.text_parts)
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        if event.is_comment or not event.data:
+        if event.is_comment:
             return [event.raw] if self._a2o is None and self._o2a is None else []
+        if not event.data:
+            return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
         if not self.observe and self._a2o is None and self._o2a is None:
             return self._pass(event)
         if self.upstream == "openai":
@@ -622,28 +659,27 @@ class _Tap:
         return self._anthropic(event)
 
     def _pass(self, event: SseEvent) -> list[bytes]:
-        """Pure forwarding: no JSON parsing except to recognise an error event."""
+        """Pure forwarding of well-formed events, the raw bytes unchanged."""
         if self.upstream == "openai":
             if event.data == "[DONE]":
                 self.finished = True
-            elif '"error"' in event.data:
-                return self._openai(event)
-        elif event.event == "message_stop":
+                return [event.raw]
+            data = parse_upstream_event(event.data, "openai")
+            if data.get("error"):
+                raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
+            return [event.raw]
+        data = parse_upstream_event(event.data, "anthropic")
+        if _anthropic_kind(event, data) == "message_stop":
             self.finished = True
-        elif event.event == "error":
-            return self._anthropic(event)
         return [event.raw]
 
     def _openai(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
             self.finished = True
             return self._o2a.finish() if self._o2a is not None else [event.raw]
-        try:
-            data = event.json()
-        except ValueError:
-            return [event.raw] if self._o2a is None else []
+        data = parse_upstream_event(event.data, "openai")
         if data.get("error"):
-            raise UpstreamUnavailable(f"upstream error: {str(data['error'].get('message', data['error']))[:300]}")
+            raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
         choices = data.get("choices") or []
         for choice in choices:
             piece = (choice.get("delta") or {}).get("content")
@@ -658,14 +694,8 @@ class _Tap:
         return [event.raw]
 
     def _anthropic(self, event: SseEvent) -> list[bytes]:
-        try:
-            data = event.json()
-        except ValueError:
-            return [event.raw] if self._a2o is None else []
-        kind = data.get("type") or event.event
-        if kind == "error":
-            err = data.get("error") or {}
-            raise UpstreamUnavailable(f"upstream error: {str(err.get('message', err))[:300]}")
+        data = parse_upstream_event(event.data, "anthropic")
+        kind = _anthropic_kind(event, data)
         if kind == "message_start":
             self._anthropic_usage.update((data.get("message") or {}).get("usage") or {})
         elif kind == "content_block_delta":

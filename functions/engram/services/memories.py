@@ -50,6 +50,7 @@ REPAIR_EVENTS = 1000  # more failures than this since the last repair: reindex t
 REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB indexes: ~1 s)
 
 WriteAction = Literal["created", "seen", "superseded", "existing"]
+_REINDEX_READ = 500  # memories read per round of reindex_ids
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 
 
@@ -376,10 +377,17 @@ class MemoryService:
         if the index is unavailable."""
         return self.index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
 
-    def reindex_ids(self, namespace: str, memory_ids: Sequence[str]) -> int:
-        """Index these memories (the active ones); returns how many were indexed."""
-        memories = [m for m in self._store.get_memories(namespace, memory_ids) if m.status == "active"]
-        return self.index_memories(memories, None, strict=False)
+    def reindex_ids(self, namespace: str, memory_ids: Sequence[str], *, progress: Any = None) -> int:
+        """Embed and index these memories (the active ones) in bounded batches; ``progress(n)``
+        after each batch. Returns how many were indexed."""
+        done = 0
+        for start in range(0, len(memory_ids), _REINDEX_READ):
+            chunk = memory_ids[start : start + _REINDEX_READ]
+            memories = [m for m in self._store.get_memories(namespace, chunk) if m.status == "active"]
+            done += self.index_memories(memories, progress, strict=False)
+            if progress is not None and len(memories) < len(chunk):
+                progress(len(chunk) - len(memories))  # the ids that were no longer active
+        return done
 
     def index_memories(self, active: Sequence[Memory], progress: Any = None, *, strict: bool = True) -> int:
         """Embed and index ``active`` in batches; ``progress(n)`` after each batch. ``strict``: an
