@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import os
+
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from infra.layer import require_supported_region
 from infra.stack import EngramStack
 
+# The stack is environment-agnostic: it deploys to the CLI's region, which the CLI passes here.
+require_supported_region(os.environ.get("CDK_DEFAULT_REGION"))
 app = cdk.App()
 EngramStack(
     app,

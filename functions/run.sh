@@ -5,4 +5,4 @@
 export PYTHONPATH="/opt/python:${LAMBDA_TASK_ROOT:-$(dirname "$0")}:${LAMBDA_RUNTIME_DIR:-/var/runtime}:${PYTHONPATH:-}"
 exec python -m uvicorn --factory engram.entrypoints.http.app:create_app \
   --host 127.0.0.1 --port "${AWS_LWA_PORT:-${PORT:-8080}}" \
-  --no-access-log --timeout-keep-alive 75 --log-level warning
+  --no-access-log --no-proxy-headers --timeout-keep-alive 75 --log-level warning

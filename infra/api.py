@@ -24,6 +24,9 @@ def web_adapter_env(surface: str) -> dict[str, str]:
         "ENGRAM_SURFACE": surface,
         # The Host headers /mcp accepts: the Function URL and the REST API's default domain.
         "ENGRAM_MCP_ALLOWED_HOSTS": f"*.lambda-url.{Aws.REGION}.on.aws,*.execute-api.{Aws.REGION}.{Aws.URL_SUFFIX}",
+        # The adapter connects from loopback and passes on the front door's X-Forwarded-For, whose last hop
+        # is the address API Gateway (or the Function URL) saw: the client of the login rate limit.
+        "ENGRAM_TRUSTED_PROXIES": "127.0.0.1",
     }
 
 

@@ -19,14 +19,28 @@ VECTOR_DIMENSIONS = (256, 512, 1024)
 VECTOR_BACKENDS = ("opensearch",)
 COLLECTION_GENERATIONS = ("classic", "nextgen")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# Lambda refuses a synchronous invocation whose event exceeds 6 MB (6,291,456 bytes) before the app sees
+# it; the event also carries headers and the JSON-escaped body, so the body limit stays below 5.5 MiB.
+LAMBDA_MAX_BODY_BYTES = 5632 * 1024
+# API Gateway closes a (streamed) response that stays silent for 5 minutes. A non-streaming chat sends
+# nothing until the model has answered, so Engram gives up first and answers its own 504.
+API_IDLE_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngramConfig:
     """Every context key, its default, and what it means (the field docs are the reference)."""
 
-    # Time zone of the user: dreaming runs at 04:10 there and day boundaries follow it.
+    # Time zone of the user: dreaming (04:10) and cleanup (03:30) run there; day boundaries follow it.
     timezone: str = "UTC"
+    # When the schedules fire (dream/cleanup in `timezone`, extraction every N whole UTC hours). The
+    # functions get the same values as ENGRAM_DREAM_HOUR, ... (set here or through extra_env).
+    dream_hour: int = 4
+    dream_minute: int = 10
+    cleanup_hour: int = 3
+    cleanup_minute: int = 30
+    extract_interval_hours: int = 4
     # Bedrock embedding model and its vector size (Titan v2: 256, 512 or 1024).
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     vector_dimension: int = 1024
@@ -65,6 +79,15 @@ class EngramConfig:
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024
     log_level: str = "INFO"
+    # Seconds an upstream model may stay silent before Engram answers 504 (below API Gateway's 300).
+    upstream_timeout: float = 270.0
+    # Largest request body of the HTTP functions (Engram answers 413 above it); at most 5.5 MiB on Lambda.
+    max_body_bytes: int = 5 * 1024 * 1024
+    # E-mail address subscribed to the alarm topic (empty: the alarms and topic exist, nobody is mailed).
+    alarm_email: str = ""
+    # Any new value gives every function a new environment variable, so the next `cdk deploy` replaces
+    # the running execution environments and they read the secret again (`-c engram:revision=$(date +%s)`).
+    revision: str = ""
     # Lambda Web Adapter public layer version (arn:aws:lambda:<region>:753240598075:layer:LambdaAdapterLayerX86:<v>).
     lwa_layer_version: int = 30
     # Where the dependency layer is built (layers/build.py); synth builds it when missing.
@@ -89,6 +112,42 @@ class EngramConfig:
         bad = [k for k in self.extra_env if not k.startswith("ENGRAM_")]
         if bad:
             raise ValueError(f"extra_env keys must start with ENGRAM_: {bad}")
+        if self.alarm_email and not _EMAIL.match(self.alarm_email):
+            raise ValueError(f"alarm_email is not an e-mail address: {self.alarm_email!r}")
+        self.schedule_times()  # validates the effective (context or extra_env) times
+        silent = self.function_env()["ENGRAM_UPSTREAM_TIMEOUT"]
+        if not 0 < float(silent) < API_IDLE_TIMEOUT_S:
+            raise ValueError(
+                f"ENGRAM_UPSTREAM_TIMEOUT (engram:upstream_timeout or extra_env) is {silent}: it must be below "
+                f"{API_IDLE_TIMEOUT_S} s, API Gateway's idle timeout, so a slow model gets Engram's 504"
+            )
+        body = self._env_int("MAX_BODY_BYTES")
+        if not 1024 <= body <= LAMBDA_MAX_BODY_BYTES:
+            raise ValueError(
+                f"ENGRAM_MAX_BODY_BYTES (engram:max_body_bytes or extra_env) is {body}: on Lambda it must be "
+                f"1024-{LAMBDA_MAX_BODY_BYTES} (Lambda refuses invocations over 6 MB before Engram can answer 413)"
+            )
+
+    def _env_int(self, name: str, low: int | None = None, high: int | None = None) -> int:
+        """The integer value of ``ENGRAM_<name>`` the functions get (extra_env wins over the context key)."""
+        raw = self.function_env()[f"ENGRAM_{name}"]
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"ENGRAM_{name} must be an integer, got {raw!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"ENGRAM_{name} must be {low}-{high}, got {value}")
+        return value
+
+    def schedule_times(self) -> dict[str, int]:
+        """The times the schedules fire, as the functions see them (ENGRAM_DREAM_HOUR, ...)."""
+        return {
+            "dream_hour": self._env_int("DREAM_HOUR", 0, 23),
+            "dream_minute": self._env_int("DREAM_MINUTE", 0, 59),
+            "cleanup_hour": self._env_int("CLEANUP_HOUR", 0, 23),
+            "cleanup_minute": self._env_int("CLEANUP_MINUTE", 0, 59),
+            "extract_interval_hours": self._env_int("EXTRACT_INTERVAL_HOURS", 1, 24),
+        }
 
     @classmethod
     def from_context(cls, node: Node) -> EngramConfig:
@@ -133,6 +192,13 @@ class EngramConfig:
             "ENGRAM_MEMORY_EXPIRE_UNSEEN_DAYS": str(self.memory_expire_unseen_days),
             "ENGRAM_HARD_DELETE_AFTER_DAYS": str(self.hard_delete_after_days),
             "ENGRAM_LOG_LEVEL": self.log_level,
+            "ENGRAM_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "ENGRAM_UPSTREAM_TIMEOUT": str(self.upstream_timeout),
+            "ENGRAM_DREAM_HOUR": str(self.dream_hour),
+            "ENGRAM_DREAM_MINUTE": str(self.dream_minute),
+            "ENGRAM_CLEANUP_HOUR": str(self.cleanup_hour),
+            "ENGRAM_CLEANUP_MINUTE": str(self.cleanup_minute),
+            "ENGRAM_EXTRACT_INTERVAL_HOURS": str(self.extract_interval_hours),
             "ENGRAM_SCHEDULER_ENABLED": "false",
             "POWERTOOLS_SERVICE_NAME": "engram",
             "POWERTOOLS_METRICS_NAMESPACE": "Engram",
@@ -144,6 +210,8 @@ class EngramConfig:
             env["ENGRAM_VISION_MODEL"] = self.vision_model
         if self.rerank_region:
             env["ENGRAM_RERANK_REGION"] = self.rerank_region
+        if self.revision:
+            env["DEPLOY_REVISION"] = self.revision
         env.update(self.extra_env)
         return env
 

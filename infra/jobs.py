@@ -1,4 +1,8 @@
-"""Scheduled and queued jobs: extraction every 4 h, dreaming at 04:10 local time, cleanup from SQS."""
+"""Scheduled and queued jobs: extraction every N hours, nightly dreaming and cleanup, cleanup from SQS.
+
+The schedule times are the deploy-time ENGRAM_DREAM_HOUR/..., ENGRAM_TIMEZONE the functions also get
+(EngramConfig.schedule_times); docs/aws.md says what a time zone changed later in the panel moves.
+"""
 
 from __future__ import annotations
 
@@ -45,9 +49,11 @@ class Jobs(Construct):
         layers: list[lambda_.ILayerVersion],
         memory_size: int,
         timezone: str,
+        times: dict[str, int],
     ):
         super().__init__(scope, construct_id)
         tz = TimeZone.of(timezone)
+        every = times["extract_interval_hours"]
 
         # -- cleanup: SQS queue (+DLQ) consumed with partial batch failures -----------------
         self.cleanup_dlq = _queue(self, "CleanupDlq", retention_period=Duration.days(14))
@@ -104,16 +110,20 @@ class Jobs(Construct):
         self.extract_schedule = scheduler.Schedule(
             self,
             "ExtractSchedule",
-            description="Engram extraction every 4 hours",
-            # Whole UTC hours divisible by 4, like `engram serve`'s own scheduler.
-            schedule=scheduler.ScheduleExpression.cron(minute="0", hour="*/4", time_zone=TimeZone.ETC_UTC),
+            description=f"Engram extraction every {every} hours",
+            # Whole UTC hours divisible by the interval, like `engram serve`'s own scheduler.
+            schedule=scheduler.ScheduleExpression.cron(
+                minute="0", hour="0" if every == 24 else f"*/{every}", time_zone=TimeZone.ETC_UTC
+            ),
             target=self._lambda_target(self.extract_function, {"job": "extract"}),
         )
         self.dream_schedule = scheduler.Schedule(
             self,
             "DreamSchedule",
-            description="Engram dreaming at 04:10 in the user's time zone",
-            schedule=scheduler.ScheduleExpression.cron(minute="10", hour="4", time_zone=tz),
+            description="Engram dreaming, nightly in the user's time zone",
+            schedule=scheduler.ScheduleExpression.cron(
+                minute=str(times["dream_minute"]), hour=str(times["dream_hour"]), time_zone=tz
+            ),
             target=self._lambda_target(self.dream_function, {"job": "dream"}),
         )
         # Nightly cleanup of every namespace goes through the same queue as the chat path's requests.
@@ -121,7 +131,9 @@ class Jobs(Construct):
             self,
             "CleanupSchedule",
             description="Engram nightly cleanup of every namespace (via the cleanup queue)",
-            schedule=scheduler.ScheduleExpression.cron(minute="30", hour="3", time_zone=tz),
+            schedule=scheduler.ScheduleExpression.cron(
+                minute=str(times["cleanup_minute"]), hour=str(times["cleanup_hour"]), time_zone=tz
+            ),
             target=targets.SqsSendMessage(
                 self.cleanup_queue,
                 input=scheduler.ScheduleTargetInput.from_object({"job": "cleanup", "payload": {"all": True}}),

@@ -6,13 +6,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aws_cdk import Aws
+from aws_cdk import Aws, Stack, Token
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
 from infra.functions import ARCHITECTURE, ROOT, RUNTIME
 
+# The Lambda Web Adapter's public layers live in this account in every commercial ("aws") region.
+# Other partitions are not supported: China regions publish the adapter from other accounts, and
+# Bedrock (embeddings, job models) is not offered there.
 LWA_ACCOUNT = "753240598075"
+SUPPORTED_PARTITION = "aws"
+
+
+def require_supported_region(region: str | None) -> None:
+    """Fail at synth time when the target region is known to be outside the commercial partition."""
+    if not region or Token.is_unresolved(region):
+        return
+    partition = RegionInfo.get(region).partition
+    if partition and partition != SUPPORTED_PARTITION:
+        raise ValueError(
+            f"Engram deploys to commercial AWS regions only (partition {SUPPORTED_PARTITION!r}); {region} is in "
+            f"{partition!r}, where the Lambda Web Adapter layer ({LWA_ACCOUNT}) and Bedrock are not available"
+        )
 
 
 def ensure_layer_built(layer_dir: Path) -> Path:
@@ -25,6 +42,7 @@ def ensure_layer_built(layer_dir: Path) -> Path:
 class Layers(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, layer_dir: Path, lwa_version: int):
         super().__init__(scope, construct_id)
+        require_supported_region(Stack.of(self).region)
         self.dependencies = lambda_.LayerVersion(
             self,
             "Dependencies",

@@ -12,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from infra.alarms import Alarms
 from infra.api import Api
 from infra.config import EngramConfig
 from infra.functions import ROOT
@@ -84,6 +85,7 @@ class EngramStack(Stack):
             layers=[layers.dependencies],
             memory_size=cfg.job_memory_mb,
             timezone=cfg.timezone,
+            times=cfg.schedule_times(),
         )
         http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
         http_layers = [layers.dependencies, layers.web_adapter]
@@ -100,6 +102,18 @@ class EngramStack(Stack):
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
         search.finalize(extra_principals=cfg.data_access_principals)
+        alarms = Alarms(
+            self,
+            "Alarms",
+            dead_letter_queues={"Schedule": jobs.schedule_dlq, "Cleanup": jobs.cleanup_dlq},
+            job_functions={
+                "Extract": jobs.extract_function,
+                "Dream": jobs.dream_function,
+                "Cleanup": jobs.cleanup_function,
+            },
+            rest_api=api.rest_api,
+            email=cfg.alarm_email,
+        )
 
         self.api_url = Fn.join(
             "", ["https://", api.rest_api.rest_api_id, ".execute-api.", Aws.REGION, ".", Aws.URL_SUFFIX, "/prod"]
@@ -110,14 +124,16 @@ class EngramStack(Stack):
         CfnOutput(self, "TableName", value=storage.table.table_name)
         CfnOutput(self, "SecretArn", value=secrets.secret.secret_arn, description="Fill in upstream keys here")
         CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
+        CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Alarms notify this SNS topic")
 
-        self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp = (
+        self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp, self.alarms = (
             storage,
             secrets,
             search,
             jobs,
             api,
             mcp,
+            alarms,
         )
         add_suppressions(self)
 

@@ -32,6 +32,7 @@ class ServerThread:
 
     def __init__(self, app: Any, *, port: int | None = None, start_timeout: float = 20.0, **config: Any) -> None:
         config.setdefault("log_level", "warning")
+        config.setdefault("proxy_headers", False)  # as `engram serve` and run.sh: Engram reads them itself
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port or 0))
@@ -84,3 +85,25 @@ def app_routes(app: Any) -> Iterator[tuple[str, list[str]]]:
             yield from app_routes(route)
         else:
             yield route.path, sorted(getattr(route, "methods", None) or ["GET", "POST"])
+
+
+@contextmanager
+def access_log_lines() -> Iterator[list[str]]:
+    """The lines uvicorn's access log writes (at INFO) while the block runs, as they would be printed."""
+    import logging
+
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    access = logging.getLogger("uvicorn.access")
+    handler, level = Capture(), access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)

@@ -6,6 +6,7 @@ generated from the field descriptions here (``engram settings --markdown``).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,6 +34,13 @@ class Settings(BaseSettings):
     )
     admin_password: SecretStr | None = Field(None, description="Password of the admin panel at `/admin`.")
     default_namespace: str = Field("default", description="Namespace of the owner key.")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        [],
+        description="Reverse proxies (IP addresses or CIDR ranges, comma-separated) whose `X-Forwarded-For`, "
+        "`X-Forwarded-Host` and `X-Forwarded-Proto` headers count (the client address of the login limit, the "
+        "host of the Origin check, https for the cookie); from anyone else they are ignored. Empty: no proxy. "
+        "The AWS stack sets `127.0.0.1`, the Lambda Web Adapter, which passes on API Gateway's headers.",
+    )
 
     # -- storage and search ---------------------------------------------------------------
     store: Literal["sqlite", "memory", "dynamodb"] = Field(
@@ -73,7 +81,8 @@ class Settings(BaseSettings):
         0.96,
         ge=0,
         le=1,
-        description="Cosine at or above which two memories say the same thing (0.96 suits the local e5 model, "
+        description="Cosine at or above which a machine-written memory (extraction, remember) restates an existing "
+        "one, if its numbers, names, places and negation are the same (0.96 suits the local e5 model, "
         "whose scores run high; about 0.9 suits Titan or OpenAI embeddings).",
     )
     review_confidence: float = Field(
@@ -235,11 +244,21 @@ class Settings(BaseSettings):
         "Off by default: URLs end up in logs and histories. The token is removed before access logging.",
     )
 
-    @field_validator("mcp_allowed_hosts", mode="before")
+    @field_validator("mcp_allowed_hosts", "trusted_proxies", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"not an IP address or CIDR range: {item!r}") from exc
         return value
 
     # -- AWS deployment (set by the CDK stack; unused locally) -----------------------------

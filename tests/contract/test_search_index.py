@@ -289,3 +289,15 @@ def test_sqlite_index_survives_reopen_and_sees_other_writers(tmp_path: Path) -> 
     assert ids(first.vector_search("a", (1.0, 0.0, 0.0))) == ["m2"]
     first.close()
     second.close()
+
+
+def test_info_counts_one_namespace_or_all(index: SearchIndex) -> None:
+    # Given documents in two namespaces, one without a vector
+    index.upsert(doc("m1", "lives in Berlin", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("m2", "likes tea", ns="b", vector=(0.0, 1.0, 0.0)))
+    index.upsert(doc("m3", "likes cats", ns="b"))
+    # Then each namespace's counts are its own, and no namespace means all
+    assert (index.info("a").documents, index.info("a").vectors) == (1, 1)
+    assert (index.info("b").documents, index.info("b").vectors) == (2, 1)
+    assert (index.info("nobody").documents, index.info("nobody").vectors) == (0, 0)
+    assert (index.info().documents, index.info().vectors) == (3, 2)

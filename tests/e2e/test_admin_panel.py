@@ -7,6 +7,7 @@ files. Screenshots of every tab (desktop and phone) land in test-artifacts/admin
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,8 @@ from tests.conftest import EngramServer
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
+# The system browser scripts/install-browser.sh installs (ENGRAM_CHROMIUM: another Chromium or Chrome).
+CHROMIUM = Path(os.environ.get("ENGRAM_CHROMIUM", "/usr/bin/chromium"))
 PASSWORD = "a long admin password 42"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "admin"
 BROWSER_ARGS = [
@@ -35,7 +37,7 @@ BROWSER_ARGS = [
 XSS = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
 
 if not CHROMIUM.exists():
-    pytest.skip("needs /usr/bin/chromium: run scripts/install-browser.sh", allow_module_level=True)
+    pytest.skip(f"needs {CHROMIUM}: run scripts/install-browser.sh (or set ENGRAM_CHROMIUM)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs the `browser` extra (pip install playwright)")
 expect = sync_api.expect
 
@@ -200,6 +202,7 @@ def test_unconfigured_panel_says_how_to_set_a_password(browser: Any, make_server
     # Then it explains how to set the password and offers no login form
     expect(page.get_by_text("Set an admin password first")).to_be_visible()
     expect(page.get_by_text("ENGRAM_ADMIN_PASSWORD", exact=False)).to_be_visible()
+    expect(page.get_by_text("admin_password", exact=True)).to_be_visible()
     expect(page.locator("#login-form")).to_be_hidden()
     shot(page, "login-unconfigured")
     context.close()

@@ -1,4 +1,7 @@
-"""A scripted OpenAI-compatible embeddings server on loopback (tests only).
+"""A scripted OpenAI-compatible embeddings server on loopback (tests only), which also answers
+Bedrock's ``InvokeModel`` for Titan Text Embeddings v2 (``POST /model/<id>/invoke``), so a process
+whose boto3 ``bedrock-runtime`` client points here (``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``) embeds
+without AWS. Requests are not authenticated (boto3 signs them; nothing checks the signature).
 
 Vectors are deterministic: a hashed bag of the text's search tokens, L2-normalized, so texts that
 share words get similar vectors. Script failures with ``fail_next`` (status codes such as 500 or
@@ -14,13 +17,17 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 from engram.domain.text import tokenize
+
+TITAN_INVOKE = re.compile(r"^/model/([^/]+)/invoke$")
 
 
 def fake_vector(text: str, dimension: int) -> list[float]:
@@ -60,9 +67,14 @@ class FakeEmbeddingsServer:
     # -- lifecycle ------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """Without ``/v1``: the endpoint URL for boto3's ``bedrock-runtime`` client."""
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host}:{port}"
 
     def start(self) -> FakeEmbeddingsServer:
         fake = self
@@ -70,6 +82,13 @@ class FakeEmbeddingsServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 return None
+
+            def _titan(self, model_id: str, raw: bytes) -> None:
+                body = json.loads(raw)
+                fake.requests.append({"model": model_id, **body})
+                text = str(body.get("inputText") or "")
+                dim = int(body.get("dimensions") or 1024)
+                self._send(200, {"embedding": fake_vector(text, dim), "inputTextTokenCount": len(tokenize(text))})
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 body = json.dumps(payload).encode()
@@ -83,6 +102,10 @@ class FakeEmbeddingsServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                titan = TITAN_INVOKE.match(self.path)
+                if titan is not None:
+                    self._titan(unquote(titan.group(1)), raw)
+                    return
                 if self.path.rstrip("/") != "/v1/embeddings":
                     self._send(404, {"error": {"message": "not found"}})
                     return

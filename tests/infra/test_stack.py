@@ -17,7 +17,8 @@ from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
-from infra.config import EngramConfig  # noqa: E402
+from infra.config import LAMBDA_MAX_BODY_BYTES, EngramConfig  # noqa: E402
+from infra.layer import require_supported_region  # noqa: E402
 from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
 
@@ -65,6 +66,12 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
         data_access_principals=("arn:aws:iam::111122223333:role/Admin",),
         # The longest name allowed: "-group"/"-data" names must still fit 32 characters (cfn-lint E3033).
         collection_name="engram-" + "x" * (COLLECTION_NAME_MAX - len("engram-")),
+        dream_hour=5,
+        dream_minute=45,
+        extract_interval_hours=6,
+        extra_env={"ENGRAM_CLEANUP_HOUR": "2"},
+        alarm_email="owner@example.com",
+        revision="2026-01-01",
     )
 
 
@@ -118,6 +125,8 @@ def test_api_function_runs_uvicorn_under_the_web_adapter(template: Template) -> 
     env = props["Environment"]["Variables"]
     assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
     assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    # Only the adapter on loopback is believed about the client's address (API Gateway's last hop)
+    assert env["ENGRAM_TRUSTED_PROXIES"] == "127.0.0.1"
     assert props["Timeout"] == 900
     assert props["Runtime"] == "python3.12"
     assert LWA_LAYER in json.dumps(props["Layers"])
@@ -183,21 +192,50 @@ def test_cleanup_queue_has_dlq_and_partial_batch_failures(template: Template) ->
 
 
 def test_schedules_use_cron_time_zone_retries_and_dlq(custom: tuple[EngramStack, Template]) -> None:
-    # Given a deployment in Berlin / Then extraction runs every 4 h and dreaming at 04:10 Berlin time
+    # Given a deployment in Berlin with dreaming at 05:45, cleanup at 02:30 (through extra_env) and
+    # extraction every 6 hours
     _, template = custom
     schedules = {
         s["Properties"]["ScheduleExpression"]: s["Properties"]
         for s in _resources(template, "AWS::Scheduler::Schedule").values()
     }
-    assert set(schedules) == {"cron(0 */4 * * ? *)", "cron(10 4 * * ? *)", "cron(30 3 * * ? *)"}
-    assert schedules["cron(0 */4 * * ? *)"]["ScheduleExpressionTimezone"] == "Etc/UTC"
-    assert schedules["cron(10 4 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
-    assert schedules["cron(30 3 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
+    # Then the schedules fire at those times, dream and cleanup in Berlin time
+    assert set(schedules) == {"cron(0 */6 * * ? *)", "cron(45 5 * * ? *)", "cron(30 2 * * ? *)"}
+    assert schedules["cron(0 */6 * * ? *)"]["ScheduleExpressionTimezone"] == "Etc/UTC"
+    assert schedules["cron(45 5 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
+    assert schedules["cron(30 2 * * ? *)"]["ScheduleExpressionTimezone"] == "Europe/Berlin"
     for props in schedules.values():
         assert props["Target"]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2}
         assert "DeadLetterConfig" in props["Target"]
-    dream = schedules["cron(10 4 * * ? *)"]["Target"]
+    dream = schedules["cron(45 5 * * ? *)"]["Target"]
     assert json.loads(dream["Input"]) == {"job": "dream"}
+    # And the functions get the same times, so runs on demand and the schedules agree
+    env = _function(template, "engram.entrypoints.lambdas.dream.handler")["Properties"]["Environment"]["Variables"]
+    assert (env["ENGRAM_DREAM_HOUR"], env["ENGRAM_DREAM_MINUTE"], env["ENGRAM_CLEANUP_HOUR"]) == ("5", "45", "2")
+    assert env["ENGRAM_EXTRACT_INTERVAL_HOURS"] == "6" and env["ENGRAM_TIMEZONE"] == "Europe/Berlin"
+
+
+def test_default_schedules(template: Template) -> None:
+    # Given no schedule settings / Then the defaults of engram.settings: 04:10, 03:30 (UTC), every 4 h
+    expressions = {
+        s["Properties"]["ScheduleExpression"] for s in _resources(template, "AWS::Scheduler::Schedule").values()
+    }
+    assert expressions == {"cron(0 */4 * * ? *)", "cron(10 4 * * ? *)", "cron(30 3 * * ? *)"}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"dream_hour": 24},
+        {"cleanup_minute": -1},
+        {"extract_interval_hours": 0},
+        {"extra_env": {"ENGRAM_DREAM_MINUTE": "x"}},
+    ],
+)
+def test_schedule_times_are_validated(config: dict[str, Any]) -> None:
+    # Given an impossible time / Then synth stops with the setting's name
+    with pytest.raises(ValueError, match=r"ENGRAM_(DREAM|CLEANUP|EXTRACT)_"):
+        EngramConfig(**config)
 
 
 def _logical_id(template: Template, type_: str, id_prefix: str) -> str:
@@ -233,6 +271,54 @@ def test_job_handlers_point_at_lambda_entrypoints(template: Template) -> None:
     for name in ("extract", "dream", "cleanup"):
         props = _function(template, f"engram.entrypoints.lambdas.{name}.handler")["Properties"]
         assert props["Environment"]["Variables"]["ENGRAM_CLEANUP_QUEUE_URL"]
+
+
+# -- alarms ---------------------------------------------------------------------------------
+
+
+def _alarms(template: Template) -> dict[str, dict[str, Any]]:
+    return {k: v["Properties"] for k, v in _resources(template, "AWS::CloudWatch::Alarm").items()}
+
+
+def test_alarms_cover_dlqs_job_errors_and_api_5xx_rate(template: Template) -> None:
+    # Given the default stack
+    alarms = _alarms(template)
+    topic = _logical_id(template, "AWS::SNS::Topic", "AlarmsTopic")
+    # Then every alarm notifies the one topic
+    assert alarms and all(a["AlarmActions"] == [{"Ref": topic}] for a in alarms.values())
+    # And each dead-letter queue alarms on its first message
+    for dlq in ("JobsScheduleDlq", "JobsCleanupDlq"):
+        queue = _logical_id(template, "AWS::SQS::Queue", dlq)
+        (alarm,) = [
+            a
+            for a in alarms.values()
+            if a.get("Dimensions") == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
+        ]
+        assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    # And each job function alarms on any error
+    errors = {a["Dimensions"][0]["Value"]["Ref"][:-8] for a in alarms.values() if a.get("MetricName") == "Errors"}
+    assert errors == {"JobsExtractFunction", "JobsDreamFunction", "JobsCleanupFunction"}
+    # And the API alarms when 5 % of at least 5 requests in 15 minutes are 5xx
+    (rate,) = [a for a in alarms.values() if "Metrics" in a]
+    expression = next(m for m in rate["Metrics"] if "Expression" in m)["Expression"]
+    assert expression == "IF(requests >= 5, errors / requests, 0)"
+    names = {m["Id"]: m["MetricStat"]["Metric"]["MetricName"] for m in rate["Metrics"] if "MetricStat" in m}
+    assert names == {"errors": "5XXError", "requests": "Count"}
+    assert (rate["Threshold"], rate["ComparisonOperator"]) == (0.05, "GreaterThanOrEqualToThreshold")
+    assert all(a["TreatMissingData"] == "notBreaching" for a in alarms.values())
+    # And nobody is mailed unless an address is given; the topic only accepts TLS publishers
+    template.resource_count_is("AWS::SNS::Subscription", 0)
+    template.has_resource_properties("AWS::SNS::TopicPolicy", {"PolicyDocument": Match.object_like({})})
+    assert "AlarmTopicArn" in template.find_outputs("*")
+
+
+def test_alarm_email_is_subscribed(custom: tuple[EngramStack, Template]) -> None:
+    # Given -c engram:alarm_email=owner@example.com / Then the address is subscribed to the alarm topic
+    _, template = custom
+    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "owner@example.com"})
+    with pytest.raises(ValueError, match="alarm_email"):
+        EngramConfig(alarm_email="not-an-address")
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -372,6 +458,80 @@ def test_collection_name_is_validated(name: str) -> None:
     # Then the config refuses it, naming the limit
     with pytest.raises(ValueError, match=f"collection_name .*3-{COLLECTION_NAME_MAX} characters"):
         EngramConfig(collection_name=name)
+
+
+def test_http_functions_answer_413_before_lambda_refuses_the_payload(template: Template) -> None:
+    # Given Lambda refuses invocation events over 6 MB before Engram sees them
+    http = [f for f in _resources(template, "AWS::Lambda::Function").values() if f["Properties"]["Handler"] == "run.sh"]
+    assert len(http) == 2
+    for fn in http:
+        # Then Engram's own body limit is lower, so an oversized image gets Engram's JSON 413
+        limit = int(fn["Properties"]["Environment"]["Variables"]["ENGRAM_MAX_BODY_BYTES"])
+        assert 1024 <= limit <= LAMBDA_MAX_BODY_BYTES < 6 * 1024 * 1024
+    # And a larger limit, through its own key or through extra_env, stops the synth
+    with pytest.raises(ValueError, match=r"ENGRAM_MAX_BODY_BYTES .* 6 MB"):
+        EngramConfig(max_body_bytes=6 * 1024 * 1024)
+    with pytest.raises(ValueError, match="ENGRAM_MAX_BODY_BYTES"):
+        EngramConfig(extra_env={"ENGRAM_MAX_BODY_BYTES": str(8 * 1024 * 1024)})
+
+
+def test_slow_models_get_engrams_504_before_api_gateways_idle_timeout(template: Template) -> None:
+    # Given API Gateway closes a response that sends nothing for 300 s (a non-streaming chat sends
+    # nothing until the model is done)
+    env = _function(template, "run.sh")["Properties"]["Environment"]["Variables"]
+    # Then Engram stops waiting for the upstream earlier and answers 504 itself
+    assert 0 < float(env["ENGRAM_UPSTREAM_TIMEOUT"]) <= 280
+    with pytest.raises(ValueError, match="ENGRAM_UPSTREAM_TIMEOUT"):
+        EngramConfig(upstream_timeout=300)
+    with pytest.raises(ValueError, match="ENGRAM_UPSTREAM_TIMEOUT"):
+        EngramConfig(extra_env={"ENGRAM_UPSTREAM_TIMEOUT": "600"})
+
+
+def test_revision_gives_every_function_a_new_environment(
+    template: Template, custom: tuple[EngramStack, Template]
+) -> None:
+    # Given -c engram:revision=2026-01-01 / Then every function's environment changes (new execution
+    # environments read the secret again); without it nothing is added
+    for fn in _resources(custom[1], "AWS::Lambda::Function").values():
+        assert fn["Properties"]["Environment"]["Variables"]["DEPLOY_REVISION"] == "2026-01-01"
+    for fn in _resources(template, "AWS::Lambda::Function").values():
+        assert "DEPLOY_REVISION" not in fn["Properties"]["Environment"]["Variables"]
+
+
+def test_admin_panel_hint_names_the_real_secret_field_and_context_key() -> None:
+    # Given the panel's "set an admin password" hint for AWS
+    import re
+
+    from infra.secrets import SECRET_TEMPLATE
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "functions" / "engram" / "entrypoints" / "http" / "static" / "admin" / "index.html").read_text()
+    hint = next(line for line in page.splitlines() if "AWS:" in line)
+    # Then what it names exists: the secret's field and the context key that makes functions re-read it
+    assert "admin_password" in SECRET_TEMPLATE and "<code>admin_password</code>" in hint
+    keys = re.findall(r"engram:([a-z_]+)=", hint)
+    assert keys and all(k in EngramConfig.__dataclass_fields__ for k in keys)
+    assert "AdminPassword" not in page
+
+
+def test_only_the_commercial_partition_is_supported(layer_dir: Path) -> None:
+    # Given the CDK app targets only "aws" (the Web Adapter layer's account and Bedrock exist there)
+    root = Path(__file__).resolve().parents[2]
+    context = json.loads((root / "cdk.json").read_text())["context"]
+    assert context["@aws-cdk/core:target-partitions"] == ["aws"]
+    # Then a China or GovCloud region stops the synth with a clear message; commercial regions pass
+    for region in ("cn-north-1", "us-gov-west-1"):
+        with pytest.raises(ValueError, match=f"commercial AWS regions only.*{region}"):
+            require_supported_region(region)
+    require_supported_region("eu-west-1")
+    require_supported_region(None)
+    with pytest.raises(ValueError, match="commercial AWS regions only"):
+        EngramStack(
+            cdk.App(),
+            "China",
+            config=EngramConfig(layer_dir=str(layer_dir)),
+            env=cdk.Environment(account="111122223333", region="cn-northwest-1"),
+        )
 
 
 # -- linters ----------------------------------------------------------------------------------

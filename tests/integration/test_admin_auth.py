@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import OWNER_KEY, READONLY_KEY, EngramServer
+from tests.conftest import OTHER_KEY, OWNER_KEY, READONLY_KEY, EngramServer
 
 PASSWORD = "a long admin password 42"
 
@@ -22,6 +22,12 @@ PASSWORD = "a long admin password 42"
 @pytest.fixture
 def panel(make_server: Callable[..., EngramServer]) -> EngramServer:
     return make_server(admin_password=PASSWORD, default_namespace="alice")
+
+
+@pytest.fixture
+def proxied(make_server: Callable[..., EngramServer]) -> EngramServer:
+    """A panel behind a reverse proxy on loopback: the tests' own requests play the proxy."""
+    return make_server(admin_password=PASSWORD, default_namespace="alice", trusted_proxies=["127.0.0.1"])
 
 
 def browser(server: EngramServer, **headers: str) -> httpx.Client:
@@ -77,12 +83,16 @@ def test_login_sets_a_signed_httponly_strict_cookie_for_12_hours(panel: EngramSe
         assert [m["content"] for m in owner.get("/v1/memories").json()["items"]] == ["Set from the panel"]
 
 
-def test_cookie_is_secure_behind_https(panel: EngramServer) -> None:
-    # Given a request that came through a TLS-terminating proxy
-    with browser(panel, **{"x-forwarded-proto": "https"}) as client:
+def test_cookie_is_secure_behind_https(proxied: EngramServer, panel: EngramServer) -> None:
+    # Given a request that came through a trusted TLS-terminating proxy
+    with browser(proxied, **{"x-forwarded-proto": "https"}) as client:
         resp = client.post("/admin/login", json={"password": PASSWORD})
     # Then the cookie is marked Secure
     assert "Secure" in resp.headers["set-cookie"]
+    # And the same header from a client that is no configured proxy changes nothing
+    with browser(panel, **{"x-forwarded-proto": "https"}) as client:
+        resp = client.post("/admin/login", json={"password": PASSWORD})
+    assert resp.status_code == 200 and "Secure" not in resp.headers["set-cookie"]
 
 
 def test_wrong_password_missing_and_forged_cookies_are_refused(panel: EngramServer) -> None:
@@ -152,9 +162,60 @@ def test_login_attempts_are_rate_limited_per_client(panel: EngramServer) -> None
     assert codes == [401] * 5
     assert sixth.status_code == 429 and int(sixth.headers["retry-after"]) >= 1
     assert "set-cookie" not in sixth.headers
-    # And another client address is not affected
-    with browser(panel, **{"x-forwarded-for": "203.0.113.7"}) as other:
-        assert other.post("/admin/login", json={"password": PASSWORD}).status_code == 200
+
+
+def test_forwarded_for_from_a_client_does_not_escape_the_login_limit(panel: EngramServer) -> None:
+    # Given no configured proxy, When each guess claims another address in X-Forwarded-For
+    with browser(panel) as client:
+        codes = [
+            client.post(
+                "/admin/login", json={"password": f"guess {i}"}, headers={"x-forwarded-for": f"203.0.113.{i}"}
+            ).status_code
+            for i in range(8)
+        ]
+    # Then the claims are ignored: the peer address is limited after five
+    assert codes == [401] * 5 + [429] * 3
+
+
+def test_behind_a_trusted_proxy_each_client_address_has_its_own_limit(proxied: EngramServer) -> None:
+    # Given a proxy that appends the client's address, When one client guesses, rotating what it writes itself
+    with browser(proxied) as client:
+        codes = [
+            client.post(
+                "/admin/login",
+                json={"password": f"guess {i}"},
+                headers={"x-forwarded-for": f"10.9.9.{i}, 198.51.100.9"},
+            ).status_code
+            for i in range(6)
+        ]
+        # And another client behind the same proxy logs in
+        other = client.post("/admin/login", json={"password": PASSWORD}, headers={"x-forwarded-for": "203.0.113.7"})
+    # Then the guesser is limited by the address the proxy saw, and the other client is not
+    assert codes == [401] * 5 + [429]
+    assert other.status_code == 200
+
+
+def test_right_passwords_do_not_add_up_to_a_lockout(panel: EngramServer) -> None:
+    # When an owner mistypes four times, logs in, and does it again
+    with browser(panel) as client:
+        codes = []
+        for _ in range(2):
+            codes += [client.post("/admin/login", json={"password": "typo"}).status_code for _ in range(4)]
+            codes.append(client.post("/admin/login", json={"password": PASSWORD}).status_code)
+    # Then every right password works (a success clears the address's count)
+    assert codes == [401] * 4 + [200] + [401] * 4 + [200]
+
+
+def test_forwarded_host_counts_only_from_a_trusted_proxy(panel: EngramServer, proxied: EngramServer) -> None:
+    # Given a request from another site that claims that site as the forwarded host
+    headers = {"origin": "https://evil.example", "x-forwarded-host": "evil.example"}
+    # When it comes straight from a client, Then the Origin check refuses it
+    with httpx.Client(base_url=panel.url) as client:
+        refused = client.post("/admin/login", json={"password": PASSWORD}, headers=headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "bad_origin"
+    # When a trusted proxy forwarded it for that public host name, Then it counts
+    with httpx.Client(base_url=proxied.url) as client:
+        assert client.post("/admin/login", json={"password": PASSWORD}, headers=headers).status_code == 200
 
 
 def test_logout_revokes_the_session(panel: EngramServer) -> None:
@@ -236,3 +297,40 @@ def test_reindex_runs_in_the_background_with_progress(panel: EngramServer) -> No
         assert state["state"] == "done" and state["done"] == state["total"] == 40
     with panel.client() as owner:
         assert owner.post("/v1/search/memories", json={"query": "topic 3"}).json()["items"]
+
+
+def test_runtime_settings_are_global_so_only_the_default_namespace_admin_changes_them(
+    make_server: Callable[..., EngramServer],
+) -> None:
+    # Given the owner's namespace "alice" (the default) and an admin key of namespace "bob"
+    server = make_server(default_namespace="alice", embedder="none", chat_model="alice-model")
+    with server.client() as alice, server.client(OTHER_KEY) as bob:
+        for text in ("Alice likes tea", "Alice likes cats", "Alice likes kites"):
+            alice.post("/v1/memories", json={"content": text})
+        bob.post("/v1/memories", json={"content": "Bob likes chess"})
+        # When bob tries to change the chat model every namespace uses
+        refused = bob.put("/v1/admin/settings", json={"values": {"chat_model": "bobs-model"}})
+        # Then it is refused and alice's chat model is unchanged
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "owner_only"
+        assert server.container.runtime.effective().chat_model == "alice-model"
+        # And the default namespace's admin can change it
+        assert alice.put("/v1/admin/settings", json={"values": {"recall_top_k": 3}}).status_code == 200
+        # When each reads the settings, Then the index counts are their own namespace's
+        bob_info = bob.get("/v1/admin/settings").json()["info"]
+        alice_info = alice.get("/v1/admin/settings").json()["info"]
+    assert (bob_info["namespace"], bob_info["index_documents"]) == ("bob", 1)
+    assert (alice_info["namespace"], alice_info["index_documents"]) == ("alice", 3)
+
+
+def test_a_reindex_is_seen_only_by_its_namespace(make_server: Callable[..., EngramServer]) -> None:
+    # Given alice ran a reindex
+    server = make_server(default_namespace="alice", embedder="none")
+    with server.client() as alice, server.client(OTHER_KEY) as bob:
+        alice.post("/v1/memories", json={"content": "Alice likes tea"})
+        assert alice.post("/v1/admin/reindex").status_code == 202
+        deadline = time.monotonic() + 30
+        while alice.get("/v1/admin/reindex").json()["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # When bob polls the reindex status, Then he sees no run of his, nothing of alice's
+        assert alice.get("/v1/admin/reindex").json()["namespace"] == "alice"
+        assert bob.get("/v1/admin/reindex").json() == {"state": "idle", "done": 0, "total": 0}

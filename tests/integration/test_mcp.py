@@ -7,7 +7,6 @@ streamable HTTP transport. Nothing faked.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from tests.conftest import CHAT_ONLY_KEY, OTHER_KEY, OWNER_KEY, READONLY_KEY, EngramServer
+from tests.servers import access_log_lines
 
 ALL_TOOLS = {
     "memory_search", "memory_recall", "memory_list", "memory_get", "memory_upsert", "memory_remember",
@@ -216,32 +216,17 @@ async def test_x_api_key_header_works_with_the_sdk_client(server: EngramServer) 
 async def test_query_token_when_enabled_and_never_in_the_access_log(make_server: Callable[..., EngramServer]) -> None:
     # Given a server that allows ?token= and an access log at INFO
     server = make_server(mcp_allow_query_token=True, embedder="none")
-    records: list[logging.LogRecord] = []
-
-    class Capture(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    access = logging.getLogger("uvicorn.access")
-    handler, level = Capture(), access.level
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    try:
-        # When a client authenticates with the query token (plus another query parameter)
+    # When a client authenticates with the query token (plus another query parameter)
+    with access_log_lines() as lines:
         async with (
             httpx2.AsyncClient(timeout=30) as http,
             Client(streamable_http_client(f"{server.url}/mcp?token={OWNER_KEY}&x=1", http_client=http)) as mcp,
         ):
             written = await call(mcp, "memory_remember", content="Query-token clients work")
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(level)
-
     # Then the call succeeded in the key's namespace
     assert written["action"] == "created"
     assert server.container.memories.get("alice", written["memory"]["id"]).content == "Query-token clients work"
     # And the access log has the request line without the token
-    lines = [r.getMessage() for r in records]
     assert any("/mcp?x=1" in line for line in lines), lines
     assert not any(OWNER_KEY in line for line in lines)
 

@@ -183,6 +183,16 @@ def test_info_reads_meta_and_counts() -> None:
     assert (info.model_id, info.dimension, info.documents, info.vectors) == ("amazon.titan-embed-text-v2:0", 3, 7, 7)
 
 
+def test_info_of_one_namespace_counts_only_its_documents() -> None:
+    index, recorder = make_index(serverless(dimension=3))
+    index.info("alice")
+    scope = {"term": {"namespace": "alice"}}
+    assert recorder.bodies("POST", "/_count") == [
+        {"query": {"bool": {"filter": [scope]}}},
+        {"query": {"bool": {"filter": [scope, {"exists": {"field": "vector"}}]}}},
+    ]
+
+
 def test_missing_index_reads_as_empty() -> None:
     index, recorder = make_index(serverless(dimension=None))
     assert index.info().model_id is None
@@ -260,20 +270,9 @@ def test_a_changed_body_breaks_the_signature() -> None:
 # -- against osmem-server (an OpenSearch-compatible server without kNN) -------------------------
 
 
-@pytest.fixture(scope="module")
-def osmem() -> Iterator[Any]:
-    osmem_server = pytest.importorskip("osmem_server")
-    try:
-        server = osmem_server.OsmemServer.start(seed=[], freeze=False)
-    except osmem_server.OsmemError as exc:  # no binary for this platform
-        pytest.skip(str(exc))
-    yield server
-    server.close()
-
-
 @pytest.fixture
-def live(osmem: Any) -> Iterator[OpenSearchIndex]:
-    clone = osmem.clone()
+def live(osmem_base: Any) -> Iterator[OpenSearchIndex]:
+    clone = osmem_base.clone()
     index = OpenSearchIndex(clone.url, signer=SigV4Signer("us-east-1", CREDS))
     index.reset("test-model", 3)
     yield index
@@ -313,9 +312,9 @@ def test_live_namespaces_types_and_replacement(live: OpenSearchIndex) -> None:
     assert live.info().documents == 3
 
 
-def test_live_first_model_keeps_keyword_documents(osmem: Any) -> None:
+def test_live_first_model_keeps_keyword_documents(osmem_base: Any) -> None:
     # Given an index created by a keyword-only deployment (no embedder yet)
-    clone = osmem.clone()
+    clone = osmem_base.clone()
     index = OpenSearchIndex(clone.url, signer=SigV4Signer("us-east-1", CREDS))
     try:
         index.upsert(doc("m1", "remember the milk"))

@@ -52,6 +52,19 @@ def test_create_without_key_then_get_list_patch_delete(owner: httpx.Client) -> N
     assert restored.json()["status"] == "active"
 
 
+def test_upsert_of_a_changed_fact_supersedes_even_when_e5_scores_it_the_same(owner: httpx.Client) -> None:
+    # Given the wife's job under a key (the example; e5 cosine of the two texts is 0.964)
+    old = _remember(owner, "用户的老婆叫周婷，在上海一所公立高中教英语。", fact_key="person:wife_job").json()["memory"]
+    # When the changed job is written under the same key
+    new_text = "用户的老婆周婷换了工作，现在在杭州滨江一所国际学校教英语。"
+    resp = _remember(owner, new_text, fact_key="person:wife_job")
+    # Then it supersedes: the new job is the active fact, the old one a version
+    assert resp.status_code == 201 and resp.json()["action"] == "superseded"
+    assert resp.json()["superseded"]["id"] == old["id"]
+    listed = owner.get("/v1/memories", params={"fact_key": "person:wife_job"}).json()["items"]
+    assert [m["content"] for m in listed] == [new_text]
+
+
 def test_status_all_lists_every_status(owner: httpx.Client) -> None:
     # Given memories that are active, superseded, archived and deleted
     old = _remember(owner, "I live in Berlin", fact_key="home:city").json()["memory"]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
+import pytest
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
+from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import SESSION_SECONDS, AdminSessions, LoginLimiter
+from engram.settings import Settings
+from starlette.requests import HTTPConnection
 
 
 class Clock:
@@ -84,3 +90,77 @@ def test_limiter_memory_is_bounded() -> None:
     # The oldest client was forgotten, the newest are still limited
     assert limiter.hit("1") is None
     assert limiter.hit("4") is not None
+
+
+def _conn(peer: str, *headers: tuple[str, str]) -> HTTPConnection:
+    raw = [(k.encode(), v.encode()) for k, v in (("host", "engram.example"), *headers)]
+    return HTTPConnection({"type": "http", "client": (peer, 5000), "headers": raw, "scheme": "http", "path": "/"})
+
+
+def test_forwarded_for_counts_only_through_trusted_proxies() -> None:
+    proxies = TrustedProxies(["10.0.0.0/8", "::1"])
+    # An untrusted peer's claims are ignored
+    assert proxies.client_ip(_conn("198.51.100.1", ("x-forwarded-for", "203.0.113.5"))) == "198.51.100.1"
+    # Through a chain of trusted proxies, the right-most hop they did not add is the client
+    chain = _conn("10.0.0.2", ("x-forwarded-for", "1.2.3.4, 203.0.113.5"), ("x-forwarded-for", "10.0.0.9"))
+    assert proxies.client_ip(chain) == "203.0.113.5"
+    assert proxies.client_ip(_conn("::1", ("x-forwarded-for", "2001:db8::7"))) == "2001:db8::7"
+    # A trusted peer without the header is itself the client; nothing configured trusts nobody
+    assert proxies.client_ip(_conn("10.0.0.2")) == "10.0.0.2"
+    assert TrustedProxies().client_ip(_conn("127.0.0.1", ("x-forwarded-for", "203.0.113.5"))) == "127.0.0.1"
+    # Host and scheme follow the same rule
+    forwarded = (("x-forwarded-host", "Public.Example"), ("x-forwarded-proto", "https"))
+    assert (proxies.host(_conn("10.1.1.1", *forwarded)), proxies.scheme(_conn("10.1.1.1", *forwarded))) == (
+        "public.example",
+        "https",
+    )
+    assert (proxies.host(_conn("8.8.8.8", *forwarded)), proxies.scheme(_conn("8.8.8.8", *forwarded))) == (
+        "engram.example",
+        "http",
+    )
+
+
+def test_trusted_proxies_must_be_addresses_or_ranges() -> None:
+    assert Settings(trusted_proxies="127.0.0.1, 10.0.0.0/8").trusted_proxies == ["127.0.0.1", "10.0.0.0/8"]
+    with pytest.raises(ValueError, match=r"proxy\.example"):
+        Settings(trusted_proxies="proxy.example")
+
+
+def test_a_success_clears_the_count() -> None:
+    limiter = LoginLimiter(2, 60.0, now=Clock(0.0))
+    assert limiter.hit("a") is None and limiter.hit("a") is None
+    limiter.reset("a")
+    assert limiter.hit("a") is None
+
+
+def test_a_running_reindex_of_another_namespace_is_a_conflict_that_names_nobody() -> None:
+    from types import SimpleNamespace
+
+    from engram.domain.errors import Conflict
+    from engram.entrypoints.http.admin import ReindexJob
+
+    # Given a reindex of alice's namespace that is still counting her memories
+    release = threading.Event()
+
+    def iter_memories(namespace: str, statuses: object) -> list[object]:
+        release.wait(10)
+        return []
+
+    container = SimpleNamespace(
+        embedder=None,
+        store=SimpleNamespace(iter_memories=iter_memories),
+        memories=SimpleNamespace(reindex=lambda ns, progress=None: 0),
+    )
+    job = ReindexJob(container)
+    assert job.start("alice")["state"] == "running"
+    try:
+        # When bob starts one, Then 409 without alice's name; alice asking again sees her own run
+        with pytest.raises(Conflict) as err:
+            job.start("bob")
+        assert "alice" not in err.value.message
+        assert job.start("alice")["namespace"] == "alice"
+        assert job.snapshot("bob") == {"state": "idle", "done": 0, "total": 0}
+    finally:
+        release.set()
+        job.join(10)
+    assert job.snapshot("alice")["state"] == "done"

@@ -87,6 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=settings.port,
             log_level=settings.log_level.lower(),
             timeout_graceful_shutdown=5,
+            # Engram reads forwarding headers itself, from ENGRAM_TRUSTED_PROXIES only (entrypoints/http/proxies.py);
+            # uvicorn's own handling would believe any local peer.
+            proxy_headers=False,
         )
     finally:
         container.close()

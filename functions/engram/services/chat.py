@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import anyio
 
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.errors import EngramError, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
 from engram.domain.prompt_cache import CachePolicy
@@ -42,6 +42,12 @@ from engram.services.injection import (
     render_boot_block,
 )
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.wire_shapes import (
+    check_upstream_response,
+    parse_chat_request,
+    parse_upstream_event,
+    upstream_error_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -207,12 +213,7 @@ class ChatService:
     ) -> ChatReply:
         ex = _Exchange(namespace=namespace, wire=wire, body={})
         try:
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise InvalidInput("request body is not valid JSON", code="invalid_json") from exc
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise InvalidInput("request body needs a 'messages' list", code="invalid_request")
+            body = parse_chat_request(raw, wire)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
             ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
@@ -389,11 +390,14 @@ class ChatService:
 
     async def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
+        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
         try:
             data = json.loads(raw)
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
+        except (ValueError, RecursionError) as exc:
+            raise UpstreamUnavailable(
+                "the upstream sent a response that is not JSON", code="upstream_malformed"
+            ) from exc
+        data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
             text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
             usage = w.usage_from_anthropic(data.get("usage"))
@@ -435,19 +439,29 @@ class ChatService:
             # Whatever one network read brought is passed on in one write: as soon as it arrives, and
             # with one syscall instead of one per event.
             async for chunk in reply.aiter_bytes():
-                out = _relay(tap, parser.feed(chunk), closing)
+                out, failure = _relay(tap, parser.feed(chunk), closing)
                 if out:
                     yield out
-            out = _relay(tap, parser.flush(), closing)
+                if failure is not None:
+                    raise failure
+            out, failure = _relay(tap, parser.flush(), closing)
             if out:
                 yield out
+            if failure is not None:
+                raise failure
             if not tap.finished:
                 raise UpstreamUnavailable("the upstream ended the stream early")
             await self._settle(ex, tap.text, tap.usage)
             yield b"".join(closing)
         except EngramError as exc:
+            log.warning("chat stream ended with an error event: %s", exc.message)
             await self._settle_pending(ex)
             yield b"".join(_error_event(ex.wire, exc))
+        except Exception:
+            # The status line is gone: a clean error event is the only answer left (never a cut stream).
+            log.exception("chat stream failed")
+            await self._settle_pending(ex)
+            yield b"".join(_error_event(ex.wire, EngramError("internal error", code="internal_error")))
         finally:
             if not task.done():
                 task.cancel()
@@ -597,14 +611,29 @@ class ChatService:
         }
 
 
-def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> bytes:
-    """The client's bytes for ``events``; what comes from the upstream's end event on (``[DONE]``,
-    ``message_stop``) goes to ``closing`` instead, to be sent once the exchange is stored."""
+def _anthropic_kind(event: SseEvent, data: dict[str, Any]) -> str:
+    """The type of an Anthropic stream event; raises for an error event or one without a type."""
+    kind = data.get("type") or event.event
+    if kind == "error" or (kind is None and data.get("error") is not None):
+        raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data.get('error'))}")
+    if not kind:
+        raise UpstreamUnavailable("the upstream sent a stream event without a type", code="upstream_malformed")
+    return str(kind)
+
+
+def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> tuple[bytes, Exception | None]:
+    """The client's bytes for ``events`` up to the first bad one, and what was wrong with it (if any),
+    so the events before a malformed one still reach the client ahead of the error event. What comes
+    from the upstream's end event on (``[DONE]``, ``message_stop``) goes to ``closing`` instead, to be
+    sent once the exchange is stored."""
     out: list[bytes] = []
     for event in events:
-        pieces = tap.feed(event)
+        try:
+            pieces = tap.feed(event)
+        except Exception as exc:
+            return b"".join(out), exc
         (closing if tap.finished else out).extend(pieces)
-    return b"".join(out)
+    return b"".join(out), None
 
 
 def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
@@ -642,8 +671,10 @@ class _Tap:
         return "".join(self.text_parts)
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        if event.is_comment or not event.data:
+        if event.is_comment:
             return [event.raw] if self._a2o is None and self._o2a is None else []
+        if not event.data:
+            return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
         if not self.observe and self._a2o is None and self._o2a is None:
             return self._pass(event)
         if self.upstream == "openai":
@@ -651,28 +682,27 @@ class _Tap:
         return self._anthropic(event)
 
     def _pass(self, event: SseEvent) -> list[bytes]:
-        """Pure forwarding: no JSON parsing except to recognise an error event."""
+        """Pure forwarding of well-formed events, the raw bytes unchanged."""
         if self.upstream == "openai":
             if event.data == "[DONE]":
                 self.finished = True
-            elif '"error"' in event.data:
-                return self._openai(event)
-        elif event.event == "message_stop":
+                return [event.raw]
+            data = parse_upstream_event(event.data, "openai")
+            if data.get("error"):
+                raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
+            return [event.raw]
+        data = parse_upstream_event(event.data, "anthropic")
+        if _anthropic_kind(event, data) == "message_stop":
             self.finished = True
-        elif event.event == "error":
-            return self._anthropic(event)
         return [event.raw]
 
     def _openai(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
             self.finished = True
             return self._o2a.finish() if self._o2a is not None else [event.raw]
-        try:
-            data = event.json()
-        except ValueError:
-            return [event.raw] if self._o2a is None else []
+        data = parse_upstream_event(event.data, "openai")
         if data.get("error"):
-            raise UpstreamUnavailable(f"upstream error: {str(data['error'].get('message', data['error']))[:300]}")
+            raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
         choices = data.get("choices") or []
         for choice in choices:
             piece = (choice.get("delta") or {}).get("content")
@@ -687,14 +717,8 @@ class _Tap:
         return [event.raw]
 
     def _anthropic(self, event: SseEvent) -> list[bytes]:
-        try:
-            data = event.json()
-        except ValueError:
-            return [event.raw] if self._a2o is None else []
-        kind = data.get("type") or event.event
-        if kind == "error":
-            err = data.get("error") or {}
-            raise UpstreamUnavailable(f"upstream error: {str(err.get('message', err))[:300]}")
+        data = parse_upstream_event(event.data, "anthropic")
+        kind = _anthropic_kind(event, data)
         if kind == "message_start":
             self._anthropic_usage.update((data.get("message") or {}).get("usage") or {})
         elif kind == "content_block_delta":

@@ -8,6 +8,8 @@ rebuilds the mirror.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,13 +35,14 @@ from engram.domain.policies import (
     cosine,
     decide_upsert,
     normalize_fact_key,
-    same_meaning_text,
 )
 from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.wording import near_duplicate, salient_difference, same_wording
 
 log = logging.getLogger(__name__)
 
 WriteAction = Literal["created", "seen", "superseded", "existing"]
+_KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 
 
 class MemoryWrite(BaseModel):
@@ -129,9 +132,13 @@ class MemoryService:
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False) -> WriteResult:
-        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert
-        (same meaning -> seen, changed -> supersede); without a key create, or with ``dedup``
-        mark a near-identical active memory of the same type seen instead."""
+        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert (same
+        wording -> seen, changed -> supersede); without a key create.
+
+        ``dedup`` is for machine-written texts (extraction, "remember ..." in a chat, MCP
+        memory_remember): a near-duplicate (same wording, or cosine >= ``dedup_cosine`` with the same
+        numbers, names, places and negation; ``domain/wording.py``) is marked seen instead: the
+        memory holding the key, or without a key an active memory of the same type."""
         content = clean_content(req.content)
         tags = clean_tags(req.tags)
         fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
@@ -141,34 +148,78 @@ class MemoryService:
             if existing is not None:
                 return WriteResult(existing, "existing", reason="external_id seen before")
 
-        vector: list[float] | None = None
         if fact_key:
-            current = self._store.find_active_by_fact_key(namespace, fact_key)
-            similarity = None
-            if current is not None and not same_meaning_text(current.content, content):
-                vector = self._embed_document(content)
-                other = self._embed_document(current.content) if vector is not None else None
-                if vector is not None and other is not None:
-                    similarity = cosine(vector, other)
-            decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine)
-            if current is not None and decision.action == "seen":
-                return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
-            if current is not None and decision.action == "supersede":
-                new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
-                old, new = self._swap(current, new, reason=decision.reason)
-                self._sync_index(new, vector)
-                return WriteResult(new, "superseded", previous=old, reason=decision.reason)
-        elif dedup:
+            return self._upsert_retrying(namespace, req, content, tags, fact_key, dedup=dedup)
+        vector: list[float] | None = None
+        if dedup:
             vector = self._embed_document(content)
             twin = self._find_twin(namespace, content, req.type, vector)
             if twin is not None:
                 return WriteResult(self._mark_seen(twin, tags), "seen", reason="near-identical memory")
+        return self._create(namespace, req, content, tags, None, vector)
 
+    def _upsert_retrying(
+        self, namespace: str, req: MemoryWrite, content: str, tags: tuple[str, ...], fact_key: str, *, dedup: bool
+    ) -> WriteResult:
+        """Upsert by key; when a concurrent writer changed the key between our read and our write
+        (the store refuses a second active row), read again and decide again. Each lost round means
+        another writer's version landed, so a few rounds settle any burst; a clean Conflict after."""
+        lost: Conflict | None = None
+        for attempt in range(_KEY_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, 0.005 * attempt))  # let the winner finish; spread the retries
+            try:
+                return self._upsert(namespace, req, content, tags, fact_key, dedup=dedup)
+            except Conflict as exc:
+                if req.external_id and (prior := self._store.find_by_external_id(namespace, req.external_id)):
+                    return WriteResult(prior, "existing", reason="external_id seen before")
+                lost = exc
+        raise Conflict(
+            f"fact_key {fact_key!r} was changed by other writes at the same time {_KEY_ATTEMPTS} times in a row; "
+            "try again",
+            code="fact_key_conflict",
+        ) from lost
+
+    def _upsert(
+        self, namespace: str, req: MemoryWrite, content: str, tags: tuple[str, ...], fact_key: str, *, dedup: bool
+    ) -> WriteResult:
+        vector: list[float] | None = None
+        current = self._store.find_active_by_fact_key(namespace, fact_key)
+        similarity = None
+        if (
+            current is not None
+            and dedup
+            and not same_wording(current.content, content)
+            and salient_difference(current.content, content) is None
+        ):
+            vector = self._embed_document(content)
+            other = self._embed_document(current.content) if vector is not None else None
+            if vector is not None and other is not None:
+                similarity = cosine(vector, other)
+        decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine, explicit=not dedup)
+        if current is None:
+            return self._create(namespace, req, content, tags, fact_key, vector)
+        if decision.action == "seen":
+            return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
+        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
+        old, new = self._swap(current, new, reason=decision.reason)
+        self._sync_index(new, vector)
+        return WriteResult(new, "superseded", previous=old, reason=decision.reason)
+
+    def _create(
+        self,
+        namespace: str,
+        req: MemoryWrite,
+        content: str,
+        tags: tuple[str, ...],
+        fact_key: str | None,
+        vector: list[float] | None,
+    ) -> WriteResult:
         memory = self._new_memory(namespace, req, content, tags, fact_key, supersedes=None)
         try:
             memory = self._store.insert_memory(memory)
         except Conflict:
-            # A concurrent writer won the race for this key or external id: answer like a retry.
+            # A concurrent writer won the race for this external id: answer like a retry.
             if req.external_id and (prior := self._store.find_by_external_id(namespace, req.external_id)):
                 return WriteResult(prior, "existing", reason="external_id seen before")
             raise
@@ -392,15 +443,13 @@ class MemoryService:
             if vector is not None
             else self._index.keyword_search(namespace, content, k=5, types=(type_,))
         )
-        for memory in self._store.get_memories(namespace, [h.memory_id for h in hits]):
-            if memory.status != "active":
-                continue
-            if same_meaning_text(memory.content, content):
+        # Keyword scores are not cosines: without a vector only the same wording makes a twin.
+        scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
+        for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
+            if memory.status == "active" and near_duplicate(
+                memory.content, content, scores.get(memory.id), self._rules.dedup_cosine
+            ):
                 return memory
-            if vector is not None:
-                score = next(h.score for h in hits if h.memory_id == memory.id)
-                if score >= self._rules.dedup_cosine:
-                    return memory
         return None
 
     def _embed_document(self, text: str) -> list[float] | None:

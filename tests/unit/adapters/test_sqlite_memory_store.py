@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from engram.adapters.storage import sqlite as sqlite_store
 from engram.adapters.storage.sqlite import SCHEMA_VERSION, SqliteMemoryStore
-from engram.domain.errors import UpstreamUnavailable
+from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Memory, MemoryFilter
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -130,3 +130,23 @@ def test_a_closed_store_reports_unavailable(tmp_path: Path) -> None:
         store.ping()
     with pytest.raises(UpstreamUnavailable):
         store.list_memories("alice", MemoryFilter())
+
+
+def test_a_broken_uniqueness_rule_is_a_conflict_without_sqlite_internals(tmp_path: Path) -> None:
+    # Given a store with an active keyed memory, one with an external id, and one plain row
+    store = SqliteMemoryStore(tmp_path / "engram.db")
+    try:
+        store.insert_memory(a_memory("m1").model_copy(update={"fact_key": "home:city"}))
+        store.insert_memory(a_memory("m2").model_copy(update={"external_id": "x1"}))
+        # When each rule is broken / Then a Conflict says which, in the store's own words
+        cases = [
+            (a_memory("m3").model_copy(update={"fact_key": "home:city"}), "another active memory holds this fact_key"),
+            (a_memory("m4").model_copy(update={"external_id": "x1"}), "this external_id is already used"),
+            (a_memory("m1"), "a row with this id already exists"),
+        ]
+        for row, message in cases:
+            with pytest.raises(Conflict) as err:
+                store.insert_memory(row)
+            assert err.value.message == message
+    finally:
+        store.close()

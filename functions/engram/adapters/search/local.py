@@ -585,12 +585,13 @@ class SqliteSearchIndex:
         self._caches[namespace] = cache
         return cache
 
-    def info(self) -> IndexInfo:
+    def info(self, namespace: str | None = None) -> IndexInfo:
+        where, args = ("", ()) if namespace is None else (" WHERE namespace = ?", (namespace,))
         with self._lock:
             conn = self._db()
             model_id, dimension = self._meta(conn)
-            docs = conn.execute("SELECT COUNT(*) FROM search_docs").fetchone()[0]
-            vectors = conn.execute("SELECT COUNT(*) FROM search_vectors").fetchone()[0]
+            docs = conn.execute(f"SELECT COUNT(*) FROM search_docs{where}", args).fetchone()[0]
+            vectors = conn.execute(f"SELECT COUNT(*) FROM search_vectors{where}", args).fetchone()[0]
         return IndexInfo(model_id=model_id, dimension=dimension, documents=int(docs), vectors=int(vectors))
 
     def reset(self, model_id: str, dimension: int) -> None:

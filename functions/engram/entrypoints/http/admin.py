@@ -24,10 +24,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.domain.access import Principal
-from engram.domain.errors import InvalidInput, NotConfigured, Unauthorized
+from engram.domain.errors import Conflict, Forbidden, InvalidInput, NotConfigured, Unauthorized
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
-from engram.entrypoints.http.session import AdminSessions, LoginLimiter, client_ip, same_origin
+from engram.entrypoints.http.proxies import TrustedProxies
+from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,10 @@ class SettingsRequest(BaseModel):
 
 
 class ReindexJob:
-    """One background reindex at a time per process, with progress for polling."""
+    """One background reindex at a time per process, with progress for polling.
+
+    Each namespace sees only its own run: another namespace's run answers 409 without naming it.
+    """
 
     def __init__(self, container: Any) -> None:
         self._container = container
@@ -61,13 +65,18 @@ class ReindexJob:
         self._thread: threading.Thread | None = None
         self._state: dict[str, Any] = {"state": "idle", "done": 0, "total": 0}
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, namespace: str | None = None) -> dict[str, Any]:
+        """The latest run of ``namespace`` (any namespace's when None); idle when it has none."""
         with self._lock:
+            if namespace is not None and self._state.get("namespace") not in (None, namespace):
+                return {"state": "idle", "done": 0, "total": 0}
             return dict(self._state)
 
     def start(self, namespace: str) -> dict[str, Any]:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
+                if self._state.get("namespace") != namespace:
+                    raise Conflict("another reindex is running; try again in a while", code="reindex_busy")
                 return dict(self._state)
             self._state = {
                 "state": "running",
@@ -144,7 +153,8 @@ class AdminHeadersMiddleware:
 def install(app: FastAPI, container: Any) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
-    sessions = AdminSessions(password, container.store, settings.default_namespace)
+    proxies = TrustedProxies(settings.trusted_proxies)
+    sessions = AdminSessions(password, container.store, settings.default_namespace, proxies=proxies)
     limiter = LoginLimiter(attempts=5, window=60.0)
     reindex = ReindexJob(container)
     app.state.admin_sessions = sessions
@@ -179,9 +189,10 @@ def install(app: FastAPI, container: Any) -> None:
 
     @panel.post("/admin/login")
     def admin_login(request: Request, body: LoginRequest) -> Response:
-        if not same_origin(request):
+        if not same_origin(request, proxies):
             return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
-        retry = limiter.hit(client_ip(request))
+        client = proxies.client_ip(request)
+        retry = limiter.hit(client)
         if retry is not None:
             response = error_response(
                 429, "too many login attempts; wait a minute", "rate_limit_error", "login_rate_limited"
@@ -193,8 +204,9 @@ def install(app: FastAPI, container: Any) -> None:
                 "the admin panel has no password: set ENGRAM_ADMIN_PASSWORD and restart", code="admin_password_missing"
             )
         if not sessions.check_password(body.password):
-            log.warning("admin login failed from %s", client_ip(request))
+            log.warning("admin login failed from %s", client)
             raise Unauthorized("wrong password", code="wrong_password")
+        limiter.reset(client)
         token, expires = sessions.issue()
         response = JSONResponse({"authenticated": True, "expires_at": expires, "namespace": sessions.namespace})
         sessions.set_cookie(request, response, token)
@@ -204,7 +216,7 @@ def install(app: FastAPI, container: Any) -> None:
     def admin_logout(request: Request) -> Response:
         from engram.entrypoints.http.session import COOKIE_NAME
 
-        if not same_origin(request):
+        if not same_origin(request, proxies):
             return error_response(403, "cross-origin request refused", "permission_error", "bad_origin")
         sessions.revoke(request.cookies.get(COOKIE_NAME))
         response = JSONResponse({"authenticated": False})
@@ -213,28 +225,45 @@ def install(app: FastAPI, container: Any) -> None:
 
     api = APIRouter(prefix="/v1/admin", tags=["admin"])
 
+    def require_owner(who: Principal, what: str) -> None:
+        # Runtime settings and a full index rebuild act on every namespace: the owner's, not a tenant's.
+        if who.namespace != settings.default_namespace:
+            raise Forbidden(
+                f"{what} applies to every namespace: only an admin key of the default namespace "
+                f"({settings.default_namespace!r}) may do it",
+                code="owner_only",
+            )
+
     @api.get("/settings")
     def get_settings(request: Request, who: Admin) -> dict[str, Any]:
-        """The runtime settings the owner may change, with defaults, plus read-only facts about this build."""
-        return {"items": container.runtime.describe(), "info": _info(container)}
+        """The runtime settings (global: every namespace uses them), with defaults, plus facts about this
+        build and your namespace's index. Only the default namespace's admin may change them."""
+        return {"items": container.runtime.describe(), "info": _info(container, who)}
 
     @api.put("/settings")
     def put_settings(request: Request, body: SettingsRequest, who: Admin) -> dict[str, Any]:
-        """Change runtime settings (validated; all or nothing); they apply without a restart."""
+        """Change runtime settings (validated; all or nothing); they apply without a restart, to every
+        namespace, so this needs an admin key of the default namespace (403 `owner_only` otherwise)."""
+        require_owner(who, "changing runtime settings")
         if not body.values:
             raise InvalidInput("nothing to change: send {'values': {name: value}}", code="empty_settings")
         container.runtime.update(body.values)
         log.info("runtime settings changed: %s", sorted(body.values))
-        return {"items": container.runtime.describe(), "info": _info(container)}
+        return {"items": container.runtime.describe(), "info": _info(container, who)}
 
     @api.get("/reindex")
     def reindex_status(who: Admin) -> dict[str, Any]:
-        return reindex.snapshot()
+        return reindex.snapshot(who.namespace)
 
     @api.post("/reindex", status_code=202)
     def reindex_start(who: Admin) -> dict[str, Any]:
         """Rebuild your namespace's search index entries (vectors and keywords) in the background;
-        poll `GET` for progress. After an embedding model change the whole index is rebuilt."""
+        poll `GET` for progress. After an embedding model change the whole index is rebuilt, which only
+        the default namespace's admin may start (403 `owner_only`); 409 while another namespace's runs."""
+        from engram.bootstrap import index_model_mismatch
+
+        if container.embedder is not None and index_model_mismatch(container):
+            require_owner(who, "rebuilding the whole index (the embedding model changed)")
         return reindex.start(who.namespace)
 
     app.include_router(panel)
@@ -242,12 +271,12 @@ def install(app: FastAPI, container: Any) -> None:
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 
 
-def _info(container: Any) -> dict[str, Any]:
+def _info(container: Any, who: Principal) -> dict[str, Any]:
     settings = container.settings
-    index = container.index.info()
+    index = container.index.info(who.namespace)  # counts of the caller's namespace only
     return {
         "version": __version__,
-        "namespace": settings.default_namespace,
+        "namespace": who.namespace,
         "store": settings.store,
         "search": settings.search,
         "embedder": container.embedder.model_id if container.embedder is not None else None,

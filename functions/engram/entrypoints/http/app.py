@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,12 +20,37 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.entrypoints.http.errors import error_body, install_error_handlers
+from engram.entrypoints.http.redact import install_redaction
 
 log = logging.getLogger(__name__)
 
 
+# A JSON string escape that is a surrogate pair (kept), a lone surrogate (replaced), or an escaped
+# backslash (consumed, so the "\\ud800" of a literal backslash is never mistaken for an escape).
+_SURROGATE_ESCAPE = re.compile(
+    rb"(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})|\\\\"
+)
+
+
+def scrub_lone_surrogates(payload: bytes) -> bytes:
+    """JSON text with every lone UTF-16 surrogate escape (``"\\ud800"``) replaced by U+FFFD.
+
+    Python decodes such an escape into a string no UTF-8 encoder (SQLite, httpx, logs) accepts; a client
+    that sent one (a cut emoji) gets its text stored with a replacement character instead of a 500.
+    Same length, so a declared Content-Length stays true.
+    """
+    if b"\\u" not in payload:
+        return payload
+
+    def fix(match: re.Match[bytes]) -> bytes:
+        return b"\\ufffd" if match.group(2) else match.group(0)
+
+    return _SURROGATE_ESCAPE.sub(fix, payload)
+
+
 class BodyLimitMiddleware:
-    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them."""
+    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them; hand on the
+    body with lone surrogate escapes replaced (``scrub_lone_surrogates``), for every surface at once."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -53,7 +79,7 @@ class BodyLimitMiddleware:
                 return
             chunks.append(body)
             more = message.get("more_body", False)
-        payload = b"".join(chunks)
+        payload = scrub_lone_surrogates(b"".join(chunks))
         sent = False
 
         async def replay() -> Message:
@@ -119,8 +145,11 @@ def create_app(container: Any = None) -> FastAPI:
     container = container if container is not None else build_container()
     settings = container.settings
 
+    install_redaction()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        install_redaction()  # again: the server may have (re)configured logging since create_app
         async with _lifespan_hooks(app):
             yield
 

@@ -8,6 +8,7 @@ and body are passed through unchanged. Every chat response carries the ``x-engra
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,8 @@ from engram.domain.errors import EngramError, UpstreamRejected
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import status_for
 from engram.services.chat import ChatReply, ChatService, Wire
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -90,15 +93,20 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
     except EngramError as exc:
         return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
     raw = await request.body()
-    reply: ChatReply = await chat.handle(
-        principal.namespace,
-        wire,
-        raw,
-        guide_dog=guide_dog,
-        conversation_id=request.headers.get("x-engram-conversation"),
-        memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
-        forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
-    )
+    try:
+        reply: ChatReply = await chat.handle(
+            principal.namespace,
+            wire,
+            raw,
+            guide_dog=guide_dog,
+            conversation_id=request.headers.get("x-engram-conversation"),
+            memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
+            forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
+        )
+    except Exception:
+        # A bug, not a client or upstream fault; still answered in the door's shape with its headers.
+        log.exception("chat request failed")
+        return _error_response(wire, EngramError("internal error", code="internal_error"), dict(_DEFAULT_HEADERS))
     if reply.error is not None:
         return _error_response(wire, reply.error, reply.headers)
     if reply.stream is not None:

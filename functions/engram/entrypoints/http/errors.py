@@ -80,8 +80,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, nested too deeply)
+            return error_response(400, "request body is not valid JSON", "invalid_request_error", "invalid_json")
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, str(exc.detail), _HTTP_TYPES.get(exc.status_code, "api_error"), code)
+        response = error_response(exc.status_code, str(exc.detail), _HTTP_TYPES.get(exc.status_code, "api_error"), code)
+        # Keep what the exception says about the response, e.g. ``Allow`` on a 405.
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

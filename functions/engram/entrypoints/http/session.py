@@ -28,6 +28,7 @@ from starlette.responses import Response
 from engram.domain.access import ALL, Principal
 from engram.domain.errors import Forbidden
 from engram.domain.ports import MemoryStore
+from engram.entrypoints.http.proxies import TrustedProxies
 from engram.services.runtime_settings import SYSTEM_NAMESPACE
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,16 @@ class AdminSessions:
     """Issues and verifies admin session cookies."""
 
     def __init__(
-        self, password: str | None, store: MemoryStore, namespace: str, *, now: Callable[[], float] = time.time
+        self,
+        password: str | None,
+        store: MemoryStore,
+        namespace: str,
+        *,
+        proxies: TrustedProxies | None = None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self._password = password or None
+        self.proxies = proxies or TrustedProxies()
         self._store = store
         self.namespace = namespace
         self._now = now
@@ -137,7 +145,7 @@ class AdminSessions:
         """
         if self.verify(request.cookies.get(COOKIE_NAME)) is None:
             return None
-        if request.scope.get("method", "GET") not in SAFE_METHODS and not same_origin(request):
+        if request.scope.get("method", "GET") not in SAFE_METHODS and not same_origin(request, self.proxies):
             raise Forbidden("cross-origin request refused", code="bad_origin")
         return Principal(namespace=self.namespace, scopes=frozenset({ALL}), key_name="admin-panel")
 
@@ -149,41 +157,37 @@ class AdminSessions:
             path="/",
             httponly=True,
             samesite="strict",
-            secure=is_https(request),
+            secure=is_https(request, self.proxies),
         )
 
     def clear_cookie(self, request: HTTPConnection, response: Response) -> None:
-        response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict", secure=is_https(request))
+        response.delete_cookie(
+            COOKIE_NAME, path="/", httponly=True, samesite="strict", secure=is_https(request, self.proxies)
+        )
 
 
-def is_https(request: HTTPConnection) -> bool:
-    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-    return request.url.scheme == "https" or forwarded == "https"
+def is_https(request: HTTPConnection, proxies: TrustedProxies) -> bool:
+    return proxies.scheme(request) == "https"
 
 
-def same_origin(request: HTTPConnection) -> bool:
-    """True when the request's Origin (or, lacking one, Referer) names the host it was sent to."""
+def same_origin(request: HTTPConnection, proxies: TrustedProxies) -> bool:
+    """True when the request's Origin (or, lacking one, Referer) names the host it was sent to
+    (``X-Forwarded-Host`` counts only from a trusted proxy)."""
     source = request.headers.get("origin") or request.headers.get("referer")
     if not source or source == "null":
         return False
     claimed = urlsplit(source).netloc.lower()
-    hosts = {request.headers.get("host", "").lower()}
-    if forwarded := request.headers.get("x-forwarded-host"):
-        hosts.add(forwarded.split(",")[0].strip().lower())
+    hosts = {request.headers.get("host", "").lower(), proxies.host(request)}
     hosts.discard("")
     return bool(claimed) and claimed in hosts
 
 
-def client_ip(request: HTTPConnection) -> str:
-    """The caller's address: the last X-Forwarded-For hop (added by our proxy), else the peer."""
-    forwarded = request.headers.get("x-forwarded-for")
-    if forwarded:
-        return forwarded.split(",")[-1].strip()
-    return request.client.host if request.client else "unknown"
-
-
 class LoginLimiter:
-    """At most ``attempts`` login attempts per ``window`` seconds per client address (per process)."""
+    """At most ``attempts`` login attempts per ``window`` seconds per client address (per process).
+
+    A successful login clears its address's count, so only wrong passwords add up; the window is
+    short, so a lockout ends a minute after the guessing stops.
+    """
 
     def __init__(
         self,
@@ -214,3 +218,8 @@ class LoginLimiter:
                 return max(1.0, self._window - (now - hits[0]))
             hits.append(now)
             return None
+
+    def reset(self, client: str) -> None:
+        """Forget the attempts of ``client`` (after a successful login)."""
+        with self._lock:
+            self._hits.pop(client, None)

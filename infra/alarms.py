@@ -1,0 +1,98 @@
+"""CloudWatch alarms a self-hoster needs, all notifying one SNS topic (optionally by e-mail).
+
+- a dead-letter queue holds a message (a job run or cleanup message failed for good),
+- a job function reported errors,
+- the REST API answered 5xx to 5 % or more of its requests in 15 minutes (with at least 5 requests).
+What each one means and what to do: docs/aws.md, "Alarms".
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+PERIOD = Duration.minutes(5)
+API_PERIOD = Duration.minutes(15)
+API_5XX_RATE = 0.05
+API_MIN_REQUESTS = 5
+
+
+class Alarms(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        dead_letter_queues: dict[str, sqs.IQueue],
+        job_functions: dict[str, lambda_.IFunction],
+        rest_api: apigw.RestApi,
+        email: str = "",
+    ):
+        super().__init__(scope, construct_id)
+        self.topic = sns.Topic(self, "Topic", display_name="Engram alarms", enforce_ssl=True)
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        self.alarms: list[cloudwatch.Alarm] = []
+
+        for name, queue in dead_letter_queues.items():
+            metric = queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum")
+            self._add(
+                f"{name}NotEmpty",
+                metric,
+                threshold=0,
+                description=f"Engram: the {name} dead-letter queue holds failed work; read its messages "
+                "(docs/aws.md, Alarms), fix the cause, then purge or redrive them.",
+            )
+        for name, fn in job_functions.items():
+            self._add(
+                f"{name}Errors",
+                fn.metric_errors(period=PERIOD, statistic="Sum"),
+                threshold=0,
+                description=f"Engram: the {name} job failed; its log group has the error (docs/aws.md, Alarms).",
+            )
+        rate = cloudwatch.MathExpression(
+            expression=f"IF(requests >= {API_MIN_REQUESTS}, errors / requests, 0)",
+            using_metrics={
+                "errors": rest_api.metric_server_error(period=API_PERIOD, statistic="Sum"),
+                "requests": rest_api.metric_count(period=API_PERIOD, statistic="Sum"),
+            },
+            period=API_PERIOD,
+            label="5xx share of API requests",
+        )
+        self._add(
+            "Api5xxRate",
+            rate,
+            threshold=API_5XX_RATE,
+            operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            description="Engram: 5 % or more of API requests failed with 5xx in 15 minutes (upstream model "
+            "down, 502/504, or a function error); see the API function's log group (docs/aws.md, Alarms).",
+        )
+
+    def _add(
+        self,
+        construct_id: str,
+        metric: cloudwatch.IMetric,
+        *,
+        threshold: float,
+        description: str,
+        operator: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+    ) -> None:
+        alarm = cloudwatch.Alarm(
+            self,
+            construct_id,
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=operator,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        alarm.add_alarm_action(actions.SnsAction(self.topic))
+        self.alarms.append(alarm)
