@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.access import Principal
-from engram.domain.errors import EngramError, InvalidInput, NotFound
+from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import MemoryFilter, MemoryType
 from engram.entrypoints.http.auth import require
 from engram.services.library import GlossaryIn, MessageIn
@@ -113,32 +113,28 @@ def _write_body(result: WriteResult) -> dict[str, Any]:
 
 # -- health -----------------------------------------------------------------------------------
 @public.get("/health", tags=["health"])
-def health(request: Request, response: Response) -> dict[str, Any]:
-    """Status of store, search index and embedder (no auth)."""
-    from engram.bootstrap import index_model_mismatch
-
+def health(request: Request) -> dict[str, Any]:
+    """Readiness (no auth, no network call: the Lambda Web Adapter polls it before the first request).
+    Reports what this process last saw of the search index and the embedding model; `GET
+    /v1/admin/health` checks the store and the index now."""
     container = _c(request)
-    checks: dict[str, Any] = {}
-    ok = True
-    for name, probe in (("store", container.store.ping), ("search", container.index.ping)):
-        try:
-            probe()
-            checks[name] = {"status": "ok"}
-        except Exception as exc:  # health reports every failure instead of raising
-            ok = False
-            checks[name] = {"status": "error", "error": type(exc).__name__}
+    checks = shallow_checks(container)
+    degraded = checks["search"]["status"] == "unavailable" or checks["embedder"]["status"] == "reindex_needed"
+    return {"status": "degraded" if degraded else "ok", "version": request.app.version, "checks": checks}
+
+
+def shallow_checks(container: Any) -> dict[str, Any]:
+    """The search index's and the embedder's last known state (``unknown`` until first used)."""
+    checks: dict[str, Any] = {"search": container.index.describe()}
     if container.embedder is None:
         checks["embedder"] = {"status": "off", "detail": "keyword search only"}
     else:
-        mismatch = index_model_mismatch(container)
         checks["embedder"] = {
-            "status": "reindex_needed" if mismatch else "ok",
+            "status": container.embedder.state,
             "model": container.embedder.model_id,
             "dimension": container.embedder.dimension,
         }
-    if not ok:
-        response.status_code = 503
-    return {"status": "ok" if ok else "degraded", "version": request.app.version, "checks": checks}
+    return checks
 
 
 # -- memories ---------------------------------------------------------------------------------
@@ -384,12 +380,11 @@ def export(request: Request, who: Export) -> dict[str, Any]:
 
 @router.post("/import", tags=["export"])
 def import_(request: Request, body: ExportDocument, who: Write) -> dict[str, Any]:
-    try:
-        return dict(_c(request).transfer.import_(who.namespace, body))
-    except EngramError:
-        raise
-    except ValueError as exc:  # pydantic validation of a row
-        raise InvalidInput(f"import rejected, nothing was written: {exc}", code="invalid_import") from exc
+    """Import an export (from any namespace) into yours. Each row is checked with the API's rules:
+    an invalid row is refused and reported, a row already present (same id, external id or identical
+    content) is skipped, ids are kept; importing the same file twice adds nothing. Returns
+    `created`, `skipped` and `refused` counts per row kind and the `problems` with their reasons."""
+    return dict(_c(request).transfer.import_(who.namespace, body))
 
 
 # -- cache ------------------------------------------------------------------------------------
