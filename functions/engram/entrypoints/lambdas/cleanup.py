@@ -16,8 +16,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord, utcnow
+from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
 from engram.entrypoints.lambdas.runtime import get_container, job_service, logger, metrics, report_dict, tracer
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
@@ -59,6 +61,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     if not payload.get("all") and not namespace:
         raise InvalidInput("cleanup job needs 'namespace' or 'all'")
     report = report_dict(job_service(container, "cleanup").run(namespace))
+    snapshot_search(container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
     store.put_idempotency(
         IdempotencyRecord(
             namespace=JOBS_NAMESPACE,
