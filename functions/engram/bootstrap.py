@@ -490,7 +490,8 @@ def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
     least ``min_changes`` rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
     from engram.adapters.search.replica import ReplicaSearchIndex
 
-    index = container.index.inner
+    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
+    index = getattr(guarded, "inner", guarded)
     if not isinstance(index, ReplicaSearchIndex):
         return 0
     written = 0
