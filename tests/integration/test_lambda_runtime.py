@@ -21,6 +21,7 @@ pytest.importorskip("aws_lambda_powertools")
 
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.lambda_harness import (
+    Invocation,
     LambdaStack,
     create_table_request,
     http_function,
@@ -39,6 +40,18 @@ def chat(text: str, *, stream: bool = False) -> dict[str, Any]:
 
 
 # -- the harness itself --------------------------------------------------------------------------------
+
+
+def answer_text(reply: Invocation) -> str:
+    """The assistant's text of an OpenAI-wire chat answer, streamed (SSE) or not."""
+    if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+        return str(reply.json()["choices"][0]["message"]["content"])
+    parts = []
+    for line in reply.text.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
 
 
 def test_the_table_is_created_from_the_template(
