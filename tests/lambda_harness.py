@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import secrets
@@ -72,7 +73,8 @@ FAKE_CREDENTIALS = {
 
 
 def synth_template(**config: Any) -> dict[str, Any]:
-    """The CloudFormation template of ``EngramStack`` (``config``: ``EngramConfig`` fields), offline.
+    """The CloudFormation template ``cdk deploy`` would deploy, synthesized offline: cdk.json's context
+    (its ``engram:*`` settings and CDK feature flags), with ``config`` (``EngramConfig`` fields) on top.
 
     The dependency layer is a placeholder folder (its contents do not change the template's
     resources or environment), like tests/infra/test_stack.py.
@@ -84,11 +86,13 @@ def synth_template(**config: Any) -> dict[str, Any]:
     from infra.config import EngramConfig
     from infra.stack import EngramStack
 
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
     with tempfile.TemporaryDirectory(prefix="engram-layer-") as layer, tempfile.TemporaryDirectory() as out:
         (Path(layer) / "python").mkdir()
         (Path(layer) / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
-        app = cdk.App(outdir=out)
-        stack = EngramStack(app, "Engram", config=EngramConfig(layer_dir=layer, **config))
+        app = cdk.App(outdir=out, context=context)
+        settings = dataclasses.replace(EngramConfig.from_context(app.node), layer_dir=layer, **config)
+        stack = EngramStack(app, "Engram", config=settings)
         template: dict[str, Any] = app.synth().get_stack_by_name(stack.stack_name).template
     return template
 
