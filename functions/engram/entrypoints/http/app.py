@@ -172,6 +172,9 @@ def create_app(container: Any = None) -> FastAPI:
     else:
         app.include_router(rest.router)
         _include_optional_surfaces(app, container)
+    from engram.entrypoints.http.openapi import install_openapi
+
+    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app
