@@ -23,6 +23,9 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # Lambda refuses a synchronous invocation whose event exceeds 6 MB (6,291,456 bytes) before the app sees
 # it; the event also carries headers and the JSON-escaped body, so the body limit stays below 5.5 MiB.
 LAMBDA_MAX_BODY_BYTES = 5632 * 1024
+# API Gateway closes a (streamed) response that stays silent for 5 minutes. A non-streaming chat sends
+# nothing until the model has answered, so Engram gives up first and answers its own 504.
+API_IDLE_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +79,8 @@ class EngramConfig:
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024
     log_level: str = "INFO"
+    # Seconds an upstream model may stay silent before Engram answers 504 (below API Gateway's 300).
+    upstream_timeout: float = 270.0
     # Largest request body of the HTTP functions (Engram answers 413 above it); at most 5.5 MiB on Lambda.
     max_body_bytes: int = 5 * 1024 * 1024
     # E-mail address subscribed to the alarm topic (empty: the alarms and topic exist, nobody is mailed).
@@ -110,6 +115,12 @@ class EngramConfig:
         if self.alarm_email and not _EMAIL.match(self.alarm_email):
             raise ValueError(f"alarm_email is not an e-mail address: {self.alarm_email!r}")
         self.schedule_times()  # validates the effective (context or extra_env) times
+        silent = self.function_env()["ENGRAM_UPSTREAM_TIMEOUT"]
+        if not 0 < float(silent) < API_IDLE_TIMEOUT_S:
+            raise ValueError(
+                f"ENGRAM_UPSTREAM_TIMEOUT (engram:upstream_timeout or extra_env) is {silent}: it must be below "
+                f"{API_IDLE_TIMEOUT_S} s, API Gateway's idle timeout, so a slow model gets Engram's 504"
+            )
         body = self._env_int("MAX_BODY_BYTES")
         if not 1024 <= body <= LAMBDA_MAX_BODY_BYTES:
             raise ValueError(
@@ -182,6 +193,7 @@ class EngramConfig:
             "ENGRAM_HARD_DELETE_AFTER_DAYS": str(self.hard_delete_after_days),
             "ENGRAM_LOG_LEVEL": self.log_level,
             "ENGRAM_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "ENGRAM_UPSTREAM_TIMEOUT": str(self.upstream_timeout),
             "ENGRAM_DREAM_HOUR": str(self.dream_hour),
             "ENGRAM_DREAM_MINUTE": str(self.dream_minute),
             "ENGRAM_CLEANUP_HOUR": str(self.cleanup_hour),

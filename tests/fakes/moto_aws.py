@@ -19,11 +19,13 @@ TABLE = "engram-test"
 
 
 class SerializedClient:
-    """Wraps a boto3 client so that one call runs at a time; records the operation names."""
+    """Wraps a boto3 client so that one call runs at a time; records the operation names.
+    ``serialize=False`` only records (for a moto server, which takes concurrent requests)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, serialize: bool = True) -> None:
         self._client = client
         self._lock = threading.Lock()
+        self._serialize = serialize
         self.calls: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -34,7 +36,9 @@ class SerializedClient:
         def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 self.calls.append(name)
-                return attr(*args, **kwargs)
+                if self._serialize:
+                    return attr(*args, **kwargs)
+            return attr(*args, **kwargs)
 
         return call
 

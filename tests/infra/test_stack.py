@@ -475,6 +475,18 @@ def test_http_functions_answer_413_before_lambda_refuses_the_payload(template: T
         EngramConfig(extra_env={"ENGRAM_MAX_BODY_BYTES": str(8 * 1024 * 1024)})
 
 
+def test_slow_models_get_engrams_504_before_api_gateways_idle_timeout(template: Template) -> None:
+    # Given API Gateway closes a response that sends nothing for 300 s (a non-streaming chat sends
+    # nothing until the model is done)
+    env = _function(template, "run.sh")["Properties"]["Environment"]["Variables"]
+    # Then Engram stops waiting for the upstream earlier and answers 504 itself
+    assert 0 < float(env["ENGRAM_UPSTREAM_TIMEOUT"]) <= 280
+    with pytest.raises(ValueError, match="ENGRAM_UPSTREAM_TIMEOUT"):
+        EngramConfig(upstream_timeout=300)
+    with pytest.raises(ValueError, match="ENGRAM_UPSTREAM_TIMEOUT"):
+        EngramConfig(extra_env={"ENGRAM_UPSTREAM_TIMEOUT": "600"})
+
+
 def test_revision_gives_every_function_a_new_environment(
     template: Template, custom: tuple[EngramStack, Template]
 ) -> None:

@@ -18,6 +18,11 @@ MAX_CONTENT_CHARS = 4000
 MAX_TAGS = 20
 MAX_TAG_CHARS = 64
 DIGEST_MAX_CHARS = 500
+# A day's log (written by dreaming): title, summary and at most LOG_SECTIONS sections.
+LOG_TITLE_CHARS = 200
+LOG_SUMMARY_CHARS = 4000
+LOG_SECTIONS = 12
+LOG_SECTION_CHARS = 4000
 
 # category:slug — category is lower-case ASCII; the slug may be any letters or digits (so Chinese
 # slugs work) plus . _ - /
@@ -136,6 +141,14 @@ def truncate_digest(text: str) -> str:
     if ends and ends[-1] >= DIGEST_MAX_CHARS // 2:
         return head[: ends[-1]].rstrip()
     return head[: DIGEST_MAX_CHARS - 1].rstrip() + "…"
+
+
+def clean_digest(text: str) -> str:
+    """A digest as stored: cut to ``DIGEST_MAX_CHARS`` (``truncate_digest``); ``InvalidInput`` when
+    it is so far over the limit (4x) that cutting it would keep too little of what was meant."""
+    if len(text.strip()) > DIGEST_MAX_CHARS * 4:
+        raise InvalidInput(f"digest is far over the {DIGEST_MAX_CHARS}-character limit", code="digest_too_long")
+    return truncate_digest(text)
 
 
 def expires_by_retention(memory: Memory, now: datetime, unseen_days: int) -> bool:

@@ -61,7 +61,7 @@ class _Token:
     capitalized: bool  # written with a capital letter where a sentence does not start
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # a write compares the same two texts several times
 def _tokens(text: str) -> tuple[_Token, ...]:
     text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
     for pattern, replacement in _CONTRACTIONS:

@@ -1,4 +1,4 @@
-"""The `engram` command: serve locally, rebuild the index, print settings, run jobs."""
+"""The `engram` command: serve locally, rebuild the index, export and import, print settings, run jobs."""
 
 from __future__ import annotations
 
@@ -109,6 +109,68 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from engram.bootstrap import build_container
+
+    settings = _settings(args)
+    container = build_container(settings)
+    try:
+        document = container.transfer.export(args.namespace or settings.default_namespace)
+    finally:
+        container.close()
+    text = json.dumps(document, ensure_ascii=False, indent=1, default=str)
+    if args.file in (None, "-"):
+        print(text)
+    else:
+        Path(args.file).write_text(text + "\n", encoding="utf-8")
+        print(f"exported {len(document['memories'])} memories to {args.file}", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from engram.bootstrap import build_container
+    from engram.domain.errors import InvalidInput
+    from engram.services.transfer import KINDS, ExportDocument
+
+    try:
+        raw = json.loads(sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8"))
+        document = ExportDocument.model_validate(raw)
+    except (OSError, ValueError) as exc:  # unreadable file, not JSON, not an export's shape
+        detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise InvalidInput(f"{args.file} is not an Engram export: {detail}") from exc
+    settings = _settings(args)
+    namespace = args.namespace or settings.default_namespace
+    container = build_container(settings)
+    bars: list[Progress] = []
+
+    def progress(stage: str, total: int) -> Progress:
+        if bars:
+            bars[-1].close()
+        bars.append(Progress(total, f"{stage} {namespace}"))
+        return bars[-1]
+
+    try:
+        report = container.transfer.import_(namespace, document, progress=progress)
+    finally:
+        if bars:
+            bars[-1].close()
+        container.close()
+
+    def counts(outcome: str) -> str:
+        return ", ".join(f"{n} {kind}" for kind in KINDS if (n := report[outcome][kind])) or "nothing"
+
+    outcomes = "; ".join(f"{outcome} {counts(outcome)}" for outcome in ("created", "skipped", "refused"))
+    print(f"import into {namespace}: {outcomes}")
+    for problem in report["problems"]:
+        where = f"{problem['kind']}[{problem['row']}]" + (f" {problem['id']}" if problem["id"] else "")
+        print(f"  {problem['outcome']} {where}: {problem['code']}: {problem['reason']}")
+    if report["problems_not_listed"]:
+        print(f"  ... and {report['problems_not_listed']} more")
+    return 1 if any(report["refused"].values()) else 0
+
+
 def cmd_settings(args: argparse.Namespace) -> int:
     from engram.settings import Settings
 
@@ -141,6 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--namespace", help="only this namespace")
     common(reindex)
     reindex.set_defaults(func=cmd_reindex)
+
+    export = sub.add_parser("export", help="write a namespace's rows as JSON (the format of GET /v1/export)")
+    export.add_argument("file", nargs="?", help="output file (default: standard output)")
+    export.add_argument("--namespace", help="namespace to export (default ENGRAM_DEFAULT_NAMESPACE)")
+    common(export)
+    export.set_defaults(func=cmd_export)
+
+    import_ = sub.add_parser(
+        "import", help="import an export: invalid rows refused, present rows skipped, progress shown"
+    )
+    import_.add_argument("file", help="an export file (`-` reads standard input)")
+    import_.add_argument("--namespace", help="namespace to import into (default ENGRAM_DEFAULT_NAMESPACE)")
+    common(import_)
+    import_.set_defaults(func=cmd_import)
 
     settings = sub.add_parser("settings", help="print the effective settings (secrets hidden)")
     settings.add_argument("--markdown", action="store_true", help="print the settings table for the README")

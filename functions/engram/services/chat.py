@@ -4,6 +4,11 @@
 Messages) and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
 an async byte stream that passes upstream events on as they arrive. Nothing here fails the chat
 because of memory: recall, boot block, remember and persistence errors are logged and skipped.
+
+Nothing happens after the last byte (docs/aws.md, "How Lambda runs it"): every write a request owes
+(its messages, usage, an explicit "remember ...", the cleanup enqueue) is done before the response
+ends — a whole body is built after them, a stream holds back only its closing event (``[DONE]``,
+``message_stop``) until they are done. A frozen or recycled process has nothing left to lose.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import anyio
@@ -144,6 +149,10 @@ class _Exchange:
     upstream_ms: float = 0.0
     started: float = field(default_factory=time.perf_counter)
     client_wants_usage: bool = True
+    # Writes started during the request (an explicit "remember ..."), awaited before its last byte.
+    pending: list[asyncio.Future[None]] = field(default_factory=list)
+    settled: bool = False
+    key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
 
     def headers(self) -> dict[str, str]:
         return {
@@ -185,7 +194,6 @@ class ChatService:
         self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
         self._queue = queue
         self._boot_cache: dict[str, tuple[float, str, tuple[str, ...]]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
 
     @property
     def _config(self) -> ChatConfig:
@@ -217,9 +225,10 @@ class ChatService:
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
-                self._remember_later(ex)
+                self._remember(ex)
             return await self._forward(ex, upstream_body, forward_headers or {})
         except EngramError as exc:
+            await self._settle_pending(ex)
             return ChatReply(status=0, headers=ex.headers(), error=exc)
 
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
@@ -319,7 +328,9 @@ class ChatService:
         )
         return render_boot_block(data, max_chars=self._config.boot_max_chars), tuple(m.id for m in stable)
 
-    def _remember_later(self, ex: _Exchange) -> None:
+    def _remember(self, ex: _Exchange) -> None:
+        """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
+        byte waits for it (``_settle``)."""
         fact = explicit_remember(ex.user_text or "")
         if fact is None:
             return
@@ -336,7 +347,7 @@ class ChatService:
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 
-        self._spawn(asyncio.to_thread(write))
+        ex.pending.append(asyncio.ensure_future(asyncio.to_thread(write)))
 
     # -- forwarding ---------------------------------------------------------------------------------
     async def _forward(self, ex: _Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
@@ -355,7 +366,7 @@ class ChatService:
             finally:
                 ex.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
-            return self._whole(ex, raw)
+            return await self._whole(ex, raw)
         done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
         ex.upstream_ms = (time.perf_counter() - t0) * 1000
         first: UpstreamReply | None = None
@@ -377,7 +388,7 @@ class ChatService:
             return self._bedrock
         return self._openai
 
-    def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
+    async def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
         upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
         try:
@@ -401,7 +412,7 @@ class ChatService:
                 else w.openai_response_to_anthropic(data, ex.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
-        self._after(ex, text, usage)
+        await self._settle(ex, text, usage)
         return ChatReply(status=200, headers=ex.headers(), body=raw)
 
     async def _stream(
@@ -424,91 +435,113 @@ class ChatService:
                     yield SSE_PING
                 reply = task.result()
             parser = SseParser()
+            closing: list[bytes] = []  # the stream's end, held back until the writes are done
             # Whatever one network read brought is passed on in one write: as soon as it arrives, and
             # with one syscall instead of one per event.
             async for chunk in reply.aiter_bytes():
-                out, failure = _relay(tap, parser.feed(chunk))
+                out, failure = _relay(tap, parser.feed(chunk), closing)
                 if out:
                     yield out
                 if failure is not None:
                     raise failure
-            out, failure = _relay(tap, parser.flush())
+            out, failure = _relay(tap, parser.flush(), closing)
             if out:
                 yield out
             if failure is not None:
                 raise failure
             if not tap.finished:
                 raise UpstreamUnavailable("the upstream ended the stream early")
-            self._after(ex, tap.text, tap.usage)
+            await self._settle(ex, tap.text, tap.usage)
+            yield b"".join(closing)
         except EngramError as exc:
             log.warning("chat stream ended with an error event: %s", exc.message)
+            await self._settle_pending(ex)
             yield b"".join(_error_event(ex.wire, exc))
         except Exception:
             # The status line is gone: a clean error event is the only answer left (never a cut stream).
             log.exception("chat stream failed")
+            await self._settle_pending(ex)
             yield b"".join(_error_event(ex.wire, EngramError("internal error", code="internal_error")))
         finally:
             if not task.done():
                 task.cancel()
             elif reply is None and not task.cancelled() and task.exception() is None:
                 reply = task.result()  # answered just as the client went away
-            if reply is not None:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                if reply is not None:
                     await reply.aclose()
+                await self._settle_pending(ex)  # the client went away: still finish what was started
 
-    # -- after the reply ------------------------------------------------------------------------------
-    def _after(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
-        if not ex.persist:
+    # -- before the last byte ------------------------------------------------------------------------
+    async def _settle(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+        """Every write the exchange owes, done before the reply's last byte. The writes are independent,
+        so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
+        logged and the reply goes out regardless."""
+        await self._settle_pending(ex)
+        if not ex.persist or ex.settled:
             return
-        self._spawn(asyncio.to_thread(self._persist, ex, assistant_text, usage))
-
-    def _persist(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+        ex.settled = True
         assert ex.route is not None
-        try:
-            now = self._clock.now()
-            self._store.append_usage(
-                UsageRecord(
-                    id=new_id("use"),
-                    namespace=ex.namespace,
-                    model=ex.route.model,
-                    input_tokens=usage.input,
-                    output_tokens=usage.output,
-                    cache_read_tokens=usage.cache_read,
-                    cache_write_tokens=usage.cache_write,
-                    created_at=now,
-                )
+        now = self._clock.now()
+        writes = [self._write(self._store_usage, "storing usage failed", ex, usage, now)]
+        if ex.user_text:
+            writes.append(
+                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now)
             )
-            if ex.user_text:
-                from engram.services.library import MessageIn
+            if assistant_text.strip():
+                later = now + timedelta(microseconds=1)
+                writes.append(
+                    self._write(
+                        self._store_message, "storing the exchange failed", ex, "assistant", assistant_text, later
+                    )
+                )
+        writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
+        await asyncio.gather(*writes)
 
-                key = self._exchange_key(ex)
-                messages = [
-                    MessageIn(
-                        role="user",
-                        content=ex.user_text[:_MAX_STORED_CHARS],
-                        conversation_id=ex.conversation,
-                        id=f"gw-{key}-u",
-                        created_at=now,
-                        model=ex.route.requested[:200],
-                    )
-                ]
-                if assistant_text.strip():
-                    messages.append(
-                        MessageIn(
-                            role="assistant",
-                            content=assistant_text[:_MAX_STORED_CHARS],
-                            conversation_id=ex.conversation,
-                            id=f"gw-{key}-a",
-                            created_at=now + timedelta(microseconds=1),
-                            model=ex.route.model[:200],
-                        )
-                    )
-                self._library.ingest(ex.namespace, messages)
-            self._maybe_cleanup(ex.namespace, now)
+    async def _settle_pending(self, ex: _Exchange) -> None:
+        """Wait for the writes started during the request (each logs its own failure)."""
+        while ex.pending:
+            await ex.pending.pop()
+
+    @staticmethod
+    async def _write(fn: Callable[..., object], failure: str, *args: Any) -> None:
+        try:
+            await asyncio.to_thread(fn, *args)
         except Exception:
-            log.warning("storing the exchange failed", exc_info=True)
+            log.warning(failure, exc_info=True)
 
-    def _maybe_cleanup(self, namespace: str, now: Any) -> None:
+    def _store_usage(self, ex: _Exchange, usage: w.TokenUsage, now: datetime) -> None:
+        assert ex.route is not None
+        self._store.append_usage(
+            UsageRecord(
+                id=new_id("use"),
+                namespace=ex.namespace,
+                model=ex.route.model,
+                input_tokens=usage.input,
+                output_tokens=usage.output,
+                cache_read_tokens=usage.cache_read,
+                cache_write_tokens=usage.cache_write,
+                created_at=now,
+            )
+        )
+
+    def _store_message(self, ex: _Exchange, role: Literal["user", "assistant"], content: str, at: datetime) -> None:
+        """One side of the exchange under a key that a retry of the same turn repeats (``_exchange_key``)."""
+        from engram.services.library import MessageIn
+
+        assert ex.route is not None
+        model = ex.route.requested if role == "user" else ex.route.model
+        message = MessageIn(
+            role=role,
+            content=content[:_MAX_STORED_CHARS],
+            conversation_id=ex.conversation,
+            id=f"gw-{self._exchange_key(ex)}-{role[0]}",
+            created_at=at,
+            model=model[:200],
+        )
+        self._library.ingest(ex.namespace, [message])
+
+    def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:
             return
         if self._store.get_cache(namespace, "gateway:cleanup-enqueued") is not None:
@@ -520,33 +553,24 @@ class ChatService:
 
     def _exchange_key(self, ex: _Exchange) -> str:
         """Same namespace, conversation, earlier turns and last user message -> same key (retries)."""
-        messages = ex.body.get("messages") or []
-        material = json.dumps(
-            [ex.namespace, ex.conversation, messages],
-            ensure_ascii=False,
-            sort_keys=True,
-            separators=(",", ":"),
-            default=str,
-        )
-        return hashlib.sha256(material.encode()).hexdigest()[:32]
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        if not ex.key:
+            messages = ex.body.get("messages") or []
+            material = json.dumps(
+                [ex.namespace, ex.conversation, messages],
+                ensure_ascii=False,
+                sort_keys=True,
+                separators=(",", ":"),
+                default=str,
+            )
+            ex.key = hashlib.sha256(material.encode()).hexdigest()[:32]
+        return ex.key
 
     async def aclose(self) -> None:
-        """Finish background writes and close the upstream HTTP clients (app shutdown)."""
-        await self.drain()
+        """Close the upstream HTTP clients (app shutdown)."""
         for upstream in (self._openai, self._anthropic, self._bedrock):
             closer = getattr(upstream, "aclose", None)
             if closer is not None:
                 await closer()
-
-    async def drain(self) -> None:
-        """Wait for background writes (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     # -- models and usage --------------------------------------------------------------------------------
     async def models(self) -> dict[str, Any]:
@@ -597,15 +621,18 @@ def _anthropic_kind(event: SseEvent, data: dict[str, Any]) -> str:
     return str(kind)
 
 
-def _relay(tap: _Tap, events: list[SseEvent]) -> tuple[bytes, Exception | None]:
+def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> tuple[bytes, Exception | None]:
     """The client's bytes for ``events`` up to the first bad one, and what was wrong with it (if any),
-    so the events before a malformed one still reach the client ahead of the error event."""
+    so the events before a malformed one still reach the client ahead of the error event. What comes
+    from the upstream's end event on (``[DONE]``, ``message_stop``) goes to ``closing`` instead, to be
+    sent once the exchange is stored."""
     out: list[bytes] = []
     for event in events:
         try:
-            out += tap.feed(event)
+            pieces = tap.feed(event)
         except Exception as exc:
             return b"".join(out), exc
+        (closing if tap.finished else out).extend(pieces)
     return b"".join(out), None
 
 

@@ -27,7 +27,17 @@ from zoneinfo import ZoneInfo
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, DailyLog, Memory, MemoryFilter, Message
-from engram.domain.policies import MAX_TAG_CHARS, MAX_TAGS, clean_content, same_meaning_text, truncate_digest
+from engram.domain.policies import (
+    LOG_SECTION_CHARS,
+    LOG_SECTIONS,
+    LOG_SUMMARY_CHARS,
+    LOG_TITLE_CHARS,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    clean_content,
+    same_meaning_text,
+    truncate_digest,
+)
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, SearchIndex
 from engram.services import prompts
 from engram.services.jobs import NamespaceLocks, as_list, as_str, as_str_list, as_unit, parse_json_object, record_run
@@ -37,8 +47,6 @@ from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
 log = logging.getLogger(__name__)
 
 _PAGE = 500
-_MAX_SECTIONS = 12
-_LOG_SUMMARY_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -486,14 +494,14 @@ def _validate_plan(raw: dict[str, Any], messages: list[Message], excerpt_limit: 
         )
 
     plan.digest = truncate_digest(as_str(raw.get("digest")) or as_str(raw.get("summary")))
-    plan.title = prompts.clip(as_str(raw.get("title")), 200)
-    plan.summary = prompts.clip(as_str(raw.get("summary")), _LOG_SUMMARY_CHARS)
+    plan.title = prompts.clip(as_str(raw.get("title")), LOG_TITLE_CHARS)
+    plan.summary = prompts.clip(as_str(raw.get("summary")), LOG_SUMMARY_CHARS)
     plan.sections = tuple(
         {
-            "heading": prompts.clip(as_str(s.get("heading")), 200),
-            "content": prompts.clip(as_str(s.get("content")), 4000),
+            "heading": prompts.clip(as_str(s.get("heading")), LOG_TITLE_CHARS),
+            "content": prompts.clip(as_str(s.get("content")), LOG_SECTION_CHARS),
         }
-        for s in as_list(raw.get("sections"))[:_MAX_SECTIONS]
+        for s in as_list(raw.get("sections"))[:LOG_SECTIONS]
         if isinstance(s, dict) and as_str(s.get("content"))
     )
     return plan

@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.domain.errors import InvalidInput
 from engram.domain.models import (
     DailyLog,
     Digest,
@@ -23,7 +22,7 @@ from engram.domain.models import (
     Precious,
     new_id,
 )
-from engram.domain.policies import DIGEST_MAX_CHARS, clean_content, clean_tags, truncate_digest
+from engram.domain.policies import clean_content, clean_digest, clean_tags
 from engram.domain.ports import Clock, MemoryStore
 
 MAX_MESSAGE_CHARS = 100_000
@@ -164,10 +163,8 @@ class LibraryService:
         return self._store.get_digest(namespace)
 
     def set_digest(self, namespace: str, content: str) -> Digest:
-        if len(content.strip()) > DIGEST_MAX_CHARS * 4:
-            raise InvalidInput(f"digest is far over the {DIGEST_MAX_CHARS}-character limit", code="digest_too_long")
         return self._store.put_digest(
-            Digest(namespace=namespace, content=truncate_digest(content), updated_at=self._clock.now())
+            Digest(namespace=namespace, content=clean_digest(content), updated_at=self._clock.now())
         )
 
     def today(self) -> str:

@@ -42,6 +42,7 @@ from engram.domain.wording import near_duplicate, salient_difference, same_wordi
 log = logging.getLogger(__name__)
 
 WriteAction = Literal["created", "seen", "superseded", "existing"]
+_REINDEX_READ = 500  # memories read per round of reindex_ids
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 
 
@@ -364,10 +365,17 @@ class MemoryService:
         """Re-embed and re-index every active memory of ``namespace``; returns the count."""
         return self._index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
 
-    def reindex_ids(self, namespace: str, memory_ids: Sequence[str]) -> int:
-        """Index these memories (the active ones); returns how many were indexed."""
-        memories = [m for m in self._store.get_memories(namespace, memory_ids) if m.status == "active"]
-        return self._index_memories(memories, None)
+    def reindex_ids(self, namespace: str, memory_ids: Sequence[str], *, progress: Any = None) -> int:
+        """Embed and index these memories (the active ones) in bounded batches; ``progress(n)``
+        after each batch. Returns how many were indexed."""
+        done = 0
+        for start in range(0, len(memory_ids), _REINDEX_READ):
+            chunk = memory_ids[start : start + _REINDEX_READ]
+            memories = [m for m in self._store.get_memories(namespace, chunk) if m.status == "active"]
+            done += self._index_memories(memories, progress)
+            if progress is not None and len(memories) < len(chunk):
+                progress(len(chunk) - len(memories))  # the ids that were no longer active
+        return done
 
     def _index_memories(self, active: list[Memory], progress: Any) -> int:
         done = 0

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from engram.domain.access import Principal
-from engram.domain.errors import EngramError, InvalidInput, NotFound
+from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import MemoryFilter, MemoryType
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import require
@@ -432,12 +432,11 @@ def export(request: Request, who: Export) -> dict[str, Any]:
 
 @router.post("/import", tags=["export"], responses=CONFLICT)
 def import_(request: Request, body: ImportRequest, who: Write) -> dict[str, Any]:
-    try:
-        return dict(_c(request).transfer.import_(who.namespace, body))
-    except EngramError:
-        raise
-    except ValueError as exc:  # pydantic validation of a row
-        raise InvalidInput(f"import rejected, nothing was written: {exc}", code="invalid_import") from exc
+    """Import an export (from any namespace) into yours. Each row is checked with the API's rules:
+    an invalid row is refused and reported, a row already present (same id, external id or identical
+    content) is skipped, ids are kept; importing the same file twice adds nothing. Returns
+    `created`, `skipped` and `refused` counts per row kind and the `problems` with their reasons."""
+    return dict(_c(request).transfer.import_(who.namespace, body))
 
 
 # -- cache ------------------------------------------------------------------------------------
