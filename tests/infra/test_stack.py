@@ -150,7 +150,7 @@ def test_mcp_function_url_streams(template: Template) -> None:
         for r in _resources(template, "AWS::Lambda::Function").values()
         if r["Properties"]["Handler"] == "run.sh"
     )
-    assert surfaces == ["all", "mcp"]
+    assert surfaces == ["api", "mcp"]
 
 
 # -- storage --------------------------------------------------------------------------------
@@ -586,7 +586,11 @@ def test_layer_requirements_cover_the_runtime_dependencies() -> None:
 
     lines = (root / "layers" / "requirements.txt").read_text().splitlines()
     layer = {name(line) for line in lines if line.strip() and not line.startswith("#")}
-    assert {name(r) for r in wanted} <= layer
+    # numpy serves only the local and in-memory indexes, which no function on AWS imports
+    # (tests/integration/test_surfaces.py checks the functions' imports): the layer leaves it out.
+    local_only = {"numpy"}
+    assert {name(r) for r in wanted} - local_only <= layer
+    assert not local_only & layer
 
 
 def test_bedrock_models_named_in_extra_env_are_granted() -> None:

@@ -97,11 +97,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container, rebuild_index
+    from engram.bootstrap import build_container
 
     container = build_container(_settings(args))
     try:
-        total = rebuild_index(container, progress=lambda ns, count: Progress(count, f"reindex {ns}"))
+        namespace = args.namespace or container.settings.default_namespace
+        total = container.reindex.rebuild(
+            namespace,
+            every_namespace=not args.namespace,
+            progress=lambda ns, count: Progress(count, f"reindex {ns}"),
+        )
         model = container.embedder.model_id if container.embedder else "none (keyword only)"
         print(f"reindexed {total} memories with {model}")
     finally:
@@ -200,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     reindex = sub.add_parser("reindex", help="rebuild the search index (after changing the embedding model)")
-    reindex.add_argument("--namespace", help="only this namespace")
+    reindex.add_argument("--namespace", help="only this namespace (after a model change: every namespace)")
     common(reindex)
     reindex.set_defaults(func=cmd_reindex)
 

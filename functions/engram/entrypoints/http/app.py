@@ -168,10 +168,12 @@ def create_app(container: Any = None) -> FastAPI:
     app.include_router(rest.public)
     if settings.surface == "mcp":
         # The MCP function on AWS: only /mcp and /health.
-        _include_optional_surfaces(app, container, only=("engram.entrypoints.http.mcp",))
+        _include_optional_surfaces(app, container, only=(MCP_SURFACE,))
     else:
         app.include_router(rest.router)
-        _include_optional_surfaces(app, container)
+        # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
+        only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
+        _include_optional_surfaces(app, container, only=only)
     from engram.entrypoints.http.openapi import install_openapi
 
     install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
@@ -180,10 +182,11 @@ def create_app(container: Any = None) -> FastAPI:
     return app
 
 
+MCP_SURFACE = "engram.entrypoints.http.mcp"
 _SURFACES = (
     "engram.entrypoints.http.chat",
     "engram.entrypoints.http.jobs",
-    "engram.entrypoints.http.mcp",
+    MCP_SURFACE,
     "engram.entrypoints.http.admin",
 )
 
