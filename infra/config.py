@@ -26,6 +26,7 @@ LAMBDA_MAX_BODY_BYTES = 5632 * 1024
 # API Gateway closes a (streamed) response that stays silent for 5 minutes. A non-streaming chat sends
 # nothing until the model has answered, so Engram gives up first and answers its own 504.
 API_IDLE_TIMEOUT_S = 300
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +113,11 @@ class EngramConfig:
         bad = [k for k in self.extra_env if not k.startswith("ENGRAM_")]
         if bad:
             raise ValueError(f"extra_env keys must start with ENGRAM_: {bad}")
+        level = self.function_env()["ENGRAM_LOG_LEVEL"]
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(
+                f"ENGRAM_LOG_LEVEL (engram:log_level or extra_env) must be one of {LOG_LEVELS}, got {level!r}"
+            )
         if self.alarm_email and not _EMAIL.match(self.alarm_email):
             raise ValueError(f"alarm_email is not an e-mail address: {self.alarm_email!r}")
         self.schedule_times()  # validates the effective (context or extra_env) times
@@ -202,7 +208,6 @@ class EngramConfig:
             "ENGRAM_SCHEDULER_ENABLED": "false",
             "POWERTOOLS_SERVICE_NAME": "engram",
             "POWERTOOLS_METRICS_NAMESPACE": "Engram",
-            "POWERTOOLS_LOG_LEVEL": self.log_level,
         }
         if self.chat_model:
             env["ENGRAM_CHAT_MODEL"] = self.chat_model
@@ -213,6 +218,8 @@ class EngramConfig:
         if self.revision:
             env["DEPLOY_REVISION"] = self.revision
         env.update(self.extra_env)
+        # Powertools' logger (job handlers) follows the same level, wherever it was set.
+        env["POWERTOOLS_LOG_LEVEL"] = env["ENGRAM_LOG_LEVEL"].upper()
         return env
 
 

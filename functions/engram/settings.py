@@ -75,6 +75,20 @@ class Settings(BaseSettings):
     embedding_dimensions: int | None = Field(None, description="Requested vector size for remote embedders.")
     embedding_base_url: str = Field("", description="Base URL of the OpenAI-compatible embeddings API.")
     embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
+    search_timeout: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="Seconds to wait for a remote search index (OpenSearch) per request; a slower or failed "
+        "answer marks it unavailable: recall goes on without it, writes are kept and repaired later.",
+    )
+    search_retry_seconds: float = Field(
+        15.0,
+        ge=0,
+        le=3600,
+        description="While the search index is unavailable, calls fail at once and one request tries it again "
+        "after this many seconds.",
+    )
 
     # -- memory rules ---------------------------------------------------------------------
     dedup_cosine: float = Field(
@@ -230,8 +244,10 @@ class Settings(BaseSettings):
     )
 
     # -- MCP ------------------------------------------------------------------------------
-    surface: Literal["all", "mcp"] = Field(
-        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    surface: Literal["all", "api", "mcp"] = Field(
+        "all",
+        description="What the HTTP app serves: `all` (chat, REST, admin, MCP), `api` (chat, REST, admin; the "
+        "MCP SDK is not even imported: the API function on AWS) or `mcp` (only `/mcp`: the MCP function).",
     )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],
