@@ -187,6 +187,9 @@ def create_app(container: Any = None) -> FastAPI:
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
         _include_optional_surfaces(app, container, only=only)
+    from engram.entrypoints.http.openapi import install_openapi
+
+    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app
