@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ class Progress:
 
 
 def _settings(args: argparse.Namespace) -> Any:
+    from engram.entrypoints.logs import configure_logging
     from engram.settings import load_settings
 
     overrides: dict[str, Any] = {}
@@ -57,7 +57,9 @@ def _settings(args: argparse.Namespace) -> Any:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
-    return load_settings(**overrides)
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level)
+    return settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -86,6 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level.lower(),
+            # Engram logs each request itself (method, path without query, status, ms, request id).
+            access_log=False,
             timeout_graceful_shutdown=5,
             # Engram reads forwarding headers itself, from ENGRAM_TRUSTED_PROXIES only (entrypoints/http/proxies.py);
             # uvicorn's own handling would believe any local peer.
@@ -97,11 +101,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container, rebuild_index
+    from engram.bootstrap import build_container
 
     container = build_container(_settings(args))
     try:
-        total = rebuild_index(container, progress=lambda ns, count: Progress(count, f"reindex {ns}"))
+        namespace = args.namespace or container.settings.default_namespace
+        total = container.reindex.rebuild(
+            namespace,
+            every_namespace=not args.namespace,
+            progress=lambda ns, count: Progress(count, f"reindex {ns}"),
+        )
         model = container.embedder.model_id if container.embedder else "none (keyword only)"
         print(f"reindexed {total} memories with {model}")
     finally:
@@ -200,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     reindex = sub.add_parser("reindex", help="rebuild the search index (after changing the embedding model)")
-    reindex.add_argument("--namespace", help="only this namespace")
+    reindex.add_argument("--namespace", help="only this namespace (after a model change: every namespace)")
     common(reindex)
     reindex.set_defaults(func=cmd_reindex)
 
@@ -229,7 +238,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _load_job_commands()
     args = build_parser().parse_args(argv)
     try:

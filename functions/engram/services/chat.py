@@ -60,7 +60,9 @@ from engram.services.wire_shapes import (
 log = logging.getLogger(__name__)
 
 Wire = Literal["openai", "anthropic"]
-Reason = Literal["injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed"]
+Reason = Literal[
+    "injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed", "index_unavailable"
+]
 
 _MAX_STORED_CHARS = 100_000
 _REMEMBER = re.compile(
@@ -294,6 +296,8 @@ class ChatService:
                 )
                 recall_text = self._render_recall(result) if getattr(result, "hits", None) else ""
                 ex.reason = "injected" if recall_text.strip() else "no_content"
+                if (getattr(result, "meta", None) or {}).get("index") == "unavailable":
+                    ex.reason = "index_unavailable"  # boot block (and what the index gave) only
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"

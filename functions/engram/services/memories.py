@@ -1,18 +1,20 @@
 """Writing and curating memories: upsert by fact key, versions, status changes, index sync.
 
 The store is the source of truth; the search index mirrors active memories. An index failure never
-loses a write: the row is kept, the failure is logged and recorded as an event, and `engram reindex`
-rebuilds the mirror.
+loses a write: the row is kept, the failure is recorded in the store (an ``index_failed`` event for the
+memory and a per-namespace "index dirty" flag), and ``repair_index`` (run by the cleanup job, and queued
+when the index answers again) or `engram reindex` brings the mirror back in line.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,8 +40,14 @@ from engram.domain.policies import (
 )
 from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
+from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
+
+INDEX_DIRTY = "index:dirty"  # cache key: this namespace has index writes to repair
+INDEX_REPAIRED = "index:repaired"  # cursor: index_failed events up to this time are repaired
+REPAIR_EVENTS = 1000  # more failures than this since the last repair: reindex the whole namespace
+REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB indexes: ~1 s)
 
 WriteAction = Literal["created", "seen", "superseded", "existing"]
 _REINDEX_READ = 500  # memories read per round of reindex_ids
@@ -126,6 +134,9 @@ class MemoryService:
         # A callable is read per use (runtime settings change the rules without a restart).
         fixed = rules if isinstance(rules, MemoryRules) else MemoryRules()
         self._rules_of: Callable[[], MemoryRules] = rules if callable(rules) else (lambda: fixed)
+        # Namespaces whose index writes failed in this process (the store keeps the durable record).
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
 
     @property
     def _rules(self) -> MemoryRules:
@@ -362,8 +373,9 @@ class MemoryService:
 
     # -- index maintenance ------------------------------------------------------------------
     def reindex(self, namespace: str, *, progress: Any = None) -> int:
-        """Re-embed and re-index every active memory of ``namespace``; returns the count."""
-        return self._index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
+        """Re-embed and re-index every active memory of ``namespace``; returns the count. Raises
+        if the index is unavailable."""
+        return self.index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
 
     def reindex_ids(self, namespace: str, memory_ids: Sequence[str], *, progress: Any = None) -> int:
         """Embed and index these memories (the active ones) in bounded batches; ``progress(n)``
@@ -372,25 +384,78 @@ class MemoryService:
         for start in range(0, len(memory_ids), _REINDEX_READ):
             chunk = memory_ids[start : start + _REINDEX_READ]
             memories = [m for m in self._store.get_memories(namespace, chunk) if m.status == "active"]
-            done += self._index_memories(memories, progress)
+            done += self.index_memories(memories, progress, strict=False)
             if progress is not None and len(memories) < len(chunk):
                 progress(len(chunk) - len(memories))  # the ids that were no longer active
         return done
 
-    def _index_memories(self, active: list[Memory], progress: Any) -> int:
+    def index_memories(self, active: Sequence[Memory], progress: Any = None, *, strict: bool = True) -> int:
+        """Embed and index ``active`` in batches; ``progress(n)`` after each batch. ``strict``: an
+        unavailable index or embedder raises instead of being recorded for repair."""
         done = 0
         batch = 32
         for start in range(0, len(active), batch):
             chunk = active[start : start + batch]
             vectors: list[list[float]] | list[None] = [None] * len(chunk)
             if self._embedder is not None:
-                vectors = self._embedder.embed_documents([m.content for m in chunk])
+                try:
+                    vectors = self._embedder.embed_documents([m.content for m in chunk])
+                except EngramError as exc:
+                    if strict:
+                        raise
+                    log.warning("embedding failed, indexing without vectors: %s", exc.code)
             for memory, vector in zip(chunk, vectors, strict=True):
-                self._sync_index(memory, vector, embed=False)
+                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict)
             done += len(chunk)
             if progress is not None:
                 progress(len(chunk))
         return done
+
+    def take_dirty(self) -> list[str]:
+        """Namespaces whose index writes failed in this process since the last call."""
+        with self._dirty_lock:
+            dirty, self._dirty = sorted(self._dirty), set()
+        return dirty
+
+    def mark_index_repaired(self, namespace: str, until: datetime) -> None:
+        """Every index failure recorded up to ``until`` is repaired (a reindex of the namespace ran)."""
+        self._store.set_cursor(namespace, INDEX_REPAIRED, until.isoformat())
+        self._clear_dirty(namespace, until)
+
+    def _clear_dirty(self, namespace: str, until: datetime) -> None:
+        flag = self._store.get_cache(namespace, INDEX_DIRTY)
+        # A failure recorded after ``until`` keeps the flag for the next repair.
+        if flag is not None and datetime.fromisoformat(flag["at"]) <= until:
+            self._store.delete_cache(namespace, INDEX_DIRTY)
+
+    def repair_index(self, namespace: str) -> int:
+        """Re-index the memories whose index writes failed (recorded in the store); returns how many
+        were repaired. Raises if the index is still unavailable (the record stays for the next try)."""
+        flag = self._store.get_cache(namespace, INDEX_DIRTY)
+        if flag is None:
+            return 0
+        started = self._clock.now()
+        raw = self._store.get_cursor(namespace, INDEX_REPAIRED)
+        since = datetime.fromisoformat(raw) if raw else None
+        events = self._store.list_events(namespace, kind="index_failed", limit=REPAIR_EVENTS)
+        pending = [e for e in events if since is None or e.created_at > since]
+        if len(events) >= REPAIR_EVENTS and len(pending) == len(events):
+            count = self.reindex(namespace)  # too many to repair one by one
+            self.mark_index_repaired(namespace, started)
+            return count
+        ids = list(dict.fromkeys(e.memory_id for e in reversed(pending) if e.memory_id))
+        memories = self._store.get_memories(namespace, ids)
+        count = self.index_memories([m for m in memories if m.status == "active"])
+        for gone in (m for m in memories if m.status != "active"):
+            self._index.delete(namespace, gone.id, gone.index_ref)
+            count += 1
+        if pending:
+            self.mark_index_repaired(namespace, max(e.created_at for e in pending))
+        elif started - datetime.fromisoformat(flag["at"]) > REPAIR_SETTLE:
+            # Nothing newer than the cursor, and the flag is older than a listing's lag: stale.
+            self._clear_dirty(namespace, started)
+        log.info("index repair of %s: %d memories", namespace, count)
+        return count
 
     # -- internals --------------------------------------------------------------------------
     def _new_memory(
@@ -446,11 +511,15 @@ class MemoryService:
         return updated
 
     def _find_twin(self, namespace: str, content: str, type_: str, vector: list[float] | None) -> Memory | None:
-        hits = (
-            self._index.vector_search(namespace, vector, k=5, types=(type_,))
-            if vector is not None
-            else self._index.keyword_search(namespace, content, k=5, types=(type_,))
-        )
+        try:
+            hits = (
+                self._index.vector_search(namespace, vector, k=5, types=(type_,))
+                if vector is not None
+                else self._index.keyword_search(namespace, content, k=5, types=(type_,))
+            )
+        except EngramError as exc:  # no twin check without the index; the write itself goes on
+            log.warning("duplicate check skipped: %s", exc.code)
+            return None
         # Keyword scores are not cosines: without a vector only the same wording makes a twin.
         scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
         for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
@@ -461,17 +530,27 @@ class MemoryService:
         return None
 
     def _embed_document(self, text: str) -> list[float] | None:
+        return self._try_embed(text)[0]
+
+    def _try_embed(self, text: str) -> tuple[list[float] | None, str | None]:
+        """The document vector, or ``None`` and the error code when the document must be repaired
+        later (an embedder that cannot run now; not a model change, which needs a reindex anyway)."""
         if self._embedder is None:
-            return None
+            return None, None
         try:
-            return self._embedder.embed_documents([text])[0]
+            return self._embedder.embed_documents([text])[0], None
         except EngramError as exc:
             log.warning("embedding failed, continuing without a vector: %s", exc.code)
-            return None
+            return None, None if exc.code == "reindex_needed" else exc.code
 
-    def _sync_index(self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True) -> None:
+    def _sync_index(
+        self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True, strict: bool = False
+    ) -> None:
+        """Mirror ``memory`` into the index. A failure is recorded for repair; with ``strict`` an
+        unavailable index raises instead (a reindex or repair must not report work it did not do)."""
+        missing: str | None = None
         if vector is None and embed:
-            vector = self._embed_document(memory.content)
+            vector, missing = self._try_embed(memory.content)
         try:
             ref = self._index.upsert(
                 IndexedDoc(
@@ -486,9 +565,13 @@ class MemoryService:
                 )
             )
         except EngramError as exc:
+            if strict and is_index_unavailable(exc):
+                raise
             log.warning("index upsert failed for %s: %s", memory.id, exc.code)
-            self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
+            self._index_failed(memory.namespace, memory.id, exc.code, "upsert")
             return
+        if missing is not None:
+            self._index_failed(memory.namespace, memory.id, missing, "embed")
         if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
             current = self._store.get_memory(memory.namespace, memory.id)
             self._store.update_memory(current.model_copy(update={"index_ref": ref}))
@@ -498,7 +581,24 @@ class MemoryService:
             self._index.delete(memory.namespace, memory.id, memory.index_ref)
         except EngramError as exc:
             log.warning("index delete failed for %s: %s", memory.id, exc.code)
-            self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code, "op": "delete"})
+            self._index_failed(memory.namespace, memory.id, exc.code, "delete")
+
+    def _index_failed(self, namespace: str, memory_id: str, code: str, op: str) -> None:
+        """Record what the index misses, in the store, so that ``repair_index`` finds it."""
+        now = self._clock.now()
+        self._store.append_event(
+            MemoryEvent(
+                id=new_id("evt"),
+                namespace=namespace,
+                kind="index_failed",
+                memory_id=memory_id,
+                detail={"error": code, "op": op},
+                created_at=now,
+            )
+        )
+        self._store.put_cache(namespace, INDEX_DIRTY, {"at": now.isoformat()})
+        with self._dirty_lock:
+            self._dirty.add(namespace)
 
     def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
         self._store.append_event(

@@ -136,7 +136,7 @@ async function maintenance(root) {
     progress.setAttribute('aria-valuenow', share);
     progress.classList.toggle('failed', s.state === 'error');
     progressText.textContent = {
-      idle: 'Not run since the server started.',
+      idle: 'No reindex has run yet.',
       running: `Reindexing… ${s.done} / ${total || '?'} memories`,
       done: `Done: ${s.done} memories reindexed${s.reset ? ' (the whole index was rebuilt for a new model)' : ''} · ${fmtAgo(s.finished_at)}`,
       error: `Failed after ${s.done} memories: ${s.error}`,
