@@ -1,12 +1,13 @@
 """Every benchmark, one after another, then all their tables together (`make bench`).
 
-    python bench/run_all.py [--quick] [--only retrieval,bilingual,latency,gateway] [--full-latency]
+    python bench/run_all.py [--quick] [--only retrieval,bilingual,latency,gateway,last_byte] [--full-latency]
 
 - retrieval: LoCoMo recall@5/10, NDCG@10 (skipped with a note if the data file is missing);
   ``--quick`` asks only the first 20 questions per conversation
 - bilingual: the Chinese/English/mixed set
 - latency:   1k and 10k memories by default (``--full-latency`` adds 100k, ~5 more minutes)
 - gateway:   the chat gateway's overhead over the fake upstream (``--quick``: 100 requests per row)
+- last_byte: how long a stream's closing chunk waits for the turn's writes, SQLite vs DynamoDB (moto)
 
 Each runs in its own process (so one's threads and caches do not skew another's timings); its
 output streams through, and the tables (Markdown lines) are printed again at the end with the
@@ -33,6 +34,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
         "bilingual": [py, "bench/bilingual.py"],
         "latency": [py, "bench/latency.py", "--sizes", sizes, "--queries", "30" if args.quick else "60"],
         "gateway": [py, "bench/gateway.py", *(["--requests", "100"] if args.quick else [])],
+        "last_byte": [py, "bench/last_byte.py", *(["--requests", "30"] if args.quick else [])],
     }
 
 
@@ -56,7 +58,9 @@ def tables(output: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="", help="comma-separated subset of: retrieval,bilingual,latency,gateway")
+    parser.add_argument(
+        "--only", default="", help="comma-separated subset of: retrieval,bilingual,latency,gateway,last_byte"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer questions and requests (a smoke run)")
     parser.add_argument("--full-latency", action="store_true", help="latency at 100k memories too")
     args = parser.parse_args()

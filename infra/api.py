@@ -46,7 +46,8 @@ class Api(Construct):
             "ApiFunction",
             handler="run.sh",
             description="Engram HTTP API: chat gateway, REST, admin (uvicorn under the Lambda Web Adapter)",
-            environment={**environment, **web_adapter_env("all")},
+            # REST, chat and admin only: no MCP SDK in this function's cold start (the McpFunction has it).
+            environment={**environment, **web_adapter_env("api")},
             layers=layers,
             timeout=STREAM_TIMEOUT,
             memory_size=memory_size,

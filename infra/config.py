@@ -16,13 +16,17 @@ from constructs import Node
 from infra.search import COLLECTION_NAME_MAX
 
 VECTOR_DIMENSIONS = (256, 512, 1024)
-VECTOR_BACKENDS = ("opensearch",)
+SEARCH_BACKENDS = ("opensearch", "replica")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # Lambda refuses a synchronous invocation whose event exceeds 6 MB (6,291,456 bytes) before the app sees
 # it; the event also carries headers and the JSON-escaped body, so the body limit stays below 5.5 MiB.
 LAMBDA_MAX_BODY_BYTES = 5632 * 1024
+# API Gateway closes a (streamed) response that stays silent for 5 minutes. A non-streaming chat sends
+# nothing until the model has answered, so Engram gives up first and answers its own 504.
+API_IDLE_TIMEOUT_S = 300
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +66,10 @@ class EngramConfig:
     retention_idempotency_days: int = 7
     memory_expire_unseen_days: int = 180
     hard_delete_after_days: int = 30
-    # Vector backend: "opensearch" (S3 Vectors / DynamoDB-kept vectors are planned).
-    vector_backend: str = "opensearch"
+    # Search backend: "opensearch" (an OpenSearch Serverless collection) or "replica" (no search
+    # service: each function keeps a private copy of the index in /tmp, synced from the table and a
+    # snapshot bucket; docs/aws.md, "Search backends").
+    search_backend: str = "opensearch"
     # OpenSearch Serverless: "classic" (standby off: ~1 OCU floor) or "nextgen" (collection group that
     # scales to zero after 10 idle minutes).
     collection_generation: str = "classic"
@@ -76,6 +82,8 @@ class EngramConfig:
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024
     log_level: str = "INFO"
+    # Seconds an upstream model may stay silent before Engram answers 504 (below API Gateway's 300).
+    upstream_timeout: float = 270.0
     # Largest request body of the HTTP functions (Engram answers 413 above it); at most 5.5 MiB on Lambda.
     max_body_bytes: int = 5 * 1024 * 1024
     # E-mail address subscribed to the alarm topic (empty: the alarms and topic exist, nobody is mailed).
@@ -93,8 +101,8 @@ class EngramConfig:
     def __post_init__(self) -> None:
         if self.vector_dimension not in VECTOR_DIMENSIONS:
             raise ValueError(f"vector_dimension must be one of {VECTOR_DIMENSIONS}, got {self.vector_dimension}")
-        if self.vector_backend not in VECTOR_BACKENDS:
-            raise ValueError(f"vector_backend must be one of {VECTOR_BACKENDS}, got {self.vector_backend!r}")
+        if self.search_backend not in SEARCH_BACKENDS:
+            raise ValueError(f"search_backend must be one of {SEARCH_BACKENDS}, got {self.search_backend!r}")
         if self.collection_generation not in COLLECTION_GENERATIONS:
             raise ValueError(f"collection_generation must be one of {COLLECTION_GENERATIONS}")
         if self.reranker not in ("none", "bedrock"):
@@ -107,9 +115,20 @@ class EngramConfig:
         bad = [k for k in self.extra_env if not k.startswith("ENGRAM_")]
         if bad:
             raise ValueError(f"extra_env keys must start with ENGRAM_: {bad}")
+        level = self.function_env()["ENGRAM_LOG_LEVEL"]
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(
+                f"ENGRAM_LOG_LEVEL (engram:log_level or extra_env) must be one of {LOG_LEVELS}, got {level!r}"
+            )
         if self.alarm_email and not _EMAIL.match(self.alarm_email):
             raise ValueError(f"alarm_email is not an e-mail address: {self.alarm_email!r}")
         self.schedule_times()  # validates the effective (context or extra_env) times
+        silent = self.function_env()["ENGRAM_UPSTREAM_TIMEOUT"]
+        if not 0 < float(silent) < API_IDLE_TIMEOUT_S:
+            raise ValueError(
+                f"ENGRAM_UPSTREAM_TIMEOUT (engram:upstream_timeout or extra_env) is {silent}: it must be below "
+                f"{API_IDLE_TIMEOUT_S} s, API Gateway's idle timeout, so a slow model gets Engram's 504"
+            )
         body = self._env_int("MAX_BODY_BYTES")
         if not 1024 <= body <= LAMBDA_MAX_BODY_BYTES:
             raise ValueError(
@@ -164,7 +183,7 @@ class EngramConfig:
         """The ENGRAM_* settings every function gets (resource names are added by the stack)."""
         env = {
             "ENGRAM_STORE": "dynamodb",
-            "ENGRAM_SEARCH": "opensearch",
+            "ENGRAM_SEARCH": self.search_backend,
             "ENGRAM_EMBEDDER": "bedrock",
             "ENGRAM_EMBEDDING_MODEL": self.embedding_model,
             "ENGRAM_EMBEDDING_DIMENSIONS": str(self.vector_dimension),
@@ -182,6 +201,7 @@ class EngramConfig:
             "ENGRAM_HARD_DELETE_AFTER_DAYS": str(self.hard_delete_after_days),
             "ENGRAM_LOG_LEVEL": self.log_level,
             "ENGRAM_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "ENGRAM_UPSTREAM_TIMEOUT": str(self.upstream_timeout),
             "ENGRAM_DREAM_HOUR": str(self.dream_hour),
             "ENGRAM_DREAM_MINUTE": str(self.dream_minute),
             "ENGRAM_CLEANUP_HOUR": str(self.cleanup_hour),
@@ -190,7 +210,6 @@ class EngramConfig:
             "ENGRAM_SCHEDULER_ENABLED": "false",
             "POWERTOOLS_SERVICE_NAME": "engram",
             "POWERTOOLS_METRICS_NAMESPACE": "Engram",
-            "POWERTOOLS_LOG_LEVEL": self.log_level,
         }
         if self.chat_model:
             env["ENGRAM_CHAT_MODEL"] = self.chat_model
@@ -201,6 +220,8 @@ class EngramConfig:
         if self.revision:
             env["DEPLOY_REVISION"] = self.revision
         env.update(self.extra_env)
+        # Powertools' logger (job handlers) follows the same level, wherever it was set.
+        env["POWERTOOLS_LOG_LEVEL"] = env["ENGRAM_LOG_LEVEL"].upper()
         return env
 
 

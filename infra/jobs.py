@@ -1,4 +1,5 @@
-"""Scheduled and queued jobs: extraction every N hours, nightly dreaming and cleanup, cleanup from SQS.
+"""Scheduled and queued jobs: extraction every N hours, nightly dreaming and cleanup; cleanup, index
+repair and reindex from the SQS jobs queue.
 
 The schedule times are the deploy-time ENGRAM_DREAM_HOUR/..., ENGRAM_TIMEZONE the functions also get
 (EngramConfig.schedule_times); docs/aws.md says what a time zone changed later in the panel moves.
@@ -69,7 +70,9 @@ class Jobs(Construct):
             self,
             "CleanupFunction",
             handler="engram.entrypoints.lambdas.cleanup.handler",
-            description="Engram cleanup job (retention), fed by the cleanup queue",
+            # The jobs queue's consumer: cleanup, index repair and the admin panel's reindex, which stops
+            # before this timeout at a checkpoint and queues its own continuation (services/reindex.py).
+            description="Engram jobs from the queue: cleanup (retention), index repair, reindex",
             environment=env,
             layers=layers,
             timeout=CLEANUP_TIMEOUT,

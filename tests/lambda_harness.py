@@ -19,8 +19,9 @@ What Lambda does that the harness reproduces:
 
 What differs: each instance listens on its own loopback port (``AWS_LWA_PORT``; in Lambda each
 sandbox has its own network), AWS is moto (``AWS_ENDPOINT_URL``), Bedrock is a loopback fake
-(``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``), OpenSearch Serverless is osmem-server (no kNN) or whatever
-endpoint a test passes (a closed port, a slow server), and there is no X-Ray daemon
+(``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``), OpenSearch Serverless is osmem-server behind a proxy that
+answers kNN queries exactly (``OpenSearchProxy``), or whatever endpoint a test passes (a closed port,
+a proxy that answers only after 20 s), and there is no X-Ray daemon
 (``POWERTOOLS_TRACE_DISABLED``).
 
 The pieces are independent, so other backends reuse them: a test that needs an S3 bucket declared by
@@ -30,6 +31,8 @@ the stack gets it created and its name resolved into every function's environmen
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import json
 import os
 import secrets
@@ -70,7 +73,8 @@ FAKE_CREDENTIALS = {
 
 
 def synth_template(**config: Any) -> dict[str, Any]:
-    """The CloudFormation template of ``EngramStack`` (``config``: ``EngramConfig`` fields), offline.
+    """The CloudFormation template ``cdk deploy`` would deploy, synthesized offline: cdk.json's context
+    (its ``engram:*`` settings and CDK feature flags), with ``config`` (``EngramConfig`` fields) on top.
 
     The dependency layer is a placeholder folder (its contents do not change the template's
     resources or environment), like tests/infra/test_stack.py.
@@ -82,13 +86,26 @@ def synth_template(**config: Any) -> dict[str, Any]:
     from infra.config import EngramConfig
     from infra.stack import EngramStack
 
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
     with tempfile.TemporaryDirectory(prefix="engram-layer-") as layer, tempfile.TemporaryDirectory() as out:
         (Path(layer) / "python").mkdir()
         (Path(layer) / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
-        app = cdk.App(outdir=out)
-        stack = EngramStack(app, "Engram", config=EngramConfig(layer_dir=layer, **config))
+        app = cdk.App(outdir=out, context=context)
+        settings = dataclasses.replace(EngramConfig.from_context(app.node), layer_dir=layer, **config)
+        stack = EngramStack(app, "Engram", config=settings)
         template: dict[str, Any] = app.synth().get_stack_by_name(stack.stack_name).template
     return template
+
+
+_TEMPLATES: dict[str, dict[str, Any]] = {}
+
+
+def cached_template(**config: Any) -> dict[str, Any]:
+    """``synth_template(**config)``, synthesized once per process for each distinct ``config``."""
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _TEMPLATES:
+        _TEMPLATES[key] = synth_template(**config)
+    return copy.deepcopy(_TEMPLATES[key])
 
 
 @dataclass(frozen=True)
@@ -123,12 +140,13 @@ def functions(template: Mapping[str, Any]) -> list[Function]:
     ]
 
 
-def http_function(template: Mapping[str, Any], surface: str) -> Function:
-    """The function that runs run.sh with ``ENGRAM_SURFACE=surface`` (``all``/``api``: API, ``mcp``)."""
-    found = [f for f in functions(template) if f.handler == "run.sh" and f.variables.get("ENGRAM_SURFACE") == surface]
+def http_function(template: Mapping[str, Any], construct: str) -> Function:
+    """The run.sh function of construct ``construct`` (``"Api"`` or ``"Mcp"``, as in infra/stack.py);
+    chosen by logical id, so it does not depend on the environment it is given."""
+    found = [f for f in functions(template) if f.handler == "run.sh" and f.logical_id.startswith(construct)]
     if len(found) != 1:
-        surfaces = sorted(str(f.variables.get("ENGRAM_SURFACE")) for f in functions(template) if f.handler == "run.sh")
-        raise LookupError(f"no single run.sh function serves surface {surface!r} (the stack has {surfaces})")
+        ids = sorted(f.logical_id for f in functions(template) if f.handler == "run.sh")
+        raise LookupError(f"no single run.sh function in construct {construct!r} (the stack has {ids})")
     return found[0]
 
 
@@ -330,7 +348,7 @@ def deploy(
     template: dict[str, Any],
     moto: MotoServer,
     *,
-    opensearch_endpoint: str,
+    opensearch_endpoint: str | None = None,
     secret_values: Mapping[str, str] | None = None,
 ) -> Deployment:
     """Create the template's data resources on moto under unique names (tests share one moto server).
@@ -383,6 +401,8 @@ def deploy(
             dep.physical[logical] = dep.refs[logical] = arn
             dep.secret = json.loads(text)
         elif kind == "AWS::OpenSearchServerless::Collection":
+            if opensearch_endpoint is None:
+                raise ValueError("the stack has an OpenSearch Serverless collection: pass opensearch_endpoint")
             dep.refs[logical] = logical.lower()
             dep.attrs[(logical, "CollectionEndpoint")] = opensearch_endpoint
             dep.attrs[(logical, "Arn")] = f"arn:aws:aoss:{REGION}:{ACCOUNT}:collection/{logical.lower()}"
@@ -478,10 +498,23 @@ def _end(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
 
 
 class _Frozen:
-    """SIGSTOP/SIGCONT of a process group started with ``start_new_session``."""
+    """SIGSTOP/SIGCONT of a process group started with ``start_new_session``, and the sandbox's
+    directories: the process starts in an empty task directory (Lambda's read-only ``/var/task``; the
+    code itself is at ``LAMBDA_TASK_ROOT``) and may write only to its own ``TMPDIR`` (``/tmp``), which
+    is also its ``HOME`` (so no host configuration, such as ``~/.aws``, leaks in)."""
 
     process: subprocess.Popen[Any] | None
     frozen: bool
+    env: dict[str, str]
+
+    def _sandbox(self, name: str) -> None:
+        self.tmp_dir = Path(tempfile.mkdtemp(prefix=f"engram-{name}-tmp-"))
+        self.task_dir = Path(tempfile.mkdtemp(prefix=f"engram-{name}-task-"))
+        self.env["HOME"] = self.env["TMPDIR"] = str(self.tmp_dir)
+
+    def written_outside_tmp(self) -> list[str]:
+        """Files the process created in its task directory (on Lambda: a read-only file system error)."""
+        return sorted(str(p.relative_to(self.task_dir)) for p in self.task_dir.rglob("*"))
 
     def freeze(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -494,19 +527,43 @@ class _Frozen:
         self.frozen = False
 
 
-class LambdaInstance(_Frozen):
-    """One execution environment of an HTTP function (run.sh behind the Lambda Web Adapter)."""
+# What reaches the app through each front door: API Gateway (REST API) and the MCP Function URL pass
+# their own Host and the X-Forwarded-* headers they add; the Web Adapter forwards them unchanged
+# (tests/events/apigw_rest_proxy.json, function_url_mcp.json).
+FRONT_DOORS: dict[str, dict[str, str]] = {
+    "Api": {
+        "host": f"abc123.execute-api.{REGION}.amazonaws.com",
+        "x-forwarded-for": "203.0.113.7",
+        "x-forwarded-proto": "https",
+        "x-forwarded-port": "443",
+    },
+    "Mcp": {
+        "host": f"abcdefghijklmnop.lambda-url.{REGION}.on.aws",
+        "x-forwarded-for": "203.0.113.7",
+        "x-forwarded-proto": "https",
+        "x-forwarded-port": "443",
+    },
+}
 
-    def __init__(self, env: Mapping[str, str], *, name: str = "instance") -> None:
+
+class LambdaInstance(_Frozen):
+    """One execution environment of an HTTP function (run.sh behind the Lambda Web Adapter).
+
+    ``front_door``: headers every invocation carries, as the function's API Gateway or Function URL
+    sets them (``FRONT_DOORS``); a request's own headers win.
+    """
+
+    def __init__(
+        self, env: Mapping[str, str], *, name: str = "instance", front_door: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
+        self.front_door = dict(front_door or {})
         self.env = dict(env)
         self.port = free_port()
         self.env["AWS_LWA_PORT"] = str(self.port)  # each sandbox has its own network in Lambda
         self.readiness_path = self.env.get("AWS_LWA_READINESS_CHECK_PATH", "/")
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"engram-{name}-"))
-        self.env.setdefault("HOME", str(self.workdir))
-        self.env.setdefault("TMPDIR", str(self.workdir))
+        self._sandbox(name)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         self.process: subprocess.Popen[bytes] | None = None
         self.frozen = False
@@ -521,7 +578,7 @@ class LambdaInstance(_Frozen):
         self.process = subprocess.Popen(
             ["bash", str(RUN_SH)],
             env=self.env,
-            cwd=self.workdir,
+            cwd=self.task_dir,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -561,7 +618,7 @@ class LambdaInstance(_Frozen):
         timeout: float = 60.0,
     ) -> Invocation:
         """One invocation: thaw, send the request, read the whole body, freeze the moment it ends."""
-        hdrs = dict(headers or {})
+        hdrs = {**self.front_door, **(headers or {})}
         if key:
             hdrs["authorization"] = f"Bearer {key}"
         with self._lock:  # the adapter hands an environment one request at a time
@@ -615,9 +672,7 @@ class JobFunction(_Frozen):
         self.env = dict(env)
         self.handler = handler
         self.timeout_s = timeout_s
-        self.workdir = Path(tempfile.mkdtemp(prefix="engram-job-"))
-        self.env.setdefault("HOME", str(self.workdir))
-        self.env.setdefault("TMPDIR", str(self.workdir))
+        self._sandbox(handler.rsplit(".", 2)[-2])
         # The Python runtime puts the task root (the function's code) on the path; nothing else.
         self.env["PYTHONPATH"] = self.env["LAMBDA_TASK_ROOT"]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
@@ -628,7 +683,7 @@ class JobFunction(_Frozen):
         self.process = subprocess.Popen(
             [sys.executable, str(JOB_RUNNER), self.handler, str(self.timeout_s * 1000)],
             env=self.env,
-            cwd=self.workdir,
+            cwd=self.task_dir,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -706,13 +761,58 @@ def closed_endpoint() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-class DelayedProxy:
-    """Answers every request only after ``delay`` seconds (from ``target``, or 503 without one): an
-    OpenSearch Serverless collection that is waking up. ``stop()`` releases waiting requests."""
+def _faiss_inner_product_score(ip: float) -> float:
+    """OpenSearch's score for a faiss ``innerproduct`` hit (what a Serverless vector collection returns)."""
+    return ip + 1.0 if ip >= 0 else 1.0 / (1.0 - ip)
 
-    def __init__(self, delay: float, target: str | None = None) -> None:
+
+def exact_knn(target: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    """Answer a ``knn`` query exactly: read the filtered documents from ``target`` and rank them by
+    inner product, scored like faiss. (osmem-server has no kNN; the ranking is what an exact HNSW
+    search returns, the hit shape is OpenSearch's.)"""
+    ((field_name, spec),) = body["query"]["knn"].items()
+    query_vector = [float(x) for x in spec["vector"]]
+    k = int(spec.get("k") or 10)
+    size = int(body.get("size") or 10)
+    scan = {"size": 10_000, "query": spec.get("filter") or {"match_all": {}}}
+    response = httpx.post(target + path, json=scan, timeout=30)
+    if response.status_code != 200:
+        return response.status_code, response.content
+    scored = []
+    for hit in response.json().get("hits", {}).get("hits", []):
+        vector = (hit.get("_source") or {}).get(field_name)
+        if isinstance(vector, list) and len(vector) == len(query_vector):
+            ip = sum(a * b for a, b in zip(vector, query_vector, strict=True))
+            scored.append((_faiss_inner_product_score(ip), hit))
+    scored.sort(key=lambda pair: -pair[0])
+    wanted = body.get("_source")
+    hits = []
+    for score, hit in scored[: min(k, size)]:
+        source = hit.get("_source") or {}
+        if isinstance(wanted, list):
+            source = {key: source[key] for key in wanted if key in source}
+        hits.append({"_index": hit.get("_index"), "_id": hit.get("_id"), "_score": score, "_source": source})
+    payload = {
+        "took": 1,
+        "timed_out": False,
+        "hits": {
+            "total": {"value": len(hits), "relation": "eq"},
+            "max_score": hits[0]["_score"] if hits else None,
+            "hits": hits,
+        },
+    }
+    return 200, json.dumps(payload).encode()
+
+
+class OpenSearchProxy:
+    """A front for osmem-server (``target``) that adds what the harness needs of a vector collection:
+    exact kNN for ``knn`` queries (``exact_knn``), and optionally a wake-up delay: every request is
+    answered only after ``delay`` seconds, like a NextGen collection scaled to zero. ``stop()``
+    releases waiting requests (they get 503)."""
+
+    def __init__(self, target: str, *, delay: float = 0.0) -> None:
+        self.target = target.rstrip("/")
         self.delay = delay
-        self.target = target
         self.requests = 0
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -722,7 +822,21 @@ class DelayedProxy:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> DelayedProxy:
+    def _answer(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes, str]:
+        if self.delay:
+            self._release.wait(self.delay)
+            if self._release.is_set():
+                return 503, b'{"error": "stopped"}', "application/json"
+        if method == "POST" and path.split("?")[0].endswith("/_search") and body:
+            parsed = json.loads(body)
+            if "knn" in (parsed.get("query") or {}):
+                status, payload = exact_knn(self.target, path, parsed)
+                return status, payload, "application/json"
+        forwarded = {"content-type": headers.get("Content-Type") or "application/json"}
+        upstream = httpx.request(method, self.target + path, content=body, headers=forwarded, timeout=30)
+        return upstream.status_code, upstream.content, upstream.headers.get("content-type", "application/json")
+
+    def start(self) -> OpenSearchProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -733,24 +847,17 @@ class DelayedProxy:
                 proxy.requests += 1
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                proxy._release.wait(proxy.delay)
-                status, payload, ctype = 503, b'{"error":"waking up"}', "application/json"
-                if proxy.target and not proxy._release.is_set():
-                    with contextlib.suppress(httpx.HTTPError):
-                        upstream = httpx.request(
-                            self.command,
-                            proxy.target + self.path,
-                            content=body,
-                            headers={"content-type": self.headers.get("Content-Type") or "application/json"},
-                        )
-                        status, payload = upstream.status_code, upstream.content
-                        ctype = upstream.headers.get("content-type", ctype)
+                try:
+                    status, payload, ctype = proxy._answer(self.command, self.path, self.headers, body)
+                except httpx.HTTPError as exc:
+                    status, payload, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
                 with contextlib.suppress(OSError):
                     self.send_response(status)
                     self.send_header("Content-Type", ctype)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 
@@ -765,7 +872,7 @@ class DelayedProxy:
             self._server.shutdown()
             self._server.server_close()
 
-    def __enter__(self) -> DelayedProxy:
+    def __enter__(self) -> OpenSearchProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -797,10 +904,14 @@ class LambdaStack:
             **extra,
         }
 
-    def instance(self, surface: str = "all", *, name: str | None = None, **extra: str) -> LambdaInstance:
-        """A new (not yet started) execution environment of the HTTP function serving ``surface``."""
-        function = http_function(self.template, surface)
-        instance = LambdaInstance(self.env(function, **extra), name=name or f"{surface}{len(self._started)}")
+    def instance(self, construct: str = "Api", *, name: str | None = None, **extra: str) -> LambdaInstance:
+        """A new (not yet started) execution environment of the HTTP function ``construct`` (Api, Mcp)."""
+        function = http_function(self.template, construct)
+        instance = LambdaInstance(
+            self.env(function, **extra),
+            name=name or f"{construct}{len(self._started)}",
+            front_door=FRONT_DOORS.get(construct),
+        )
         self._started.append(instance)
         return instance
 
@@ -815,9 +926,14 @@ class LambdaStack:
         return deliver_queue(self.deployment.moto, self.deployment.queue_url(queue_logical_prefix), job)
 
     def stop(self) -> None:
+        """Stop every process; fails if one wrote outside its /tmp (Lambda's file system is read-only)."""
+        written = {}
         for started in reversed(self._started):
             started.stop()
+            if started.written_outside_tmp():
+                written[getattr(started, "name", None) or started.handler] = started.written_outside_tmp()
         self._started.clear()
+        assert not written, f"wrote outside /tmp (read-only on Lambda): {written}"
 
 
 @contextlib.contextmanager
@@ -825,7 +941,7 @@ def lambda_stack(
     template: dict[str, Any],
     moto: MotoServer,
     *,
-    opensearch_endpoint: str,
+    opensearch_endpoint: str | None,
     bedrock_endpoint: str,
     secret_values: Mapping[str, str] | None = None,
     overrides: Mapping[str, str] | None = None,

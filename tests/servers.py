@@ -88,6 +88,39 @@ def app_routes(app: Any) -> Iterator[tuple[str, list[str]]]:
 
 
 @contextmanager
+def child_process(args: list[str], env: dict[str, str], ready_url: str, timeout: float = 60.0) -> Iterator[Any]:
+    """Start ``args`` (a server in a subprocess), wait until ``ready_url`` answers 200, yield the
+    process; terminate it at the end. Fails with the process's output if it exits first."""
+    import subprocess
+
+    import httpx
+
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+                raise AssertionError(f"{args[-1]} exited with {process.returncode}:\n{output[-3000:]}")
+            try:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{ready_url} did not answer within {timeout:.0f} s")
+            time.sleep(0.1)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
 def access_log_lines() -> Iterator[list[str]]:
     """The lines uvicorn's access log writes (at INFO) while the block runs, as they would be printed."""
     import logging

@@ -15,6 +15,7 @@ from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.services.search_guard import GuardedIndex
 from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
@@ -30,7 +31,7 @@ class Container:
 
     settings: Settings
     store: MemoryStore
-    index: SearchIndex
+    index: GuardedIndex
     embedder: GatedEmbedder | None
     clock: Clock
     keys: KeyRing
@@ -44,6 +45,7 @@ class Container:
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
+    reindex: Any = None  # services.reindex.ReindexService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -72,20 +74,14 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     closers: list[Any] = []
     clock: Clock = overrides.get("clock") or SystemClock()
     store: MemoryStore = overrides.get("store") or _build_store(settings, closers)
-    index: SearchIndex = overrides.get("index") or _build_index(settings, closers)
+    # Every index call goes through the guard, and nothing here calls the index: building the app
+    # touches no network (docs/aws.md, "Cold starts").
+    index = GuardedIndex(
+        overrides.get("index") or _build_index(settings, closers), retry_seconds=settings.search_retry_seconds
+    )
     raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
     embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
     keys = overrides.get("keys") or build_keyring(settings)
-    if embedder is not None and not embedder.matches_index:
-        info = index.info()
-        log.warning(
-            "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
-            "vector search is off until `engram reindex` rebuilds it",
-            info.model_id,
-            info.dimension,
-            embedder.model_id,
-            embedder.dimension,
-        )
 
     runtime = RuntimeSettings(store, settings)
     rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
@@ -124,6 +120,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
     from engram.services.jobs import NamespaceLocks
+    from engram.services.reindex import ReindexService
 
     s = container.settings
     locks = NamespaceLocks()
@@ -156,15 +153,37 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     c.dreaming = DreamingService(
         c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
     )
-    c.cleanup = CleanupService(c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks)
+    c.cleanup = CleanupService(
+        c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks, repair=c.memories.repair_index
+    )
     if c.queue is None and getattr(s, "queue", "inline") == "inline":
         from engram.adapters.queue.inline import InlineJobQueue
 
-        cleanup = c.cleanup
+        cleanup, memories = c.cleanup, c.memories
         c.queue = InlineJobQueue(
-            {"cleanup": lambda payload: cleanup.run(payload.get("namespace"))},
+            {
+                "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
+                "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
+                "reindex": lambda payload: c.reindex.run(payload["namespace"], payload["run_id"]),
+            },
             min_interval_seconds=s.cleanup_min_interval_hours * 3600,
+            throttled=("cleanup",),
         )
+    c.reindex = ReindexService(c.store, c.memories, c.embedder, c.clock, c.queue)
+    _repair_when_back(c)
+
+
+def _repair_when_back(c: Container) -> None:
+    """When the index answers again, queue a repair of the namespaces whose writes failed meanwhile."""
+    queue, memories = c.queue, c.memories
+
+    def recovered() -> None:
+        if queue is None:
+            return
+        for namespace in memories.take_dirty():
+            queue.enqueue("index_repair", {"namespace": namespace})
+
+    c.index.on_recovered = recovered
 
 
 class RuntimeChatModel:
@@ -279,11 +298,47 @@ def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
         if not settings.opensearch_endpoint:
             raise NotConfigured("ENGRAM_SEARCH=opensearch needs ENGRAM_OPENSEARCH_ENDPOINT")
         opensearch = OpenSearchIndex(
-            settings.opensearch_endpoint, settings.opensearch_index, region=settings.aws_region or None
+            settings.opensearch_endpoint,
+            settings.opensearch_index,
+            region=settings.aws_region or None,
+            timeout=settings.search_timeout,
         )
         closers.append(opensearch.close)
         return opensearch
+    if settings.search == "replica":
+        replica = _build_replica(settings)
+        closers.append(replica.close)
+        return replica
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
+
+
+def _build_replica(settings: Settings) -> Any:
+    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md)."""
+    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
+    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+
+    data_dir = Path(settings.data_dir).expanduser()
+    search_log: SearchLog
+    snapshots: SnapshotStore | None = None
+    if settings.store == "sqlite":
+        path = local_db_path(settings)
+        private_dir(path.parent)
+        search_log = SqliteSearchLog(path)
+        snapshots = DirSnapshotStore(data_dir / "snapshots")
+    elif settings.store == "dynamodb":
+        if not settings.table_name:
+            raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
+        search_log = DynamoSearchLog(settings.table_name, region_name=settings.aws_region or None)
+        if settings.snapshot_bucket:
+            snapshots = S3SnapshotStore(settings.snapshot_bucket, region_name=settings.aws_region or None)
+    else:
+        raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
+    directory = settings.replica_dir
+    if directory is None:
+        on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+        directory = Path("/tmp/engram-replica") if on_lambda else data_dir / "replica"
+    return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -430,30 +485,28 @@ def _names_bedrock(settings: Settings) -> bool:
     return settings.chat_allow_model_passthrough or any(m.startswith("bedrock/") for m in models)
 
 
+def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
+    """Write the ``replica`` index's snapshot of each namespace this process loaded that changed by at
+    least ``min_changes`` rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
+    from engram.adapters.search.replica import ReplicaSearchIndex
+
+    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
+    index = getattr(guarded, "inner", guarded)
+    if not isinstance(index, ReplicaSearchIndex):
+        return 0
+    written = 0
+    for namespace in index.loaded_namespaces():
+        try:
+            written += index.snapshot(namespace, min_changes=min_changes)
+        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+            log.exception("writing the search snapshot failed")
+    return written
+
+
 def index_model_mismatch(container: Container) -> bool:
+    """Whether the index is known to hold another model's vectors (asks the index; may raise)."""
     embedder = container.embedder
     return isinstance(embedder, GatedEmbedder) and not embedder.matches_index
-
-
-def rebuild_index(container: Container, progress: Any = None) -> int:
-    """Reset the index to the current embedder and re-add every active memory of every namespace.
-
-    ``progress(namespace, total)`` returns a callable advanced per memory (or None).
-    """
-
-    def reindex_all() -> int:
-        total = 0
-        for ns in container.store.list_namespaces():
-            count = sum(1 for _ in container.store.iter_memories(ns, ("active",)))
-            bar = progress(ns, count) if progress else None
-            total += container.memories.reindex(ns, progress=bar)
-            if bar is not None and hasattr(bar, "close"):
-                bar.close()
-        return total
-
-    if isinstance(container.embedder, GatedEmbedder):
-        return container.embedder.rebuild(reindex_all)
-    return reindex_all()
 
 
 # -- keys -----------------------------------------------------------------------------------

@@ -46,8 +46,24 @@ class Settings(BaseSettings):
     store: Literal["sqlite", "memory", "dynamodb"] = Field(
         "sqlite", description="Where rows live: `sqlite` (local file), `memory` (tests), `dynamodb` (AWS)."
     )
-    search: Literal["local", "memory", "opensearch"] = Field(
-        "local", description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS)."
+    search: Literal["local", "memory", "opensearch", "replica"] = Field(
+        "local",
+        description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS), `replica` "
+        "(a private copy of the local index per process, kept in sync with the store; AWS without OpenSearch).",
+    )
+    replica_dir: Path | None = Field(
+        None,
+        description="Where a `replica` search index keeps its private files (default: `/tmp/engram-replica` "
+        "on Lambda, `<data dir>/replica` otherwise); each process uses its own subdirectory.",
+    )
+    replica_sync_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="A `replica` reads the changes of other processes before a search at most this often.",
+    )
+    snapshot_bucket: str = Field(
+        "", description="S3 bucket for the `replica` search snapshots on AWS (locally they go to the data dir)."
     )
     embedder: Literal["local", "openai", "bedrock", "none"] = Field(
         "local",
@@ -75,13 +91,28 @@ class Settings(BaseSettings):
     embedding_dimensions: int | None = Field(None, description="Requested vector size for remote embedders.")
     embedding_base_url: str = Field("", description="Base URL of the OpenAI-compatible embeddings API.")
     embedding_api_key: SecretStr | None = Field(None, description="Key for the embeddings API.")
+    search_timeout: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="Seconds to wait for a remote search index (OpenSearch) per request; a slower or failed "
+        "answer marks it unavailable: recall goes on without it, writes are kept and repaired later.",
+    )
+    search_retry_seconds: float = Field(
+        15.0,
+        ge=0,
+        le=3600,
+        description="While the search index is unavailable, calls fail at once and one request tries it again "
+        "after this many seconds.",
+    )
 
     # -- memory rules ---------------------------------------------------------------------
     dedup_cosine: float = Field(
         0.96,
         ge=0,
         le=1,
-        description="Cosine at or above which two memories say the same thing (0.96 suits the local e5 model, "
+        description="Cosine at or above which a machine-written memory (extraction, remember) restates an existing "
+        "one, if its numbers, names, places and negation are the same (0.96 suits the local e5 model, "
         "whose scores run high; about 0.9 suits Titan or OpenAI embeddings).",
     )
     review_confidence: float = Field(
@@ -244,8 +275,10 @@ class Settings(BaseSettings):
     )
 
     # -- MCP ------------------------------------------------------------------------------
-    surface: Literal["all", "mcp"] = Field(
-        "all", description="What the HTTP app serves: `all` (chat, REST, admin, MCP) or `mcp` (only `/mcp`)."
+    surface: Literal["all", "api", "mcp"] = Field(
+        "all",
+        description="What the HTTP app serves: `all` (chat, REST, admin, MCP), `api` (chat, REST, admin; the "
+        "MCP SDK is not even imported: the API function on AWS) or `mcp` (only `/mcp`: the MCP function).",
     )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.search.local import SqliteSearchIndex
+from engram.adapters.search.replica import ReplicaSearchIndex
+from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc
 from engram.domain.ports import SearchIndex
 
-INDEXES: dict[str, Callable[[Path], SearchIndex]] = {
-    "memory": lambda tmp: InMemorySearchIndex(),
-    "sqlite": lambda tmp: SqliteSearchIndex(tmp / "engram.db"),
+
+def _replica_on_dynamodb(tmp: Path, stack: ExitStack) -> SearchIndex:
+    pytest.importorskip("moto")
+    from tests.fakes.moto_aws import dynamo_search_log
+
+    return ReplicaSearchIndex(stack.enter_context(dynamo_search_log()), tmp / "replica")
+
+
+INDEXES: dict[str, Callable[[Path, ExitStack], SearchIndex]] = {
+    "memory": lambda tmp, _: InMemorySearchIndex(),
+    "sqlite": lambda tmp, _: SqliteSearchIndex(tmp / "engram.db"),
     # The same adapter with its HNSW graph on from the first vector, built in the foreground (big namespaces
     # build it in the background and scan exactly until it is ready).
-    "sqlite-ann": lambda tmp: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1, ann_background=False),
+    "sqlite-ann": lambda tmp, _: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1, ann_background=False),
+    # A private replica per process of the document log in the store (SQLite file, DynamoDB under moto).
+    "replica-sqlite": lambda tmp, _: ReplicaSearchIndex(SqliteSearchLog(tmp / "engram.db"), tmp / "replica"),
+    "replica-dynamodb": _replica_on_dynamodb,
 }
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -27,11 +41,12 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 @pytest.fixture(params=sorted(INDEXES))
 def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
-    idx = INDEXES[request.param](tmp_path)
-    yield idx
-    close = getattr(idx, "close", None)
-    if close is not None:
-        close()
+    with ExitStack() as stack:
+        idx = INDEXES[request.param](tmp_path, stack)
+        yield idx
+        close = getattr(idx, "close", None)
+        if close is not None:
+            close()
 
 
 def doc(mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None):
@@ -289,3 +304,15 @@ def test_sqlite_index_survives_reopen_and_sees_other_writers(tmp_path: Path) -> 
     assert ids(first.vector_search("a", (1.0, 0.0, 0.0))) == ["m2"]
     first.close()
     second.close()
+
+
+def test_info_counts_one_namespace_or_all(index: SearchIndex) -> None:
+    # Given documents in two namespaces, one without a vector
+    index.upsert(doc("m1", "lives in Berlin", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("m2", "likes tea", ns="b", vector=(0.0, 1.0, 0.0)))
+    index.upsert(doc("m3", "likes cats", ns="b"))
+    # Then each namespace's counts are its own, and no namespace means all
+    assert (index.info("a").documents, index.info("a").vectors) == (1, 1)
+    assert (index.info("b").documents, index.info("b").vectors) == (2, 1)
+    assert (index.info("nobody").documents, index.info("nobody").vectors) == (0, 0)
+    assert (index.info().documents, index.info().vectors) == (3, 2)

@@ -7,6 +7,7 @@ files. Screenshots of every tab (desktop and phone) land in test-artifacts/admin
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,11 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import EngramServer
+from tests.conftest import OTHER_KEY, EngramServer
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
+# The system browser scripts/install-browser.sh installs (ENGRAM_CHROMIUM: another Chromium or Chrome).
+CHROMIUM = Path(os.environ.get("ENGRAM_CHROMIUM", "/usr/bin/chromium"))
 PASSWORD = "a long admin password 42"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "admin"
 BROWSER_ARGS = [
@@ -35,7 +37,7 @@ BROWSER_ARGS = [
 XSS = "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">"
 
 if not CHROMIUM.exists():
-    pytest.skip("needs /usr/bin/chromium: run scripts/install-browser.sh", allow_module_level=True)
+    pytest.skip(f"needs {CHROMIUM}: run scripts/install-browser.sh (or set ENGRAM_CHROMIUM)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs the `browser` extra (pip install playwright)")
 expect = sync_api.expect
 
@@ -422,22 +424,35 @@ def test_reindex_with_progress_and_export_download(
 
 
 def test_import_upload(page: Any, panel_server: EngramServer, owner_api: httpx.Client, tmp_path: Path) -> None:
-    # Given an export file from another server
-    owner_api.post("/v1/memories", json={"content": "Imported fact about kites"})
-    document = owner_api.get("/v1/export").json()
-    owner_api.delete(f"/v1/memories/{document['memories'][0]['id']}")
+    # Given an export from another namespace, with one row the API would refuse
+    with panel_server.client(OTHER_KEY) as bob:
+        bob.post("/v1/memories", json={"content": "Imported fact about kites"})
+        document = bob.get("/v1/export").json()
+    stamp = document["memories"][0]["created_at"]
+    document["memories"].append({"content": "", "created_at": stamp, "updated_at": stamp})
     path = tmp_path / "backup.json"
     path.write_text(json.dumps(document))
     login(page)
     page.goto("/admin/#more/maintenance")
+
+    def upload() -> None:
+        page.get_by_label("Export file to import").set_input_files(str(path))
+        page.get_by_role("button", name="Import", exact=True).click()
+        page.locator("dialog[open]").get_by_role("button", name="Import").click()
+
     # When it is uploaded through the panel
-    page.get_by_label("Export file to import").set_input_files(str(path))
-    page.get_by_role("button", name="Import", exact=True).click()
-    page.locator("dialog[open]").get_by_role("button", name="Import").click()
-    # Then the rows are imported
-    expect(page.locator("#import-result")).to_contain_text("1 memories")
+    upload()
+    # Then the valid row is imported and the refused one is shown with its reason
+    result = page.locator("#import-result")
+    expect(result).to_contain_text("Created: 1 memories")
+    expect(result).to_contain_text("Refused: 1 memories")
+    expect(result.locator(".import-problem")).to_have_text("memories row 2: content must not be empty")
     active = owner_api.get("/v1/memories").json()["items"]
     assert [m["content"] for m in active] == ["Imported fact about kites"]
+    # When the same file is uploaded again / Then nothing is added
+    upload()
+    expect(result).to_contain_text("Created: nothing. Skipped (already present): 1 memories")
+    assert len(owner_api.get("/v1/memories").json()["items"]) == 1
 
 
 def test_run_jobs_from_maintenance(browser: Any, make_server: Callable[..., EngramServer]) -> None:

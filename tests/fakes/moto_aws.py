@@ -19,11 +19,13 @@ TABLE = "engram-test"
 
 
 class SerializedClient:
-    """Wraps a boto3 client so that one call runs at a time; records the operation names."""
+    """Wraps a boto3 client so that one call runs at a time; records the operation names.
+    ``serialize=False`` only records (for a moto server, which takes concurrent requests)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, serialize: bool = True) -> None:
         self._client = client
         self._lock = threading.Lock()
+        self._serialize = serialize
         self.calls: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -34,7 +36,9 @@ class SerializedClient:
         def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 self.calls.append(name)
-                return attr(*args, **kwargs)
+                if self._serialize:
+                    return attr(*args, **kwargs)
+            return attr(*args, **kwargs)
 
         return call
 
@@ -82,3 +86,16 @@ def sqs_queue_url(name: str = "engram-cleanup") -> Iterator[tuple[Any, str]]:
     with mocked_aws():
         client = boto3.client("sqs", region_name=REGION)
         yield client, client.create_queue(QueueName=name)["QueueUrl"]
+
+
+@contextmanager
+def dynamo_search_log(tmp_path: Path | None = None) -> Iterator[Any]:
+    """A ``DynamoSearchLog`` (the replica search backend's shared documents) on a fresh moto table."""
+    import boto3
+    from engram.adapters.search.replica_log import DynamoSearchLog
+    from engram.adapters.storage.dynamodb import create_table
+
+    with mocked_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        create_table(client, TABLE)
+        yield DynamoSearchLog(TABLE, SerializedClient(client))

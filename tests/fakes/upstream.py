@@ -55,9 +55,11 @@ class Reply:
     first_byte_delay: float = 0.0  # seconds before the response starts
     status: int = 200
     error_body: Any = None  # with status >= 400: dict (sent as JSON) or bytes
-    drop_after: int | None = None  # stream: close the connection after this many data events
+    drop_after: int | None = None  # stream: close the connection after this many data events; whole: mid-body
     hang: float = 0.0  # seconds to stall before answering (released early by stop())
     model: str | None = None  # model name echoed back (default: the request's)
+    body: bytes | None = None  # non-stream 200: send exactly these bytes (malformed answers)
+    splice: tuple[int, bytes] | None = None  # stream: send these raw bytes after this many events
 
 
 @dataclass
@@ -194,10 +196,22 @@ class FakeUpstream:
         anthropic = path == "/v1/messages"
         model = reply.model or (body or {}).get("model") or "fake"
         if not (body or {}).get("stream"):
+            if reply.body is not None:
+                await _send_raw(send, 200, reply.body, b"application/json")
+                return
             data = _anthropic_message(reply, model) if anthropic else _openai_completion(reply, model)
+            if reply.drop_after is not None:  # promise the whole body, send half of it, hang up
+                raw = json.dumps(data).encode()
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": raw[: len(raw) // 2], "more_body": True})
+                raise _Dropped("scripted drop")
             await _send_json(send, 200, data)
             return
         events = _anthropic_events(reply, model) if anthropic else _openai_events(reply, model, body or {})
+        if reply.splice is not None:
+            at, raw_event = reply.splice
+            events.insert(at, raw_event)
         await send(
             {
                 "type": "http.response.start",

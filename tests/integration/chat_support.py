@@ -68,31 +68,40 @@ def upstream() -> Iterator[FakeUpstream]:
         yield up
 
 
+def start_gateway(
+    stack: ExitStack,
+    upstream: FakeUpstream,
+    *,
+    recall_fails: bool = False,
+    queue: Any = None,
+    bedrock_runtime: Any = None,
+    **overrides: Any,
+) -> Gateway:
+    """A real gateway (in-memory store and index, keyword recall) against ``upstream``, stopped with ``stack``."""
+    from engram.adapters.search.inmemory import InMemorySearchIndex
+    from engram.adapters.storage.inmemory import InMemoryMemoryStore
+
+    settings = gateway_settings(upstream, **overrides)
+    store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+    real = build_container(settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime).recall
+    spy = SpyRecall(real, fail=recall_fails)
+    container = build_container(
+        settings, store=store, index=index, embedder=None, recall=spy, queue=queue, bedrock_runtime=bedrock_runtime
+    )
+    stack.callback(container.close)
+    app = create_app(container)
+    url = stack.enter_context(serve_app(app))
+    return Gateway(url, container, upstream, spy, app)
+
+
 @pytest.fixture
 def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
     """Start real gateways (in-memory store and index, keyword recall) against the fake upstream."""
     stack = ExitStack()
     upstream.reset()
 
-    def make(
-        *, recall_fails: bool = False, queue: Any = None, bedrock_runtime: Any = None, **overrides: Any
-    ) -> Gateway:
-        from engram.adapters.search.inmemory import InMemorySearchIndex
-        from engram.adapters.storage.inmemory import InMemoryMemoryStore
-
-        settings = gateway_settings(upstream, **overrides)
-        store, index = InMemoryMemoryStore(), InMemorySearchIndex()
-        real = build_container(
-            settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime
-        ).recall
-        spy = SpyRecall(real, fail=recall_fails)
-        container = build_container(
-            settings, store=store, index=index, embedder=None, recall=spy, queue=queue, bedrock_runtime=bedrock_runtime
-        )
-        stack.callback(container.close)
-        app = create_app(container)
-        url = stack.enter_context(serve_app(app))
-        return Gateway(url, container, upstream, spy, app)
+    def make(**overrides: Any) -> Gateway:
+        return start_gateway(stack, upstream, **overrides)
 
     yield make
     stack.close()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.lambda_harness import LambdaStack, MotoServer, lambda_stack
+from tests.lambda_harness import LambdaStack, MotoServer, OpenSearchProxy, lambda_stack
 
 UPSTREAM_KEY = "sk-upstream-test-0001"
 ADMIN_PASSWORD = "correct horse battery staple"
@@ -19,9 +19,9 @@ ADMIN_PASSWORD = "correct horse battery staple"
 def stack_template() -> dict[str, Any]:
     """The CDK app's template, synthesized once per session (offline)."""
     pytest.importorskip("aws_cdk")
-    from tests.lambda_harness import synth_template
+    from tests.lambda_harness import cached_template
 
-    return synth_template()
+    return cached_template()
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +72,7 @@ def make_stack(
     bedrock_fake: Any,
     session_upstream: FakeUpstream,
 ) -> Iterator[Callable[..., LambdaStack]]:
-    """Deploy the stack (fresh table, secret, queues, OpenSearch clone); the owner configures an
+    """Deploy the stack (fresh table, secret, queues, an osmem clone with kNN in front); the owner configures an
     upstream chat model, also used by the jobs, and puts its key into the secret."""
     session_upstream.reset()
     session_upstream.default = Reply()
@@ -82,7 +82,7 @@ def make_stack(
             if opensearch is None:
                 clone = osmem_base.clone()
                 exits.callback(clone.close)
-                opensearch = clone.url
+                opensearch = exits.enter_context(OpenSearchProxy(clone.url)).url
             settings = {
                 "ENGRAM_UPSTREAM_BASE_URL": session_upstream.openai_base_url,
                 "ENGRAM_CHAT_MODEL": "fake-chat",

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import OWNER_KEY, READONLY_KEY, EngramServer
+from tests.conftest import OTHER_KEY, OWNER_KEY, READONLY_KEY, EngramServer
 
 PASSWORD = "a long admin password 42"
 
@@ -297,3 +297,40 @@ def test_reindex_runs_in_the_background_with_progress(panel: EngramServer) -> No
         assert state["state"] == "done" and state["done"] == state["total"] == 40
     with panel.client() as owner:
         assert owner.post("/v1/search/memories", json={"query": "topic 3"}).json()["items"]
+
+
+def test_runtime_settings_are_global_so_only_the_default_namespace_admin_changes_them(
+    make_server: Callable[..., EngramServer],
+) -> None:
+    # Given the owner's namespace "alice" (the default) and an admin key of namespace "bob"
+    server = make_server(default_namespace="alice", embedder="none", chat_model="alice-model")
+    with server.client() as alice, server.client(OTHER_KEY) as bob:
+        for text in ("Alice likes tea", "Alice likes cats", "Alice likes kites"):
+            alice.post("/v1/memories", json={"content": text})
+        bob.post("/v1/memories", json={"content": "Bob likes chess"})
+        # When bob tries to change the chat model every namespace uses
+        refused = bob.put("/v1/admin/settings", json={"values": {"chat_model": "bobs-model"}})
+        # Then it is refused and alice's chat model is unchanged
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "owner_only"
+        assert server.container.runtime.effective().chat_model == "alice-model"
+        # And the default namespace's admin can change it
+        assert alice.put("/v1/admin/settings", json={"values": {"recall_top_k": 3}}).status_code == 200
+        # When each reads the settings, Then the index counts are their own namespace's
+        bob_info = bob.get("/v1/admin/settings").json()["info"]
+        alice_info = alice.get("/v1/admin/settings").json()["info"]
+    assert (bob_info["namespace"], bob_info["index_documents"]) == ("bob", 1)
+    assert (alice_info["namespace"], alice_info["index_documents"]) == ("alice", 3)
+
+
+def test_a_reindex_is_seen_only_by_its_namespace(make_server: Callable[..., EngramServer]) -> None:
+    # Given alice ran a reindex
+    server = make_server(default_namespace="alice", embedder="none")
+    with server.client() as alice, server.client(OTHER_KEY) as bob:
+        alice.post("/v1/memories", json={"content": "Alice likes tea"})
+        assert alice.post("/v1/admin/reindex").status_code == 202
+        deadline = time.monotonic() + 30
+        while alice.get("/v1/admin/reindex").json()["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # When bob polls the reindex status, Then he sees no run of his, nothing of alice's
+        assert alice.get("/v1/admin/reindex").json()["namespace"] == "alice"
+        assert bob.get("/v1/admin/reindex").json() == {"state": "idle", "done": 0, "total": 0}

@@ -167,3 +167,59 @@ def test_cleanup_lambda_runs_the_real_cleanup_on_dynamodb(aws_env: dict[str, str
         assert store.get_idempotency(cleanup.JOBS_NAMESPACE, "sqs:059f36b4-87a3-44ab-83d2-661975830a7d") is not None
     finally:
         runtime.set_container_factory(None)
+
+
+async def test_reindex_is_a_job_on_the_queue_that_continues_itself_and_reports_on_any_instance(
+    aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the API function's app and 12 memories in DynamoDB (a reindex batch is 8 here, 32 in real life)
+    from engram.entrypoints.lambdas import cleanup, runtime
+    from engram.services import reindex
+    from engram.services.memories import MemoryWrite
+
+    from tests.integration.test_lambda_handlers import LambdaContextStub
+
+    api = build_container(load_settings())
+    monkeypatch.setattr(reindex, "BATCH", 8)
+    for i in range(12):
+        api.memories.write("default", MemoryWrite(content=f"memory number {i} about topic {i % 7}"))
+    sqs = boto3.client("sqs", region_name=REGION)
+    queue_url = aws_env["ENGRAM_CLEANUP_QUEUE_URL"]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(api))) as client:
+        # When the admin starts a reindex
+        started = await client.send(to_request(rest_event("POST", "/v1/admin/reindex")))
+        assert started.status_code == 202, started.text
+        # Then the response came back with the run queued on the jobs queue, not running in this process
+        assert started.json()["state"] == "running" and started.json()["done"] == 0
+    # When the jobs function consumes the queue, with time for one batch per invocation
+    monkeypatch.setattr(cleanup, "MIN_SLICE_S", 0.0)
+    monkeypatch.setattr(cleanup, "REINDEX_MARGIN_S", 900.0)
+    runtime.set_container_factory(None)
+    invocations = 0
+    try:
+        while True:
+            messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+            if not messages:
+                break
+            batch = json.loads((EVENTS / "sqs_cleanup_batch.json").read_text())
+            template = batch["Records"][0]
+            batch["Records"] = [
+                {**template, "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"]}
+                for m in messages
+            ]
+            assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
+            for m in messages:
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+            invocations += 1
+            assert invocations < 10
+    finally:
+        runtime.set_container_factory(None)
+    # Then the run continued itself (two invocations: 8 + 4 memories) and is done
+    assert invocations == 2
+    # And another instance of the API function reports it from DynamoDB
+    other = create_app(build_container(load_settings()))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=other)) as client:
+        state = (await client.send(to_request(rest_event("GET", "/v1/admin/reindex")))).json()
+    assert (state["state"], state["done"], state["total"]) == ("done", 12, 12)
+    assert state["run_id"] == started.json()["run_id"]
+    api.close()

@@ -21,6 +21,7 @@ pytest.importorskip("aws_lambda_powertools")
 
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.lambda_harness import (
+    Invocation,
     LambdaStack,
     create_table_request,
     http_function,
@@ -41,6 +42,18 @@ def chat(text: str, *, stream: bool = False) -> dict[str, Any]:
 # -- the harness itself --------------------------------------------------------------------------------
 
 
+def answer_text(reply: Invocation) -> str:
+    """The assistant's text of an OpenAI-wire chat answer, streamed (SSE) or not."""
+    if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+        return str(reply.json()["choices"][0]["message"]["content"])
+    parts = []
+    for line in reply.text.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
 def test_the_table_is_created_from_the_template(
     stack_template: dict[str, Any], make_stack: Callable[..., LambdaStack]
 ) -> None:
@@ -53,7 +66,7 @@ def test_the_table_is_created_from_the_template(
     assert described["KeySchema"] == request["KeySchema"]
     assert sorted(described["AttributeDefinitions"], key=str) == sorted(request["AttributeDefinitions"], key=str)
     assert sorted(i["IndexName"] for i in described["GlobalSecondaryIndexes"]) == ["GSI1", "GSI2"]
-    env = stack.env(http_function(stack_template, "all"))
+    env = stack.env(http_function(stack_template, "Api"))
     assert env["ENGRAM_TABLE_NAME"] == stack.deployment.table_name
     assert env["ENGRAM_STORE"] == "dynamodb" and env["ENGRAM_SEARCH"] == "opensearch"
     assert env["ENGRAM_SECRET_ARN"].startswith("arn:aws:secretsmanager:")
@@ -75,6 +88,37 @@ def test_a_frozen_instance_answers_nothing_until_the_next_invocation(make_stack:
 # -- what Lambda changes -----------------------------------------------------------------------------------
 
 
+def test_an_exchange_and_a_remember_are_stored_before_the_instance_freezes(
+    make_stack: Callable[..., LambdaStack], session_upstream: FakeUpstream
+) -> None:
+    # Given a warm instance of the API function (frozen between requests, as on Lambda)
+    stack = make_stack()
+    instance = stack.instance().start()
+    key, store = stack.deployment.owner_key, stack.deployment.store()
+    session_upstream.default = Reply(text="Noted, Sam.", chunks=4)
+    turns = [
+        ("please remember: my locker code is 4711", False),
+        ("remember that my sister is called Lena", True),
+        ("how is the weather in Porto today?", True),
+        ("what should I cook tonight?", False),
+    ]
+    for text, stream in turns:
+        # When a chat turn's response has ended (and the instance is frozen right after its last byte)
+        reply = instance.invoke("POST", "/v1/chat/completions", key=key, json_body=chat(text, stream=stream))
+        assert reply.status == 200, reply.text
+        assert answer_text(reply) == "Noted, Sam."
+        assert instance.frozen
+        # Then the exchange is already in DynamoDB: the user's message and the answer
+        stored = [(m.role, m.content) for m in store.list_messages("default", limit=100)]
+        assert ("user", text) in stored, stored
+        assert ("assistant", "Noted, Sam.") in stored[stored.index(("user", text)) :], stored
+    # And so are both "remember" facts, and the usage of every turn
+    contents = [m.content for m in store.iter_memories("default", ("active",))]
+    assert any("4711" in c for c in contents), contents
+    assert any("Lena" in c for c in contents), contents
+    assert len(store.list_usage("default")) == len(turns)
+
+
 def test_two_instances_see_each_others_writes(make_stack: Callable[..., LambdaStack]) -> None:
     # Given two warm instances of the API function on one table and one collection
     stack = make_stack()
@@ -92,6 +136,9 @@ def test_two_instances_see_each_others_writes(make_stack: Callable[..., LambdaSt
     found = b.invoke("POST", "/v1/search/memories", key=key, json_body={"query": "what is my cat called?"})
     assert found.status == 200, found.text
     assert id_a in [hit["memory"]["id"] for hit in found.json()["items"]]
+    # And the search was hybrid: Titan embeddings through Bedrock's wire, kNN in the collection
+    meta = found.json()["meta"]
+    assert "vector" in meta["stages"] and meta["counts"]["vector"] >= 1, meta
 
 
 # -- job handlers: one warm process, several invocations ------------------------------------------------------
@@ -173,3 +220,36 @@ def test_the_cleanup_handler_runs_three_times_in_one_process(make_stack: Callabl
         failed = [f["itemIdentifier"] for f in answer["result"]["batchItemFailures"]]
         assert failed == [r["messageId"] for r in records if not r["body"].startswith("{")], f"run {run + 1}"
         assert expired.id not in [m.id for m in store.list_messages("alice", limit=100)]
+
+
+def test_the_mcp_function_remembers_through_its_function_url(make_stack: Callable[..., LambdaStack]) -> None:
+    # Given a cold MCP function instance, reached through its Function URL's Host
+    stack = make_stack()
+    mcp = stack.instance("Mcp").start()
+    key, store = stack.deployment.owner_key, stack.deployment.store()
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "harness", "version": "0"}}
+    hello = mcp.invoke(
+        "POST",
+        "/mcp",
+        key=key,
+        headers=headers,
+        json_body={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+    )
+    assert hello.status == 200, hello.text
+    # When a client calls memory_remember
+    call = {"name": "memory_remember", "arguments": {"content": "My bike is a green Brompton"}}
+    reply = mcp.invoke(
+        "POST",
+        "/mcp",
+        key=key,
+        headers=headers,
+        json_body={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+    )
+    # Then the tool succeeded and the memory is in DynamoDB while the instance is frozen
+    assert reply.status == 200, reply.text
+    assert not reply.json()["result"].get("isError"), reply.text
+    assert mcp.frozen
+    assert "My bike is a green Brompton" in [m.content for m in store.iter_memories("default", ("active",))]
+    # And the function serves only /mcp
+    assert mcp.invoke("GET", "/v1/memories", key=key).status == 404

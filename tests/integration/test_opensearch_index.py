@@ -183,6 +183,16 @@ def test_info_reads_meta_and_counts() -> None:
     assert (info.model_id, info.dimension, info.documents, info.vectors) == ("amazon.titan-embed-text-v2:0", 3, 7, 7)
 
 
+def test_info_of_one_namespace_counts_only_its_documents() -> None:
+    index, recorder = make_index(serverless(dimension=3))
+    index.info("alice")
+    scope = {"term": {"namespace": "alice"}}
+    assert recorder.bodies("POST", "/_count") == [
+        {"query": {"bool": {"filter": [scope]}}},
+        {"query": {"bool": {"filter": [scope, {"exists": {"field": "vector"}}]}}},
+    ]
+
+
 def test_missing_index_reads_as_empty() -> None:
     index, recorder = make_index(serverless(dimension=None))
     assert index.info().model_id is None

@@ -162,7 +162,9 @@ def test_ingest_is_idempotent_per_message(owner: httpx.Client) -> None:
     assert owner.post("/v1/ingest/messages", json={"messages": []}).status_code == 422
 
 
-def test_export_import_round_trip_into_an_empty_namespace(server: EngramServer, owner: httpx.Client) -> None:
+def test_export_import_round_trip_keeps_ids_and_a_second_import_adds_nothing(
+    server: EngramServer, owner: httpx.Client
+) -> None:
     # Given a namespace with every row kind, including a version chain
     _remember(owner, "Lives in Berlin", fact_key="home:city", type="identity")
     _remember(owner, "Lives in Lisbon", fact_key="home:city", type="identity")
@@ -173,58 +175,116 @@ def test_export_import_round_trip_into_an_empty_namespace(server: EngramServer, 
     owner.post("/v1/ingest/messages", json={"messages": [{"role": "user", "content": "hello", "id": "x1"}]})
     _candidate(server, "Might take up surfing")
     exported = owner.get("/v1/export").json()
+    rows = {kind: len(exported[kind]) for kind in ("memories", "candidates", "messages", "precious", "glossary")}
 
     # When it is imported into bob's empty namespace and exported again
     with server.client(OTHER_KEY) as bob:
         result = bob.post("/v1/import", json=exported)
         assert result.status_code == 200, result.text
-        assert result.json()["imported"]["memories"] == 3
+        report = result.json()
+        assert {k: report["created"][k] for k in rows} == rows and report["created"]["digest"] == 1
+        assert sum(report["refused"].values()) == 0 and report["indexed"] == 2
         again = bob.get("/v1/export").json()
-        # Then the content is the same (ids are new; references between rows are remapped)
-        assert _content(again) == _content(exported)
-        chain_new = [m for m in again["memories"] if m["fact_key"] == "home:city"]
-        by_id = {m["id"]: m for m in chain_new}
-        newest = next(m for m in chain_new if m["status"] == "active")
-        assert by_id[newest["supersedes_id"]]["content"] == "Lives in Berlin"
+        # Then every row is the same, ids and references included
+        assert _rows(again) == _rows(exported)
         # And the imported memories are searchable
         hits = bob.post("/v1/search/memories", json={"query": "tea"}).json()["items"]
         assert hits and hits[0]["memory"]["content"] == "Prefers tea"
-        # Importing the same file again stores the messages once
-        assert bob.post("/v1/import", json=exported).json()["skipped"]["messages"] == 1
+
+        # When the same file is imported again, into bob's and into alice's own namespace
+        for client in (bob, owner):
+            second = client.post("/v1/import", json=exported).json()
+            # Then nothing is added: every row is skipped as present
+            assert sum(second["created"].values()) == 0 and sum(second["refused"].values()) == 0, second
+            assert {k: second["skipped"][k] for k in rows} == rows and second["skipped"]["digest"] == 1
+        assert _rows(bob.get("/v1/export").json()) == _rows(exported)
+    assert _rows(owner.get("/v1/export").json()) == _rows(exported)
 
 
-def _content(doc: dict[str, Any]) -> dict[str, Any]:
-    drop = {
-        "id",
-        "supersedes_id",
-        "superseded_by_id",
-        "index_ref",
-        "source_message_ids",
-        "target_memory_id",
-        "result_memory_id",
-        "external_id",
-    }
-
+def _rows(doc: dict[str, Any]) -> dict[str, Any]:
     def strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return sorted(({k: v for k, v in r.items() if k not in drop} for r in rows), key=repr)
+        return sorted(({k: v for k, v in r.items() if k not in ("index_ref", "external_id")} for r in rows), key=repr)
 
-    return {
-        kind: strip(doc[kind]) for kind in ("memories", "candidates", "messages", "precious", "glossary", "daily_logs")
-    } | {"digest": doc["digest"]["content"]}
+    kinds = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs")
+    return {kind: strip(doc[kind]) for kind in kinds} | {"digest": doc["digest"]["content"]}
 
 
-def test_import_rejects_invalid_rows_and_writes_nothing(server: EngramServer) -> None:
+def test_import_refuses_invalid_rows_reports_them_and_keeps_the_rest(server: EngramServer) -> None:
+    # Given an export with valid rows and rows the API would refuse
+    t = "2026-01-01T00:00:00Z"
+    ok = {"id": "mem_ok", "content": "A valid memory", "created_at": t, "updated_at": t}
+    bad_memories = [
+        {"content": "x" * 300_000, "created_at": t, "updated_at": t},
+        {"content": "   ", "created_at": t, "updated_at": t},
+        {"content": "keyed", "fact_key": "no colon here", "created_at": t, "updated_at": t},
+        {"content": "counted", "seen_count": -5, "created_at": t, "updated_at": t},
+        {"content": "tagged", "tags": [f"t{i}" for i in range(500)], "created_at": t, "updated_at": t},
+        {"content": "bad", "importance": 9},
+    ]
+    document = {
+        "memories": [ok, *bad_memories],
+        "precious": [{"content": "", "created_at": t}, {"content": "kept note", "created_at": t}],
+        "glossary": [{"term": "", "definition": "x"}, {"term": "LX", "definition": "Lisbon"}],
+        "candidates": [{"content": "y" * 5000, "created_at": t}],
+        "digest": {"content": "d" * 200_000, "updated_at": t},
+    }
     with server.client(OTHER_KEY) as bob:
-        bad = {
-            "memories": [
-                {"content": "ok", "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"},
-                {"content": "bad", "importance": 9},
-            ]
-        }
-        resp = bob.post("/v1/import", json=bad)
-        assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_import"
-        assert bob.get("/v1/export").json()["memories"] == []
+        # When it is imported
+        resp = bob.post("/v1/import", json=document)
+        # Then the valid rows are stored, each bad row is refused with its reason, none of them stored
+        assert resp.status_code == 200, resp.text
+        report = resp.json()
+        assert report["created"] | {"messages": 0} == {
+            "memories": 1, "candidates": 0, "messages": 0, "precious": 1, "glossary": 1, "daily_logs": 0, "digest": 0
+        }  # fmt: skip
+        assert report["refused"]["memories"] == 6 and report["refused"]["digest"] == 1
+        codes = [(p["kind"], p["row"], p["code"]) for p in report["problems"]]
+        assert codes == [
+            ("memories", 1, "content_too_long"),
+            ("memories", 2, "empty_content"),
+            ("memories", 3, "invalid_fact_key"),
+            ("memories", 4, "invalid_row"),
+            ("memories", 5, "too_many_tags"),
+            ("memories", 6, "invalid_row"),
+            ("candidates", 0, "content_too_long"),
+            ("precious", 0, "empty_content"),
+            ("glossary", 0, "invalid_row"),
+            ("digest", 0, "digest_too_long"),
+        ]
+        assert all(p["outcome"] == "refused" and p["reason"] for p in report["problems"])
+        assert "seen_count" in report["problems"][3]["reason"]
+        stored = bob.get("/v1/export").json()
+        assert [m["id"] for m in stored["memories"]] == ["mem_ok"]
+        assert stored["digest"] is None and stored["candidates"] == []
+        # A document of the wrong shape is still refused as a whole
         assert bob.post("/v1/import", json={"unknown_kind": []}).status_code == 422
+        assert bob.post("/v1/import", json={"memories": ["not a row"]}).status_code == 422
+
+
+def test_import_skips_rows_present_by_external_id_or_identical_content(server: EngramServer) -> None:
+    with server.client(OTHER_KEY) as bob:
+        # Given memories that are already there
+        bob.post("/v1/memories", json={"content": "Has a cat", "external_id": "ext-1"})
+        bob.post("/v1/memories", json={"content": "Plays the cello"})
+        bob.post("/v1/precious", json={"content": "A quote"})
+        t = "2026-01-01T00:00:00Z"
+        # When rows with other ids but the same external id or the same text are imported
+        document = {
+            "memories": [
+                {"id": "mem_a", "content": "Has two cats", "external_id": "ext-1", "created_at": t, "updated_at": t},
+                {"id": "mem_b", "content": "Plays the cello", "created_at": t, "updated_at": t},
+                {"id": "mem_c", "content": "Speaks Greek", "created_at": t, "updated_at": t},
+            ],
+            "precious": [{"id": "prc_a", "content": "A quote", "created_at": t}],
+        }
+        report = bob.post("/v1/import", json=document).json()
+        # Then only the new one is created; the others are skipped with the reason
+        assert report["created"]["memories"] == 1 and report["skipped"]["memories"] == 2
+        assert report["skipped"]["precious"] == 1
+        reasons = {p["row"]: p["reason"] for p in report["problems"] if p["kind"] == "memories"}
+        assert "external_id" in reasons[0] and "identical content" in reasons[1]
+        contents = sorted(m["content"] for m in bob.get("/v1/memories").json()["items"])
+        assert contents == ["Has a cat", "Plays the cello", "Speaks Greek"]
 
 
 def test_cache_entries_with_ttl(owner: httpx.Client) -> None:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.servers import free_port
+from tests.servers import child_process, free_port
 
 RUN_SH = Path(__file__).resolve().parents[2] / "functions" / "run.sh"
 
@@ -34,23 +31,7 @@ def test_run_sh_serves_health_on_the_adapter_port(tmp_path: Path, surface: str) 
         "HOME": str(tmp_path),
     }
     # When run.sh starts (as /opt/bootstrap would run it)
-    process = subprocess.Popen(["bash", str(RUN_SH)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                status = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code
-                break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        # Then uvicorn serves the app on the adapter's port and the readiness path answers
-        output = b"" if process.poll() is None else process.stdout.read()  # type: ignore[union-attr]
-        assert status == 200, output.decode(errors="replace")[-2000:]
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    # Then uvicorn serves the app on the adapter's port and the readiness path answers 200
+    with child_process(["bash", str(RUN_SH)], env, f"http://127.0.0.1:{port}/health"):
+        pass
     assert os.access(RUN_SH, os.X_OK)

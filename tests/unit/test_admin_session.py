@@ -129,3 +129,32 @@ def test_a_success_clears_the_count() -> None:
     assert limiter.hit("a") is None and limiter.hit("a") is None
     limiter.reset("a")
     assert limiter.hit("a") is None
+
+
+def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block() -> None:
+    # Runs are jobs whose state lives under the namespace that started them (services/reindex.py):
+    # one namespace never sees another's run, and each may run its own.
+    from engram.adapters.storage.inmemory import InMemoryMemoryStore
+    from engram.services.reindex import ReindexService
+
+    from tests.fakes.clock import ManualClock
+
+    class HeldQueue:
+        def __init__(self) -> None:
+            self.jobs: list[dict[str, str]] = []
+
+        def enqueue(self, job: str, payload: dict[str, str]) -> None:
+            self.jobs.append(payload)
+
+    # Given alice's reindex queued and not yet run
+    queue = HeldQueue()
+    service = ReindexService(InMemoryMemoryStore(), memories=None, embedder=None, clock=ManualClock(), queue=queue)
+    alice = service.start("alice")
+    # When bob starts one and polls, Then he gets his own run and never alice's
+    bob = service.start("bob")
+    assert bob["namespace"] == "bob" and bob["run_id"] != alice["run_id"]
+    assert service.status("bob")["run_id"] == bob["run_id"]
+    assert "alice" not in str(service.status("bob"))
+    # And alice asking again sees her own run, still the same one
+    assert service.start("alice")["run_id"] == alice["run_id"]
+    assert [job["namespace"] for job in queue.jobs] == ["alice", "bob"]

@@ -92,10 +92,10 @@ class Memory(Frozen):
     source_message_ids: tuple[str, ...] = ()
     external_id: str | None = None
     remind_at: datetime | None = None
-    seen_count: int = 0
+    seen_count: int = Field(default=0, ge=0)
     last_seen_at: datetime | None = None
     last_injected_at: datetime | None = None
-    recall_count: int = 0
+    recall_count: int = Field(default=0, ge=0)
     created_at: datetime
     updated_at: datetime
     status_changed_at: datetime | None = None
@@ -136,6 +136,8 @@ class Message(Frozen):
     # Client- or gateway-chosen key that makes storing this message idempotent.
     external_id: str | None = None
     created_at: datetime
+    # Why the turn got no answer (the gateway stores a user's turn even when the upstream fails).
+    error: str | None = None
 
 
 class Precious(Frozen):

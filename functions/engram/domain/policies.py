@@ -12,11 +12,17 @@ from typing import Literal
 
 from engram.domain.errors import InvalidInput
 from engram.domain.models import DURABLE_TYPES, Memory
+from engram.domain.wording import salient_difference, same_wording
 
 MAX_CONTENT_CHARS = 4000
 MAX_TAGS = 20
 MAX_TAG_CHARS = 64
 DIGEST_MAX_CHARS = 500
+# A day's log (written by dreaming): title, summary and at most LOG_SECTIONS sections.
+LOG_TITLE_CHARS = 200
+LOG_SUMMARY_CHARS = 4000
+LOG_SECTIONS = 12
+LOG_SECTION_CHARS = 4000
 
 # category:slug — category is lower-case ASCII; the slug may be any letters or digits (so Chinese
 # slugs work) plus . _ - /
@@ -73,15 +79,6 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
 
 
-def numeric_tokens(text: str) -> frozenset[str]:
-    """Tokens that carry a digit (dates, amounts, codes): two texts that differ here differ in fact."""
-    return frozenset(
-        t
-        for t in re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).casefold())
-        if any(ch.isdigit() for ch in t)
-    )
-
-
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     na = math.sqrt(sum(x * x for x in a))
@@ -101,28 +98,57 @@ class UpsertDecision:
 
 
 def decide_upsert(
-    existing: Memory | None, new_content: str, similarity: float | None, dedup_cosine: float
+    existing: Memory | None,
+    new_content: str,
+    similarity: float | None,
+    dedup_cosine: float,
+    *,
+    explicit: bool = True,
 ) -> UpsertDecision:
     """What an upsert by fact key does.
 
-    No active memory with the key -> create. Same text (ignoring case/punctuation) -> the existing
-    memory is marked seen. Different numbers or codes ("30" vs "31", "9:30" vs "10:00") -> supersede,
-    however close the embeddings. Embedding cosine >= ``dedup_cosine`` -> seen. Otherwise -> supersede.
+    No active memory with the key -> create. The same wording (case, punctuation, filler words
+    aside; ``domain/wording.py``) -> the existing memory is marked seen. Any other change to an
+    explicit write (the API, an MCP upsert, an approved candidate) -> supersede: the caller said what
+    the fact now is. A machine-written text (extraction) may also be seen by cosine >=
+    ``dedup_cosine``, unless numbers, names, places or negation differ.
     """
     if existing is None:
         return UpsertDecision("create", "no active memory with this fact_key")
-    if same_meaning_text(existing.content, new_content):
+    if same_wording(existing.content, new_content):
         return UpsertDecision("seen", "same text")
-    if numeric_tokens(existing.content) != numeric_tokens(new_content):
-        return UpsertDecision("supersede", "numbers or codes changed")
+    if explicit:
+        return UpsertDecision("supersede", "content changed")
+    difference = salient_difference(existing.content, new_content)
+    if difference is not None:
+        return UpsertDecision("supersede", difference)
     if similarity is not None and similarity >= dedup_cosine:
         return UpsertDecision("seen", f"cosine {similarity:.3f} >= {dedup_cosine}")
     return UpsertDecision("supersede", "content changed")
 
 
+_SENTENCE_END = re.compile(r"[.!?。！？…](?=\s|$)|[。！？]")
+
+
 def truncate_digest(text: str) -> str:
+    """At most ``DIGEST_MAX_CHARS``: cut after the last whole sentence that fits, or (no sentence
+    end in the second half of the limit) at the limit with an ellipsis."""
     text = text.strip()
-    return text if len(text) <= DIGEST_MAX_CHARS else text[: DIGEST_MAX_CHARS - 1].rstrip() + "…"
+    if len(text) <= DIGEST_MAX_CHARS:
+        return text
+    head = text[:DIGEST_MAX_CHARS]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() < len(text) and m.end() <= DIGEST_MAX_CHARS]
+    if ends and ends[-1] >= DIGEST_MAX_CHARS // 2:
+        return head[: ends[-1]].rstrip()
+    return head[: DIGEST_MAX_CHARS - 1].rstrip() + "…"
+
+
+def clean_digest(text: str) -> str:
+    """A digest as stored: cut to ``DIGEST_MAX_CHARS`` (``truncate_digest``); ``InvalidInput`` when
+    it is so far over the limit (4x) that cutting it would keep too little of what was meant."""
+    if len(text.strip()) > DIGEST_MAX_CHARS * 4:
+        raise InvalidInput(f"digest is far over the {DIGEST_MAX_CHARS}-character limit", code="digest_too_long")
+    return truncate_digest(text)
 
 
 def expires_by_retention(memory: Memory, now: datetime, unseen_days: int) -> bool:

@@ -1,10 +1,9 @@
-"""The `engram` command: serve locally, rebuild the index, print settings, run jobs."""
+"""The `engram` command: serve locally, rebuild the index, export and import, print settings, run jobs."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ class Progress:
 
 
 def _settings(args: argparse.Namespace) -> Any:
+    from engram.entrypoints.logs import configure_logging
     from engram.settings import load_settings
 
     overrides: dict[str, Any] = {}
@@ -57,7 +57,9 @@ def _settings(args: argparse.Namespace) -> Any:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
-    return load_settings(**overrides)
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level)
+    return settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -86,6 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level.lower(),
+            # Engram logs each request itself (method, path without query, status, ms, request id).
+            access_log=False,
             timeout_graceful_shutdown=5,
             # Engram reads forwarding headers itself, from ENGRAM_TRUSTED_PROXIES only (entrypoints/http/proxies.py);
             # uvicorn's own handling would believe any local peer.
@@ -97,16 +101,83 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container, rebuild_index
+    from engram.bootstrap import build_container
 
     container = build_container(_settings(args))
     try:
-        total = rebuild_index(container, progress=lambda ns, count: Progress(count, f"reindex {ns}"))
+        namespace = args.namespace or container.settings.default_namespace
+        total = container.reindex.rebuild(
+            namespace,
+            every_namespace=not args.namespace,
+            progress=lambda ns, count: Progress(count, f"reindex {ns}"),
+        )
         model = container.embedder.model_id if container.embedder else "none (keyword only)"
         print(f"reindexed {total} memories with {model}")
     finally:
         container.close()
     return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from engram.bootstrap import build_container
+
+    settings = _settings(args)
+    container = build_container(settings)
+    try:
+        document = container.transfer.export(args.namespace or settings.default_namespace)
+    finally:
+        container.close()
+    text = json.dumps(document, ensure_ascii=False, indent=1, default=str)
+    if args.file in (None, "-"):
+        print(text)
+    else:
+        Path(args.file).write_text(text + "\n", encoding="utf-8")
+        print(f"exported {len(document['memories'])} memories to {args.file}", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from engram.bootstrap import build_container
+    from engram.domain.errors import InvalidInput
+    from engram.services.transfer import KINDS, ExportDocument
+
+    try:
+        raw = json.loads(sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8"))
+        document = ExportDocument.model_validate(raw)
+    except (OSError, ValueError) as exc:  # unreadable file, not JSON, not an export's shape
+        detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise InvalidInput(f"{args.file} is not an Engram export: {detail}") from exc
+    settings = _settings(args)
+    namespace = args.namespace or settings.default_namespace
+    container = build_container(settings)
+    bars: list[Progress] = []
+
+    def progress(stage: str, total: int) -> Progress:
+        if bars:
+            bars[-1].close()
+        bars.append(Progress(total, f"{stage} {namespace}"))
+        return bars[-1]
+
+    try:
+        report = container.transfer.import_(namespace, document, progress=progress)
+    finally:
+        if bars:
+            bars[-1].close()
+        container.close()
+
+    def counts(outcome: str) -> str:
+        return ", ".join(f"{n} {kind}" for kind in KINDS if (n := report[outcome][kind])) or "nothing"
+
+    outcomes = "; ".join(f"{outcome} {counts(outcome)}" for outcome in ("created", "skipped", "refused"))
+    print(f"import into {namespace}: {outcomes}")
+    for problem in report["problems"]:
+        where = f"{problem['kind']}[{problem['row']}]" + (f" {problem['id']}" if problem["id"] else "")
+        print(f"  {problem['outcome']} {where}: {problem['code']}: {problem['reason']}")
+    if report["problems_not_listed"]:
+        print(f"  ... and {report['problems_not_listed']} more")
+    return 1 if any(report["refused"].values()) else 0
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
@@ -138,9 +209,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     reindex = sub.add_parser("reindex", help="rebuild the search index (after changing the embedding model)")
-    reindex.add_argument("--namespace", help="only this namespace")
+    reindex.add_argument("--namespace", help="only this namespace (after a model change: every namespace)")
     common(reindex)
     reindex.set_defaults(func=cmd_reindex)
+
+    export = sub.add_parser("export", help="write a namespace's rows as JSON (the format of GET /v1/export)")
+    export.add_argument("file", nargs="?", help="output file (default: standard output)")
+    export.add_argument("--namespace", help="namespace to export (default ENGRAM_DEFAULT_NAMESPACE)")
+    common(export)
+    export.set_defaults(func=cmd_export)
+
+    import_ = sub.add_parser(
+        "import", help="import an export: invalid rows refused, present rows skipped, progress shown"
+    )
+    import_.add_argument("file", help="an export file (`-` reads standard input)")
+    import_.add_argument("--namespace", help="namespace to import into (default ENGRAM_DEFAULT_NAMESPACE)")
+    common(import_)
+    import_.set_defaults(func=cmd_import)
 
     settings = sub.add_parser("settings", help="print the effective settings (secrets hidden)")
     settings.add_argument("--markdown", action="store_true", help="print the settings table for the README")
@@ -153,7 +238,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _load_job_commands()
     args = build_parser().parse_args(argv)
     try:

@@ -4,6 +4,18 @@
 Messages) and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
 an async byte stream that passes upstream events on as they arrive. Nothing here fails the chat
 because of memory: recall, boot block, remember and persistence errors are logged and skipped.
+
+Nothing happens after the last byte (docs/aws.md, "How Lambda runs it"): every write a request owes
+(its messages, usage, an explicit "remember ...", the cleanup enqueue) is done before the response
+ends — a whole body is built after them, a stream holds back only its closing event (``[DONE]``,
+``message_stop``) until they are done. A frozen or recycled process has nothing left to lose.
+
+Nothing the user wrote is lost: once a request was sent upstream, the user's turn is stored whatever
+happens next (an error status, a timeout, an unreachable or malformed upstream, a stream cut midway,
+the client going away), with ``Message.error`` saying what went wrong, so extraction still learns from
+it. A retry of the same turn is not stored twice: the stored rows are keyed by the conversation so far
+(``_exchange_key``: namespace, conversation id and every message of the request), so the retry's user
+turn is recognised as the one already stored and only its answer is added.
 """
 
 from __future__ import annotations
@@ -17,12 +29,12 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import anyio
 
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.errors import EngramError, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
 from engram.domain.prompt_cache import CachePolicy
@@ -36,12 +48,21 @@ from engram.services.injection import (
     last_user_text,
     render_boot_block,
 )
+from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.wire_shapes import (
+    check_upstream_response,
+    parse_chat_request,
+    parse_upstream_event,
+    upstream_error_message,
+)
 
 log = logging.getLogger(__name__)
 
 Wire = Literal["openai", "anthropic"]
-Reason = Literal["injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed"]
+Reason = Literal[
+    "injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed", "index_unavailable"
+]
 
 _MAX_STORED_CHARS = 100_000
 _REMEMBER = re.compile(
@@ -138,6 +159,11 @@ class _Exchange:
     upstream_ms: float = 0.0
     started: float = field(default_factory=time.perf_counter)
     client_wants_usage: bool = True
+    # Writes started during the request (an explicit "remember ..."), awaited before its last byte.
+    pending: list[asyncio.Future[None]] = field(default_factory=list)
+    settled: bool = False
+    forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
+    key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
 
     def headers(self) -> dict[str, str]:
         return {
@@ -179,7 +205,6 @@ class ChatService:
         self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
         self._queue = queue
         self._boot_cache: dict[str, tuple[float, str, tuple[str, ...]]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
 
     @property
     def _config(self) -> ChatConfig:
@@ -199,12 +224,7 @@ class ChatService:
     ) -> ChatReply:
         ex = _Exchange(namespace=namespace, wire=wire, body={})
         try:
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise InvalidInput("request body is not valid JSON", code="invalid_json") from exc
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise InvalidInput("request body needs a 'messages' list", code="invalid_request")
+            body = parse_chat_request(raw, wire)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
             ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
@@ -216,9 +236,10 @@ class ChatService:
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
-                self._remember_later(ex)
+                self._remember(ex)
             return await self._forward(ex, upstream_body, forward_headers or {})
         except EngramError as exc:
+            await self._settle_failed(ex, exc)
             return ChatReply(status=0, headers=ex.headers(), error=exc)
 
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
@@ -275,6 +296,8 @@ class ChatService:
                 )
                 recall_text = self._render_recall(result) if getattr(result, "hits", None) else ""
                 ex.reason = "injected" if recall_text.strip() else "no_content"
+                if (getattr(result, "meta", None) or {}).get("index") == "unavailable":
+                    ex.reason = "index_unavailable"  # boot block (and what the index gave) only
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"
@@ -318,7 +341,9 @@ class ChatService:
         )
         return render_boot_block(data, max_chars=self._config.boot_max_chars), tuple(m.id for m in stable)
 
-    def _remember_later(self, ex: _Exchange) -> None:
+    def _remember(self, ex: _Exchange) -> None:
+        """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
+        byte waits for it (``_settle``)."""
         fact = explicit_remember(ex.user_text or "")
         if fact is None:
             return
@@ -335,7 +360,7 @@ class ChatService:
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 
-        self._spawn(asyncio.to_thread(write))
+        ex.pending.append(asyncio.ensure_future(asyncio.to_thread(write)))
 
     # -- forwarding ---------------------------------------------------------------------------------
     async def _forward(self, ex: _Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
@@ -347,6 +372,7 @@ class ChatService:
             headers = {}
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
+        ex.forwarded = True
         task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         if not stream:
             try:
@@ -354,7 +380,7 @@ class ChatService:
             finally:
                 ex.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
-            return self._whole(ex, raw)
+            return await self._whole(ex, raw)
         done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
         ex.upstream_ms = (time.perf_counter() - t0) * 1000
         first: UpstreamReply | None = None
@@ -376,13 +402,16 @@ class ChatService:
             return self._bedrock
         return self._openai
 
-    def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
+    async def _whole(self, ex: _Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
+        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
         try:
             data = json.loads(raw)
-        except ValueError as exc:
-            raise UpstreamUnavailable("the upstream sent a response that is not JSON") from exc
-        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
+        except (ValueError, RecursionError) as exc:
+            raise UpstreamUnavailable(
+                "the upstream sent a response that is not JSON", code="upstream_malformed"
+            ) from exc
+        data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
             text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
             usage = w.usage_from_anthropic(data.get("usage"))
@@ -397,7 +426,7 @@ class ChatService:
                 else w.openai_response_to_anthropic(data, ex.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
-        self._after(ex, text, usage)
+        await self._settle(ex, text, usage)
         return ChatReply(status=200, headers=ex.headers(), body=raw)
 
     async def _stream(
@@ -420,82 +449,135 @@ class ChatService:
                     yield SSE_PING
                 reply = task.result()
             parser = SseParser()
+            closing: list[bytes] = []  # the stream's end, held back until the writes are done
             # Whatever one network read brought is passed on in one write: as soon as it arrives, and
             # with one syscall instead of one per event.
             async for chunk in reply.aiter_bytes():
-                out = [piece for event in parser.feed(chunk) for piece in tap.feed(event)]
+                out, failure = _relay(tap, parser.feed(chunk), closing)
                 if out:
-                    yield b"".join(out)
-            out = [piece for event in parser.flush() for piece in tap.feed(event)]
+                    yield out
+                if failure is not None:
+                    raise failure
+            out, failure = _relay(tap, parser.flush(), closing)
             if out:
-                yield b"".join(out)
+                yield out
+            if failure is not None:
+                raise failure
             if not tap.finished:
                 raise UpstreamUnavailable("the upstream ended the stream early")
-            self._after(ex, tap.text, tap.usage)
+            await self._settle(ex, tap.text, tap.usage)
+            yield b"".join(closing)
         except EngramError as exc:
+            log.warning("chat stream ended with an error event: %s", exc.message)
+            await self._settle_failed(ex, exc, tap.usage)
             yield b"".join(_error_event(ex.wire, exc))
+        except Exception:
+            # The status line is gone: a clean error event is the only answer left (never a cut stream).
+            log.exception("chat stream failed")
+            internal = EngramError("internal error", code="internal_error")
+            await self._settle_failed(ex, internal, tap.usage)
+            yield b"".join(_error_event(ex.wire, internal))
         finally:
             if not task.done():
                 task.cancel()
             elif reply is None and not task.cancelled() and task.exception() is None:
                 reply = task.result()  # answered just as the client went away
-            if reply is not None:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                if reply is not None:
                     await reply.aclose()
+                # Settled already unless the client went away: keep its turn, and what was started.
+                await self._settle_failed(ex, _CLIENT_GONE, tap.usage)
 
-    # -- after the reply ------------------------------------------------------------------------------
-    def _after(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
-        if not ex.persist:
+    # -- before the last byte ------------------------------------------------------------------------
+    async def _settle(
+        self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage, error: EngramError | None = None
+    ) -> None:
+        """Every write the exchange owes, done before the reply's last byte. The writes are independent,
+        so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
+        logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
+        answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
+        await self._settle_pending(ex)
+        if not ex.persist or ex.settled:
             return
-        self._spawn(asyncio.to_thread(self._persist, ex, assistant_text, usage))
-
-    def _persist(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+        ex.settled = True
         assert ex.route is not None
-        try:
-            now = self._clock.now()
-            self._store.append_usage(
-                UsageRecord(
-                    id=new_id("use"),
-                    namespace=ex.namespace,
-                    model=ex.route.model,
-                    input_tokens=usage.input,
-                    output_tokens=usage.output,
-                    cache_read_tokens=usage.cache_read,
-                    cache_write_tokens=usage.cache_write,
-                    created_at=now,
-                )
+        now = self._clock.now()
+        writes = []
+        if error is None or usage.input or usage.output:
+            writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
+        if ex.user_text:
+            note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
+            writes.append(
+                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now, note)
             )
-            if ex.user_text:
-                from engram.services.library import MessageIn
+            if assistant_text.strip():
+                later = now + timedelta(microseconds=1)
+                writes.append(
+                    self._write(
+                        self._store_message, "storing the exchange failed", ex, "assistant", assistant_text, later
+                    )
+                )
+        writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
+        await asyncio.gather(*writes)
 
-                key = self._exchange_key(ex)
-                messages = [
-                    MessageIn(
-                        role="user",
-                        content=ex.user_text[:_MAX_STORED_CHARS],
-                        conversation_id=ex.conversation,
-                        id=f"gw-{key}-u",
-                        created_at=now,
-                        model=ex.route.requested[:200],
-                    )
-                ]
-                if assistant_text.strip():
-                    messages.append(
-                        MessageIn(
-                            role="assistant",
-                            content=assistant_text[:_MAX_STORED_CHARS],
-                            conversation_id=ex.conversation,
-                            id=f"gw-{key}-a",
-                            created_at=now + timedelta(microseconds=1),
-                            model=ex.route.model[:200],
-                        )
-                    )
-                self._library.ingest(ex.namespace, messages)
-            self._maybe_cleanup(ex.namespace, now)
+    async def _settle_failed(self, ex: _Exchange, error: EngramError, usage: w.TokenUsage | None = None) -> None:
+        """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
+        upstream; before that (a request refused by Engram itself) only what was already started."""
+        if ex.forwarded:
+            await self._settle(ex, "", usage or w.TokenUsage(), error)
+        else:
+            await self._settle_pending(ex)
+
+    async def _settle_pending(self, ex: _Exchange) -> None:
+        """Wait for the writes started during the request (each logs its own failure)."""
+        while ex.pending:
+            await ex.pending.pop()
+
+    @staticmethod
+    async def _write(fn: Callable[..., object], failure: str, *args: Any) -> None:
+        try:
+            await asyncio.to_thread(fn, *args)
         except Exception:
-            log.warning("storing the exchange failed", exc_info=True)
+            log.warning(failure, exc_info=True)
 
-    def _maybe_cleanup(self, namespace: str, now: Any) -> None:
+    def _store_usage(self, ex: _Exchange, usage: w.TokenUsage, now: datetime) -> None:
+        assert ex.route is not None
+        self._store.append_usage(
+            UsageRecord(
+                id=new_id("use"),
+                namespace=ex.namespace,
+                model=ex.route.model,
+                input_tokens=usage.input,
+                output_tokens=usage.output,
+                cache_read_tokens=usage.cache_read,
+                cache_write_tokens=usage.cache_write,
+                created_at=now,
+            )
+        )
+
+    def _store_message(
+        self,
+        ex: _Exchange,
+        role: Literal["user", "assistant"],
+        content: str,
+        at: datetime,
+        error: str | None = None,
+    ) -> None:
+        """One side of the exchange under a key that a retry of the same turn repeats (``_exchange_key``)."""
+        assert ex.route is not None
+        model = ex.route.requested if role == "user" else ex.route.model
+        message = MessageIn(
+            role=role,
+            content=content[:_MAX_STORED_CHARS],
+            conversation_id=ex.conversation,
+            id=f"gw-{self._exchange_key(ex)}-{role[0]}",
+            created_at=at,
+            model=model[:200],
+            error=error,
+        )
+        self._library.ingest(ex.namespace, [message])
+
+    def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:
             return
         if self._store.get_cache(namespace, "gateway:cleanup-enqueued") is not None:
@@ -507,33 +589,24 @@ class ChatService:
 
     def _exchange_key(self, ex: _Exchange) -> str:
         """Same namespace, conversation, earlier turns and last user message -> same key (retries)."""
-        messages = ex.body.get("messages") or []
-        material = json.dumps(
-            [ex.namespace, ex.conversation, messages],
-            ensure_ascii=False,
-            sort_keys=True,
-            separators=(",", ":"),
-            default=str,
-        )
-        return hashlib.sha256(material.encode()).hexdigest()[:32]
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        if not ex.key:
+            messages = ex.body.get("messages") or []
+            material = json.dumps(
+                [ex.namespace, ex.conversation, messages],
+                ensure_ascii=False,
+                sort_keys=True,
+                separators=(",", ":"),
+                default=str,
+            )
+            ex.key = hashlib.sha256(material.encode()).hexdigest()[:32]
+        return ex.key
 
     async def aclose(self) -> None:
-        """Finish background writes and close the upstream HTTP clients (app shutdown)."""
-        await self.drain()
+        """Close the upstream HTTP clients (app shutdown)."""
         for upstream in (self._openai, self._anthropic, self._bedrock):
             closer = getattr(upstream, "aclose", None)
             if closer is not None:
                 await closer()
-
-    async def drain(self) -> None:
-        """Wait for background writes (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     # -- models and usage --------------------------------------------------------------------------------
     async def models(self) -> dict[str, Any]:
@@ -574,6 +647,34 @@ class ChatService:
         }
 
 
+def _anthropic_kind(event: SseEvent, data: dict[str, Any]) -> str:
+    """The type of an Anthropic stream event; raises for an error event or one without a type."""
+    kind = data.get("type") or event.event
+    if kind == "error" or (kind is None and data.get("error") is not None):
+        raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data.get('error'))}")
+    if not kind:
+        raise UpstreamUnavailable("the upstream sent a stream event without a type", code="upstream_malformed")
+    return str(kind)
+
+
+def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> tuple[bytes, Exception | None]:
+    """The client's bytes for ``events`` up to the first bad one, and what was wrong with it (if any),
+    so the events before a malformed one still reach the client ahead of the error event. What comes
+    from the upstream's end event on (``[DONE]``, ``message_stop``) goes to ``closing`` instead, to be
+    sent once the exchange is stored."""
+    out: list[bytes] = []
+    for event in events:
+        try:
+            pieces = tap.feed(event)
+        except Exception as exc:
+            return b"".join(out), exc
+        (closing if tap.finished else out).extend(pieces)
+    return b"".join(out), None
+
+
+_CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
+
+
 def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
     """The SSE error event for a failure after the stream began (status can no longer change)."""
     kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
@@ -609,8 +710,10 @@ class _Tap:
         return "".join(self.text_parts)
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        if event.is_comment or not event.data:
+        if event.is_comment:
             return [event.raw] if self._a2o is None and self._o2a is None else []
+        if not event.data:
+            return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
         if not self.observe and self._a2o is None and self._o2a is None:
             return self._pass(event)
         if self.upstream == "openai":
@@ -618,28 +721,27 @@ class _Tap:
         return self._anthropic(event)
 
     def _pass(self, event: SseEvent) -> list[bytes]:
-        """Pure forwarding: no JSON parsing except to recognise an error event."""
+        """Pure forwarding of well-formed events, the raw bytes unchanged."""
         if self.upstream == "openai":
             if event.data == "[DONE]":
                 self.finished = True
-            elif '"error"' in event.data:
-                return self._openai(event)
-        elif event.event == "message_stop":
+                return [event.raw]
+            data = parse_upstream_event(event.data, "openai")
+            if data.get("error"):
+                raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
+            return [event.raw]
+        data = parse_upstream_event(event.data, "anthropic")
+        if _anthropic_kind(event, data) == "message_stop":
             self.finished = True
-        elif event.event == "error":
-            return self._anthropic(event)
         return [event.raw]
 
     def _openai(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
             self.finished = True
             return self._o2a.finish() if self._o2a is not None else [event.raw]
-        try:
-            data = event.json()
-        except ValueError:
-            return [event.raw] if self._o2a is None else []
+        data = parse_upstream_event(event.data, "openai")
         if data.get("error"):
-            raise UpstreamUnavailable(f"upstream error: {str(data['error'].get('message', data['error']))[:300]}")
+            raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
         choices = data.get("choices") or []
         for choice in choices:
             piece = (choice.get("delta") or {}).get("content")
@@ -654,14 +756,8 @@ class _Tap:
         return [event.raw]
 
     def _anthropic(self, event: SseEvent) -> list[bytes]:
-        try:
-            data = event.json()
-        except ValueError:
-            return [event.raw] if self._a2o is None else []
-        kind = data.get("type") or event.event
-        if kind == "error":
-            err = data.get("error") or {}
-            raise UpstreamUnavailable(f"upstream error: {str(err.get('message', err))[:300]}")
+        data = parse_upstream_event(event.data, "anthropic")
+        kind = _anthropic_kind(event, data)
         if kind == "message_start":
             self._anthropic_usage.update((data.get("message") or {}).get("usage") or {})
         elif kind == "content_block_delta":

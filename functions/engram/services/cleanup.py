@@ -4,12 +4,14 @@ Per namespace: messages, usage rows, events and idempotency keys older than thei
 deleted; active memories unseen for ``memory_expire_unseen_days`` expire (never pinned, identity or
 persona ones); memories deleted, superseded or expired for longer than ``hard_delete_after_days``
 are erased — the search document first, and when that fails the row stays for the next run, so
-the index never keeps a vector whose row is gone.
+the index never keeps a vector whose row is gone. Index writes that failed since the last run are
+repaired first (``MemoryService.repair_index``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,6 +61,7 @@ class NamespaceCleanup:
     expired: int = 0
     hard_deleted: int = 0
     kept_for_retry: int = 0
+    index_repaired: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -67,7 +70,16 @@ class CleanupReport:
     namespaces: list[NamespaceCleanup] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("messages", "usage", "events", "idempotency", "expired", "hard_deleted", "kept_for_retry")
+        keys = (
+            "messages",
+            "usage",
+            "events",
+            "idempotency",
+            "expired",
+            "hard_deleted",
+            "kept_for_retry",
+            "index_repaired",
+        )
         return {
             "job": "cleanup",
             **{k: sum(int(getattr(ns, k)) for ns in self.namespaces) for k in keys},
@@ -84,8 +96,10 @@ class CleanupService:
         clock: Clock,
         policy: RetentionPolicy | None = None,
         locks: NamespaceLocks | None = None,
+        repair: Callable[[str], int] | None = None,
     ) -> None:
         self._store = store
+        self._repair = repair
         self._index = index
         self._clock = clock
         self._policy = policy or RetentionPolicy()
@@ -131,6 +145,11 @@ class CleanupService:
     def _clean(self, namespace: str, result: NamespaceCleanup) -> None:
         now = self._clock.now()
         self._store.set_cursor(namespace, LAST_RUN, now.isoformat())
+        if self._repair is not None:
+            try:
+                result.index_repaired = self._repair(namespace)
+            except EngramError as exc:  # the index is still away: the record stays for the next run
+                result.errors.append({"error": exc.code, "op": "index_repair"})
         p = self._policy
         result.messages = self._store.delete_messages_before(namespace, now - timedelta(days=p.messages_days))
         result.usage = self._store.delete_usage_before(namespace, now - timedelta(days=p.usage_days))

@@ -5,8 +5,10 @@ messages plus the active memories most relevant to them go to the dream model. I
 memories (a changed text becomes a new version, so the chain can be restored), archives memories
 (never pinned ones), keeps verbatim excerpts as precious notes (only quotes really found in the
 day's messages), and rewrites the digest (at most 500 characters) and the day's log. The model may
-only touch memories it was shown. A date is dreamt once per namespace unless forced; a failed run
-leaves no mark, so the next run tries again.
+only touch memories it was shown. The answer is validated whole before anything is applied: an
+invalid item is dropped and reported, an over-long digest is cut at a sentence boundary, and the
+rest is applied once. A date is dreamt once per namespace unless forced; a run whose model call
+failed leaves no mark, so the next run tries again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ from zoneinfo import ZoneInfo
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, DailyLog, Memory, MemoryFilter, Message
-from engram.domain.policies import same_meaning_text
+from engram.domain.policies import (
+    LOG_SECTION_CHARS,
+    LOG_SECTIONS,
+    LOG_SUMMARY_CHARS,
+    LOG_TITLE_CHARS,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    clean_content,
+    same_meaning_text,
+    truncate_digest,
+)
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, SearchIndex
 from engram.services import prompts
 from engram.services.jobs import NamespaceLocks, as_list, as_str, as_str_list, as_unit, parse_json_object, record_run
@@ -35,7 +47,6 @@ from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
 log = logging.getLogger(__name__)
 
 _PAGE = 500
-_MAX_SECTIONS = 12
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ class NamespaceDream:
     ignored: int = 0
     excerpts: int = 0
     excerpts_rejected: int = 0
+    dropped: int = 0  # invalid items of the model's answer, each reported in errors
     digest: bool = False
     daily_log: bool = False
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -84,7 +96,7 @@ class DreamReport:
     namespaces: list[NamespaceDream] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("messages", "updated", "superseded", "archived", "protected", "excerpts")
+        keys = ("messages", "updated", "superseded", "archived", "protected", "excerpts", "dropped")
         return {
             "job": "dream",
             "date": self.date,
@@ -254,35 +266,33 @@ class DreamingService:
         self,
         namespace: str,
         day: str,
-        plan: dict[str, Any],
+        raw_plan: dict[str, Any],
         messages: list[Message],
         context: list[Memory],
         result: NamespaceDream,
     ) -> None:
+        """Validate the whole plan, then apply what is valid once and mark the date dreamt.
+
+        Nothing in a model answer can stop the dream halfway: invalid items are dropped (reported
+        in ``errors`` with the item's place), what can be clamped is clamped, and each step that
+        still fails (a store error on one row) is reported while the others go on."""
+        plan = _validate_plan(raw_plan, messages, self._config.excerpt_limit, result)
         shown = {m.id for m in context}
         touched: set[str] = set()
-        for raw in as_list(plan.get("memories_to_update")):
-            self._guarded(result, self._update, namespace, raw, shown, touched, result)
-        for raw in as_list(plan.get("memories_to_delete")):
-            self._guarded(result, self._archive, namespace, raw, shown, touched, result)
-        self._guarded(result, self._excerpts, namespace, plan, messages, result)
-
-        digest = as_str(plan.get("digest")) or as_str(plan.get("summary"))
-        if digest:
-            self._library.set_digest(namespace, digest)
-            result.digest = True
-        sections = tuple(
-            {"heading": as_str(s.get("heading")), "content": as_str(s.get("content"))}
-            for s in as_list(plan.get("sections"))[:_MAX_SECTIONS]
-            if isinstance(s, dict) and as_str(s.get("content"))
-        )
+        for update in plan.updates:
+            self._guarded(result, self._update, namespace, update, shown, touched, result)
+        for archive in plan.archives:
+            self._guarded(result, self._archive, namespace, archive, shown, touched, result)
+        self._guarded(result, self._excerpts, namespace, plan.excerpts, result)
+        if plan.digest:
+            self._guarded(result, self._digest, namespace, plan.digest, result)
         self._store.put_daily_log(
             DailyLog(
                 namespace=namespace,
                 date=day,
-                title=prompts.clip(as_str(plan.get("title")), 200),
-                summary=prompts.clip(as_str(plan.get("summary")), 4000),
-                sections=sections,
+                title=plan.title,
+                summary=plan.summary,
+                sections=plan.sections,
                 created_at=self._clock.now(),
             )
         )
@@ -292,14 +302,13 @@ class DreamingService:
 
     @staticmethod
     def _guarded(result: NamespaceDream, step: Any, *args: Any) -> None:
-        """One bad item never stops the rest of the plan."""
+        """One failing step never stops the rest of the plan."""
         try:
             step(*args)
         except EngramError as exc:
             result.errors.append({"error": exc.code, "message": exc.message[:300]})
 
-    def _target(self, namespace: str, raw: Any, shown: set[str], result: NamespaceDream) -> Memory | None:
-        target_id = as_str(raw.get("target_id")) if isinstance(raw, dict) else ""
+    def _target(self, namespace: str, target_id: str, shown: set[str], result: NamespaceDream) -> Memory | None:
         if target_id not in shown:
             result.ignored += 1  # the model may only touch memories it was shown
             return None
@@ -312,18 +321,18 @@ class DreamingService:
             return None
         return memory
 
-    def _update(self, namespace: str, raw: Any, shown: set[str], touched: set[str], result: NamespaceDream) -> None:
-        target = self._target(namespace, raw, shown, result)
+    def _update(
+        self, namespace: str, update: _Update, shown: set[str], touched: set[str], result: NamespaceDream
+    ) -> None:
+        target = self._target(namespace, update.target_id, shown, result)
         if target is None:
             return
-        type_ = as_str(raw.get("type")).lower()
-        new_type = type_ if type_ in MEMORY_TYPES else target.type
-        tags = as_str_list(raw.get("tags")) or list(target.tags)
-        importance = as_unit(raw.get("importance"), target.importance)
-        confidence = as_unit(raw.get("confidence"), target.confidence)
-        content = as_str(raw.get("content"))
+        new_type = update.type or target.type
+        tags = list(update.tags) or list(target.tags)
+        importance = target.importance if update.importance is None else update.importance
+        confidence = target.confidence if update.confidence is None else update.confidence
         touched.add(target.id)
-        if not content or same_meaning_text(content, target.content):
+        if not update.content or same_meaning_text(update.content, target.content):
             self._memories.update(
                 namespace,
                 target.id,
@@ -335,7 +344,7 @@ class DreamingService:
             namespace,
             target.id,
             MemoryWrite(
-                content=content,
+                content=update.content,
                 type=new_type,
                 layer=target.layer,
                 importance=importance,
@@ -347,40 +356,166 @@ class DreamingService:
         )
         result.superseded += 1
 
-    def _archive(self, namespace: str, raw: Any, shown: set[str], touched: set[str], result: NamespaceDream) -> None:
-        target = self._target(namespace, raw, shown, result)
+    def _archive(
+        self, namespace: str, archive: _Archive, shown: set[str], touched: set[str], result: NamespaceDream
+    ) -> None:
+        target = self._target(namespace, archive.target_id, shown, result)
         if target is None:
             return
         if target.id in touched:  # updated in the same plan: the update wins
             result.ignored += 1
             return
-        reason = prompts.clip(as_str(raw.get("reason")) or "dreaming", 300)
-        self._memories.set_status(namespace, target.id, "archived", reason=f"dream: {reason}")
+        self._memories.set_status(namespace, target.id, "archived", reason=f"dream: {archive.reason}")
         result.archived += 1
 
-    def _excerpts(self, namespace: str, plan: dict[str, Any], messages: list[Message], result: NamespaceDream) -> None:
-        squashed = [(m.id, _squash(m.content)) for m in messages]
+    def _excerpts(self, namespace: str, excerpts: list[_Excerpt], result: NamespaceDream) -> None:
         kept = {_squash(p.content) for p in self._store.list_precious(namespace, limit=1000)}
-        for raw in as_list(plan.get("important_excerpts"))[: self._config.excerpt_limit]:
-            quote = as_str(raw.get("quote")) if isinstance(raw, dict) else ""
-            needle = _squash(quote)
-            sources = [mid for mid, text in squashed if needle and needle in text]
-            if not sources:  # not verbatim from the day: a paraphrase is not an excerpt
-                result.excerpts_rejected += 1
+        for excerpt in excerpts:
+            if excerpt.needle in kept:
                 continue
-            if needle in kept:
-                continue
-            named = [i for i in as_str_list(raw.get("source_message_ids"), 50) if i in sources]
-            self._library.add_precious(
-                namespace,
-                quote,
-                reason=prompts.clip(as_str(raw.get("reason")), 1000) or None,
-                tags=as_str_list(raw.get("tags")),
-                source="dreaming",
-                source_message_ids=named or sources,
+            self._guarded(result, self._add_excerpt, namespace, excerpt, result)
+            kept.add(excerpt.needle)
+
+    def _add_excerpt(self, namespace: str, excerpt: _Excerpt, result: NamespaceDream) -> None:
+        self._library.add_precious(
+            namespace,
+            excerpt.quote,
+            reason=excerpt.reason,
+            tags=excerpt.tags,
+            source="dreaming",
+            source_message_ids=excerpt.source_message_ids,
+        )
+        result.excerpts += 1
+
+    def _digest(self, namespace: str, digest: str, result: NamespaceDream) -> None:
+        self._library.set_digest(namespace, digest)
+        result.digest = True
+
+
+@dataclass(frozen=True)
+class _Update:
+    target_id: str
+    content: str  # "" keeps the text (fields change in place)
+    type: str | None
+    tags: tuple[str, ...]
+    importance: float | None
+    confidence: float | None
+
+
+@dataclass(frozen=True)
+class _Archive:
+    target_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Excerpt:
+    quote: str
+    needle: str  # the quote squashed, to find it in the day's messages and among kept notes
+    reason: str | None
+    tags: tuple[str, ...]
+    source_message_ids: tuple[str, ...]
+
+
+@dataclass
+class _Plan:
+    updates: list[_Update] = field(default_factory=list)
+    archives: list[_Archive] = field(default_factory=list)
+    excerpts: list[_Excerpt] = field(default_factory=list)
+    digest: str = ""
+    title: str = ""
+    summary: str = ""
+    sections: tuple[dict[str, str], ...] = ()
+
+
+def _validate_plan(raw: dict[str, Any], messages: list[Message], excerpt_limit: int, result: NamespaceDream) -> _Plan:
+    """The valid part of a dream answer, clamped where a field can be clamped (digest to 500
+    characters at a sentence boundary, log fields, tags); each invalid item is dropped and reported."""
+    plan = _Plan()
+
+    def drop(item: str, code: str, message: str) -> None:
+        result.dropped += 1
+        result.errors.append({"error": code, "message": message[:300], "item": item})
+
+    def items(name: str) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for i, value in enumerate(as_list(raw.get(name))):
+            if isinstance(value, dict):
+                out.append((f"{name}[{i}]", value))
+            else:
+                drop(f"{name}[{i}]", "invalid_item", f"expected an object, got {type(value).__name__}")
+        return out
+
+    for where, item in items("memories_to_update"):
+        try:
+            content = clean_content(item["content"]) if as_str(item.get("content")) else ""
+        except InvalidInput as exc:
+            drop(where, exc.code, exc.message)
+            continue
+        type_ = as_str(item.get("type")).lower()
+        plan.updates.append(
+            _Update(
+                target_id=as_str(item.get("target_id")),
+                content=content,
+                type=type_ if type_ in MEMORY_TYPES else None,
+                tags=_tags(item.get("tags")),
+                importance=_unit(item.get("importance")),
+                confidence=_unit(item.get("confidence")),
             )
-            kept.add(needle)
-            result.excerpts += 1
+        )
+    for _where, item in items("memories_to_delete"):
+        reason = prompts.clip(as_str(item.get("reason")) or "dreaming", 300)
+        plan.archives.append(_Archive(target_id=as_str(item.get("target_id")), reason=reason))
+
+    squashed = [(m.id, _squash(m.content)) for m in messages]
+    for where, item in items("important_excerpts")[:excerpt_limit]:
+        try:
+            quote = clean_content(as_str(item.get("quote")) or " ")
+        except InvalidInput as exc:
+            if exc.code == "empty_content":
+                result.excerpts_rejected += 1
+            else:
+                drop(where, exc.code, exc.message)
+            continue
+        needle = _squash(quote)
+        sources = [mid for mid, text in squashed if needle and needle in text]
+        if not sources:  # not verbatim from the day: a paraphrase is not an excerpt
+            result.excerpts_rejected += 1
+            continue
+        named = [i for i in as_str_list(item.get("source_message_ids"), 50) if i in sources]
+        plan.excerpts.append(
+            _Excerpt(
+                quote=quote,
+                needle=needle,
+                reason=prompts.clip(as_str(item.get("reason")), 1000) or None,
+                tags=_tags(item.get("tags")),
+                source_message_ids=tuple(named or sources),
+            )
+        )
+
+    plan.digest = truncate_digest(as_str(raw.get("digest")) or as_str(raw.get("summary")))
+    plan.title = prompts.clip(as_str(raw.get("title")), LOG_TITLE_CHARS)
+    plan.summary = prompts.clip(as_str(raw.get("summary")), LOG_SUMMARY_CHARS)
+    plan.sections = tuple(
+        {
+            "heading": prompts.clip(as_str(s.get("heading")), LOG_TITLE_CHARS),
+            "content": prompts.clip(as_str(s.get("content")), LOG_SECTION_CHARS),
+        }
+        for s in as_list(raw.get("sections"))[:LOG_SECTIONS]
+        if isinstance(s, dict) and as_str(s.get("content"))
+    )
+    return plan
+
+
+def _unit(value: Any) -> float | None:
+    """A number clamped to [0, 1], or None (keep the memory's own) when it is not a number."""
+    number = as_unit(value, -1.0)
+    return None if number < 0 else number
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    """Tags a memory or note can hold: the first ``MAX_TAGS`` that are not too long."""
+    return tuple(dict.fromkeys(t for t in as_str_list(value, 1000) if len(t) <= MAX_TAG_CHARS))[:MAX_TAGS]
 
 
 def _marker(day: str) -> str:

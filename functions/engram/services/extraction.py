@@ -23,8 +23,9 @@ from typing import Any
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured, NotFound
 from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
-from engram.domain.policies import normalize_fact_key, same_meaning_text
+from engram.domain.policies import normalize_fact_key
 from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
+from engram.domain.wording import same_wording
 from engram.services import prompts
 from engram.services.curation import CandidateService
 from engram.services.jobs import (
@@ -348,7 +349,7 @@ class ExtractionService:
 
     def _pending_twin(self, namespace: str, content: str) -> bool:
         pending = self._store.list_candidates(namespace, "pending", limit=200).items
-        return any(same_meaning_text(c.content, content) for c in pending)
+        return any(same_wording(c.content, content) for c in pending)
 
     def _note_failure(self, namespace: str, batch: list[Message], result: NamespaceExtraction) -> None:
         """Count failures of the same batch; after ``max_attempts`` skip it so one bad window

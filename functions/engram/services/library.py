@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.domain.errors import InvalidInput
 from engram.domain.models import (
     DailyLog,
     Digest,
@@ -23,10 +22,11 @@ from engram.domain.models import (
     Precious,
     new_id,
 )
-from engram.domain.policies import DIGEST_MAX_CHARS, clean_content, clean_tags, truncate_digest
+from engram.domain.policies import clean_content, clean_digest, clean_tags
 from engram.domain.ports import Clock, MemoryStore
 
 MAX_MESSAGE_CHARS = 100_000
+MAX_ERROR_CHARS = 500
 
 
 class MessageIn(BaseModel):
@@ -40,6 +40,9 @@ class MessageIn(BaseModel):
     id: str | None = Field(default=None, max_length=200)
     created_at: datetime | None = None
     model: str | None = Field(default=None, max_length=200)
+    error: str | None = Field(
+        default=None, max_length=MAX_ERROR_CHARS, description="why this turn got no answer (upstream failure)"
+    )
 
 
 class GlossaryIn(BaseModel):
@@ -91,6 +94,7 @@ class LibraryService:
                     model=msg.model,
                     external_id=message_key(namespace, msg),
                     created_at=msg.created_at or now,
+                    error=msg.error,
                 )
             )
             created += int(new)
@@ -164,10 +168,8 @@ class LibraryService:
         return self._store.get_digest(namespace)
 
     def set_digest(self, namespace: str, content: str) -> Digest:
-        if len(content.strip()) > DIGEST_MAX_CHARS * 4:
-            raise InvalidInput(f"digest is far over the {DIGEST_MAX_CHARS}-character limit", code="digest_too_long")
         return self._store.put_digest(
-            Digest(namespace=namespace, content=truncate_digest(content), updated_at=self._clock.now())
+            Digest(namespace=namespace, content=clean_digest(content), updated_at=self._clock.now())
         )
 
     def today(self) -> str:

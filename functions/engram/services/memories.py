@@ -1,16 +1,20 @@
 """Writing and curating memories: upsert by fact key, versions, status changes, index sync.
 
 The store is the source of truth; the search index mirrors active memories. An index failure never
-loses a write: the row is kept, the failure is logged and recorded as an event, and `engram reindex`
-rebuilds the mirror.
+loses a write: the row is kept, the failure is recorded in the store (an ``index_failed`` event for the
+memory and a per-namespace "index dirty" flag), and ``repair_index`` (run by the cleanup job, and queued
+when the index answers again) or `engram reindex` brings the mirror back in line.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,13 +37,21 @@ from engram.domain.policies import (
     cosine,
     decide_upsert,
     normalize_fact_key,
-    same_meaning_text,
 )
 from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.wording import near_duplicate, salient_difference, same_wording
+from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
 
+INDEX_DIRTY = "index:dirty"  # cache key: this namespace has index writes to repair
+INDEX_REPAIRED = "index:repaired"  # cursor: index_failed events up to this time are repaired
+REPAIR_EVENTS = 1000  # more failures than this since the last repair: reindex the whole namespace
+REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB indexes: ~1 s)
+
 WriteAction = Literal["created", "seen", "superseded", "existing"]
+_REINDEX_READ = 500  # memories read per round of reindex_ids
+_KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 
 
 class MemoryWrite(BaseModel):
@@ -122,6 +134,9 @@ class MemoryService:
         # A callable is read per use (runtime settings change the rules without a restart).
         fixed = rules if isinstance(rules, MemoryRules) else MemoryRules()
         self._rules_of: Callable[[], MemoryRules] = rules if callable(rules) else (lambda: fixed)
+        # Namespaces whose index writes failed in this process (the store keeps the durable record).
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
 
     @property
     def _rules(self) -> MemoryRules:
@@ -129,9 +144,13 @@ class MemoryService:
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False) -> WriteResult:
-        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert
-        (same meaning -> seen, changed -> supersede); without a key create, or with ``dedup``
-        mark a near-identical active memory of the same type seen instead."""
+        """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert (same
+        wording -> seen, changed -> supersede); without a key create.
+
+        ``dedup`` is for machine-written texts (extraction, "remember ..." in a chat, MCP
+        memory_remember): a near-duplicate (same wording, or cosine >= ``dedup_cosine`` with the same
+        numbers, names, places and negation; ``domain/wording.py``) is marked seen instead: the
+        memory holding the key, or without a key an active memory of the same type."""
         content = clean_content(req.content)
         tags = clean_tags(req.tags)
         fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
@@ -141,34 +160,78 @@ class MemoryService:
             if existing is not None:
                 return WriteResult(existing, "existing", reason="external_id seen before")
 
-        vector: list[float] | None = None
         if fact_key:
-            current = self._store.find_active_by_fact_key(namespace, fact_key)
-            similarity = None
-            if current is not None and not same_meaning_text(current.content, content):
-                vector = self._embed_document(content)
-                other = self._embed_document(current.content) if vector is not None else None
-                if vector is not None and other is not None:
-                    similarity = cosine(vector, other)
-            decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine)
-            if current is not None and decision.action == "seen":
-                return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
-            if current is not None and decision.action == "supersede":
-                new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
-                old, new = self._swap(current, new, reason=decision.reason)
-                self._sync_index(new, vector)
-                return WriteResult(new, "superseded", previous=old, reason=decision.reason)
-        elif dedup:
+            return self._upsert_retrying(namespace, req, content, tags, fact_key, dedup=dedup)
+        vector: list[float] | None = None
+        if dedup:
             vector = self._embed_document(content)
             twin = self._find_twin(namespace, content, req.type, vector)
             if twin is not None:
                 return WriteResult(self._mark_seen(twin, tags), "seen", reason="near-identical memory")
+        return self._create(namespace, req, content, tags, None, vector)
 
+    def _upsert_retrying(
+        self, namespace: str, req: MemoryWrite, content: str, tags: tuple[str, ...], fact_key: str, *, dedup: bool
+    ) -> WriteResult:
+        """Upsert by key; when a concurrent writer changed the key between our read and our write
+        (the store refuses a second active row), read again and decide again. Each lost round means
+        another writer's version landed, so a few rounds settle any burst; a clean Conflict after."""
+        lost: Conflict | None = None
+        for attempt in range(_KEY_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, 0.005 * attempt))  # let the winner finish; spread the retries
+            try:
+                return self._upsert(namespace, req, content, tags, fact_key, dedup=dedup)
+            except Conflict as exc:
+                if req.external_id and (prior := self._store.find_by_external_id(namespace, req.external_id)):
+                    return WriteResult(prior, "existing", reason="external_id seen before")
+                lost = exc
+        raise Conflict(
+            f"fact_key {fact_key!r} was changed by other writes at the same time {_KEY_ATTEMPTS} times in a row; "
+            "try again",
+            code="fact_key_conflict",
+        ) from lost
+
+    def _upsert(
+        self, namespace: str, req: MemoryWrite, content: str, tags: tuple[str, ...], fact_key: str, *, dedup: bool
+    ) -> WriteResult:
+        vector: list[float] | None = None
+        current = self._store.find_active_by_fact_key(namespace, fact_key)
+        similarity = None
+        if (
+            current is not None
+            and dedup
+            and not same_wording(current.content, content)
+            and salient_difference(current.content, content) is None
+        ):
+            vector = self._embed_document(content)
+            other = self._embed_document(current.content) if vector is not None else None
+            if vector is not None and other is not None:
+                similarity = cosine(vector, other)
+        decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine, explicit=not dedup)
+        if current is None:
+            return self._create(namespace, req, content, tags, fact_key, vector)
+        if decision.action == "seen":
+            return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
+        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
+        old, new = self._swap(current, new, reason=decision.reason)
+        self._sync_index(new, vector)
+        return WriteResult(new, "superseded", previous=old, reason=decision.reason)
+
+    def _create(
+        self,
+        namespace: str,
+        req: MemoryWrite,
+        content: str,
+        tags: tuple[str, ...],
+        fact_key: str | None,
+        vector: list[float] | None,
+    ) -> WriteResult:
         memory = self._new_memory(namespace, req, content, tags, fact_key, supersedes=None)
         try:
             memory = self._store.insert_memory(memory)
         except Conflict:
-            # A concurrent writer won the race for this key or external id: answer like a retry.
+            # A concurrent writer won the race for this external id: answer like a retry.
             if req.external_id and (prior := self._store.find_by_external_id(namespace, req.external_id)):
                 return WriteResult(prior, "existing", reason="external_id seen before")
             raise
@@ -310,28 +373,89 @@ class MemoryService:
 
     # -- index maintenance ------------------------------------------------------------------
     def reindex(self, namespace: str, *, progress: Any = None) -> int:
-        """Re-embed and re-index every active memory of ``namespace``; returns the count."""
-        return self._index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
+        """Re-embed and re-index every active memory of ``namespace``; returns the count. Raises
+        if the index is unavailable."""
+        return self.index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
 
-    def reindex_ids(self, namespace: str, memory_ids: Sequence[str]) -> int:
-        """Index these memories (the active ones); returns how many were indexed."""
-        memories = [m for m in self._store.get_memories(namespace, memory_ids) if m.status == "active"]
-        return self._index_memories(memories, None)
+    def reindex_ids(self, namespace: str, memory_ids: Sequence[str], *, progress: Any = None) -> int:
+        """Embed and index these memories (the active ones) in bounded batches; ``progress(n)``
+        after each batch. Returns how many were indexed."""
+        done = 0
+        for start in range(0, len(memory_ids), _REINDEX_READ):
+            chunk = memory_ids[start : start + _REINDEX_READ]
+            memories = [m for m in self._store.get_memories(namespace, chunk) if m.status == "active"]
+            done += self.index_memories(memories, progress, strict=False)
+            if progress is not None and len(memories) < len(chunk):
+                progress(len(chunk) - len(memories))  # the ids that were no longer active
+        return done
 
-    def _index_memories(self, active: list[Memory], progress: Any) -> int:
+    def index_memories(self, active: Sequence[Memory], progress: Any = None, *, strict: bool = True) -> int:
+        """Embed and index ``active`` in batches; ``progress(n)`` after each batch. ``strict``: an
+        unavailable index or embedder raises instead of being recorded for repair."""
         done = 0
         batch = 32
         for start in range(0, len(active), batch):
             chunk = active[start : start + batch]
             vectors: list[list[float]] | list[None] = [None] * len(chunk)
             if self._embedder is not None:
-                vectors = self._embedder.embed_documents([m.content for m in chunk])
+                try:
+                    vectors = self._embedder.embed_documents([m.content for m in chunk])
+                except EngramError as exc:
+                    if strict:
+                        raise
+                    log.warning("embedding failed, indexing without vectors: %s", exc.code)
             for memory, vector in zip(chunk, vectors, strict=True):
-                self._sync_index(memory, vector, embed=False)
+                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict)
             done += len(chunk)
             if progress is not None:
                 progress(len(chunk))
         return done
+
+    def take_dirty(self) -> list[str]:
+        """Namespaces whose index writes failed in this process since the last call."""
+        with self._dirty_lock:
+            dirty, self._dirty = sorted(self._dirty), set()
+        return dirty
+
+    def mark_index_repaired(self, namespace: str, until: datetime) -> None:
+        """Every index failure recorded up to ``until`` is repaired (a reindex of the namespace ran)."""
+        self._store.set_cursor(namespace, INDEX_REPAIRED, until.isoformat())
+        self._clear_dirty(namespace, until)
+
+    def _clear_dirty(self, namespace: str, until: datetime) -> None:
+        flag = self._store.get_cache(namespace, INDEX_DIRTY)
+        # A failure recorded after ``until`` keeps the flag for the next repair.
+        if flag is not None and datetime.fromisoformat(flag["at"]) <= until:
+            self._store.delete_cache(namespace, INDEX_DIRTY)
+
+    def repair_index(self, namespace: str) -> int:
+        """Re-index the memories whose index writes failed (recorded in the store); returns how many
+        were repaired. Raises if the index is still unavailable (the record stays for the next try)."""
+        flag = self._store.get_cache(namespace, INDEX_DIRTY)
+        if flag is None:
+            return 0
+        started = self._clock.now()
+        raw = self._store.get_cursor(namespace, INDEX_REPAIRED)
+        since = datetime.fromisoformat(raw) if raw else None
+        events = self._store.list_events(namespace, kind="index_failed", limit=REPAIR_EVENTS)
+        pending = [e for e in events if since is None or e.created_at > since]
+        if len(events) >= REPAIR_EVENTS and len(pending) == len(events):
+            count = self.reindex(namespace)  # too many to repair one by one
+            self.mark_index_repaired(namespace, started)
+            return count
+        ids = list(dict.fromkeys(e.memory_id for e in reversed(pending) if e.memory_id))
+        memories = self._store.get_memories(namespace, ids)
+        count = self.index_memories([m for m in memories if m.status == "active"])
+        for gone in (m for m in memories if m.status != "active"):
+            self._index.delete(namespace, gone.id, gone.index_ref)
+            count += 1
+        if pending:
+            self.mark_index_repaired(namespace, max(e.created_at for e in pending))
+        elif started - datetime.fromisoformat(flag["at"]) > REPAIR_SETTLE:
+            # Nothing newer than the cursor, and the flag is older than a listing's lag: stale.
+            self._clear_dirty(namespace, started)
+        log.info("index repair of %s: %d memories", namespace, count)
+        return count
 
     # -- internals --------------------------------------------------------------------------
     def _new_memory(
@@ -387,34 +511,46 @@ class MemoryService:
         return updated
 
     def _find_twin(self, namespace: str, content: str, type_: str, vector: list[float] | None) -> Memory | None:
-        hits = (
-            self._index.vector_search(namespace, vector, k=5, types=(type_,))
-            if vector is not None
-            else self._index.keyword_search(namespace, content, k=5, types=(type_,))
-        )
-        for memory in self._store.get_memories(namespace, [h.memory_id for h in hits]):
-            if memory.status != "active":
-                continue
-            if same_meaning_text(memory.content, content):
+        try:
+            hits = (
+                self._index.vector_search(namespace, vector, k=5, types=(type_,))
+                if vector is not None
+                else self._index.keyword_search(namespace, content, k=5, types=(type_,))
+            )
+        except EngramError as exc:  # no twin check without the index; the write itself goes on
+            log.warning("duplicate check skipped: %s", exc.code)
+            return None
+        # Keyword scores are not cosines: without a vector only the same wording makes a twin.
+        scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
+        for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
+            if memory.status == "active" and near_duplicate(
+                memory.content, content, scores.get(memory.id), self._rules.dedup_cosine
+            ):
                 return memory
-            if vector is not None:
-                score = next(h.score for h in hits if h.memory_id == memory.id)
-                if score >= self._rules.dedup_cosine:
-                    return memory
         return None
 
     def _embed_document(self, text: str) -> list[float] | None:
+        return self._try_embed(text)[0]
+
+    def _try_embed(self, text: str) -> tuple[list[float] | None, str | None]:
+        """The document vector, or ``None`` and the error code when the document must be repaired
+        later (an embedder that cannot run now; not a model change, which needs a reindex anyway)."""
         if self._embedder is None:
-            return None
+            return None, None
         try:
-            return self._embedder.embed_documents([text])[0]
+            return self._embedder.embed_documents([text])[0], None
         except EngramError as exc:
             log.warning("embedding failed, continuing without a vector: %s", exc.code)
-            return None
+            return None, None if exc.code == "reindex_needed" else exc.code
 
-    def _sync_index(self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True) -> None:
+    def _sync_index(
+        self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True, strict: bool = False
+    ) -> None:
+        """Mirror ``memory`` into the index. A failure is recorded for repair; with ``strict`` an
+        unavailable index raises instead (a reindex or repair must not report work it did not do)."""
+        missing: str | None = None
         if vector is None and embed:
-            vector = self._embed_document(memory.content)
+            vector, missing = self._try_embed(memory.content)
         try:
             ref = self._index.upsert(
                 IndexedDoc(
@@ -429,9 +565,13 @@ class MemoryService:
                 )
             )
         except EngramError as exc:
+            if strict and is_index_unavailable(exc):
+                raise
             log.warning("index upsert failed for %s: %s", memory.id, exc.code)
-            self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code})
+            self._index_failed(memory.namespace, memory.id, exc.code, "upsert")
             return
+        if missing is not None:
+            self._index_failed(memory.namespace, memory.id, missing, "embed")
         if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
             current = self._store.get_memory(memory.namespace, memory.id)
             self._store.update_memory(current.model_copy(update={"index_ref": ref}))
@@ -441,7 +581,24 @@ class MemoryService:
             self._index.delete(memory.namespace, memory.id, memory.index_ref)
         except EngramError as exc:
             log.warning("index delete failed for %s: %s", memory.id, exc.code)
-            self._event(memory.namespace, "index_failed", memory.id, {"error": exc.code, "op": "delete"})
+            self._index_failed(memory.namespace, memory.id, exc.code, "delete")
+
+    def _index_failed(self, namespace: str, memory_id: str, code: str, op: str) -> None:
+        """Record what the index misses, in the store, so that ``repair_index`` finds it."""
+        now = self._clock.now()
+        self._store.append_event(
+            MemoryEvent(
+                id=new_id("evt"),
+                namespace=namespace,
+                kind="index_failed",
+                memory_id=memory_id,
+                detail={"error": code, "op": op},
+                created_at=now,
+            )
+        )
+        self._store.put_cache(namespace, INDEX_DIRTY, {"at": now.isoformat()})
+        with self._dirty_lock:
+            self._dirty.add(namespace)
 
     def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
         self._store.append_event(

@@ -37,6 +37,7 @@ from engram.domain.models import GlossaryTerm, Memory, SearchHit
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
 from engram.services.loop import run_sync
+from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,7 @@ class _Stages:
         self.degraded: dict[str, str] = {}
         self.skipped: list[str] = []
         self.timings: dict[str, float] = {}
+        self.index_unavailable = False
         self._t = time.perf_counter()
 
     def lap(self, name: str) -> None:
@@ -277,6 +279,7 @@ class _Stages:
     def fail(self, stage: str, exc: BaseException) -> None:
         log.warning("recall stage %s degraded: %s", stage, exc.__class__.__name__, exc_info=log.isEnabledFor(10))
         self.degraded[stage] = f"{exc.__class__.__name__}: {exc}"[:200]
+        self.index_unavailable = self.index_unavailable or is_index_unavailable(exc)
 
 
 class RecallService:
@@ -527,6 +530,9 @@ class RecallService:
             "timings_ms": stages.timings,
             "counts": counts,
         }
+        if stages.index_unavailable:
+            # The search index is asleep or unreachable: the caller says so (chat: x-engram-reason).
+            meta["index"] = "unavailable"
         return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
 
     # -- helpers ------------------------------------------------------------------------------

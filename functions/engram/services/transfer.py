@@ -1,19 +1,29 @@
 """Export every row kind of a namespace as JSON, and import the same format.
 
-Import gives rows new ids (references between them are remapped), so one export can be imported
-into any namespace of any store. Messages keep their idempotency key, so importing the same file
-twice stores each message once; memories are skipped when an active memory already holds their
-fact key or external id.
+Import is idempotent and validated row by row:
+
+- every row is checked with the rules the API applies to the same data (content 1..4,000
+  characters, a valid ``fact_key``, at most 20 tags, non-negative counters, a digest the API would
+  take, ...); a bad row is refused and reported, never stored, and the other rows still import;
+- a row keeps its id unless the id is malformed; a row already present (same id, same external id,
+  or identical content) is skipped, so importing one file twice adds nothing, and references from
+  other rows (versions, candidates, message links) point at the row that is there;
+- a day's log or the digest is imported only where the namespace has none (nothing of the owner's
+  is overwritten);
+- imported active memories are embedded and indexed in bounded batches, with progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date as Date
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engram.domain.errors import Conflict
+from engram.domain.errors import Conflict, InvalidInput
 from engram.domain.models import (
     Candidate,
     DailyLog,
@@ -24,18 +34,29 @@ from engram.domain.models import (
     Precious,
     new_id,
 )
+from engram.domain.policies import (
+    LOG_SECTION_CHARS,
+    LOG_SECTIONS,
+    LOG_SUMMARY_CHARS,
+    LOG_TITLE_CHARS,
+    clean_content,
+    clean_digest,
+    clean_tags,
+    normalize_fact_key,
+)
 from engram.domain.ports import Clock, MemoryStore
+from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryService
 
 EXPORT_VERSION = 1
+KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest")
+MAX_EXTERNAL_ID_CHARS = 200
+MAX_REASON_CHARS = 1000
+MAX_PROBLEMS = 200  # problems listed in a report; the counts cover every row
+_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
-
-class ExportRow(BaseModel):
-    """Rows inside an export carry every field but the namespace."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str | None = None
+# ``progress(stage, total)`` -> a callback taking the number of items just done (the CLI's bar).
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
 class ExportDocument(BaseModel):
@@ -53,10 +74,81 @@ class ExportDocument(BaseModel):
     daily_logs: list[dict[str, Any]] = Field(default_factory=list)
 
 
+@dataclass
+class ImportReport:
+    """What an import did, per row kind: created, skipped (already present), refused (invalid)."""
+
+    created: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    indexed: int = 0
+
+    def note(self, outcome: str, kind: str, row: int | None, row_id: str | None, code: str, reason: str) -> None:
+        getattr(self, outcome)[kind] += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            entry = {"kind": kind, "row": row, "id": row_id, "outcome": outcome, "code": code, "reason": reason[:300]}
+            self.problems.append(entry)
+
+    def to_dict(self) -> dict[str, Any]:
+        listed = sum(self.skipped.values()) + sum(self.refused.values())
+        return {
+            "created": self.created,
+            "skipped": self.skipped,
+            "refused": self.refused,
+            "indexed": self.indexed,
+            "problems": self.problems,
+            "problems_not_listed": max(listed - len(self.problems), 0),
+        }
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
 def _dump(row: BaseModel) -> dict[str, Any]:
     data = row.model_dump(mode="json")
     data.pop("namespace", None)
     return data
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "row"
+    return f"{where}: {first['msg']}"
+
+
+def _created(row: Candidate | Precious) -> tuple[Any, str]:
+    return row.created_at, row.id
+
+
+def _all_candidates(store: MemoryStore, namespace: str) -> list[Candidate]:
+    out: list[Candidate] = []
+    cursor = None
+    while True:
+        page = store.list_candidates(namespace, None, limit=500, cursor=cursor)
+        out.extend(page.items)
+        if not page.next_cursor:
+            return out
+        cursor = page.next_cursor
+
+
+def _text(row: dict[str, Any], name: str) -> str:
+    """A text field checked like the API checks content: 1..4,000 characters once trimmed."""
+    value = row.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _Refused("invalid_field", f"{name} must be text")
+    return clean_content(value or "")
+
+
+def _tags(row: dict[str, Any]) -> tuple[str, ...]:
+    value = row.get("tags") or []
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise _Refused("invalid_field", "tags must be a list of text")
+    return clean_tags(value)
 
 
 class TransferService:
@@ -65,32 +157,25 @@ class TransferService:
         self._memories = memories
         self._clock = clock
 
+    # -- export -----------------------------------------------------------------------------
     def export(self, namespace: str) -> dict[str, Any]:
-        candidates = []
-        cursor = None
-        while True:
-            page = self._store.list_candidates(namespace, None, limit=500, cursor=cursor)
-            candidates.extend(page.items)
-            if not page.next_cursor:
-                break
-            cursor = page.next_cursor
         digest = self._store.get_digest(namespace)
         return ExportDocument(
             namespace=namespace,
             exported_at=self._clock.now().isoformat(),
             memories=[_dump(m) for m in self._store.iter_memories(namespace)],
-            candidates=[_dump(c) for c in sorted(candidates, key=lambda c: (c.created_at, c.id))],
-            messages=[_dump(m) for m in self._all_messages(namespace)],
-            precious=[
-                _dump(p)
-                for p in sorted(
-                    self._store.list_precious(namespace, limit=1_000_000), key=lambda p: (p.created_at, p.id)
-                )
+            candidates=[
+                _dump(c) for c in sorted(_all_candidates(self._store, namespace), key=lambda c: (c.created_at, c.id))
             ],
+            messages=[_dump(m) for m in self._all_messages(namespace)],
+            precious=[_dump(p) for p in sorted(self._all_precious(namespace), key=_created)],
             glossary=[_dump(g) for g in self._store.list_glossary(namespace)],
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
         ).model_dump()
+
+    def _all_precious(self, namespace: str) -> list[Precious]:
+        return self._store.list_precious(namespace, limit=1_000_000)
 
     def _all_messages(self, namespace: str) -> list[Message]:
         out: list[Message] = []
@@ -102,75 +187,295 @@ class TransferService:
                 return out
             after = batch[-1].id
 
-    def import_(self, namespace: str, document: ExportDocument) -> dict[str, Any]:
-        """Validate every row first (nothing is written if one is invalid), then write."""
-        ids: dict[str, str] = {}
+    # -- import -----------------------------------------------------------------------------
+    def import_(
+        self, namespace: str, document: ExportDocument, *, progress: ProgressFactory | None = None
+    ) -> dict[str, Any]:
+        """Import ``document`` into ``namespace``; returns the report (``ImportReport.to_dict``)."""
+        run = _Import(self._store, self._clock, namespace)
+        total = sum(len(getattr(document, k)) for k in KINDS if k != "digest") + int(document.digest is not None)
+        step = progress("import", total) if progress else (lambda n: None)
+        # Messages and memories first: candidates and notes refer to them.
+        run.rows("messages", document.messages, run.message, step)
+        run.rows("memories", document.memories, run.memory, step)
+        run.rows("candidates", document.candidates, run.candidate, step)
+        run.rows("precious", document.precious, run.precious, step)
+        run.rows("glossary", document.glossary, run.glossary, step)
+        run.rows("daily_logs", document.daily_logs, run.daily_log, step)
+        if document.digest is not None:
+            run.rows("digest", [document.digest], run.digest, step)
+        embed = progress("embed", len(run.inserted_active)) if progress else None
+        run.report.indexed = self._memories.reindex_ids(namespace, run.inserted_active, progress=embed)
+        return run.report.to_dict()
 
-        def remap(old: str | None, prefix: str) -> str:
-            if old is None:
-                return new_id(prefix)
-            if old not in ids:
-                ids[old] = new_id(prefix)
-            return ids[old]
 
-        def ref(old: str | None) -> str | None:
-            return ids.get(old) if old else None
+class _Import:
+    """One import run: what the namespace already holds, the id map, the report."""
 
-        def parse(model: type[BaseModel], rows: list[dict[str, Any]], prefix: str) -> list[Any]:
-            return [
-                model.model_validate({**row, "namespace": namespace, "id": remap(row.get("id"), prefix)})
-                for row in rows
-            ]
+    def __init__(self, store: MemoryStore, clock: Clock, namespace: str) -> None:
+        self.store = store
+        self.clock = clock
+        self.namespace = namespace
+        self.report = ImportReport()
+        self.ids: dict[str, str] = {}  # id in the file -> id in the store (kept, new, or the present row's)
+        self.inserted_active: list[str] = []
+        existing = list(store.iter_memories(namespace))
+        self.memory_ids = {m.id for m in existing}
+        self.memory_by_external = {m.external_id: m.id for m in existing if m.external_id}
+        self.memory_by_content = {m.content: m.id for m in existing}
+        candidates = _all_candidates(store, namespace)
+        self.candidate_ids = {c.id for c in candidates}
+        self.candidate_by_content = {c.content: c.id for c in candidates}
+        notes = store.list_precious(namespace, limit=1_000_000)
+        self.precious_ids = {p.id for p in notes}
+        self.precious_by_content = {p.content: p.id for p in notes}
+        terms = store.list_glossary(namespace)
+        self.term_ids = {t.id for t in terms}
+        self.term_by_name = {t.term.casefold(): t.id for t in terms}
 
-        memories: list[Memory] = parse(Memory, document.memories, "mem")
-        messages: list[Message] = parse(Message, document.messages, "msg")
-        candidates: list[Candidate] = parse(Candidate, document.candidates, "cand")
-        precious: list[Precious] = parse(Precious, document.precious, "prc")
-        glossary: list[GlossaryTerm] = parse(GlossaryTerm, document.glossary, "gls")
-        logs = [DailyLog.model_validate({**row, "namespace": namespace}) for row in document.daily_logs]
-        digest = Digest.model_validate({**document.digest, "namespace": namespace}) if document.digest else None
-
-        counts = {k: 0 for k in ("memories", "messages", "candidates", "precious", "glossary", "daily_logs", "digest")}
-        skipped = dict.fromkeys(counts, 0)
-
-        def put(kind: str, write: Callable[[Any], Any], row: Any) -> Any:
+    def rows(
+        self,
+        kind: str,
+        rows: Iterable[dict[str, Any]],
+        handle: Callable[[dict[str, Any]], tuple[str, str | None, str]],
+        step: Callable[[int], None],
+    ) -> None:
+        """Run ``handle`` on each row; it returns (outcome, row id, reason) or raises ``_Refused``."""
+        for number, row in enumerate(rows):
+            row_id = row.get("id") if isinstance(row.get("id"), str) else None
             try:
-                result = write(row)
-            except Conflict:
-                skipped[kind] += 1
-                return None
-            counts[kind] += 1
-            return result
+                outcome, row_id, reason = handle(row)
+            except _Refused as exc:
+                self.report.note("refused", kind, number, row_id, exc.code, exc.reason)
+            except ValidationError as exc:
+                self.report.note("refused", kind, number, row_id, "invalid_row", _validation_reason(exc))
+            except InvalidInput as exc:
+                self.report.note("refused", kind, number, row_id, exc.code, exc.message)
+            else:
+                if outcome == "created":
+                    self.report.created[kind] += 1
+                else:
+                    self.report.note(outcome, kind, number, row_id, "already_present", reason)
+            step(1)
 
-        for msg in messages:
-            row = msg.model_copy(update={"external_id": msg.external_id or f"import:{msg.id}"})
-            _, created = self._store.insert_message(row)
-            counts["messages"] += int(created)
-            skipped["messages"] += int(not created)
-        inserted: list[str] = []
-        for memory in memories:
-            fixed = memory.model_copy(
-                update={
-                    "supersedes_id": ref(memory.supersedes_id),
-                    "superseded_by_id": ref(memory.superseded_by_id),
-                    "source_message_ids": tuple(ids.get(i, i) for i in memory.source_message_ids),
-                    "index_ref": None,
-                }
+    # -- helpers ------------------------------------------------------------------------------
+    def _own_id(self, row: dict[str, Any], prefix: str) -> str:
+        """The row's id when it is well-formed, else a new one (remembered for references)."""
+        old = row.get("id")
+        if isinstance(old, str) and _ID.match(old):
+            self.ids.setdefault(old, old)
+            return old
+        new = new_id(prefix)
+        if isinstance(old, str):
+            self.ids[old] = new
+        return new
+
+    def _ref(self, old: Any) -> str | None:
+        return self.ids.get(old, old) if isinstance(old, str) and old else None
+
+    def _stamps(self, row: dict[str, Any], *names: str) -> dict[str, Any]:
+        now = self.clock.now()
+        return {name: row.get(name) or now for name in names}
+
+    def _skip(self, old_id: Any, present: str, reason: str) -> tuple[str, str | None, str]:
+        if isinstance(old_id, str):
+            self.ids[old_id] = present
+        return "skipped", present, reason
+
+    def _present(
+        self, what: str, old_id: Any, ids: set[str], by_content: dict[str, str], content: str | None = None
+    ) -> tuple[str, str | None, str] | None:
+        """A skip when the row is present by id or (given ``content``) by identical content."""
+        if isinstance(old_id, str) and old_id in ids:
+            return self._skip(old_id, old_id, f"a {what} with this id is present")
+        if content is not None and content in by_content:
+            return self._skip(old_id, by_content[content], f"a {what} with identical content is present")
+        return None
+
+    def _insert(
+        self, write: Callable[[Any], Any], row: Candidate | Precious, ids: set[str], by_content: dict[str, str]
+    ) -> tuple[str, str | None, str]:
+        try:
+            write(row)
+        except Conflict as exc:
+            raise _Refused("conflict", exc.message) from exc
+        ids.add(row.id)
+        by_content[row.content] = row.id
+        return "created", row.id, ""
+
+    # -- one handler per row kind ---------------------------------------------------------------
+    def memory(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        old_id = row.get("id")
+        if skip := self._present("memory", old_id, self.memory_ids, self.memory_by_content):
+            return skip
+        external_id = row.get("external_id")
+        if isinstance(external_id, str) and external_id in self.memory_by_external:
+            return self._skip(old_id, self.memory_by_external[external_id], "a memory with this external_id is present")
+        content = _text(row, "content")
+        if skip := self._present("memory", old_id, self.memory_ids, self.memory_by_content, content):
+            return skip
+        if isinstance(external_id, str) and len(external_id) > MAX_EXTERNAL_ID_CHARS:
+            raise _Refused("invalid_field", f"external_id is longer than {MAX_EXTERNAL_ID_CHARS} characters")
+        fact_key = normalize_fact_key(row["fact_key"]) if row.get("fact_key") else None
+        memory = Memory.model_validate(
+            {
+                **row,
+                **self._stamps(row, "created_at", "updated_at"),
+                "id": self._own_id(row, "mem"),
+                "namespace": self.namespace,
+                "content": content,
+                "fact_key": fact_key,
+                "tags": _tags(row),
+                "index_ref": None,
+            }
+        )
+        memory = memory.model_copy(
+            update={
+                "supersedes_id": self._ref(memory.supersedes_id),
+                "superseded_by_id": self._ref(memory.superseded_by_id),
+                "source_message_ids": tuple(self._ref(i) or i for i in memory.source_message_ids),
+            }
+        )
+        try:
+            self.store.insert_memory(memory)
+        except Conflict as exc:
+            holder = self.store.find_active_by_fact_key(self.namespace, fact_key) if fact_key else None
+            if holder is not None and memory.status == "active":
+                raise _Refused("fact_key_taken", f"fact_key {fact_key!r} is held by active memory {holder.id}") from exc
+            raise _Refused("conflict", exc.message) from exc
+        self.memory_ids.add(memory.id)
+        self.memory_by_content[memory.content] = memory.id
+        if memory.external_id:
+            self.memory_by_external[memory.external_id] = memory.id
+        if memory.status == "active":
+            self.inserted_active.append(memory.id)
+        return "created", memory.id, ""
+
+    def message(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        # The API's rules for a message (role, 1..100,000 characters, conversation id, model name).
+        checked = MessageIn.model_validate(
+            {k: row.get(k) for k in ("role", "content", "conversation_id", "model") if row.get(k) is not None}
+        )
+        message = Message.model_validate(
+            {**row, **self._stamps(row, "created_at"), "id": self._own_id(row, "msg"), "namespace": self.namespace}
+        )
+        message = message.model_copy(
+            update={"content": checked.content, "external_id": message.external_id or f"import:{message.id}"}
+        )
+        try:
+            stored, created = self.store.insert_message(message)
+        except Conflict:
+            return "skipped", message.id, "a message with this id is present"
+        if not created:
+            return self._skip(row.get("id"), stored.id, "a message with this external_id is present")
+        return "created", stored.id, ""
+
+    def candidate(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        old_id = row.get("id")
+        if skip := self._present("candidate", old_id, self.candidate_ids, self.candidate_by_content):
+            return skip
+        content = _text(row, "content")
+        if skip := self._present("candidate", old_id, self.candidate_ids, self.candidate_by_content, content):
+            return skip
+        candidate = Candidate.model_validate(
+            {
+                **row,
+                **self._stamps(row, "created_at"),
+                "id": self._own_id(row, "cand"),
+                "namespace": self.namespace,
+                "content": content,
+                "fact_key": normalize_fact_key(row["fact_key"]) if row.get("fact_key") else None,
+                "tags": _tags(row),
+            }
+        )
+        candidate = candidate.model_copy(
+            update={
+                "target_memory_id": self._ref(candidate.target_memory_id),
+                "result_memory_id": self._ref(candidate.result_memory_id),
+                "source_message_ids": tuple(self._ref(i) or i for i in candidate.source_message_ids),
+            }
+        )
+        return self._insert(self.store.insert_candidate, candidate, self.candidate_ids, self.candidate_by_content)
+
+    def precious(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        old_id = row.get("id")
+        if skip := self._present("precious note", old_id, self.precious_ids, self.precious_by_content):
+            return skip
+        content = _text(row, "content")
+        if skip := self._present("precious note", old_id, self.precious_ids, self.precious_by_content, content):
+            return skip
+        reason = row.get("reason")
+        if isinstance(reason, str) and len(reason) > MAX_REASON_CHARS:
+            raise _Refused("invalid_field", f"reason is longer than {MAX_REASON_CHARS} characters")
+        note = Precious.model_validate(
+            {
+                **row,
+                **self._stamps(row, "created_at"),
+                "id": self._own_id(row, "prc"),
+                "namespace": self.namespace,
+                "content": content,
+                "tags": _tags(row),
+            }
+        )
+        note = note.model_copy(update={"source_message_ids": tuple(self._ref(i) or i for i in note.source_message_ids)})
+        return self._insert(self.store.insert_precious, note, self.precious_ids, self.precious_by_content)
+
+    def glossary(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        old_id = row.get("id")
+        if skip := self._present("glossary term", old_id, self.term_ids, self.term_by_name):
+            return skip
+        # The API's rules for a term (1..200 characters, at most 50 aliases, a 1..2,000 definition).
+        checked = GlossaryIn.model_validate(
+            {k: row.get(k) for k in ("term", "aliases", "definition") if row.get(k) is not None}
+        )
+        name = checked.term.strip()
+        if skip := self._present("glossary term", old_id, self.term_ids, self.term_by_name, name.casefold()):
+            return skip
+        term = GlossaryTerm.model_validate(
+            {
+                **row,
+                **self._stamps(row, "created_at", "updated_at"),
+                "id": self._own_id(row, "gls"),
+                "namespace": self.namespace,
+                "term": name,
+                "aliases": tuple(dict.fromkeys(a.strip() for a in checked.aliases if a.strip())),
+                "definition": checked.definition.strip(),
+            }
+        )
+        self.store.put_glossary_term(term)
+        self.term_ids.add(term.id)
+        self.term_by_name[name.casefold()] = term.id
+        return "created", term.id, ""
+
+    def daily_log(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        day = row.get("date")
+        try:
+            Date.fromisoformat(day) if isinstance(day, str) else None
+        except ValueError:
+            day = None
+        if not isinstance(day, str):
+            raise _Refused("invalid_date", "date must be YYYY-MM-DD")
+        log = DailyLog.model_validate({**row, **self._stamps(row, "created_at"), "namespace": self.namespace})
+        if len(log.title) > LOG_TITLE_CHARS or len(log.summary) > LOG_SUMMARY_CHARS:
+            raise _Refused("invalid_field", f"title or summary over {LOG_TITLE_CHARS} / {LOG_SUMMARY_CHARS} characters")
+        if len(log.sections) > LOG_SECTIONS or any(
+            len(str(v)) > LOG_SECTION_CHARS for s in log.sections for v in s.values()
+        ):
+            raise _Refused("invalid_field", f"at most {LOG_SECTIONS} sections of {LOG_SECTION_CHARS} characters")
+        if self.store.get_daily_log(self.namespace, day) is not None:
+            return "skipped", day, "a log for this date is present"
+        self.store.put_daily_log(log)
+        return "created", day, ""
+
+    def digest(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        content = row.get("content")
+        if not isinstance(content, str):
+            raise _Refused("invalid_field", "digest content must be text")
+        text = clean_digest(content)  # the API's rule: cut to 500 characters, refused when far over
+        if self.store.get_digest(self.namespace) is not None:
+            return "skipped", None, "the namespace has a digest"
+        if text:
+            self.store.put_digest(
+                Digest(namespace=self.namespace, content=text, updated_at=row.get("updated_at") or self.clock.now())
             )
-            if put("memories", self._store.insert_memory, fixed) is not None:
-                inserted.append(fixed.id)
-        for cand in candidates:
-            fixed_c = cand.model_copy(
-                update={"target_memory_id": ref(cand.target_memory_id), "result_memory_id": ref(cand.result_memory_id)}
-            )
-            put("candidates", self._store.insert_candidate, fixed_c)
-        for note in precious:
-            put("precious", self._store.insert_precious, note)
-        for term in glossary:
-            put("glossary", self._store.put_glossary_term, term)
-        for log in logs:
-            put("daily_logs", self._store.put_daily_log, log)
-        if digest is not None:
-            put("digest", self._store.put_digest, digest)
-        indexed = self._memories.reindex_ids(namespace, inserted)
-        return {"imported": counts, "skipped": skipped, "indexed": indexed}
+        return "created", None, ""

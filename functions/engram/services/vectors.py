@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import Embedder, SearchIndex
+
+log = logging.getLogger(__name__)
+
+GateState = Literal["unknown", "ok", "reindex_needed"]
+
+# While the index records another model, look again this often: a reindex in another process (or
+# Lambda instance) resets the shared index, and this process must then embed with the new model.
+RECHECK_SECONDS = 10.0
 
 
 class GatedEmbedder:
     """An ``Embedder`` that refuses to embed (``NotConfigured``) while the index records another
     model or dimension, so writes fall back to keyword-only documents and recall to keyword search
     instead of mixing vector spaces. ``rebuild`` resets the index to this model and re-opens the gate.
+
+    The check is lazy: nothing is asked of the index until the first embedding (building the app
+    touches no network, docs/aws.md). A check that fails (index unreachable) raises and is retried on
+    the next call; a mismatch is looked at again every ``recheck_seconds``.
     """
 
-    def __init__(self, inner: Embedder, index: SearchIndex) -> None:
+    def __init__(
+        self,
+        inner: Embedder,
+        index: SearchIndex,
+        *,
+        recheck_seconds: float = RECHECK_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._inner = inner
         self._index = index
         self._lock = threading.Lock()
         self._ok: bool | None = None
+        self._checked_at = 0.0
+        self._recheck = recheck_seconds
+        self._monotonic = monotonic
 
     @property
     def model_id(self) -> str:
@@ -30,16 +55,38 @@ class GatedEmbedder:
         return self._inner.dimension
 
     @property
+    def state(self) -> GateState:
+        """What the last check found (no index call): unknown | ok | reindex_needed."""
+        return "unknown" if self._ok is None else "ok" if self._ok else "reindex_needed"
+
+    @property
     def matches_index(self) -> bool:
+        """Whether the index was built by this embedder (asks the index on first use; may raise)."""
         with self._lock:
-            if self._ok is None:
+            stale = self._ok is False and self._monotonic() - self._checked_at >= self._recheck
+            if self._ok is None or stale:
                 info = self._index.info()
                 if info.model_id is None:
                     self._index.reset(self._inner.model_id, self._inner.dimension)
-                    self._ok = True
+                    ok = True
                 else:
-                    self._ok = info.model_id == self._inner.model_id and info.dimension == self._inner.dimension
+                    ok = info.model_id == self._inner.model_id and info.dimension == self._inner.dimension
+                if not ok and self._ok is None:
+                    log.warning(
+                        "the search index was built with %s (%s dims) but the embedder is %s (%s dims): "
+                        "vector search is off until `engram reindex` rebuilds it",
+                        info.model_id,
+                        info.dimension,
+                        self._inner.model_id,
+                        self._inner.dimension,
+                    )
+                self._ok, self._checked_at = ok, self._monotonic()
             return self._ok
+
+    def refresh(self) -> None:
+        """Forget the last check (another process rebuilt the index)."""
+        with self._lock:
+            self._ok = None
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         self._check()
@@ -51,16 +98,19 @@ class GatedEmbedder:
 
     def rebuild(self, reindex: Callable[[], int]) -> int:
         """Reset the index to this embedder, then run ``reindex`` (which re-adds every document)."""
+        self.reset_index()
+        return reindex()
+
+    def reset_index(self) -> None:
+        """Record this embedder in the index (dropping other vectors) and open the gate."""
         with self._lock:
             self._index.reset(self._inner.model_id, self._inner.dimension)
-            self._ok = True
-        return reindex()
+            self._ok, self._checked_at = True, self._monotonic()
 
     def _check(self) -> None:
         if not self.matches_index:
-            info = self._index.info()
             raise NotConfigured(
-                f"the search index was built with {info.model_id} ({info.dimension} dims), not "
-                f"{self._inner.model_id} ({self._inner.dimension} dims): run `engram reindex`",
+                f"the search index was built with another embedding model than {self._inner.model_id} "
+                f"({self._inner.dimension} dims): run `engram reindex`",
                 code="reindex_needed",
             )

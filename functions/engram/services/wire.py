@@ -45,23 +45,34 @@ class TokenUsage:
     cache_write: int = 0
 
 
-def usage_from_openai(u: dict[str, Any] | None) -> TokenUsage:
-    if not u:
+def _count(value: Any) -> int:
+    """A token count from an upstream's usage field; anything that is not a number counts as 0
+    (a provider's odd usage must not cost the user their answer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return 0
+    return max(0, int(min(value, 2**53)))
+
+
+def usage_from_openai(u: Any) -> TokenUsage:
+    if not isinstance(u, dict):
         return TokenUsage()
-    details = u.get("prompt_tokens_details") or {}
-    read = details.get("cached_tokens") or u.get("prompt_cache_hit_tokens") or 0
+    details = u.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    read = _count(details.get("cached_tokens")) or _count(u.get("prompt_cache_hit_tokens"))
     write = (
-        u.get("cache_write_tokens") or details.get("cache_write_tokens") or u.get("cache_creation_input_tokens") or 0
+        _count(u.get("cache_write_tokens"))
+        or _count(details.get("cache_write_tokens"))
+        or _count(u.get("cache_creation_input_tokens"))
     )
-    return TokenUsage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0), int(read), int(write))
+    return TokenUsage(_count(u.get("prompt_tokens")), _count(u.get("completion_tokens")), read, write)
 
 
-def usage_from_anthropic(u: dict[str, Any] | None) -> TokenUsage:
-    if not u:
+def usage_from_anthropic(u: Any) -> TokenUsage:
+    if not isinstance(u, dict):
         return TokenUsage()
-    read = int(u.get("cache_read_input_tokens") or 0)
-    write = int(u.get("cache_creation_input_tokens") or 0)
-    return TokenUsage(int(u.get("input_tokens") or 0) + read + write, int(u.get("output_tokens") or 0), read, write)
+    read = _count(u.get("cache_read_input_tokens"))
+    write = _count(u.get("cache_creation_input_tokens"))
+    return TokenUsage(_count(u.get("input_tokens")) + read + write, _count(u.get("output_tokens")), read, write)
 
 
 def _openai_usage(t: TokenUsage) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from engram.adapters.storage import sqlite as sqlite_store
 from engram.adapters.storage.sqlite import SCHEMA_VERSION, SqliteMemoryStore
-from engram.domain.errors import UpstreamUnavailable
+from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Memory, MemoryFilter
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -57,6 +57,32 @@ def test_schema_version_is_recorded_once(tmp_path: Path) -> None:
     assert {"memories", "messages", "candidates", "schema_version"} <= set(tables)
     assert not [name for name in tables if name.startswith("search_")]
     assert journal_mode == "wal"
+
+
+def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_messages(tmp_path: Path) -> None:
+    # Given a file written by schema 1 (before messages noted errors), holding one message
+    path = tmp_path / "engram.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for statement in sqlite_store._MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute("INSERT INTO schema_version VALUES (1, '2025-03-01T12:00:00+00:00')")
+        db.execute(
+            "INSERT INTO messages (namespace, id, conversation_id, role, content, model, usage, external_id,"
+            " created_at) VALUES ('alice', 'msg1', 'default', 'user', 'hello', NULL, '{}', 'k1', ?)",
+            ("2025-03-01T12:00:00+00:00",),
+        )
+        db.commit()
+    # When the store opens it
+    store = SqliteMemoryStore(path)
+    try:
+        # Then the old message reads back with no error, and a new one keeps its note
+        (old,) = store.list_messages("alice")
+        assert (old.id, old.content, old.error) == ("msg1", "hello", None)
+        store.insert_message(old.model_copy(update={"id": "msg2", "external_id": "k2", "error": "upstream_timeout: x"}))
+        assert [m.error for m in store.list_messages("alice")] == [None, "upstream_timeout: x"]
+    finally:
+        store.close()
 
 
 def test_nothing_touches_the_disk_before_first_use(tmp_path: Path) -> None:
@@ -130,3 +156,23 @@ def test_a_closed_store_reports_unavailable(tmp_path: Path) -> None:
         store.ping()
     with pytest.raises(UpstreamUnavailable):
         store.list_memories("alice", MemoryFilter())
+
+
+def test_a_broken_uniqueness_rule_is_a_conflict_without_sqlite_internals(tmp_path: Path) -> None:
+    # Given a store with an active keyed memory, one with an external id, and one plain row
+    store = SqliteMemoryStore(tmp_path / "engram.db")
+    try:
+        store.insert_memory(a_memory("m1").model_copy(update={"fact_key": "home:city"}))
+        store.insert_memory(a_memory("m2").model_copy(update={"external_id": "x1"}))
+        # When each rule is broken / Then a Conflict says which, in the store's own words
+        cases = [
+            (a_memory("m3").model_copy(update={"fact_key": "home:city"}), "another active memory holds this fact_key"),
+            (a_memory("m4").model_copy(update={"external_id": "x1"}), "this external_id is already used"),
+            (a_memory("m1"), "a row with this id already exists"),
+        ]
+        for row, message in cases:
+            with pytest.raises(Conflict) as err:
+                store.insert_memory(row)
+            assert err.value.message == message
+    finally:
+        store.close()

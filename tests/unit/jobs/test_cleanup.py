@@ -91,7 +91,10 @@ def test_unseen_memories_expire_except_pinned_identity_and_persona(env: Env) -> 
 
 
 def _container_with(index: FlakyIndex, clock: ManualClock, tmp_store: str = "memory") -> Any:
-    settings = Settings(store=tmp_store, search="memory", embedder="none", scheduler_enabled=False)
+    # No wait after an index failure: the next run comes a day later in real life, here at once.
+    settings = Settings(
+        store=tmp_store, search="memory", embedder="none", scheduler_enabled=False, search_retry_seconds=0
+    )
     return build_container(settings, index=index, clock=clock, embedder=HashEmbedder(), extract_model=None)
 
 

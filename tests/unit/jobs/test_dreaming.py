@@ -206,6 +206,96 @@ async def test_digest_is_at_most_500_chars_and_the_daily_log_is_rewritten(sg: En
     assert sg.container.store.get_digest(NS).content == "Second take"
 
 
+def _state(env: Env) -> dict[str, Any]:
+    store = env.container.store
+    return {
+        "memories": [m.model_dump() for m in store.iter_memories(NS)],
+        "precious": [p.model_dump() for p in store.list_precious(NS)],
+        "digest": store.get_digest(NS),
+        "log": store.get_daily_log(NS, "2026-03-10"),
+    }
+
+
+async def test_one_bad_field_is_dropped_the_rest_applied_once(sg: Env) -> None:
+    # Given memories, a day, and a plan with valid steps mixed with bad fields: a 2,600-character
+    # summary (no digest field, so it becomes the digest), an update whose text is over the limit,
+    # items that are not objects, an excerpt far over the limit, 30 tags, a 300-character tag
+    city = sg.remember("The user lives in Berlin", fact_key="profile:city")
+    dup = sg.remember("User enjoys green tea", type="preference")
+    tea = sg.remember("The user likes green tea", type="preference")
+    said = "I moved to Lisbon. Today I promised myself to write every day."
+    sg.message(said, at=datetime(2026, 3, 10, 3, 0, tzinfo=UTC))
+    sentence = "The user moved from Berlin to Lisbon and keeps a writing habit. "
+    summary = (sentence * 42).strip()
+    assert len(summary) > 2600
+    sg.model.script(
+        plan(
+            summary=summary,
+            memories_to_delete=[{"target_id": dup.id, "reason": "duplicate"}, "not an object"],
+            memories_to_update=[
+                {"target_id": tea.id, "content": "x" * 5000},
+                {"target_id": city.id, "content": "The user lives in Lisbon", "tags": [f"t{i}" for i in range(30)]},
+                42,
+            ],
+            important_excerpts=[
+                {"quote": "Today I promised myself to write every day.", "tags": ["promise", "y" * 300]},
+                {"quote": "z" * 5000},
+            ],
+        )
+    )
+    # When the dream runs
+    result = await dream(sg)
+    ns = result["namespaces"][0]
+    # Then it is done: the valid steps are applied, each bad item is dropped and reported
+    assert ns["status"] == "done" and ns["dropped"] == 4
+    assert sorted(e["error"] for e in ns["errors"]) == [
+        "content_too_long", "content_too_long", "invalid_item", "invalid_item"
+    ]  # fmt: skip
+    assert all(e["item"] for e in ns["errors"])
+    store = sg.container.store
+    assert store.get_memory(NS, dup.id).status == "archived"
+    assert store.get_memory(NS, tea.id).status == "active" and store.get_memory(NS, tea.id).content == tea.content
+    current = store.find_active_by_fact_key(NS, "profile:city")
+    assert current.content == "The user lives in Lisbon" and len(current.tags) == 20
+    (note,) = store.list_precious(NS)
+    assert note.content == "Today I promised myself to write every day." and note.tags == ("promise",)
+    # the digest is clamped to 500 characters at a sentence boundary, the log keeps the summary
+    digest = store.get_digest(NS).content
+    assert len(digest) <= 500 and digest.endswith("habit.") and digest.startswith(sentence.strip())
+    assert store.get_daily_log(NS, "2026-03-10").summary == summary
+    assert store.get_cursor(NS, "dream:2026-03-10")
+    # When it runs again without force / Then nothing is asked and nothing changes
+    before = _state(sg)
+    again = await dream(sg)
+    assert again["namespaces"][0]["status"] == "already_done" and len(sg.model.calls) == 1
+    assert _state(sg) == before
+
+
+async def test_a_plan_that_is_not_the_expected_shape_changes_only_what_it_validly_says(sg: Env) -> None:
+    # Given a plan whose fields have the wrong types
+    memory = sg.remember("The user plays the cello")
+    sg.message("cello", at=datetime(2026, 3, 10, 3, 0, tzinfo=UTC))
+    sg.model.script(
+        json.dumps(
+            {
+                "title": ["not", "text"],
+                "summary": 7,
+                "digest": {"x": 1},
+                "sections": "none",
+                "memories_to_update": {"target_id": memory.id},
+                "memories_to_delete": None,
+                "important_excerpts": [None],
+            }
+        )
+    )
+    # When the dream runs / Then it completes, writes an empty log, keeps the digest unset
+    result = await dream(sg)
+    assert result["namespaces"][0]["status"] == "done"
+    assert sg.container.store.get_memory(NS, memory.id).status == "active"
+    assert sg.container.store.get_digest(NS) is None
+    assert sg.container.store.get_daily_log(NS, "2026-03-10") is not None
+
+
 async def test_once_per_date_unless_forced(sg: Env) -> None:
     # Given a dreamt day
     sg.message("a day", at=datetime(2026, 3, 10, 3, 0, tzinfo=UTC))

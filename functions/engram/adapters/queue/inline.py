@@ -1,7 +1,7 @@
 """``JobQueue`` in process: each job runs in a background daemon thread (the local stand-in for SQS).
 
-The same job for the same namespace runs at most once per ``min_interval`` (cleanup: 24 h), and
-never twice at the same time; extra requests are dropped, as a throttled queue would.
+A throttled job (cleanup) runs at most once per ``min_interval`` for the same namespace; no job runs
+twice at the same time for the same namespace. Extra requests are dropped, as a throttled queue would.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from engram.domain.errors import InvalidInput
@@ -26,13 +26,17 @@ class InlineJobQueue:
         *,
         min_interval_seconds: float = 24 * 3600,
         monotonic: Callable[[], float] = time.monotonic,
+        throttled: Collection[str] | None = None,
     ) -> None:
         self._handlers = dict(handlers)
         self._min_interval = min_interval_seconds
+        # Jobs the interval applies to (default: every job).
+        self._throttled = set(handlers) if throttled is None else set(throttled)
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._started: dict[tuple[str, str], float] = {}
         self._threads: list[threading.Thread] = []
+        self._running: dict[tuple[str, str], threading.Thread] = {}
 
     def enqueue(self, job: str, payload: dict[str, Any]) -> None:
         handler = self._handlers.get(job)
@@ -42,12 +46,16 @@ class InlineJobQueue:
         now = self._monotonic()
         with self._lock:
             last = self._started.get(key)
-            if last is not None and now - last < self._min_interval:
+            if job in self._throttled and last is not None and now - last < self._min_interval:
+                return
+            running = self._running.get(key)
+            if running is not None and running.is_alive():
                 return
             self._started[key] = now
             self._threads = [t for t in self._threads if t.is_alive()]
             thread = threading.Thread(target=self._run, args=(job, handler, payload), name=f"job-{job}", daemon=True)
             self._threads.append(thread)
+            self._running[key] = thread
         thread.start()
 
     def join(self, timeout: float | None = None) -> None:

@@ -153,10 +153,11 @@ class InMemorySearchIndex:
         order = np.argsort(-scores, kind="stable")[:k]
         return [SearchHit(memory_id=rows[i].memory_id, score=float(scores[i])) for i in order]
 
-    def info(self) -> IndexInfo:
+    def info(self, namespace: str | None = None) -> IndexInfo:
         with self._lock:
-            docs = sum(len(ns.docs) for ns in self._namespaces.values())
-            vectors = sum(1 for ns in self._namespaces.values() for d in ns.docs.values() if d.vector is not None)
+            spaces = [ns for name, ns in self._namespaces.items() if namespace is None or name == namespace]
+            docs = sum(len(ns.docs) for ns in spaces)
+            vectors = sum(1 for ns in spaces for d in ns.docs.values() if d.vector is not None)
             return IndexInfo(model_id=self._model_id, dimension=self._dimension, documents=docs, vectors=vectors)
 
     def reset(self, model_id: str, dimension: int) -> None:

@@ -317,11 +317,13 @@ class OpenSearchIndex:
         }
         return self._hits(self._search(body), k, _inner_product_to_cosine)
 
-    def info(self) -> IndexInfo:
+    def info(self, namespace: str | None = None) -> IndexInfo:
         if not self._load_meta():
             return IndexInfo()
-        documents = self._count({"match_all": {}})
-        vectors = self._count({"exists": {"field": "vector"}}) if self._dimension else 0
+        scope = [] if namespace is None else self._filters(namespace, ())
+        documents = self._count({"bool": {"filter": scope}} if scope else {"match_all": {}})
+        has_vector = [*scope, {"exists": {"field": "vector"}}]
+        vectors = self._count({"bool": {"filter": has_vector}}) if self._dimension else 0
         return IndexInfo(model_id=self._model_id, dimension=self._dimension, documents=documents, vectors=vectors)
 
     def _count(self, query: dict[str, Any]) -> int:

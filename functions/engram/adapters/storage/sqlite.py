@@ -207,6 +207,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (namespace, key)
         )""",
     ),
+    # 2: a stored chat turn notes why it got no answer (Message.error).
+    ("ALTER TABLE messages ADD COLUMN error TEXT",),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -279,6 +281,18 @@ _USAGE = _Table("usage", UsageRecord, ("namespace", "id"))
 _IDEMPOTENCY = _Table("idempotency", IdempotencyRecord, ("namespace", "key"), ("value",))
 # Cache values are JSON text already (see ``put_cache``), so the column holds them as they are.
 _CACHE = _Table("cache", CacheEntry, ("namespace", "key"))
+
+
+def _conflict_message(exc: sqlite3.IntegrityError) -> str:
+    """What a broken uniqueness rule means, without SQLite's table and column names."""
+    text = str(exc)
+    if "memories.fact_key" in text:
+        return "another active memory holds this fact_key"
+    if "external_id" in text:
+        return "this external_id is already used"
+    if "UNIQUE" in text:
+        return "a row with this id already exists"
+    return "the row breaks a rule of the store"
 
 
 def _memory_filter_sql(filters: MemoryFilter) -> tuple[str, list[Any]]:
@@ -369,7 +383,7 @@ class SqliteMemoryStore:
             try:
                 yield self._connection()
             except sqlite3.IntegrityError as exc:
-                raise Conflict(f"conflicts with an existing row ({exc})") from exc
+                raise Conflict(_conflict_message(exc)) from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

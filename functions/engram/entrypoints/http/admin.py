@@ -2,16 +2,14 @@
 
 The panel itself calls the REST API (`/v1/...`) with its session cookie (see `session.py` and
 `auth.py`). This module adds what only the panel needs: login/logout/session, `GET/PUT
-/v1/admin/settings` (the allowlisted runtime settings) and `GET/POST /v1/admin/reindex` (a
-background rebuild of the search index with progress). Both `/v1/admin/*` routes need the `admin`
-scope, which an admin session holds.
+/v1/admin/settings` (the allowlisted runtime settings), `GET/POST /v1/admin/reindex` (a rebuild of
+the search index as a job, with progress; services/reindex.py) and `GET /v1/admin/health`. The
+`/v1/admin/*` routes need the `admin` scope, which an admin session holds.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,11 +22,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.domain.access import Principal
-from engram.domain.errors import InvalidInput, NotConfigured, Unauthorized
+from engram.domain.errors import EngramError, Forbidden, InvalidInput, NotConfigured, Unauthorized
+from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
+from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
+from engram.services.memories import INDEX_DIRTY
 
 log = logging.getLogger(__name__)
 
@@ -42,79 +43,17 @@ Admin = Annotated[Principal, Depends(require("admin"))]
 
 
 class LoginRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     password: str = Field(max_length=1000)
 
 
 class SettingsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    values: dict[str, Any] = Field(description="Setting name -> new value; null resets it to the default.")
-
-
-class ReindexJob:
-    """One background reindex at a time per process, with progress for polling."""
-
-    def __init__(self, container: Any) -> None:
-        self._container = container
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._state: dict[str, Any] = {"state": "idle", "done": 0, "total": 0}
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return dict(self._state)
-
-    def start(self, namespace: str) -> dict[str, Any]:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return dict(self._state)
-            self._state = {
-                "state": "running",
-                "done": 0,
-                "total": 0,
-                "namespace": namespace,
-                "started_at": time.time(),
-                "finished_at": None,
-                "error": None,
-                "reset": False,
-            }
-            self._thread = threading.Thread(target=self._run, args=(namespace,), name="engram-reindex", daemon=True)
-            self._thread.start()
-            return dict(self._state)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _progress(self, count: int) -> None:
-        with self._lock:
-            self._state["done"] += count
-
-    def _run(self, namespace: str) -> None:
-        from engram.bootstrap import index_model_mismatch
-
-        container = self._container
-        try:
-            namespaces = [namespace]
-            # A changed embedding model makes every stored vector useless: rebuild the whole index.
-            if container.embedder is not None and index_model_mismatch(container):
-                container.index.reset(container.embedder.model_id, container.embedder.dimension)
-                namespaces = container.store.list_namespaces()
-                with self._lock:
-                    self._state["reset"] = True
-            total = sum(sum(1 for _ in container.store.iter_memories(ns, ("active",))) for ns in namespaces)
-            with self._lock:
-                self._state["total"] = total
-            for ns in namespaces:
-                container.memories.reindex(ns, progress=self._progress)
-            with self._lock:
-                self._state.update(state="done", finished_at=time.time())
-        except Exception as exc:  # reported to the panel; the index stays usable for what was done
-            log.exception("reindex failed")
-            with self._lock:
-                self._state.update(state="error", finished_at=time.time(), error=f"{type(exc).__name__}: {exc}")
+    values: dict[str, Any] = Field(
+        min_length=1, description="Setting name -> new value; null resets it to the default."
+    )
 
 
 class AdminHeadersMiddleware:
@@ -148,9 +87,7 @@ def install(app: FastAPI, container: Any) -> None:
     proxies = TrustedProxies(settings.trusted_proxies)
     sessions = AdminSessions(password, container.store, settings.default_namespace, proxies=proxies)
     limiter = LoginLimiter(attempts=5, window=60.0)
-    reindex = ReindexJob(container)
     app.state.admin_sessions = sessions
-    app.state.admin_reindex = reindex
 
     app.add_middleware(AdminHeadersMiddleware)
 
@@ -217,41 +154,94 @@ def install(app: FastAPI, container: Any) -> None:
 
     api = APIRouter(prefix="/v1/admin", tags=["admin"])
 
+    def require_owner(who: Principal, what: str) -> None:
+        # Runtime settings and a full index rebuild act on every namespace: the owner's, not a tenant's.
+        if who.namespace != settings.default_namespace:
+            raise Forbidden(
+                f"{what} applies to every namespace: only an admin key of the default namespace "
+                f"({settings.default_namespace!r}) may do it",
+                code="owner_only",
+            )
+
     @api.get("/settings")
     def get_settings(request: Request, who: Admin) -> dict[str, Any]:
-        """The runtime settings the owner may change, with defaults, plus read-only facts about this build."""
-        return {"items": container.runtime.describe(), "info": _info(container)}
+        """The runtime settings (global: every namespace uses them), with defaults, plus facts about this
+        build and your namespace's index. Only the default namespace's admin may change them."""
+        return {"items": container.runtime.describe(), "info": _info(container, who)}
 
     @api.put("/settings")
     def put_settings(request: Request, body: SettingsRequest, who: Admin) -> dict[str, Any]:
-        """Change runtime settings (validated; all or nothing); they apply without a restart."""
+        """Change runtime settings (validated; all or nothing); they apply without a restart, to every
+        namespace, so this needs an admin key of the default namespace (403 `owner_only` otherwise)."""
+        require_owner(who, "changing runtime settings")
         if not body.values:
             raise InvalidInput("nothing to change: send {'values': {name: value}}", code="empty_settings")
         container.runtime.update(body.values)
         log.info("runtime settings changed: %s", sorted(body.values))
-        return {"items": container.runtime.describe(), "info": _info(container)}
+        return {"items": container.runtime.describe(), "info": _info(container, who)}
+
+    @api.get("/health")
+    def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:
+        """Check the store and the search index now (a network call each on AWS), the embedding model
+        against the index, and whether index writes of your namespace wait for repair. 503 if one fails."""
+        checks: dict[str, Any] = {}
+        for name, probe in (("store", container.store.ping), ("search", container.index.ping)):
+            try:
+                probe()
+                checks[name] = {"status": "ok"}
+            except Exception as exc:  # reported, never raised
+                checks[name] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+        embedder = container.embedder
+        if embedder is None:
+            checks["embedder"] = {"status": "off", "detail": "keyword search only"}
+        else:
+            try:
+                embedder.matches_index  # noqa: B018 - asks the index now
+            except Exception as exc:
+                checks["embedder"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+            else:
+                checks["embedder"] = {"status": embedder.state, "model": embedder.model_id}
+        try:
+            dirty = container.store.get_cache(who.namespace, INDEX_DIRTY)
+            checks["index_repair"] = {"status": "pending" if dirty else "ok"}
+        except Exception as exc:
+            checks["index_repair"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+        ok = all(c["status"] in ("ok", "off", "pending") for c in checks.values())
+        if not ok:
+            response.status_code = 503
+        return {"status": "ok" if ok else "degraded", "version": __version__, "checks": checks}
 
     @api.get("/reindex")
     def reindex_status(who: Admin) -> dict[str, Any]:
-        return reindex.snapshot()
+        """Progress of the latest reindex started from your namespace (kept in the store: every
+        instance reports the same; another namespace's run is not shown)."""
+        return dict(container.reindex.status(who.namespace))
 
-    @api.post("/reindex", status_code=202)
+    @api.post("/reindex", status_code=202, responses=CONFLICT)
     def reindex_start(who: Admin) -> dict[str, Any]:
-        """Rebuild your namespace's search index entries (vectors and keywords) in the background;
-        poll `GET` for progress. After an embedding model change the whole index is rebuilt."""
-        return reindex.start(who.namespace)
+        """Rebuild your namespace's search index entries (vectors and keywords) as a job (in process
+        locally, on the jobs queue on AWS); poll `GET` for progress. After an embedding model change the
+        whole index is rebuilt, which only the default namespace's admin may start (403 `owner_only`)."""
+        from engram.bootstrap import index_model_mismatch
+
+        if container.embedder is not None and index_model_mismatch(container):
+            require_owner(who, "rebuilding the whole index (the embedding model changed)")
+        return dict(container.reindex.start(who.namespace))
 
     app.include_router(panel)
     app.include_router(api)
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 
 
-def _info(container: Any) -> dict[str, Any]:
+def _info(container: Any, who: Principal) -> dict[str, Any]:
     settings = container.settings
-    index = container.index.info()
+    try:
+        index = container.index.info(who.namespace)  # counts of the caller's namespace only
+    except EngramError:  # the index is away: the settings page still works
+        index = IndexInfo()
     return {
         "version": __version__,
-        "namespace": settings.default_namespace,
+        "namespace": who.namespace,
         "store": settings.store,
         "search": settings.search,
         "embedder": container.embedder.model_id if container.embedder is not None else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -20,12 +21,37 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engram import __version__
 from engram.entrypoints.http.errors import error_body, install_error_handlers
 from engram.entrypoints.http.redact import install_redaction
+from engram.entrypoints.logs import bind_request, unbind
 
 log = logging.getLogger(__name__)
 
 
+# A JSON string escape that is a surrogate pair (kept), a lone surrogate (replaced), or an escaped
+# backslash (consumed, so the "\\ud800" of a literal backslash is never mistaken for an escape).
+_SURROGATE_ESCAPE = re.compile(
+    rb"(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})|\\\\"
+)
+
+
+def scrub_lone_surrogates(payload: bytes) -> bytes:
+    """JSON text with every lone UTF-16 surrogate escape (``"\\ud800"``) replaced by U+FFFD.
+
+    Python decodes such an escape into a string no UTF-8 encoder (SQLite, httpx, logs) accepts; a client
+    that sent one (a cut emoji) gets its text stored with a replacement character instead of a 500.
+    Same length, so a declared Content-Length stays true.
+    """
+    if b"\\u" not in payload:
+        return payload
+
+    def fix(match: re.Match[bytes]) -> bytes:
+        return b"\\ufffd" if match.group(2) else match.group(0)
+
+    return _SURROGATE_ESCAPE.sub(fix, payload)
+
+
 class BodyLimitMiddleware:
-    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them."""
+    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them; hand on the
+    body with lone surrogate escapes replaced (``scrub_lone_surrogates``), for every surface at once."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -54,7 +80,7 @@ class BodyLimitMiddleware:
                 return
             chunks.append(body)
             more = message.get("more_body", False)
-        payload = b"".join(chunks)
+        payload = scrub_lone_surrogates(b"".join(chunks))
         sent = False
 
         async def replay() -> Message:
@@ -94,8 +120,12 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = (dict(scope["headers"]).get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
+        headers = dict(scope["headers"])
+        rid = (headers.get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = rid
+        # Under the Lambda Web Adapter, x-amzn-request-id is the invocation's id (as in the REPORT line).
+        lambda_id = (headers.get(b"x-amzn-request-id") or b"").decode("latin-1")[:64]
+        bound = bind_request(request_id=rid, function_request_id=lambda_id)
         started = time.perf_counter()
         status = 0
 
@@ -109,15 +139,23 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            log.debug(
+            # The path only: query strings may carry keys (entrypoints/http/redact.py).
+            log.info(
                 "%s %s -> %s in %.1f ms", scope["method"], scope["path"], status, (time.perf_counter() - started) * 1000
             )
+            unbind(bound)
 
 
 def create_app(container: Any = None) -> FastAPI:
-    from engram.bootstrap import build_container
+    if container is None:
+        # The factory path (run.sh on Lambda, `uvicorn --factory`): this process's logging is ours to set.
+        from engram.bootstrap import build_container
+        from engram.entrypoints.logs import configure_logging
+        from engram.settings import load_settings
 
-    container = container if container is not None else build_container()
+        base = load_settings()
+        configure_logging(base.log_level)
+        container = build_container(base)
     settings = container.settings
 
     install_redaction()
@@ -143,19 +181,25 @@ def create_app(container: Any = None) -> FastAPI:
     app.include_router(rest.public)
     if settings.surface == "mcp":
         # The MCP function on AWS: only /mcp and /health.
-        _include_optional_surfaces(app, container, only=("engram.entrypoints.http.mcp",))
+        _include_optional_surfaces(app, container, only=(MCP_SURFACE,))
     else:
         app.include_router(rest.router)
-        _include_optional_surfaces(app, container)
+        # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
+        only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
+        _include_optional_surfaces(app, container, only=only)
+    from engram.entrypoints.http.openapi import install_openapi
+
+    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app
 
 
+MCP_SURFACE = "engram.entrypoints.http.mcp"
 _SURFACES = (
     "engram.entrypoints.http.chat",
     "engram.entrypoints.http.jobs",
-    "engram.entrypoints.http.mcp",
+    MCP_SURFACE,
     "engram.entrypoints.http.admin",
 )
 

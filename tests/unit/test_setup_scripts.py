@@ -1,0 +1,119 @@
+"""scripts/setup.sh and scripts/install-browser.sh: what each mode installs, and the browser step
+skipping (not failing) where it cannot apt-get install. Fake `id`, `apt-get` and `sudo` on PATH stand
+in for the machine; nothing is installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL_BROWSER = ROOT / "scripts" / "install-browser.sh"
+SETUP = ROOT / "scripts" / "setup.sh"
+
+
+def _bin(tmp_path: Path, **scripts: str) -> Path:
+    """A PATH directory with the basic tools the scripts use plus the given fake commands."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for tool in ("sh", "cat", "chmod", "env"):
+        real = next((Path(d) / tool for d in ("/usr/bin", "/bin") if (Path(d) / tool).exists()), None)
+        if real and not (bindir / tool).exists():
+            (bindir / tool).symlink_to(real)
+    for name, body in scripts.items():
+        path = bindir / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+    return bindir
+
+
+def _install_browser(tmp_path: Path, bindir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {"PATH": str(bindir), "ENGRAM_CHROMIUM": str(tmp_path / "chromium"), **env}
+    return subprocess.run(["/bin/sh", str(INSTALL_BROWSER)], env=full, capture_output=True, text=True, timeout=30)
+
+
+def _fake_apt(tmp_path: Path) -> str:
+    # Records its arguments; "install" puts a fake browser where the script looks for it.
+    log, browser = tmp_path / "apt.log", tmp_path / "chromium"
+    return (
+        f'echo "$@" >> {log}\n'
+        f'case "$1" in install) printf "#!/bin/sh\\necho Chromium 1.0\\n" > {browser}; chmod +x {browser};; esac'
+    )
+
+
+def test_browser_step_skips_without_apt_get(tmp_path: Path) -> None:
+    # Given a machine without apt-get (macOS) and no browser
+    bindir = _bin(tmp_path, id="echo 501")
+    # When the browser step runs / Then it explains and succeeds, so `setup.sh test` goes on
+    result = _install_browser(tmp_path, bindir)
+    assert result.returncode == 0, result.stderr
+    assert "no apt-get" in result.stderr and "browser tests will be skipped" in result.stderr
+
+
+def test_browser_step_skips_for_a_non_root_user_without_sudo(tmp_path: Path) -> None:
+    # Given Debian, but a normal user whose sudo asks for a password
+    bindir = _bin(tmp_path, id="echo 1000", sudo="exit 1", **{"apt-get": _fake_apt(tmp_path)})
+    # When the browser step runs / Then it does not try apt-get and says how to install
+    result = _install_browser(tmp_path, bindir)
+    assert result.returncode == 0, result.stderr
+    assert "needs root" in result.stderr and "sudo scripts/install-browser.sh" in result.stderr
+    assert not (tmp_path / "apt.log").exists()
+
+
+def test_browser_step_fails_when_required(tmp_path: Path) -> None:
+    # Given CI asks for the browser (ENGRAM_REQUIRE_BROWSER=1) on a machine that cannot install it
+    bindir = _bin(tmp_path, id="echo 1000")
+    # Then the step fails instead of skipping
+    result = _install_browser(tmp_path, bindir, ENGRAM_REQUIRE_BROWSER="1")
+    assert result.returncode == 1 and "no apt-get" in result.stderr
+
+
+def test_browser_step_installs_as_root(tmp_path: Path) -> None:
+    # Given root on Debian (the CI image)
+    bindir = _bin(tmp_path, id="echo 0", **{"apt-get": _fake_apt(tmp_path)})
+    # When the browser step runs / Then it installs Chromium with apt-get and prints its version
+    result = _install_browser(tmp_path, bindir)
+    assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "apt.log").read_text().splitlines()
+    assert calls[0] == "update" and calls[1].startswith("install -y --no-install-recommends chromium")
+    assert "Chromium 1.0" in result.stdout
+
+
+def _setup(mode: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ENGRAM_SETUP_DRY_RUN": "1", "ENGRAM_VENV": str(tmp_path / "venv")}
+    return subprocess.run(["bash", str(SETUP), mode], env=env, capture_output=True, text=True, timeout=30, cwd=ROOT)
+
+
+def test_setup_deploy_installs_aws_and_infra_and_the_cdk_cli_but_no_browser(tmp_path: Path) -> None:
+    # When `scripts/setup.sh deploy` runs (dry run: steps printed, nothing installed)
+    result = _setup("deploy", tmp_path)
+    assert result.returncode == 0, result.stderr
+    steps = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
+    # Then it installs the aws and infra extras; the CDK CLI only when node_modules lacks it
+    assert any(line.endswith("-e .[aws,infra]") for line in steps), steps
+    assert not any("install-browser" in line or "browser" in line.split("[")[-1] for line in steps)
+    assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize(("mode", "extras"), [("local", "local"), ("test", "dev,local,aws,infra,browser")])
+def test_setup_modes(mode: str, extras: str, tmp_path: Path) -> None:
+    result = _setup(mode, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"-e .[{extras}]" in result.stdout
+    assert ("install-browser.sh" in result.stdout) == (mode == "test")
+
+
+def test_setup_rejects_an_unknown_mode(tmp_path: Path) -> None:
+    result = _setup("prod", tmp_path)
+    assert result.returncode == 2 and "local|deploy|test" in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_deploy_docs_use_the_deploy_mode() -> None:
+    # Deploying needs no browser and no test extras: README and docs/aws.md point at `setup.sh deploy`
+    for doc in (ROOT / "README.md", ROOT / "docs" / "aws.md"):
+        text = doc.read_text()
+        assert "scripts/setup.sh deploy" in text, doc
