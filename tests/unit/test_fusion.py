@@ -107,6 +107,14 @@ def test_keyword_only_relevance_uses_coverage() -> None:
     assert fusion.relevance(ev, "a") > 2 * fusion.relevance(ev, "b")
 
 
+def test_keyword_only_with_a_handful_of_matches_uses_their_coverage() -> None:
+    # Given keyword-only recall and a single hit holding two of the query's three words
+    _, evidence = fuse("Longjing tea or coffee", [("tea", 3.0)], [])
+    # Then its relevance is its coverage, not the large-namespace estimate
+    assert 0.5 < evidence.coverage["tea"] < 1.0
+    assert fusion.relevance(evidence, "tea") == pytest.approx(evidence.coverage["tea"])
+
+
 def test_a_tiny_namespace_keeps_its_best_vector_hit() -> None:
     # Given three memories only: no background to stand out from
     vector = [("cat", 0.82), ("tea", 0.80), ("gym", 0.79)]

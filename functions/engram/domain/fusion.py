@@ -132,6 +132,8 @@ class Evidence:
     # Min-max position in the (script-corrected) vector list: the relevance of a namespace too small to
     # have a background to stand out from (fewer than ``MIN_BACKGROUND`` vector candidates).
     vector_position: Mapping[str, float] | None = None
+    # Keyword-only recall over fewer than ``MIN_BACKGROUND`` matches: too little to calibrate against.
+    thin_keyword: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAUL
         x = model.bias + model.standout * s + model.coverage * cov
     else:
         x = model.keyword_bias + model.keyword_coverage * cov
+        if evidence.thin_keyword:  # a handful of matches: their coverage itself is the best estimate
+            return max(cov, 1.0 / (1.0 + math.exp(-x)))
     return 1.0 / (1.0 + math.exp(-x))
 
 
@@ -241,6 +245,7 @@ def adaptive_fuse(
         vector_standout=distinct,
         has_vectors=bool(vector),
         vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND else None,
+        thin_keyword=not vector and len(keyword) < MIN_BACKGROUND,
     )
     return fused, evidence
 
