@@ -46,6 +46,7 @@ class Container:
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
+    threads: Any = None  # services.threads.ThreadService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -68,6 +69,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
     from engram.services.runtime_settings import RuntimeSettings
+    from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
 
     settings = _with_secret(settings or load_settings())
@@ -104,6 +106,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
+        threads=ThreadService(store, clock),
     )
     container._closers = closers
     _wire_jobs(container, overrides)

@@ -23,7 +23,7 @@ import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Candidate, MemoryFilter
 from engram.entrypoints.http.app import create_app
-from engram.services.library import GlossaryIn
+from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryWrite
 from engram.settings import Settings
 from starlette.testclient import TestClient
@@ -79,6 +79,12 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/candidates"): R,
     ("POST", "/v1/candidates/{candidate_id}/{decision}"): W,
     ("POST", "/v1/ingest/messages"): W,
+    ("GET", "/v1/threads"): R,
+    ("GET", "/v1/threads/{thread_id}/messages"): R,
+    ("PATCH", "/v1/threads/{thread_id}"): W,
+    ("DELETE", "/v1/threads/{thread_id}"): W,
+    ("POST", "/v1/threads/{thread_id}/restore"): W,
+    ("POST", "/v1/threads/{thread_id}/merge"): W,
     ("GET", "/v1/stats"): R,
     ("GET", "/v1/export"): X,
     ("POST", "/v1/import"): W,
@@ -162,7 +168,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     candidate = container.store.insert_candidate(
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
     )
+    container.library.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
     params = {
+        "thread_id": "matrix-thread",
         "memory_id": memory.id,
         "precious_id": precious.id,
         "term_id": term.id,

@@ -140,6 +140,23 @@ class Message(Frozen):
     error: str | None = None
 
 
+class Thread(Frozen):
+    """A conversation: the messages stored under one ``conversation_id`` (docs/threads.md).
+
+    The row appears with its first message; ``message_count`` and ``last_message_at`` (the time of the
+    last message stored) are kept by the store. ``deleted_at`` set: in the recycle bin (a new message
+    brings it back; cleanup purges it later).
+    """
+
+    namespace: str
+    id: str
+    title: str | None = None
+    message_count: int = Field(default=0, ge=0)
+    last_message_at: datetime | None = None
+    created_at: datetime
+    deleted_at: datetime | None = None
+
+
 class Precious(Frozen):
     """A verbatim note kept forever (append-only: never edited, only deleted by the owner)."""
 

@@ -26,6 +26,7 @@ from engram.domain.models import (
     Page,
     Precious,
     SearchHit,
+    Thread,
     UsageRecord,
 )
 
@@ -126,6 +127,39 @@ class MemoryStore(Protocol):
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int: ...
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int: ...
+
+    # -- threads ----------------------------------------------------------------------------
+    # ``insert_message`` keeps the thread of its ``conversation_id``: creates the row, counts the
+    # message, moves ``last_message_at`` to its time and takes the thread out of the recycle bin.
+    def get_thread(self, namespace: str, thread_id: str) -> Thread: ...
+
+    def list_threads(
+        self, namespace: str, *, deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> Page[Thread]:
+        """Live threads (or, with ``deleted``, those in the recycle bin), the most recently active first
+        (``last_message_at``, else ``created_at``, desc; then id desc)."""
+        ...
+
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
+        """Set the title and the recycle-bin mark; ``NotFound`` if the thread does not exist."""
+        ...
+
+    def list_thread_messages(
+        self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Message]:
+        """The thread's messages, oldest first (``created_at``, then id)."""
+        ...
+
+    def move_thread(self, namespace: str, source: str, target: str) -> int:
+        """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
+        row; the number of messages moved. Safe to repeat after a partial failure."""
+        ...
+
+    def purge_thread(self, namespace: str, thread_id: str) -> int:
+        """Hard-delete the thread and its messages (cleanup); the number of messages deleted."""
+        ...
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious: ...

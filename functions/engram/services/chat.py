@@ -50,6 +50,7 @@ from engram.services.injection import (
 )
 from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.threads import thread_id_of
 from engram.services.wire_shapes import (
     check_upstream_response,
     parse_chat_request,
@@ -84,6 +85,15 @@ def explicit_remember(text: str) -> str | None:
     if len(fact) < 3 or fact.endswith(("?", "？")) or _NOT_A_REQUEST.match(fact):
         return None
     return fact[:4000]
+
+
+def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
+    """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
+    user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
+    if wire == "openai":
+        return thread_id_of(pinned, body.get("user"))
+    metadata = body.get("metadata")
+    return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
 
 
 def render_hits(result: Any) -> str:
@@ -227,7 +237,7 @@ class ChatService:
             body = parse_chat_request(raw, wire)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
-            ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
+            ex.conversation = _thread_of(wire, body, conversation_id)
             has_images = openai_has_images(body) if wire == "openai" else anthropic_has_images(body)
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
