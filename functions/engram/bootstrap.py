@@ -47,6 +47,7 @@ class Container:
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
     threads: Any = None  # services.threads.ThreadService
+    reminders: Any = None  # services.reminders.ReminderService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -68,6 +69,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.reminders import ReminderConfig, ReminderService
     from engram.services.runtime_settings import RuntimeSettings
     from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
@@ -107,6 +109,18 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
         threads=ThreadService(store, clock),
+        reminders=ReminderService(
+            store,
+            memories,
+            clock,
+            runtime.provider(
+                lambda s: ReminderConfig(
+                    missed_after_days=s.reminder_missed_after_days,
+                    lease_seconds=s.reminder_lease_seconds,
+                    timezone=s.timezone,
+                )
+            ),
+        ),
     )
     container._closers = closers
     _wire_jobs(container, overrides)
@@ -478,6 +492,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         queue=container.queue,
         render_recall=render_prompt,
         bedrock=bedrock,
+        reminders=container.reminders,
     )
 
 

@@ -255,6 +255,12 @@ class Settings(BaseSettings):
     memory_expire_unseen_days: int = Field(
         180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
     )
+    reminder_missed_after_days: float = Field(
+        7.0, gt=0, description="A reminder this many days past due is listed as missed instead of injected."
+    )
+    reminder_lease_seconds: float = Field(
+        600.0, ge=5, description="How long a chat turn holds the reminders it injects before another turn may."
+    )
     hard_delete_after_days: int = Field(
         30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."
     )

@@ -85,6 +85,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/threads/{thread_id}"): W,
     ("POST", "/v1/threads/{thread_id}/restore"): W,
     ("POST", "/v1/threads/{thread_id}/merge"): W,
+    ("GET", "/v1/reminders"): R,
+    ("POST", "/v1/reminders/{memory_id}/snooze"): W,
+    ("POST", "/v1/reminders/{memory_id}/cancel"): W,
     ("GET", "/v1/stats"): R,
     ("GET", "/v1/export"): X,
     ("POST", "/v1/import"): W,
@@ -127,6 +130,9 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "memory_pin": (W, {"content": "matrix pin"}),
     "glossary_set": (W, {"term": "matrix", "definition": "a grid"}),
     "digest_set": (W, {"content": "matrix digest"}),
+    "reminder_list": (R, {"status": "missed"}),
+    "reminder_snooze": (W, {"memory_id": "@MEM", "until": "2099-01-01T09:00:00+00:00"}),
+    "reminder_cancel": (W, {"memory_id": "@MEM"}),
     "memory_ingest": (W, {"messages": [{"role": "user", "content": "matrix message"}]}),
 }
 

@@ -157,6 +157,25 @@ class Thread(Frozen):
     deleted_at: datetime | None = None
 
 
+ReminderStatus = Literal["pending", "delivered", "cancelled"]
+
+
+class Reminder(Frozen):
+    """The delivery state of a memory's ``remind_at`` (docs/reminders.md).
+
+    One row per memory. A chat turn claims a due row for ``lease_until`` (so two concurrent turns
+    cannot both take it) and marks it delivered once the upstream answered; a failed turn releases it.
+    """
+
+    namespace: str
+    memory_id: str
+    remind_at: datetime
+    status: ReminderStatus = "pending"
+    delivered_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+
+
 class Precious(Frozen):
     """A verbatim note kept forever (append-only: never edited, only deleted by the owner)."""
 

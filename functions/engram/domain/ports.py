@@ -25,6 +25,7 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
     SearchHit,
     Thread,
     UsageRecord,
@@ -159,6 +160,36 @@ class MemoryStore(Protocol):
 
     def purge_thread(self, namespace: str, thread_id: str) -> int:
         """Hard-delete the thread and its messages (cleanup); the number of messages deleted."""
+        ...
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        """Insert or replace the row of (namespace, memory_id)."""
+        ...
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None: ...
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        """Rows in ``status`` with ``due_after <= remind_at <= due_before``, soonest first (then memory id).
+        May lag writes by about a second (DynamoDB: a secondary index); ``claim_reminder`` does not."""
+        ...
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        """Take a ``pending`` row whose lease is free or ran out before ``now``, for ``owner`` until
+        ``until``; ``True`` if this call took it. Atomic: of concurrent claims, one wins."""
+        ...
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        """If ``owner`` holds the lease: with ``delivered_at`` mark the row delivered, else release the
+        lease. ``False`` (and nothing changes) if the lease is someone else's or gone."""
         ...
 
     # -- precious, glossary, digest, daily log ---------------------------------------------

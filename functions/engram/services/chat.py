@@ -174,6 +174,9 @@ class _Exchange:
     settled: bool = False
     forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
     key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
+    # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
+    reminders: list[str] = field(default_factory=list)
+    reminder_owner: str = ""
 
     def headers(self) -> dict[str, str]:
         return {
@@ -199,8 +202,10 @@ class ChatService:
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
+        reminders: Any = None,
     ) -> None:
         self._openai = openai
+        self._reminders = reminders  # services.reminders.ReminderService
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
@@ -311,14 +316,42 @@ class ChatService:
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"
+        reminder_text = await self._claim_reminders(ex)
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
         if ex.route.provider == "anthropic":
-            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache)
+            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache, reminder_text)
         else:
-            body, info = inject_openai(body, boot_text, recall_text)
+            body, info = inject_openai(body, boot_text, recall_text, reminder_text)
         ex.injected = info.any
+        if info.reminders and ex.reason == "no_content":
+            ex.reason = "injected"
+        if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
+            await self._settle_reminders(ex, delivered=False)
         return body
+
+    async def _claim_reminders(self, ex: _Exchange) -> str:
+        """Claim the namespace's due reminders for this turn; their lines for the patch ('' if none)."""
+        if self._reminders is None:
+            return ""
+        ex.reminder_owner = new_id("turn")
+        try:
+            due = await asyncio.to_thread(self._reminders.claim_due, ex.namespace, ex.reminder_owner)
+        except Exception:
+            log.warning("reminders unavailable; the chat goes on without them", exc_info=True)
+            return ""
+        ex.reminders = [d.memory.id for d in due]
+        return str(self._reminders.render(due))
+
+    async def _settle_reminders(self, ex: _Exchange, *, delivered: bool) -> None:
+        """Delivered (the upstream answered) or released (it did not); once per exchange."""
+        if not ex.reminders or self._reminders is None:
+            return
+        held, ex.reminders = ex.reminders, []
+        try:
+            await asyncio.to_thread(self._reminders.settle, ex.namespace, ex.reminder_owner, held, delivered=delivered)
+        except Exception:
+            log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
 
     async def _boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
         """The rendered boot block (cached briefly per namespace) and the ids of its memories."""
@@ -507,12 +540,14 @@ class ChatService:
         logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
+        reminders = self._settle_reminders(ex, delivered=error is None)
         if not ex.persist or ex.settled:
+            await reminders
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = []
+        writes = [reminders]
         if error is None or usage.input or usage.output:
             writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
@@ -537,6 +572,7 @@ class ChatService:
             await self._settle(ex, "", usage or w.TokenUsage(), error)
         else:
             await self._settle_pending(ex)
+            await self._settle_reminders(ex, delivered=False)
 
     async def _settle_pending(self, ex: _Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""

@@ -16,6 +16,7 @@ thread                     ``NS#ns`` / ``THREAD#<id>``     ``NS#ns#THREADS#<live
                                                            ``<last message or created>#<id>``
 message id pointer         ``NS#ns`` / ``MSGID#<id>``      (``msg_sk``; makes ids unique)
 message external_id lock   ``NS#ns`` / ``MSGEXT#<ext>``    (``msg_sk``; idempotent ingest)
+reminder                   ``NS#ns`` / ``REMIND#<memory>``  ``NS#ns#REMIND#<status>`` / ``<remind_at>#<memory>``
 precious / glossary        ``NS#ns`` / ``PREC#<id>``, ``GLOSS#<id>``
 digest / daily log         ``NS#ns`` / ``DIGEST``, ``DAY#<yyyy-mm-dd>``
 event                      ``NS#ns`` / ``EVT#<id>``        ``NS#ns#EVT`` / ``<created>#<id>``;
@@ -74,6 +75,7 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
     Thread,
     UsageRecord,
     utcnow,
@@ -1001,6 +1003,96 @@ class DynamoMemoryStore:
         self._batch_delete(doomed)
         self._delete(pk, f"THREAD#{thread_id}")
         return count
+
+    # -- reminders --------------------------------------------------------------------------
+    def _reminder_item(self, reminder: Reminder) -> dict[str, Any]:
+        pk = self._pk(reminder.namespace)
+        return {
+            "PK": pk,
+            "SK": f"REMIND#{reminder.memory_id}",
+            "entity": "reminder",
+            "GSI1PK": f"{pk}#REMIND#{reminder.status}",
+            "GSI1SK": f"{_iso(reminder.remind_at)}#{reminder.memory_id}",
+            **_fields(reminder),
+        }
+
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        self._register(reminder.namespace)
+        self._put(self._reminder_item(reminder))
+        return reminder
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None:
+        item = self._get(self._pk(namespace), f"REMIND#{memory_id}")
+        return _model(Reminder, item) if item else None
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        _check_limit(limit)
+        low = _iso(due_after) if due_after is not None else "0"
+        high = f"{_iso(due_before)}#\uffff" if due_before is not None else "\uffff"
+        items = self._query(
+            pk=f"{self._pk(namespace)}#REMIND#{status}", index="GSI1", sk_between=(low, high), page_size=min(limit, 500)
+        )
+        rows: list[Reminder] = []
+        for item in items:
+            rows.append(_model(Reminder, item))
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def _update_reminder(self, namespace: str, memory_id: str, **update: Any) -> bool:
+        """One conditional UpdateItem on the reminder row; ``False`` if the condition failed."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self._table,
+                Key=self._key(self._pk(namespace), f"REMIND#{memory_id}"),
+                **update,
+            )
+        except ClientError:  # only ConditionalCheckFailed gets here
+            return False
+        return True
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        # A conditional write is atomic on the item: of concurrent claims exactly one passes the check.
+        return self._update_reminder(
+            namespace,
+            memory_id,
+            UpdateExpression="SET lease_owner = :owner, lease_until = :until",
+            ConditionExpression="#status = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues=self._ser(
+                {":owner": owner, ":until": _iso(until), ":pending": "pending", ":now": _iso(now)}
+            ),
+        )
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        values: dict[str, Any] = {":owner": owner}
+        expression = "REMOVE lease_owner, lease_until"
+        if delivered_at is not None:
+            expression = "SET #status = :delivered, delivered_at = :at, GSI1PK = :partition " + expression
+            values.update(
+                {
+                    ":delivered": "delivered",
+                    ":at": _iso(delivered_at),
+                    ":partition": f"{self._pk(namespace)}#REMIND#delivered",
+                }
+            )
+        return self._update_reminder(
+            namespace,
+            memory_id,
+            UpdateExpression=expression,
+            ConditionExpression="lease_owner = :owner",
+            ExpressionAttributeValues=self._ser(values),
+            **({"ExpressionAttributeNames": {"#status": "status"}} if delivered_at is not None else {}),
+        )
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious:

@@ -35,6 +35,7 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
     Thread,
     UsageRecord,
     utcnow,
@@ -105,6 +106,7 @@ class InMemoryMemoryStore:
         self._cursors: dict[str, dict[str, str]] = {}
         self._cache: dict[str, dict[str, CacheEntry]] = {}
         self._threads: dict[str, dict[str, Thread]] = {}
+        self._reminders: dict[str, dict[str, Reminder]] = {}
 
     # -- memories -------------------------------------------------------------------------
     @staticmethod
@@ -388,6 +390,55 @@ class InMemoryMemoryStore:
         with self._lock:
             self._threads.get(namespace, {}).pop(thread_id, None)
             return _delete_where(self._messages, namespace, lambda m: m.conversation_id == thread_id)
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        with self._lock:
+            self._reminders.setdefault(reminder.namespace, {})[reminder.memory_id] = reminder
+        return reminder
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None:
+        with self._lock:
+            return self._reminders.get(namespace, {}).get(memory_id)
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        check_limit(limit)
+        with self._lock:
+            rows = [
+                r
+                for r in self._reminders.get(namespace, {}).values()
+                if r.status == status
+                and (due_after is None or r.remind_at >= due_after)
+                and (due_before is None or r.remind_at <= due_before)
+            ]
+        return sorted(rows, key=lambda r: (r.remind_at, r.memory_id))[:limit]
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        with self._lock:
+            row = self._reminders.get(namespace, {}).get(memory_id)
+            if row is None or row.status != "pending" or (row.lease_until is not None and row.lease_until >= now):
+                return False
+            self._reminders[namespace][memory_id] = row.model_copy(update={"lease_owner": owner, "lease_until": until})
+            return True
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        with self._lock:
+            row = self._reminders.get(namespace, {}).get(memory_id)
+            if row is None or row.lease_owner != owner:
+                return False
+            changes: dict[str, Any] = {"lease_owner": None, "lease_until": None}
+            if delivered_at is not None:
+                changes.update(status="delivered", delivered_at=delivered_at)
+            self._reminders[namespace][memory_id] = row.model_copy(update=changes)
+            return True
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious:

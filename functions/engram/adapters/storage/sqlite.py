@@ -46,6 +46,7 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
     Thread,
     UsageRecord,
     utcnow,
@@ -229,6 +230,20 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             SELECT namespace, conversation_id, NULL, COUNT(*), MAX(created_at), MIN(created_at), NULL
             FROM messages GROUP BY namespace, conversation_id""",
     ),
+    # 4: reminders (docs/reminders.md): delivery state of each memory's remind_at.
+    (
+        """CREATE TABLE reminders (
+            namespace TEXT NOT NULL,
+            memory_id TEXT NOT NULL,
+            remind_at TEXT NOT NULL,
+            status TEXT NOT NULL,
+            delivered_at TEXT,
+            lease_owner TEXT,
+            lease_until TEXT,
+            PRIMARY KEY (namespace, memory_id)
+        )""",
+        "CREATE INDEX reminders_by_time ON reminders (namespace, status, remind_at, memory_id)",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -293,6 +308,7 @@ _MEMORIES = _Table("memories", Memory, ("namespace", "id"), ("tags", "source_mes
 _CANDIDATES = _Table("candidates", Candidate, ("namespace", "id"), ("tags", "source_message_ids"))
 _MESSAGES = _Table("messages", Message, ("namespace", "id"), ("usage",))
 _THREADS = _Table("threads", Thread, ("namespace", "id"))
+_REMINDERS = _Table("reminders", Reminder, ("namespace", "memory_id"))
 _THREAD_ORDER = "COALESCE(last_message_at, created_at)"
 _PRECIOUS = _Table("precious", Precious, ("namespace", "id"), ("tags", "source_message_ids"))
 _GLOSSARY = _Table("glossary", GlossaryTerm, ("namespace", "id"), ("aliases",))
@@ -717,6 +733,54 @@ class SqliteMemoryStore:
                     "DELETE FROM messages WHERE namespace = ? AND conversation_id = ?", (namespace, thread_id)
                 ).rowcount
             )
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        self._execute(_REMINDERS.upsert_sql, _REMINDERS.insert_params(reminder))
+        return reminder
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None:
+        return self._select_one(_REMINDERS, "namespace = ? AND memory_id = ?", (namespace, memory_id))
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        check_limit(limit)
+        where = "namespace = ? AND status = ?"
+        params: list[Any] = [namespace, status]
+        if due_after is not None:
+            where += " AND remind_at >= ?"
+            params.append(to_iso(due_after))
+        if due_before is not None:
+            where += " AND remind_at <= ?"
+            params.append(to_iso(due_before))
+        return self._select(_REMINDERS, f"{where} ORDER BY remind_at, memory_id LIMIT ?", [*params, limit])
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        taken = self._execute(
+            "UPDATE reminders SET lease_owner = ?, lease_until = ? WHERE namespace = ? AND memory_id = ?"
+            " AND status = 'pending' AND (lease_until IS NULL OR lease_until < ?)",
+            (owner, to_iso(until), namespace, memory_id, to_iso(now)),
+        )
+        return taken == 1
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        if delivered_at is None:
+            sql = "UPDATE reminders SET lease_owner = NULL, lease_until = NULL"
+            params: list[Any] = []
+        else:
+            sql = "UPDATE reminders SET lease_owner = NULL, lease_until = NULL, status = 'delivered', delivered_at = ?"
+            params = [to_iso(delivered_at)]
+        done = self._execute(
+            f"{sql} WHERE namespace = ? AND memory_id = ? AND lease_owner = ?", [*params, namespace, memory_id, owner]
+        )
+        return done == 1
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious:

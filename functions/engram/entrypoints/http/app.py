@@ -184,9 +184,10 @@ def create_app(container: Any = None) -> FastAPI:
         _include_optional_surfaces(app, container, only=(MCP_SURFACE,))
     else:
         app.include_router(rest.router)
-        from engram.entrypoints.http import threads
+        from engram.entrypoints.http import reminders, threads
 
         app.include_router(threads.router)
+        app.include_router(reminders.router)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
         _include_optional_surfaces(app, container, only=only)

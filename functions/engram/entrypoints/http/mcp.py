@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -91,7 +92,19 @@ TopK = Annotated[int, Field(ge=1, le=50, description="How many memories to retur
 Types = Annotated[list[MemoryType], Field(max_length=20, description="Only these memory types (empty: all).")]
 Status = Literal["active", "superseded", "archived", "deleted", "expired", "all"]
 
+RemindAt = Annotated[
+    datetime,
+    Field(description="When to remind, ISO 8601 with the user's UTC offset (e.g. `2026-05-01T09:00:00+02:00`)."),
+]
+
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    """A reminder time needs its zone: a naive one is refused rather than guessed."""
+    if when is not None and when.tzinfo is None:
+        raise ToolError("remind_at/until needs a UTC offset, e.g. 2026-05-01T09:00:00+02:00")
+    return when
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -293,11 +306,13 @@ def build_server(container: Any) -> MCPServer:
         confidence: Confidence = 0.8,
         pinned: bool = False,
         tags: Tags | None = None,
+        remind_at: RemindAt | None = None,
     ) -> dict[str, Any]:
         """Remember something without inventing a key (events, observations, one-off details). If a
         near-identical memory of the same type exists it is marked seen instead of duplicated (never
         when numbers, names, places or negation differ). Use
-        memory_upsert instead when the fact has a natural key and may change later."""
+        memory_upsert instead when the fact has a natural key and may change later. With `remind_at`
+        it is also a reminder: Engram puts it into the user's first chat turn after that time."""
         who = _principal(ctx, WRITE)
         req = MemoryWrite(
             content=content,
@@ -308,6 +323,7 @@ def build_server(container: Any) -> MCPServer:
             pinned=pinned,
             tags=tags or [],
             source="mcp",
+            remind_at=_aware(remind_at),
         )
         return _written(c.memories.write(who.namespace, req, dedup=True))
 
@@ -442,6 +458,33 @@ def build_server(container: Any) -> MCPServer:
         message is stored once (give `id` to keep identical repeats apart)."""
         who = _principal(ctx, WRITE)
         return dict(c.library.ingest(who.namespace, messages))
+
+    # -- reminders ------------------------------------------------------------------------
+    @tool(ro)
+    def reminder_list(
+        ctx: Context,
+        status: Annotated[
+            Literal["upcoming", "delivered", "missed"],
+            Field(description="`upcoming` (not delivered yet), `delivered`, or `missed` (long past due, never shown)."),
+        ] = "upcoming",
+    ) -> dict[str, Any]:
+        """The user's reminders (memories with a `remind_at`), soonest first, with their memory ids."""
+        who = _principal(ctx, READ)
+        return {"items": c.reminders.list(who.namespace, status)}
+
+    @tool(write)
+    def reminder_snooze(ctx: Context, memory_id: MemoryId, until: RemindAt) -> dict[str, Any]:
+        """Move a reminder to a later time (a delivered or missed one fires again then)."""
+        who = _principal(ctx, WRITE)
+        row = c.reminders.snooze(who.namespace, memory_id, until)
+        return {"memory_id": row.memory_id, "remind_at": row.remind_at.isoformat(), "status": row.status}
+
+    @tool(write)
+    def reminder_cancel(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
+        """Stop a reminder so it is never shown; the memory itself stays (its remind_at is cleared)."""
+        who = _principal(ctx, WRITE)
+        row = c.reminders.cancel(who.namespace, memory_id)
+        return {"memory_id": row.memory_id, "status": row.status}
 
     # -- overview -------------------------------------------------------------------------
     @tool(ro)
