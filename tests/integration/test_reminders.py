@@ -155,3 +155,21 @@ def test_snooze_and_cancel(make_gateway) -> None:
     assert api.post("/v1/reminders/mem_nope/cancel").status_code == 404
     assert api.post(f"/v1/reminders/{done}/snooze", json={"until": 5}).status_code == 422
     assert api.get("/v1/reminders", params={"status": "soon"}).status_code == 422
+
+
+def test_remind_me_in_chat_sets_a_reminder(make_gateway) -> None:
+    # Given a gateway in Berlin time
+    gw = make_gateway(timezone="Europe/Berlin")
+    # When the user asks in chat
+    assert _chat(gw, "openai", "remind me tomorrow at 9 to call mum").status_code == 200
+    # Then a reminder is set for 09:00 Berlin time tomorrow, stored before the answer ended
+    [reminder] = _reminders(gw, "upcoming")
+    assert reminder["content"] == "call mum"
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    when = datetime.fromisoformat(reminder["remind_at"]).astimezone(berlin)
+    assert (when.date() - _now().astimezone(berlin).date()).days == 1 and (when.hour, when.minute) == (9, 0)
+    # And a plain "remember" without a day and time sets none
+    _chat(gw, "openai", "remember that my shop opens at 9")
+    assert len(_reminders(gw, "upcoming")) == 1

@@ -387,19 +387,34 @@ class ChatService:
     def _remember(self, ex: _Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
         byte waits for it (``_settle``)."""
-        fact = explicit_remember(ex.user_text or "")
+        text = ex.user_text or ""
+        fact = explicit_remember(text)
+        when: datetime | None = None
+        if self._reminders is not None:  # "remind me tomorrow at 9 to ...", "remember: dentist tomorrow at 3pm"
+            asked = self._reminders.request_in(text)
+            if asked is not None:
+                fact, when = asked.what, asked.when
+            elif fact is not None:
+                when = self._reminders.time_in(fact)
         if fact is None:
             return
         from engram.services.memories import MemoryWrite
 
         key = "gw-rem-" + self._exchange_key(ex)
         request = MemoryWrite(
-            content=fact, type="fact", source="chat", importance=0.8, confidence=0.95, external_id=key
+            content=fact,
+            type="task" if when is not None else "fact",
+            source="chat",
+            importance=0.8,
+            confidence=0.95,
+            external_id=key,
+            remind_at=when,
         )
 
         def write() -> None:
             try:
-                self._memories.write(ex.namespace, request, dedup=True)
+                # A reminder is its own memory: merged into a look-alike it would not fire again.
+                self._memories.write(ex.namespace, request, dedup=when is None)
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import Memory, Reminder
 from engram.domain.ports import Clock, MemoryStore
+from engram.domain.reminder_time import ReminderRequest, find_time, reminder_request
 from engram.services.memories import MemoryPatch
 
 ReminderView = Literal["upcoming", "delivered", "missed"]
@@ -96,6 +97,15 @@ class ReminderService:
             for d in due
         ]
         return "Reminders due now (the user asked to be reminded; mention them once):\n" + "\n".join(lines)
+
+    def request_in(self, text: str) -> ReminderRequest | None:
+        """A "remind me <when> to <what>" message, in the configured time zone."""
+        return reminder_request(text, self._clock.now(), ZoneInfo(self._config.timezone))
+
+    def time_in(self, text: str) -> datetime | None:
+        """An explicit day and time ("tomorrow at 9") in a remembered fact, in the configured time zone."""
+        found = find_time(text, self._clock.now(), ZoneInfo(self._config.timezone))
+        return found[0] if found else None
 
     # -- REST / MCP ---------------------------------------------------------------------------
     def list(self, namespace: str, view: ReminderView, *, limit: int = 100) -> list[dict[str, Any]]:
