@@ -131,6 +131,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "glossary_set": (W, {"term": "matrix", "definition": "a grid"}),
     "digest_set": (W, {"content": "matrix digest"}),
     "reminder_list": (R, {"status": "missed"}),
+    "thread_list": (R, {}),
+    "thread_messages": (R, {"thread_id": "matrix-thread"}),
     "reminder_snooze": (W, {"memory_id": "@MEM", "until": "2099-01-01T09:00:00+00:00"}),
     "reminder_cancel": (W, {"memory_id": "@MEM"}),
     "memory_ingest": (W, {"messages": [{"role": "user", "content": "matrix message"}]}),

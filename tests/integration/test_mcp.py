@@ -26,10 +26,11 @@ ALL_TOOLS = {
     "memory_search", "memory_recall", "memory_list", "memory_get", "memory_upsert", "memory_remember",
     "memory_update", "memory_supersede", "memory_archive", "memory_restore", "memory_delete", "memory_stats",
     "memory_export", "memory_ingest", "memory_boot", "memory_pin", "glossary_set", "digest_get", "digest_set",
-    "reminder_list", "reminder_snooze", "reminder_cancel",
+    "reminder_list", "reminder_snooze", "reminder_cancel", "thread_list", "thread_messages",
 }  # fmt: skip
 READ_TOOLS = {"memory_search", "memory_recall", "memory_list", "memory_get", "memory_stats", "memory_export",
-              "memory_boot", "digest_get", "reminder_list"}  # fmt: skip
+              "memory_boot", "digest_get", "reminder_list", "thread_list",
+              "thread_messages"}  # fmt: skip
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -398,3 +399,16 @@ async def test_reminder_tools(server: EngramServer) -> None:
         # And mistakes come back as tool errors a model can fix
         assert "UTC offset" in await call_error(mcp, "memory_remember", content="x y z", remind_at="2099-05-01T09:00")
         assert "no reminder" in await call_error(mcp, "reminder_cancel", memory_id=memory_id)
+
+
+async def test_thread_tools(server: EngramServer) -> None:
+    async with mcp_client(server) as mcp:
+        # Given a conversation stored in a thread
+        said = [{"role": "user", "content": "we fly to Kyoto", "conversation_id": "trip"}]
+        await call(mcp, "memory_ingest", messages=said)
+        # Then it is listed and readable
+        threads = await call(mcp, "thread_list")
+        assert [(t["id"], t["message_count"]) for t in threads["items"]] == [("trip", 1)]
+        read = await call(mcp, "thread_messages", thread_id="trip")
+        assert [m["content"] for m in read["items"]] == ["we fly to Kyoto"]
+        assert "not found" in await call_error(mcp, "thread_messages", thread_id="nope")

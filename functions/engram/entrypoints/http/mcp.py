@@ -459,6 +459,38 @@ def build_server(container: Any) -> MCPServer:
         who = _principal(ctx, WRITE)
         return dict(c.library.ingest(who.namespace, messages))
 
+    # -- threads --------------------------------------------------------------------------
+    @tool(ro)
+    def thread_list(
+        ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size (default 50).")] = 50,
+        cursor: Annotated[str, Field(max_length=500, description="`next_cursor` of the previous page.")] | None = None,
+    ) -> dict[str, Any]:
+        """The user's conversations (threads), most recently active first: id, title, message count and
+        last message time. Read one with thread_messages."""
+        who = _principal(ctx, READ)
+        page = c.threads.list(who.namespace, limit=limit, cursor=cursor)
+        return {
+            "items": [_drop_namespace(t.model_dump(mode="json")) for t in page.items],
+            "next_cursor": page.next_cursor,
+        }
+
+    @tool(ro)
+    def thread_messages(
+        ctx: Context,
+        thread_id: Annotated[str, Field(min_length=1, max_length=200, description="A thread id from thread_list.")],
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size (default 50).")] = 50,
+        cursor: Annotated[str, Field(max_length=500, description="`next_cursor` of the previous page.")] | None = None,
+    ) -> dict[str, Any]:
+        """The messages of one conversation, oldest first, one page at a time (what was actually said)."""
+        who = _principal(ctx, READ)
+        page = c.threads.messages(who.namespace, thread_id, limit=limit, cursor=cursor)
+        items = [
+            {"id": m.id, "role": m.role, "content": m.content, "created_at": m.created_at.isoformat()}
+            for m in page.items
+        ]
+        return {"items": items, "next_cursor": page.next_cursor}
+
     # -- reminders ------------------------------------------------------------------------
     @tool(ro)
     def reminder_list(
