@@ -22,6 +22,7 @@ from infra.mcp import Mcp
 from infra.nag import add_suppressions
 from infra.search import Search
 from infra.secrets import Secrets
+from infra.snapshots import Snapshots
 from infra.storage import Storage
 
 # Cross-region inference profile ids start with a geography ("us.anthropic...", "global.amazon...").
@@ -56,13 +57,19 @@ class EngramStack(Stack):
 
         storage = Storage(self, "Storage", removal_policy=table_removal_policy)
         secrets = Secrets(self, "Secrets")
-        search = Search(
-            self,
-            "Search",
-            collection_name=cfg.collection_name,
-            generation=cfg.collection_generation,
-            standby_replicas=cfg.standby_replicas,
-        )
+        # One search backend: an OpenSearch collection, or (replica) only a snapshot bucket.
+        search: Search | None = None
+        snapshots: Snapshots | None = None
+        if cfg.search_backend == "opensearch":
+            search = Search(
+                self,
+                "Search",
+                collection_name=cfg.collection_name,
+                generation=cfg.collection_generation,
+                standby_replicas=cfg.standby_replicas,
+            )
+        else:
+            snapshots = Snapshots(self, "Snapshots", removal_policy=table_removal_policy)
         layer_dir = Path(cfg.layer_dir)
         layers = Layers(
             self,
@@ -76,8 +83,11 @@ class EngramStack(Stack):
             "ENGRAM_AWS_REGION": Aws.REGION,
             "ENGRAM_TABLE_NAME": storage.table.table_name,
             "ENGRAM_SECRET_ARN": secrets.secret.secret_arn,
-            "ENGRAM_OPENSEARCH_ENDPOINT": search.endpoint,
         }
+        if search is not None:
+            env["ENGRAM_OPENSEARCH_ENDPOINT"] = search.endpoint
+        if snapshots is not None:
+            env["ENGRAM_SNAPSHOT_BUCKET"] = snapshots.bucket.bucket_name
         jobs = Jobs(
             self,
             "Jobs",
@@ -98,10 +108,14 @@ class EngramStack(Stack):
             storage.table.grant_read_write_data(fn)
             secrets.secret.grant_read(fn)
             jobs.cleanup_queue.grant_send_messages(fn)
-            search.grant_data_access(fn.role)  # type: ignore[arg-type]
+            if search is not None:
+                search.grant_data_access(fn.role)  # type: ignore[arg-type]
+            if snapshots is not None:
+                snapshots.grant(fn)
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
-        search.finalize(extra_principals=cfg.data_access_principals)
+        if search is not None:
+            search.finalize(extra_principals=cfg.data_access_principals)
         alarms = Alarms(
             self,
             "Alarms",
@@ -123,7 +137,10 @@ class EngramStack(Stack):
         CfnOutput(self, "AdminUrl", value=Fn.join("", [self.api_url, "/admin"]), description="Admin panel")
         CfnOutput(self, "TableName", value=storage.table.table_name)
         CfnOutput(self, "SecretArn", value=secrets.secret.secret_arn, description="Fill in upstream keys here")
-        CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
+        if search is not None:
+            CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
+        if snapshots is not None:
+            CfnOutput(self, "SnapshotBucket", value=snapshots.bucket.bucket_name, description="Search snapshots")
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Alarms notify this SNS topic")
 
         self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp, self.alarms = (
@@ -135,6 +152,7 @@ class EngramStack(Stack):
             mcp,
             alarms,
         )
+        self.snapshots = snapshots
         add_suppressions(self)
 
     @staticmethod

@@ -46,6 +46,7 @@ class Container:
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
+    moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -120,6 +121,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
     from engram.services.jobs import NamespaceLocks
+    from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 
     s = container.settings
@@ -170,6 +172,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
             throttled=("cleanup",),
         )
     c.reindex = ReindexService(c.store, c.memories, c.embedder, c.clock, c.queue)
+    c.moving_in = MovingInService(c.transfer, extract_model)
     _repair_when_back(c)
 
 
@@ -305,7 +308,40 @@ def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
         )
         closers.append(opensearch.close)
         return opensearch
+    if settings.search == "replica":
+        replica = _build_replica(settings)
+        closers.append(replica.close)
+        return replica
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
+
+
+def _build_replica(settings: Settings) -> Any:
+    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md)."""
+    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
+    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+
+    data_dir = Path(settings.data_dir).expanduser()
+    search_log: SearchLog
+    snapshots: SnapshotStore | None = None
+    if settings.store == "sqlite":
+        path = local_db_path(settings)
+        private_dir(path.parent)
+        search_log = SqliteSearchLog(path)
+        snapshots = DirSnapshotStore(data_dir / "snapshots")
+    elif settings.store == "dynamodb":
+        if not settings.table_name:
+            raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
+        search_log = DynamoSearchLog(settings.table_name, region_name=settings.aws_region or None)
+        if settings.snapshot_bucket:
+            snapshots = S3SnapshotStore(settings.snapshot_bucket, region_name=settings.aws_region or None)
+    else:
+        raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
+    directory = settings.replica_dir
+    if directory is None:
+        on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+        directory = Path("/tmp/engram-replica") if on_lambda else data_dir / "replica"
+    return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -450,6 +486,24 @@ def _names_bedrock(settings: Settings) -> bool:
     Otherwise a ``bedrock/`` name still fails cleanly: the adapter names the missing region setting."""
     models = (settings.chat_model, settings.vision_model)
     return settings.chat_allow_model_passthrough or any(m.startswith("bedrock/") for m in models)
+
+
+def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
+    """Write the ``replica`` index's snapshot of each namespace this process loaded that changed by at
+    least ``min_changes`` rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
+    from engram.adapters.search.replica import ReplicaSearchIndex
+
+    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
+    index = getattr(guarded, "inner", guarded)
+    if not isinstance(index, ReplicaSearchIndex):
+        return 0
+    written = 0
+    for namespace in index.loaded_namespaces():
+        try:
+            written += index.snapshot(namespace, min_changes=min_changes)
+        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+            log.exception("writing the search snapshot failed")
+    return written
 
 
 def index_model_mismatch(container: Container) -> bool:

@@ -46,8 +46,24 @@ class Settings(BaseSettings):
     store: Literal["sqlite", "memory", "dynamodb"] = Field(
         "sqlite", description="Where rows live: `sqlite` (local file), `memory` (tests), `dynamodb` (AWS)."
     )
-    search: Literal["local", "memory", "opensearch"] = Field(
-        "local", description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS)."
+    search: Literal["local", "memory", "opensearch", "replica"] = Field(
+        "local",
+        description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS), `replica` "
+        "(a private copy of the local index per process, kept in sync with the store; AWS without OpenSearch).",
+    )
+    replica_dir: Path | None = Field(
+        None,
+        description="Where a `replica` search index keeps its private files (default: `/tmp/engram-replica` "
+        "on Lambda, `<data dir>/replica` otherwise); each process uses its own subdirectory.",
+    )
+    replica_sync_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="A `replica` reads the changes of other processes before a search at most this often.",
+    )
+    snapshot_bucket: str = Field(
+        "", description="S3 bucket for the `replica` search snapshots on AWS (locally they go to the data dir)."
     )
     embedder: Literal["local", "openai", "bedrock", "none"] = Field(
         "local",

@@ -21,6 +21,7 @@ pytest.importorskip("aws_lambda_powertools")
 
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.lambda_harness import (
+    Invocation,
     LambdaStack,
     create_table_request,
     http_function,
@@ -39,6 +40,18 @@ def chat(text: str, *, stream: bool = False) -> dict[str, Any]:
 
 
 # -- the harness itself --------------------------------------------------------------------------------
+
+
+def answer_text(reply: Invocation) -> str:
+    """The assistant's text of an OpenAI-wire chat answer, streamed (SSE) or not."""
+    if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+        return str(reply.json()["choices"][0]["message"]["content"])
+    parts = []
+    for line in reply.text.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
 
 
 def test_the_table_is_created_from_the_template(
@@ -73,6 +86,37 @@ def test_a_frozen_instance_answers_nothing_until_the_next_invocation(make_stack:
 
 
 # -- what Lambda changes -----------------------------------------------------------------------------------
+
+
+def test_an_exchange_and_a_remember_are_stored_before_the_instance_freezes(
+    make_stack: Callable[..., LambdaStack], session_upstream: FakeUpstream
+) -> None:
+    # Given a warm instance of the API function (frozen between requests, as on Lambda)
+    stack = make_stack()
+    instance = stack.instance().start()
+    key, store = stack.deployment.owner_key, stack.deployment.store()
+    session_upstream.default = Reply(text="Noted, Sam.", chunks=4)
+    turns = [
+        ("please remember: my locker code is 4711", False),
+        ("remember that my sister is called Lena", True),
+        ("how is the weather in Porto today?", True),
+        ("what should I cook tonight?", False),
+    ]
+    for text, stream in turns:
+        # When a chat turn's response has ended (and the instance is frozen right after its last byte)
+        reply = instance.invoke("POST", "/v1/chat/completions", key=key, json_body=chat(text, stream=stream))
+        assert reply.status == 200, reply.text
+        assert answer_text(reply) == "Noted, Sam."
+        assert instance.frozen
+        # Then the exchange is already in DynamoDB: the user's message and the answer
+        stored = [(m.role, m.content) for m in store.list_messages("default", limit=100)]
+        assert ("user", text) in stored, stored
+        assert ("assistant", "Noted, Sam.") in stored[stored.index(("user", text)) :], stored
+    # And so are both "remember" facts, and the usage of every turn
+    contents = [m.content for m in store.iter_memories("default", ("active",))]
+    assert any("4711" in c for c in contents), contents
+    assert any("Lena" in c for c in contents), contents
+    assert len(store.list_usage("default")) == len(turns)
 
 
 def test_two_instances_see_each_others_writes(make_stack: Callable[..., LambdaStack]) -> None:

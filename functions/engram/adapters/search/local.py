@@ -411,52 +411,66 @@ class SqliteSearchIndex:
 
     # -- the port -------------------------------------------------------------------------
     def upsert(self, doc: IndexedDoc) -> str:
-        tokens = " ".join(tokenize(doc.text))
-        vector = unit_vector(doc.vector) if doc.vector is not None else None
+        self.upsert_many([doc])
+        return doc.memory_id
+
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        """``upsert`` each document in one transaction (a replica hydrating thousands at once)."""
+        prepared = [
+            (doc, " ".join(tokenize(doc.text)), unit_vector(doc.vector) if doc.vector is not None else None)
+            for doc in docs
+        ]
+        if not prepared:
+            return
         with self._lock:
             conn = self._db()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 _, dimension = self._meta(conn)
-                if vector is not None:
-                    if dimension is None:
-                        dimension = int(vector.shape[0])
-                        conn.execute(
-                            "INSERT OR REPLACE INTO search_meta (key, value) VALUES ('dimension', ?)", (str(dimension),)
-                        )
-                    elif vector.shape[0] != dimension:
-                        raise InvalidInput(
-                            f"vector has {vector.shape[0]} dimensions; the index holds {dimension}",
-                            code="dimension_mismatch",
-                        )
-                self._remove_doc(conn, doc.namespace, doc.memory_id)
-                cur = conn.execute(
-                    "INSERT INTO search_docs (namespace, memory_id, type) VALUES (?, ?, ?)",
-                    (doc.namespace, doc.memory_id, doc.type),
-                )
-                conn.execute(
-                    "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
-                    (cur.lastrowid, _nskey(doc.namespace), tokens),
-                )
-                if vector is not None:
-                    conn.execute(
-                        "INSERT INTO search_vectors (namespace, memory_id, type, vec) VALUES (?, ?, ?, ?)",
-                        (doc.namespace, doc.memory_id, doc.type, vector.astype("<f4").tobytes()),
+                for doc, tokens, vector in prepared:
+                    if vector is not None:
+                        if dimension is None:
+                            dimension = int(vector.shape[0])
+                            conn.execute(
+                                "INSERT OR REPLACE INTO search_meta (key, value) VALUES ('dimension', ?)",
+                                (str(dimension),),
+                            )
+                        elif vector.shape[0] != dimension:
+                            raise InvalidInput(
+                                f"vector has {vector.shape[0]} dimensions; the index holds {dimension}",
+                                code="dimension_mismatch",
+                            )
+                    self._remove_doc(conn, doc.namespace, doc.memory_id)
+                    cur = conn.execute(
+                        "INSERT INTO search_docs (namespace, memory_id, type) VALUES (?, ?, ?)",
+                        (doc.namespace, doc.memory_id, doc.type),
                     )
-                generation = self._bump(conn, doc.namespace)
+                    conn.execute(
+                        "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
+                        (cur.lastrowid, _nskey(doc.namespace), tokens),
+                    )
+                    if vector is not None:
+                        conn.execute(
+                            "INSERT INTO search_vectors (namespace, memory_id, type, vec) VALUES (?, ?, ?, ?)",
+                            (doc.namespace, doc.memory_id, doc.type, vector.astype("<f4").tobytes()),
+                        )
+                generations = {ns: self._bump(conn, ns) for ns in dict.fromkeys(d.namespace for d in docs)}
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            cache = self._patch_cache(doc.namespace, generation - 1, generation)
-            if cache is not None:
+            caches = {ns: self._patch_cache(ns, gen - 1, gen) for ns, gen in generations.items()}
+            for doc, _, vector in prepared:
+                cache = caches[doc.namespace]
+                if cache is None:
+                    continue
                 if vector is not None and cache.dimension == vector.shape[0]:
                     cache.put(doc.memory_id, doc.type, vector)
                 elif vector is not None:
                     self._caches.pop(doc.namespace, None)
+                    caches[doc.namespace] = None
                 else:
                     cache.remove(doc.memory_id)
-        return doc.memory_id
 
     def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
         with self._lock:

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engram import __version__
 from engram.entrypoints.http.errors import error_body, install_error_handlers
 from engram.entrypoints.http.redact import install_redaction
+from engram.entrypoints.logs import bind_request, unbind
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,12 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = (dict(scope["headers"]).get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
+        headers = dict(scope["headers"])
+        rid = (headers.get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = rid
+        # Under the Lambda Web Adapter, x-amzn-request-id is the invocation's id (as in the REPORT line).
+        lambda_id = (headers.get(b"x-amzn-request-id") or b"").decode("latin-1")[:64]
+        bound = bind_request(request_id=rid, function_request_id=lambda_id)
         started = time.perf_counter()
         status = 0
 
@@ -134,15 +139,23 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            log.debug(
+            # The path only: query strings may carry keys (entrypoints/http/redact.py).
+            log.info(
                 "%s %s -> %s in %.1f ms", scope["method"], scope["path"], status, (time.perf_counter() - started) * 1000
             )
+            unbind(bound)
 
 
 def create_app(container: Any = None) -> FastAPI:
-    from engram.bootstrap import build_container
+    if container is None:
+        # The factory path (run.sh on Lambda, `uvicorn --factory`): this process's logging is ours to set.
+        from engram.bootstrap import build_container
+        from engram.entrypoints.logs import configure_logging
+        from engram.settings import load_settings
 
-    container = container if container is not None else build_container()
+        base = load_settings()
+        configure_logging(base.log_level)
+        container = build_container(base)
     settings = container.settings
 
     install_redaction()
@@ -174,6 +187,9 @@ def create_app(container: Any = None) -> FastAPI:
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
         _include_optional_surfaces(app, container, only=only)
+    from engram.entrypoints.http.openapi import install_openapi
+
+    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app
