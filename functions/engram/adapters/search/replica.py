@@ -222,7 +222,10 @@ class ReplicaSearchIndex:
             space.changes_since_snapshot = len(rows)
         else:
             space.cursor = cursor
-            self._apply(space, self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS)), meta)
+            rows = self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS))
+            self._apply(space, rows, meta)
+            # The overlap re-applies rows the snapshot holds already: only later ones count as changes.
+            space.changes_since_snapshot = sum(1 for r in rows if r.seq > cursor)
         space.synced_at = time.monotonic()
         return space
 
@@ -400,6 +403,18 @@ class ReplicaSearchIndex:
         self._snapshots.put(f"{namespace_key(namespace)}/index.snapshot", blob)
         log.info("wrote the search snapshot of a namespace (%d bytes, seq %d)", len(blob), header["seq"])
         return True
+
+    def snapshot_all(self, *, min_changes: int = 1) -> int:
+        """``snapshot`` every namespace of the log (a cold job loads each from its snapshot + deltas)."""
+        with self._lock:
+            names = sorted(set(self._log.namespaces()) | set(self._spaces))
+        written = 0
+        for name in names:
+            try:
+                written += self.snapshot(name, min_changes=min_changes)
+            except Exception:  # a snapshot only speeds up cold starts: the next run tries again
+                log.exception("writing a search snapshot failed")
+        return written
 
     def loaded_namespaces(self) -> list[str]:
         with self._lock:
