@@ -64,15 +64,18 @@ def corpus(size: int, seed: int) -> tuple[list[str], np.ndarray]:
     return texts, vectors
 
 
-def fill(log: SqliteSearchLog, texts: list[str], vectors: np.ndarray, prefix: str) -> None:
+def fill(log: SqliteSearchLog, texts: list[str], vectors: np.ndarray, prefix: str, *, history: bool) -> None:
+    """Write the rows; with ``history`` their change sequence is spread over the past (a minute apart, as
+    memories accumulate), so a snapshot's overlap window holds only its last rows, as in real use."""
     conn = log._db()  # one transaction for the whole load (the bench's set-up, not what it measures)
     conn.execute("BEGIN")
+    start = int(time.time() * 1000) - 60_000 * len(texts)
     for i, text in enumerate(texts):
         log.put(
             LogRow(
                 namespace=NS,
                 memory_id=f"{prefix}{i:07d}",
-                seq=SEQ.next(),
+                seq=start + 60_000 * i if history else SEQ.next(),
                 type="fact",
                 text=text,
                 vector=pack_vector(vectors[i]),
@@ -150,7 +153,7 @@ def main() -> None:
             print(f"{size:,} memories: writing the log ...", flush=True)
             texts, vectors = corpus(size, size)
             log = SqliteSearchLog(work / "log.sqlite3")
-            fill(log, texts, vectors, "m")
+            fill(log, texts, vectors, "m", history=True)
             # The local default on the same documents, for the side-by-side search latency.
             local = SqliteSearchIndex(work / "local.sqlite3", ann_persist=False)
             local.upsert_many(
@@ -172,7 +175,7 @@ def main() -> None:
             written = run_child(work, "snapshot-write", 0)
             extra = max(1, size // 100)
             more_texts, more_vectors = corpus(extra, size + 1)
-            fill(log, more_texts, more_vectors, "d")
+            fill(log, more_texts, more_vectors, "d", history=False)
             log.close()
             cold = run_child(work, "cold", args.queries, local=True)
             print(f"  cold hydrate {cold['hydrate_s']:.2f} s, search p50 {cold['p50']:.1f} ms", flush=True)
