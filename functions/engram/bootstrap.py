@@ -48,6 +48,7 @@ class Container:
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
     moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
+    skills: Any = None  # services.skills.SkillService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -108,6 +109,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         runtime=runtime,
     )
     container._closers = closers
+    container.skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     _wire_jobs(container, overrides)
     container.chat = overrides.get("chat") or _build_chat(settings, container, overrides.get("bedrock_runtime"))
     return container
@@ -253,6 +255,40 @@ def _build_chat_model(settings: Settings, model: str, shared: dict[str, Any]) ->
 # -- adapters -------------------------------------------------------------------------------
 def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
+
+
+def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
+    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
+    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    from engram.adapters.storage.skills import (
+        DynamoSkillStore,
+        InMemoryBlobStore,
+        InMemorySkillStore,
+        LocalBlobStore,
+        S3BlobStore,
+        SqliteSkillStore,
+    )
+    from engram.services.skills import SkillService
+
+    region = settings.aws_region or None
+    data_dir = Path(settings.data_dir).expanduser()
+    store: Any
+    if settings.store == "dynamodb":
+        store = DynamoSkillStore(settings.table_name, region_name=region)
+    elif settings.store == "sqlite":
+        private_dir(data_dir)
+        store = SqliteSkillStore(data_dir / "skills.db")
+        closers.append(store.close)
+    else:
+        store = InMemorySkillStore()
+    blobs: Any
+    if settings.skills_bucket:
+        blobs = S3BlobStore(settings.skills_bucket, region_name=region)
+    elif settings.store == "memory":
+        blobs = InMemoryBlobStore()
+    else:
+        blobs = LocalBlobStore(data_dir / "skills")
+    return SkillService(store, blobs, clock)
 
 
 def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
@@ -480,6 +516,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         queue=container.queue,
         render_recall=render_prompt,
         bedrock=bedrock,
+        skills=container.skills,
     )
 
 
