@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,7 +377,8 @@ def _build_replica(settings: Settings) -> Any:
     directory = settings.replica_dir
     if directory is None:
         on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
-        directory = Path("/tmp/engram-replica") if on_lambda else data_dir / "replica"
+        # Lambda's only writable place is /tmp (``TMPDIR`` where set).
+        directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
     return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
 
 
@@ -526,21 +528,19 @@ def _names_bedrock(settings: Settings) -> bool:
 
 
 def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
-    """Write the ``replica`` index's snapshot of each namespace this process loaded that changed by at
-    least ``min_changes`` rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
+    """Write the ``replica`` index's snapshot of each namespace that changed by at least ``min_changes``
+    rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
     from engram.adapters.search.replica import ReplicaSearchIndex
 
     guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
     index = getattr(guarded, "inner", guarded)
     if not isinstance(index, ReplicaSearchIndex):
         return 0
-    written = 0
-    for namespace in index.loaded_namespaces():
-        try:
-            written += index.snapshot(namespace, min_changes=min_changes)
-        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-            log.exception("writing the search snapshot failed")
-    return written
+    try:
+        return index.snapshot_all(min_changes=min_changes)
+    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+        log.exception("writing the search snapshots failed")
+        return 0
 
 
 def index_model_mismatch(container: Container) -> bool:
