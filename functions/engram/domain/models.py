@@ -136,6 +136,8 @@ class Message(Frozen):
     # Client- or gateway-chosen key that makes storing this message idempotent.
     external_id: str | None = None
     created_at: datetime
+    # Why the turn got no answer (the gateway stores a user's turn even when the upstream fails).
+    error: str | None = None
 
 
 class Precious(Frozen):

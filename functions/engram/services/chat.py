@@ -9,6 +9,13 @@ Nothing happens after the last byte (docs/aws.md, "How Lambda runs it"): every w
 (its messages, usage, an explicit "remember ...", the cleanup enqueue) is done before the response
 ends — a whole body is built after them, a stream holds back only its closing event (``[DONE]``,
 ``message_stop``) until they are done. A frozen or recycled process has nothing left to lose.
+
+Nothing the user wrote is lost: once a request was sent upstream, the user's turn is stored whatever
+happens next (an error status, a timeout, an unreachable or malformed upstream, a stream cut midway,
+the client going away), with ``Message.error`` saying what went wrong, so extraction still learns from
+it. A retry of the same turn is not stored twice: the stored rows are keyed by the conversation so far
+(``_exchange_key``: namespace, conversation id and every message of the request), so the retry's user
+turn is recognised as the one already stored and only its answer is added.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from engram.services.injection import (
     last_user_text,
     render_boot_block,
 )
+from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.wire_shapes import (
     check_upstream_response,
@@ -154,6 +162,7 @@ class _Exchange:
     # Writes started during the request (an explicit "remember ..."), awaited before its last byte.
     pending: list[asyncio.Future[None]] = field(default_factory=list)
     settled: bool = False
+    forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
     key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
 
     def headers(self) -> dict[str, str]:
@@ -230,7 +239,7 @@ class ChatService:
                 self._remember(ex)
             return await self._forward(ex, upstream_body, forward_headers or {})
         except EngramError as exc:
-            await self._settle_pending(ex)
+            await self._settle_failed(ex, exc)
             return ChatReply(status=0, headers=ex.headers(), error=exc)
 
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
@@ -363,6 +372,7 @@ class ChatService:
             headers = {}
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
+        ex.forwarded = True
         task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         if not stream:
             try:
@@ -459,13 +469,14 @@ class ChatService:
             yield b"".join(closing)
         except EngramError as exc:
             log.warning("chat stream ended with an error event: %s", exc.message)
-            await self._settle_pending(ex)
+            await self._settle_failed(ex, exc, tap.usage)
             yield b"".join(_error_event(ex.wire, exc))
         except Exception:
             # The status line is gone: a clean error event is the only answer left (never a cut stream).
             log.exception("chat stream failed")
-            await self._settle_pending(ex)
-            yield b"".join(_error_event(ex.wire, EngramError("internal error", code="internal_error")))
+            internal = EngramError("internal error", code="internal_error")
+            await self._settle_failed(ex, internal, tap.usage)
+            yield b"".join(_error_event(ex.wire, internal))
         finally:
             if not task.done():
                 task.cancel()
@@ -474,23 +485,30 @@ class ChatService:
             with anyio.CancelScope(shield=True):
                 if reply is not None:
                     await reply.aclose()
-                await self._settle_pending(ex)  # the client went away: still finish what was started
+                # Settled already unless the client went away: keep its turn, and what was started.
+                await self._settle_failed(ex, _CLIENT_GONE, tap.usage)
 
     # -- before the last byte ------------------------------------------------------------------------
-    async def _settle(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+    async def _settle(
+        self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage, error: EngramError | None = None
+    ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
-        logged and the reply goes out regardless."""
+        logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
+        answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
         if not ex.persist or ex.settled:
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = [self._write(self._store_usage, "storing usage failed", ex, usage, now)]
+        writes = []
+        if error is None or usage.input or usage.output:
+            writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
+            note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
             writes.append(
-                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now)
+                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now, note)
             )
             if assistant_text.strip():
                 later = now + timedelta(microseconds=1)
@@ -501,6 +519,14 @@ class ChatService:
                 )
         writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
         await asyncio.gather(*writes)
+
+    async def _settle_failed(self, ex: _Exchange, error: EngramError, usage: w.TokenUsage | None = None) -> None:
+        """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
+        upstream; before that (a request refused by Engram itself) only what was already started."""
+        if ex.forwarded:
+            await self._settle(ex, "", usage or w.TokenUsage(), error)
+        else:
+            await self._settle_pending(ex)
 
     async def _settle_pending(self, ex: _Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""
@@ -529,10 +555,15 @@ class ChatService:
             )
         )
 
-    def _store_message(self, ex: _Exchange, role: Literal["user", "assistant"], content: str, at: datetime) -> None:
+    def _store_message(
+        self,
+        ex: _Exchange,
+        role: Literal["user", "assistant"],
+        content: str,
+        at: datetime,
+        error: str | None = None,
+    ) -> None:
         """One side of the exchange under a key that a retry of the same turn repeats (``_exchange_key``)."""
-        from engram.services.library import MessageIn
-
         assert ex.route is not None
         model = ex.route.requested if role == "user" else ex.route.model
         message = MessageIn(
@@ -542,6 +573,7 @@ class ChatService:
             id=f"gw-{self._exchange_key(ex)}-{role[0]}",
             created_at=at,
             model=model[:200],
+            error=error,
         )
         self._library.ingest(ex.namespace, [message])
 
@@ -638,6 +670,9 @@ def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> tuple[byt
             return b"".join(out), exc
         (closing if tap.finished else out).extend(pieces)
     return b"".join(out), None
+
+
+_CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
 
 
 def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:
