@@ -46,6 +46,7 @@ class Container:
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
+    moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -124,6 +125,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
     from engram.services.jobs import NamespaceLocks
+    from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 
     s = container.settings
@@ -174,6 +176,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
             throttled=("cleanup",),
         )
     c.reindex = ReindexService(c.store, c.memories, c.embedder, c.clock, c.queue)
+    c.moving_in = MovingInService(c.transfer, extract_model)
     _repair_when_back(c)
 
 

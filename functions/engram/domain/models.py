@@ -1,4 +1,4 @@
-"""Engram's data model (DESIGN.md section 5).
+"""Engram's data model.
 
 Every row belongs to a namespace (one user). Models are frozen: change one with ``model_copy(update=...)``.
 Timestamps are timezone-aware UTC datetimes; stores keep them as ISO-8601 strings.

@@ -1,4 +1,4 @@
-"""Ports: what the services need from the outside world (DESIGN.md section 4).
+"""Ports: what the services need from the outside world (docs/ARCHITECTURE.md, "Ports and their adapters").
 
 Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
 ``tests/contract``. Ports are synchronous except ``ChatModel`` (streaming over the network).
