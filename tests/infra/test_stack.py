@@ -27,7 +27,8 @@ LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
 
 def _synth(layer_dir: Path, **config: Any) -> tuple[EngramStack, Template]:
     app = cdk.App()
-    stack = EngramStack(app, "Engram", config=EngramConfig(layer_dir=str(layer_dir), **config))
+    config = {"layer_dir": str(layer_dir), "replica_layer_dir": str(layer_dir), **config}
+    stack = EngramStack(app, "Engram", config=EngramConfig(**config))
     cdk.Aspects.of(app).add(AwsSolutionsChecks())
     return stack, Template.from_stack(stack)
 
@@ -676,6 +677,17 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
     assert len(put) == 5 and len(read) == 5
     assert all("/search/*" in json.dumps(s["Resource"]) for s in put)
     assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
+    # And every function gets the replica layer (numpy, which the dependency layer leaves out)
+    (replica_layer,) = [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
+    for fn in engram:
+        assert {"Ref": replica_layer} in fn["Properties"]["Layers"]
+    root = Path(__file__).resolve().parents[2]
+    wanted = (root / "layers" / "requirements-replica.txt").read_text().splitlines()
+    assert [line for line in wanted if line.startswith("numpy")]
+
+
+def test_default_backend_ships_no_replica_layer(template: Template) -> None:
+    assert not [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
 
 
 def test_default_backend_is_opensearch(template: Template) -> None:
