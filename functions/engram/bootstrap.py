@@ -83,7 +83,11 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("index") or _build_index(settings, closers), retry_seconds=settings.search_retry_seconds
     )
     raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
-    embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
+    embedder: GatedEmbedder | None = (
+        GatedEmbedder(raw_embedder, index, max_tokens=settings.embedding_max_tokens)
+        if raw_embedder is not None
+        else None
+    )
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
