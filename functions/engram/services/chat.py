@@ -162,6 +162,7 @@ class _Exchange:
     route: Route | None = None
     user_text: str | None = None
     conversation: str = "default"
+    agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False
@@ -203,9 +204,11 @@ class ChatService:
         render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
         reminders: Any = None,
+        skills: Any = None,
     ) -> None:
         self._openai = openai
         self._reminders = reminders  # services.reminders.ReminderService
+        self._skills = skills  # services.skills.SkillService: the skills an agent is told about
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
@@ -236,8 +239,9 @@ class ChatService:
         conversation_id: str | None = None,
         memory_off: bool = False,
         forward_headers: Mapping[str, str] | None = None,
+        agent: str | None = None,
     ) -> ChatReply:
-        ex = _Exchange(namespace=namespace, wire=wire, body={})
+        ex = _Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
             body = parse_chat_request(raw, wire)
             ex.body = body
@@ -300,7 +304,7 @@ class ChatService:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
-        boot_text, boot_ids = await self._boot(ex.namespace)
+        boot_text, boot_ids = await self._boot(ex.namespace, ex.agent)
         recall_text = ""
         if ex.user_text is None:
             ex.reason = "not_injectable"
@@ -353,21 +357,22 @@ class ChatService:
         except Exception:
             log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
 
-    async def _boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
-        """The rendered boot block (cached briefly per namespace) and the ids of its memories."""
-        cached = self._boot_cache.get(namespace)
+    async def _boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
+        """The rendered boot block (cached briefly per namespace and agent) and the ids of its memories."""
+        key = f"{namespace}\x00{agent or ''}"
+        cached = self._boot_cache.get(key)
         now = time.monotonic()
         if cached and now - cached[0] < self._config.boot_cache_seconds:
             return cached[1], cached[2]
         try:
-            text, ids = await asyncio.to_thread(self._build_boot, namespace)
+            text, ids = await asyncio.to_thread(self._build_boot, namespace, agent)
         except Exception:
             log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
             return "", ()
-        self._boot_cache[namespace] = (now, text, ids)
+        self._boot_cache[key] = (now, text, ids)
         return text, ids
 
-    def _build_boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
+    def _build_boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
         stable = self._library.stable_memories(namespace)
         digest = self._store.get_digest(namespace)
         yesterday = self._library.yesterday()
@@ -381,8 +386,19 @@ class ChatService:
             precious=[p.content for p in precious],
             digest=digest.content if digest else "",
             yesterday=(yesterday, log_row.summary or log_row.title) if log_row else None,
+            skills=self._agent_skills(namespace, agent),
         )
         return render_boot_block(data, max_chars=self._config.boot_max_chars), tuple(m.id for m in stable)
+
+    def _agent_skills(self, namespace: str, agent: str | None) -> list[tuple[str, str]]:
+        """(name, one-line description) of the skills allocated to ``agent``; a failure lists none."""
+        if not agent or self._skills is None:
+            return []
+        try:
+            return [(s.name, s.description) for s in self._skills.for_agent(namespace, agent)]
+        except Exception:
+            log.warning("skills unavailable; the boot block goes on without them", exc_info=True)
+            return []
 
     def _remember(self, ex: _Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
