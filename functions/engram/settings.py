@@ -22,6 +22,20 @@ class Settings(BaseSettings):
     port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
     data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds a client has to send a request's headers (from its first byte, or from opening "
+        "the connection) before `engram serve` answers 408 and closes the connection.",
+    )
+    body_timeout: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a whole request body before it gets 408 and the connection "
+        "is closed.",
+    )
     log_level: str = Field("INFO", description="Log level (DEBUG shows more, never keys).")
 
     # -- auth -----------------------------------------------------------------------------
@@ -46,8 +60,27 @@ class Settings(BaseSettings):
     store: Literal["sqlite", "memory", "dynamodb"] = Field(
         "sqlite", description="Where rows live: `sqlite` (local file), `memory` (tests), `dynamodb` (AWS)."
     )
-    search: Literal["local", "memory", "opensearch"] = Field(
-        "local", description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS)."
+    search: Literal["local", "memory", "opensearch", "replica"] = Field(
+        "local",
+        description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS), `replica` "
+        "(a private copy of the local index per process, kept in sync with the store; AWS without OpenSearch).",
+    )
+    replica_dir: Path | None = Field(
+        None,
+        description="Where a `replica` search index keeps its private files (default: `/tmp/engram-replica` "
+        "on Lambda, `<data dir>/replica` otherwise); each process uses its own subdirectory.",
+    )
+    replica_sync_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="A `replica` reads the changes of other processes before a search at most this often.",
+    )
+    snapshot_bucket: str = Field(
+        "", description="S3 bucket for the `replica` search snapshots on AWS (locally they go to the data dir)."
+    )
+    skills_bucket: str = Field(
+        "", description="S3 bucket for skill resource files on AWS (locally they go to `<data dir>/skills`)."
     )
     embedder: Literal["local", "openai", "bedrock", "none"] = Field(
         "local",
@@ -67,7 +100,16 @@ class Settings(BaseSettings):
         ge=0,
         le=16,
         description="Local embedding model copies that may run at once (~70 MB each; 0 = one per CPU core, "
-        "at most 4): concurrent chats then do not queue behind one embedding.",
+        "at most 4): concurrent chats then do not queue behind one embedding. Queries go ahead of documents "
+        "(memory writes, imports) and, from two copies up, one copy is kept for queries.",
+    )
+    embedding_max_tokens: int = Field(
+        512,
+        ge=0,
+        le=100_000,
+        description="Text embedded per memory or query is cut to this many tokens (the local model's own "
+        "tokenizer; for remote embedders an estimate: one per CJK character, one per three other characters). "
+        "512 is one window of the local e5 model; keyword search still sees the whole text. 0 = no cap.",
     )
     embedding_model: str = Field(
         "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."

@@ -436,7 +436,7 @@ def test_import_upload(page: Any, panel_server: EngramServer, owner_api: httpx.C
     page.goto("/admin/#more/maintenance")
 
     def upload() -> None:
-        page.get_by_label("Export file to import").set_input_files(str(path))
+        page.get_by_label("File to import").set_input_files(str(path))
         page.get_by_role("button", name="Import", exact=True).click()
         page.locator("dialog[open]").get_by_role("button", name="Import").click()
 
@@ -453,6 +453,26 @@ def test_import_upload(page: Any, panel_server: EngramServer, owner_api: httpx.C
     upload()
     expect(result).to_contain_text("Created: nothing. Skipped (already present): 1 memories")
     assert len(owner_api.get("/v1/memories").json()["items"]) == 1
+
+
+def test_moving_in_from_mem0_dry_run_then_import(page: Any, owner_api: httpx.Client) -> None:
+    # Given a mem0 export with a duplicate and a malformed row
+    fixture = Path(__file__).parent.parent / "fixtures" / "moving_in" / "mem0.json"
+    login(page)
+    page.goto("/admin/#more/maintenance")
+    page.get_by_label("Format of the file").select_option("mem0")
+    page.get_by_label("File to import").set_input_files(str(fixture))
+    # When a dry run is asked for / Then it reports and writes nothing
+    page.get_by_role("button", name="Dry run", exact=True).click()
+    result = page.locator("#import-result")
+    expect(result).to_contain_text("Dry run, nothing written. Would create: 3 memories")
+    expect(result).to_contain_text("results[3]: the memory text is missing or not text")
+    assert owner_api.get("/v1/memories").json()["items"] == []
+    # When it is imported / Then the same rows are created
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.locator("dialog[open]").get_by_role("button", name="Import").click()
+    expect(result).to_contain_text("Created: 3 memories. Skipped (already present): 1 memories. Refused: 1 memories")
+    assert len(owner_api.get("/v1/memories").json()["items"]) == 3
 
 
 def test_run_jobs_from_maintenance(browser: Any, make_server: Callable[..., EngramServer]) -> None:

@@ -257,8 +257,8 @@ def test_import_refuses_invalid_rows_reports_them_and_keeps_the_rest(server: Eng
         assert [m["id"] for m in stored["memories"]] == ["mem_ok"]
         assert stored["digest"] is None and stored["candidates"] == []
         # A document of the wrong shape is still refused as a whole
-        assert bob.post("/v1/import", json={"unknown_kind": []}).status_code == 422
-        assert bob.post("/v1/import", json={"memories": ["not a row"]}).status_code == 422
+        assert bob.post("/v1/import", json={"unknown_kind": []}).status_code == 400
+        assert bob.post("/v1/import", json={"memories": ["not a row"]}).status_code == 400
 
 
 def test_import_skips_rows_present_by_external_id_or_identical_content(server: EngramServer) -> None:

@@ -1,4 +1,4 @@
-"""Engram's data model (DESIGN.md section 5).
+"""Engram's data model.
 
 Every row belongs to a namespace (one user). Models are frozen: change one with ``model_copy(update=...)``.
 Timestamps are timezone-aware UTC datetimes; stores keep them as ISO-8601 strings.
@@ -136,6 +136,8 @@ class Message(Frozen):
     # Client- or gateway-chosen key that makes storing this message idempotent.
     external_id: str | None = None
     created_at: datetime
+    # Why the turn got no answer (the gateway stores a user's turn even when the upstream fails).
+    error: str | None = None
 
 
 class Precious(Frozen):

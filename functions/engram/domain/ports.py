@@ -1,4 +1,4 @@
-"""Ports: what the services need from the outside world (DESIGN.md section 4).
+"""Ports: what the services need from the outside world (docs/ARCHITECTURE.md, "Ports and their adapters").
 
 Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
 ``tests/contract``. Ports are synchronous except ``ChatModel`` (streaming over the network).
@@ -28,6 +28,7 @@ from engram.domain.models import (
     SearchHit,
     UsageRecord,
 )
+from engram.domain.skills import Skill, SkillVersion
 
 
 @runtime_checkable
@@ -342,3 +343,48 @@ class Clock(Protocol):
     def now(self) -> datetime:
         """Timezone-aware UTC now."""
         ...
+
+
+@runtime_checkable
+class SkillStore(Protocol):
+    """Skills and every version of each, partitioned by namespace (``domain/skills.py``).
+
+    Invariants:
+    - A read with namespace ``A`` never returns a row of namespace ``B``.
+    - ``add_version`` stores the version and the head together, or neither; it raises ``Conflict``
+      when that (namespace, name, version) exists (two imports raced), so versions are never replaced.
+    - Versions are never changed once written; ``purge`` (hard delete of a skill after its restore
+      window) removes the head and every version.
+    """
+
+    def find_skill(self, namespace: str, name: str) -> Skill | None: ...
+
+    def list_skills(self, namespace: str) -> list[Skill]:
+        """Every skill of the namespace (deleted ones included), by name."""
+        ...
+
+    def add_version(self, skill: Skill, version: SkillVersion) -> None: ...
+
+    def put_skill(self, skill: Skill) -> None:
+        """Replace the head (allocation, deletion); the skill's versions are unchanged."""
+        ...
+
+    def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None: ...
+
+    def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
+        """Oldest first."""
+        ...
+
+    def purge(self, namespace: str, name: str) -> None: ...
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
+
+    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key.
+    """
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes | None: ...

@@ -9,6 +9,13 @@ Nothing happens after the last byte (docs/aws.md, "How Lambda runs it"): every w
 (its messages, usage, an explicit "remember ...", the cleanup enqueue) is done before the response
 ends — a whole body is built after them, a stream holds back only its closing event (``[DONE]``,
 ``message_stop``) until they are done. A frozen or recycled process has nothing left to lose.
+
+Nothing the user wrote is lost: once a request was sent upstream, the user's turn is stored whatever
+happens next (an error status, a timeout, an unreachable or malformed upstream, a stream cut midway,
+the client going away), with ``Message.error`` saying what went wrong, so extraction still learns from
+it. A retry of the same turn is not stored twice: the stored rows are keyed by the conversation so far
+(``_exchange_key``: namespace, conversation id and every message of the request), so the retry's user
+turn is recognised as the one already stored and only its answer is added.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from engram.services.injection import (
     last_user_text,
     render_boot_block,
 )
+from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.wire_shapes import (
     check_upstream_response,
@@ -144,6 +152,7 @@ class _Exchange:
     route: Route | None = None
     user_text: str | None = None
     conversation: str = "default"
+    agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False
@@ -154,6 +163,7 @@ class _Exchange:
     # Writes started during the request (an explicit "remember ..."), awaited before its last byte.
     pending: list[asyncio.Future[None]] = field(default_factory=list)
     settled: bool = False
+    forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
     key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
 
     def headers(self) -> dict[str, str]:
@@ -180,8 +190,10 @@ class ChatService:
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
+        skills: Any = None,
     ) -> None:
         self._openai = openai
+        self._skills = skills  # services.skills.SkillService: the skills an agent is told about
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
@@ -212,8 +224,9 @@ class ChatService:
         conversation_id: str | None = None,
         memory_off: bool = False,
         forward_headers: Mapping[str, str] | None = None,
+        agent: str | None = None,
     ) -> ChatReply:
-        ex = _Exchange(namespace=namespace, wire=wire, body={})
+        ex = _Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
             body = parse_chat_request(raw, wire)
             ex.body = body
@@ -230,7 +243,7 @@ class ChatService:
                 self._remember(ex)
             return await self._forward(ex, upstream_body, forward_headers or {})
         except EngramError as exc:
-            await self._settle_pending(ex)
+            await self._settle_failed(ex, exc)
             return ChatReply(status=0, headers=ex.headers(), error=exc)
 
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
@@ -276,7 +289,7 @@ class ChatService:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
-        boot_text, boot_ids = await self._boot(ex.namespace)
+        boot_text, boot_ids = await self._boot(ex.namespace, ex.agent)
         recall_text = ""
         if ex.user_text is None:
             ex.reason = "not_injectable"
@@ -301,21 +314,22 @@ class ChatService:
         ex.injected = info.any
         return body
 
-    async def _boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
-        """The rendered boot block (cached briefly per namespace) and the ids of its memories."""
-        cached = self._boot_cache.get(namespace)
+    async def _boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
+        """The rendered boot block (cached briefly per namespace and agent) and the ids of its memories."""
+        key = f"{namespace}\x00{agent or ''}"
+        cached = self._boot_cache.get(key)
         now = time.monotonic()
         if cached and now - cached[0] < self._config.boot_cache_seconds:
             return cached[1], cached[2]
         try:
-            text, ids = await asyncio.to_thread(self._build_boot, namespace)
+            text, ids = await asyncio.to_thread(self._build_boot, namespace, agent)
         except Exception:
             log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
             return "", ()
-        self._boot_cache[namespace] = (now, text, ids)
+        self._boot_cache[key] = (now, text, ids)
         return text, ids
 
-    def _build_boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
+    def _build_boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
         stable = self._library.stable_memories(namespace)
         digest = self._store.get_digest(namespace)
         yesterday = self._library.yesterday()
@@ -329,8 +343,19 @@ class ChatService:
             precious=[p.content for p in precious],
             digest=digest.content if digest else "",
             yesterday=(yesterday, log_row.summary or log_row.title) if log_row else None,
+            skills=self._agent_skills(namespace, agent),
         )
         return render_boot_block(data, max_chars=self._config.boot_max_chars), tuple(m.id for m in stable)
+
+    def _agent_skills(self, namespace: str, agent: str | None) -> list[tuple[str, str]]:
+        """(name, one-line description) of the skills allocated to ``agent``; a failure lists none."""
+        if not agent or self._skills is None:
+            return []
+        try:
+            return [(s.name, s.description) for s in self._skills.for_agent(namespace, agent)]
+        except Exception:
+            log.warning("skills unavailable; the boot block goes on without them", exc_info=True)
+            return []
 
     def _remember(self, ex: _Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
@@ -363,6 +388,7 @@ class ChatService:
             headers = {}
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
+        ex.forwarded = True
         task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         if not stream:
             try:
@@ -459,13 +485,14 @@ class ChatService:
             yield b"".join(closing)
         except EngramError as exc:
             log.warning("chat stream ended with an error event: %s", exc.message)
-            await self._settle_pending(ex)
+            await self._settle_failed(ex, exc, tap.usage)
             yield b"".join(_error_event(ex.wire, exc))
         except Exception:
             # The status line is gone: a clean error event is the only answer left (never a cut stream).
             log.exception("chat stream failed")
-            await self._settle_pending(ex)
-            yield b"".join(_error_event(ex.wire, EngramError("internal error", code="internal_error")))
+            internal = EngramError("internal error", code="internal_error")
+            await self._settle_failed(ex, internal, tap.usage)
+            yield b"".join(_error_event(ex.wire, internal))
         finally:
             if not task.done():
                 task.cancel()
@@ -474,23 +501,30 @@ class ChatService:
             with anyio.CancelScope(shield=True):
                 if reply is not None:
                     await reply.aclose()
-                await self._settle_pending(ex)  # the client went away: still finish what was started
+                # Settled already unless the client went away: keep its turn, and what was started.
+                await self._settle_failed(ex, _CLIENT_GONE, tap.usage)
 
     # -- before the last byte ------------------------------------------------------------------------
-    async def _settle(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+    async def _settle(
+        self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage, error: EngramError | None = None
+    ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
-        logged and the reply goes out regardless."""
+        logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
+        answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
         if not ex.persist or ex.settled:
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = [self._write(self._store_usage, "storing usage failed", ex, usage, now)]
+        writes = []
+        if error is None or usage.input or usage.output:
+            writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
+            note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
             writes.append(
-                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now)
+                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now, note)
             )
             if assistant_text.strip():
                 later = now + timedelta(microseconds=1)
@@ -501,6 +535,14 @@ class ChatService:
                 )
         writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
         await asyncio.gather(*writes)
+
+    async def _settle_failed(self, ex: _Exchange, error: EngramError, usage: w.TokenUsage | None = None) -> None:
+        """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
+        upstream; before that (a request refused by Engram itself) only what was already started."""
+        if ex.forwarded:
+            await self._settle(ex, "", usage or w.TokenUsage(), error)
+        else:
+            await self._settle_pending(ex)
 
     async def _settle_pending(self, ex: _Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""
@@ -529,10 +571,15 @@ class ChatService:
             )
         )
 
-    def _store_message(self, ex: _Exchange, role: Literal["user", "assistant"], content: str, at: datetime) -> None:
+    def _store_message(
+        self,
+        ex: _Exchange,
+        role: Literal["user", "assistant"],
+        content: str,
+        at: datetime,
+        error: str | None = None,
+    ) -> None:
         """One side of the exchange under a key that a retry of the same turn repeats (``_exchange_key``)."""
-        from engram.services.library import MessageIn
-
         assert ex.route is not None
         model = ex.route.requested if role == "user" else ex.route.model
         message = MessageIn(
@@ -542,6 +589,7 @@ class ChatService:
             id=f"gw-{self._exchange_key(ex)}-{role[0]}",
             created_at=at,
             model=model[:200],
+            error=error,
         )
         self._library.ingest(ex.namespace, [message])
 
@@ -638,6 +686,9 @@ def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> tuple[byt
             return b"".join(out), exc
         (closing if tap.finished else out).extend(pieces)
     return b"".join(out), None
+
+
+_CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
 
 
 def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:

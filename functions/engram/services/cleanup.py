@@ -1,4 +1,4 @@
-"""Cleanup: retention of every row kind (DESIGN.md section 8).
+"""Cleanup: retention of every row kind (docs/ARCHITECTURE.md, "Background jobs").
 
 Per namespace: messages, usage rows, events and idempotency keys older than their periods are
 deleted; active memories unseen for ``memory_expire_unseen_days`` expire (never pinned, identity or

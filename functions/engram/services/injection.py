@@ -99,6 +99,7 @@ class BootData:
     precious: Sequence[str] = ()
     digest: str = ""
     yesterday: tuple[str, str] | None = None  # (date, text)
+    skills: Sequence[tuple[str, str]] = ()  # (name, description) of the skills allocated to the agent
 
 
 def render_boot_block(data: BootData, *, max_chars: int = 8000) -> str:
@@ -120,6 +121,12 @@ def render_boot_block(data: BootData, *, max_chars: int = 8000) -> str:
         ],
     )
     section("Precious notes (verbatim)", data.precious)
+    skills = _skill_lines(data.skills)
+    if skills:
+        sections.append(
+            "## Skills (load one with the skill_get tool when the task calls for it)\n"
+            + "\n".join(f"- {line}" for line in skills)
+        )
     if data.digest.strip():
         sections.append("## Summary\n" + data.digest.strip())
     if data.yesterday and data.yesterday[1].strip():
@@ -133,6 +140,24 @@ def render_boot_block(data: BootData, *, max_chars: int = 8000) -> str:
         "<engram-memory>\nLong-term memory about the user, kept by Engram. Use it when it helps; "
         "do not mention it unless asked.\n\n" + body + "\n</engram-memory>"
     )
+
+
+SKILLS_MAX = 30  # skills listed in the boot block
+SKILLS_MAX_CHARS = 2000  # their lines together
+
+
+def _skill_lines(skills: Sequence[tuple[str, str]]) -> list[str]:
+    """``name: one-line description`` per skill, by name, within a small budget."""
+    lines: list[str] = []
+    used = 0
+    for name, description in sorted(skills)[:SKILLS_MAX]:
+        text = " ".join(description.split())
+        line = f"{name}: {text[:159] + '…' if len(text) > 160 else text}" if text else name
+        if used + len(line) > SKILLS_MAX_CHARS:
+            break
+        lines.append(line)
+        used += len(line)
+    return lines
 
 
 def render_patch(volatile: Sequence[str], recall_text: str) -> str:

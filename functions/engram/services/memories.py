@@ -585,6 +585,14 @@ class MemoryService:
 
     def _index_failed(self, namespace: str, memory_id: str, code: str, op: str) -> None:
         """Record what the index misses, in the store, so that ``repair_index`` finds it."""
+        with self._dirty_lock:
+            self._dirty.add(namespace)
+        try:
+            self._record_index_failure(namespace, memory_id, code, op)
+        except EngramError as exc:  # the write itself is stored; a reindex still repairs the mirror
+            log.warning("could not record the index failure of %s: %s", memory_id, exc.code)
+
+    def _record_index_failure(self, namespace: str, memory_id: str, code: str, op: str) -> None:
         now = self._clock.now()
         self._store.append_event(
             MemoryEvent(
@@ -597,8 +605,6 @@ class MemoryService:
             )
         )
         self._store.put_cache(namespace, INDEX_DIRTY, {"at": now.isoformat()})
-        with self._dirty_lock:
-            self._dirty.add(namespace)
 
     def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
         self._store.append_event(

@@ -1,6 +1,6 @@
 """Recall: the few memories that matter for a query, fast, never stale, never another user's.
 
-One pipeline serves search, the chat gateway and MCP (DESIGN.md section 6):
+One pipeline serves search, the chat gateway and MCP (docs/ARCHITECTURE.md, "Where each behaviour lives"):
 
     query -> keyword candidates + vector candidates (kNN over the namespace's active memories)
           -> weighted fusion (normalized scores, or reciprocal ranks with k = 60)

@@ -207,6 +207,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (namespace, key)
         )""",
     ),
+    # 2: a stored chat turn notes why it got no answer (Message.error).
+    ("ALTER TABLE messages ADD COLUMN error TEXT",),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 

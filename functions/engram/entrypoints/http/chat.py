@@ -102,6 +102,7 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
             raw,
             guide_dog=guide_dog,
             conversation_id=request.headers.get("x-engram-conversation"),
+            agent=request.headers.get("x-engram-agent"),
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
         )

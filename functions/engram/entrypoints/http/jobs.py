@@ -15,9 +15,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engram.bootstrap import snapshot_search
 from engram.domain.access import Principal
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
 from engram.services.jobs import last_runs
 from engram.services.scheduler import Scheduler, daily_at, every_hours
 
@@ -84,14 +86,19 @@ def build_scheduler(container: Any) -> Scheduler:
     scheduler = Scheduler(clock=container.clock)
 
     async def extract() -> object:
-        return await container.extraction.run()
+        report = await container.extraction.run()
+        await asyncio.to_thread(snapshot_search, container)
+        return report
 
     async def dream() -> object:
         report = await container.dreaming.run()
+        await asyncio.to_thread(snapshot_search, container)
         return not any(ns.status == "failed" for ns in report.namespaces)
 
     async def cleanup() -> object:
-        return await asyncio.to_thread(container.cleanup.run)
+        report = await asyncio.to_thread(container.cleanup.run)
+        await asyncio.to_thread(snapshot_search, container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
+        return report
 
     def timezone() -> str:
         # The admin panel may change the time zone at run time; the daily schedules follow it.

@@ -54,6 +54,8 @@ Engram is the user's long-term memory, shared across chat windows, clients and m
   later change replaces it; memory_remember for everything else (near-duplicates are merged).
 - Correct a wrong or outdated memory with memory_supersede (keeps history) or memory_update (in place).
 - Never store secrets (passwords, API keys, tokens).
+- Skills: the user's playbooks (SKILL.md). skill_search or skill_list finds one, skill_get loads it
+  when a task calls for it; skill_import saves a new or changed one.
 """
 
 # -- argument types (module level: the SDK evaluates annotations against this module) ----------
@@ -474,6 +476,9 @@ def build_server(container: Any) -> MCPServer:
         who = _principal(ctx, EXPORT)
         return dict(c.transfer.export(who.namespace))
 
+    from engram.entrypoints.http import mcp_skills
+
+    mcp_skills.register(tool, c, ro, write, destructive)
     return server
 
 
