@@ -101,6 +101,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     container = Container(
         settings=settings,
         store=store,
@@ -111,7 +112,8 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         memories=memories,
         candidates=CandidateService(store, memories, clock),
         library=library,
-        transfer=TransferService(store, memories, clock),
+        transfer=TransferService(store, memories, clock, skills),
+        skills=skills,
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
@@ -130,7 +132,6 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         ),
     )
     container._closers = closers
-    container.skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     _wire_jobs(container, overrides)
     container.chat = overrides.get("chat") or _build_chat(settings, container, overrides.get("bedrock_runtime"))
     return container
