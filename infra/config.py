@@ -95,6 +95,9 @@ class EngramConfig:
     lwa_layer_version: int = 30
     # Where the dependency layer is built (layers/build.py); synth builds it when missing.
     layer_dir: str = "layers/build"
+    # Where the replica backend's second layer (numpy) is built (layers/build.py --requirements
+    # layers/requirements-replica.txt); synth builds it when missing and search_backend=replica.
+    replica_layer_dir: str = "layers/build-replica"
     # Anything else, passed verbatim to every function (keys must start with ENGRAM_).
     extra_env: dict[str, str] = field(default_factory=dict)
 

@@ -22,6 +22,7 @@ from infra.mcp import Mcp
 from infra.nag import add_suppressions
 from infra.search import Search
 from infra.secrets import Secrets
+from infra.skill_files import SkillFiles
 from infra.snapshots import Snapshots
 from infra.storage import Storage
 
@@ -57,6 +58,7 @@ class EngramStack(Stack):
 
         storage = Storage(self, "Storage", removal_policy=table_removal_policy)
         secrets = Secrets(self, "Secrets")
+        skill_files = SkillFiles(self, "SkillFiles", removal_policy=table_removal_policy)
         # One search backend: an OpenSearch collection, or (replica) only a snapshot bucket.
         search: Search | None = None
         snapshots: Snapshots | None = None
@@ -70,19 +72,26 @@ class EngramStack(Stack):
             )
         else:
             snapshots = Snapshots(self, "Snapshots", removal_policy=table_removal_policy)
-        layer_dir = Path(cfg.layer_dir)
+        layer_dir, replica_layer_dir = Path(cfg.layer_dir), Path(cfg.replica_layer_dir)
         layers = Layers(
             self,
             "Layers",
             layer_dir=layer_dir if layer_dir.is_absolute() else ROOT / layer_dir,
             lwa_version=cfg.lwa_layer_version,
+            replica_layer_dir=(
+                (replica_layer_dir if replica_layer_dir.is_absolute() else ROOT / replica_layer_dir)
+                if snapshots is not None
+                else None
+            ),
         )
+        job_layers = [layers.dependencies, *([layers.replica] if layers.replica is not None else [])]
 
         env = {
             **cfg.function_env(),
             "ENGRAM_AWS_REGION": Aws.REGION,
             "ENGRAM_TABLE_NAME": storage.table.table_name,
             "ENGRAM_SECRET_ARN": secrets.secret.secret_arn,
+            "ENGRAM_SKILLS_BUCKET": skill_files.bucket.bucket_name,
         }
         if search is not None:
             env["ENGRAM_OPENSEARCH_ENDPOINT"] = search.endpoint
@@ -92,13 +101,13 @@ class EngramStack(Stack):
             self,
             "Jobs",
             environment=env,
-            layers=[layers.dependencies],
+            layers=job_layers,
             memory_size=cfg.job_memory_mb,
             timezone=cfg.timezone,
             times=cfg.schedule_times(),
         )
         http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
-        http_layers = [layers.dependencies, layers.web_adapter]
+        http_layers = [*job_layers, layers.web_adapter]
         api = Api(self, "Api", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
         mcp = Mcp(self, "Mcp", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
 
@@ -107,6 +116,7 @@ class EngramStack(Stack):
         for fn in functions:
             storage.table.grant_read_write_data(fn)
             secrets.secret.grant_read(fn)
+            skill_files.grant(fn)
             jobs.cleanup_queue.grant_send_messages(fn)
             if search is not None:
                 search.grant_data_access(fn.role)  # type: ignore[arg-type]
@@ -141,6 +151,7 @@ class EngramStack(Stack):
             CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
         if snapshots is not None:
             CfnOutput(self, "SnapshotBucket", value=snapshots.bucket.bucket_name, description="Search snapshots")
+        CfnOutput(self, "SkillFilesBucket", value=skill_files.bucket.bucket_name, description="Skill resource files")
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Alarms notify this SNS topic")
 
         self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp, self.alarms = (
@@ -153,6 +164,7 @@ class EngramStack(Stack):
             alarms,
         )
         self.snapshots = snapshots
+        self.skill_files = skill_files
         add_suppressions(self)
 
     @staticmethod

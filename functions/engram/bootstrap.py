@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,10 @@ class Container:
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
+    threads: Any = None  # services.threads.ThreadService
+    reminders: Any = None  # services.reminders.ReminderService
     moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
+    skills: Any = None  # services.skills.SkillService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -68,7 +72,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.reminders import ReminderConfig, ReminderService
     from engram.services.runtime_settings import RuntimeSettings
+    from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
 
     settings = _with_secret(settings or load_settings())
@@ -81,7 +87,11 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("index") or _build_index(settings, closers), retry_seconds=settings.search_retry_seconds
     )
     raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
-    embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
+    embedder: GatedEmbedder | None = (
+        GatedEmbedder(raw_embedder, index, max_tokens=settings.embedding_max_tokens)
+        if raw_embedder is not None
+        else None
+    )
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
@@ -91,6 +101,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     container = Container(
         settings=settings,
         store=store,
@@ -101,10 +112,24 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         memories=memories,
         candidates=CandidateService(store, memories, clock),
         library=library,
-        transfer=TransferService(store, memories, clock),
+        transfer=TransferService(store, memories, clock, skills),
+        skills=skills,
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
+        threads=ThreadService(store, clock),
+        reminders=ReminderService(
+            store,
+            memories,
+            clock,
+            runtime.provider(
+                lambda s: ReminderConfig(
+                    missed_after_days=s.reminder_missed_after_days,
+                    lease_seconds=s.reminder_lease_seconds,
+                    timezone=s.timezone,
+                )
+            ),
+        ),
     )
     container._closers = closers
     _wire_jobs(container, overrides)
@@ -254,6 +279,40 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
+def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
+    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
+    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    from engram.adapters.storage.skills import (
+        DynamoSkillStore,
+        InMemoryBlobStore,
+        InMemorySkillStore,
+        LocalBlobStore,
+        S3BlobStore,
+        SqliteSkillStore,
+    )
+    from engram.services.skills import SkillService
+
+    region = settings.aws_region or None
+    data_dir = Path(settings.data_dir).expanduser()
+    store: Any
+    if settings.store == "dynamodb":
+        store = DynamoSkillStore(settings.table_name, region_name=region)
+    elif settings.store == "sqlite":
+        private_dir(data_dir)
+        store = SqliteSkillStore(data_dir / "skills.db")
+        closers.append(store.close)
+    else:
+        store = InMemorySkillStore()
+    blobs: Any
+    if settings.skills_bucket:
+        blobs = S3BlobStore(settings.skills_bucket, region_name=region)
+    elif settings.store == "memory":
+        blobs = InMemoryBlobStore()
+    else:
+        blobs = LocalBlobStore(data_dir / "skills")
+    return SkillService(store, blobs, clock)
+
+
 def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
     if settings.store == "memory":
         from engram.adapters.storage.inmemory import InMemoryMemoryStore
@@ -340,7 +399,8 @@ def _build_replica(settings: Settings) -> Any:
     directory = settings.replica_dir
     if directory is None:
         on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
-        directory = Path("/tmp/engram-replica") if on_lambda else data_dir / "replica"
+        # Lambda's only writable place is /tmp (``TMPDIR`` where set).
+        directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
     return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
 
 
@@ -478,6 +538,8 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         queue=container.queue,
         render_recall=render_prompt,
         bedrock=bedrock,
+        reminders=container.reminders,
+        skills=container.skills,
     )
 
 
@@ -489,21 +551,19 @@ def _names_bedrock(settings: Settings) -> bool:
 
 
 def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
-    """Write the ``replica`` index's snapshot of each namespace this process loaded that changed by at
-    least ``min_changes`` rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
+    """Write the ``replica`` index's snapshot of each namespace that changed by at least ``min_changes``
+    rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
     from engram.adapters.search.replica import ReplicaSearchIndex
 
     guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
     index = getattr(guarded, "inner", guarded)
     if not isinstance(index, ReplicaSearchIndex):
         return 0
-    written = 0
-    for namespace in index.loaded_namespaces():
-        try:
-            written += index.snapshot(namespace, min_changes=min_changes)
-        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-            log.exception("writing the search snapshot failed")
-    return written
+    try:
+        return index.snapshot_all(min_changes=min_changes)
+    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+        log.exception("writing the search snapshots failed")
+        return 0
 
 
 def index_model_mismatch(container: Container) -> bool:

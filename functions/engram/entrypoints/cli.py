@@ -67,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from engram.bootstrap import build_container, ensure_local_owner_key
     from engram.entrypoints.http.app import create_app
+    from engram.entrypoints.http.server import uvicorn_options
 
     settings, new_key = ensure_local_owner_key(_settings(args))
     container = build_container(settings)
@@ -88,12 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level.lower(),
-            # Engram logs each request itself (method, path without query, status, ms, request id).
-            access_log=False,
-            timeout_graceful_shutdown=5,
-            # Engram reads forwarding headers itself, from ENGRAM_TRUSTED_PROXIES only (entrypoints/http/proxies.py);
-            # uvicorn's own handling would believe any local peer.
-            proxy_headers=False,
+            **uvicorn_options(settings),
         )
     finally:
         container.close()

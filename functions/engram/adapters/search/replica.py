@@ -39,9 +39,9 @@ import numpy as np
 
 from engram.adapters.files import private_dir
 from engram.domain.errors import InvalidInput
-from engram.domain.models import IndexedDoc, IndexInfo, SearchHit, utcnow
+from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 
-from .local import SqliteSearchIndex
+from .local import PreparedDoc, SqliteSearchIndex
 
 log = logging.getLogger(__name__)
 
@@ -211,18 +211,21 @@ class ReplicaSearchIndex:
         path = self._dir / f"{namespace_key(namespace)}.sqlite3"
         for leftover in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
-        cursor = self._restore_snapshot(namespace, path, meta)
+        restored = self._restore_snapshot(namespace, path, meta)
         index = self._open_index(path)
-        space = _Namespace(index=index, path=path, epoch=meta.epoch, applied={})
-        if cursor is None:
+        space = _Namespace(index=index, path=path, epoch=meta.epoch, applied=dict(restored[1]) if restored else {})
+        if restored is None:
             self._prepare(index, meta)
             rows = list(self._log.all_rows(namespace))
             self._apply(space, rows, meta)
             space.cursor = max((r.seq for r in rows), default=0)
             space.changes_since_snapshot = len(rows)
         else:
-            space.cursor = cursor
-            self._apply(space, self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS)), meta)
+            cursor = space.cursor = restored[0]
+            rows = self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS))
+            self._apply(space, rows, meta)
+            # The overlap re-applies rows the snapshot holds already: only later ones count as changes.
+            space.changes_since_snapshot = sum(1 for r in rows if r.seq > cursor)
         space.synced_at = time.monotonic()
         return space
 
@@ -231,8 +234,9 @@ class ReplicaSearchIndex:
         if meta.model_id is not None and meta.dimension is not None:
             index.reset(meta.model_id, meta.dimension)
 
-    def _restore_snapshot(self, namespace: str, path: Path, meta: LogMeta) -> int | None:
-        """Write the namespace's snapshot to ``path``; the seq it covers, or None if none is usable."""
+    def _restore_snapshot(self, namespace: str, path: Path, meta: LogMeta) -> tuple[int, dict[str, int]] | None:
+        """Write the namespace's snapshot to ``path``; the seq it covers and the seq of its latest rows, or
+        None if none is usable."""
         if self._snapshots is None:
             return None
         try:
@@ -249,11 +253,11 @@ class ReplicaSearchIndex:
             return None
         path.write_bytes(blob[end + 1 :])
         os.chmod(path, 0o600)
-        return int(header["seq"])
+        return int(header["seq"]), {str(k): int(v) for k, v in (header.get("recent") or {}).items()}
 
     def _apply(self, space: _Namespace, rows: Sequence[LogRow], meta: LogMeta) -> None:
         applied = space.applied if space.applied is not None else {}
-        live: dict[str, IndexedDoc] = {}
+        live: dict[str, PreparedDoc] = {}
         gone: list[tuple[str, str]] = []
         fresh = 0
         for row in sorted(rows, key=lambda r: r.seq):
@@ -266,19 +270,17 @@ class ReplicaSearchIndex:
                 live.pop(row.memory_id, None)
                 gone.append((row.namespace, row.memory_id))
                 continue
-            vector = unpack_vector(row.vector) if row.vector is not None and row.epoch == meta.epoch else None
-            live[row.memory_id] = IndexedDoc(
-                memory_id=row.memory_id,
-                namespace=row.namespace,
-                text=row.text,
-                type=row.type,
-                vector=vector,
-                created_at=utcnow(),
-            )
+            vector = None
+            if row.vector is not None and row.epoch == meta.epoch:
+                vector = np.frombuffer(row.vector, dtype="<f2").astype(np.float32)
+                norm = float(np.linalg.norm(vector))
+                if norm > 0:
+                    vector /= norm
+            live[row.memory_id] = PreparedDoc(row.namespace, row.memory_id, row.type, row.text, vector)
         for namespace, memory_id in gone:
             if memory_id not in live:
                 space.index.delete(namespace, memory_id)
-        space.index.upsert_many(list(live.values()))
+        space.index.write_prepared(list(live.values()))
         space.changes_since_snapshot += fresh
 
     def _sync(self, namespace: str, space: _Namespace) -> None:
@@ -385,7 +387,15 @@ class ReplicaSearchIndex:
             space = self._fresh(namespace, force=True)
             if space.changes_since_snapshot < min_changes:
                 return False
-            header = {"namespace": namespace, "seq": space.cursor, "epoch": space.epoch, "format": "sqlite"}
+            # The rows a cold replica's first sync re-reads (the overlap): it skips those it already holds.
+            recent = {m: q for m, q in (space.applied or {}).items() if q > space.cursor - OVERLAP_MS}
+            header = {
+                "namespace": namespace,
+                "seq": space.cursor,
+                "epoch": space.epoch,
+                "format": "sqlite",
+                "recent": recent,
+            }
             copy = space.path.with_suffix(".copy")
             copy.unlink(missing_ok=True)
             conn = sqlite3.connect(str(space.path))
@@ -400,6 +410,18 @@ class ReplicaSearchIndex:
         self._snapshots.put(f"{namespace_key(namespace)}/index.snapshot", blob)
         log.info("wrote the search snapshot of a namespace (%d bytes, seq %d)", len(blob), header["seq"])
         return True
+
+    def snapshot_all(self, *, min_changes: int = 1) -> int:
+        """``snapshot`` every namespace of the log (a cold job loads each from its snapshot + deltas)."""
+        with self._lock:
+            names = sorted(set(self._log.namespaces()) | set(self._spaces))
+        written = 0
+        for name in names:
+            try:
+                written += self.snapshot(name, min_changes=min_changes)
+            except Exception:  # a snapshot only speeds up cold starts: the next run tries again
+                log.exception("writing a search snapshot failed")
+        return written
 
     def loaded_namespaces(self) -> list[str]:
         with self._lock:
