@@ -16,7 +16,7 @@ from constructs import Node
 from infra.search import COLLECTION_NAME_MAX
 
 VECTOR_DIMENSIONS = (256, 512, 1024)
-VECTOR_BACKENDS = ("opensearch",)
+SEARCH_BACKENDS = ("opensearch", "replica")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -26,6 +26,7 @@ LAMBDA_MAX_BODY_BYTES = 5632 * 1024
 # API Gateway closes a (streamed) response that stays silent for 5 minutes. A non-streaming chat sends
 # nothing until the model has answered, so Engram gives up first and answers its own 504.
 API_IDLE_TIMEOUT_S = 300
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +66,10 @@ class EngramConfig:
     retention_idempotency_days: int = 7
     memory_expire_unseen_days: int = 180
     hard_delete_after_days: int = 30
-    # Vector backend: "opensearch" (S3 Vectors / DynamoDB-kept vectors are planned).
-    vector_backend: str = "opensearch"
+    # Search backend: "opensearch" (an OpenSearch Serverless collection) or "replica" (no search
+    # service: each function keeps a private copy of the index in /tmp, synced from the table and a
+    # snapshot bucket; docs/aws.md, "Search backends").
+    search_backend: str = "opensearch"
     # OpenSearch Serverless: "classic" (standby off: ~1 OCU floor) or "nextgen" (collection group that
     # scales to zero after 10 idle minutes).
     collection_generation: str = "classic"
@@ -92,14 +95,17 @@ class EngramConfig:
     lwa_layer_version: int = 30
     # Where the dependency layer is built (layers/build.py); synth builds it when missing.
     layer_dir: str = "layers/build"
+    # Where the replica backend's second layer (numpy) is built (layers/build.py --requirements
+    # layers/requirements-replica.txt); synth builds it when missing and search_backend=replica.
+    replica_layer_dir: str = "layers/build-replica"
     # Anything else, passed verbatim to every function (keys must start with ENGRAM_).
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.vector_dimension not in VECTOR_DIMENSIONS:
             raise ValueError(f"vector_dimension must be one of {VECTOR_DIMENSIONS}, got {self.vector_dimension}")
-        if self.vector_backend not in VECTOR_BACKENDS:
-            raise ValueError(f"vector_backend must be one of {VECTOR_BACKENDS}, got {self.vector_backend!r}")
+        if self.search_backend not in SEARCH_BACKENDS:
+            raise ValueError(f"search_backend must be one of {SEARCH_BACKENDS}, got {self.search_backend!r}")
         if self.collection_generation not in COLLECTION_GENERATIONS:
             raise ValueError(f"collection_generation must be one of {COLLECTION_GENERATIONS}")
         if self.reranker not in ("none", "bedrock"):
@@ -112,6 +118,11 @@ class EngramConfig:
         bad = [k for k in self.extra_env if not k.startswith("ENGRAM_")]
         if bad:
             raise ValueError(f"extra_env keys must start with ENGRAM_: {bad}")
+        level = self.function_env()["ENGRAM_LOG_LEVEL"]
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(
+                f"ENGRAM_LOG_LEVEL (engram:log_level or extra_env) must be one of {LOG_LEVELS}, got {level!r}"
+            )
         if self.alarm_email and not _EMAIL.match(self.alarm_email):
             raise ValueError(f"alarm_email is not an e-mail address: {self.alarm_email!r}")
         self.schedule_times()  # validates the effective (context or extra_env) times
@@ -175,7 +186,7 @@ class EngramConfig:
         """The ENGRAM_* settings every function gets (resource names are added by the stack)."""
         env = {
             "ENGRAM_STORE": "dynamodb",
-            "ENGRAM_SEARCH": "opensearch",
+            "ENGRAM_SEARCH": self.search_backend,
             "ENGRAM_EMBEDDER": "bedrock",
             "ENGRAM_EMBEDDING_MODEL": self.embedding_model,
             "ENGRAM_EMBEDDING_DIMENSIONS": str(self.vector_dimension),
@@ -202,7 +213,6 @@ class EngramConfig:
             "ENGRAM_SCHEDULER_ENABLED": "false",
             "POWERTOOLS_SERVICE_NAME": "engram",
             "POWERTOOLS_METRICS_NAMESPACE": "Engram",
-            "POWERTOOLS_LOG_LEVEL": self.log_level,
         }
         if self.chat_model:
             env["ENGRAM_CHAT_MODEL"] = self.chat_model
@@ -213,6 +223,8 @@ class EngramConfig:
         if self.revision:
             env["DEPLOY_REVISION"] = self.revision
         env.update(self.extra_env)
+        # Powertools' logger (job handlers) follows the same level, wherever it was set.
+        env["POWERTOOLS_LOG_LEVEL"] = env["ENGRAM_LOG_LEVEL"].upper()
         return env
 
 

@@ -14,6 +14,14 @@ FUNCTIONS_DIR = ROOT / "functions"
 RUNTIME = lambda_.Runtime.PYTHON_3_12  # matches layers/build.py --python-version
 ARCHITECTURE = lambda_.Architecture.X86_64  # matches --platform manylinux2014_x86_64 and the LWA X86 layer
 ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.pytest_cache", "**/*.egg-info"]
+# Lambda's log filter (JSON format) must pass what ENGRAM_LOG_LEVEL lets Engram write.
+APPLICATION_LOG_LEVELS = {
+    "DEBUG": lambda_.ApplicationLogLevel.DEBUG,
+    "INFO": lambda_.ApplicationLogLevel.INFO,
+    "WARNING": lambda_.ApplicationLogLevel.WARN,
+    "ERROR": lambda_.ApplicationLogLevel.ERROR,
+    "CRITICAL": lambda_.ApplicationLogLevel.FATAL,
+}
 
 
 def functions_code(scope: Construct) -> lambda_.Code:
@@ -59,4 +67,5 @@ def engram_function(
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
+        application_log_level_v2=APPLICATION_LOG_LEVELS[environment.get("ENGRAM_LOG_LEVEL", "INFO").upper()],
     )

@@ -32,15 +32,24 @@ def require_supported_region(region: str | None) -> None:
         )
 
 
-def ensure_layer_built(layer_dir: Path) -> Path:
+def ensure_layer_built(layer_dir: Path, requirements: str = "requirements.txt") -> Path:
     """Build the layer with layers/build.py unless ``<layer_dir>/python`` already exists."""
     if not (layer_dir / "python").is_dir():
-        subprocess.run([sys.executable, str(ROOT / "layers" / "build.py"), "--out", str(layer_dir)], check=True)
+        build = [sys.executable, str(ROOT / "layers" / "build.py"), "--out", str(layer_dir)]
+        subprocess.run([*build, "--requirements", str(ROOT / "layers" / requirements)], check=True)
     return layer_dir
 
 
 class Layers(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, layer_dir: Path, lwa_version: int):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        layer_dir: Path,
+        lwa_version: int,
+        replica_layer_dir: Path | None = None,
+    ):
         super().__init__(scope, construct_id)
         require_supported_region(Stack.of(self).region)
         self.dependencies = lambda_.LayerVersion(
@@ -51,6 +60,17 @@ class Layers(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="Engram runtime dependencies (pip, manylinux2014_x86_64, cp312; boto3 included)",
         )
+        # numpy for the replica search backend's in-function index (layers/requirements-replica.txt).
+        self.replica: lambda_.ILayerVersion | None = None
+        if replica_layer_dir is not None:
+            self.replica = lambda_.LayerVersion(
+                self,
+                "Replica",
+                code=lambda_.Code.from_asset(str(ensure_layer_built(replica_layer_dir, "requirements-replica.txt"))),
+                compatible_runtimes=[RUNTIME],
+                compatible_architectures=[ARCHITECTURE],
+                description="numpy for the replica search index (pip, manylinux2014_x86_64, cp312)",
+            )
         self.web_adapter = lambda_.LayerVersion.from_layer_version_arn(
             self,
             "WebAdapter",

@@ -22,6 +22,8 @@ from infra.mcp import Mcp
 from infra.nag import add_suppressions
 from infra.search import Search
 from infra.secrets import Secrets
+from infra.skill_files import SkillFiles
+from infra.snapshots import Snapshots
 from infra.storage import Storage
 
 # Cross-region inference profile ids start with a geography ("us.anthropic...", "global.amazon...").
@@ -56,39 +58,56 @@ class EngramStack(Stack):
 
         storage = Storage(self, "Storage", removal_policy=table_removal_policy)
         secrets = Secrets(self, "Secrets")
-        search = Search(
-            self,
-            "Search",
-            collection_name=cfg.collection_name,
-            generation=cfg.collection_generation,
-            standby_replicas=cfg.standby_replicas,
-        )
-        layer_dir = Path(cfg.layer_dir)
+        skill_files = SkillFiles(self, "SkillFiles", removal_policy=table_removal_policy)
+        # One search backend: an OpenSearch collection, or (replica) only a snapshot bucket.
+        search: Search | None = None
+        snapshots: Snapshots | None = None
+        if cfg.search_backend == "opensearch":
+            search = Search(
+                self,
+                "Search",
+                collection_name=cfg.collection_name,
+                generation=cfg.collection_generation,
+                standby_replicas=cfg.standby_replicas,
+            )
+        else:
+            snapshots = Snapshots(self, "Snapshots", removal_policy=table_removal_policy)
+        layer_dir, replica_layer_dir = Path(cfg.layer_dir), Path(cfg.replica_layer_dir)
         layers = Layers(
             self,
             "Layers",
             layer_dir=layer_dir if layer_dir.is_absolute() else ROOT / layer_dir,
             lwa_version=cfg.lwa_layer_version,
+            replica_layer_dir=(
+                (replica_layer_dir if replica_layer_dir.is_absolute() else ROOT / replica_layer_dir)
+                if snapshots is not None
+                else None
+            ),
         )
+        job_layers = [layers.dependencies, *([layers.replica] if layers.replica is not None else [])]
 
         env = {
             **cfg.function_env(),
             "ENGRAM_AWS_REGION": Aws.REGION,
             "ENGRAM_TABLE_NAME": storage.table.table_name,
             "ENGRAM_SECRET_ARN": secrets.secret.secret_arn,
-            "ENGRAM_OPENSEARCH_ENDPOINT": search.endpoint,
+            "ENGRAM_SKILLS_BUCKET": skill_files.bucket.bucket_name,
         }
+        if search is not None:
+            env["ENGRAM_OPENSEARCH_ENDPOINT"] = search.endpoint
+        if snapshots is not None:
+            env["ENGRAM_SNAPSHOT_BUCKET"] = snapshots.bucket.bucket_name
         jobs = Jobs(
             self,
             "Jobs",
             environment=env,
-            layers=[layers.dependencies],
+            layers=job_layers,
             memory_size=cfg.job_memory_mb,
             timezone=cfg.timezone,
             times=cfg.schedule_times(),
         )
         http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
-        http_layers = [layers.dependencies, layers.web_adapter]
+        http_layers = [*job_layers, layers.web_adapter]
         api = Api(self, "Api", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
         mcp = Mcp(self, "Mcp", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
 
@@ -97,11 +116,16 @@ class EngramStack(Stack):
         for fn in functions:
             storage.table.grant_read_write_data(fn)
             secrets.secret.grant_read(fn)
+            skill_files.grant(fn)
             jobs.cleanup_queue.grant_send_messages(fn)
-            search.grant_data_access(fn.role)  # type: ignore[arg-type]
+            if search is not None:
+                search.grant_data_access(fn.role)  # type: ignore[arg-type]
+            if snapshots is not None:
+                snapshots.grant(fn)
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
-        search.finalize(extra_principals=cfg.data_access_principals)
+        if search is not None:
+            search.finalize(extra_principals=cfg.data_access_principals)
         alarms = Alarms(
             self,
             "Alarms",
@@ -123,7 +147,11 @@ class EngramStack(Stack):
         CfnOutput(self, "AdminUrl", value=Fn.join("", [self.api_url, "/admin"]), description="Admin panel")
         CfnOutput(self, "TableName", value=storage.table.table_name)
         CfnOutput(self, "SecretArn", value=secrets.secret.secret_arn, description="Fill in upstream keys here")
-        CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
+        if search is not None:
+            CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
+        if snapshots is not None:
+            CfnOutput(self, "SnapshotBucket", value=snapshots.bucket.bucket_name, description="Search snapshots")
+        CfnOutput(self, "SkillFilesBucket", value=skill_files.bucket.bucket_name, description="Skill resource files")
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Alarms notify this SNS topic")
 
         self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp, self.alarms = (
@@ -135,6 +163,8 @@ class EngramStack(Stack):
             mcp,
             alarms,
         )
+        self.snapshots = snapshots
+        self.skill_files = skill_files
         add_suppressions(self)
 
     @staticmethod

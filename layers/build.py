@@ -21,7 +21,9 @@ HERE = Path(__file__).resolve().parent
 PLATFORMS = {"x86_64": "manylinux2014_x86_64", "arm64": "manylinux2014_aarch64"}
 
 
-def build(out: Path, *, arch: str = "x86_64", python_version: str = "3.12") -> Path:
+def build(
+    out: Path, *, arch: str = "x86_64", python_version: str = "3.12", requirements: Path = HERE / "requirements.txt"
+) -> Path:
     target = out / "python"
     if target.exists():
         shutil.rmtree(target)
@@ -36,7 +38,7 @@ def build(out: Path, *, arch: str = "x86_64", python_version: str = "3.12") -> P
         "--no-compile",
         "--disable-pip-version-check",
         "--quiet",
-        "-r", str(HERE / "requirements.txt"),
+        "-r", str(requirements),
     ]  # fmt: skip
     subprocess.run(cmd, check=True)
     for cache in target.rglob("__pycache__"):
@@ -49,8 +51,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "build", help="layer root (default: layers/build)")
     parser.add_argument("--arch", choices=sorted(PLATFORMS), default="x86_64")
     parser.add_argument("--python-version", default="3.12")
+    parser.add_argument(
+        "--requirements",
+        type=Path,
+        default=HERE / "requirements.txt",
+        help="requirements file (requirements-replica.txt: the replica search backend's layer)",
+    )
     args = parser.parse_args()
-    target = build(args.out, arch=args.arch, python_version=args.python_version)
+    target = build(args.out, arch=args.arch, python_version=args.python_version, requirements=args.requirements)
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
     print(f"layer built in {target} ({size / 1e6:.0f} MB unzipped)")
 

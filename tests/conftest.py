@@ -20,6 +20,20 @@ READONLY_KEY = "ek_test_readonly_key_0003"
 CHAT_ONLY_KEY = "ek_test_chat_only_key_0004"
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """A test that runs an entry point in process (``cli.main``) configures logging; undo it after."""
+    import logging
+
+    root, engram = logging.getLogger(), logging.getLogger("engram")
+    handlers, level = list(root.handlers), engram.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    engram.setLevel(level)
+
+
 @dataclass
 class EngramServer:
     url: str

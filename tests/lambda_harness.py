@@ -31,6 +31,8 @@ the stack gets it created and its name resolved into every function's environmen
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import json
 import os
 import secrets
@@ -71,7 +73,8 @@ FAKE_CREDENTIALS = {
 
 
 def synth_template(**config: Any) -> dict[str, Any]:
-    """The CloudFormation template of ``EngramStack`` (``config``: ``EngramConfig`` fields), offline.
+    """The CloudFormation template ``cdk deploy`` would deploy, synthesized offline: cdk.json's context
+    (its ``engram:*`` settings and CDK feature flags), with ``config`` (``EngramConfig`` fields) on top.
 
     The dependency layer is a placeholder folder (its contents do not change the template's
     resources or environment), like tests/infra/test_stack.py.
@@ -83,13 +86,28 @@ def synth_template(**config: Any) -> dict[str, Any]:
     from infra.config import EngramConfig
     from infra.stack import EngramStack
 
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
     with tempfile.TemporaryDirectory(prefix="engram-layer-") as layer, tempfile.TemporaryDirectory() as out:
         (Path(layer) / "python").mkdir()
         (Path(layer) / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
-        app = cdk.App(outdir=out)
-        stack = EngramStack(app, "Engram", config=EngramConfig(layer_dir=layer, **config))
+        app = cdk.App(outdir=out, context=context)
+        settings = dataclasses.replace(
+            EngramConfig.from_context(app.node), layer_dir=layer, replica_layer_dir=layer, **config
+        )
+        stack = EngramStack(app, "Engram", config=settings)
         template: dict[str, Any] = app.synth().get_stack_by_name(stack.stack_name).template
     return template
+
+
+_TEMPLATES: dict[str, dict[str, Any]] = {}
+
+
+def cached_template(**config: Any) -> dict[str, Any]:
+    """``synth_template(**config)``, synthesized once per process for each distinct ``config``."""
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _TEMPLATES:
+        _TEMPLATES[key] = synth_template(**config)
+    return copy.deepcopy(_TEMPLATES[key])
 
 
 @dataclass(frozen=True)
@@ -332,7 +350,7 @@ def deploy(
     template: dict[str, Any],
     moto: MotoServer,
     *,
-    opensearch_endpoint: str,
+    opensearch_endpoint: str | None = None,
     secret_values: Mapping[str, str] | None = None,
 ) -> Deployment:
     """Create the template's data resources on moto under unique names (tests share one moto server).
@@ -385,6 +403,8 @@ def deploy(
             dep.physical[logical] = dep.refs[logical] = arn
             dep.secret = json.loads(text)
         elif kind == "AWS::OpenSearchServerless::Collection":
+            if opensearch_endpoint is None:
+                raise ValueError("the stack has an OpenSearch Serverless collection: pass opensearch_endpoint")
             dep.refs[logical] = logical.lower()
             dep.attrs[(logical, "CollectionEndpoint")] = opensearch_endpoint
             dep.attrs[(logical, "Arn")] = f"arn:aws:aoss:{REGION}:{ACCOUNT}:collection/{logical.lower()}"
@@ -480,10 +500,23 @@ def _end(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
 
 
 class _Frozen:
-    """SIGSTOP/SIGCONT of a process group started with ``start_new_session``."""
+    """SIGSTOP/SIGCONT of a process group started with ``start_new_session``, and the sandbox's
+    directories: the process starts in an empty task directory (Lambda's read-only ``/var/task``; the
+    code itself is at ``LAMBDA_TASK_ROOT``) and may write only to its own ``TMPDIR`` (``/tmp``), which
+    is also its ``HOME`` (so no host configuration, such as ``~/.aws``, leaks in)."""
 
     process: subprocess.Popen[Any] | None
     frozen: bool
+    env: dict[str, str]
+
+    def _sandbox(self, name: str) -> None:
+        self.tmp_dir = Path(tempfile.mkdtemp(prefix=f"engram-{name}-tmp-"))
+        self.task_dir = Path(tempfile.mkdtemp(prefix=f"engram-{name}-task-"))
+        self.env["HOME"] = self.env["TMPDIR"] = str(self.tmp_dir)
+
+    def written_outside_tmp(self) -> list[str]:
+        """Files the process created in its task directory (on Lambda: a read-only file system error)."""
+        return sorted(str(p.relative_to(self.task_dir)) for p in self.task_dir.rglob("*"))
 
     def freeze(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -532,9 +565,7 @@ class LambdaInstance(_Frozen):
         self.env["AWS_LWA_PORT"] = str(self.port)  # each sandbox has its own network in Lambda
         self.readiness_path = self.env.get("AWS_LWA_READINESS_CHECK_PATH", "/")
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"engram-{name}-"))
-        self.env.setdefault("HOME", str(self.workdir))
-        self.env.setdefault("TMPDIR", str(self.workdir))
+        self._sandbox(name)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         self.process: subprocess.Popen[bytes] | None = None
         self.frozen = False
@@ -549,7 +580,7 @@ class LambdaInstance(_Frozen):
         self.process = subprocess.Popen(
             ["bash", str(RUN_SH)],
             env=self.env,
-            cwd=self.workdir,
+            cwd=self.task_dir,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -643,9 +674,7 @@ class JobFunction(_Frozen):
         self.env = dict(env)
         self.handler = handler
         self.timeout_s = timeout_s
-        self.workdir = Path(tempfile.mkdtemp(prefix="engram-job-"))
-        self.env.setdefault("HOME", str(self.workdir))
-        self.env.setdefault("TMPDIR", str(self.workdir))
+        self._sandbox(handler.rsplit(".", 2)[-2])
         # The Python runtime puts the task root (the function's code) on the path; nothing else.
         self.env["PYTHONPATH"] = self.env["LAMBDA_TASK_ROOT"]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
@@ -656,7 +685,7 @@ class JobFunction(_Frozen):
         self.process = subprocess.Popen(
             [sys.executable, str(JOB_RUNNER), self.handler, str(self.timeout_s * 1000)],
             env=self.env,
-            cwd=self.workdir,
+            cwd=self.task_dir,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -899,9 +928,14 @@ class LambdaStack:
         return deliver_queue(self.deployment.moto, self.deployment.queue_url(queue_logical_prefix), job)
 
     def stop(self) -> None:
+        """Stop every process; fails if one wrote outside its /tmp (Lambda's file system is read-only)."""
+        written = {}
         for started in reversed(self._started):
             started.stop()
+            if started.written_outside_tmp():
+                written[getattr(started, "name", None) or started.handler] = started.written_outside_tmp()
         self._started.clear()
+        assert not written, f"wrote outside /tmp (read-only on Lambda): {written}"
 
 
 @contextlib.contextmanager
@@ -909,7 +943,7 @@ def lambda_stack(
     template: dict[str, Any],
     moto: MotoServer,
     *,
-    opensearch_endpoint: str,
+    opensearch_endpoint: str | None,
     bedrock_endpoint: str,
     secret_values: Mapping[str, str] | None = None,
     overrides: Mapping[str, str] | None = None,

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,10 @@ class Container:
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
+    threads: Any = None  # services.threads.ThreadService
+    reminders: Any = None  # services.reminders.ReminderService
+    moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
+    skills: Any = None  # services.skills.SkillService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
     runtime: Any = None
     limits: Any = None  # services.ratelimit.RequestLimits: requests per minute per key
@@ -68,7 +73,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.reminders import ReminderConfig, ReminderService
     from engram.services.runtime_settings import RuntimeSettings
+    from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
 
     settings = _with_secret(settings or load_settings())
@@ -81,7 +88,11 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("index") or _build_index(settings, closers), retry_seconds=settings.search_retry_seconds
     )
     raw_embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
-    embedder: GatedEmbedder | None = GatedEmbedder(raw_embedder, index) if raw_embedder is not None else None
+    embedder: GatedEmbedder | None = (
+        GatedEmbedder(raw_embedder, index, max_tokens=settings.embedding_max_tokens)
+        if raw_embedder is not None
+        else None
+    )
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
@@ -91,6 +102,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     container = Container(
         settings=settings,
         store=store,
@@ -101,11 +113,25 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         memories=memories,
         candidates=CandidateService(store, memories, clock),
         library=library,
-        transfer=TransferService(store, memories, clock),
+        transfer=TransferService(store, memories, clock, skills),
+        skills=skills,
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
         limits=_build_limits(settings, overrides.get("rate_limiter")),
+        threads=ThreadService(store, clock),
+        reminders=ReminderService(
+            store,
+            memories,
+            clock,
+            runtime.provider(
+                lambda s: ReminderConfig(
+                    missed_after_days=s.reminder_missed_after_days,
+                    lease_seconds=s.reminder_lease_seconds,
+                    timezone=s.timezone,
+                )
+            ),
+        ),
     )
     container._closers = closers
     _wire_jobs(container, overrides)
@@ -122,6 +148,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
     from engram.services.jobs import NamespaceLocks
+    from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 
     s = container.settings
@@ -172,6 +199,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
             throttled=("cleanup",),
         )
     c.reindex = ReindexService(c.store, c.memories, c.embedder, c.clock, c.queue)
+    c.moving_in = MovingInService(c.transfer, extract_model)
     _repair_when_back(c)
 
 
@@ -253,6 +281,40 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
+def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
+    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
+    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    from engram.adapters.storage.skills import (
+        DynamoSkillStore,
+        InMemoryBlobStore,
+        InMemorySkillStore,
+        LocalBlobStore,
+        S3BlobStore,
+        SqliteSkillStore,
+    )
+    from engram.services.skills import SkillService
+
+    region = settings.aws_region or None
+    data_dir = Path(settings.data_dir).expanduser()
+    store: Any
+    if settings.store == "dynamodb":
+        store = DynamoSkillStore(settings.table_name, region_name=region)
+    elif settings.store == "sqlite":
+        private_dir(data_dir)
+        store = SqliteSkillStore(data_dir / "skills.db")
+        closers.append(store.close)
+    else:
+        store = InMemorySkillStore()
+    blobs: Any
+    if settings.skills_bucket:
+        blobs = S3BlobStore(settings.skills_bucket, region_name=region)
+    elif settings.store == "memory":
+        blobs = InMemoryBlobStore()
+    else:
+        blobs = LocalBlobStore(data_dir / "skills")
+    return SkillService(store, blobs, clock)
+
+
 def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
     if settings.store == "memory":
         from engram.adapters.storage.inmemory import InMemoryMemoryStore
@@ -307,7 +369,41 @@ def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
         )
         closers.append(opensearch.close)
         return opensearch
+    if settings.search == "replica":
+        replica = _build_replica(settings)
+        closers.append(replica.close)
+        return replica
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
+
+
+def _build_replica(settings: Settings) -> Any:
+    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md)."""
+    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
+    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+
+    data_dir = Path(settings.data_dir).expanduser()
+    search_log: SearchLog
+    snapshots: SnapshotStore | None = None
+    if settings.store == "sqlite":
+        path = local_db_path(settings)
+        private_dir(path.parent)
+        search_log = SqliteSearchLog(path)
+        snapshots = DirSnapshotStore(data_dir / "snapshots")
+    elif settings.store == "dynamodb":
+        if not settings.table_name:
+            raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
+        search_log = DynamoSearchLog(settings.table_name, region_name=settings.aws_region or None)
+        if settings.snapshot_bucket:
+            snapshots = S3SnapshotStore(settings.snapshot_bucket, region_name=settings.aws_region or None)
+    else:
+        raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
+    directory = settings.replica_dir
+    if directory is None:
+        on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+        # Lambda's only writable place is /tmp (``TMPDIR`` where set).
+        directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
+    return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -465,6 +561,8 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         queue=container.queue,
         render_recall=render_prompt,
         bedrock=bedrock,
+        reminders=container.reminders,
+        skills=container.skills,
     )
 
 
@@ -473,6 +571,22 @@ def _names_bedrock(settings: Settings) -> bool:
     Otherwise a ``bedrock/`` name still fails cleanly: the adapter names the missing region setting."""
     models = (settings.chat_model, settings.vision_model)
     return settings.chat_allow_model_passthrough or any(m.startswith("bedrock/") for m in models)
+
+
+def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
+    """Write the ``replica`` index's snapshot of each namespace that changed by at least ``min_changes``
+    rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
+    from engram.adapters.search.replica import ReplicaSearchIndex
+
+    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
+    index = getattr(guarded, "inner", guarded)
+    if not isinstance(index, ReplicaSearchIndex):
+        return 0
+    try:
+        return index.snapshot_all(min_changes=min_changes)
+    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+        log.exception("writing the search snapshots failed")
+        return 0
 
 
 def index_model_mismatch(container: Container) -> bool:

@@ -22,6 +22,20 @@ class Settings(BaseSettings):
     port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
     data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds a client has to send a request's headers (from its first byte, or from opening "
+        "the connection) before `engram serve` answers 408 and closes the connection.",
+    )
+    body_timeout: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a whole request body before it gets 408 and the connection "
+        "is closed.",
+    )
     log_level: str = Field("INFO", description="Log level (DEBUG shows more, never keys).")
 
     # -- auth -----------------------------------------------------------------------------
@@ -58,8 +72,27 @@ class Settings(BaseSettings):
     store: Literal["sqlite", "memory", "dynamodb"] = Field(
         "sqlite", description="Where rows live: `sqlite` (local file), `memory` (tests), `dynamodb` (AWS)."
     )
-    search: Literal["local", "memory", "opensearch"] = Field(
-        "local", description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS)."
+    search: Literal["local", "memory", "opensearch", "replica"] = Field(
+        "local",
+        description="Search index: `local` (SQLite FTS5 + vectors), `memory`, `opensearch` (AWS), `replica` "
+        "(a private copy of the local index per process, kept in sync with the store; AWS without OpenSearch).",
+    )
+    replica_dir: Path | None = Field(
+        None,
+        description="Where a `replica` search index keeps its private files (default: `/tmp/engram-replica` "
+        "on Lambda, `<data dir>/replica` otherwise); each process uses its own subdirectory.",
+    )
+    replica_sync_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="A `replica` reads the changes of other processes before a search at most this often.",
+    )
+    snapshot_bucket: str = Field(
+        "", description="S3 bucket for the `replica` search snapshots on AWS (locally they go to the data dir)."
+    )
+    skills_bucket: str = Field(
+        "", description="S3 bucket for skill resource files on AWS (locally they go to `<data dir>/skills`)."
     )
     embedder: Literal["local", "openai", "bedrock", "none"] = Field(
         "local",
@@ -79,7 +112,16 @@ class Settings(BaseSettings):
         ge=0,
         le=16,
         description="Local embedding model copies that may run at once (~70 MB each; 0 = one per CPU core, "
-        "at most 4): concurrent chats then do not queue behind one embedding.",
+        "at most 4): concurrent chats then do not queue behind one embedding. Queries go ahead of documents "
+        "(memory writes, imports) and, from two copies up, one copy is kept for queries.",
+    )
+    embedding_max_tokens: int = Field(
+        512,
+        ge=0,
+        le=100_000,
+        description="Text embedded per memory or query is cut to this many tokens (the local model's own "
+        "tokenizer; for remote embedders an estimate: one per CJK character, one per three other characters). "
+        "512 is one window of the local e5 model; keyword search still sees the whole text. 0 = no cap.",
     )
     embedding_model: str = Field(
         "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."
@@ -118,10 +160,11 @@ class Settings(BaseSettings):
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
     recall_candidates: int = Field(50, ge=5, le=500, description="Candidates fetched from each retriever.")
-    recall_fusion: Literal["score", "rrf"] = Field(
-        "score",
-        description="How keyword and vector candidates are fused: `score` (weighted sum of normalized scores; "
-        "best on the retrieval benchmark) or `rrf` (weighted reciprocal ranks).",
+    recall_fusion: Literal["adaptive", "score", "rrf"] = Field(
+        "adaptive",
+        description="How keyword and vector candidates are fused: `adaptive` (keyword weight scaled per query by "
+        "how much of the query the best keyword hits contain, vector scores corrected for script; best on both "
+        "benchmarks), `score` (constant weights on normalized scores) or `rrf` (weighted reciprocal ranks).",
     )
     recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant (`recall_fusion=rrf`).")
     recall_keyword_weight: float = Field(1.5, ge=0, description="Weight of keyword search in fusion.")
@@ -132,10 +175,24 @@ class Settings(BaseSettings):
     recall_min_score: float = Field(
         0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
     )
+    recall_min_relevance: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="Relevance floor (0-1, an estimated probability that the memory helps) for chat injection "
+        "and MCP memory_recall; search takes its own `min_relevance` (default 0).",
+    )
     recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
     recall_dedup_jaccard: float = Field(
         0.9, ge=0, le=1, description="Token overlap at or above which two recalled memories count as one (1 = exact)."
+    )
+    recall_diversity: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Penalty on a recalled memory's word overlap with memories ranked above it (0 = off), "
+        "so templated near-duplicates do not fill every slot.",
     )
     recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
     recall_compress: bool = Field(
@@ -250,6 +307,12 @@ class Settings(BaseSettings):
     retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
     memory_expire_unseen_days: int = Field(
         180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
+    )
+    reminder_missed_after_days: float = Field(
+        7.0, gt=0, description="A reminder this many days past due is listed as missed instead of injected."
+    )
+    reminder_lease_seconds: float = Field(
+        600.0, ge=5, description="How long a chat turn holds the reminders it injects before another turn may."
     )
     hard_delete_after_days: int = Field(
         30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."

@@ -532,6 +532,14 @@ def test_message_insert_is_idempotent_by_external_id(store: MemoryStore) -> None
     assert store.insert_message(a_message("msg3", namespace=OTHER, external_id="turn-1"))[1] is True
 
 
+def test_a_message_keeps_its_error_note(store: MemoryStore) -> None:
+    # Given a turn the upstream never answered, stored with what went wrong, and an answered one
+    store.insert_message(a_message("msg1", external_id="t1").model_copy(update={"error": "upstream_timeout: slow"}))
+    store.insert_message(a_message("msg2", minute=1, external_id="t2"))
+    # Then both read back as stored
+    assert [(m.id, m.error) for m in store.list_messages(NS)] == [("msg1", "upstream_timeout: slow"), ("msg2", None)]
+
+
 def test_message_without_external_id_is_always_stored(store: MemoryStore) -> None:
     # Given / When two messages without an external_id are stored
     assert store.insert_message(a_message("msg1"))[1] is True

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.search.local import SqliteSearchIndex
+from engram.adapters.search.replica import ReplicaSearchIndex
+from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc
 from engram.domain.ports import SearchIndex
 
-INDEXES: dict[str, Callable[[Path], SearchIndex]] = {
-    "memory": lambda tmp: InMemorySearchIndex(),
-    "sqlite": lambda tmp: SqliteSearchIndex(tmp / "engram.db"),
+
+def _replica_on_dynamodb(tmp: Path, stack: ExitStack) -> SearchIndex:
+    pytest.importorskip("moto")
+    from tests.fakes.moto_aws import dynamo_search_log
+
+    return ReplicaSearchIndex(stack.enter_context(dynamo_search_log()), tmp / "replica")
+
+
+INDEXES: dict[str, Callable[[Path, ExitStack], SearchIndex]] = {
+    "memory": lambda tmp, _: InMemorySearchIndex(),
+    "sqlite": lambda tmp, _: SqliteSearchIndex(tmp / "engram.db"),
     # The same adapter with its HNSW graph on from the first vector, built in the foreground (big namespaces
     # build it in the background and scan exactly until it is ready).
-    "sqlite-ann": lambda tmp: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1, ann_background=False),
+    "sqlite-ann": lambda tmp, _: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1, ann_background=False),
+    # A private replica per process of the document log in the store (SQLite file, DynamoDB under moto).
+    "replica-sqlite": lambda tmp, _: ReplicaSearchIndex(SqliteSearchLog(tmp / "engram.db"), tmp / "replica"),
+    "replica-dynamodb": _replica_on_dynamodb,
 }
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -27,11 +41,12 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 @pytest.fixture(params=sorted(INDEXES))
 def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
-    idx = INDEXES[request.param](tmp_path)
-    yield idx
-    close = getattr(idx, "close", None)
-    if close is not None:
-        close()
+    with ExitStack() as stack:
+        idx = INDEXES[request.param](tmp_path, stack)
+        yield idx
+        close = getattr(idx, "close", None)
+        if close is not None:
+            close()
 
 
 def doc(mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None):

@@ -86,3 +86,16 @@ def sqs_queue_url(name: str = "engram-cleanup") -> Iterator[tuple[Any, str]]:
     with mocked_aws():
         client = boto3.client("sqs", region_name=REGION)
         yield client, client.create_queue(QueueName=name)["QueueUrl"]
+
+
+@contextmanager
+def dynamo_search_log(tmp_path: Path | None = None) -> Iterator[Any]:
+    """A ``DynamoSearchLog`` (the replica search backend's shared documents) on a fresh moto table."""
+    import boto3
+    from engram.adapters.search.replica_log import DynamoSearchLog
+    from engram.adapters.storage.dynamodb import create_table
+
+    with mocked_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        create_table(client, TABLE)
+        yield DynamoSearchLog(TABLE, SerializedClient(client))

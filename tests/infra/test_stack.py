@@ -27,7 +27,8 @@ LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
 
 def _synth(layer_dir: Path, **config: Any) -> tuple[EngramStack, Template]:
     app = cdk.App()
-    stack = EngramStack(app, "Engram", config=EngramConfig(layer_dir=str(layer_dir), **config))
+    config = {"layer_dir": str(layer_dir), "replica_layer_dir": str(layer_dir), **config}
+    stack = EngramStack(app, "Engram", config=EngramConfig(**config))
     cdk.Aspects.of(app).add(AwsSolutionsChecks())
     return stack, Template.from_stack(stack)
 
@@ -69,7 +70,7 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
         dream_hour=5,
         dream_minute=45,
         extract_interval_hours=6,
-        extra_env={"ENGRAM_CLEANUP_HOUR": "2"},
+        extra_env={"ENGRAM_CLEANUP_HOUR": "2", "ENGRAM_LOG_LEVEL": "DEBUG"},
         alarm_email="owner@example.com",
         revision="2026-01-01",
     )
@@ -487,6 +488,22 @@ def test_slow_models_get_engrams_504_before_api_gateways_idle_timeout(template: 
         EngramConfig(extra_env={"ENGRAM_UPSTREAM_TIMEOUT": "600"})
 
 
+def test_log_level_reaches_engram_powertools_and_lambdas_log_filter(
+    template: Template, custom: tuple[EngramStack, Template]
+) -> None:
+    # Given the default level, and DEBUG set through extra_env
+    for tpl, level, lambda_level in ((template, "INFO", "INFO"), (custom[1], "DEBUG", "DEBUG")):
+        for fn in _resources(tpl, "AWS::Lambda::Function").values():
+            props = fn["Properties"]
+            env = props["Environment"]["Variables"]
+            # Then Engram, Powertools and Lambda's JSON log filter all use that level
+            assert (env["ENGRAM_LOG_LEVEL"], env["POWERTOOLS_LOG_LEVEL"]) == (level, level)
+            assert props["LoggingConfig"]["LogFormat"] == "JSON"
+            assert props["LoggingConfig"]["ApplicationLogLevel"] == lambda_level
+    with pytest.raises(ValueError, match="ENGRAM_LOG_LEVEL"):
+        EngramConfig(log_level="LOUD")
+
+
 def test_revision_gives_every_function_a_new_environment(
     template: Template, custom: tuple[EngramStack, Template]
 ) -> None:
@@ -599,3 +616,131 @@ def test_bedrock_models_named_in_extra_env_are_granted() -> None:
     # Then it is among the models the functions may invoke, and a non-Bedrock name is not
     ids = cfg.bedrock_model_ids()
     assert "mistral.mistral-large-2407-v1:0" in ids and "gpt-x" not in ids
+
+
+# -- the replica search backend -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def replica(layer_dir: Path) -> tuple[EngramStack, Template]:
+    return _synth(layer_dir, search_backend="replica")
+
+
+def test_replica_backend_has_no_opensearch_and_a_private_retained_snapshot_bucket(
+    replica: tuple[EngramStack, Template],
+) -> None:
+    # Given -c engram:search_backend=replica
+    _, template = replica
+    # Then nothing of OpenSearch Serverless is provisioned or granted
+    text = json.dumps(template.to_json())
+    assert "AWS::OpenSearchServerless" not in text
+    assert "aoss:" not in json.dumps(_policy_statements(template))
+    assert "CollectionEndpoint" not in template.find_outputs("*")
+    # And one snapshot bucket: encrypted, private, TLS-only, versioned with old versions expiring, retained
+    buckets = {k: v for k, v in _resources(template, "AWS::S3::Bucket").items() if k.startswith("Snapshots")}
+    assert len(buckets) == 1
+    bucket = next(iter(buckets.values()))
+    assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
+    props = bucket["Properties"]
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"
+    }
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    rule = props["LifecycleConfiguration"]["Rules"][0]
+    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7 and rule["Status"] == "Enabled"
+    policy = next(v for k, v in _resources(template, "AWS::S3::BucketPolicy").items() if k.startswith("Snapshots"))
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    )
+
+
+def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[EngramStack, Template]) -> None:
+    _, template = replica
+    functions = _resources(template, "AWS::Lambda::Function")
+    engram = [f for f in functions.values() if "ENGRAM_STORE" in f["Properties"]["Environment"]["Variables"]]
+    assert len(engram) == 5
+    for fn in engram:
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["ENGRAM_SEARCH"] == "replica"
+        assert "Ref" in env["ENGRAM_SNAPSHOT_BUCKET"]
+        assert "ENGRAM_OPENSEARCH_ENDPOINT" not in env
+    s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
+    put = [s for s in s3 if "s3:PutObject" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
+    read = [s for s in s3 if "s3:GetObject*" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
+    assert len(put) == 5 and len(read) == 5
+    assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
+    # And every function gets the replica layer (numpy, which the dependency layer leaves out)
+    (replica_layer,) = [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
+    for fn in engram:
+        assert {"Ref": replica_layer} in fn["Properties"]["Layers"]
+    root = Path(__file__).resolve().parents[2]
+    wanted = (root / "layers" / "requirements-replica.txt").read_text().splitlines()
+    assert [line for line in wanted if line.startswith("numpy")]
+
+
+def test_default_backend_ships_no_replica_layer(template: Template) -> None:
+    assert not [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
+
+
+def test_default_backend_is_opensearch(template: Template) -> None:
+    assert _resources(template, "AWS::OpenSearchServerless::Collection")
+    assert [k for k in _resources(template, "AWS::S3::Bucket") if not k.startswith("SkillFiles")] == []
+    for fn in _resources(template, "AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env.get("ENGRAM_SEARCH", "opensearch") == "opensearch"
+
+
+def test_replica_backend_passes_cdk_nag_and_cfn_lint(replica: tuple[EngramStack, Template], tmp_path: Path) -> None:
+    stack, template = replica
+    annotations = Annotations.from_stack(stack)
+    findings = annotations.find_error("*", Match.string_like_regexp("AwsSolutions-.*")) + annotations.find_warning(
+        "*", Match.string_like_regexp("AwsSolutions-.*")
+    )
+    assert not findings, [f.entry.data for f in findings]
+    cfnlint_api = pytest.importorskip("cfnlint.api")
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template.to_json()))
+    errors = [f"{m.rule.id} {m.message}" for m in cfnlint_api.lint_file(path) if m.rule.id.startswith("E")]
+    assert not errors, errors
+
+
+# -- skill resource files ------------------------------------------------------------------------------
+
+
+def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(template: Template) -> None:
+    # Given the default stack / Then one skill files bucket: encrypted, private, TLS-only, retained
+    buckets = {k: v for k, v in _resources(template, "AWS::S3::Bucket").items() if k.startswith("SkillFiles")}
+    assert len(buckets) == 1
+    bucket = next(iter(buckets.values()))
+    assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
+    props = bucket["Properties"]
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"
+    }
+    assert set(props["PublicAccessBlockConfiguration"].values()) == {True}
+    policy = next(v for k, v in _resources(template, "AWS::S3::BucketPolicy").items() if k.startswith("SkillFiles"))
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    )
+    # And every Engram function knows the bucket and may read and put objects under skills/ only
+    engram = [
+        f
+        for f in _resources(template, "AWS::Lambda::Function").values()
+        if "ENGRAM_STORE" in f["Properties"]["Environment"]["Variables"]
+    ]
+    assert len(engram) == 5
+    assert all("Ref" in f["Properties"]["Environment"]["Variables"]["ENGRAM_SKILLS_BUCKET"] for f in engram)
+    s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
+    skill_statements = [s for s in s3 if "SkillFiles" in json.dumps(s["Resource"])]
+    assert len([s for s in skill_statements if "s3:PutObject" in _as_list(s["Action"])]) == 5
+    assert all("/skills/*" in json.dumps(s["Resource"]) for s in skill_statements)
+    assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
+    assert "SkillFilesBucket" in template.find_outputs("*")

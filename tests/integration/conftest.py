@@ -19,9 +19,9 @@ ADMIN_PASSWORD = "correct horse battery staple"
 def stack_template() -> dict[str, Any]:
     """The CDK app's template, synthesized once per session (offline)."""
     pytest.importorskip("aws_cdk")
-    from tests.lambda_harness import synth_template
+    from tests.lambda_harness import cached_template
 
-    return synth_template()
+    return cached_template()
 
 
 @pytest.fixture(scope="session")

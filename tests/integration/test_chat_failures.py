@@ -4,7 +4,6 @@ nothing configured, missing scope, client disconnect. Driven by the `openai`/`an
 from __future__ import annotations
 
 import json
-import time
 
 import anthropic
 import httpx
@@ -110,9 +109,10 @@ def test_error_after_streaming_began_is_an_sse_error_event(make_gateway) -> None
                 got.append(chunk.choices[0].delta.content)
     assert got == ["a", "b", "c"]
     assert "connection" in str(info.value).lower() or "early" in str(info.value).lower()
-    # And nothing was stored for the broken exchange
-    time.sleep(0.2)
-    assert gw.store.list_messages("default") == []
+    # And the user's turn was stored with the error noted, the broken answer not at all
+    (turn,) = gw.store.list_messages("default")
+    assert (turn.role, turn.content) == ("user", "x")
+    assert turn.error is not None and turn.error.startswith("upstream_unavailable: ")
 
 
 def test_anthropic_client_sees_an_error_event_after_streaming_began(make_gateway) -> None:
@@ -215,5 +215,37 @@ def test_client_disconnect_cancels_the_upstream(make_gateway) -> None:
     # Then the upstream request is cancelled well before its 4 s would be over
     record = gw.upstream.last()
     assert gw.wait_for(lambda: record.disconnected, timeout=2.0)
-    time.sleep(0.2)
-    assert gw.store.list_messages("default") == []
+    # And what the user wrote is kept, noting that the answer never finished
+    turns = gw.wait_for(lambda: gw.store.list_messages("default"))
+    assert [(m.role, m.content, m.error) for m in turns] == [
+        ("user", "long story", "client_disconnected: the client went away before the answer ended")
+    ]
+
+
+def test_a_failed_turn_is_kept_and_its_retry_is_not_stored_twice(make_gateway) -> None:
+    # Given an upstream that fails twice, then answers
+    gw = make_gateway()
+    gw.upstream.script(
+        Reply(status=503, error_body={"error": {"message": "overloaded"}}),
+        Reply(text="abcdef", chunks=6, drop_after=3),
+        Reply(text="Here you go."),
+    )
+    history = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi!"}]
+    body = {"model": "companion", "messages": [*history, {"role": "user", "content": "my sister is called Ana"}]}
+    # When the client sends the turn, retries it streaming, then retries it again
+    assert httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH).status_code == 503
+    streamed = httpx.post(gw.url + "/v1/chat/completions", json={**body, "stream": True}, headers=AUTH)
+    assert '"error"' in streamed.text
+    assert httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH).status_code == 200
+    # Then the user's turn is stored once, as first stored (with the first failure noted), and the answer once
+    rows = gw.store.list_messages("default")
+    assert [(m.role, m.content) for m in rows] == [("user", "my sister is called Ana"), ("assistant", "Here you go.")]
+    assert rows[0].error == "upstream_rejected: OpenAI-compatible upstream answered 503" and rows[1].error is None
+    # And the same words later in the conversation are a new turn, stored again
+    later = [
+        *body["messages"],
+        {"role": "assistant", "content": "Here you go."},
+        {"role": "user", "content": "my sister is called Ana"},
+    ]
+    httpx.post(gw.url + "/v1/chat/completions", json={**body, "messages": later}, headers=AUTH)
+    assert [m.role for m in gw.store.list_messages("default")] == ["user", "assistant", "user", "assistant"]

@@ -141,3 +141,27 @@ def test_usage_is_stored_before_the_last_byte_too(serve: Serve) -> None:
         assert serve.rows("SELECT COUNT(*) FROM usage")[0][0] == before + 1  # type: ignore[operator]
     finally:
         serve.thaw()
+
+
+@pytest.mark.parametrize("door", list(DOORS))
+def test_a_failed_turn_is_in_the_store_when_the_error_reaches_the_client(
+    serve: Serve, upstream: FakeUpstream, door: str
+) -> None:
+    # Given an upstream that fails the turn
+    upstream.script(Reply(status=500, error_body={"error": {"message": "overloaded"}}))
+    path, extra = DOORS[door]
+    said = f"my train leaves at 7:40 ({door})"
+    body = {"model": "companion", "messages": [{"role": "user", "content": said}], **extra}
+    # When the error response ends, the process is frozen at once
+    with httpx.stream(
+        "POST", serve.url + path, json=body, headers={"authorization": f"Bearer {KEY}"}, timeout=30
+    ) as resp:
+        b"".join(resp.iter_raw())
+        serve.freeze()
+    try:
+        # Then the client got the upstream's status, and the user's turn is stored with the error noted
+        assert resp.status_code == 500
+        stored = serve.rows("SELECT role, error FROM messages WHERE content = ?", said)
+        assert stored == [("user", "upstream_rejected: OpenAI-compatible upstream answered 500")]
+    finally:
+        serve.thaw()

@@ -235,7 +235,8 @@ def test_import_refuses_invalid_rows_reports_them_and_keeps_the_rest(server: Eng
         assert resp.status_code == 200, resp.text
         report = resp.json()
         assert report["created"] | {"messages": 0} == {
-            "memories": 1, "candidates": 0, "messages": 0, "precious": 1, "glossary": 1, "daily_logs": 0, "digest": 0
+            "memories": 1, "candidates": 0, "messages": 0, "precious": 1, "glossary": 1, "daily_logs": 0, "digest": 0,
+            "skills": 0,
         }  # fmt: skip
         assert report["refused"]["memories"] == 6 and report["refused"]["digest"] == 1
         codes = [(p["kind"], p["row"], p["code"]) for p in report["problems"]]
@@ -257,8 +258,8 @@ def test_import_refuses_invalid_rows_reports_them_and_keeps_the_rest(server: Eng
         assert [m["id"] for m in stored["memories"]] == ["mem_ok"]
         assert stored["digest"] is None and stored["candidates"] == []
         # A document of the wrong shape is still refused as a whole
-        assert bob.post("/v1/import", json={"unknown_kind": []}).status_code == 422
-        assert bob.post("/v1/import", json={"memories": ["not a row"]}).status_code == 422
+        assert bob.post("/v1/import", json={"unknown_kind": []}).status_code == 400
+        assert bob.post("/v1/import", json={"memories": ["not a row"]}).status_code == 400
 
 
 def test_import_skips_rows_present_by_external_id_or_identical_content(server: EngramServer) -> None:

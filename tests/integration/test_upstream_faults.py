@@ -8,7 +8,8 @@ streaming or not, asserting exactly what the client gets.
 - Anything going wrong after a stream began: the events so far, then ONE error event in the client's
   wire (OpenAI: ``data: {"error": ...}`` then ``[DONE]``; Anthropic: ``event: error``) and the end.
   Never a cut stream, never an upstream line passed on raw.
-Every answer carries the ``x-engram-*`` headers.
+Every answer carries the ``x-engram-*`` headers. And whatever the upstream did, the user's turn is
+stored (issue 12, item 2): answered, with its answer; failed, alone, with the error noted on it.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class Rig:
     dead_url: str
     upstream: FakeUpstream
     store: Any
+    dead_store: Any
     http: httpx.Client
 
 
@@ -120,7 +122,7 @@ def rig() -> Iterator[Rig]:
         dead = f"http://127.0.0.1:{free_port()}"
         unreachable = start_gateway(stack, up, upstream_base_url=dead + "/v1", anthropic_base_url=dead, **common)
         http = stack.enter_context(httpx.Client(headers={"x-api-key": OWNER_KEY}, timeout=10))
-        yield Rig(live.url, unreachable.url, up, live.store, http)
+        yield Rig(live.url, unreachable.url, up, live.store, unreachable.store, http)
 
 
 def _events(wire: str, text: str) -> list[tuple[str | None, Any]]:
@@ -161,17 +163,22 @@ def test_client_answer_for_every_upstream_fault(rig: Rig, door: str, kind: str, 
     if fault.reply is not None:
         rig.upstream.script(fault.reply)
     base = rig.url if fault.reply is not None else rig.dead_url
-    body = {
-        "model": MODELS[kind],
-        "stream": stream,
-        "max_tokens": 50,
-        "messages": [{"role": "user", "content": f"fault matrix {fault.name}"}],
-    }
+    said = f"fault matrix {fault.name} via {door} to {kind}, {'stream' if stream else 'whole'}"
+    body = {"model": MODELS[kind], "stream": stream, "max_tokens": 50, "messages": [{"role": "user", "content": said}]}
     # When the client asks through this door
-    resp = rig.http.post(base + DOORS[door], json=body)
+    resp = rig.http.post(base + DOORS[door], json=body, headers={"x-engram-conversation": said})
     # Then the status is known and right, with the x-engram headers
     assert resp.status_code == fault.status, resp.text[:300]
     assert all(h in resp.headers for h in CHAT_HEADERS), dict(resp.headers)
+    # And the user's turn was stored before the answer ended: with its answer, or with the error noted
+    store = rig.store if fault.reply is not None else rig.dead_store
+    stored = [m for m in store.list_messages("default", limit=10_000) if m.conversation_id == said]
+    answered = fault.status == 200 and not fault.stream_error
+    assert [(m.role, m.content) for m in stored[:1]] == [("user", said)], stored
+    if answered:
+        assert stored[0].error is None and len(stored) == 2 and stored[1].role == "assistant", stored
+    else:
+        assert len(stored) == 1 and stored[0].error and stored[0].error.startswith("upstream_"), stored
     if fault.passthrough:
         assert resp.json() == PROVIDER_ERROR  # the provider's body, unchanged
         return
@@ -196,3 +203,48 @@ def test_client_answer_for_every_upstream_fault(rig: Rig, door: str, kind: str, 
     else:
         assert not errors, events
         assert events[-1] == ((None, "[DONE]") if door == "openai" else ("message_stop", {"type": "message_stop"}))
+
+
+JOB_FAULTS = {
+    "json_array": Reply(body=b"[1,2,3]"),
+    "null_items": Reply(body=b'{"choices": [{"message": null}], "content": [null]}'),
+    "not_json": Reply(body=b"<html>oops</html>"),
+    "sse_json_array": Reply(text="abcdefgh", chunks=4, splice=(2, b"data: [1,2]\n\n")),
+    "sse_string_delta": Reply(
+        text="abcdefgh",
+        chunks=4,
+        splice=(2, b'event: content_block_delta\ndata: {"choices": ["x"], "delta": "x"}\n\n'),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", sorted(JOB_FAULTS))
+async def test_the_job_models_turn_malformed_answers_into_upstream_errors(rig: Rig, kind: str, fault: str) -> None:
+    """Extraction, dreaming and compression call the same providers through the ChatModel adapters."""
+    from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
+    from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
+    from engram.domain.errors import UpstreamUnavailable
+
+    # Given a job model whose provider answers malformed JSON or SSE
+    rig.upstream.reset()
+    rig.upstream.script(JOB_FAULTS[fault])
+    model: Any
+    upstream: Any
+    if kind == "openai":
+        upstream = OpenAICompatUpstream(rig.upstream.openai_base_url, "k")
+        model = OpenAICompatChatModel(upstream, "fake-chat")
+    else:
+        upstream = AnthropicUpstream(rig.upstream.base_url, "k")
+        model = AnthropicChatModel(upstream, "claude-fake")
+    messages = [{"role": "user", "content": "summarise"}]
+    # When it completes (whole) or streams; Then an UpstreamUnavailable, never another exception
+    try:
+        with pytest.raises(UpstreamUnavailable):
+            if fault.startswith("sse_"):
+                async for _ in model.stream(messages, max_tokens=20):
+                    pass
+            else:
+                await model.complete(messages, max_tokens=20)
+    finally:
+        await upstream.aclose()

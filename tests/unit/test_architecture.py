@@ -1,4 +1,4 @@
-"""The layers point inward (DESIGN.md section 3); nothing does I/O at import time."""
+"""The layers point inward (docs/ARCHITECTURE.md, "Layers"); nothing does I/O at import time."""
 
 from __future__ import annotations
 

@@ -212,3 +212,12 @@ def test_a_repair_while_the_index_is_still_away_keeps_the_record() -> None:
     )
     assert [h.memory_id for h in c.index.keyword_search(NS, "cello")] != []
     c.close()
+
+
+def test_a_looping_cause_chain_is_not_an_unavailable_index() -> None:
+    # Given an error whose cause chain loops back on itself (as a retried coroutine's can)
+    first, second = RuntimeError("a"), TimeoutError("b")
+    first.__cause__, second.__cause__ = second, first
+    # Then the check ends, and says no
+    assert is_index_unavailable(first) is False
+    assert is_index_unavailable(UpstreamUnavailable("x", code="index_unavailable")) is True

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import from_schema, json_values
 
-FUZZ = settings(max_examples=120, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _run_request_pipeline(body: dict[str, Any], wire: str) -> None:

@@ -1,4 +1,4 @@
-"""API keys, scopes and the principal a request acts as (DESIGN.md section 9)."""
+"""API keys, scopes and the principal a request acts as (README, section Keys)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ports: what the services need from the outside world (DESIGN.md section 4).
+"""Ports: what the services need from the outside world (docs/ARCHITECTURE.md, "Ports and their adapters").
 
 Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
 ``tests/contract``. Ports are synchronous except ``ChatModel`` (streaming over the network).
@@ -25,9 +25,12 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
     SearchHit,
+    Thread,
     UsageRecord,
 )
+from engram.domain.skills import Skill, SkillVersion
 
 
 @runtime_checkable
@@ -126,6 +129,69 @@ class MemoryStore(Protocol):
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int: ...
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int: ...
+
+    # -- threads ----------------------------------------------------------------------------
+    # ``insert_message`` keeps the thread of its ``conversation_id``: creates the row, counts the
+    # message, moves ``last_message_at`` to its time and takes the thread out of the recycle bin.
+    def get_thread(self, namespace: str, thread_id: str) -> Thread: ...
+
+    def list_threads(
+        self, namespace: str, *, deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> Page[Thread]:
+        """Live threads (or, with ``deleted``, those in the recycle bin), the most recently active first
+        (``last_message_at``, else ``created_at``, desc; then id desc)."""
+        ...
+
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
+        """Set the title and the recycle-bin mark; ``NotFound`` if the thread does not exist."""
+        ...
+
+    def list_thread_messages(
+        self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Message]:
+        """The thread's messages, oldest first (``created_at``, then id)."""
+        ...
+
+    def move_thread(self, namespace: str, source: str, target: str) -> int:
+        """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
+        row; the number of messages moved. Safe to repeat after a partial failure."""
+        ...
+
+    def purge_thread(self, namespace: str, thread_id: str) -> int:
+        """Hard-delete the thread and its messages (cleanup); the number of messages deleted."""
+        ...
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        """Insert or replace the row of (namespace, memory_id)."""
+        ...
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None: ...
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        """Rows in ``status`` with ``due_after <= remind_at <= due_before``, soonest first (then memory id).
+        May lag writes by about a second (DynamoDB: a secondary index); ``claim_reminder`` does not."""
+        ...
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        """Take a ``pending`` row whose lease is free or ran out before ``now``, for ``owner`` until
+        ``until``; ``True`` if this call took it. Atomic: of concurrent claims, one wins."""
+        ...
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        """If ``owner`` holds the lease: with ``delivered_at`` mark the row delivered, else release the
+        lease. ``False`` (and nothing changes) if the lease is someone else's or gone."""
+        ...
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious: ...
@@ -342,6 +408,51 @@ class Clock(Protocol):
     def now(self) -> datetime:
         """Timezone-aware UTC now."""
         ...
+
+
+@runtime_checkable
+class SkillStore(Protocol):
+    """Skills and every version of each, partitioned by namespace (``domain/skills.py``).
+
+    Invariants:
+    - A read with namespace ``A`` never returns a row of namespace ``B``.
+    - ``add_version`` stores the version and the head together, or neither; it raises ``Conflict``
+      when that (namespace, name, version) exists (two imports raced), so versions are never replaced.
+    - Versions are never changed once written; ``purge`` (hard delete of a skill after its restore
+      window) removes the head and every version.
+    """
+
+    def find_skill(self, namespace: str, name: str) -> Skill | None: ...
+
+    def list_skills(self, namespace: str) -> list[Skill]:
+        """Every skill of the namespace (deleted ones included), by name."""
+        ...
+
+    def add_version(self, skill: Skill, version: SkillVersion) -> None: ...
+
+    def put_skill(self, skill: Skill) -> None:
+        """Replace the head (allocation, deletion); the skill's versions are unchanged."""
+        ...
+
+    def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None: ...
+
+    def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
+        """Oldest first."""
+        ...
+
+    def purge(self, namespace: str, name: str) -> None: ...
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
+
+    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key.
+    """
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes | None: ...
 
 
 @runtime_checkable

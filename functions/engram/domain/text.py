@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Literal
 
 import snowballstemmer
 
@@ -263,3 +265,29 @@ def _emit(run: str, cjk: bool) -> list[str]:
     if run.isdigit():
         return [run]
     return [_stem(run)]
+
+
+_CJK_CHARS = re.compile(f"[{_cjk_class()}]")
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative model-token count for embedders whose tokenizer is not at hand: one per CJK
+    character (subword tokenizers rarely merge them) and one per three other characters (English runs
+    about four characters per token)."""
+    cjk = len(_CJK_CHARS.findall(text))
+    return cjk + -(-(len(text) - cjk) // 3)
+
+
+def clip_to_tokens(
+    text: str, limit: int, count: Callable[[str], int], *, keep: Literal["head", "tail"] = "head"
+) -> str:
+    """``text`` cut at a character boundary to at most ``limit`` tokens by ``count``, keeping its
+    start (``head``) or its end (``tail``). ``count`` runs a few times at most (each cut aims 5% low)."""
+    if limit <= 0 or len(text) * 4 + 2 <= limit:  # UTF-8 bytes bound tokens for any subword tokenizer
+        return text
+    tokens = count(text)
+    while tokens > limit and text:
+        size = max(1, int(len(text) * limit / tokens * 0.95))
+        text = text[:size] if keep == "head" else text[-size:]
+        tokens = count(text)
+    return text

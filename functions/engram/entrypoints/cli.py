@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ class Progress:
 
 
 def _settings(args: argparse.Namespace) -> Any:
+    from engram.entrypoints.logs import configure_logging
     from engram.settings import load_settings
 
     overrides: dict[str, Any] = {}
@@ -57,7 +57,9 @@ def _settings(args: argparse.Namespace) -> Any:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
-    return load_settings(**overrides)
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level)
+    return settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -65,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from engram.bootstrap import build_container, ensure_local_owner_key
     from engram.entrypoints.http.app import create_app
+    from engram.entrypoints.http.server import uvicorn_options
 
     settings, new_key = ensure_local_owner_key(_settings(args))
     container = build_container(settings)
@@ -86,10 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level.lower(),
-            timeout_graceful_shutdown=5,
-            # Engram reads forwarding headers itself, from ENGRAM_TRUSTED_PROXIES only (entrypoints/http/proxies.py);
-            # uvicorn's own handling would believe any local peer.
-            proxy_headers=False,
+            **uvicorn_options(settings),
         )
     finally:
         container.close()
@@ -137,14 +137,24 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     from engram.bootstrap import build_container
     from engram.domain.errors import InvalidInput
-    from engram.services.transfer import KINDS, ExportDocument
+    from engram.services.moving_in import convert, score
+    from engram.services.transfer import ExportDocument
 
+    fmt = args.source_format
+    if args.score and fmt != "text":
+        raise InvalidInput("--score applies to --from text only")
     try:
-        raw = json.loads(sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8"))
-        document = ExportDocument.model_validate(raw)
-    except (OSError, ValueError) as exc:  # unreadable file, not JSON, not an export's shape
-        detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        raise InvalidInput(f"{args.file} is not an Engram export: {detail}") from exc
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {args.file}: {exc}") from exc
+    document = None
+    if fmt is None:
+        try:
+            document = ExportDocument.model_validate(json.loads(data))
+        except ValueError as exc:  # not JSON, not an export's shape
+            detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise InvalidInput(f"{args.file} is not an Engram export: {detail}") from exc
+    converted = convert(fmt, data) if fmt else None
     settings = _settings(args)
     namespace = args.namespace or settings.default_namespace
     container = build_container(settings)
@@ -157,23 +167,48 @@ def cmd_import(args: argparse.Namespace) -> int:
         return bars[-1]
 
     try:
-        report = container.transfer.import_(namespace, document, progress=progress)
+        if converted is None:
+            report = container.transfer.import_(namespace, document, progress=progress, dry_run=args.dry_run)
+        else:
+            if args.score:
+                import asyncio
+
+                rows = sum(1 for r in converted.rows if r.kind == "memories")
+                asyncio.run(score(converted, container.moving_in.model, progress("score", rows)))
+            report = container.moving_in.run(
+                namespace, converted, dry_run=args.dry_run, by_user=args.user_namespaces, progress=progress
+            )
     finally:
         if bars:
             bars[-1].close()
         container.close()
+    for ns, one in (report.get("namespaces") or {namespace: report}).items():
+        _print_import_report(ns, one, dry_run=args.dry_run)
+    if dropped := report.get("dropped_fields"):
+        print("fields Engram has no place for (dropped): " + ", ".join(f"{k} ({n})" for k, n in dropped.items()))
+    if scoring := report.get("scoring"):
+        print(f"scored {scoring['scored']} memories; {scoring['failed']} kept the default type and importance")
+    refused = [one["refused"] for one in (report.get("namespaces") or {namespace: report}).values()]
+    return 1 if any(any(r.values()) for r in refused) else 0
+
+
+def _print_import_report(namespace: str, report: dict[str, Any], *, dry_run: bool) -> None:
+    from engram.services.transfer import KINDS
 
     def counts(outcome: str) -> str:
         return ", ".join(f"{n} {kind}" for kind in KINDS if (n := report[outcome][kind])) or "nothing"
 
     outcomes = "; ".join(f"{outcome} {counts(outcome)}" for outcome in ("created", "skipped", "refused"))
-    print(f"import into {namespace}: {outcomes}")
+    head = (
+        f"dry run (nothing written), import into {namespace} would have: " if dry_run else f"import into {namespace}: "
+    )
+    print(head + outcomes)
     for problem in report["problems"]:
-        where = f"{problem['kind']}[{problem['row']}]" + (f" {problem['id']}" if problem["id"] else "")
+        where = problem.get("source") or f"{problem['kind']}[{problem['row']}]"
+        where += f" {problem['id']}" if problem["id"] else ""
         print(f"  {problem['outcome']} {where}: {problem['code']}: {problem['reason']}")
     if report["problems_not_listed"]:
         print(f"  ... and {report['problems_not_listed']} more")
-    return 1 if any(report["refused"].values()) else 0
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
@@ -220,6 +255,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     import_.add_argument("file", help="an export file (`-` reads standard input)")
     import_.add_argument("--namespace", help="namespace to import into (default ENGRAM_DEFAULT_NAMESPACE)")
+    import_.add_argument(
+        "--from",
+        dest="source_format",
+        choices=("aelios", "pawwake", "mem0", "text"),
+        help="move in from another system: an Aelios export, a Pawwake backup, a mem0 export, text (a memory a line)",
+    )
+    import_.add_argument(
+        "--dry-run", action="store_true", help="report what would be created, skipped, refused; write nothing"
+    )
+    import_.add_argument(
+        "--score", action="store_true", help="--from text: ask the extraction model for type and importance"
+    )
+    import_.add_argument(
+        "--user-namespaces",
+        action="store_true",
+        help="--from mem0: each row goes to the namespace named by its user_id",
+    )
     common(import_)
     import_.set_defaults(func=cmd_import)
 
@@ -234,7 +286,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _load_job_commands()
     args = build_parser().parse_args(argv)
     try:

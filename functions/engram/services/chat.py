@@ -9,6 +9,13 @@ Nothing happens after the last byte (docs/aws.md, "How Lambda runs it"): every w
 (its messages, usage, an explicit "remember ...", the cleanup enqueue) is done before the response
 ends — a whole body is built after them, a stream holds back only its closing event (``[DONE]``,
 ``message_stop``) until they are done. A frozen or recycled process has nothing left to lose.
+
+Nothing the user wrote is lost: once a request was sent upstream, the user's turn is stored whatever
+happens next (an error status, a timeout, an unreachable or malformed upstream, a stream cut midway,
+the client going away), with ``Message.error`` saying what went wrong, so extraction still learns from
+it. A retry of the same turn is not stored twice: the stored rows are keyed by the conversation so far
+(``_exchange_key``: namespace, conversation id and every message of the request), so the retry's user
+turn is recognised as the one already stored and only its answer is added.
 """
 
 from __future__ import annotations
@@ -41,7 +48,9 @@ from engram.services.injection import (
     last_user_text,
     render_boot_block,
 )
+from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.threads import thread_id_of
 from engram.services.wire_shapes import (
     check_upstream_response,
     parse_chat_request,
@@ -76,6 +85,15 @@ def explicit_remember(text: str) -> str | None:
     if len(fact) < 3 or fact.endswith(("?", "？")) or _NOT_A_REQUEST.match(fact):
         return None
     return fact[:4000]
+
+
+def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
+    """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
+    user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
+    if wire == "openai":
+        return thread_id_of(pinned, body.get("user"))
+    metadata = body.get("metadata")
+    return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
 
 
 def render_hits(result: Any) -> str:
@@ -144,6 +162,7 @@ class _Exchange:
     route: Route | None = None
     user_text: str | None = None
     conversation: str = "default"
+    agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False
@@ -154,7 +173,11 @@ class _Exchange:
     # Writes started during the request (an explicit "remember ..."), awaited before its last byte.
     pending: list[asyncio.Future[None]] = field(default_factory=list)
     settled: bool = False
+    forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
     key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
+    # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
+    reminders: list[str] = field(default_factory=list)
+    reminder_owner: str = ""
 
     def headers(self) -> dict[str, str]:
         return {
@@ -180,8 +203,12 @@ class ChatService:
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
+        reminders: Any = None,
+        skills: Any = None,
     ) -> None:
         self._openai = openai
+        self._reminders = reminders  # services.reminders.ReminderService
+        self._skills = skills  # services.skills.SkillService: the skills an agent is told about
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
@@ -212,13 +239,14 @@ class ChatService:
         conversation_id: str | None = None,
         memory_off: bool = False,
         forward_headers: Mapping[str, str] | None = None,
+        agent: str | None = None,
     ) -> ChatReply:
-        ex = _Exchange(namespace=namespace, wire=wire, body={})
+        ex = _Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
             body = parse_chat_request(raw, wire)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
-            ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
+            ex.conversation = _thread_of(wire, body, conversation_id)
             has_images = openai_has_images(body) if wire == "openai" else anthropic_has_images(body)
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
@@ -230,7 +258,7 @@ class ChatService:
                 self._remember(ex)
             return await self._forward(ex, upstream_body, forward_headers or {})
         except EngramError as exc:
-            await self._settle_pending(ex)
+            await self._settle_failed(ex, exc)
             return ChatReply(status=0, headers=ex.headers(), error=exc)
 
     def _to_upstream(self, ex: _Exchange) -> dict[str, Any]:
@@ -276,7 +304,7 @@ class ChatService:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
-        boot_text, boot_ids = await self._boot(ex.namespace)
+        boot_text, boot_ids = await self._boot(ex.namespace, ex.agent)
         recall_text = ""
         if ex.user_text is None:
             ex.reason = "not_injectable"
@@ -292,30 +320,59 @@ class ChatService:
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"
+        reminder_text = await self._claim_reminders(ex)
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
         if ex.route.provider == "anthropic":
-            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache)
+            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache, reminder_text)
         else:
-            body, info = inject_openai(body, boot_text, recall_text)
+            body, info = inject_openai(body, boot_text, recall_text, reminder_text)
         ex.injected = info.any
+        if info.reminders and ex.reason == "no_content":
+            ex.reason = "injected"
+        if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
+            await self._settle_reminders(ex, delivered=False)
         return body
 
-    async def _boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
-        """The rendered boot block (cached briefly per namespace) and the ids of its memories."""
-        cached = self._boot_cache.get(namespace)
+    async def _claim_reminders(self, ex: _Exchange) -> str:
+        """Claim the namespace's due reminders for this turn; their lines for the patch ('' if none)."""
+        if self._reminders is None:
+            return ""
+        ex.reminder_owner = new_id("turn")
+        try:
+            due = await asyncio.to_thread(self._reminders.claim_due, ex.namespace, ex.reminder_owner)
+        except Exception:
+            log.warning("reminders unavailable; the chat goes on without them", exc_info=True)
+            return ""
+        ex.reminders = [d.memory.id for d in due]
+        return str(self._reminders.render(due))
+
+    async def _settle_reminders(self, ex: _Exchange, *, delivered: bool) -> None:
+        """Delivered (the upstream answered) or released (it did not); once per exchange."""
+        if not ex.reminders or self._reminders is None:
+            return
+        held, ex.reminders = ex.reminders, []
+        try:
+            await asyncio.to_thread(self._reminders.settle, ex.namespace, ex.reminder_owner, held, delivered=delivered)
+        except Exception:
+            log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
+
+    async def _boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
+        """The rendered boot block (cached briefly per namespace and agent) and the ids of its memories."""
+        key = f"{namespace}\x00{agent or ''}"
+        cached = self._boot_cache.get(key)
         now = time.monotonic()
         if cached and now - cached[0] < self._config.boot_cache_seconds:
             return cached[1], cached[2]
         try:
-            text, ids = await asyncio.to_thread(self._build_boot, namespace)
+            text, ids = await asyncio.to_thread(self._build_boot, namespace, agent)
         except Exception:
             log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
             return "", ()
-        self._boot_cache[namespace] = (now, text, ids)
+        self._boot_cache[key] = (now, text, ids)
         return text, ids
 
-    def _build_boot(self, namespace: str) -> tuple[str, tuple[str, ...]]:
+    def _build_boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
         stable = self._library.stable_memories(namespace)
         digest = self._store.get_digest(namespace)
         yesterday = self._library.yesterday()
@@ -329,25 +386,51 @@ class ChatService:
             precious=[p.content for p in precious],
             digest=digest.content if digest else "",
             yesterday=(yesterday, log_row.summary or log_row.title) if log_row else None,
+            skills=self._agent_skills(namespace, agent),
         )
         return render_boot_block(data, max_chars=self._config.boot_max_chars), tuple(m.id for m in stable)
+
+    def _agent_skills(self, namespace: str, agent: str | None) -> list[tuple[str, str]]:
+        """(name, one-line description) of the skills allocated to ``agent``; a failure lists none."""
+        if not agent or self._skills is None:
+            return []
+        try:
+            return [(s.name, s.description) for s in self._skills.for_agent(namespace, agent)]
+        except Exception:
+            log.warning("skills unavailable; the boot block goes on without them", exc_info=True)
+            return []
 
     def _remember(self, ex: _Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
         byte waits for it (``_settle``)."""
-        fact = explicit_remember(ex.user_text or "")
+        text = ex.user_text or ""
+        fact = explicit_remember(text)
+        when: datetime | None = None
+        if self._reminders is not None:  # "remind me tomorrow at 9 to ...", "remember: dentist tomorrow at 3pm"
+            asked = self._reminders.request_in(text)
+            if asked is not None:
+                fact, when = asked.what, asked.when
+            elif fact is not None:
+                when = self._reminders.time_in(fact)
         if fact is None:
             return
         from engram.services.memories import MemoryWrite
 
         key = "gw-rem-" + self._exchange_key(ex)
         request = MemoryWrite(
-            content=fact, type="fact", source="chat", importance=0.8, confidence=0.95, external_id=key
+            content=fact,
+            type="task" if when is not None else "fact",
+            source="chat",
+            importance=0.8,
+            confidence=0.95,
+            external_id=key,
+            remind_at=when,
         )
 
         def write() -> None:
             try:
-                self._memories.write(ex.namespace, request, dedup=True)
+                # A reminder is its own memory: merged into a look-alike it would not fire again.
+                self._memories.write(ex.namespace, request, dedup=when is None)
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 
@@ -363,6 +446,7 @@ class ChatService:
             headers = {}
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
+        ex.forwarded = True
         task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         if not stream:
             try:
@@ -459,13 +543,14 @@ class ChatService:
             yield b"".join(closing)
         except EngramError as exc:
             log.warning("chat stream ended with an error event: %s", exc.message)
-            await self._settle_pending(ex)
+            await self._settle_failed(ex, exc, tap.usage)
             yield b"".join(_error_event(ex.wire, exc))
         except Exception:
             # The status line is gone: a clean error event is the only answer left (never a cut stream).
             log.exception("chat stream failed")
-            await self._settle_pending(ex)
-            yield b"".join(_error_event(ex.wire, EngramError("internal error", code="internal_error")))
+            internal = EngramError("internal error", code="internal_error")
+            await self._settle_failed(ex, internal, tap.usage)
+            yield b"".join(_error_event(ex.wire, internal))
         finally:
             if not task.done():
                 task.cancel()
@@ -474,23 +559,32 @@ class ChatService:
             with anyio.CancelScope(shield=True):
                 if reply is not None:
                     await reply.aclose()
-                await self._settle_pending(ex)  # the client went away: still finish what was started
+                # Settled already unless the client went away: keep its turn, and what was started.
+                await self._settle_failed(ex, _CLIENT_GONE, tap.usage)
 
     # -- before the last byte ------------------------------------------------------------------------
-    async def _settle(self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage) -> None:
+    async def _settle(
+        self, ex: _Exchange, assistant_text: str, usage: w.TokenUsage, error: EngramError | None = None
+    ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
-        logged and the reply goes out regardless."""
+        logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
+        answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
+        reminders = self._settle_reminders(ex, delivered=error is None)
         if not ex.persist or ex.settled:
+            await reminders
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = [self._write(self._store_usage, "storing usage failed", ex, usage, now)]
+        writes = [reminders]
+        if error is None or usage.input or usage.output:
+            writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
+            note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
             writes.append(
-                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now)
+                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now, note)
             )
             if assistant_text.strip():
                 later = now + timedelta(microseconds=1)
@@ -501,6 +595,15 @@ class ChatService:
                 )
         writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
         await asyncio.gather(*writes)
+
+    async def _settle_failed(self, ex: _Exchange, error: EngramError, usage: w.TokenUsage | None = None) -> None:
+        """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
+        upstream; before that (a request refused by Engram itself) only what was already started."""
+        if ex.forwarded:
+            await self._settle(ex, "", usage or w.TokenUsage(), error)
+        else:
+            await self._settle_pending(ex)
+            await self._settle_reminders(ex, delivered=False)
 
     async def _settle_pending(self, ex: _Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""
@@ -529,10 +632,15 @@ class ChatService:
             )
         )
 
-    def _store_message(self, ex: _Exchange, role: Literal["user", "assistant"], content: str, at: datetime) -> None:
+    def _store_message(
+        self,
+        ex: _Exchange,
+        role: Literal["user", "assistant"],
+        content: str,
+        at: datetime,
+        error: str | None = None,
+    ) -> None:
         """One side of the exchange under a key that a retry of the same turn repeats (``_exchange_key``)."""
-        from engram.services.library import MessageIn
-
         assert ex.route is not None
         model = ex.route.requested if role == "user" else ex.route.model
         message = MessageIn(
@@ -542,6 +650,7 @@ class ChatService:
             id=f"gw-{self._exchange_key(ex)}-{role[0]}",
             created_at=at,
             model=model[:200],
+            error=error,
         )
         self._library.ingest(ex.namespace, [message])
 
@@ -638,6 +747,9 @@ def _relay(tap: _Tap, events: list[SseEvent], closing: list[bytes]) -> tuple[byt
             return b"".join(out), exc
         (closing if tap.finished else out).extend(pieces)
     return b"".join(out), None
+
+
+_CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
 
 
 def _error_event(wire: Wire, exc: EngramError) -> list[bytes]:

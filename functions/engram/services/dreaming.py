@@ -1,4 +1,4 @@
-"""Dreaming: the nightly consolidation of one day (DESIGN.md section 8).
+"""Dreaming: the nightly consolidation of one day (docs/ARCHITECTURE.md, "Background jobs").
 
 For a date (default: yesterday in the configured time zone) and each namespace: that local day's
 messages plus the active memories most relevant to them go to the dream model. Its answer updates

@@ -1,4 +1,4 @@
-"""Extraction: new chat messages -> memories or review candidates (DESIGN.md section 8).
+"""Extraction: new chat messages -> memories or review candidates (docs/ARCHITECTURE.md, "Background jobs").
 
 Per namespace, messages after the cursor and before the moment the run starts are read in batches
 of ``max_messages`` (at most ``max_batches`` per run). The first run of a namespace reads only the

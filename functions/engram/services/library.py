@@ -26,6 +26,7 @@ from engram.domain.policies import clean_content, clean_digest, clean_tags
 from engram.domain.ports import Clock, MemoryStore
 
 MAX_MESSAGE_CHARS = 100_000
+MAX_ERROR_CHARS = 500
 
 
 class MessageIn(BaseModel):
@@ -39,6 +40,9 @@ class MessageIn(BaseModel):
     id: str | None = Field(default=None, max_length=200)
     created_at: datetime | None = None
     model: str | None = Field(default=None, max_length=200)
+    error: str | None = Field(
+        default=None, max_length=MAX_ERROR_CHARS, description="why this turn got no answer (upstream failure)"
+    )
 
 
 class GlossaryIn(BaseModel):
@@ -90,6 +94,7 @@ class LibraryService:
                     model=msg.model,
                     external_id=message_key(namespace, msg),
                     created_at=msg.created_at or now,
+                    error=msg.error,
                 )
             )
             created += int(new)

@@ -39,10 +39,13 @@ T = TypeVar("T")
 
 def is_index_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) says the search index could not be used."""
-    while exc is not None:
-        if isinstance(exc, UpstreamUnavailable) and exc.code == INDEX_UNAVAILABLE:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:  # a cause chain may loop
+        if isinstance(current, UpstreamUnavailable) and current.code == INDEX_UNAVAILABLE:
             return True
-        exc = exc.__cause__  # type: ignore[assignment]
+        seen.add(id(current))
+        current = current.__cause__
     return False
 
 

@@ -10,7 +10,8 @@ Import is idempotent and validated row by row:
   other rows (versions, candidates, message links) point at the row that is there;
 - a day's log or the digest is imported only where the namespace has none (nothing of the owner's
   is overwritten);
-- imported active memories are embedded and indexed in bounded batches, with progress.
+- imported active memories are embedded and indexed in bounded batches, with progress;
+- a dry run makes the same checks and reports the same counts without writing anything.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryService
 
 EXPORT_VERSION = 1
-KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest")
+KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
 MAX_EXTERNAL_ID_CHARS = 200
 MAX_REASON_CHARS = 1000
 MAX_PROBLEMS = 200  # problems listed in a report; the counts cover every row
@@ -72,6 +73,8 @@ class ExportDocument(BaseModel):
     glossary: list[dict[str, Any]] = Field(default_factory=list)
     digest: dict[str, Any] | None = None
     daily_logs: list[dict[str, Any]] = Field(default_factory=list)
+    # Skills with every version and their files' bytes (base64): services/skills.py, ``export``.
+    skills: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass
@@ -152,10 +155,11 @@ def _tags(row: dict[str, Any]) -> tuple[str, ...]:
 
 
 class TransferService:
-    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock) -> None:
+    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock, skills: Any = None) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
+        self._skills = skills  # services.skills.SkillService (None: exports and imports carry no skills)
 
     # -- export -----------------------------------------------------------------------------
     def export(self, namespace: str) -> dict[str, Any]:
@@ -172,6 +176,7 @@ class TransferService:
             glossary=[_dump(g) for g in self._store.list_glossary(namespace)],
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
+            skills=self._skills.export(namespace) if self._skills is not None else [],
         ).model_dump()
 
     def _all_precious(self, namespace: str) -> list[Precious]:
@@ -189,10 +194,18 @@ class TransferService:
 
     # -- import -----------------------------------------------------------------------------
     def import_(
-        self, namespace: str, document: ExportDocument, *, progress: ProgressFactory | None = None
+        self,
+        namespace: str,
+        document: ExportDocument,
+        *,
+        progress: ProgressFactory | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """Import ``document`` into ``namespace``; returns the report (``ImportReport.to_dict``)."""
-        run = _Import(self._store, self._clock, namespace)
+        """Import ``document`` into ``namespace``; returns the report (``ImportReport.to_dict``).
+
+        With ``dry_run`` nothing is written: the report says what a real run would create, skip and refuse.
+        """
+        run = _Import(self._store, self._clock, namespace, dry_run=dry_run)
         total = sum(len(getattr(document, k)) for k in KINDS if k != "digest") + int(document.digest is not None)
         step = progress("import", total) if progress else (lambda n: None)
         # Messages and memories first: candidates and notes refer to them.
@@ -204,18 +217,34 @@ class TransferService:
         run.rows("daily_logs", document.daily_logs, run.daily_log, step)
         if document.digest is not None:
             run.rows("digest", [document.digest], run.digest, step)
-        embed = progress("embed", len(run.inserted_active)) if progress else None
-        run.report.indexed = self._memories.reindex_ids(namespace, run.inserted_active, progress=embed)
-        return run.report.to_dict()
+        if document.skills and self._skills is not None:
+            skills = self._skills
+
+            def skill(row: dict[str, Any]) -> tuple[str, str | None, str]:
+                outcome, detail = skills.import_exported(namespace, row, dry_run=dry_run)
+                return (outcome, row.get("name"), detail) if outcome == "skipped" else (outcome, detail, "")
+
+            run.rows("skills", document.skills, skill, step)
+        if not dry_run:
+            embed = progress("embed", len(run.inserted_active)) if progress else None
+            run.report.indexed = self._memories.reindex_ids(namespace, run.inserted_active, progress=embed)
+        return {**run.report.to_dict(), "dry_run": dry_run}
 
 
 class _Import:
     """One import run: what the namespace already holds, the id map, the report."""
 
-    def __init__(self, store: MemoryStore, clock: Clock, namespace: str) -> None:
+    def __init__(self, store: MemoryStore, clock: Clock, namespace: str, *, dry_run: bool = False) -> None:
         self.store = store
         self.clock = clock
         self.namespace = namespace
+        # A dry run checks everything a write would and remembers what it would have written, so
+        # later rows of the same file see it (a duplicate in the file is a skip in both runs).
+        self.dry_run = dry_run
+        self.planned_fact_keys: set[str] = set()
+        self.planned_days: set[str] = set()
+        self.planned_digest = False
+        self.message_keys: set[str] | None = None
         self.report = ImportReport()
         self.ids: dict[str, str] = {}  # id in the file -> id in the store (kept, new, or the present row's)
         self.inserted_active: list[str] = []
@@ -295,10 +324,11 @@ class _Import:
     def _insert(
         self, write: Callable[[Any], Any], row: Candidate | Precious, ids: set[str], by_content: dict[str, str]
     ) -> tuple[str, str | None, str]:
-        try:
-            write(row)
-        except Conflict as exc:
-            raise _Refused("conflict", exc.message) from exc
+        if not self.dry_run:
+            try:
+                write(row)
+            except Conflict as exc:
+                raise _Refused("conflict", exc.message) from exc
         ids.add(row.id)
         by_content[row.content] = row.id
         return "created", row.id, ""
@@ -336,13 +366,18 @@ class _Import:
                 "source_message_ids": tuple(self._ref(i) or i for i in memory.source_message_ids),
             }
         )
-        try:
-            self.store.insert_memory(memory)
-        except Conflict as exc:
-            holder = self.store.find_active_by_fact_key(self.namespace, fact_key) if fact_key else None
-            if holder is not None and memory.status == "active":
-                raise _Refused("fact_key_taken", f"fact_key {fact_key!r} is held by active memory {holder.id}") from exc
-            raise _Refused("conflict", exc.message) from exc
+        if self.dry_run:
+            self._plan_memory(memory)
+        else:
+            try:
+                self.store.insert_memory(memory)
+            except Conflict as exc:
+                holder = self.store.find_active_by_fact_key(self.namespace, fact_key) if fact_key else None
+                if holder is not None and memory.status == "active":
+                    raise _Refused(
+                        "fact_key_taken", f"fact_key {fact_key!r} is held by active memory {holder.id}"
+                    ) from exc
+                raise _Refused("conflict", exc.message) from exc
         self.memory_ids.add(memory.id)
         self.memory_by_content[memory.content] = memory.id
         if memory.external_id:
@@ -350,6 +385,34 @@ class _Import:
         if memory.status == "active":
             self.inserted_active.append(memory.id)
         return "created", memory.id, ""
+
+    def _plan_memory(self, memory: Memory) -> None:
+        """The checks ``insert_memory`` makes, without the write (dry run)."""
+        if memory.status == "active" and memory.fact_key:
+            holder = self.store.find_active_by_fact_key(self.namespace, memory.fact_key)
+            if holder is not None or memory.fact_key in self.planned_fact_keys:
+                held_by = holder.id if holder is not None else "an earlier row of this import"
+                raise _Refused("fact_key_taken", f"fact_key {memory.fact_key!r} is held by active memory {held_by}")
+            self.planned_fact_keys.add(memory.fact_key)
+
+    def _plan_message(self, message: Message) -> tuple[str, str | None, str]:
+        """What ``insert_message`` would do (dry run): skip a present id or external id."""
+        if self.message_keys is None:
+            self.message_keys = set()
+            after: str | None = None
+            while True:
+                batch = self.store.list_messages(self.namespace, limit=1000, after_id=after)
+                self.message_keys.update(f"id:{m.id}" for m in batch)
+                self.message_keys.update(f"ext:{m.external_id}" for m in batch if m.external_id)
+                if len(batch) < 1000:
+                    break
+                after = batch[-1].id
+        if f"id:{message.id}" in self.message_keys:
+            return "skipped", message.id, "a message with this id is present"
+        if f"ext:{message.external_id}" in self.message_keys:
+            return "skipped", message.id, "a message with this external_id is present"
+        self.message_keys.update((f"id:{message.id}", f"ext:{message.external_id}"))
+        return "created", message.id, ""
 
     def message(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
         # The API's rules for a message (role, 1..100,000 characters, conversation id, model name).
@@ -362,6 +425,8 @@ class _Import:
         message = message.model_copy(
             update={"content": checked.content, "external_id": message.external_id or f"import:{message.id}"}
         )
+        if self.dry_run:
+            return self._plan_message(message)
         try:
             stored, created = self.store.insert_message(message)
         except Conflict:
@@ -442,7 +507,8 @@ class _Import:
                 "definition": checked.definition.strip(),
             }
         )
-        self.store.put_glossary_term(term)
+        if not self.dry_run:
+            self.store.put_glossary_term(term)
         self.term_ids.add(term.id)
         self.term_by_name[name.casefold()] = term.id
         return "created", term.id, ""
@@ -462,9 +528,12 @@ class _Import:
             len(str(v)) > LOG_SECTION_CHARS for s in log.sections for v in s.values()
         ):
             raise _Refused("invalid_field", f"at most {LOG_SECTIONS} sections of {LOG_SECTION_CHARS} characters")
-        if self.store.get_daily_log(self.namespace, day) is not None:
+        if day in self.planned_days or self.store.get_daily_log(self.namespace, day) is not None:
             return "skipped", day, "a log for this date is present"
-        self.store.put_daily_log(log)
+        if self.dry_run:
+            self.planned_days.add(day)
+        else:
+            self.store.put_daily_log(log)
         return "created", day, ""
 
     def digest(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
@@ -472,9 +541,11 @@ class _Import:
         if not isinstance(content, str):
             raise _Refused("invalid_field", "digest content must be text")
         text = clean_digest(content)  # the API's rule: cut to 500 characters, refused when far over
-        if self.store.get_digest(self.namespace) is not None:
+        if self.planned_digest or self.store.get_digest(self.namespace) is not None:
             return "skipped", None, "the namespace has a digest"
-        if text:
+        if self.dry_run:
+            self.planned_digest = True
+        elif text:
             self.store.put_digest(
                 Digest(namespace=self.namespace, content=text, updated_at=row.get("updated_at") or self.clock.now())
             )

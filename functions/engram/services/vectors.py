@@ -1,4 +1,5 @@
-"""Vectors are only written and searched while the index was built by the current embedder."""
+"""Vectors are only written and searched while the index was built by the current embedder, and the
+text embedded per item is capped in tokens (an embedding's cost grows with its text)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Literal
 
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import Embedder, SearchIndex
+from engram.domain.text import clip_to_tokens, estimate_tokens
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,11 @@ class GatedEmbedder:
     The check is lazy: nothing is asked of the index until the first embedding (building the app
     touches no network, docs/aws.md). A check that fails (index unreachable) raises and is retried on
     the next call; a mismatch is looked at again every ``recheck_seconds``.
+
+    Every text is cut to ``max_tokens`` (0: no cap) before it reaches the model, counted by the
+    model's own tokenizer when it has one (``count_tokens``: the local e5), else estimated
+    conservatively (``estimate_tokens``). Documents keep their start, queries their end (the question
+    is usually last). Keyword search still indexes the whole text.
     """
 
     def __init__(
@@ -37,8 +44,12 @@ class GatedEmbedder:
         *,
         recheck_seconds: float = RECHECK_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        max_tokens: int = 0,
     ) -> None:
         self._inner = inner
+        self._max_tokens = max_tokens
+        counter = getattr(inner, "count_tokens", None)
+        self._count: Callable[[str], int] = counter if callable(counter) else estimate_tokens
         self._index = index
         self._lock = threading.Lock()
         self._ok: bool | None = None
@@ -90,11 +101,14 @@ class GatedEmbedder:
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         self._check()
-        return self._inner.embed_documents(texts)
+        return self._inner.embed_documents([self._clip(t, "head") for t in texts])
 
     def embed_query(self, text: str) -> list[float]:
         self._check()
-        return self._inner.embed_query(text)
+        return self._inner.embed_query(self._clip(text, "tail"))
+
+    def _clip(self, text: str, keep: Literal["head", "tail"]) -> str:
+        return clip_to_tokens(text, self._max_tokens, self._count, keep=keep)
 
     def rebuild(self, reindex: Callable[[], int]) -> int:
         """Reset the index to this embedder, then run ``reindex`` (which re-adds every document)."""

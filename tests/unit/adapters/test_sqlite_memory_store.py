@@ -59,6 +59,32 @@ def test_schema_version_is_recorded_once(tmp_path: Path) -> None:
     assert journal_mode == "wal"
 
 
+def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_messages(tmp_path: Path) -> None:
+    # Given a file written by schema 1 (before messages noted errors), holding one message
+    path = tmp_path / "engram.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for statement in sqlite_store._MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute("INSERT INTO schema_version VALUES (1, '2025-03-01T12:00:00+00:00')")
+        db.execute(
+            "INSERT INTO messages (namespace, id, conversation_id, role, content, model, usage, external_id,"
+            " created_at) VALUES ('alice', 'msg1', 'default', 'user', 'hello', NULL, '{}', 'k1', ?)",
+            ("2025-03-01T12:00:00+00:00",),
+        )
+        db.commit()
+    # When the store opens it
+    store = SqliteMemoryStore(path)
+    try:
+        # Then the old message reads back with no error, and a new one keeps its note
+        (old,) = store.list_messages("alice")
+        assert (old.id, old.content, old.error) == ("msg1", "hello", None)
+        store.insert_message(old.model_copy(update={"id": "msg2", "external_id": "k2", "error": "upstream_timeout: x"}))
+        assert [m.error for m in store.list_messages("alice")] == [None, "upstream_timeout: x"]
+    finally:
+        store.close()
+
+
 def test_nothing_touches_the_disk_before_first_use(tmp_path: Path) -> None:
     # Given a store built on a path that does not exist yet
     path = tmp_path / "later" / "engram.db"

@@ -83,7 +83,7 @@ class AnthropicChatModel:
         try:
             data = json.loads(raw)
             return "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise UpstreamUnavailable("Anthropic upstream sent an unreadable message") from exc
 
     async def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]:
@@ -94,12 +94,18 @@ class AnthropicChatModel:
         try:
             async for chunk in reply.aiter_bytes():
                 for event in parser.feed(chunk):
-                    if event.event == "error":
-                        raise UpstreamUnavailable(f"Anthropic stream error: {event.data[:200]}")
-                    if event.event != "content_block_delta":
+                    if not event.data:
                         continue
-                    delta = event.json().get("delta") or {}
-                    if delta.get("type") == "text_delta" and delta.get("text"):
-                        yield delta["text"]
+                    try:
+                        data = event.json()
+                        kind = data.get("type") or event.event
+                        delta = (data.get("delta") or {}) if kind == "content_block_delta" else {}
+                        text = delta.get("text") if delta.get("type") == "text_delta" else None
+                    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+                        raise UpstreamUnavailable("Anthropic upstream sent a malformed stream event") from exc
+                    if kind == "error" or event.event == "error":
+                        raise UpstreamUnavailable(f"Anthropic stream error: {event.data[:200]}")
+                    if isinstance(text, str) and text:
+                        yield text
         finally:
             await reply.aclose()

@@ -61,7 +61,7 @@ class OpenAICompatChatModel:
         try:
             data = json.loads(raw)
             content = data["choices"][0]["message"].get("content") or ""
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             raise UpstreamUnavailable("OpenAI-compatible upstream sent an unreadable completion") from exc
         return str(content)
 
@@ -79,10 +79,12 @@ class OpenAICompatChatModel:
                 for event in parser.feed(chunk):
                     if not event.data or event.data == "[DONE]":
                         continue
-                    data = event.json()
-                    for choice in data.get("choices") or ():
-                        text = (choice.get("delta") or {}).get("content")
-                        if text:
+                    try:
+                        texts = [(c.get("delta") or {}).get("content") for c in event.json().get("choices") or ()]
+                    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+                        raise UpstreamUnavailable("OpenAI-compatible upstream sent a malformed stream event") from exc
+                    for text in texts:
+                        if isinstance(text, str) and text:
                             yield text
         finally:
             await reply.aclose()

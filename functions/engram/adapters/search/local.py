@@ -28,6 +28,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -298,6 +299,16 @@ class _VectorCache:
         ]
 
 
+class PreparedDoc(NamedTuple):
+    """A document for ``SqliteSearchIndex.write_prepared``: ``vector`` unit length (float32) or None."""
+
+    namespace: str
+    memory_id: str
+    type: str
+    text: str
+    vector: np.ndarray | None
+
+
 class SqliteSearchIndex:
     """``SearchIndex`` in a SQLite file (shared with the store; tables ``search_*``)."""
 
@@ -411,52 +422,85 @@ class SqliteSearchIndex:
 
     # -- the port -------------------------------------------------------------------------
     def upsert(self, doc: IndexedDoc) -> str:
-        tokens = " ".join(tokenize(doc.text))
-        vector = unit_vector(doc.vector) if doc.vector is not None else None
+        self.upsert_many([doc])
+        return doc.memory_id
+
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        """``upsert`` each document in one transaction."""
+        self.write_prepared(
+            [
+                PreparedDoc(
+                    d.namespace, d.memory_id, d.type, d.text, unit_vector(d.vector) if d.vector is not None else None
+                )
+                for d in docs
+            ]
+        )
+
+    def write_prepared(self, docs: Sequence[PreparedDoc]) -> None:
+        """``upsert`` documents whose vectors are unit float32 arrays already, in one transaction (a replica
+        hydrating thousands at once skips building an ``IndexedDoc`` of 384 floats per document)."""
+        prepared = [(doc, " ".join(tokenize(doc.text)), doc.vector) for doc in docs]
+        if not prepared:
+            return
         with self._lock:
             conn = self._db()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 _, dimension = self._meta(conn)
-                if vector is not None:
-                    if dimension is None:
-                        dimension = int(vector.shape[0])
-                        conn.execute(
-                            "INSERT OR REPLACE INTO search_meta (key, value) VALUES ('dimension', ?)", (str(dimension),)
-                        )
-                    elif vector.shape[0] != dimension:
-                        raise InvalidInput(
-                            f"vector has {vector.shape[0]} dimensions; the index holds {dimension}",
-                            code="dimension_mismatch",
-                        )
-                self._remove_doc(conn, doc.namespace, doc.memory_id)
-                cur = conn.execute(
-                    "INSERT INTO search_docs (namespace, memory_id, type) VALUES (?, ?, ?)",
-                    (doc.namespace, doc.memory_id, doc.type),
-                )
-                conn.execute(
-                    "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
-                    (cur.lastrowid, _nskey(doc.namespace), tokens),
-                )
-                if vector is not None:
-                    conn.execute(
-                        "INSERT INTO search_vectors (namespace, memory_id, type, vec) VALUES (?, ?, ?, ?)",
-                        (doc.namespace, doc.memory_id, doc.type, vector.astype("<f4").tobytes()),
+                # A namespace with no documents yet has nothing to replace: skip the lookups.
+                empty = {
+                    ns
+                    for ns in {d.namespace for d in docs}
+                    if conn.execute("SELECT 1 FROM search_docs WHERE namespace = ? LIMIT 1", (ns,)).fetchone() is None
+                }
+                written: set[tuple[str, str]] = set()
+                for doc, tokens, vector in prepared:
+                    if vector is not None:
+                        if dimension is None:
+                            dimension = int(vector.shape[0])
+                            conn.execute(
+                                "INSERT OR REPLACE INTO search_meta (key, value) VALUES ('dimension', ?)",
+                                (str(dimension),),
+                            )
+                        elif vector.shape[0] != dimension:
+                            raise InvalidInput(
+                                f"vector has {vector.shape[0]} dimensions; the index holds {dimension}",
+                                code="dimension_mismatch",
+                            )
+                    key = (doc.namespace, doc.memory_id)
+                    if doc.namespace not in empty or key in written:
+                        self._remove_doc(conn, doc.namespace, doc.memory_id)
+                    written.add(key)
+                    cur = conn.execute(
+                        "INSERT INTO search_docs (namespace, memory_id, type) VALUES (?, ?, ?)",
+                        (doc.namespace, doc.memory_id, doc.type),
                     )
-                generation = self._bump(conn, doc.namespace)
+                    conn.execute(
+                        "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
+                        (cur.lastrowid, _nskey(doc.namespace), tokens),
+                    )
+                    if vector is not None:
+                        conn.execute(
+                            "INSERT INTO search_vectors (namespace, memory_id, type, vec) VALUES (?, ?, ?, ?)",
+                            (doc.namespace, doc.memory_id, doc.type, vector.astype("<f4").tobytes()),
+                        )
+                generations = {ns: self._bump(conn, ns) for ns in dict.fromkeys(d.namespace for d in docs)}
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            cache = self._patch_cache(doc.namespace, generation - 1, generation)
-            if cache is not None:
+            caches = {ns: self._patch_cache(ns, gen - 1, gen) for ns, gen in generations.items()}
+            for doc, _, vector in prepared:
+                cache = caches[doc.namespace]
+                if cache is None:
+                    continue
                 if vector is not None and cache.dimension == vector.shape[0]:
                     cache.put(doc.memory_id, doc.type, vector)
                 elif vector is not None:
                     self._caches.pop(doc.namespace, None)
+                    caches[doc.namespace] = None
                 else:
                     cache.remove(doc.memory_id)
-        return doc.memory_id
 
     def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
         with self._lock:

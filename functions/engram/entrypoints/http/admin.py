@@ -26,6 +26,7 @@ from engram.domain.errors import EngramError, Forbidden, InvalidInput, NotConfig
 from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
+from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
 from engram.services.memories import INDEX_DIRTY
@@ -42,15 +43,17 @@ Admin = Annotated[Principal, Depends(require("admin"))]
 
 
 class LoginRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     password: str = Field(max_length=1000)
 
 
 class SettingsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    values: dict[str, Any] = Field(description="Setting name -> new value; null resets it to the default.")
+    values: dict[str, Any] = Field(
+        min_length=1, description="Setting name -> new value; null resets it to the default."
+    )
 
 
 class AdminHeadersMiddleware:
@@ -214,7 +217,7 @@ def install(app: FastAPI, container: Any) -> None:
         instance reports the same; another namespace's run is not shown)."""
         return dict(container.reindex.status(who.namespace))
 
-    @api.post("/reindex", status_code=202)
+    @api.post("/reindex", status_code=202, responses=CONFLICT)
     def reindex_start(who: Admin) -> dict[str, Any]:
         """Rebuild your namespace's search index entries (vectors and keywords) as a job (in process
         locally, on the jobs queue on AWS); poll `GET` for progress. After an embedding model change the

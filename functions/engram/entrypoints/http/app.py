@@ -6,6 +6,7 @@ container from the environment unless one is passed in (tests, `engram serve`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engram import __version__
 from engram.entrypoints.http.errors import error_body, install_error_handlers
 from engram.entrypoints.http.redact import install_redaction
+from engram.entrypoints.logs import bind_request, unbind
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +51,14 @@ def scrub_lone_surrogates(payload: bytes) -> bytes:
 
 
 class BodyLimitMiddleware:
-    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them; hand on the
+    """Refuse request bodies over ``limit`` bytes with 413, and bodies that do not arrive within
+    ``timeout`` seconds with 408 (closing the connection), before any handler reads them; hand on the
     body with lone surrogate escapes replaced (``scrub_lone_surrogates``), for every surface at once."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout: float = 60.0) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -68,8 +72,16 @@ class BodyLimitMiddleware:
         chunks: list[bytes] = []
         size = 0
         more = True
+        deadline = asyncio.get_running_loop().time() + self.timeout
         while more:
-            message = await receive()
+            try:
+                # One deadline for the whole body: a client trickling a byte at a time is no exception.
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except TimeoutError:
+                await self._reply(
+                    send, 408, f"the request body did not arrive within {self.timeout:g} s", "body_timeout"
+                )
+                return
             if message["type"] == "http.disconnect":
                 return
             body = message.get("body", b"")
@@ -92,16 +104,16 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps(
-            error_body(f"request body is larger than {self.limit} bytes", "request_too_large", "body_too_large")
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
+        await self._reply(send, 413, f"request body is larger than {self.limit} bytes", "body_too_large")
+
+    @staticmethod
+    async def _reply(send: Send, status: int, message: str, code: str) -> None:
+        kind = "request_too_large" if status == 413 else "invalid_request_error"
+        body = json.dumps(error_body(message, kind, code)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        # The rest of the body is not read: the connection cannot carry another request.
+        headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -119,8 +131,12 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = (dict(scope["headers"]).get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
+        headers = dict(scope["headers"])
+        rid = (headers.get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = rid
+        # Under the Lambda Web Adapter, x-amzn-request-id is the invocation's id (as in the REPORT line).
+        lambda_id = (headers.get(b"x-amzn-request-id") or b"").decode("latin-1")[:64]
+        bound = bind_request(request_id=rid, function_request_id=lambda_id)
         started = time.perf_counter()
         status = 0
 
@@ -134,15 +150,23 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            log.debug(
+            # The path only: query strings may carry keys (entrypoints/http/redact.py).
+            log.info(
                 "%s %s -> %s in %.1f ms", scope["method"], scope["path"], status, (time.perf_counter() - started) * 1000
             )
+            unbind(bound)
 
 
 def create_app(container: Any = None) -> FastAPI:
-    from engram.bootstrap import build_container
+    if container is None:
+        # The factory path (run.sh on Lambda, `uvicorn --factory`): this process's logging is ours to set.
+        from engram.bootstrap import build_container
+        from engram.entrypoints.logs import configure_logging
+        from engram.settings import load_settings
 
-    container = container if container is not None else build_container()
+        base = load_settings()
+        configure_logging(base.log_level)
+        container = build_container(base)
     settings = container.settings
 
     install_redaction()
@@ -171,10 +195,18 @@ def create_app(container: Any = None) -> FastAPI:
         _include_optional_surfaces(app, container, only=(MCP_SURFACE,))
     else:
         app.include_router(rest.router)
+        from engram.entrypoints.http import reminders, skills, threads
+
+        app.include_router(threads.router)
+        app.include_router(reminders.router)
+        app.include_router(skills.router)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
         _include_optional_surfaces(app, container, only=only)
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    from engram.entrypoints.http.openapi import install_openapi
+
+    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, timeout=settings.body_timeout)
     app.add_middleware(RequestIdMiddleware)
     return app
 

@@ -19,7 +19,9 @@ from starlette.responses import StreamingResponse
 from engram.domain.errors import EngramError, UpstreamRejected
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
+from engram.entrypoints.http.openapi import error_response
 from engram.services.chat import ChatReply, ChatService, Wire
+from engram.services.wire_shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,9 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
             wire,
             raw,
             guide_dog=guide_dog,
-            conversation_id=request.headers.get("x-engram-conversation"),
+            # `x-engram-conversation` is the header's older name, still accepted.
+            conversation_id=request.headers.get("x-engram-thread") or request.headers.get("x-engram-conversation"),
+            agent=request.headers.get("x-engram-agent"),
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
         )
@@ -116,12 +120,56 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
 
 
-@router.post("/v1/chat/completions", tags=["chat"], summary="OpenAI-compatible chat with memory")
+# One server-sent event as OpenAPI 3.2 describes `text/event-stream` items: its fields, data as text.
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}},
+}
+
+
+def _chat_doc(wire: Wire) -> dict[str, Any]:
+    """The OpenAPI body and answers of a chat door (the handler reads the raw body itself)."""
+    shape = OPENAI_REQUEST if wire == "openai" else ANTHROPIC_REQUEST
+    answer = {"type": "object"}
+    upstream = "The upstream's own error status and body, passed through unchanged."
+    return {
+        "requestBody": {"required": True, "content": {"application/json": {"schema": shape}}},
+        "responses": {
+            "200": {
+                "description": "The model's answer: JSON, or server-sent events when `stream` is true "
+                "(a failure after the stream began ends it with one error event).",
+                "content": {
+                    "application/json": {"schema": answer},
+                    "text/event-stream": {"schema": _SSE_EVENT},
+                },
+            },
+            "502": error_response(
+                "502", "The upstream could not be reached, dropped the answer or sent a malformed one."
+            ),
+            "503": error_response("503", "No upstream is configured for this model (the message names the setting)."),
+            "504": error_response("504", "The upstream did not answer in time."),
+            "4XX": error_response("4XX", upstream),
+            "5XX": error_response("5XX", upstream),
+        },
+    }
+
+
+@router.post(
+    "/v1/chat/completions",
+    tags=["chat"],
+    summary="OpenAI-compatible chat with memory",
+    openapi_extra=_chat_doc("openai"),
+)
 async def chat_completions(request: Request) -> Response:
     return await _chat(request, "openai")
 
 
-@router.post("/v1/messages", tags=["chat"], summary="Anthropic Messages API with memory")
+@router.post(
+    "/v1/messages",
+    tags=["chat"],
+    summary="Anthropic Messages API with memory",
+    openapi_extra=_chat_doc("anthropic"),
+)
 async def messages(request: Request) -> Response:
     return await _chat(request, "anthropic")
 
@@ -130,6 +178,7 @@ async def messages(request: Request) -> Response:
     "/v1/guide-dog/chat/completions",
     tags=["chat"],
     summary="Forward to the vision model: no memory read or written, nothing stored",
+    openapi_extra=_chat_doc("openai"),
 )
 async def guide_dog(request: Request) -> Response:
     return await _chat(request, "openai", guide_dog=True)

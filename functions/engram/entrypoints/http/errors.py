@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -76,6 +78,25 @@ def engram_error_response(exc: e.EngramError) -> JSONResponse:
     return error_response(status, exc.message, type_, exc.code, headers=error_headers(exc, status))
 
 
+def allowed_methods(app: Any, path: str) -> list[str]:
+    """Every method some route of ``app`` serves at ``path`` (routes of included routers too)."""
+    methods: set[str] = set()
+    for regex, route_methods in _route_table(app.router.routes):
+        if regex.match(path):
+            methods |= route_methods
+    return sorted(methods)
+
+
+def _route_table(routes: Any) -> Iterator[tuple[re.Pattern[str], set[str]]]:
+    for route in routes:
+        contexts = getattr(route, "effective_route_contexts", None)  # FastAPI's included routers
+        if contexts is not None:
+            for ctx in contexts() if callable(contexts) else contexts:
+                yield ctx.path_regex, set(ctx.methods or ())
+        elif getattr(route, "methods", None) and hasattr(route, "path_regex"):
+            yield route.path_regex, set(route.methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(e.EngramError)
     async def _engram(_: Request, exc: e.EngramError) -> JSONResponse:
@@ -96,14 +117,18 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, message, "invalid_request_error", "invalid_request", details=details)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, nested too deeply)
             return error_response(400, "request body is not valid JSON", "invalid_request_error", "invalid_json")
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status_code, "http_error")
         response = error_response(exc.status_code, str(exc.detail), _HTTP_TYPES.get(exc.status_code, "api_error"), code)
-        # Keep what the exception says about the response, e.g. ``Allow`` on a 405.
+        # Keep what the exception says about the response (``WWW-Authenticate``, ...).
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
+        if exc.status_code == 405:
+            # Starlette names only the methods of the first route that matched the path; a path
+            # served by several routes (GET and DELETE /v1/memories/{id}) allows all of theirs.
+            response.headers["allow"] = ", ".join(allowed_methods(request.app, request.url.path))
         return response
 
     @app.exception_handler(Exception)

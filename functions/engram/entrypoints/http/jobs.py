@@ -6,16 +6,20 @@ A REST run acts on the caller's namespace only.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engram.bootstrap import snapshot_search
 from engram.domain.access import Principal
 from engram.entrypoints.http.auth import require
+from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
 from engram.services.jobs import last_runs
 from engram.services.scheduler import Scheduler, daily_at, every_hours
 
@@ -26,10 +30,22 @@ Admin = Annotated[Principal, Depends(require("admin"))]
 
 
 class DreamRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    date: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD; default yesterday")
+    date: str | None = Field(
+        default=None,
+        pattern=r"^\d{4}-\d{2}-\d{2}$",
+        json_schema_extra={"format": "date"},
+        description="YYYY-MM-DD; default yesterday",
+    )
     force: bool = False
+
+    @field_validator("date")
+    @classmethod
+    def _a_real_day(cls, value: str | None) -> str | None:
+        if value is not None:
+            datetime.date.fromisoformat(value)  # ValueError -> 422 naming the field
+        return value
 
 
 def _c(request: Request) -> Any:
@@ -42,14 +58,14 @@ def list_runs(request: Request, who: Admin, limit: Annotated[int, Query(ge=1, le
     return {"runs": last_runs(_c(request).store, who.namespace, limit)}
 
 
-@router.post("/extract")
+@router.post("/extract", responses=CONFLICT)
 async def extract_now(request: Request, who: Admin) -> dict[str, Any]:
     """Extract your new messages now; returns what was created, seen, superseded or queued for review."""
     report = await _c(request).extraction.run(namespace=who.namespace)
     return dict(report.to_dict())
 
 
-@router.post("/dream")
+@router.post("/dream", responses=CONFLICT)
 async def dream_now(
     request: Request, who: Admin, body: Annotated[DreamRequest | None, Body()] = None
 ) -> dict[str, Any]:
@@ -59,7 +75,7 @@ async def dream_now(
     return dict(report.to_dict())
 
 
-@router.post("/cleanup")
+@router.post("/cleanup", responses=CONFLICT)
 def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
     """Apply the retention periods to your namespace now."""
     return dict(_c(request).cleanup.run(who.namespace).to_dict())
@@ -70,14 +86,19 @@ def build_scheduler(container: Any) -> Scheduler:
     scheduler = Scheduler(clock=container.clock)
 
     async def extract() -> object:
-        return await container.extraction.run()
+        report = await container.extraction.run()
+        await asyncio.to_thread(snapshot_search, container)
+        return report
 
     async def dream() -> object:
         report = await container.dreaming.run()
+        await asyncio.to_thread(snapshot_search, container)
         return not any(ns.status == "failed" for ns in report.namespaces)
 
     async def cleanup() -> object:
-        return await asyncio.to_thread(container.cleanup.run)
+        report = await asyncio.to_thread(container.cleanup.run)
+        await asyncio.to_thread(snapshot_search, container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
+        return report
 
     def timezone() -> str:
         # The admin panel may change the time zone at run time; the daily schedules follow it.

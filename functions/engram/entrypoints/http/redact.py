@@ -67,7 +67,7 @@ def install_redaction() -> None:
     Called when the app is built and again at startup, after uvicorn has configured logging.
     """
     targets: list[logging.Filterer] = [logging.getLogger(name) for name in URL_LOGGERS]
-    for name in ("", "uvicorn", *URL_LOGGERS):
+    for name in ("", "uvicorn", "engram", *URL_LOGGERS):  # "engram": Powertools' handler on Lambda
         targets.extend(logging.getLogger(name).handlers)
     for target in targets:
         if _FILTER not in target.filters:

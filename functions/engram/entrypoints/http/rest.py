@@ -7,12 +7,14 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from engram.domain.access import Principal
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import MemoryFilter, MemoryType
+from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import require
+from engram.entrypoints.http.openapi import CONFLICT
 from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
 from engram.services.transfer import ExportDocument
@@ -34,34 +36,81 @@ def _c(request: Request) -> Any:
 
 
 # -- wire models ------------------------------------------------------------------------------
+# Request bodies are strict: a JSON value of the wrong type is a 422, never coerced (0 is not false,
+# true is not 1, a number is not a date), so the OpenAPI document says exactly what is accepted.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _not_a_number(value: Any) -> Any:
+    if isinstance(value, (int, float)):
+        raise ValueError("must be an ISO 8601 date-time string")
+    return value
+
+
+# Strict mode would refuse the ISO string itself (it wants a datetime object); numbers are refused above.
+IsoDatetime = Annotated[datetime, Field(strict=False), BeforeValidator(_not_a_number)]
+Text = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
+TagList = Annotated[list[Annotated[str, Field(max_length=MAX_TAG_CHARS)]], Field(max_length=MAX_TAGS)]
+
+
 class MemoryCreateRequest(MemoryWrite):
     """`POST /v1/memories`: with `fact_key` an upsert, without it a new memory."""
 
+    model_config = STRICT
 
-class SupersedeRequest(MemoryWrite):
+    content: Text
+    tags: TagList = Field(default_factory=list)
+    remind_at: IsoDatetime | None = None
+
+
+class SupersedeRequest(MemoryCreateRequest):
     """A new version for an existing memory; `fact_key` defaults to the old one's."""
 
 
+class MemoryPatchRequest(MemoryPatch):
+    model_config = STRICT
+
+    content: Text | None = None
+    tags: TagList | None = None
+    remind_at: IsoDatetime | None = None
+
+
+class MessageRequest(MessageIn):
+    model_config = STRICT
+
+    created_at: IsoDatetime | None = None
+
+
+class GlossaryRequest(GlossaryIn):
+    model_config = STRICT
+
+
+class ImportRequest(ExportDocument):
+    model_config = STRICT
+
+
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     query: str = Field(min_length=1, max_length=8000)
     top_k: int | None = Field(default=None, ge=1, le=50)
     types: list[MemoryType] = Field(default_factory=list)
     include_prompt: bool = False
+    # Drop hits whose relevance (0-1) is below this; 0 keeps the full ranking (README: "Relevance").
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class PreciousRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    content: str = Field(min_length=1, max_length=20000)
+    content: str = Field(min_length=1, max_length=20000, pattern=r"\S")
     reason: str | None = Field(default=None, max_length=1000)
     tags: list[str] = Field(default_factory=list)
     source_message_ids: list[str] = Field(default_factory=list)
 
 
 class GlossaryPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     term: str | None = Field(default=None, min_length=1, max_length=200)
     aliases: list[str] | None = None
@@ -69,25 +118,25 @@ class GlossaryPatch(BaseModel):
 
 
 class BootPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     digest: str = Field(max_length=4000)
 
 
 class DigestRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     content: str = Field(max_length=4000)
 
 
 class IngestRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    messages: list[MessageIn] = Field(min_length=1, max_length=1000)
+    messages: list[MessageRequest] = Field(min_length=1, max_length=1000)
 
 
 class DecisionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     target_id: str | None = None
     content: str | None = Field(default=None, max_length=4000)
@@ -95,7 +144,7 @@ class DecisionRequest(BaseModel):
 
 
 class CacheRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     value: Any
     ttl_seconds: int | None = Field(default=None, ge=1, le=365 * 86400)
@@ -138,7 +187,7 @@ def shallow_checks(container: Any) -> dict[str, Any]:
 
 
 # -- memories ---------------------------------------------------------------------------------
-@router.post("/memories", tags=["memories"], status_code=201)
+@router.post("/memories", tags=["memories"], status_code=201, responses=CONFLICT)
 def create_memory(request: Request, response: Response, body: MemoryCreateRequest, who: Write) -> dict[str, Any]:
     """Remember something. With `fact_key`: same key + same meaning -> marked seen; same key + new
     content -> supersedes the old version. `external_id` makes retries idempotent."""
@@ -154,7 +203,8 @@ def list_memories(
     who: Read,
     type: Annotated[list[MemoryType] | None, Query()] = None,
     status: Annotated[
-        list[str] | None, Query(description="active (default), superseded, archived, deleted, expired, or all")
+        list[Literal["active", "superseded", "archived", "deleted", "expired", "all"]] | None,
+        Query(description="active (default), superseded, archived, deleted, expired, or all"),
     ] = None,
     layer: Literal["fragment", "event", "core"] | None = None,
     tag: str | None = None,
@@ -166,7 +216,7 @@ def list_memories(
     filters = MemoryFilter(
         types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
     )
-    page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor)
+    page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor or None)
     return {"items": [m.model_dump(mode="json") for m in page.items], "next_cursor": page.next_cursor}
 
 
@@ -175,8 +225,8 @@ def get_memory(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
     return dict(_c(request).memories.get(who.namespace, memory_id).model_dump(mode="json"))
 
 
-@router.patch("/memories/{memory_id}", tags=["memories"])
-def patch_memory(request: Request, memory_id: str, body: MemoryPatch, who: Write) -> dict[str, Any]:
+@router.patch("/memories/{memory_id}", tags=["memories"], responses=CONFLICT)
+def patch_memory(request: Request, memory_id: str, body: MemoryPatchRequest, who: Write) -> dict[str, Any]:
     """Edit in place (no new version): content, type, fact_key, layer, importance, confidence,
     pinned, tags, remind_at."""
     return dict(_c(request).memories.update(who.namespace, memory_id, body).model_dump(mode="json"))
@@ -193,13 +243,13 @@ def archive_memory(request: Request, memory_id: str, who: Write) -> dict[str, An
     return dict(_c(request).memories.set_status(who.namespace, memory_id, "archived").model_dump(mode="json"))
 
 
-@router.post("/memories/{memory_id}/restore", tags=["memories"])
+@router.post("/memories/{memory_id}/restore", tags=["memories"], responses=CONFLICT)
 def restore_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
     """Make a superseded, archived or deleted version active again (it replaces the current holder of its key)."""
     return dict(_c(request).memories.restore(who.namespace, memory_id).model_dump(mode="json"))
 
 
-@router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201)
+@router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201, responses=CONFLICT)
 def supersede_memory(request: Request, memory_id: str, body: SupersedeRequest, who: Write) -> dict[str, Any]:
     return _write_body(_c(request).memories.supersede(who.namespace, memory_id, body))
 
@@ -221,12 +271,18 @@ def memory_events(request: Request, memory_id: str, who: Read) -> dict[str, Any]
 # -- search -----------------------------------------------------------------------------------
 @router.post("/search/memories", tags=["search"])
 def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[str, Any]:
-    """Hybrid recall: keyword (CJK-aware) + vectors, fused. `include_prompt` adds the injectable text."""
+    """Hybrid recall: keyword (CJK-aware) + vectors, fused; each hit has a `relevance` in [0, 1] and
+    `min_relevance` drops the hits below it. `include_prompt` adds the injectable text."""
     from engram.services.recall import render_prompt
 
-    result = _c(request).recall.recall(who.namespace, body.query, top_k=body.top_k, types=tuple(body.types))
+    result = _c(request).recall.recall(
+        who.namespace, body.query, top_k=body.top_k, types=tuple(body.types), min_relevance=body.min_relevance
+    )
     out: dict[str, Any] = {
-        "items": [{"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6)} for hit in result.hits],
+        "items": [
+            {"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6), "relevance": hit.relevance}
+            for hit in result.hits
+        ],
         "glossary_hits": [g.model_dump(mode="json") for g in result.glossary_hits],
         "meta": result.meta,
     }
@@ -262,7 +318,7 @@ def list_glossary(request: Request, who: Read) -> dict[str, Any]:
 
 
 @router.post("/glossary", tags=["glossary"], status_code=201)
-def set_glossary(request: Request, body: GlossaryIn, who: Write) -> dict[str, Any]:
+def set_glossary(request: Request, body: GlossaryRequest, who: Write) -> dict[str, Any]:
     """Create a term (or replace the term of the same name)."""
     return dict(_c(request).library.set_term(who.namespace, body).model_dump(mode="json"))
 
@@ -330,12 +386,12 @@ def list_candidates(
     cursor: str | None = None,
 ) -> dict[str, Any]:
     page = _c(request).candidates.list_candidates(
-        who.namespace, None if status == "all" else status, limit=limit, cursor=cursor
+        who.namespace, None if status == "all" else status, limit=limit, cursor=cursor or None
     )
     return {"items": [c.model_dump(mode="json") for c in page.items], "next_cursor": page.next_cursor}
 
 
-@router.post("/candidates/{candidate_id}/{decision}", tags=["review"])
+@router.post("/candidates/{candidate_id}/{decision}", tags=["review"], responses=CONFLICT)
 def decide_candidate(
     request: Request,
     candidate_id: str,
@@ -378,13 +434,66 @@ def export(request: Request, who: Export) -> dict[str, Any]:
     return dict(_c(request).transfer.export(who.namespace))
 
 
-@router.post("/import", tags=["export"])
-def import_(request: Request, body: ExportDocument, who: Write) -> dict[str, Any]:
-    """Import an export (from any namespace) into yours. Each row is checked with the API's rules:
-    an invalid row is refused and reported, a row already present (same id, external id or identical
-    content) is skipped, ids are kept; importing the same file twice adds nothing. Returns
-    `created`, `skipped` and `refused` counts per row kind and the `problems` with their reasons."""
-    return dict(_c(request).transfer.import_(who.namespace, body))
+ImportFormat = Literal["engram", "aelios", "pawwake", "mem0", "text"]
+# The body's shape depends on `from` (an Engram export, another system's JSON, or text), which a schema
+# cannot tie to a query parameter: the body is any JSON (or text), checked by the format's reader (400).
+_IMPORT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "anyOf": [{"type": "object"}, {"type": "array"}, {"type": "string"}],
+                    "description": "`from=engram`: an export (`GET /v1/export`); `aelios`: its memory export "
+                    "`{data, meta}`; `pawwake`: its JSON backup; `mem0`: `{results: [...]}` or a list; "
+                    "`text`: a JSON string",
+                }
+            },
+            "text/plain": {"schema": {"type": "string", "description": "`from=text`: one memory per line"}},
+        },
+    }
+}
+
+
+@router.post("/import", tags=["export"], responses=CONFLICT, openapi_extra=_IMPORT_BODY)
+def import_(
+    request: Request,
+    who: Write,
+    body: Annotated[Any, Body(include_in_schema=False)] = None,
+    source: Annotated[ImportFormat, Query(alias="from", description="the format of the body")] = "engram",
+    dry_run: Annotated[bool, Query(description="report what would happen; write nothing")] = False,
+    score: Annotated[bool, Query(description="`from=text`: ask the extraction model for type and importance")] = False,
+) -> dict[str, Any]:
+    """Import into your namespace. `from=engram` (default) takes an export (from any namespace);
+    `aelios`, `pawwake`, `mem0` and `text` move in from those systems (docs: README, "Moving in").
+    Each row is checked with the API's rules: an invalid row is refused and reported, a row already
+    present (same id, external id or identical content) is skipped; importing the same file twice adds
+    nothing. `dry_run=true` writes nothing and reports the same counts. Returns `created`, `skipped`
+    and `refused` per row kind and the `problems` with their reasons (`source`: where in the file)."""
+    from pydantic import ValidationError
+
+    from engram.services.moving_in import convert
+    from engram.services.moving_in import score as score_rows
+
+    container = _c(request)
+    if body is None:
+        raise InvalidInput("the body is empty: send the file to import", code="empty_body")
+    if score and source != "text":
+        raise InvalidInput("score applies to from=text only", code="invalid_option")
+    if source == "engram":
+        try:
+            document = ImportRequest.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            raise InvalidInput(f"not an Engram export: {where}: {first['msg']}", code="invalid_export") from exc
+        return dict(container.transfer.import_(who.namespace, document, dry_run=dry_run))
+    converted = convert(source, body)
+    if score:
+        import anyio.from_thread
+
+        anyio.from_thread.run(score_rows, converted, container.moving_in.model)
+    return dict(container.moving_in.run(who.namespace, converted, dry_run=dry_run))
 
 
 # -- cache ------------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord, utcnow
+from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
 from engram.entrypoints.lambdas.runtime import get_container, job_service, logger, metrics, report_dict, tracer
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
@@ -69,6 +71,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         if not payload.get("all") and not namespace:
             raise InvalidInput("cleanup job needs 'namespace' or 'all'")
         report = report_dict(job_service(container, "cleanup").run(namespace))
+        snapshot_search(container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
     elif job == "index_repair":
         namespace = payload.get("namespace")
         if not isinstance(namespace, str) or not namespace:
@@ -80,6 +83,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             raise InvalidInput("reindex job needs 'namespace' and 'run_id'")
         state = container.reindex.run(namespace, run_id, deadline=_deadline(lambda_context))
         report = {"job": job, "state": state.get("state"), "done": state.get("done"), "errors": 0}
+        snapshot_search(container)
     else:
         raise InvalidInput(f"the jobs queue got an unknown {job!r} job")
     store.put_idempotency(

@@ -10,6 +10,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from engram.bootstrap import snapshot_search
 from engram.entrypoints.lambdas.runtime import (
     get_container,
     job_service,
@@ -34,6 +35,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             )
         )
     )
+    snapshot_search(get_container())
     logger.info("dreaming done", extra={"dream_date": report.get("date"), "job_errors": report.get("errors")})
     metrics.add_metric(name="DreamRuns", unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="DreamErrors", unit=MetricUnit.Count, value=int(report.get("errors") or 0))

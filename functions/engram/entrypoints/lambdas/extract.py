@@ -10,6 +10,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from engram.bootstrap import snapshot_search
 from engram.entrypoints.lambdas.runtime import (
     get_container,
     job_service,
@@ -28,6 +29,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     namespace = (event or {}).get("namespace") or None
     service = job_service(get_container(), "extraction")
     report = report_dict(run_sync(service.run(namespace=namespace)))
+    snapshot_search(get_container())
     logger.info(
         "extraction done", extra={"memories_created": report.get("created"), "job_errors": report.get("errors")}
     )

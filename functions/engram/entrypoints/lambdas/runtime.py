@@ -44,8 +44,13 @@ def get_container() -> Any:
                 _container = _factory()
             else:
                 from engram.bootstrap import build_container
+                from engram.entrypoints.logs import configure_logging
+                from engram.settings import load_settings
 
-                _container = build_container()
+                # ENGRAM_LOG_LEVEL rules the `engram` loggers, whose records Powertools writes as JSON.
+                base = load_settings()
+                configure_logging(base.log_level)
+                _container = build_container(base)
         return _container
 
 

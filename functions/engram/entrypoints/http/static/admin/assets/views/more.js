@@ -1,5 +1,5 @@
 // More: precious notes, glossary, maintenance (jobs, reindex, export, import).
-import { del, get, patch, post } from '../api.js';
+import { api, del, get, patch, post } from '../api.js';
 import { button, card, chip, confirmDialog, downloadJson, empty, field, fmtAgo, fmtDate, h, openDialog, toast } from '../dom.js';
 import { JOBS, runList, runRow, statusOf, summarize } from './jobs-ui.js';
 
@@ -168,25 +168,39 @@ async function maintenance(root) {
       toast('Export downloaded');
     } catch (err) { toast(err.message, 'error'); }
   }, { kind: 'small', iconName: 'download' });
-  const file = h('input', { type: 'file', accept: 'application/json,.json', name: 'import', 'aria-label': 'Export file to import' });
+  const file = h('input', { type: 'file', accept: 'application/json,.json,text/plain,.txt', name: 'import', 'aria-label': 'File to import' });
+  const FORMATS = [
+    ['engram', 'Engram export'], ['aelios', 'Aelios memory export'], ['pawwake', 'Pawwake JSON backup'],
+    ['mem0', 'mem0 export'], ['text', 'Plain text (one memory a line)'],
+  ];
+  const format = h('select', { name: 'import-format', 'aria-label': 'Format of the file' },
+    ...FORMATS.map(([value, label]) => h('option', { value }, label)));
   const importResult = h('p', { class: 'muted small', id: 'import-result' });
-  const importBtn = button('Import', async () => {
+  const runImport = async (dryRun) => {
     const chosen = file.files?.[0];
-    if (!chosen) { toast('Choose an export file first', 'error'); return; }
+    if (!chosen) { toast('Choose a file first', 'error'); return; }
+    const from = format.value;
     let doc;
-    try { doc = JSON.parse(await chosen.text()); } catch { toast('That file is not JSON', 'error'); return; }
-    if (!await confirmDialog('Import this file?', `Rows from “${chosen.name}” are added to your memory. Rows you already have are skipped and invalid rows are refused; nothing is overwritten.`, { confirm: 'Import' })) return;
+    if (from === 'text') doc = await chosen.text();
+    else {
+      try { doc = JSON.parse(await chosen.text()); } catch { toast('That file is not JSON', 'error'); return; }
+    }
+    if (!dryRun && !await confirmDialog('Import this file?', `Rows from “${chosen.name}” are added to your memory. Rows you already have are skipped and invalid rows are refused; nothing is overwritten.`, { confirm: 'Import' })) return;
     try {
-      const res = await post('v1/import', doc);
+      const res = await api('v1/import', { method: 'POST', body: doc, query: { from, dry_run: dryRun ? 'true' : undefined } });
       const counted = (counts) => Object.entries(counts || {}).filter(([, v]) => v).map(([k, v]) => `${v} ${k.replace('_', ' ')}`).join(', ') || 'nothing';
       const refused = (res.problems || []).filter((p) => p.outcome === 'refused');
+      const dropped = Object.entries(res.dropped_fields || {}).map(([k, v]) => `${k} (${v})`).join(', ');
       importResult.replaceChildren(
-        h('span', {}, `Created: ${counted(res.created)}. Skipped (already present): ${counted(res.skipped)}. Refused: ${counted(res.refused)}.`),
-        ...refused.slice(0, 20).map((p) => h('span', { class: 'import-problem' }, `${p.kind} row ${p.row + 1}${p.id ? ` (${p.id})` : ''}: ${p.reason}`)),
+        h('span', {}, `${dryRun ? 'Dry run, nothing written. Would create' : 'Created'}: ${counted(res.created)}. Skipped (already present): ${counted(res.skipped)}. Refused: ${counted(res.refused)}.`),
+        ...refused.slice(0, 20).map((p) => h('span', { class: 'import-problem' }, `${p.source || `${p.kind} row ${p.row + 1}`}${p.id ? ` (${p.id})` : ''}: ${p.reason}`)),
+        ...(dropped ? [h('span', { class: 'import-problem' }, `Fields Engram has no place for: ${dropped}`)] : []),
       );
-      toast(refused.length ? 'Import finished; some rows were refused' : 'Import finished', refused.length ? 'error' : undefined);
+      if (!dryRun) toast(refused.length ? 'Import finished; some rows were refused' : 'Import finished', refused.length ? 'error' : undefined);
     } catch (err) { importResult.textContent = err.message; toast(err.message, 'error'); }
-  }, { kind: 'small', iconName: 'upload' });
+  };
+  const checkBtn = button('Dry run', () => runImport(true), { kind: 'small', iconName: 'check' });
+  const importBtn = button('Import', () => runImport(false), { kind: 'small', iconName: 'upload' });
 
   root.append(
     h('div', { class: 'grid' },
@@ -196,7 +210,7 @@ async function maintenance(root) {
           h('div', { class: 'form-actions' }, reindexBtn), progress, progressText),
         card('Export', h('p', { class: 'muted small' }, 'Every row of your memory as one JSON file (the format Import takes).'),
           h('div', { class: 'form-actions' }, exportBtn)),
-        card('Import', h('p', { class: 'muted small' }, 'Add the rows of an Engram export file.'),
-          h('div', { class: 'import-row' }, file, importBtn), importResult))));
+        card('Import', h('p', { class: 'muted small' }, 'Add the rows of an Engram export, or move in from Aelios, Pawwake, mem0 or a text file. A dry run shows what would happen first.'),
+          h('div', { class: 'import-row' }, format, file, checkBtn, importBtn), importResult))));
   await Promise.all([loadRuns(), poll()]);
 }

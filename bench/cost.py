@@ -1,0 +1,166 @@
+"""Monthly AWS cost of one person's Engram, per search backend (the model of docs/aws.md, "What it costs").
+
+    python bench/cost.py                        # the README table (light / regular / heavy)
+    python bench/cost.py --turns-per-day 120 --turn-seconds 15 --memories 20000   # your own usage
+
+Every input is a list price (us-east-1, on-demand, no free tier) or a usage assumption, named below;
+the chat model's own tokens (your upstream or Bedrock chat model) are not included: they are the same
+with or without Engram.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+
+HOURS_PER_MONTH = 730
+DAYS_PER_MONTH = 30
+
+# -- list prices (USD, us-east-1) ----------------------------------------------------------------------
+OCU_HOUR = 0.24  # OpenSearch Serverless, per OCU-hour (indexing and search alike)
+AOSS_GB_MONTH = 0.024  # OpenSearch Serverless managed storage
+CLASSIC_MIN_OCU = 1.0  # classic collection, standby replicas off: 0.5 indexing + 0.5 search, always on
+NEXTGEN_AWAKE_OCU = 1.0  # NextGen collection group while awake (assumed the same 0.5 + 0.5 as classic)
+NEXTGEN_IDLE_TAIL_H = 10 / 60  # it scales to zero 10 minutes after the last request
+LAMBDA_GB_S = 0.0000166667  # x86
+LAMBDA_REQUEST = 0.20 / 1e6
+APIGW_REQUEST = 3.50 / 1e6  # REST API
+DDB_WRU = 0.625 / 1e6  # on-demand write request unit
+DDB_RRU = 0.125 / 1e6  # on-demand read request unit
+DDB_GB_MONTH = 0.25
+S3_PUT = 0.005 / 1000
+S3_GET = 0.0004 / 1000
+S3_GB_MONTH = 0.023
+SECRET_MONTH = 0.40
+TITAN_EMBED_1K_TOKENS = 0.00002  # Titan Text Embeddings v2
+NOVA_LITE_IN_1K = 0.00006  # the jobs' default model
+NOVA_LITE_OUT_1K = 0.00024
+
+# -- per-operation assumptions (measured or counted in the code; docs/aws.md) ---------------------------
+RECALL_RRU = 8.0  # recall re-check (BatchGet of the hits), keys, digest/boot block
+TURN_WRU = 12.0  # two messages with their id and idempotency items, usage, injection bookkeeping
+REPLICA_SYNC_RRU = 1.5  # model record GetItem (strongly consistent) + one GSI Query of the changes
+MEMORY_WRITE_WRU = 6.0  # memory row, fact-key lock, event (+ the replica's document row: 3 more)
+REPLICA_DOC_WRU = 3.0  # the document row with its float16 vector (~1-2 KB at 384-1024 dimensions)
+ITEM_KB_PER_MEMORY = 3.0  # memory row + its events (+ the replica's document row)
+TOKENS_PER_TURN = 300  # user + assistant text that extraction reads later
+QUERY_TOKENS = 30
+MEMORY_TOKENS = 40
+EXTRACT_RUNS = DAYS_PER_MONTH * 6  # every 4 hours
+EXTRACT_PROMPT_TOKENS = 1500
+EXTRACT_OUT_TOKENS = 300
+DREAM_PROMPT_TOKENS = 2500
+DREAM_OUT_TOKENS = 800
+JOB_SECONDS = 6.0  # an extract/dream run, mostly waiting for the model
+BACKENDS = ("opensearch-classic", "opensearch-nextgen", "replica")
+
+
+@dataclass(frozen=True)
+class Usage:
+    name: str
+    turns_per_day: float  # chat turns (each one recall + one answer)
+    turn_seconds: float  # how long the function streams the answer (Lambda bills it all)
+    sessions_per_day: float  # separate conversations; a NextGen collection wakes for each
+    session_minutes: float
+    memories: int  # stored memories
+    new_memories_per_day: float
+    memory_gb: float = 1.0  # the functions' memory size
+    cold_starts_per_day: float = 0.0  # default: one per session
+
+
+PROFILES = (
+    Usage("light", turns_per_day=10, turn_seconds=8, sessions_per_day=2, session_minutes=15, memories=1_000,
+          new_memories_per_day=3),
+    Usage("regular", turns_per_day=60, turn_seconds=10, sessions_per_day=5, session_minutes=30, memories=10_000,
+          new_memories_per_day=15),
+    Usage("heavy", turns_per_day=300, turn_seconds=12, sessions_per_day=10, session_minutes=60, memories=50_000,
+          new_memories_per_day=60),
+)  # fmt: skip
+
+
+def monthly_cost(usage: Usage, backend: str) -> dict[str, float]:
+    """Dollars per month by part for ``usage`` on ``backend`` (one of ``BACKENDS``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}")
+    replica = backend == "replica"
+    turns = usage.turns_per_day * DAYS_PER_MONTH
+    new_memories = usage.new_memories_per_day * DAYS_PER_MONTH
+    cold_starts = (usage.cold_starts_per_day or usage.sessions_per_day) * DAYS_PER_MONTH
+    jobs = EXTRACT_RUNS + DAYS_PER_MONTH + DAYS_PER_MONTH  # extract, dream, nightly cleanup
+    # A replica's cold start loads the snapshot (~2.3 MB per 1k memories) and the changes since: ~0.1 s per 1k.
+    hydrate_s = 0.1 * usage.memories / 1000 if replica else 0.0
+    lambda_s = turns * usage.turn_seconds + jobs * (JOB_SECONDS + hydrate_s) + cold_starts * hydrate_s
+    cost = {
+        "lambda": lambda_s * usage.memory_gb * LAMBDA_GB_S + (turns + jobs) * LAMBDA_REQUEST,
+        "api_gateway": turns * APIGW_REQUEST,
+        "dynamodb": (
+            turns * (RECALL_RRU + (REPLICA_SYNC_RRU if replica else 0)) * DDB_RRU
+            + turns * TURN_WRU * DDB_WRU
+            + new_memories * (MEMORY_WRITE_WRU + (REPLICA_DOC_WRU if replica else 0)) * DDB_WRU
+            + usage.memories * ITEM_KB_PER_MEMORY / 1e6 * DDB_GB_MONTH
+        ),
+        "secrets": SECRET_MONTH,
+        "bedrock": (
+            (turns * QUERY_TOKENS + new_memories * MEMORY_TOKENS) / 1000 * TITAN_EMBED_1K_TOKENS
+            + (EXTRACT_RUNS * EXTRACT_PROMPT_TOKENS + turns * TOKENS_PER_TURN) / 1000 * NOVA_LITE_IN_1K
+            + EXTRACT_RUNS * EXTRACT_OUT_TOKENS / 1000 * NOVA_LITE_OUT_1K
+            + DAYS_PER_MONTH
+            * (DREAM_PROMPT_TOKENS / 1000 * NOVA_LITE_IN_1K + DREAM_OUT_TOKENS / 1000 * NOVA_LITE_OUT_1K)
+        ),
+        "search": 0.0,
+    }
+    index_gb = usage.memories * 6e-6  # ~6 KB per memory with a 1024-dim vector and its text
+    if backend == "opensearch-classic":
+        cost["search"] = CLASSIC_MIN_OCU * OCU_HOUR * HOURS_PER_MONTH + index_gb * AOSS_GB_MONTH
+    elif backend == "opensearch-nextgen":
+        awake_h = DAYS_PER_MONTH * usage.sessions_per_day * (usage.session_minutes / 60 + NEXTGEN_IDLE_TAIL_H)
+        cost["search"] = NEXTGEN_AWAKE_OCU * OCU_HOUR * awake_h + index_gb * AOSS_GB_MONTH
+    else:
+        snapshot_gb = usage.memories * 2.3e-6 * 2  # the newest snapshot and a week of older versions
+        cost["search"] = (jobs * (S3_PUT + S3_GET)) + cold_starts * S3_GET + snapshot_gb * S3_GB_MONTH
+    cost["total"] = sum(cost.values())
+    return cost
+
+
+def table(profiles: tuple[Usage, ...] = PROFILES) -> str:
+    """The README's table: total dollars per month, a row per backend, a column per profile."""
+    names = {
+        "opensearch-classic": "OpenSearch Serverless, classic (stack default)",
+        "opensearch-nextgen": "OpenSearch Serverless, NextGen (`collection_generation=nextgen`)",
+        "replica": "Replica (`search_backend=replica`, no OpenSearch)",
+    }
+    head = "| search backend | " + " | ".join(
+        f"{p.name}: {p.turns_per_day:g} turns/day, {p.memories:,} memories" for p in profiles
+    )
+    lines = [head + " |", "|---" * (len(profiles) + 1) + "|"]
+    for backend in BACKENDS:
+        cells = [f"${monthly_cost(p, backend)['total']:,.2f}" for p in profiles]
+        lines.append(f"| {names[backend]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns-per-day", type=float)
+    parser.add_argument("--turn-seconds", type=float)
+    parser.add_argument("--sessions-per-day", type=float)
+    parser.add_argument("--session-minutes", type=float)
+    parser.add_argument("--memories", type=int)
+    parser.add_argument("--new-memories-per-day", type=float)
+    parser.add_argument("--memory-gb", type=float)
+    args = parser.parse_args()
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    if not given:
+        print(table())
+        return
+    usage = replace(PROFILES[1], name="yours", **given)
+    parts = ("lambda", "api_gateway", "dynamodb", "bedrock", "secrets", "search", "total")
+    print("| backend | " + " | ".join(parts) + " |")
+    print("|---" * (len(parts) + 1) + "|")
+    for backend in BACKENDS:
+        cost = monthly_cost(usage, backend)
+        print(f"| {backend} | " + " | ".join(f"${cost[p]:,.2f}" for p in parts) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""The ``replica`` SearchIndex: a process-local copy of the hybrid index, kept in sync with a shared log.
+
+Every process (a Lambda environment, an ``engram serve``) keeps its own ``SqliteSearchIndex`` per
+namespace in a private directory (``/tmp`` on Lambda). The shared truth is the *document log* in the
+store (``SearchLog``: one row per (namespace, memory_id) next to the memory row, with its text, type
+and its vector in float16, plus a change sequence), so a replica is rebuilt without re-embedding:
+
+- ``upsert``/``delete`` write the log row first (a delete leaves a tombstone), then apply it locally
+  at once: a process always sees its own writes.
+- Before a search the replica reads the rows changed since its last sync (one query on the
+  change-sequence index), unless it synced less than ``sync_seconds`` ago. The query reaches back
+  ``OVERLAP_MS`` so a write stamped a little earlier by another process (clock skew, a GSI that lags)
+  is still seen; applying a row twice is harmless, and a row older than the one applied is skipped.
+- A cold namespace loads the newest snapshot (``SnapshotStore``: the namespace's SQLite file and the
+  sequence it covers) and applies the rows changed since; without a usable snapshot it reads the
+  whole namespace from the log. ``snapshot(namespace)`` writes one (the jobs call it, docs/aws.md).
+- ``reset`` bumps the shared *epoch*; a replica that sees a new epoch rebuilds from the log.
+
+See docs/aws.md ("Search backends") for the costs and the freshness this buys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from engram.adapters.files import private_dir
+from engram.domain.errors import InvalidInput
+from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
+
+from .local import PreparedDoc, SqliteSearchIndex
+
+log = logging.getLogger(__name__)
+
+# A sync re-reads this much before its cursor: writes committed late or stamped by a skewed clock.
+OVERLAP_MS = 5_000
+# Tombstones are kept this long; a snapshot older than that cannot be trusted to know every delete.
+TOMBSTONE_DAYS = 30
+SNAPSHOT_MAGIC = b"ENGRAMSNAP1\n"
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """One document of the shared log: the current state of (namespace, memory_id)."""
+
+    namespace: str
+    memory_id: str
+    seq: int  # change sequence: epoch milliseconds of the write (strictly increasing per process)
+    deleted: bool = False
+    type: str = "fact"
+    text: str = ""
+    vector: bytes | None = None  # little-endian float16, ``dimension`` values
+    dimension: int | None = None
+    epoch: int = 0  # the index epoch the vector was written under (``reset`` bumps it)
+
+
+@dataclass(frozen=True)
+class LogMeta:
+    """The shared embedding model record: ``reset`` writes it, the first vector records a dimension."""
+
+    model_id: str | None = None
+    dimension: int | None = None
+    epoch: int = 0
+
+
+class SearchLog(Protocol):
+    """Where a replica's documents live for every process (SQLite locally, DynamoDB on AWS)."""
+
+    def put(self, row: LogRow) -> None: ...
+
+    def changed_since(self, namespace: str, seq: int) -> list[LogRow]:
+        """Rows of the namespace with ``seq`` > the given one, tombstones included."""
+        ...
+
+    def all_rows(self, namespace: str) -> Iterable[LogRow]:
+        """Every live (not deleted) row of the namespace."""
+        ...
+
+    def namespaces(self) -> list[str]: ...
+
+    def meta(self) -> LogMeta: ...
+
+    def record_dimension(self, dimension: int) -> LogMeta:
+        """Record ``dimension`` unless one is recorded; return the meta in force afterwards."""
+        ...
+
+    def reset(self, model_id: str, dimension: int) -> LogMeta:
+        """Record the model and start a new epoch (every older vector stops counting)."""
+        ...
+
+    def ping(self) -> None: ...
+
+
+class SnapshotStore(Protocol):
+    """Blobs by key: S3 on AWS, a directory locally (``engram.adapters.storage.snapshots``)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+
+# -- compact vectors ------------------------------------------------------------------------------
+def pack_vector(vector: Sequence[float]) -> bytes:
+    """A unit vector as float16 (half the size of float32; cosine changes by < 1e-3)."""
+    arr = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(arr))
+    if norm > 0:
+        arr = arr / norm
+    return arr.astype("<f2").tobytes()
+
+
+def unpack_vector(blob: bytes) -> tuple[float, ...]:
+    return tuple(np.frombuffer(blob, dtype="<f2").astype(np.float32).tolist())
+
+
+class _SeqClock:
+    """Epoch milliseconds, strictly increasing within the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, int(time.time() * 1000))
+            return self._last
+
+
+SEQ = _SeqClock()
+
+
+def namespace_key(namespace: str) -> str:
+    return hashlib.sha1(namespace.encode("utf-8")).hexdigest()[:24]
+
+
+@dataclass
+class _Namespace:
+    index: SqliteSearchIndex
+    path: Path
+    cursor: int = 0  # the highest seq applied from the log
+    synced_at: float = 0.0  # time.monotonic() of the last sync
+    epoch: int = 0
+    applied: dict[str, int] | None = None  # memory_id -> seq of the row applied last
+    changes_since_snapshot: int = 0
+
+
+class ReplicaSearchIndex:
+    """``SearchIndex`` as a private replica of ``log`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        log: SearchLog,
+        directory: str | Path,
+        *,
+        snapshots: SnapshotStore | None = None,
+        sync_seconds: float = 1.0,
+        ann_threshold: int | None = None,
+    ) -> None:
+        base = private_dir(Path(directory))
+        # Private to this process: two processes on one data dir never share a replica file.
+        self._dir = private_dir(base / f"{os.getpid()}-{secrets.token_hex(4)}")
+        self._log = log
+        self._snapshots = snapshots
+        self._sync_seconds = sync_seconds
+        self._ann_threshold = ann_threshold
+        self._lock = threading.RLock()
+        self._spaces: dict[str, _Namespace] = {}
+        self._meta: LogMeta | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _open_index(self, path: Path) -> SqliteSearchIndex:
+        kwargs = {} if self._ann_threshold is None else {"ann_threshold": self._ann_threshold}
+        index = SqliteSearchIndex(path, ann_persist=False, **kwargs)  # type: ignore[arg-type]
+        return index
+
+    def _current_meta(self) -> LogMeta:
+        if self._meta is None:
+            self._meta = self._log.meta()
+        return self._meta
+
+    def _space(self, namespace: str) -> _Namespace:
+        """The namespace's replica, loaded (snapshot + deltas, or the whole log) on first use."""
+        space = self._spaces.get(namespace)
+        if space is None:
+            meta = self._log.meta()
+            self._meta = meta
+            space = self._load(namespace, meta)
+            self._spaces[namespace] = space
+        return space
+
+    def _fresh(self, namespace: str, *, force: bool = False) -> _Namespace:
+        space = self._space(namespace)
+        if force or time.monotonic() - space.synced_at >= self._sync_seconds:
+            self._sync(namespace, space)
+        return space
+
+    def _load(self, namespace: str, meta: LogMeta) -> _Namespace:
+        path = self._dir / f"{namespace_key(namespace)}.sqlite3"
+        for leftover in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm"))):
+            leftover.unlink(missing_ok=True)
+        restored = self._restore_snapshot(namespace, path, meta)
+        index = self._open_index(path)
+        space = _Namespace(index=index, path=path, epoch=meta.epoch, applied=dict(restored[1]) if restored else {})
+        if restored is None:
+            self._prepare(index, meta)
+            rows = list(self._log.all_rows(namespace))
+            self._apply(space, rows, meta)
+            space.cursor = max((r.seq for r in rows), default=0)
+            space.changes_since_snapshot = len(rows)
+        else:
+            cursor = space.cursor = restored[0]
+            rows = self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS))
+            self._apply(space, rows, meta)
+            # The overlap re-applies rows the snapshot holds already: only later ones count as changes.
+            space.changes_since_snapshot = sum(1 for r in rows if r.seq > cursor)
+        space.synced_at = time.monotonic()
+        return space
+
+    @staticmethod
+    def _prepare(index: SqliteSearchIndex, meta: LogMeta) -> None:
+        if meta.model_id is not None and meta.dimension is not None:
+            index.reset(meta.model_id, meta.dimension)
+
+    def _restore_snapshot(self, namespace: str, path: Path, meta: LogMeta) -> tuple[int, dict[str, int]] | None:
+        """Write the namespace's snapshot to ``path``; the seq it covers and the seq of its latest rows, or
+        None if none is usable."""
+        if self._snapshots is None:
+            return None
+        try:
+            blob = self._snapshots.get(f"{namespace_key(namespace)}/index.snapshot")
+        except Exception as exc:  # a snapshot is an optimisation: the log is the truth
+            log.warning("could not read the search snapshot: %s", exc)
+            return None
+        if not blob or not blob.startswith(SNAPSHOT_MAGIC):
+            return None
+        end = blob.index(b"\n", len(SNAPSHOT_MAGIC))
+        header = json.loads(blob[len(SNAPSHOT_MAGIC) : end])
+        too_old = time.time() * 1000 - TOMBSTONE_DAYS * 86_400_000 * 0.9
+        if header.get("epoch") != meta.epoch or header.get("namespace") != namespace or header["seq"] < too_old:
+            return None
+        path.write_bytes(blob[end + 1 :])
+        os.chmod(path, 0o600)
+        return int(header["seq"]), {str(k): int(v) for k, v in (header.get("recent") or {}).items()}
+
+    def _apply(self, space: _Namespace, rows: Sequence[LogRow], meta: LogMeta) -> None:
+        applied = space.applied if space.applied is not None else {}
+        live: dict[str, PreparedDoc] = {}
+        gone: list[tuple[str, str]] = []
+        fresh = 0
+        for row in sorted(rows, key=lambda r: r.seq):
+            if row.seq <= applied.get(row.memory_id, 0):
+                continue  # applied already (the overlap re-reads it), or older than what was applied
+            applied[row.memory_id] = row.seq
+            fresh += 1
+            space.cursor = max(space.cursor, row.seq)
+            if row.deleted:
+                live.pop(row.memory_id, None)
+                gone.append((row.namespace, row.memory_id))
+                continue
+            vector = None
+            if row.vector is not None and row.epoch == meta.epoch:
+                vector = np.frombuffer(row.vector, dtype="<f2").astype(np.float32)
+                norm = float(np.linalg.norm(vector))
+                if norm > 0:
+                    vector /= norm
+            live[row.memory_id] = PreparedDoc(row.namespace, row.memory_id, row.type, row.text, vector)
+        for namespace, memory_id in gone:
+            if memory_id not in live:
+                space.index.delete(namespace, memory_id)
+        space.index.write_prepared(list(live.values()))
+        space.changes_since_snapshot += fresh
+
+    def _sync(self, namespace: str, space: _Namespace) -> None:
+        meta = self._log.meta()
+        self._meta = meta
+        if meta.epoch != space.epoch:  # another process reset the index: rebuild from the log
+            space.index.close()
+            self._spaces[namespace] = self._load(namespace, meta)
+            return
+        rows = self._log.changed_since(namespace, max(0, space.cursor - OVERLAP_MS))
+        self._apply(space, rows, meta)
+        space.synced_at = time.monotonic()
+
+    # -- the port -------------------------------------------------------------------------------
+    def upsert(self, doc: IndexedDoc) -> str:
+        with self._lock:
+            space = self._fresh(doc.namespace)  # a reset elsewhere changes the model this write must match
+            meta = self._current_meta()
+            blob: bytes | None = None
+            if doc.vector is not None:
+                if meta.dimension is None:
+                    meta = self._meta = self._log.record_dimension(len(doc.vector))
+                if len(doc.vector) != meta.dimension:
+                    raise InvalidInput(
+                        f"vector has {len(doc.vector)} dimensions; the index holds {meta.dimension}",
+                        code="dimension_mismatch",
+                    )
+                blob = pack_vector(doc.vector)
+            row = LogRow(
+                namespace=doc.namespace,
+                memory_id=doc.memory_id,
+                seq=SEQ.next(),
+                type=doc.type,
+                text=doc.text,
+                vector=blob,
+                dimension=meta.dimension if blob is not None else None,
+                epoch=meta.epoch,
+            )
+            self._log.put(row)
+            self._apply(space, [row], meta)
+        return doc.memory_id
+
+    def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
+        with self._lock:
+            row = LogRow(namespace=namespace, memory_id=memory_id, seq=SEQ.next(), deleted=True)
+            self._log.put(row)
+            space = self._space(namespace)
+            self._apply(space, [row], self._current_meta())
+
+    def keyword_search(self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()) -> list[SearchHit]:
+        with self._lock:
+            space = self._fresh(namespace)
+        return space.index.keyword_search(namespace, query, k=k, types=types)
+
+    def vector_search(
+        self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
+    ) -> list[SearchHit]:
+        with self._lock:
+            space = self._fresh(namespace)
+            meta = self._current_meta()
+            if meta.dimension is not None and len(vector) != meta.dimension:
+                raise InvalidInput(
+                    f"query vector has {len(vector)} dimensions; the index holds {meta.dimension}",
+                    code="dimension_mismatch",
+                )
+        return space.index.vector_search(namespace, vector, k=k, types=types)
+
+    def info(self, namespace: str | None = None) -> IndexInfo:
+        with self._lock:
+            names = [namespace] if namespace is not None else sorted(set(self._log.namespaces()) | set(self._spaces))
+            documents = vectors = 0
+            for name in names:
+                counts = self._fresh(name).index.info(name)
+                documents += counts.documents
+                vectors += counts.vectors
+            meta = self._log.meta()
+            self._meta = meta
+        return IndexInfo(model_id=meta.model_id, dimension=meta.dimension, documents=documents, vectors=vectors)
+
+    def reset(self, model_id: str, dimension: int) -> None:
+        if dimension <= 0:
+            raise InvalidInput("dimension must be positive")
+        with self._lock:
+            meta = self._log.reset(model_id, dimension)
+            self._meta = meta
+            for space in self._spaces.values():
+                space.index.reset(model_id, dimension)
+                space.epoch = meta.epoch
+
+    def ping(self) -> None:
+        self._log.ping()
+
+    # -- snapshots and life cycle -----------------------------------------------------------------
+    def sync(self, namespace: str) -> None:
+        """Apply every change of the log now (tests, and before a snapshot)."""
+        with self._lock:
+            self._fresh(namespace, force=True)
+
+    def snapshot(self, namespace: str, *, min_changes: int = 1) -> bool:
+        """Write the namespace's snapshot if ``min_changes`` rows were applied since the last one."""
+        if self._snapshots is None:
+            return False
+        with self._lock:
+            space = self._fresh(namespace, force=True)
+            if space.changes_since_snapshot < min_changes:
+                return False
+            # The rows a cold replica's first sync re-reads (the overlap): it skips those it already holds.
+            recent = {m: q for m, q in (space.applied or {}).items() if q > space.cursor - OVERLAP_MS}
+            header = {
+                "namespace": namespace,
+                "seq": space.cursor,
+                "epoch": space.epoch,
+                "format": "sqlite",
+                "recent": recent,
+            }
+            copy = space.path.with_suffix(".copy")
+            copy.unlink(missing_ok=True)
+            conn = sqlite3.connect(str(space.path))
+            try:
+                conn.execute("VACUUM INTO ?", (str(copy),))
+            finally:
+                conn.close()
+            data = copy.read_bytes()
+            copy.unlink(missing_ok=True)
+            space.changes_since_snapshot = 0
+        blob = SNAPSHOT_MAGIC + json.dumps(header).encode("utf-8") + b"\n" + data
+        self._snapshots.put(f"{namespace_key(namespace)}/index.snapshot", blob)
+        log.info("wrote the search snapshot of a namespace (%d bytes, seq %d)", len(blob), header["seq"])
+        return True
+
+    def snapshot_all(self, *, min_changes: int = 1) -> int:
+        """``snapshot`` every namespace of the log (a cold job loads each from its snapshot + deltas)."""
+        with self._lock:
+            names = sorted(set(self._log.namespaces()) | set(self._spaces))
+        written = 0
+        for name in names:
+            try:
+                written += self.snapshot(name, min_changes=min_changes)
+            except Exception:  # a snapshot only speeds up cold starts: the next run tries again
+                log.exception("writing a search snapshot failed")
+        return written
+
+    def loaded_namespaces(self) -> list[str]:
+        with self._lock:
+            return list(self._spaces)
+
+    def close(self) -> None:
+        with self._lock:
+            for space in self._spaces.values():
+                space.index.close()
+            self._spaces.clear()
+            shutil.rmtree(self._dir, ignore_errors=True)

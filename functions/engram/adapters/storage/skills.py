@@ -1,0 +1,311 @@
+"""``SkillStore`` adapters: in memory (tests), SQLite (a ``skills.db`` next to the local store) and
+DynamoDB (items in the store's table). Each passes ``tests/contract/test_skill_store.py``.
+
+DynamoDB items (``ns`` = namespace, versions zero-padded so sort-key order is version order):
+
+=================  =====================================
+skill head         ``NS#ns`` / ``SKILL#<name>``
+skill version      ``NS#ns`` / ``SKILLV#<name>#<version:06d>``
+=================  =====================================
+
+Both are read with strongly consistent GetItem / base-table queries; ``add_version`` is one transaction
+(version put only if absent + head put).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from engram.adapters.aws_errors import translate
+from engram.adapters.files import private_sqlite
+from engram.domain.errors import Conflict, UpstreamUnavailable
+from engram.domain.skills import Skill, SkillVersion
+
+
+class InMemorySkillStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heads: dict[tuple[str, str], Skill] = {}
+        self._versions: dict[tuple[str, str, int], SkillVersion] = {}
+
+    def find_skill(self, namespace: str, name: str) -> Skill | None:
+        return self._heads.get((namespace, name))
+
+    def list_skills(self, namespace: str) -> list[Skill]:
+        return sorted((s for (ns, _), s in self._heads.items() if ns == namespace), key=lambda s: s.name)
+
+    def add_version(self, skill: Skill, version: SkillVersion) -> None:
+        key = (version.namespace, version.name, version.version)
+        with self._lock:
+            if key in self._versions:
+                raise Conflict(f"skill {version.name!r} version {version.version} exists")
+            self._versions[key] = version
+            self._heads[(skill.namespace, skill.name)] = skill
+
+    def put_skill(self, skill: Skill) -> None:
+        self._heads[(skill.namespace, skill.name)] = skill
+
+    def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None:
+        return self._versions.get((namespace, name, version))
+
+    def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
+        found = [v for (ns, n, _), v in self._versions.items() if ns == namespace and n == name]
+        return sorted(found, key=lambda v: v.version)
+
+    def purge(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._heads.pop((namespace, name), None)
+            for key in [k for k in self._versions if k[:2] == (namespace, name)]:
+                del self._versions[key]
+
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS skills (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, row TEXT NOT NULL, PRIMARY KEY (namespace, name))""",
+    """CREATE TABLE IF NOT EXISTS skill_versions (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, row TEXT NOT NULL,
+        PRIMARY KEY (namespace, name, version))""",
+)
+
+
+class SqliteSkillStore:
+    """Skills in their own SQLite file (rows as JSON next to their keys); one connection, one lock."""
+
+    def __init__(self, path: str | Path) -> None:
+        private_sqlite(Path(path))
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._lock = threading.RLock()
+        for statement in _SCHEMA:
+            self._db.execute(statement)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _rows(self, sql: str, *params: Any) -> list[str]:
+        try:
+            with self._lock:
+                return [row[0] for row in self._db.execute(sql, params).fetchall()]
+        except sqlite3.Error as exc:
+            raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
+
+    def find_skill(self, namespace: str, name: str) -> Skill | None:
+        rows = self._rows("SELECT row FROM skills WHERE namespace = ? AND name = ?", namespace, name)
+        return Skill.model_validate_json(rows[0]) if rows else None
+
+    def list_skills(self, namespace: str) -> list[Skill]:
+        rows = self._rows("SELECT row FROM skills WHERE namespace = ? ORDER BY name", namespace)
+        return [Skill.model_validate_json(r) for r in rows]
+
+    def add_version(self, skill: Skill, version: SkillVersion) -> None:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.execute(
+                        "INSERT INTO skill_versions (namespace, name, version, row) VALUES (?, ?, ?, ?)",
+                        (version.namespace, version.name, version.version, version.model_dump_json()),
+                    )
+                    self._put(skill)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"skill {version.name!r} version {version.version} exists") from exc
+            except sqlite3.Error as exc:
+                raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
+
+    def _put(self, skill: Skill) -> None:
+        self._db.execute(
+            "INSERT INTO skills (namespace, name, row) VALUES (?, ?, ?) "
+            "ON CONFLICT (namespace, name) DO UPDATE SET row = excluded.row",
+            (skill.namespace, skill.name, skill.model_dump_json()),
+        )
+
+    def put_skill(self, skill: Skill) -> None:
+        with self._lock:
+            self._put(skill)
+
+    def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None:
+        rows = self._rows(
+            "SELECT row FROM skill_versions WHERE namespace = ? AND name = ? AND version = ?", namespace, name, version
+        )
+        return SkillVersion.model_validate_json(rows[0]) if rows else None
+
+    def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
+        rows = self._rows(
+            "SELECT row FROM skill_versions WHERE namespace = ? AND name = ? ORDER BY version", namespace, name
+        )
+        return [SkillVersion.model_validate_json(r) for r in rows]
+
+    def purge(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM skill_versions WHERE namespace = ? AND name = ?", (namespace, name))
+            self._db.execute("DELETE FROM skills WHERE namespace = ? AND name = ?", (namespace, name))
+
+
+class DynamoSkillStore:
+    """``SkillStore`` in the DynamoDB table of the store (the layout in the module docstring)."""
+
+    def __init__(self, table_name: str, client: Any | None = None, *, region_name: str | None = None) -> None:
+        self._client = client
+        self._region = region_name
+        self._table = table_name
+
+    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        if self._client is None:  # built on first use: a cold start that touches no skill pays nothing
+            import boto3
+
+            self._client = boto3.client("dynamodb", region_name=self._region or None)
+        try:
+            return getattr(self._client, operation)(**kwargs)  # type: ignore[no-any-return]
+        except Exception as exc:
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+            if code == "TransactionCanceledException" and "ConditionalCheckFailed" in str(exc):
+                raise Conflict("this skill version exists") from exc
+            if hasattr(exc, "response") or type(exc).__module__.startswith("botocore"):
+                raise translate(exc, f"DynamoDB {operation}") from exc
+            raise UpstreamUnavailable(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
+
+    @staticmethod
+    def _item(namespace: str, sk: str, row: Skill | SkillVersion) -> dict[str, Any]:
+        return {
+            "PK": {"S": f"NS#{namespace}"},
+            "SK": {"S": sk},
+            "entity": {"S": "skill" if isinstance(row, Skill) else "skill_version"},
+            "namespace": {"S": namespace},
+            "name": {"S": row.name},
+            "row": {"S": row.model_dump_json()},
+        }
+
+    def _query(self, namespace: str, prefix: str) -> list[str]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
+            "ExpressionAttributeValues": {":pk": {"S": f"NS#{namespace}"}, ":prefix": {"S": prefix}},
+            "ConsistentRead": True,
+        }
+        out: list[str] = []
+        while True:
+            response = self._call("query", **kwargs)
+            out.extend(item["row"]["S"] for item in response.get("Items", []))
+            if not response.get("LastEvaluatedKey"):
+                return out
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def _get(self, namespace: str, sk: str) -> str | None:
+        key = {"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}}
+        item = self._call("get_item", TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+        return item["row"]["S"] if item else None
+
+    def find_skill(self, namespace: str, name: str) -> Skill | None:
+        row = self._get(namespace, f"SKILL#{name}")
+        return Skill.model_validate_json(row) if row else None
+
+    def list_skills(self, namespace: str) -> list[Skill]:
+        return [Skill.model_validate_json(r) for r in self._query(namespace, "SKILL#")]
+
+    def add_version(self, skill: Skill, version: SkillVersion) -> None:
+        sk = f"SKILLV#{version.name}#{version.version:06d}"
+        self._call(
+            "transact_write_items",
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": self._item(version.namespace, sk, version),
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+                {"Put": {"TableName": self._table, "Item": self._item(skill.namespace, f"SKILL#{skill.name}", skill)}},
+            ],
+        )
+
+    def put_skill(self, skill: Skill) -> None:
+        self._call("put_item", TableName=self._table, Item=self._item(skill.namespace, f"SKILL#{skill.name}", skill))
+
+    def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None:
+        row = self._get(namespace, f"SKILLV#{name}#{version:06d}")
+        return SkillVersion.model_validate_json(row) if row else None
+
+    def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
+        return [SkillVersion.model_validate_json(r) for r in self._query(namespace, f"SKILLV#{name}#")]
+
+    def purge(self, namespace: str, name: str) -> None:
+        keys = [f"SKILLV#{name}#{v.version:06d}" for v in self.list_versions(namespace, name)] + [f"SKILL#{name}"]
+        for sk in keys:
+            self._call("delete_item", TableName=self._table, Key={"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}})
+
+
+# -- resource files -----------------------------------------------------------------------------------
+class InMemoryBlobStore:
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+
+    def put(self, key: str, data: bytes) -> None:
+        self._blobs[key] = bytes(data)
+
+    def get(self, key: str) -> bytes | None:
+        return self._blobs.get(key)
+
+
+class LocalBlobStore:
+    """Files under a directory of the data dir (owner-only permissions); keys are safe relative paths."""
+
+    def __init__(self, root: str | Path) -> None:
+        self._root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        path = (self._root / key).resolve()
+        if self._root.resolve() not in path.parents:
+            raise ValueError(f"blob key {key!r} leaves the blob directory")
+        return path
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o600)
+        tmp.replace(path)
+
+    def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        return path.read_bytes() if path.is_file() else None
+
+
+class S3BlobStore:
+    """Objects in the skills bucket of the stack (``ENGRAM_SKILLS_BUCKET``)."""
+
+    def __init__(self, bucket: str, client: Any | None = None, *, region_name: str | None = None) -> None:
+        self._client = client
+        self._region = region_name
+        self._bucket = bucket
+
+    @property
+    def _s3(self) -> Any:
+        if self._client is None:  # built on first use, like DynamoSkillStore's client
+            import boto3
+
+            self._client = boto3.client("s3", region_name=self._region or None)
+        return self._client
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=data)
+        except Exception as exc:
+            raise translate(exc, "S3 put_object") from exc
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            response = self._s3.get_object(Bucket=self._bucket, Key=key)
+        except Exception as exc:
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise translate(exc, "S3 get_object") from exc
+        return bytes(response["Body"].read())

@@ -1,0 +1,43 @@
+"""The snapshot bucket of the ``replica`` search backend (docs/aws.md, "Search backends").
+
+Snapshots are derived data (each is rebuildable from the table), so the bucket only keeps the newest
+version of each plus a week of older ones; it is private, encrypted, TLS-only and kept when the stack is
+deleted, like the table.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+# The functions read and write only under this prefix (engram.adapters.storage.snapshots.S3SnapshotStore).
+SNAPSHOT_PREFIX = "search/"
+OLD_SNAPSHOT_DAYS = 7
+
+
+class Snapshots(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, removal_policy: RemovalPolicy = RemovalPolicy.RETAIN):
+        super().__init__(scope, construct_id)
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="old-snapshots",
+                    noncurrent_version_expiration=Duration.days(OLD_SNAPSHOT_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+            removal_policy=removal_policy,
+        )
+
+    def grant(self, grantee: iam.IGrantable) -> None:
+        self.bucket.grant_read(grantee, f"{SNAPSHOT_PREFIX}*")
+        self.bucket.grant_put(grantee, f"{SNAPSHOT_PREFIX}*")

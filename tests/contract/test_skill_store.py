@@ -1,0 +1,154 @@
+"""``SkillStore`` contract: every adapter (in memory, SQLite, DynamoDB under moto) behaves the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engram.adapters.storage.skills import InMemorySkillStore, SqliteSkillStore
+from engram.domain.errors import Conflict
+from engram.domain.ports import SkillStore
+from engram.domain.skills import Skill, SkillFile, SkillVersion
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@contextmanager
+def _memory(tmp_path: Path) -> Iterator[SkillStore]:
+    yield InMemorySkillStore()
+
+
+@contextmanager
+def _sqlite(tmp_path: Path) -> Iterator[SkillStore]:
+    store = SqliteSkillStore(tmp_path / "skills.db")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def _dynamodb(tmp_path: Path) -> Iterator[SkillStore]:
+    pytest.importorskip("moto")
+    import boto3
+    from engram.adapters.storage.dynamodb import create_table
+    from engram.adapters.storage.skills import DynamoSkillStore
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_table(client, "engram-skills-test")
+        yield DynamoSkillStore("engram-skills-test", client)
+
+
+FACTORIES: dict[str, Callable[[Path], AbstractContextManager[SkillStore]]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+    "dynamodb": _dynamodb,
+}
+
+
+@pytest.fixture(params=list(FACTORIES))
+def skills(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SkillStore]:
+    with FACTORIES[request.param](tmp_path) as store:
+        yield store
+
+
+def _pair(name: str, version: int, namespace: str = "alice", **extra: Any) -> tuple[Skill, SkillVersion]:
+    files = (SkillFile(path="scripts/run.sh", sha256="ab" * 32, size=10),)
+    row = SkillVersion(
+        namespace=namespace,
+        name=name,
+        version=version,
+        content=f"# {name} v{version}",
+        digest=f"d{version}",
+        files=files,
+        created_at=T0,
+        **extra,
+    )
+    head = Skill(namespace=namespace, name=name, version=version, created_at=T0, updated_at=T0)
+    return head, row
+
+
+def test_versions_are_added_with_their_head_and_read_back(skills: SkillStore) -> None:
+    assert isinstance(skills, SkillStore)
+    for number in (1, 2, 3):
+        skills.add_version(*_pair("pdf-tools", number))
+    skills.add_version(*_pair("alpha", 1))
+    head = skills.find_skill("alice", "pdf-tools")
+    assert head is not None and head.version == 3
+    assert [v.version for v in skills.list_versions("alice", "pdf-tools")] == [1, 2, 3]
+    second = skills.get_version("alice", "pdf-tools", 2)
+    assert second is not None and second.content == "# pdf-tools v2" and second.files[0].path == "scripts/run.sh"
+    assert skills.get_version("alice", "pdf-tools", 9) is None
+    assert [s.name for s in skills.list_skills("alice")] == ["alpha", "pdf-tools"]
+
+
+def test_an_existing_version_is_never_replaced(skills: SkillStore) -> None:
+    skills.add_version(*_pair("pdf-tools", 1))
+    head, row = _pair("pdf-tools", 1)
+    with pytest.raises(Conflict):
+        skills.add_version(head.model_copy(update={"description": "racing"}), row.model_copy(update={"content": "x"}))
+    kept = skills.get_version("alice", "pdf-tools", 1)
+    assert kept is not None and kept.content == "# pdf-tools v1"
+    found = skills.find_skill("alice", "pdf-tools")
+    assert found is not None and found.description == ""  # neither row of the failed add was written
+
+
+def test_namespaces_never_leak_and_purge_removes_everything(skills: SkillStore) -> None:
+    skills.add_version(*_pair("pdf-tools", 1))
+    skills.add_version(*_pair("pdf-tools", 2))
+    skills.add_version(*_pair("pdf-tools", 1, namespace="bob"))
+    assert skills.find_skill("carol", "pdf-tools") is None and skills.list_skills("carol") == []
+    assert [v.version for v in skills.list_versions("bob", "pdf-tools")] == [1]
+    head = skills.find_skill("alice", "pdf-tools")
+    assert head is not None
+    skills.put_skill(head.model_copy(update={"agents": ("claude-code",), "deleted_at": T0}))
+    found = skills.find_skill("alice", "pdf-tools")
+    assert found is not None and found.agents == ("claude-code",) and found.deleted_at == T0
+    skills.purge("alice", "pdf-tools")
+    assert skills.find_skill("alice", "pdf-tools") is None and skills.list_versions("alice", "pdf-tools") == []
+    assert skills.find_skill("bob", "pdf-tools") is not None
+
+
+@contextmanager
+def _local_blobs(tmp_path: Path) -> Iterator[Any]:
+    from engram.adapters.storage.skills import LocalBlobStore
+
+    yield LocalBlobStore(tmp_path / "skills")
+
+
+@contextmanager
+def _memory_blobs(tmp_path: Path) -> Iterator[Any]:
+    from engram.adapters.storage.skills import InMemoryBlobStore
+
+    yield InMemoryBlobStore()
+
+
+@contextmanager
+def _s3_blobs(tmp_path: Path) -> Iterator[Any]:
+    pytest.importorskip("moto")
+    import boto3
+    from engram.adapters.storage.skills import S3BlobStore
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="engram-skill-files")
+        yield S3BlobStore("engram-skill-files", client)
+
+
+@pytest.mark.parametrize("factory", [_memory_blobs, _local_blobs, _s3_blobs], ids=["memory", "local", "s3"])
+def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContextManager[Any]], tmp_path: Path) -> None:
+    from engram.domain.ports import BlobStore
+
+    with factory(tmp_path) as blobs:
+        assert isinstance(blobs, BlobStore)
+        blobs.put("skills/ns1/abc", bytes(range(256)))
+        blobs.put("skills/ns2/abc", b"other")
+        assert blobs.get("skills/ns1/abc") == bytes(range(256)) and blobs.get("skills/ns2/abc") == b"other"
+        assert blobs.get("skills/ns1/unknown") is None

@@ -1,0 +1,176 @@
+"""The ``replica`` search backend across processes: two replicas of one document log (SQLite and
+DynamoDB under moto) see each other's writes, deletes and resets; a cold one starts from a snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engram.adapters.search.replica import LogRow, ReplicaSearchIndex, SearchLog, pack_vector, unpack_vector
+from engram.adapters.search.replica_log import SqliteSearchLog
+from engram.adapters.storage.snapshots import DirSnapshotStore
+from engram.domain.models import IndexedDoc
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+class SpyLog:
+    """A ``SearchLog`` that counts full reads and delta reads."""
+
+    def __init__(self, inner: SearchLog) -> None:
+        self.inner = inner
+        self.full_reads = 0
+        self.delta_reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def all_rows(self, namespace: str) -> Any:
+        self.full_reads += 1
+        return self.inner.all_rows(namespace)
+
+    def changed_since(self, namespace: str, seq: int) -> list[LogRow]:
+        self.delta_reads += 1
+        return self.inner.changed_since(namespace, seq)
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def shared_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchLog]:
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            log = SqliteSearchLog(tmp_path / "engram.db")
+            stack.callback(log.close)
+            yield log
+        else:
+            pytest.importorskip("moto")
+            from tests.fakes.moto_aws import dynamo_search_log
+
+            yield stack.enter_context(dynamo_search_log())
+
+
+def doc(mid: str, text: str, vector: tuple[float, ...] | None = None, ns: str = "a") -> IndexedDoc:
+    return IndexedDoc(memory_id=mid, namespace=ns, text=text, type="fact", vector=vector, created_at=T0)
+
+
+def ids(hits: Any) -> list[str]:
+    return [h.memory_id for h in hits]
+
+
+def replica(log: SearchLog, tmp_path: Path, name: str, **kwargs: Any) -> ReplicaSearchIndex:
+    return ReplicaSearchIndex(log, tmp_path / name, sync_seconds=0, **kwargs)
+
+
+def test_vectors_are_kept_compactly_and_round_trip() -> None:
+    # Given a 384-dimensional vector
+    vector = tuple(float(i % 7) - 3.0 for i in range(384))
+    # When it is packed for the log
+    blob = pack_vector(vector)
+    # Then it takes 2 bytes a dimension and comes back as the same direction
+    assert len(blob) == 768
+    back = unpack_vector(blob)
+    norm = sum(v * v for v in vector) ** 0.5
+    assert sum(a * b / norm for a, b in zip(back, vector, strict=True)) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_write_on_one_replica_is_found_on_the_other(shared_log: SearchLog, tmp_path: Path) -> None:
+    # Given two processes' replicas of one log, both warm
+    a, b = replica(shared_log, tmp_path, "a"), replica(shared_log, tmp_path, "b")
+    assert b.keyword_search("a", "anything") == []
+    # When A stores a memory
+    a.upsert(doc("m1", "my sister lives in Porto", (1.0, 0.0, 0.0)))
+    # Then B finds it by keyword and by vector on its next search
+    assert ids(b.keyword_search("a", "porto")) == ["m1"]
+    assert ids(b.vector_search("a", (1.0, 0.0, 0.0))) == ["m1"]
+    # And a supersede (new version upserted, old one deleted) leaves only the new version on both
+    b.upsert(doc("m2", "my sister lives in Lisbon", (0.0, 1.0, 0.0)))
+    b.delete("a", "m1")
+    for side in (a, b):
+        assert ids(side.keyword_search("a", "sister lives")) == ["m2"]
+        assert ids(side.vector_search("a", (1.0, 0.0, 0.0))) == ["m2"]
+    a.close()
+    b.close()
+
+
+def test_a_replica_within_its_sync_interval_does_not_read_the_log(shared_log: SearchLog, tmp_path: Path) -> None:
+    # Given a replica that synced just now, with a long interval
+    spy = SpyLog(shared_log)
+    a = ReplicaSearchIndex(spy, tmp_path / "a", sync_seconds=60)
+    a.keyword_search("a", "x")
+    reads = spy.delta_reads
+    # When it searches again at once
+    a.keyword_search("a", "x")
+    # Then it answered from its copy without a query
+    assert spy.delta_reads == reads
+    a.close()
+
+
+def test_a_reset_elsewhere_rebuilds_the_replica(shared_log: SearchLog, tmp_path: Path) -> None:
+    # Given a memory with a vector seen by both replicas
+    a, b = replica(shared_log, tmp_path, "a"), replica(shared_log, tmp_path, "b")
+    a.upsert(doc("m1", "green tea", (1.0, 0.0, 0.0)))
+    assert ids(b.vector_search("a", (1.0, 0.0, 0.0))) == ["m1"]
+    # When A resets the index for a 2-dimensional model and re-adds the memory
+    a.reset("model-2", 2)
+    a.upsert(doc("m1", "green tea", (0.0, 1.0)))
+    # Then B follows: the new model, the new vector, the keywords kept
+    assert ids(b.vector_search("a", (0.0, 1.0))) == ["m1"]
+    info = b.info("a")
+    assert (info.model_id, info.dimension, info.documents, info.vectors) == ("model-2", 2, 1, 1)
+    a.close()
+    b.close()
+
+
+def test_a_cold_replica_starts_from_the_snapshot_and_applies_later_changes(
+    shared_log: SearchLog, tmp_path: Path
+) -> None:
+    # Given a replica that wrote 30 memories and a snapshot, then one more memory and a delete
+    snapshots = DirSnapshotStore(tmp_path / "snapshots")
+    a = replica(shared_log, tmp_path, "a", snapshots=snapshots)
+    for n in range(30):
+        a.upsert(doc(f"m{n:02d}", f"memory number {n} about kites", (1.0, float(n), 0.0)))
+    assert a.snapshot("a") is True
+    assert a.snapshot("a") is False  # nothing changed since
+    a.upsert(doc("late", "a late memory about kites", (0.0, 0.0, 1.0)))
+    a.delete("a", "m00")
+    # When a fresh process starts
+    spy = SpyLog(shared_log)
+    cold = ReplicaSearchIndex(spy, tmp_path / "cold", snapshots=snapshots, sync_seconds=0)
+    found = ids(cold.keyword_search("a", "kites", k=100))
+    # Then it loaded the snapshot and read only the changes since (never the whole namespace)
+    assert spy.full_reads == 0
+    assert sorted(found) == sorted([f"m{n:02d}" for n in range(1, 30)] + ["late"])
+    assert ids(cold.vector_search("a", (0.0, 0.0, 1.0), k=1)) == ["late"]
+    a.close()
+    cold.close()
+
+
+def test_without_a_snapshot_a_cold_replica_reads_the_whole_namespace(shared_log: SearchLog, tmp_path: Path) -> None:
+    # Given memories in two namespaces written by one process
+    a = replica(shared_log, tmp_path, "a")
+    a.upsert(doc("m1", "blue bicycle", (1.0, 0.0, 0.0)))
+    a.upsert(doc("m2", "red bicycle", (0.0, 1.0, 0.0), ns="b"))
+    a.delete("a", "gone")
+    # When another process starts
+    cold = replica(shared_log, tmp_path, "cold")
+    # Then it sees each namespace's memories and nothing of the other
+    assert ids(cold.keyword_search("a", "bicycle")) == ["m1"]
+    assert ids(cold.keyword_search("b", "bicycle")) == ["m2"]
+    assert (cold.info().documents, cold.info().vectors) == (2, 2)
+    a.close()
+    cold.close()
+
+
+def test_each_process_keeps_a_private_directory_removed_on_close(shared_log: SearchLog, tmp_path: Path) -> None:
+    a, b = replica(shared_log, tmp_path, "same"), replica(shared_log, tmp_path, "same")
+    a.upsert(doc("m1", "x y z"))
+    b.keyword_search("a", "x")
+    dirs = sorted(p for p in (tmp_path / "same").iterdir())
+    assert len(dirs) == 2
+    assert all(oct(p.stat().st_mode & 0o777) == "0o700" for p in dirs)
+    a.close()
+    b.close()
+    assert list((tmp_path / "same").iterdir()) == []

@@ -1,0 +1,100 @@
+"""The OpenAPI document says what the API does: how to authenticate, which error statuses each
+operation answers (in the one error shape), and 405s name every method a path allows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from engram.bootstrap import build_container
+from engram.entrypoints.http.app import create_app
+from engram.settings import Settings
+from starlette.testclient import TestClient
+
+KEY = "ek_openapi_doc_key_0001"
+
+
+@pytest.fixture(scope="module")
+def app() -> Any:
+    settings = Settings(
+        store="memory", search="memory", embedder="none", api_key=KEY, scheduler_enabled=False, admin_password="p" * 16
+    )
+    return create_app(build_container(settings))
+
+
+@pytest.fixture(scope="module")
+def spec(app: Any) -> dict[str, Any]:
+    return dict(app.openapi())
+
+
+def _operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(m.upper(), path, op) for path, item in spec["paths"].items() for m, op in item.items()]
+
+
+def test_both_key_schemes_are_declared_and_every_private_operation_takes_them(spec: dict[str, Any]) -> None:
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["bearer"] == {"type": "http", "scheme": "bearer", "description": "An Engram API key."}
+    assert schemes["apiKey"]["in"] == "header" and schemes["apiKey"]["name"] == "x-api-key"
+    for method, path, op in _operations(spec):
+        if path == "/health":
+            assert "security" not in op  # public
+            continue
+        assert op["security"] == [{"bearer": []}, {"apiKey": []}], f"{method} {path}"
+        assert {"401", "403"} <= set(op["responses"]), f"{method} {path}"
+
+
+def test_error_statuses_follow_one_rule_and_one_shape(spec: dict[str, Any]) -> None:
+    assert "HTTPValidationError" not in spec["components"]["schemas"]  # FastAPI's `detail` shape is not ours
+    for method, path, op in _operations(spec):
+        responses = op["responses"]
+        params = op.get("parameters", [])
+        if "requestBody" in op:
+            assert {"400", "413", "422"} <= set(responses), f"{method} {path}"
+        if any(p["in"] == "path" for p in params):
+            assert "404" in responses, f"{method} {path}"
+        for status, response in responses.items():
+            if status[0] in "45" and status not in ("4XX", "5XX"):
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, f"{method} {path} {status}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/memories"),
+        ("PATCH", "/v1/memories/{memory_id}"),
+        ("POST", "/v1/memories/{memory_id}/supersede"),
+        ("POST", "/v1/candidates/{candidate_id}/{decision}"),
+        ("POST", "/v1/jobs/dream"),
+        ("POST", "/v1/admin/reindex"),
+    ],
+)
+def test_conflicts_are_declared_where_they_happen(spec: dict[str, Any], method: str, path: str) -> None:
+    assert "409" in spec["paths"][path][method.lower()]["responses"]
+
+
+def test_chat_doors_document_their_bodies_and_both_answer_types(spec: dict[str, Any]) -> None:
+    for path in ("/v1/chat/completions", "/v1/messages", "/v1/guide-dog/chat/completions"):
+        op = spec["paths"][path]["post"]
+        body = op["requestBody"]["content"]["application/json"]["schema"]
+        assert body["required"] == ["messages"] and "messages" in body["properties"]
+        assert set(op["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+        assert {"400", "502", "503", "504"} <= set(op["responses"])
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "allowed"),
+    [
+        ("PUT", "/v1/memories/mem_x", {"GET", "PATCH", "DELETE"}),
+        ("OPTIONS", "/v1/glossary/g1", {"GET", "PATCH", "DELETE"}),
+        ("DELETE", "/v1/digest", {"GET", "PUT"}),
+        ("PUT", "/v1/admin/reindex", {"GET", "POST"}),
+        ("POST", "/health", {"GET"}),
+    ],
+)
+def test_405_names_every_method_the_path_allows(app: Any, method: str, url: str, allowed: set[str]) -> None:
+    # Given a path served by several routes; When it is called with a method none of them has
+    resp = TestClient(app).request(method, url, headers={"authorization": f"Bearer {KEY}"})
+    # Then 405 in the error shape, and Allow lists the methods of all of them
+    assert resp.status_code == 405 and resp.json()["error"]["code"] == "method_not_allowed"
+    assert {m.strip() for m in resp.headers["allow"].split(",")} == allowed
