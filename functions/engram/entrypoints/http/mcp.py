@@ -92,6 +92,15 @@ Tags = Annotated[
 Query = Annotated[str, Field(min_length=1, max_length=8000, description="What to look for, in natural language.")]
 TopK = Annotated[int, Field(ge=1, le=50, description="How many memories to return (default: the server's top_k).")]
 Types = Annotated[list[MemoryType], Field(max_length=20, description="Only these memory types (empty: all).")]
+MinRelevance = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="Leave out hits whose relevance (0-1, estimated probability that the memory helps) is "
+        "below this. memory_search default 0 (everything); memory_recall default: the server's floor.",
+    ),
+]
 Status = Literal["active", "superseded", "archived", "deleted", "expired", "all"]
 
 RemindAt = Annotated[
@@ -192,21 +201,33 @@ def build_server(container: Any) -> MCPServer:
     # -- recall ---------------------------------------------------------------------------
     @tool(ro)
     def memory_search(
-        ctx: Context, query: Query, top_k: TopK | None = None, types: Types | None = None
+        ctx: Context,
+        query: Query,
+        top_k: TopK | None = None,
+        types: Types | None = None,
+        min_relevance: MinRelevance = 0.0,
     ) -> dict[str, Any]:
         """Search the user's memories (keywords + meaning, any language) and get the matching memories
         with scores and ids. Use it to find a memory you want to inspect, correct or delete. To get
         context for answering the user, prefer memory_recall."""
         who = _principal(ctx, READ)
-        result = c.recall.recall(who.namespace, query, top_k=top_k, types=tuple(types or ()))
+        result = c.recall.recall(
+            who.namespace, query, top_k=top_k, types=tuple(types or ()), min_relevance=min_relevance
+        )
         return {
-            "items": [{"memory": _memory(h.memory), "score": round(h.score, 6)} for h in result.hits],
+            "items": [
+                {"memory": _memory(h.memory), "score": round(h.score, 6), "relevance": h.relevance} for h in result.hits
+            ],
             "glossary_hits": [_drop_namespace(g.model_dump(mode="json")) for g in result.glossary_hits],
         }
 
     @tool(ro)
     def memory_recall(
-        ctx: Context, query: Query, top_k: TopK | None = None, types: Types | None = None
+        ctx: Context,
+        query: Query,
+        top_k: TopK | None = None,
+        types: Types | None = None,
+        min_relevance: MinRelevance | None = None,
     ) -> dict[str, Any]:
         """Recall what Engram knows that is relevant to `query` (usually the user's latest request),
         exactly as the chat gateway would inject it: scored hits plus `text`, ready to put into your
@@ -214,11 +235,19 @@ def build_server(container: Any) -> MCPServer:
         from engram.services.recall import render_prompt
 
         who = _principal(ctx, READ)
-        result = c.recall.recall(who.namespace, query, top_k=top_k, types=tuple(types or ()))
+        result = c.recall.recall(
+            who.namespace, query, top_k=top_k, types=tuple(types or ()), min_relevance=min_relevance
+        )
         return {
             "text": render_prompt(result),
             "hits": [
-                {"id": h.memory.id, "content": h.memory.content, "type": h.memory.type, "score": round(h.score, 6)}
+                {
+                    "id": h.memory.id,
+                    "content": h.memory.content,
+                    "type": h.memory.type,
+                    "score": round(h.score, 6),
+                    "relevance": h.relevance,
+                }
                 for h in result.hits
             ],
             "glossary_hits": [{"term": g.term, "definition": g.definition} for g in result.glossary_hits],
