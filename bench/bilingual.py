@@ -12,7 +12,8 @@ Methods, side by side on the same index:
 
 - bm25:    the keyword index alone
 - vector:  cosine kNN alone (the local multilingual-e5-small)
-- engram:  RecallService with its default settings
+- engram:  RecallService with its default settings (adaptive fusion)
+- engram (constant): the previous default, constant keyword 1.5 : vector 1.0 fusion, no diversity
 
 The baselines are scored after the same store re-check the pipeline does (only live memories), so
 the comparison is about ranking; "raw leaks" shows what that re-check removes. Answerable questions
@@ -34,10 +35,11 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
+from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.domain.models import Memory  # noqa: E402
 from engram.domain.text import is_cjk  # noqa: E402
 from engram.services.injection import render_patch  # noqa: E402
-from engram.services.recall import render_prompt  # noqa: E402
+from engram.services.recall import RecallConfig, RecallService, render_prompt  # noqa: E402
 
 from bench.common import REPO, Pipeline  # noqa: E402
 
@@ -49,6 +51,10 @@ K_CANDIDATES = 50
 def estimate_tokens(text: str) -> int:
     cjk = sum(1 for ch in text if is_cjk(ch))
     return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def bold(value: float, best: bool) -> str:
+    return f"**{value:.3f}**" if best else f"{value:.3f}"
 
 
 def metrics(ranked: list[str], answers: list[str]) -> dict[str, float]:
@@ -93,9 +99,19 @@ def main() -> None:
     personas = load_personas(args.data, args.persona)
     pipe = Pipeline()
     assert pipe.embedder is not None
-    methods = ["bm25", "vector", "engram"]
+    methods = ["bm25", "vector", "engram (constant)", "engram"]
+    before = RecallService(
+        pipe.store,
+        pipe.index,
+        pipe.embedder,
+        None,
+        None,
+        SystemClock(),
+        RecallConfig(fusion="score", diversity=0.0, min_relevance=0.0),
+    )
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * 5)  # (split, label, method)
-    no_answer: dict[str, list[float]] = defaultdict(list)  # "<split>" -> hits returned at the gateway's settings
+    no_answer: dict[str, list[float]] = defaultdict(list)  # split -> hits returned at the gateway's settings
+    kept: dict[str, list[float]] = defaultdict(list)  # split -> share of an answer's memories injected
     tokens: dict[str, list[int]] = defaultdict(list)  # "answer" / "no_answer" -> tokens injected per turn
     t0 = time.perf_counter()
     gateway_k = pipe.config.top_k
@@ -111,7 +127,8 @@ def main() -> None:
                 "vector": [
                     h.memory_id for h in pipe.index.vector_search(ns, pipe.embedder.embed_query(text), k=K_CANDIDATES)
                 ],
-                "engram": pipe.recall(ns, text, 10),
+                "engram (constant)": [h.memory.id for h in before.recall(ns, text, top_k=10).hits],
+                "engram": pipe.recall(ns, text, 10, min_relevance=0.0),
             }
             gateway = pipe.service.recall(ns, text, top_k=gateway_k)
             injected = estimate_tokens(render_patch([], render_prompt(gateway)))
@@ -120,6 +137,8 @@ def main() -> None:
                 tokens["no_answer"].append(injected)
                 continue
             tokens["answer"].append(injected)
+            injected_ids = {h.memory.id for h in gateway.hits}
+            kept[split].append(len(injected_ids & set(q["answers"])) / len(q["answers"]))
             superseded = set(q["superseded"])
             for method, ids in raw.items():
                 m = metrics([i for i in ids if i in live], q["answers"])
@@ -144,12 +163,9 @@ def main() -> None:
                 if not acc or not acc[4]:
                     continue
                 n = int(acc[4])
-                best = max(sums[(group, label, x)][0] for x in methods)
-                r5 = f"**{acc[0] / n:.3f}**" if acc[0] == best and method == "engram" else f"{acc[0] / n:.3f}"
-                print(
-                    f"| {group} | {label} | {n} | {method} | {r5} | {acc[1] / n:.3f} | {acc[2] / n:.3f} "
-                    f"| {int(acc[3])} |"
-                )
+                r5 = bold(acc[0] / n, acc[0] >= max(sums[(group, label, x)][0] for x in methods))
+                ndcg = bold(acc[1] / n, acc[1] >= max(sums[(group, label, x)][1] for x in methods))
+                print(f"| {group} | {label} | {n} | {method} | {r5} | {ndcg} | {acc[2] / n:.3f} | {int(acc[3])} |")
     print(f"\nno_answer questions and tokens injected per chat turn (gateway settings: top_k {gateway_k}, ")
     print(f"min_relevance {getattr(pipe.config, 'min_relevance', 0.0)})\n")
     print("| measure | value |")
@@ -161,6 +177,9 @@ def main() -> None:
             print(
                 f"| {group}: mean hits on no_answer ({len(hits)}) | {sum(hits) / len(hits):.2f} (empty {empty:.0%}) |"
             )
+        got = kept.get(group, [])
+        if got:
+            print(f"| {group}: answer memories injected, answerable ({len(got)}) | {sum(got) / len(got):.0%} |")
     for kind in ("answer", "no_answer"):
         vals = sorted(tokens.get(kind, []))
         if vals:

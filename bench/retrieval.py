@@ -127,7 +127,7 @@ def main() -> None:
                     h.memory_id
                     for h in pipe.index.vector_search(ns, pipe.embedder.embed_query(q["q"]), k=K_CANDIDATES)  # type: ignore[union-attr]
                 ],
-                "engram": pipe.recall(ns, q["q"], 10),
+                "engram": pipe.recall(ns, q["q"], 10, min_relevance=0.0),  # the ranking, no relevance floor
             }
             for method, ids in ranked.items():
                 s = score([turn_of[m] for m in ids], q["evidence"], session_of)

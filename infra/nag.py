@@ -73,6 +73,33 @@ def add_suppressions(stack: EngramStack) -> None:
             )
         ],
     )
+    NagSuppressions.add_resource_suppressions(
+        stack.skill_files.bucket,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-S1",
+                reason="The bucket holds skill resource files written only through Engram's API (each write is in "
+                "the access log of the API); only the functions' roles read or write it.",
+            )
+        ],
+    )
+    NagSuppressions.add_stack_suppressions(
+        stack,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="bucket.grant_read/grant_put limited to the skill files prefix (skills/*): the CDK grants "
+                "name the object actions with a trailing wildcard (s3:GetObject*, s3:List*, s3:Abort*).",
+                applies_to=[
+                    "Action::s3:GetObject*",
+                    "Action::s3:GetBucket*",
+                    "Action::s3:List*",
+                    "Action::s3:Abort*",
+                    _regex(r"^Resource::<SkillFilesBucket[A-Za-z0-9]+\.Arn>\/skills\/\*$"),
+                ],
+            )
+        ],
+    )
     if stack.snapshots is not None:
         NagSuppressions.add_resource_suppressions(
             stack.snapshots.bucket,

@@ -22,6 +22,7 @@ from infra.mcp import Mcp
 from infra.nag import add_suppressions
 from infra.search import Search
 from infra.secrets import Secrets
+from infra.skill_files import SkillFiles
 from infra.snapshots import Snapshots
 from infra.storage import Storage
 
@@ -57,6 +58,7 @@ class EngramStack(Stack):
 
         storage = Storage(self, "Storage", removal_policy=table_removal_policy)
         secrets = Secrets(self, "Secrets")
+        skill_files = SkillFiles(self, "SkillFiles", removal_policy=table_removal_policy)
         # One search backend: an OpenSearch collection, or (replica) only a snapshot bucket.
         search: Search | None = None
         snapshots: Snapshots | None = None
@@ -89,6 +91,7 @@ class EngramStack(Stack):
             "ENGRAM_AWS_REGION": Aws.REGION,
             "ENGRAM_TABLE_NAME": storage.table.table_name,
             "ENGRAM_SECRET_ARN": secrets.secret.secret_arn,
+            "ENGRAM_SKILLS_BUCKET": skill_files.bucket.bucket_name,
         }
         if search is not None:
             env["ENGRAM_OPENSEARCH_ENDPOINT"] = search.endpoint
@@ -113,6 +116,7 @@ class EngramStack(Stack):
         for fn in functions:
             storage.table.grant_read_write_data(fn)
             secrets.secret.grant_read(fn)
+            skill_files.grant(fn)
             jobs.cleanup_queue.grant_send_messages(fn)
             if search is not None:
                 search.grant_data_access(fn.role)  # type: ignore[arg-type]
@@ -147,6 +151,7 @@ class EngramStack(Stack):
             CfnOutput(self, "CollectionEndpoint", value=search.endpoint)
         if snapshots is not None:
             CfnOutput(self, "SnapshotBucket", value=snapshots.bucket.bucket_name, description="Search snapshots")
+        CfnOutput(self, "SkillFilesBucket", value=skill_files.bucket.bucket_name, description="Skill resource files")
         CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn, description="Alarms notify this SNS topic")
 
         self.storage, self.secrets, self.search, self.jobs, self.api, self.mcp, self.alarms = (
@@ -159,6 +164,7 @@ class EngramStack(Stack):
             alarms,
         )
         self.snapshots = snapshots
+        self.skill_files = skill_files
         add_suppressions(self)
 
     @staticmethod

@@ -47,6 +47,8 @@ class Container:
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
+    threads: Any = None  # services.threads.ThreadService
+    reminders: Any = None  # services.reminders.ReminderService
     moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
     skills: Any = None  # services.skills.SkillService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
@@ -70,7 +72,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.reminders import ReminderConfig, ReminderService
     from engram.services.runtime_settings import RuntimeSettings
+    from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
 
     settings = _with_secret(settings or load_settings())
@@ -97,6 +101,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     container = Container(
         settings=settings,
         store=store,
@@ -107,13 +112,26 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         memories=memories,
         candidates=CandidateService(store, memories, clock),
         library=library,
-        transfer=TransferService(store, memories, clock),
+        transfer=TransferService(store, memories, clock, skills),
+        skills=skills,
         recall=recall,
         queue=overrides.get("queue") or _build_queue(settings),
         runtime=runtime,
+        threads=ThreadService(store, clock),
+        reminders=ReminderService(
+            store,
+            memories,
+            clock,
+            runtime.provider(
+                lambda s: ReminderConfig(
+                    missed_after_days=s.reminder_missed_after_days,
+                    lease_seconds=s.reminder_lease_seconds,
+                    timezone=s.timezone,
+                )
+            ),
+        ),
     )
     container._closers = closers
-    container.skills = overrides.get("skills") or _build_skills(settings, clock, closers)
     _wire_jobs(container, overrides)
     container.chat = overrides.get("chat") or _build_chat(settings, container, overrides.get("bedrock_runtime"))
     return container
@@ -520,6 +538,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         queue=container.queue,
         render_recall=render_prompt,
         bedrock=bedrock,
+        reminders=container.reminders,
         skills=container.skills,
     )
 

@@ -148,10 +148,11 @@ class Settings(BaseSettings):
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
     recall_candidates: int = Field(50, ge=5, le=500, description="Candidates fetched from each retriever.")
-    recall_fusion: Literal["score", "rrf"] = Field(
-        "score",
-        description="How keyword and vector candidates are fused: `score` (weighted sum of normalized scores; "
-        "best on the retrieval benchmark) or `rrf` (weighted reciprocal ranks).",
+    recall_fusion: Literal["adaptive", "score", "rrf"] = Field(
+        "adaptive",
+        description="How keyword and vector candidates are fused: `adaptive` (keyword weight scaled per query by "
+        "how much of the query the best keyword hits contain, vector scores corrected for script; best on both "
+        "benchmarks), `score` (constant weights on normalized scores) or `rrf` (weighted reciprocal ranks).",
     )
     recall_rrf_k: int = Field(60, ge=1, description="Reciprocal-rank-fusion constant (`recall_fusion=rrf`).")
     recall_keyword_weight: float = Field(1.5, ge=0, description="Weight of keyword search in fusion.")
@@ -162,10 +163,24 @@ class Settings(BaseSettings):
     recall_min_score: float = Field(
         0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
     )
+    recall_min_relevance: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="Relevance floor (0-1, an estimated probability that the memory helps) for chat injection "
+        "and MCP memory_recall; search takes its own `min_relevance` (default 0).",
+    )
     recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
     recall_dedup_jaccard: float = Field(
         0.9, ge=0, le=1, description="Token overlap at or above which two recalled memories count as one (1 = exact)."
+    )
+    recall_diversity: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Penalty on a recalled memory's word overlap with memories ranked above it (0 = off), "
+        "so templated near-duplicates do not fill every slot.",
     )
     recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
     recall_compress: bool = Field(
@@ -280,6 +295,12 @@ class Settings(BaseSettings):
     retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
     memory_expire_unseen_days: int = Field(
         180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
+    )
+    reminder_missed_after_days: float = Field(
+        7.0, gt=0, description="A reminder this many days past due is listed as missed instead of injected."
+    )
+    reminder_lease_seconds: float = Field(
+        600.0, ge=5, description="How long a chat turn holds the reminders it injects before another turn may."
     )
     hard_delete_after_days: int = Field(
         30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."

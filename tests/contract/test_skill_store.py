@@ -113,3 +113,42 @@ def test_namespaces_never_leak_and_purge_removes_everything(skills: SkillStore) 
     skills.purge("alice", "pdf-tools")
     assert skills.find_skill("alice", "pdf-tools") is None and skills.list_versions("alice", "pdf-tools") == []
     assert skills.find_skill("bob", "pdf-tools") is not None
+
+
+@contextmanager
+def _local_blobs(tmp_path: Path) -> Iterator[Any]:
+    from engram.adapters.storage.skills import LocalBlobStore
+
+    yield LocalBlobStore(tmp_path / "skills")
+
+
+@contextmanager
+def _memory_blobs(tmp_path: Path) -> Iterator[Any]:
+    from engram.adapters.storage.skills import InMemoryBlobStore
+
+    yield InMemoryBlobStore()
+
+
+@contextmanager
+def _s3_blobs(tmp_path: Path) -> Iterator[Any]:
+    pytest.importorskip("moto")
+    import boto3
+    from engram.adapters.storage.skills import S3BlobStore
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="engram-skill-files")
+        yield S3BlobStore("engram-skill-files", client)
+
+
+@pytest.mark.parametrize("factory", [_memory_blobs, _local_blobs, _s3_blobs], ids=["memory", "local", "s3"])
+def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContextManager[Any]], tmp_path: Path) -> None:
+    from engram.domain.ports import BlobStore
+
+    with factory(tmp_path) as blobs:
+        assert isinstance(blobs, BlobStore)
+        blobs.put("skills/ns1/abc", bytes(range(256)))
+        blobs.put("skills/ns2/abc", b"other")
+        assert blobs.get("skills/ns1/abc") == bytes(range(256)) and blobs.get("skills/ns2/abc") == b"other"
+        assert blobs.get("skills/ns1/unknown") is None

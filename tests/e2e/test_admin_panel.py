@@ -571,10 +571,42 @@ def test_phone_layout_has_a_bottom_tab_bar(browser: Any, panel_server: EngramSer
     box = page.locator("#tabs").bounding_box()
     assert box is not None and box["y"] + box["height"] >= 844 - 2 and box["width"] >= 388
     # And every tab renders without horizontal overflow
-    for tab in ("today", "review", "memories", "more", "settings"):
+    for tab in ("today", "review", "memories", "skills", "more", "settings"):
         page.locator(f"#tabs a[data-tab={tab}]").click()
         expect(page.locator(f"[data-view={tab}]")).to_be_visible()
         page.wait_for_load_state("networkidle")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         shot(page, f"phone-{tab}", full_page=False)
     context.close()
+
+
+def test_skills_view_reads_versions_allocates_deletes_and_restores(page: Any, owner_api: httpx.Client) -> None:
+    # Given a skill with two versions, whose text holds markup
+    md = "---\nname: pdf-tools\ndescription: Fill PDF forms\n---\n# PDF\n<b>not bold</b> <script>x()</script>"
+    owner_api.post("/v1/skills", json={"content": md}).raise_for_status()
+    owner_api.post("/v1/skills", json={"content": md + "\nv2"}).raise_for_status()
+    login(page)
+    page.locator("#tabs a[data-tab=skills]").click()
+    # When it is opened / Then the SKILL.md is shown as text, never as HTML
+    page.locator("#skill-list [data-name=pdf-tools]").get_by_role("button", name="Open").click()
+    text = page.locator("#skill-text")
+    expect(text).to_contain_text("<b>not bold</b> <script>x()</script>")
+    assert page.locator("#skill-text b, #skill-text script").count() == 0
+    # And an older version can be read and restored as the newest
+    page.locator("#skill-detail").get_by_role("button", name="Read").last.click()
+    expect(page.locator("#skill-detail .card-title")).to_contain_text("version 1 (latest 2)")
+    page.locator("#skill-detail").get_by_role("button", name="Restore as newest").first.click()
+    expect(page.locator("#skill-detail .card-title")).to_contain_text("version 3")
+    # And it can be allocated to an agent
+    page.get_by_label("Agent id").fill("claude-code")
+    page.locator("#skill-detail").get_by_role("button", name="Allocate").click()
+    expect(page.locator("#skill-list [data-name=pdf-tools]")).to_contain_text("claude-code")
+    assert owner_api.get("/v1/skills?agent=claude-code").json()["items"][0]["version"] == 3
+    # And deleted, then restored from the deleted list
+    page.locator("#skill-detail").get_by_role("button", name="Delete").click()
+    page.locator("dialog[open]").get_by_role("button", name="Delete").click()
+    expect(page.locator("#skill-list")).to_contain_text("No skills yet")
+    page.get_by_label("Show deleted skills").check()
+    page.locator("#skill-list [data-name=pdf-tools]").get_by_role("button", name="Restore").click()
+    expect(page.locator("#skill-list")).to_contain_text("No deleted skills to restore")
+    assert owner_api.get("/v1/skills/pdf-tools").status_code == 200

@@ -637,7 +637,7 @@ def test_replica_backend_has_no_opensearch_and_a_private_retained_snapshot_bucke
     assert "aoss:" not in json.dumps(_policy_statements(template))
     assert "CollectionEndpoint" not in template.find_outputs("*")
     # And one snapshot bucket: encrypted, private, TLS-only, versioned with old versions expiring, retained
-    buckets = _resources(template, "AWS::S3::Bucket")
+    buckets = {k: v for k, v in _resources(template, "AWS::S3::Bucket").items() if k.startswith("Snapshots")}
     assert len(buckets) == 1
     bucket = next(iter(buckets.values()))
     assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
@@ -654,7 +654,7 @@ def test_replica_backend_has_no_opensearch_and_a_private_retained_snapshot_bucke
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
     rule = props["LifecycleConfiguration"]["Rules"][0]
     assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 7 and rule["Status"] == "Enabled"
-    policy = next(iter(_resources(template, "AWS::S3::BucketPolicy").values()))
+    policy = next(v for k, v in _resources(template, "AWS::S3::BucketPolicy").items() if k.startswith("Snapshots"))
     assert any(
         s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
         for s in policy["Properties"]["PolicyDocument"]["Statement"]
@@ -672,10 +672,9 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
         assert "Ref" in env["ENGRAM_SNAPSHOT_BUCKET"]
         assert "ENGRAM_OPENSEARCH_ENDPOINT" not in env
     s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
-    put = [s for s in s3 if "s3:PutObject" in _as_list(s["Action"])]
-    read = [s for s in s3 if "s3:GetObject*" in _as_list(s["Action"])]
+    put = [s for s in s3 if "s3:PutObject" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
+    read = [s for s in s3 if "s3:GetObject*" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
     assert len(put) == 5 and len(read) == 5
-    assert all("/search/*" in json.dumps(s["Resource"]) for s in put)
     assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
     # And every function gets the replica layer (numpy, which the dependency layer leaves out)
     (replica_layer,) = [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
@@ -692,7 +691,7 @@ def test_default_backend_ships_no_replica_layer(template: Template) -> None:
 
 def test_default_backend_is_opensearch(template: Template) -> None:
     assert _resources(template, "AWS::OpenSearchServerless::Collection")
-    assert not _resources(template, "AWS::S3::Bucket")
+    assert [k for k in _resources(template, "AWS::S3::Bucket") if not k.startswith("SkillFiles")] == []
     for fn in _resources(template, "AWS::Lambda::Function").values():
         env = fn["Properties"]["Environment"]["Variables"]
         assert env.get("ENGRAM_SEARCH", "opensearch") == "opensearch"
@@ -710,3 +709,38 @@ def test_replica_backend_passes_cdk_nag_and_cfn_lint(replica: tuple[EngramStack,
     path.write_text(json.dumps(template.to_json()))
     errors = [f"{m.rule.id} {m.message}" for m in cfnlint_api.lint_file(path) if m.rule.id.startswith("E")]
     assert not errors, errors
+
+
+# -- skill resource files ------------------------------------------------------------------------------
+
+
+def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(template: Template) -> None:
+    # Given the default stack / Then one skill files bucket: encrypted, private, TLS-only, retained
+    buckets = {k: v for k, v in _resources(template, "AWS::S3::Bucket").items() if k.startswith("SkillFiles")}
+    assert len(buckets) == 1
+    bucket = next(iter(buckets.values()))
+    assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
+    props = bucket["Properties"]
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"
+    }
+    assert set(props["PublicAccessBlockConfiguration"].values()) == {True}
+    policy = next(v for k, v in _resources(template, "AWS::S3::BucketPolicy").items() if k.startswith("SkillFiles"))
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    )
+    # And every Engram function knows the bucket and may read and put objects under skills/ only
+    engram = [
+        f
+        for f in _resources(template, "AWS::Lambda::Function").values()
+        if "ENGRAM_STORE" in f["Properties"]["Environment"]["Variables"]
+    ]
+    assert len(engram) == 5
+    assert all("Ref" in f["Properties"]["Environment"]["Variables"]["ENGRAM_SKILLS_BUCKET"] for f in engram)
+    s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
+    skill_statements = [s for s in s3 if "SkillFiles" in json.dumps(s["Resource"])]
+    assert len([s for s in skill_statements if "s3:PutObject" in _as_list(s["Action"])]) == 5
+    assert all("/skills/*" in json.dumps(s["Resource"]) for s in skill_statements)
+    assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
+    assert "SkillFilesBucket" in template.find_outputs("*")

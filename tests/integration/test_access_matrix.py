@@ -23,7 +23,7 @@ import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Candidate, MemoryFilter
 from engram.entrypoints.http.app import create_app
-from engram.services.library import GlossaryIn
+from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryWrite
 from engram.settings import Settings
 from starlette.testclient import TestClient
@@ -79,6 +79,15 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/candidates"): R,
     ("POST", "/v1/candidates/{candidate_id}/{decision}"): W,
     ("POST", "/v1/ingest/messages"): W,
+    ("GET", "/v1/threads"): R,
+    ("GET", "/v1/threads/{thread_id}/messages"): R,
+    ("PATCH", "/v1/threads/{thread_id}"): W,
+    ("DELETE", "/v1/threads/{thread_id}"): W,
+    ("POST", "/v1/threads/{thread_id}/restore"): W,
+    ("POST", "/v1/threads/{thread_id}/merge"): W,
+    ("GET", "/v1/reminders"): R,
+    ("POST", "/v1/reminders/{memory_id}/snooze"): W,
+    ("POST", "/v1/reminders/{memory_id}/cancel"): W,
     ("GET", "/v1/stats"): R,
     ("GET", "/v1/export"): X,
     ("POST", "/v1/import"): W,
@@ -130,6 +139,11 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "memory_pin": (W, {"content": "matrix pin"}),
     "glossary_set": (W, {"term": "matrix", "definition": "a grid"}),
     "digest_set": (W, {"content": "matrix digest"}),
+    "reminder_list": (R, {"status": "missed"}),
+    "thread_list": (R, {}),
+    "thread_messages": (R, {"thread_id": "matrix-thread"}),
+    "reminder_snooze": (W, {"memory_id": "@MEM", "until": "2099-01-01T09:00:00+00:00"}),
+    "reminder_cancel": (W, {"memory_id": "@MEM"}),
     "memory_ingest": (W, {"messages": [{"role": "user", "content": "matrix message"}]}),
     "skill_import": (W, {"content": "# matrix skill", "name": "matrix-skill"}),
     "skill_list": (R, {}),
@@ -178,10 +192,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     candidate = container.store.insert_candidate(
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
     )
+    container.library.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
     container.skills.import_(
         ns, f"# {SECRET} skill", name="secret-skill", files={"notes/secret.txt": f"{SECRET} file".encode()}
     )
     params = {
+        "thread_id": "matrix-thread",
         "name": "secret-skill",
         "path:path": "notes/secret.txt",
         "memory_id": memory.id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,11 @@ pytest.importorskip("aws_lambda_powertools")
 
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.lambda_harness import (
+    INIT_LIMIT_S,
     Invocation,
     LambdaStack,
+    OpenSearchProxy,
+    closed_endpoint,
     create_table_request,
     http_function,
     start_instances,
@@ -139,6 +143,68 @@ def test_two_instances_see_each_others_writes(make_stack: Callable[..., LambdaSt
     # And the search was hybrid: Titan embeddings through Bedrock's wire, kNN in the collection
     meta = found.json()["meta"]
     assert "vector" in meta["stages"] and meta["counts"]["vector"] >= 1, meta
+
+
+@pytest.mark.parametrize("opensearch", ["closed", "waking"])
+def test_a_cold_start_with_opensearch_unreachable_serves_chat(
+    make_stack: Callable[..., LambdaStack], osmem_base: Any, session_upstream: FakeUpstream, opensearch: str
+) -> None:
+    # Given the collection's endpoint refuses connections, or answers only after 20 s (a waking collection)
+    with ExitStack() as exits:
+        if opensearch == "closed":
+            endpoint = closed_endpoint()
+        else:
+            clone = osmem_base.clone()
+            exits.callback(clone.close)
+            endpoint = exits.enter_context(OpenSearchProxy(clone.url, delay=20.0)).url
+        stack = make_stack(opensearch=endpoint)
+        session_upstream.default = Reply(text="Hello despite the index.")
+        key = stack.deployment.owner_key
+        # When an instance cold-starts
+        instance = stack.instance().start()
+        # Then it is ready within Lambda's init limit
+        assert instance.init_seconds is not None and instance.init_seconds < INIT_LIMIT_S, instance.output()
+        # And a chat is answered without waiting for the index
+        reply = instance.invoke("POST", "/v1/chat/completions", key=key, json_body=chat("hi, how are you?"))
+        assert reply.status == 200, reply.text
+        assert answer_text(reply) == "Hello despite the index."
+        assert reply.seconds < 10, f"the chat waited {reply.seconds:.1f} s for the index"
+        # And a memory is stored (the table is the source of truth; the index catches up later)
+        made = instance.invoke("POST", "/v1/memories", key=key, json_body={"content": "I like green tea"})
+        assert made.status == 201, made.text
+        assert stack.deployment.store().get_memory("default", made.json()["memory"]["id"]).content == "I like green tea"
+
+
+def test_a_reindex_started_on_one_instance_completes_and_reports_progress_on_the_other(
+    make_stack: Callable[..., LambdaStack],
+) -> None:
+    # Given two instances, the jobs queue's consumer, and memories in the store
+    stack = make_stack()
+    a, b = start_instances([stack.instance(name="a"), stack.instance(name="b")])
+    jobs = stack.job("engram.entrypoints.lambdas.cleanup.handler").start()
+    key = stack.deployment.owner_key
+    ids = []
+    for text in ("I am allergic to peanuts", "My cat is called Miso", "I live in Porto"):
+        made = a.invoke("POST", "/v1/memories", key=key, json_body={"content": text})
+        assert made.status == 201, made.text
+        ids.append(made.json()["memory"]["id"])
+    # When the reindex is started on A
+    started = a.invoke("POST", "/v1/admin/reindex", key=key)
+    assert started.status == 202, started.text
+    run_id = started.json()["run_id"]
+    # Then B reports it, queued and not done yet (A is frozen: nothing runs there)
+    queued = b.invoke("GET", "/v1/admin/reindex", key=key).json()
+    assert (queued["state"], queued["run_id"], queued["done"]) == ("running", run_id, 0), queued
+    # When the jobs queue delivers what A enqueued to the jobs function (continuations included)
+    answers = stack.deliver("JobsCleanupQueue", jobs)
+    assert answers and all(answer.get("result") == {"batchItemFailures": []} for answer in answers), answers
+    # Then B reports it finished, with every memory counted
+    state = b.invoke("GET", "/v1/admin/reindex", key=key).json()
+    assert (state["state"], state["run_id"]) == ("done", run_id), state
+    assert state["done"] == state["total"] == len(ids), state
+    # And B's search finds the memories
+    found = b.invoke("POST", "/v1/search/memories", key=key, json_body={"query": "peanuts allergy"})
+    assert ids[0] in [hit["memory"]["id"] for hit in found.json()["items"]]
 
 
 # -- job handlers: one warm process, several invocations ------------------------------------------------------

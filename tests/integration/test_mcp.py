@@ -26,10 +26,12 @@ ALL_TOOLS = {
     "memory_search", "memory_recall", "memory_list", "memory_get", "memory_upsert", "memory_remember",
     "memory_update", "memory_supersede", "memory_archive", "memory_restore", "memory_delete", "memory_stats",
     "memory_export", "memory_ingest", "memory_boot", "memory_pin", "glossary_set", "digest_get", "digest_set",
+    "reminder_list", "reminder_snooze", "reminder_cancel", "thread_list", "thread_messages",
     "skill_import", "skill_list", "skill_get", "skill_search", "skill_allocate", "skill_delete", "skill_files",
 }  # fmt: skip
 READ_TOOLS = {"memory_search", "memory_recall", "memory_list", "memory_get", "memory_stats", "memory_export",
-              "memory_boot", "digest_get", "skill_list", "skill_get", "skill_search", "skill_files"}  # fmt: skip
+              "memory_boot", "digest_get", "reminder_list", "thread_list", "thread_messages",
+              "skill_list", "skill_get", "skill_search", "skill_files"}  # fmt: skip
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -378,3 +380,36 @@ async def test_memory_written_through_mcp_reaches_the_chat_gateway_of_the_same_n
             # Then only alice's request to the model carries the memory
             carries = "apple-star-0428" in json.dumps(sent, ensure_ascii=False)
             assert carries is (key == OWNER_KEY), sent
+
+
+async def test_reminder_tools(server: EngramServer) -> None:
+    async with mcp_client(server) as mcp:
+        # Given a memory remembered with a reminder for tomorrow
+        when = "2099-05-01T09:00:00+02:00"
+        made = await call(mcp, "memory_remember", content="Call the plumber about the leak", remind_at=when)
+        memory_id = made["memory"]["id"]
+        # Then it is an upcoming reminder
+        listed = await call(mcp, "reminder_list")
+        assert [(r["memory_id"], r["status"]) for r in listed["items"]] == [(memory_id, "pending")]
+        # When snoozed, then cancelled
+        snoozed = await call(mcp, "reminder_snooze", memory_id=memory_id, until="2099-05-02T09:00:00+02:00")
+        assert snoozed["remind_at"].startswith("2099-05-02T07:00:00")
+        assert "future" in await call_error(mcp, "reminder_snooze", memory_id=memory_id, until="2001-01-01T00:00:00Z")
+        assert (await call(mcp, "reminder_cancel", memory_id=memory_id))["status"] == "cancelled"
+        assert (await call(mcp, "reminder_list"))["items"] == []
+        # And mistakes come back as tool errors a model can fix
+        assert "UTC offset" in await call_error(mcp, "memory_remember", content="x y z", remind_at="2099-05-01T09:00")
+        assert "no reminder" in await call_error(mcp, "reminder_cancel", memory_id=memory_id)
+
+
+async def test_thread_tools(server: EngramServer) -> None:
+    async with mcp_client(server) as mcp:
+        # Given a conversation stored in a thread
+        said = [{"role": "user", "content": "we fly to Kyoto", "conversation_id": "trip"}]
+        await call(mcp, "memory_ingest", messages=said)
+        # Then it is listed and readable
+        threads = await call(mcp, "thread_list")
+        assert [(t["id"], t["message_count"]) for t in threads["items"]] == [("trip", 1)]
+        read = await call(mcp, "thread_messages", thread_id="trip")
+        assert [m["content"] for m in read["items"]] == ["we fly to Kyoto"]
+        assert "not found" in await call_error(mcp, "thread_messages", thread_id="nope")

@@ -247,3 +247,35 @@ def test_an_agents_chats_list_its_skills_in_the_boot_block(make_gateway) -> None
         assert "## Skills" not in str(gateway.upstream.last().json["messages"])
         http.post("/v1/chat/completions", json=body, headers={"x-engram-agent": "codex"}).raise_for_status()
         assert "- deploy: How to deploy" in gateway.upstream.last().json["messages"][0]["content"]
+
+
+def test_export_and_import_carry_skills_with_every_version_and_file(server: EngramServer) -> None:
+    with server.client() as alice, server.client(OTHER_KEY) as bob:
+        # Given a skill with two versions, a binary file, an allocation, and a deleted skill
+        alice.post("/v1/skills", json={"content": SKILL_MD, "files": {"scripts/fill.py": "print(1)"}})
+        alice.put("/v1/skills/pdf-tools/files/data/table.bin", content=bytes(range(256))).raise_for_status()
+        alice.post("/v1/skills/pdf-tools/allocate", json={"agent_id": "claude-code"}).raise_for_status()
+        alice.post("/v1/skills", json={"content": "# Old\nGone soon.", "name": "old-skill"}).raise_for_status()
+        alice.delete("/v1/skills/old-skill").raise_for_status()
+        exported = alice.get("/v1/export").json()
+        assert [s["name"] for s in exported["skills"]] == ["old-skill", "pdf-tools"]
+        # When bob imports it: a dry run first, then for real, then again
+        dry = bob.post("/v1/import?dry_run=true", json=exported).json()
+        assert dry["created"]["skills"] == 2 and bob.get("/v1/skills").json()["items"] == []
+        real = bob.post("/v1/import", json=exported).json()
+        again = bob.post("/v1/import", json=exported).json()
+        # Then the same counts, and nothing added the second time
+        assert real["created"]["skills"] == 2 and again["created"]["skills"] == 0 and again["skipped"]["skills"] == 2
+        # And every version, file and setting came along
+        versions = bob.get("/v1/skills/pdf-tools/versions").json()["items"]
+        assert [v["version"] for v in versions] == [1, 2]
+        assert bob.get("/v1/skills/pdf-tools/files/data/table.bin", params={"version": 2}).content == bytes(range(256))
+        assert bob.get("/v1/skills/pdf-tools/files/scripts/fill.py", params={"version": 1}).content == b"print(1)"
+        assert bob.get("/v1/skills?agent=claude-code").json()["items"][0]["name"] == "pdf-tools"
+        assert bob.get("/v1/skills/old-skill").status_code == 404
+        assert [s["name"] for s in bob.get("/v1/skills?deleted=true").json()["items"]] == ["old-skill"]
+        # A broken skill row is refused with its reason, the rest still imports
+        broken = {"skills": [{"name": "../x", "versions": [{"content": "x"}]}, {"name": "ok", "versions": []}]}
+        report = bob.post("/v1/import", json=broken).json()
+        assert report["refused"]["skills"] == 2
+        assert {p["code"] for p in report["problems"]} == {"invalid_skill_name", "invalid_input"}

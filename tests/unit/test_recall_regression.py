@@ -72,7 +72,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RecallSe
         def now(self) -> datetime:
             return datetime(2025, 2, 1, tzinfo=UTC)
 
-    yield RecallService(store, index, embedder, None, None, Clock(), RecallConfig()), key_of
+    yield RecallService(store, index, embedder, None, None, Clock(), RecallConfig(min_relevance=0.0)), key_of
     index.close()
 
 

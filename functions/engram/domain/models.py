@@ -138,6 +138,46 @@ class Message(Frozen):
     created_at: datetime
     # Why the turn got no answer (the gateway stores a user's turn even when the upstream fails).
     error: str | None = None
+    # When Engram stored it (the storing service's clock; ``created_at`` if not given): extraction
+    # reads messages in this order, so history
+    # imported with old ``created_at`` times is still read once (docs/ARCHITECTURE.md, "Background jobs").
+    stored_at: datetime | None = None
+
+
+class Thread(Frozen):
+    """A conversation: the messages stored under one ``conversation_id`` (docs/threads.md).
+
+    The row appears with its first message; ``message_count`` and ``last_message_at`` (the time of the
+    last message stored) are kept by the store. ``deleted_at`` set: in the recycle bin (a new message
+    brings it back; cleanup purges it later).
+    """
+
+    namespace: str
+    id: str
+    title: str | None = None
+    message_count: int = Field(default=0, ge=0)
+    last_message_at: datetime | None = None
+    created_at: datetime
+    deleted_at: datetime | None = None
+
+
+ReminderStatus = Literal["pending", "delivered", "cancelled"]
+
+
+class Reminder(Frozen):
+    """The delivery state of a memory's ``remind_at`` (docs/reminders.md).
+
+    One row per memory. A chat turn claims a due row for ``lease_until`` (so two concurrent turns
+    cannot both take it) and marks it delivered once the upstream answered; a failed turn releases it.
+    """
+
+    namespace: str
+    memory_id: str
+    remind_at: datetime
+    status: ReminderStatus = "pending"
+    delivered_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
 
 
 class Precious(Frozen):

@@ -25,7 +25,9 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
     SearchHit,
+    Thread,
     UsageRecord,
 )
 from engram.domain.skills import Skill, SkillVersion
@@ -108,7 +110,22 @@ class MemoryStore(Protocol):
     # -- messages -------------------------------------------------------------------------
     def insert_message(self, message: Message) -> tuple[Message, bool]:
         """Store a message; if ``external_id`` was stored before in the namespace, return that
-        one and ``False`` (idempotent ingest), else the new one and ``True``."""
+        one and ``False`` (idempotent ingest), else the new one and ``True``. ``stored_at`` (when it
+        was stored: the caller's clock) defaults to ``created_at``."""
+        ...
+
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        """Messages in the order they were stored (``stored_at``, then id), with ``since <= stored_at <
+        until``, strictly after the position ``after``. Rows stored before ``stored_at`` existed are
+        not listed on DynamoDB (SQLite takes their ``created_at``)."""
         ...
 
     def list_messages(
@@ -127,6 +144,69 @@ class MemoryStore(Protocol):
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int: ...
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int: ...
+
+    # -- threads ----------------------------------------------------------------------------
+    # ``insert_message`` keeps the thread of its ``conversation_id``: creates the row, counts the
+    # message, moves ``last_message_at`` to its time and takes the thread out of the recycle bin.
+    def get_thread(self, namespace: str, thread_id: str) -> Thread: ...
+
+    def list_threads(
+        self, namespace: str, *, deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> Page[Thread]:
+        """Live threads (or, with ``deleted``, those in the recycle bin), the most recently active first
+        (``last_message_at``, else ``created_at``, desc; then id desc)."""
+        ...
+
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
+        """Set the title and the recycle-bin mark; ``NotFound`` if the thread does not exist."""
+        ...
+
+    def list_thread_messages(
+        self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Message]:
+        """The thread's messages, oldest first (``created_at``, then id)."""
+        ...
+
+    def move_thread(self, namespace: str, source: str, target: str) -> int:
+        """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
+        row; the number of messages moved. Safe to repeat after a partial failure."""
+        ...
+
+    def purge_thread(self, namespace: str, thread_id: str) -> int:
+        """Hard-delete the thread and its messages (cleanup); the number of messages deleted."""
+        ...
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        """Insert or replace the row of (namespace, memory_id)."""
+        ...
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None: ...
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        """Rows in ``status`` with ``due_after <= remind_at <= due_before``, soonest first (then memory id).
+        May lag writes by about a second (DynamoDB: a secondary index); ``claim_reminder`` does not."""
+        ...
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        """Take a ``pending`` row whose lease is free or ran out before ``now``, for ``owner`` until
+        ``until``; ``True`` if this call took it. Atomic: of concurrent claims, one wins."""
+        ...
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        """If ``owner`` holds the lease: with ``delivered_at`` mark the row delivered, else release the
+        lease. ``False`` (and nothing changes) if the lease is someone else's or gone."""
+        ...
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious: ...

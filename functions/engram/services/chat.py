@@ -50,6 +50,7 @@ from engram.services.injection import (
 )
 from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.threads import thread_id_of
 from engram.services.wire_shapes import (
     check_upstream_response,
     parse_chat_request,
@@ -84,6 +85,15 @@ def explicit_remember(text: str) -> str | None:
     if len(fact) < 3 or fact.endswith(("?", "？")) or _NOT_A_REQUEST.match(fact):
         return None
     return fact[:4000]
+
+
+def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
+    """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
+    user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
+    if wire == "openai":
+        return thread_id_of(pinned, body.get("user"))
+    metadata = body.get("metadata")
+    return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
 
 
 def render_hits(result: Any) -> str:
@@ -165,6 +175,9 @@ class _Exchange:
     settled: bool = False
     forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
     key: str = ""  # the exchange's idempotency key, computed once (``ChatService._exchange_key``)
+    # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
+    reminders: list[str] = field(default_factory=list)
+    reminder_owner: str = ""
 
     def headers(self) -> dict[str, str]:
         return {
@@ -190,9 +203,11 @@ class ChatService:
         queue: JobQueue | None = None,
         render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
+        reminders: Any = None,
         skills: Any = None,
     ) -> None:
         self._openai = openai
+        self._reminders = reminders  # services.reminders.ReminderService
         self._skills = skills  # services.skills.SkillService: the skills an agent is told about
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
@@ -231,7 +246,7 @@ class ChatService:
             body = parse_chat_request(raw, wire)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
-            ex.conversation = (conversation_id or str(body.get("user") or "") or "default")[:200]
+            ex.conversation = _thread_of(wire, body, conversation_id)
             has_images = openai_has_images(body) if wire == "openai" else anthropic_has_images(body)
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
@@ -305,14 +320,42 @@ class ChatService:
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"
+        reminder_text = await self._claim_reminders(ex)
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
         if ex.route.provider == "anthropic":
-            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache)
+            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache, reminder_text)
         else:
-            body, info = inject_openai(body, boot_text, recall_text)
+            body, info = inject_openai(body, boot_text, recall_text, reminder_text)
         ex.injected = info.any
+        if info.reminders and ex.reason == "no_content":
+            ex.reason = "injected"
+        if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
+            await self._settle_reminders(ex, delivered=False)
         return body
+
+    async def _claim_reminders(self, ex: _Exchange) -> str:
+        """Claim the namespace's due reminders for this turn; their lines for the patch ('' if none)."""
+        if self._reminders is None:
+            return ""
+        ex.reminder_owner = new_id("turn")
+        try:
+            due = await asyncio.to_thread(self._reminders.claim_due, ex.namespace, ex.reminder_owner)
+        except Exception:
+            log.warning("reminders unavailable; the chat goes on without them", exc_info=True)
+            return ""
+        ex.reminders = [d.memory.id for d in due]
+        return str(self._reminders.render(due))
+
+    async def _settle_reminders(self, ex: _Exchange, *, delivered: bool) -> None:
+        """Delivered (the upstream answered) or released (it did not); once per exchange."""
+        if not ex.reminders or self._reminders is None:
+            return
+        held, ex.reminders = ex.reminders, []
+        try:
+            await asyncio.to_thread(self._reminders.settle, ex.namespace, ex.reminder_owner, held, delivered=delivered)
+        except Exception:
+            log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
 
     async def _boot(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
         """The rendered boot block (cached briefly per namespace and agent) and the ids of its memories."""
@@ -360,19 +403,34 @@ class ChatService:
     def _remember(self, ex: _Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
         byte waits for it (``_settle``)."""
-        fact = explicit_remember(ex.user_text or "")
+        text = ex.user_text or ""
+        fact = explicit_remember(text)
+        when: datetime | None = None
+        if self._reminders is not None:  # "remind me tomorrow at 9 to ...", "remember: dentist tomorrow at 3pm"
+            asked = self._reminders.request_in(text)
+            if asked is not None:
+                fact, when = asked.what, asked.when
+            elif fact is not None:
+                when = self._reminders.time_in(fact)
         if fact is None:
             return
         from engram.services.memories import MemoryWrite
 
         key = "gw-rem-" + self._exchange_key(ex)
         request = MemoryWrite(
-            content=fact, type="fact", source="chat", importance=0.8, confidence=0.95, external_id=key
+            content=fact,
+            type="task" if when is not None else "fact",
+            source="chat",
+            importance=0.8,
+            confidence=0.95,
+            external_id=key,
+            remind_at=when,
         )
 
         def write() -> None:
             try:
-                self._memories.write(ex.namespace, request, dedup=True)
+                # A reminder is its own memory: merged into a look-alike it would not fire again.
+                self._memories.write(ex.namespace, request, dedup=when is None)
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 
@@ -513,12 +571,14 @@ class ChatService:
         logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
+        reminders = self._settle_reminders(ex, delivered=error is None)
         if not ex.persist or ex.settled:
+            await reminders
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = []
+        writes = [reminders]
         if error is None or usage.input or usage.output:
             writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
@@ -543,6 +603,7 @@ class ChatService:
             await self._settle(ex, "", usage or w.TokenUsage(), error)
         else:
             await self._settle_pending(ex)
+            await self._settle_reminders(ex, delivered=False)
 
     async def _settle_pending(self, ex: _Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""

@@ -20,6 +20,7 @@ from engram.domain.errors import EngramError
 from engram.domain.policies import expires_by_retention
 from engram.domain.ports import Clock, JobQueue, MemoryStore, SearchIndex
 from engram.services.jobs import NamespaceLocks, record_run
+from engram.services.threads import ThreadService
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class NamespaceCleanup:
     idempotency: int = 0
     expired: int = 0
     hard_deleted: int = 0
+    threads_purged: int = 0
     kept_for_retry: int = 0
     index_repaired: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -77,6 +79,7 @@ class CleanupReport:
             "idempotency",
             "expired",
             "hard_deleted",
+            "threads_purged",
             "kept_for_retry",
             "index_repaired",
         )
@@ -157,6 +160,9 @@ class CleanupService:
         result.idempotency = self._store.delete_idempotency_before(namespace, now - timedelta(days=p.idempotency_days))
         self._expire(namespace, now, result)
         self._hard_delete(namespace, now, result)
+        # Threads in the recycle bin go after the same grace as deleted memories (docs/threads.md).
+        threads = ThreadService(self._store, self._clock)
+        result.threads_purged = threads.purge_deleted(namespace, older_than_days=p.hard_delete_days, now=now)
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)

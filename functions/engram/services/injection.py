@@ -160,13 +160,16 @@ def _skill_lines(skills: Sequence[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def render_patch(volatile: Sequence[str], recall_text: str) -> str:
-    """The per-turn text appended to the current user turn ('' when empty)."""
+def render_patch(volatile: Sequence[str], recall_text: str, reminder_text: str = "") -> str:
+    """The per-turn text appended to the current user turn ('' when empty); reminders come after
+    the memories (docs/reminders.md)."""
     parts: list[str] = []
     if volatile:
         parts.append("\n".join(volatile))
     if recall_text.strip():
         parts.append("Memories that may be relevant to this message:\n" + recall_text.strip())
+    if reminder_text.strip():
+        parts.append(reminder_text.strip())
     if not parts:
         return ""
     return "<engram-context>\n" + "\n\n".join(parts) + "\n</engram-context>"
@@ -180,6 +183,7 @@ class Injected:
     patch: bool = False
     volatile: list[str] = field(default_factory=list)
     markers: int = 0
+    reminders: bool = False  # the reminder lines are in the patch
 
     @property
     def any(self) -> bool:
@@ -204,7 +208,9 @@ def last_user_text(body: dict[str, Any]) -> str | None:
 
 
 # -- OpenAI wire -----------------------------------------------------------------------------------------
-def inject_openai(body: dict[str, Any], boot_text: str, recall_text: str) -> tuple[dict[str, Any], Injected]:
+def inject_openai(
+    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = ""
+) -> tuple[dict[str, Any], Injected]:
     """A new body with the boot block after the client's system prompt and the patch in the last turn."""
     messages = [dict(m) for m in body.get("messages") or []]
     info = Injected()
@@ -232,9 +238,10 @@ def inject_openai(body: dict[str, Any], boot_text: str, recall_text: str) -> tup
                 target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
         else:
             messages.insert(0, {"role": "system", "content": boot_text})
-    patch = render_patch(info.volatile, recall_text) if can_patch else ""
+    patch = render_patch(info.volatile, recall_text, reminder_text) if can_patch else ""
     if patch:
-        info.patch = bool(recall_text.strip())
+        info.patch = bool(recall_text.strip() or reminder_text.strip())
+        info.reminders = bool(reminder_text.strip())
         last = messages[-1]
         if last_role == "tool":
             messages.append({"role": "user", "content": patch})
@@ -267,7 +274,7 @@ def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
 
 # -- Anthropic wire --------------------------------------------------------------------------------------
 def inject_anthropic(
-    body: dict[str, Any], boot_text: str, recall_text: str, cache: CachePolicy | None
+    body: dict[str, Any], boot_text: str, recall_text: str, cache: CachePolicy | None, reminder_text: str = ""
 ) -> tuple[dict[str, Any], Injected]:
     """A new body: boot block as the last system block, patch as the last block of the current user
     turn, and (with ``cache``) at most four ``cache_control`` markers, none on the patch."""
@@ -290,9 +297,10 @@ def inject_anthropic(
         out["tools"] = tools
     if cache is not None:
         info.markers = _place_markers(out, cache)
-    patch = render_patch(info.volatile, recall_text) if can_patch else ""
+    patch = render_patch(info.volatile, recall_text, reminder_text) if can_patch else ""
     if patch:
-        info.patch = bool(recall_text.strip())
+        info.patch = bool(recall_text.strip() or reminder_text.strip())
+        info.reminders = bool(reminder_text.strip())
         messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": patch}]
     return out, info
 

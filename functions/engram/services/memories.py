@@ -29,6 +29,7 @@ from engram.domain.models import (
     MemoryLayer,
     MemoryType,
     Page,
+    Reminder,
     new_id,
 )
 from engram.domain.policies import (
@@ -216,6 +217,7 @@ class MemoryService:
         new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
         old, new = self._swap(current, new, reason=decision.reason)
         self._sync_index(new, vector)
+        self._sync_reminder(new)
         return WriteResult(new, "superseded", previous=old, reason=decision.reason)
 
     def _create(
@@ -237,6 +239,7 @@ class MemoryService:
             raise
         self._event(namespace, "created", memory.id, {"source": memory.source})
         self._sync_index(memory, vector)
+        self._sync_reminder(memory)
         return WriteResult(memory, "created", reason="new memory")
 
     def supersede(self, namespace: str, old_id: str, req: MemoryWrite) -> WriteResult:
@@ -255,6 +258,7 @@ class MemoryService:
         new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=old.id)
         old, new = self._swap(old, new, reason="explicit supersede")
         self._sync_index(new, None)
+        self._sync_reminder(new)
         return WriteResult(new, "superseded", previous=old, reason="explicit supersede")
 
     def update(self, namespace: str, memory_id: str, patch: MemoryPatch) -> Memory:
@@ -285,6 +289,8 @@ class MemoryService:
         self._event(namespace, "updated", memory_id, {"fields": sorted(k for k in changes if k != "updated_at")})
         if updated.status == "active":
             self._sync_index(updated, None)
+        if "remind_at" in changes and changes["remind_at"] != memory.remind_at:
+            self._sync_reminder(updated, cleared=changes["remind_at"] is None)
         return updated
 
     def set_status(
@@ -328,6 +334,20 @@ class MemoryService:
         self._event(namespace, "restored", memory_id, {"replaced": holder.id} if holder else {})
         self._sync_index(revived, None)
         return revived
+
+    def _sync_reminder(self, memory: Memory, *, cleared: bool = False) -> None:
+        """A new or changed ``remind_at`` (re)arms the memory's reminder; a cleared one cancels it
+        (docs/reminders.md). Called only when ``remind_at`` was set or changed."""
+        if memory.remind_at is not None:
+            self._store.put_reminder(
+                Reminder(namespace=memory.namespace, memory_id=memory.id, remind_at=memory.remind_at)
+            )
+        elif cleared:
+            row = self._store.find_reminder(memory.namespace, memory.id)
+            if row is not None and row.status == "pending":
+                self._store.put_reminder(
+                    row.model_copy(update={"status": "cancelled", "lease_owner": None, "lease_until": None})
+                )
 
     def mark_seen(self, namespace: str, memory_id: str) -> Memory:
         return self._mark_seen(self._store.get_memory(namespace, memory_id), ())

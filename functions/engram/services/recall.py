@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.domain import fusion
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
@@ -40,7 +41,7 @@ from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
 
-Fusion = Literal["score", "rrf"]
+Fusion = Literal["adaptive", "score", "rrf"]
 
 # Query vectors kept per service: chat retries, MCP clients and regenerated answers repeat the same
 # query, and the embedding is most of a recall's time.
@@ -53,7 +54,7 @@ class RecallConfig:
 
     top_k: int = 5
     candidates: int = 50
-    fusion: Fusion = "score"
+    fusion: Fusion = "adaptive"
     rrf_k: int = 60
     keyword_weight: float = 1.5
     vector_weight: float = 1.0
@@ -61,9 +62,11 @@ class RecallConfig:
     recency_weight: float = 0.1
     recency_half_life_days: float = 30.0
     min_score: float = 0.0
+    min_relevance: float = 0.15
     repeat_window_minutes: int = 30
     repeat_decay: float = 0.5
     dedup_jaccard: float = 0.9
+    diversity: float = 0.3
     rerank_candidates: int = 20
     compress: bool = False
     compress_model: str = ""
@@ -86,6 +89,8 @@ class RecallHit(BaseModel):
 
     memory: Memory
     score: float
+    # Estimated probability that the memory helps answer the query, in [0, 1] (docs/recall.md).
+    relevance: float = 1.0
     keyword_rank: int | None = None
     vector_rank: int | None = None
     # The compressed line to inject instead of the full content (compression on and successful).
@@ -131,14 +136,8 @@ def fuse_rrf(ranked_lists: Sequence[tuple[Sequence[str], float]], k: int = 60) -
 def normalize_scores(hits: Sequence[SearchHit], *, floor_at_last: bool) -> dict[str, float]:
     """Scores to [0, 1]: divided by the best (``floor_at_last=False``, BM25) or min-max over the
     list (``True``, cosine: its raw range depends on the model)."""
-    if not hits:
-        return {}
-    best = max(h.score for h in hits)
-    low = min(h.score for h in hits) if floor_at_last else 0.0
-    span = best - low
-    if span <= 1e-12:
-        return {h.memory_id: 1.0 for h in hits}
-    return {h.memory_id: max(0.0, (h.score - low) / span) for h in hits}
+    pairs = [(h.memory_id, h.score) for h in hits]
+    return fusion.min_max(pairs) if floor_at_last else fusion.max_normalized(pairs)
 
 
 def fuse_scores(weighted: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
@@ -186,6 +185,11 @@ def jaccard(a: Set[str], b: Set[str]) -> float:
 @lru_cache(maxsize=16384)
 def _token_set(text: str) -> frozenset[str]:
     return frozenset(tokenize(text))
+
+
+@lru_cache(maxsize=16384)
+def _script(text: str) -> fusion.Script:
+    return fusion.script_of(text)
 
 
 def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tuple[list[Memory], int]:
@@ -321,6 +325,7 @@ class RecallService:
         types: Sequence[str] = (),
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
+        min_relevance: float | None = None,
     ) -> RecallResult:
         """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring)."""
         cfg = self._config
@@ -377,19 +382,39 @@ class RecallService:
 
         keyword_rank = {h.memory_id: i + 1 for i, h in enumerate(keyword_hits)}
         vector_rank = {h.memory_id: i + 1 for i, h in enumerate(vector_hits)}
+
+        # Re-check every candidate against the store first (the index is only a mirror: a superseded or
+        # deleted memory may linger there), so stale documents shape neither the fusion nor the relevance.
+        candidate_ids = list(dict.fromkeys([h.memory_id for h in keyword_hits] + [h.memory_id for h in vector_hits]))
+        found = self._store.get_memories(namespace, candidate_ids) if candidate_ids else []
+        by_id = {m.id: m for m in found if is_live(m, namespace, now, wanted_types)}
+        counts["stale"] = len(candidate_ids) - len(by_id)
+        keyword_live = [(h.memory_id, h.score) for h in keyword_hits if h.memory_id in by_id]
+        vector_live = [(h.memory_id, h.score) for h in vector_hits if h.memory_id in by_id]
+        stages.lap("fetch")
+
+        fused, evidence = fusion.adaptive_fuse(
+            tokenize(text),
+            keyword_live,
+            vector_live,
+            lambda mid: _token_set(by_id[mid].content),
+            {mid: _script(m.content) for mid, m in by_id.items()},
+            keyword_weight=cfg.keyword_weight,
+            vector_weight=cfg.vector_weight,
+        )
         if cfg.fusion == "rrf":
             fused = fuse_rrf(
                 [
-                    ([h.memory_id for h in keyword_hits], cfg.keyword_weight if keyword_hits else 0.0),
-                    ([h.memory_id for h in vector_hits], cfg.vector_weight if vector_hits else 0.0),
+                    ([m for m, _ in keyword_live], cfg.keyword_weight if keyword_live else 0.0),
+                    ([m for m, _ in vector_live], cfg.vector_weight if vector_live else 0.0),
                 ],
                 cfg.rrf_k,
             )
-        else:
+        elif cfg.fusion == "score":
             fused = fuse_scores(
                 [
-                    (normalize_scores(keyword_hits, floor_at_last=False), cfg.keyword_weight if keyword_hits else 0.0),
-                    (normalize_scores(vector_hits, floor_at_last=True), cfg.vector_weight if vector_hits else 0.0),
+                    (fusion.max_normalized(keyword_live), cfg.keyword_weight if keyword_live else 0.0),
+                    (fusion.min_max(vector_live), cfg.vector_weight if vector_live else 0.0),
                 ]
             )
         excluded = set(exclude_ids)
@@ -398,67 +423,78 @@ class RecallService:
         counts["excluded"] = len(fused) - len(ranked)
         stages.lap("fusion")
 
-        # Re-check against the store (the index is only a mirror) and weight by importance/recency.
+        # Weight the head by importance/recency, then drop near-duplicates.
         pool_size = max(k * 4, cfg.rerank_candidates if self._reranker else 0, 20)
-        live: list[Memory] = []
-        stale = 0
-        offset = 0
-        while offset < len(ranked) and len(live) < pool_size:
-            batch = ranked[offset : offset + pool_size]
-            offset += len(batch)
-            for memory in self._store.get_memories(namespace, batch):
-                if is_live(memory, namespace, now, wanted_types):
-                    live.append(memory)
-                else:
-                    stale += 1
-        counts["stale"] = stale
-        weighted = {
-            m.id: fused[m.id]
-            * importance_factor(m.importance, cfg.importance_weight)
+        live = [by_id[mid] for mid in ranked[:pool_size]]
+        factor = {
+            m.id: importance_factor(m.importance, cfg.importance_weight)
             * recency_factor(m.created_at, now, cfg.recency_weight, cfg.recency_half_life_days)
             for m in live
         }
+        weighted = {m.id: fused[m.id] * factor[m.id] for m in live}
         live.sort(key=lambda m: (-weighted[m.id], m.id))
         live, counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard)
+        if cfg.diversity > 0:
+            order = [m.id for m in live]
+            weighted.update(
+                fusion.diversify(order, weighted, lambda mid: _token_set(by_id[mid].content), cfg.diversity)
+            )
+            live.sort(key=lambda m: (-weighted[m.id], m.id))
         stages.lap("filter")
 
         scores = dict(weighted)
+        reranked: dict[str, float] = {}
         if self._reranker is not None and live:
             head = live[: cfg.rerank_candidates]
             try:
-                relevance = self._reranker.rerank(text, [m.content for m in head])
-                if len(relevance) != len(head):
-                    raise ValueError(f"reranker returned {len(relevance)} scores for {len(head)} documents")
-                for m, r in zip(head, relevance, strict=True):
-                    scores[m.id] = float(r) * weighted[m.id] / max(fused[m.id], 1e-9)
+                rerank_scores = self._reranker.rerank(text, [m.content for m in head])
+                if len(rerank_scores) != len(head):
+                    raise ValueError(f"reranker returned {len(rerank_scores)} scores for {len(head)} documents")
+                for m, r in zip(head, rerank_scores, strict=True):
+                    scores[m.id] = float(r) * factor[m.id]
+                    reranked[m.id] = min(1.0, max(0.0, float(r)))
                 head.sort(key=lambda m: (-scores[m.id], m.id))
                 live = head + live[len(head) :]
                 stages.ran.append("rerank")
             except Exception as exc:
                 scores = dict(weighted)
+                reranked = {}
                 stages.fail("rerank", exc)
             stages.lap("rerank")
         else:
             stages.skipped.append("rerank")
 
-        final: list[tuple[Memory, float]] = []
-        floored = 0
+        # Relevance: the reranker's score where it ran, else the calibrated estimate (docs/recall.md).
+        floor = cfg.min_relevance if min_relevance is None else min_relevance
+        final: list[tuple[Memory, float, float]] = []
+        floored = irrelevant = 0
         for m in live:
             score = scores[m.id]
             if score < cfg.min_score:
                 floored += 1
                 continue
+            relevance = reranked.get(m.id)
+            if relevance is None:
+                relevance = fusion.relevance(evidence, m.id)
+            if relevance < floor:
+                irrelevant += 1
+                continue
             score *= repeat_factor(m.last_injected_at, now, cfg.repeat_window_minutes, cfg.repeat_decay)
-            final.append((m, score))
-        final.sort(key=lambda pair: (-pair[1], pair[0].id))
+            final.append((m, score, relevance))
+        final.sort(key=lambda item: (-item[1], item[0].id))
         final = final[:k]
         counts["floored"] = floored
+        counts["below_min_relevance"] = irrelevant
 
         hits = [
             RecallHit(
-                memory=m, score=round(s, 6), keyword_rank=keyword_rank.get(m.id), vector_rank=vector_rank.get(m.id)
+                memory=m,
+                score=round(s, 6),
+                relevance=round(r, 4),
+                keyword_rank=keyword_rank.get(m.id),
+                vector_rank=vector_rank.get(m.id),
             )
-            for m, s in final
+            for m, s, r in final
         ]
         if (cfg.compress or cfg.compress_model) and self._compressor is not None and hits:
             try:
@@ -489,6 +525,8 @@ class RecallService:
             "skipped": stages.skipped,
             "degraded": stages.degraded,
             "fusion": cfg.fusion,
+            "keyword_confidence": round(evidence.keyword_confidence, 4),
+            "min_relevance": floor,
             "timings_ms": stages.timings,
             "counts": counts,
         }

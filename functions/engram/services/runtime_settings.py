@@ -46,6 +46,8 @@ ALLOWLIST: tuple[RuntimeSetting, ...] = (
     RuntimeSetting("compress_model", "Models", "Compression model"),
     RuntimeSetting("recall_top_k", "Recall", "Memories injected per turn"),
     RuntimeSetting("recall_min_score", "Recall", "Score floor"),
+    RuntimeSetting("recall_min_relevance", "Recall", "Relevance floor (chat, memory_recall)"),
+    RuntimeSetting("recall_diversity", "Recall", "Diversity penalty"),
     RuntimeSetting("recall_candidates", "Recall", "Candidates per retriever"),
     RuntimeSetting("recall_keyword_weight", "Recall", "Keyword weight"),
     RuntimeSetting("recall_vector_weight", "Recall", "Vector weight"),

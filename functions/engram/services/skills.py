@@ -12,6 +12,8 @@ soft delete, resource files (README, "Skills"; rules in ``domain/skills.py``).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import math
 from collections import Counter
@@ -237,6 +239,17 @@ class SkillService:
         return skill.deleted_at is None or skill.deleted_at + timedelta(days=RESTORE_DAYS) > self._clock.now()
 
     def _store_files(self, namespace: str, files: Mapping[str, bytes]) -> tuple[SkillFile, ...]:
+        checked = self._check_files(files)
+        out = []
+        for path, data in checked:
+            sha = hashlib.sha256(data).hexdigest()
+            self._blobs.put(blob_key(namespace, sha), data)
+            out.append(SkillFile(path=path, sha256=sha, size=len(data)))
+        return tuple(out)
+
+    @staticmethod
+    def _check_files(files: Mapping[str, bytes]) -> list[tuple[str, bytes]]:
+        """Safe paths and sizes (``InvalidInput`` otherwise), sorted by path."""
         if len(files) > MAX_SKILL_FILES:
             raise InvalidInput(f"at most {MAX_SKILL_FILES} files per skill", code="too_many_files")
         checked = [(file_path(path), data) for path, data in sorted(files.items())]
@@ -251,12 +264,7 @@ class SkillService:
                 f"the skill's files add up to {total} bytes; the limit is {MAX_SKILL_FILES_BYTES}",
                 code="files_too_large",
             )
-        out = []
-        for path, data in checked:
-            sha = hashlib.sha256(data).hexdigest()
-            self._blobs.put(blob_key(namespace, sha), data)
-            out.append(SkillFile(path=path, sha256=sha, size=len(data)))
-        return tuple(out)
+        return checked
 
     def put_file(self, namespace: str, name: str, path: str, data: bytes) -> ImportResult:
         """Add or replace one resource file: a new version when the bytes differ."""
@@ -279,6 +287,71 @@ class SkillService:
             if file.path == path:
                 return file, self._read_blob(namespace, file)
         raise NotFound(f"skill {row.name!r} version {row.version} has no file {path!r}")
+
+    # -- export / import (services/transfer.py) -------------------------------------------------
+    def export(self, namespace: str) -> list[dict[str, Any]]:
+        """Every skill (deleted ones still restorable included) with every version and its files' bytes."""
+        out = []
+        for skill in self.list_skills(namespace) + self.list_skills(namespace, deleted=True):
+            versions = []
+            for row in self._store.list_versions(namespace, skill.name):
+                data = version_json(row)
+                data["files"] = [
+                    {**f.model_dump(), "data_base64": base64.b64encode(self._read_blob(namespace, f)).decode()}
+                    for f in row.files
+                ]
+                versions.append(data)
+            out.append({**skill_json(skill), "versions": versions})
+        return sorted(out, key=lambda s: s["name"])
+
+    def import_exported(self, namespace: str, row: dict[str, Any], *, dry_run: bool = False) -> tuple[str, str]:
+        """One skill of an export: every version replayed in order (same numbers when the export's are
+        1..n), then its allocation and deletion. A name already present is skipped (its versions are the
+        owner's); a row that breaks a rule raises ``InvalidInput`` and nothing of it is written."""
+        name = skill_name(str(row.get("name") or ""))
+        versions = row.get("versions")
+        if not isinstance(versions, list) or not versions or not all(isinstance(v, dict) for v in versions):
+            raise InvalidInput("a skill needs a non-empty list of versions")
+        if self._store.find_skill(namespace, name) is not None:
+            return "skipped", "a skill with this name is present"
+        plan = []
+        for version in sorted(versions, key=lambda v: v.get("version") if isinstance(v.get("version"), int) else 0):
+            content = version.get("content")
+            if not isinstance(content, str) or not content.strip() or len(content) > MAX_SKILL_CHARS:
+                raise InvalidInput(f"version {version.get('version')}: content must be 1..{MAX_SKILL_CHARS} characters")
+            files: dict[str, bytes] = {}
+            for file in version.get("files") or []:
+                try:
+                    files[file_path(str(file["path"]))] = base64.b64decode(file["data_base64"], validate=True)
+                except (KeyError, TypeError, binascii.Error) as exc:
+                    raise InvalidInput(f"version {version.get('version')}: a file without path or base64 data") from exc
+            self._check_files(files)
+            description = version.get("description")
+            tags = version.get("tags")
+            plan.append(
+                (
+                    content,
+                    description if isinstance(description, str) else "",
+                    clean_tags([t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []),
+                    files,
+                    version.get("restored_from") if isinstance(version.get("restored_from"), int) else None,
+                )
+            )
+        agents = tuple(agent_id(a) for a in row.get("agents") or [] if isinstance(a, str))
+        if dry_run:
+            return "created", name
+        for content, description, tags, files, restored_from in plan:
+            self._write(
+                namespace, name, content, description[:MAX_DESCRIPTION_CHARS], tags, files, restored_from=restored_from
+            )
+        head = self._store.find_skill(namespace, name)
+        if head is not None:
+            deleted = row.get("deleted_at")
+            update: dict[str, Any] = {"agents": agents}
+            if isinstance(deleted, str) and deleted:
+                update["deleted_at"] = deleted
+            self._store.put_skill(Skill.model_validate({**head.model_dump(), **update}))
+        return "created", name
 
     def restore_version(self, namespace: str, name: str, version: int) -> ImportResult:
         """Write version ``version`` again as the newest (a no-op when it is the newest's content)."""

@@ -50,7 +50,7 @@ from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryService
 
 EXPORT_VERSION = 1
-KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest")
+KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
 MAX_EXTERNAL_ID_CHARS = 200
 MAX_REASON_CHARS = 1000
 MAX_PROBLEMS = 200  # problems listed in a report; the counts cover every row
@@ -73,6 +73,8 @@ class ExportDocument(BaseModel):
     glossary: list[dict[str, Any]] = Field(default_factory=list)
     digest: dict[str, Any] | None = None
     daily_logs: list[dict[str, Any]] = Field(default_factory=list)
+    # Skills with every version and their files' bytes (base64): services/skills.py, ``export``.
+    skills: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass
@@ -153,10 +155,11 @@ def _tags(row: dict[str, Any]) -> tuple[str, ...]:
 
 
 class TransferService:
-    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock) -> None:
+    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock, skills: Any = None) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
+        self._skills = skills  # services.skills.SkillService (None: exports and imports carry no skills)
 
     # -- export -----------------------------------------------------------------------------
     def export(self, namespace: str) -> dict[str, Any]:
@@ -173,6 +176,7 @@ class TransferService:
             glossary=[_dump(g) for g in self._store.list_glossary(namespace)],
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
+            skills=self._skills.export(namespace) if self._skills is not None else [],
         ).model_dump()
 
     def _all_precious(self, namespace: str) -> list[Precious]:
@@ -213,6 +217,14 @@ class TransferService:
         run.rows("daily_logs", document.daily_logs, run.daily_log, step)
         if document.digest is not None:
             run.rows("digest", [document.digest], run.digest, step)
+        if document.skills and self._skills is not None:
+            skills = self._skills
+
+            def skill(row: dict[str, Any]) -> tuple[str, str | None, str]:
+                outcome, detail = skills.import_exported(namespace, row, dry_run=dry_run)
+                return (outcome, row.get("name"), detail) if outcome == "skipped" else (outcome, detail, "")
+
+            run.rows("skills", document.skills, skill, step)
         if not dry_run:
             embed = progress("embed", len(run.inserted_active)) if progress else None
             run.report.indexed = self._memories.reindex_ids(namespace, run.inserted_active, progress=embed)
@@ -411,7 +423,12 @@ class _Import:
             {**row, **self._stamps(row, "created_at"), "id": self._own_id(row, "msg"), "namespace": self.namespace}
         )
         message = message.model_copy(
-            update={"content": checked.content, "external_id": message.external_id or f"import:{message.id}"}
+            update={
+                "content": checked.content,
+                "external_id": message.external_id or f"import:{message.id}",
+                # Stored now, whenever it was said: extraction reads imported history once.
+                "stored_at": self.clock.now(),
+            }
         )
         if self.dry_run:
             return self._plan_message(message)

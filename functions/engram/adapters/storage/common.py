@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from engram.domain.errors import InvalidInput
-from engram.domain.models import MEMORY_STATUSES, MEMORY_TYPES, GlossaryTerm, MemoryLayer
+from engram.domain.models import MEMORY_STATUSES, MEMORY_TYPES, GlossaryTerm, MemoryLayer, Page, Thread
 
 MEMORY_LAYERS: tuple[str, ...] = MemoryLayer.__args__  # type: ignore[attr-defined]
 
@@ -40,6 +42,21 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     if not isinstance(row_id, str) or stamp.tzinfo is None:
         raise InvalidInput("invalid cursor", code="invalid_cursor")
     return stamp, row_id
+
+
+_T = TypeVar("_T")
+
+
+def thread_position(thread: Thread) -> tuple[datetime, str]:
+    """Where a thread sorts in a listing: its last activity, then its id."""
+    return (thread.last_message_at or thread.created_at, thread.id)
+
+
+def cut_page(rows: list[_T], limit: int, position: Callable[[_T], tuple[datetime, str]]) -> Page[_T]:
+    """The first ``limit`` of ``rows`` (fetched one beyond), with a cursor at the last one if more follow."""
+    if len(rows) <= limit:
+        return Page(items=rows)
+    return Page(items=rows[:limit], next_cursor=encode_cursor(*position(rows[limit - 1])))
 
 
 def check_limit(limit: int) -> None:

@@ -10,9 +10,14 @@ memory                     ``NS#ns`` / ``MEM#<id>``        ``NS#ns#MEM#<status>`
 active fact_key lock       ``NS#ns`` / ``MEMKEY#<key>``    (``memory_id`` of the one active memory)
 memory external_id lock    ``NS#ns`` / ``MEMEXT#<ext>``    (``memory_id``)
 candidate                  ``NS#ns`` / ``CAND#<id>``       ``NS#ns#CAND#<status>`` / ``<created>#<id>``
-message                    ``NS#ns`` / ``MSG#<created>#<id>``  (base table order = list order)
+message                    ``NS#ns`` / ``MSG#<created>#<id>``  ``NS#ns#THR#<conversation>`` / ``<created>#<id>``
+                                                           (base table order = list order; GSI1 = thread);
+                                                           GSI2 ``NS#ns#MSGIN`` / ``<stored>#<id>``
+thread                     ``NS#ns`` / ``THREAD#<id>``     ``NS#ns#THREADS#<live|deleted>`` /
+                                                           ``<last message or created>#<id>``
 message id pointer         ``NS#ns`` / ``MSGID#<id>``      (``msg_sk``; makes ids unique)
 message external_id lock   ``NS#ns`` / ``MSGEXT#<ext>``    (``msg_sk``; idempotent ingest)
+reminder                   ``NS#ns`` / ``REMIND#<memory>``  ``NS#ns#REMIND#<status>`` / ``<remind_at>#<memory>``
 precious / glossary        ``NS#ns`` / ``PREC#<id>``, ``GLOSS#<id>``
 digest / daily log         ``NS#ns`` / ``DIGEST``, ``DAY#<yyyy-mm-dd>``
 event                      ``NS#ns`` / ``EVT#<id>``        ``NS#ns#EVT`` / ``<created>#<id>``;
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import heapq
 import json
 import time
@@ -70,6 +76,8 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
+    Thread,
     UsageRecord,
     utcnow,
 )
@@ -715,16 +723,25 @@ class DynamoMemoryStore:
         return _epoch(created_at + keep)
 
     def insert_message(self, message: Message) -> tuple[Message, bool]:
+        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
         self._register(message.namespace)
         pk = self._pk(message.namespace)
         msg_sk = f"MSG#{_iso(message.created_at)}#{message.id}"
         ttl = self._ttl(message.created_at, self._message_ttl)
         common = {"entity": "message_ref", "msg_sk": msg_sk, "message_id": message.id, "ttl": ttl}
+        in_thread = {
+            "GSI1PK": f"{pk}#THR#{message.conversation_id}",
+            "GSI1SK": f"{_iso(message.created_at)}#{message.id}",
+            "GSI2PK": f"{pk}#MSGIN",
+            "GSI2SK": f"{_iso(message.stored_at)}#{message.id}",  # type: ignore[arg-type]
+        }
         operations: list[dict[str, Any]] = [
             {
                 "Put": {
                     "TableName": self._table,
-                    "Item": self._ser({"PK": pk, "SK": msg_sk, "entity": "message", "ttl": ttl, **_fields(message)}),
+                    "Item": self._ser(
+                        {"PK": pk, "SK": msg_sk, "entity": "message", "ttl": ttl, **in_thread, **_fields(message)}
+                    ),
                     "ConditionExpression": "attribute_not_exists(PK)",
                 }
             },
@@ -746,6 +763,7 @@ class DynamoMemoryStore:
                     }
                 }
             )
+        operations.append(self._count_in_thread(message))  # last: the reasons above keep their places
         try:
             self._transact(operations)
         except _Cancelled as exc:
@@ -756,6 +774,33 @@ class DynamoMemoryStore:
                     return stored, False
             raise Conflict(f"message {message.id} already exists") from exc
         return message, True
+
+    def _count_in_thread(self, message: Message) -> dict[str, Any]:
+        """The thread's row, created with its first message; counted, moved to this message's time and
+        taken out of the recycle bin by every message."""
+        pk = self._pk(message.namespace)
+        at = _iso(message.created_at)
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": self._key(pk, f"THREAD#{message.conversation_id}"),
+                "UpdateExpression": "SET entity = :entity, #id = :id, #ns = :ns,"
+                " created_at = if_not_exists(created_at, :at), last_message_at = :at, GSI1PK = :live,"
+                " GSI1SK = :sort REMOVE deleted_at ADD message_count :one",
+                "ExpressionAttributeNames": {"#id": "id", "#ns": "namespace"},
+                "ExpressionAttributeValues": self._ser(
+                    {
+                        ":entity": "thread",
+                        ":id": message.conversation_id,
+                        ":ns": message.namespace,
+                        ":at": at,
+                        ":live": f"{pk}#THREADS#live",
+                        ":sort": f"{at}#{message.conversation_id}",
+                        ":one": 1,
+                    }
+                ),
+            }
+        }
 
     def _message_by_ref(self, namespace: str, ref_sk: str) -> Message | None:
         pk = self._pk(namespace)
@@ -796,6 +841,36 @@ class DynamoMemoryStore:
                 break
         return rows
 
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        _check_limit(limit)
+        low = _iso(since) if since is not None else "0"
+        skip = None
+        if after is not None:
+            skip = f"{_iso(after[0])}#{after[1]}"
+            low = max(low, skip)
+        high = _iso(until) if until is not None else "\uffff"
+        if low > high:
+            return []
+        rows: list[Message] = []
+        items = self._query(
+            pk=f"{self._pk(namespace)}#MSGIN", index="GSI2", sk_between=(low, high), page_size=min(limit + 1, 1000)
+        )
+        for item in items:
+            if item["GSI2SK"] == skip:
+                continue
+            rows.append(_model(Message, item))
+            if len(rows) >= limit:
+                break
+        return rows
+
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         low = f"MSG#{_iso(since)}" if since is not None else "MSG#"
         return self._count(pk=self._pk(namespace), sk_between=(low, "MSG$"))
@@ -807,15 +882,251 @@ class DynamoMemoryStore:
         items = self._query(
             pk=pk,
             sk_between=("MSG#", f"MSG#{_iso(before)}"),
-            projection=("PK", "SK", "id", "external_id"),
+            projection=("PK", "SK", "id", "external_id", "conversation_id"),
         )
+        per_thread: dict[str, int] = {}
         for item in items:
             count += 1
-            doomed += [(pk, item["SK"]), (pk, f"MSGID#{item['id']}")]
-            if item.get("external_id") is not None:
-                doomed.append((pk, f"MSGEXT#{item['external_id']}"))
+            doomed += self._message_keys(pk, item)
+            thread = str(item.get("conversation_id") or "default")
+            per_thread[thread] = per_thread.get(thread, 0) + 1
         self._batch_delete(doomed)
+        for thread, gone in per_thread.items():
+            self._add_to_count(namespace, thread, -gone)
         return count
+
+    @staticmethod
+    def _message_keys(pk: str, item: dict[str, Any]) -> list[tuple[str, str]]:
+        """A message's item and its id / external id pointers."""
+        keys = [(pk, item["SK"]), (pk, f"MSGID#{item['id']}")]
+        if item.get("external_id") is not None:
+            keys.append((pk, f"MSGEXT#{item['external_id']}"))
+        return keys
+
+    def _add_to_count(self, namespace: str, thread_id: str, delta: int) -> None:
+        # No row (a message stored before threads existed): nothing to count.
+        with contextlib.suppress(ClientError):
+            self._call(
+                "update_item",
+                TableName=self._table,
+                Key=self._key(self._pk(namespace), f"THREAD#{thread_id}"),
+                UpdateExpression="ADD message_count :delta",
+                ConditionExpression="attribute_exists(PK)",
+                ExpressionAttributeValues=self._ser({":delta": delta}),
+            )
+
+    # -- threads ----------------------------------------------------------------------------
+    def _thread(self, item: dict[str, Any]) -> Thread:
+        item = {**item, "message_count": max(0, int(item.get("message_count") or 0))}
+        return _model(Thread, item)
+
+    def get_thread(self, namespace: str, thread_id: str) -> Thread:
+        item = self._get(self._pk(namespace), f"THREAD#{thread_id}")
+        if item is None:
+            raise NotFound(f"thread {thread_id} not found")
+        return self._thread(item)
+
+    def list_threads(
+        self, namespace: str, *, deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> Page[Thread]:
+        _check_limit(limit)
+        before = _decode_cursor(cursor) if cursor is not None else None
+        partition = f"{self._pk(namespace)}#THREADS#{'deleted' if deleted else 'live'}"
+        items = self._query(pk=partition, index="GSI1", sk_before=before, forward=False, page_size=min(limit + 1, 500))
+        rows: list[tuple[str, Thread]] = []
+        for item in items:
+            rows.append((item["GSI1SK"], self._thread(item)))
+            if len(rows) > limit:
+                break
+        if len(rows) <= limit:
+            return Page(items=[row for _, row in rows])
+        return Page(items=[row for _, row in rows[:limit]], next_cursor=_encode_cursor(rows[limit - 1][0]))
+
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
+        pk = self._pk(namespace)
+        values: dict[str, Any] = {":live": f"{pk}#THREADS#{'live' if deleted_at is None else 'deleted'}"}
+        sets = ["GSI1PK = :live"]
+        removes = []
+        for name, value in (("title", title), ("deleted_at", _iso(deleted_at) if deleted_at else None)):
+            if value is None:
+                removes.append(name)
+            else:
+                sets.append(f"{name} = :{name}")
+                values[f":{name}"] = value
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        try:
+            response = self._call(
+                "update_item",
+                TableName=self._table,
+                Key=self._key(pk, f"THREAD#{thread_id}"),
+                UpdateExpression=expression,
+                ConditionExpression="attribute_exists(PK)",
+                ExpressionAttributeValues=self._ser(values),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            raise NotFound(f"thread {thread_id} not found") from exc
+        return self._thread(self._des(response["Attributes"]))
+
+    def _thread_items(self, namespace: str, thread_id: str, after: str | None = None) -> Iterator[dict[str, Any]]:
+        partition = f"{self._pk(namespace)}#THR#{thread_id}"
+        if after is None:
+            return self._query(pk=partition, index="GSI1")
+        return (
+            i for i in self._query(pk=partition, index="GSI1", sk_between=(after, "\uffff")) if i["GSI1SK"] != after
+        )
+
+    def list_thread_messages(
+        self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Message]:
+        _check_limit(limit)
+        after = _decode_cursor(cursor) if cursor is not None else None
+        rows: list[tuple[str, Message]] = []
+        for item in self._thread_items(namespace, thread_id, after):
+            rows.append((item["GSI1SK"], _model(Message, item)))
+            if len(rows) > limit:
+                break
+        if len(rows) <= limit:
+            return Page(items=[row for _, row in rows])
+        return Page(items=[row for _, row in rows[:limit]], next_cursor=_encode_cursor(rows[limit - 1][0]))
+
+    def move_thread(self, namespace: str, source: str, target: str) -> int:
+        pk = self._pk(namespace)
+        into = self.get_thread(namespace, target)
+        gone = self._get(pk, f"THREAD#{source}")
+        moved = 0
+        for item in list(self._thread_items(namespace, source)):
+            self._call(
+                "update_item",
+                TableName=self._table,
+                Key=self._key(pk, item["SK"]),
+                UpdateExpression="SET conversation_id = :to, GSI1PK = :thread",
+                ExpressionAttributeValues=self._ser({":to": target, ":thread": f"{pk}#THR#{target}"}),
+            )
+            moved += 1
+        if gone is not None:
+            latest = max(
+                filter(
+                    None, (_iso(into.last_message_at) if into.last_message_at else None, gone.get("last_message_at"))
+                ),
+                default=None,
+            )
+            values: dict[str, Any] = {":n": int(gone.get("message_count") or 0)}
+            expression = "ADD message_count :n"
+            if latest is not None:
+                expression = "SET last_message_at = :at, GSI1SK = :sort " + expression
+                values[":at"], values[":sort"] = latest, f"{latest}#{target}"
+            self._call(
+                "update_item",
+                TableName=self._table,
+                Key=self._key(pk, f"THREAD#{target}"),
+                UpdateExpression=expression,
+                ExpressionAttributeValues=self._ser(values),
+            )
+            self._delete(pk, f"THREAD#{source}")
+        return moved
+
+    def purge_thread(self, namespace: str, thread_id: str) -> int:
+        pk = self._pk(namespace)
+        doomed: list[tuple[str, str]] = []
+        for item in self._thread_items(namespace, thread_id):
+            doomed += self._message_keys(pk, item)
+        count = sum(1 for _, sk in doomed if sk.startswith("MSG#"))
+        self._batch_delete(doomed)
+        self._delete(pk, f"THREAD#{thread_id}")
+        return count
+
+    # -- reminders --------------------------------------------------------------------------
+    def _reminder_item(self, reminder: Reminder) -> dict[str, Any]:
+        pk = self._pk(reminder.namespace)
+        return {
+            "PK": pk,
+            "SK": f"REMIND#{reminder.memory_id}",
+            "entity": "reminder",
+            "GSI1PK": f"{pk}#REMIND#{reminder.status}",
+            "GSI1SK": f"{_iso(reminder.remind_at)}#{reminder.memory_id}",
+            **_fields(reminder),
+        }
+
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        self._register(reminder.namespace)
+        self._put(self._reminder_item(reminder))
+        return reminder
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None:
+        item = self._get(self._pk(namespace), f"REMIND#{memory_id}")
+        return _model(Reminder, item) if item else None
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        _check_limit(limit)
+        low = _iso(due_after) if due_after is not None else "0"
+        high = f"{_iso(due_before)}#\uffff" if due_before is not None else "\uffff"
+        items = self._query(
+            pk=f"{self._pk(namespace)}#REMIND#{status}", index="GSI1", sk_between=(low, high), page_size=min(limit, 500)
+        )
+        rows: list[Reminder] = []
+        for item in items:
+            rows.append(_model(Reminder, item))
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def _update_reminder(self, namespace: str, memory_id: str, **update: Any) -> bool:
+        """One conditional UpdateItem on the reminder row; ``False`` if the condition failed."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self._table,
+                Key=self._key(self._pk(namespace), f"REMIND#{memory_id}"),
+                **update,
+            )
+        except ClientError:  # only ConditionalCheckFailed gets here
+            return False
+        return True
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        # A conditional write is atomic on the item: of concurrent claims exactly one passes the check.
+        return self._update_reminder(
+            namespace,
+            memory_id,
+            UpdateExpression="SET lease_owner = :owner, lease_until = :until",
+            ConditionExpression="#status = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues=self._ser(
+                {":owner": owner, ":until": _iso(until), ":pending": "pending", ":now": _iso(now)}
+            ),
+        )
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        values: dict[str, Any] = {":owner": owner}
+        expression = "REMOVE lease_owner, lease_until"
+        if delivered_at is not None:
+            expression = "SET #status = :delivered, delivered_at = :at, GSI1PK = :partition " + expression
+            values.update(
+                {
+                    ":delivered": "delivered",
+                    ":at": _iso(delivered_at),
+                    ":partition": f"{self._pk(namespace)}#REMIND#delivered",
+                }
+            )
+        return self._update_reminder(
+            namespace,
+            memory_id,
+            UpdateExpression=expression,
+            ConditionExpression="lease_owner = :owner",
+            ExpressionAttributeValues=self._ser(values),
+            **({"ExpressionAttributeNames": {"#status": "status"}} if delivered_at is not None else {}),
+        )
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious:

@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 
 from engram.adapters.storage.common import (
     check_limit,
+    cut_page,
     decode_cursor,
     empty_memory_counts,
     encode_cursor,
     glossary_order,
+    thread_position,
 )
 from engram.domain.errors import Conflict, InvalidInput, NotFound
 from engram.domain.models import (
@@ -33,6 +35,8 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
+    Thread,
     UsageRecord,
     utcnow,
 )
@@ -80,6 +84,10 @@ def _delete_where(table: dict[str, dict[str, _Row]], namespace: str, doomed: Cal
     return len(ids)
 
 
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
+    return max((t for t in (a, b) if t is not None), default=None)
+
+
 class InMemoryMemoryStore:
     """Dicts keyed by namespace, then by id; one re-entrant lock makes every call atomic."""
 
@@ -97,6 +105,8 @@ class InMemoryMemoryStore:
         self._idempotency: dict[str, dict[str, IdempotencyRecord]] = {}
         self._cursors: dict[str, dict[str, str]] = {}
         self._cache: dict[str, dict[str, CacheEntry]] = {}
+        self._threads: dict[str, dict[str, Thread]] = {}
+        self._reminders: dict[str, dict[str, Reminder]] = {}
 
     # -- memories -------------------------------------------------------------------------
     @staticmethod
@@ -258,8 +268,23 @@ class InMemoryMemoryStore:
                     return stored, False
             if message.id in rows:
                 raise Conflict(f"message {message.id} already exists")
+            message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
             rows[message.id] = message
+            self._count_in_thread(message)
             return message, True
+
+    def _count_in_thread(self, message: Message) -> None:
+        threads = self._threads.setdefault(message.namespace, {})
+        thread = threads.get(message.conversation_id) or Thread(
+            namespace=message.namespace, id=message.conversation_id, created_at=message.created_at
+        )
+        threads[thread.id] = thread.model_copy(
+            update={
+                "message_count": thread.message_count + 1,
+                "last_message_at": message.created_at,
+                "deleted_at": None,
+            }
+        )
 
     def list_messages(
         self,
@@ -287,13 +312,155 @@ class InMemoryMemoryStore:
             ]
         return _oldest_first(selected)[:limit]
 
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        check_limit(limit)
+        with self._lock:
+            rows = [m for m in self._messages.get(namespace, {}).values() if m.stored_at is not None]
+        picked = [
+            m
+            for m in rows
+            if (since is None or m.stored_at >= since)  # type: ignore[operator]
+            and (until is None or m.stored_at < until)  # type: ignore[operator]
+            and (after is None or (m.stored_at, m.id) > after)
+        ]
+        return sorted(picked, key=lambda m: (m.stored_at, m.id))[:limit]
+
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         with self._lock:
             return sum(1 for m in self._messages.get(namespace, {}).values() if since is None or m.created_at >= since)
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int:
         with self._lock:
+            gone = [m for m in self._messages.get(namespace, {}).values() if m.created_at < before]
+            self._uncount(namespace, gone)
             return _delete_where(self._messages, namespace, lambda m: m.created_at < before)
+
+    def _uncount(self, namespace: str, messages: Sequence[Message]) -> None:
+        threads = self._threads.get(namespace, {})
+        for message in messages:
+            thread = threads.get(message.conversation_id)
+            if thread is not None:
+                threads[thread.id] = thread.model_copy(update={"message_count": max(0, thread.message_count - 1)})
+
+    # -- threads ----------------------------------------------------------------------------
+    def get_thread(self, namespace: str, thread_id: str) -> Thread:
+        with self._lock:
+            thread = self._threads.get(namespace, {}).get(thread_id)
+        if thread is None:
+            raise NotFound(f"thread {thread_id} not found")
+        return thread
+
+    def list_threads(
+        self, namespace: str, *, deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> Page[Thread]:
+        check_limit(limit)
+        with self._lock:
+            rows = [t for t in self._threads.get(namespace, {}).values() if (t.deleted_at is not None) == deleted]
+        ordered = sorted(rows, key=thread_position, reverse=True)
+        if cursor is not None:
+            after = decode_cursor(cursor)
+            ordered = [t for t in ordered if thread_position(t) < after]
+        return cut_page(ordered, limit, thread_position)
+
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
+        with self._lock:
+            thread = self.get_thread(namespace, thread_id).model_copy(update={"title": title, "deleted_at": deleted_at})
+            self._threads[namespace][thread_id] = thread
+            return thread
+
+    def list_thread_messages(
+        self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Message]:
+        check_limit(limit)
+        with self._lock:
+            rows = _oldest_first(
+                m for m in self._messages.get(namespace, {}).values() if m.conversation_id == thread_id
+            )
+        if cursor is not None:
+            after = decode_cursor(cursor)
+            rows = [m for m in rows if (m.created_at, m.id) > after]
+        return cut_page(rows, limit, lambda m: (m.created_at, m.id))
+
+    def move_thread(self, namespace: str, source: str, target: str) -> int:
+        with self._lock:
+            into = self.get_thread(namespace, target)
+            rows = self._messages.get(namespace, {})
+            moved = [m for m in rows.values() if m.conversation_id == source]
+            for message in moved:
+                rows[message.id] = message.model_copy(update={"conversation_id": target})
+            gone = self._threads.get(namespace, {}).pop(source, None)
+            if gone is not None:
+                self._threads[namespace][target] = into.model_copy(
+                    update={
+                        "message_count": into.message_count + gone.message_count,
+                        "last_message_at": _latest(into.last_message_at, gone.last_message_at),
+                    }
+                )
+            return len(moved)
+
+    def purge_thread(self, namespace: str, thread_id: str) -> int:
+        with self._lock:
+            self._threads.get(namespace, {}).pop(thread_id, None)
+            return _delete_where(self._messages, namespace, lambda m: m.conversation_id == thread_id)
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        with self._lock:
+            self._reminders.setdefault(reminder.namespace, {})[reminder.memory_id] = reminder
+        return reminder
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None:
+        with self._lock:
+            return self._reminders.get(namespace, {}).get(memory_id)
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        check_limit(limit)
+        with self._lock:
+            rows = [
+                r
+                for r in self._reminders.get(namespace, {}).values()
+                if r.status == status
+                and (due_after is None or r.remind_at >= due_after)
+                and (due_before is None or r.remind_at <= due_before)
+            ]
+        return sorted(rows, key=lambda r: (r.remind_at, r.memory_id))[:limit]
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        with self._lock:
+            row = self._reminders.get(namespace, {}).get(memory_id)
+            if row is None or row.status != "pending" or (row.lease_until is not None and row.lease_until >= now):
+                return False
+            self._reminders[namespace][memory_id] = row.model_copy(update={"lease_owner": owner, "lease_until": until})
+            return True
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        with self._lock:
+            row = self._reminders.get(namespace, {}).get(memory_id)
+            if row is None or row.lease_owner != owner:
+                return False
+            changes: dict[str, Any] = {"lease_owner": None, "lease_until": None}
+            if delivered_at is not None:
+                changes.update(status="delivered", delivered_at=delivered_at)
+            self._reminders[namespace][memory_id] = row.model_copy(update=changes)
+            return True
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious:

@@ -153,14 +153,15 @@ class DynamoSkillStore:
     """``SkillStore`` in the DynamoDB table of the store (the layout in the module docstring)."""
 
     def __init__(self, table_name: str, client: Any | None = None, *, region_name: str | None = None) -> None:
-        if client is None:
-            import boto3
-
-            client = boto3.client("dynamodb", region_name=region_name or None)
         self._client = client
+        self._region = region_name
         self._table = table_name
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        if self._client is None:  # built on first use: a cold start that touches no skill pays nothing
+            import boto3
+
+            self._client = boto3.client("dynamodb", region_name=self._region or None)
         try:
             return getattr(self._client, operation)(**kwargs)  # type: ignore[no-any-return]
         except Exception as exc:
@@ -282,22 +283,27 @@ class S3BlobStore:
     """Objects in the skills bucket of the stack (``ENGRAM_SKILLS_BUCKET``)."""
 
     def __init__(self, bucket: str, client: Any | None = None, *, region_name: str | None = None) -> None:
-        if client is None:
+        self._client = client
+        self._region = region_name
+        self._bucket = bucket
+
+    @property
+    def _s3(self) -> Any:
+        if self._client is None:  # built on first use, like DynamoSkillStore's client
             import boto3
 
-            client = boto3.client("s3", region_name=region_name or None)
-        self._client = client
-        self._bucket = bucket
+            self._client = boto3.client("s3", region_name=self._region or None)
+        return self._client
 
     def put(self, key: str, data: bytes) -> None:
         try:
-            self._client.put_object(Bucket=self._bucket, Key=key, Body=data)
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=data)
         except Exception as exc:
             raise translate(exc, "S3 put_object") from exc
 
     def get(self, key: str) -> bytes | None:
         try:
-            response = self._client.get_object(Bucket=self._bucket, Key=key)
+            response = self._s3.get_object(Bucket=self._bucket, Key=key)
         except Exception as exc:
             if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None

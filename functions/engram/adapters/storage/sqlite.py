@@ -24,10 +24,12 @@ from pydantic import BaseModel
 from engram.adapters.files import private_sqlite
 from engram.adapters.storage.common import (
     check_limit,
+    cut_page,
     decode_cursor,
     empty_memory_counts,
     encode_cursor,
     glossary_order,
+    thread_position,
     to_iso,
 )
 from engram.domain.errors import Conflict, InvalidInput, NotFound, UpstreamUnavailable
@@ -44,6 +46,8 @@ from engram.domain.models import (
     Message,
     Page,
     Precious,
+    Reminder,
+    Thread,
     UsageRecord,
     utcnow,
 )
@@ -209,6 +213,43 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2: a stored chat turn notes why it got no answer (Message.error).
     ("ALTER TABLE messages ADD COLUMN error TEXT",),
+    # 3: threads (docs/threads.md): one row per conversation, counted as messages arrive.
+    (
+        """CREATE TABLE threads (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            title TEXT,
+            message_count INTEGER NOT NULL,
+            last_message_at TEXT,
+            created_at TEXT NOT NULL,
+            deleted_at TEXT,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX messages_by_thread ON messages (namespace, conversation_id, created_at, id)",
+        """INSERT INTO threads (namespace, id, title, message_count, last_message_at, created_at, deleted_at)
+            SELECT namespace, conversation_id, NULL, COUNT(*), MAX(created_at), MIN(created_at), NULL
+            FROM messages GROUP BY namespace, conversation_id""",
+    ),
+    # 4: reminders (docs/reminders.md): delivery state of each memory's remind_at.
+    (
+        """CREATE TABLE reminders (
+            namespace TEXT NOT NULL,
+            memory_id TEXT NOT NULL,
+            remind_at TEXT NOT NULL,
+            status TEXT NOT NULL,
+            delivered_at TEXT,
+            lease_owner TEXT,
+            lease_until TEXT,
+            PRIMARY KEY (namespace, memory_id)
+        )""",
+        "CREATE INDEX reminders_by_time ON reminders (namespace, status, remind_at, memory_id)",
+    ),
+    # 5: the order messages were stored in (extraction reads in it); older rows take created_at.
+    (
+        "ALTER TABLE messages ADD COLUMN stored_at TEXT",
+        "UPDATE messages SET stored_at = created_at",
+        "CREATE INDEX messages_by_stored ON messages (namespace, stored_at, id)",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -272,6 +313,9 @@ class _Table(Generic[M]):
 _MEMORIES = _Table("memories", Memory, ("namespace", "id"), ("tags", "source_message_ids"))
 _CANDIDATES = _Table("candidates", Candidate, ("namespace", "id"), ("tags", "source_message_ids"))
 _MESSAGES = _Table("messages", Message, ("namespace", "id"), ("usage",))
+_THREADS = _Table("threads", Thread, ("namespace", "id"))
+_REMINDERS = _Table("reminders", Reminder, ("namespace", "memory_id"))
+_THREAD_ORDER = "COALESCE(last_message_at, created_at)"
 _PRECIOUS = _Table("precious", Precious, ("namespace", "id"), ("tags", "source_message_ids"))
 _GLOSSARY = _Table("glossary", GlossaryTerm, ("namespace", "id"), ("aliases",))
 _DIGESTS = _Table("digests", Digest, ("namespace",))
@@ -549,9 +593,17 @@ class SqliteMemoryStore:
 
     # -- messages -------------------------------------------------------------------------
     def insert_message(self, message: Message) -> tuple[Message, bool]:
-        with self._session() as db:
+        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
+        with self._transaction() as db:
             sql = f"{_MESSAGES.insert_sql} ON CONFLICT (namespace, external_id) DO NOTHING"
             if db.execute(sql, _MESSAGES.insert_params(message)).rowcount == 1:
+                at = to_iso(message.created_at)
+                db.execute(
+                    "INSERT INTO threads (namespace, id, title, message_count, last_message_at, created_at, deleted_at)"
+                    " VALUES (?, ?, NULL, 1, ?, ?, NULL) ON CONFLICT (namespace, id) DO UPDATE SET"
+                    " message_count = message_count + 1, last_message_at = excluded.last_message_at, deleted_at = NULL",
+                    (message.namespace, message.conversation_id, at, at),
+                )
                 return message, True
             stored = self._select_one(
                 _MESSAGES, "namespace = ? AND external_id = ?", (message.namespace, message.external_id)
@@ -587,6 +639,30 @@ class SqliteMemoryStore:
             where = " AND ".join(clauses)
             return self._select(_MESSAGES, f"{where} ORDER BY created_at, id LIMIT ?", [*params, limit])
 
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        check_limit(limit)
+        clauses = ["namespace = ?"]
+        params: list[Any] = [namespace]
+        if since is not None:
+            clauses.append("stored_at >= ?")
+            params.append(to_iso(since))
+        if until is not None:
+            clauses.append("stored_at < ?")
+            params.append(to_iso(until))
+        if after is not None:
+            clauses.append("(stored_at, id) > (?, ?)")
+            params.extend((to_iso(after[0]), after[1]))
+        where = " AND ".join(clauses)
+        return self._select(_MESSAGES, f"{where} ORDER BY stored_at, id LIMIT ?", [*params, limit])
+
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         sql = "SELECT COUNT(*) FROM messages WHERE namespace = ?"
         params: list[Any] = [namespace]
@@ -598,7 +674,144 @@ class SqliteMemoryStore:
         return int(count)
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int:
-        return self._execute("DELETE FROM messages WHERE namespace = ? AND created_at < ?", (namespace, to_iso(before)))
+        with self._transaction() as db:
+            params = (namespace, to_iso(before))
+            db.execute(
+                "UPDATE threads SET message_count = MAX(0, message_count - (SELECT COUNT(*) FROM messages m"
+                " WHERE m.namespace = threads.namespace AND m.conversation_id = threads.id AND m.created_at < ?))"
+                " WHERE namespace = ?",
+                (params[1], namespace),
+            )
+            return int(db.execute("DELETE FROM messages WHERE namespace = ? AND created_at < ?", params).rowcount)
+
+    # -- threads ----------------------------------------------------------------------------
+    def get_thread(self, namespace: str, thread_id: str) -> Thread:
+        thread = self._select_one(_THREADS, "namespace = ? AND id = ?", (namespace, thread_id))
+        if thread is None:
+            raise NotFound(f"thread {thread_id} not found")
+        return thread
+
+    def list_threads(
+        self, namespace: str, *, deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> Page[Thread]:
+        check_limit(limit)
+        where = f"namespace = ? AND deleted_at IS {'NOT ' if deleted else ''}NULL"
+        params: list[Any] = [namespace]
+        if cursor is not None:
+            at, row_id = decode_cursor(cursor)
+            where += f" AND ({_THREAD_ORDER}, id) < (?, ?)"
+            params += [to_iso(at), row_id]
+        rows = self._select(_THREADS, f"{where} ORDER BY {_THREAD_ORDER} DESC, id DESC LIMIT ?", [*params, limit + 1])
+        return cut_page(rows, limit, thread_position)
+
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
+        with self._transaction() as db:
+            changed = db.execute(
+                "UPDATE threads SET title = ?, deleted_at = ? WHERE namespace = ? AND id = ?",
+                (title, to_iso(deleted_at) if deleted_at else None, namespace, thread_id),
+            ).rowcount
+        if not changed:
+            raise NotFound(f"thread {thread_id} not found")
+        return self.get_thread(namespace, thread_id)
+
+    def list_thread_messages(
+        self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[Message]:
+        check_limit(limit)
+        where = "namespace = ? AND conversation_id = ?"
+        params: list[Any] = [namespace, thread_id]
+        if cursor is not None:
+            at, row_id = decode_cursor(cursor)
+            where += " AND (created_at, id) > (?, ?)"
+            params += [to_iso(at), row_id]
+        rows = self._select(_MESSAGES, f"{where} ORDER BY created_at, id LIMIT ?", [*params, limit + 1])
+        return cut_page(rows, limit, lambda m: (m.created_at, m.id))
+
+    def move_thread(self, namespace: str, source: str, target: str) -> int:
+        with self._transaction() as db:
+            if (
+                db.execute("SELECT 1 FROM threads WHERE namespace = ? AND id = ?", (namespace, target)).fetchone()
+                is None
+            ):
+                raise NotFound(f"thread {target} not found")
+            moved = db.execute(
+                "UPDATE messages SET conversation_id = ? WHERE namespace = ? AND conversation_id = ?",
+                (target, namespace, source),
+            ).rowcount
+            gone = db.execute(
+                "SELECT message_count, last_message_at FROM threads WHERE namespace = ? AND id = ?", (namespace, source)
+            ).fetchone()
+            if gone is not None:
+                into = db.execute(
+                    "SELECT last_message_at FROM threads WHERE namespace = ? AND id = ?", (namespace, target)
+                ).fetchone()
+                latest = max(filter(None, (into["last_message_at"], gone["last_message_at"])), default=None)
+                db.execute(
+                    "UPDATE threads SET message_count = message_count + ?, last_message_at = ?"
+                    " WHERE namespace = ? AND id = ?",
+                    (gone["message_count"], latest, namespace, target),
+                )
+                db.execute("DELETE FROM threads WHERE namespace = ? AND id = ?", (namespace, source))
+        return int(moved)
+
+    def purge_thread(self, namespace: str, thread_id: str) -> int:
+        with self._transaction() as db:
+            db.execute("DELETE FROM threads WHERE namespace = ? AND id = ?", (namespace, thread_id))
+            return int(
+                db.execute(
+                    "DELETE FROM messages WHERE namespace = ? AND conversation_id = ?", (namespace, thread_id)
+                ).rowcount
+            )
+
+    # -- reminders --------------------------------------------------------------------------
+    def put_reminder(self, reminder: Reminder) -> Reminder:
+        self._execute(_REMINDERS.upsert_sql, _REMINDERS.insert_params(reminder))
+        return reminder
+
+    def find_reminder(self, namespace: str, memory_id: str) -> Reminder | None:
+        return self._select_one(_REMINDERS, "namespace = ? AND memory_id = ?", (namespace, memory_id))
+
+    def list_reminders(
+        self,
+        namespace: str,
+        status: str,
+        *,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Reminder]:
+        check_limit(limit)
+        where = "namespace = ? AND status = ?"
+        params: list[Any] = [namespace, status]
+        if due_after is not None:
+            where += " AND remind_at >= ?"
+            params.append(to_iso(due_after))
+        if due_before is not None:
+            where += " AND remind_at <= ?"
+            params.append(to_iso(due_before))
+        return self._select(_REMINDERS, f"{where} ORDER BY remind_at, memory_id LIMIT ?", [*params, limit])
+
+    def claim_reminder(self, namespace: str, memory_id: str, owner: str, *, now: datetime, until: datetime) -> bool:
+        taken = self._execute(
+            "UPDATE reminders SET lease_owner = ?, lease_until = ? WHERE namespace = ? AND memory_id = ?"
+            " AND status = 'pending' AND (lease_until IS NULL OR lease_until < ?)",
+            (owner, to_iso(until), namespace, memory_id, to_iso(now)),
+        )
+        return taken == 1
+
+    def settle_reminder(self, namespace: str, memory_id: str, owner: str, *, delivered_at: datetime | None) -> bool:
+        if delivered_at is None:
+            sql = "UPDATE reminders SET lease_owner = NULL, lease_until = NULL"
+            params: list[Any] = []
+        else:
+            sql = "UPDATE reminders SET lease_owner = NULL, lease_until = NULL, status = 'delivered', delivered_at = ?"
+            params = [to_iso(delivered_at)]
+        done = self._execute(
+            f"{sql} WHERE namespace = ? AND memory_id = ? AND lease_owner = ?", [*params, namespace, memory_id, owner]
+        )
+        return done == 1
 
     # -- precious, glossary, digest, daily log ---------------------------------------------
     def insert_precious(self, precious: Precious) -> Precious:

@@ -195,8 +195,10 @@ def create_app(container: Any = None) -> FastAPI:
         _include_optional_surfaces(app, container, only=(MCP_SURFACE,))
     else:
         app.include_router(rest.router)
-        from engram.entrypoints.http import skills
+        from engram.entrypoints.http import reminders, skills, threads
 
+        app.include_router(threads.router)
+        app.include_router(reminders.router)
         app.include_router(skills.router)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES

@@ -101,7 +101,8 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
             wire,
             raw,
             guide_dog=guide_dog,
-            conversation_id=request.headers.get("x-engram-conversation"),
+            # `x-engram-conversation` is the header's older name, still accepted.
+            conversation_id=request.headers.get("x-engram-thread") or request.headers.get("x-engram-conversation"),
             agent=request.headers.get("x-engram-agent"),
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},

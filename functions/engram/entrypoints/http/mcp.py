@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -91,9 +92,30 @@ Tags = Annotated[
 Query = Annotated[str, Field(min_length=1, max_length=8000, description="What to look for, in natural language.")]
 TopK = Annotated[int, Field(ge=1, le=50, description="How many memories to return (default: the server's top_k).")]
 Types = Annotated[list[MemoryType], Field(max_length=20, description="Only these memory types (empty: all).")]
+MinRelevance = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="Leave out hits whose relevance (0-1, estimated probability that the memory helps) is "
+        "below this. memory_search default 0 (everything); memory_recall default: the server's floor.",
+    ),
+]
 Status = Literal["active", "superseded", "archived", "deleted", "expired", "all"]
 
+RemindAt = Annotated[
+    datetime,
+    Field(description="When to remind, ISO 8601 with the user's UTC offset (e.g. `2026-05-01T09:00:00+02:00`)."),
+]
+
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    """A reminder time needs its zone: a naive one is refused rather than guessed."""
+    if when is not None and when.tzinfo is None:
+        raise ToolError("remind_at/until needs a UTC offset, e.g. 2026-05-01T09:00:00+02:00")
+    return when
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -179,21 +201,33 @@ def build_server(container: Any) -> MCPServer:
     # -- recall ---------------------------------------------------------------------------
     @tool(ro)
     def memory_search(
-        ctx: Context, query: Query, top_k: TopK | None = None, types: Types | None = None
+        ctx: Context,
+        query: Query,
+        top_k: TopK | None = None,
+        types: Types | None = None,
+        min_relevance: MinRelevance = 0.0,
     ) -> dict[str, Any]:
         """Search the user's memories (keywords + meaning, any language) and get the matching memories
         with scores and ids. Use it to find a memory you want to inspect, correct or delete. To get
         context for answering the user, prefer memory_recall."""
         who = _principal(ctx, READ)
-        result = c.recall.recall(who.namespace, query, top_k=top_k, types=tuple(types or ()))
+        result = c.recall.recall(
+            who.namespace, query, top_k=top_k, types=tuple(types or ()), min_relevance=min_relevance
+        )
         return {
-            "items": [{"memory": _memory(h.memory), "score": round(h.score, 6)} for h in result.hits],
+            "items": [
+                {"memory": _memory(h.memory), "score": round(h.score, 6), "relevance": h.relevance} for h in result.hits
+            ],
             "glossary_hits": [_drop_namespace(g.model_dump(mode="json")) for g in result.glossary_hits],
         }
 
     @tool(ro)
     def memory_recall(
-        ctx: Context, query: Query, top_k: TopK | None = None, types: Types | None = None
+        ctx: Context,
+        query: Query,
+        top_k: TopK | None = None,
+        types: Types | None = None,
+        min_relevance: MinRelevance | None = None,
     ) -> dict[str, Any]:
         """Recall what Engram knows that is relevant to `query` (usually the user's latest request),
         exactly as the chat gateway would inject it: scored hits plus `text`, ready to put into your
@@ -201,11 +235,19 @@ def build_server(container: Any) -> MCPServer:
         from engram.services.recall import render_prompt
 
         who = _principal(ctx, READ)
-        result = c.recall.recall(who.namespace, query, top_k=top_k, types=tuple(types or ()))
+        result = c.recall.recall(
+            who.namespace, query, top_k=top_k, types=tuple(types or ()), min_relevance=min_relevance
+        )
         return {
             "text": render_prompt(result),
             "hits": [
-                {"id": h.memory.id, "content": h.memory.content, "type": h.memory.type, "score": round(h.score, 6)}
+                {
+                    "id": h.memory.id,
+                    "content": h.memory.content,
+                    "type": h.memory.type,
+                    "score": round(h.score, 6),
+                    "relevance": h.relevance,
+                }
                 for h in result.hits
             ],
             "glossary_hits": [{"term": g.term, "definition": g.definition} for g in result.glossary_hits],
@@ -295,11 +337,13 @@ def build_server(container: Any) -> MCPServer:
         confidence: Confidence = 0.8,
         pinned: bool = False,
         tags: Tags | None = None,
+        remind_at: RemindAt | None = None,
     ) -> dict[str, Any]:
         """Remember something without inventing a key (events, observations, one-off details). If a
         near-identical memory of the same type exists it is marked seen instead of duplicated (never
         when numbers, names, places or negation differ). Use
-        memory_upsert instead when the fact has a natural key and may change later."""
+        memory_upsert instead when the fact has a natural key and may change later. With `remind_at`
+        it is also a reminder: Engram puts it into the user's first chat turn after that time."""
         who = _principal(ctx, WRITE)
         req = MemoryWrite(
             content=content,
@@ -310,6 +354,7 @@ def build_server(container: Any) -> MCPServer:
             pinned=pinned,
             tags=tags or [],
             source="mcp",
+            remind_at=_aware(remind_at),
         )
         return _written(c.memories.write(who.namespace, req, dedup=True))
 
@@ -444,6 +489,65 @@ def build_server(container: Any) -> MCPServer:
         message is stored once (give `id` to keep identical repeats apart)."""
         who = _principal(ctx, WRITE)
         return dict(c.library.ingest(who.namespace, messages))
+
+    # -- threads --------------------------------------------------------------------------
+    @tool(ro)
+    def thread_list(
+        ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size (default 50).")] = 50,
+        cursor: Annotated[str, Field(max_length=500, description="`next_cursor` of the previous page.")] | None = None,
+    ) -> dict[str, Any]:
+        """The user's conversations (threads), most recently active first: id, title, message count and
+        last message time. Read one with thread_messages."""
+        who = _principal(ctx, READ)
+        page = c.threads.list(who.namespace, limit=limit, cursor=cursor)
+        return {
+            "items": [_drop_namespace(t.model_dump(mode="json")) for t in page.items],
+            "next_cursor": page.next_cursor,
+        }
+
+    @tool(ro)
+    def thread_messages(
+        ctx: Context,
+        thread_id: Annotated[str, Field(min_length=1, max_length=200, description="A thread id from thread_list.")],
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size (default 50).")] = 50,
+        cursor: Annotated[str, Field(max_length=500, description="`next_cursor` of the previous page.")] | None = None,
+    ) -> dict[str, Any]:
+        """The messages of one conversation, oldest first, one page at a time (what was actually said)."""
+        who = _principal(ctx, READ)
+        page = c.threads.messages(who.namespace, thread_id, limit=limit, cursor=cursor)
+        items = [
+            {"id": m.id, "role": m.role, "content": m.content, "created_at": m.created_at.isoformat()}
+            for m in page.items
+        ]
+        return {"items": items, "next_cursor": page.next_cursor}
+
+    # -- reminders ------------------------------------------------------------------------
+    @tool(ro)
+    def reminder_list(
+        ctx: Context,
+        status: Annotated[
+            Literal["upcoming", "delivered", "missed"],
+            Field(description="`upcoming` (not delivered yet), `delivered`, or `missed` (long past due, never shown)."),
+        ] = "upcoming",
+    ) -> dict[str, Any]:
+        """The user's reminders (memories with a `remind_at`), soonest first, with their memory ids."""
+        who = _principal(ctx, READ)
+        return {"items": c.reminders.list(who.namespace, status)}
+
+    @tool(write)
+    def reminder_snooze(ctx: Context, memory_id: MemoryId, until: RemindAt) -> dict[str, Any]:
+        """Move a reminder to a later time (a delivered or missed one fires again then)."""
+        who = _principal(ctx, WRITE)
+        row = c.reminders.snooze(who.namespace, memory_id, until)
+        return {"memory_id": row.memory_id, "remind_at": row.remind_at.isoformat(), "status": row.status}
+
+    @tool(write)
+    def reminder_cancel(ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
+        """Stop a reminder so it is never shown; the memory itself stays (its remind_at is cleared)."""
+        who = _principal(ctx, WRITE)
+        row = c.reminders.cancel(who.namespace, memory_id)
+        return {"memory_id": row.memory_id, "status": row.status}
 
     # -- overview -------------------------------------------------------------------------
     @tool(ro)

@@ -96,6 +96,8 @@ class SearchRequest(BaseModel):
     top_k: int | None = Field(default=None, ge=1, le=50)
     types: list[MemoryType] = Field(default_factory=list)
     include_prompt: bool = False
+    # Drop hits whose relevance (0-1) is below this; 0 keeps the full ranking (README: "Relevance").
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class PreciousRequest(BaseModel):
@@ -269,12 +271,18 @@ def memory_events(request: Request, memory_id: str, who: Read) -> dict[str, Any]
 # -- search -----------------------------------------------------------------------------------
 @router.post("/search/memories", tags=["search"])
 def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[str, Any]:
-    """Hybrid recall: keyword (CJK-aware) + vectors, fused. `include_prompt` adds the injectable text."""
+    """Hybrid recall: keyword (CJK-aware) + vectors, fused; each hit has a `relevance` in [0, 1] and
+    `min_relevance` drops the hits below it. `include_prompt` adds the injectable text."""
     from engram.services.recall import render_prompt
 
-    result = _c(request).recall.recall(who.namespace, body.query, top_k=body.top_k, types=tuple(body.types))
+    result = _c(request).recall.recall(
+        who.namespace, body.query, top_k=body.top_k, types=tuple(body.types), min_relevance=body.min_relevance
+    )
     out: dict[str, Any] = {
-        "items": [{"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6)} for hit in result.hits],
+        "items": [
+            {"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6), "relevance": hit.relevance}
+            for hit in result.hits
+        ],
         "glossary_hits": [g.model_dump(mode="json") for g in result.glossary_hits],
         "meta": result.meta,
     }

@@ -6,8 +6,9 @@ import * as review from './views/review.js';
 import * as memories from './views/memories.js';
 import * as more from './views/more.js';
 import * as settings from './views/settings.js';
+import * as skills from './views/skills.js';
 
-const VIEWS = { today, review, memories, more, settings };
+const VIEWS = { today, review, memories, skills, more, settings };
 const $ = (id) => document.getElementById(id);
 let renderToken = 0;
 

@@ -1,0 +1,277 @@
+"""Query-adaptive fusion of keyword and vector candidates, and a calibrated relevance per hit (pure).
+
+Why adaptive: one constant keyword:vector ratio cannot serve both a question that repeats a memory's
+rare words ("车牌 SKL 4821 K", "ORCA-7") and one that shares none of them (过年 -> 春节, or an English
+question about a Chinese memory). Max-normalized BM25 gives its best hit 1.0 even when that hit only
+shares a common word with the query, which pushed the right vector hit down. So each query gets:
+
+- a keyword weight scaled by *keyword confidence*: how much of the query (its informative tokens,
+  weighted by rarity among the candidates) the best keyword hits contain. Exact rare-term matches
+  (names, codes, numbers) cover most of the query -> full weight; an incidental common word -> ~0.
+- vector scores corrected for *script*: multilingual embedders score same-script text higher than
+  other-script text of the same meaning, so each script group of the vector candidates is centred on
+  its own median (when both groups are present) before min-max normalization.
+
+Nothing here depends on one embedding model's score range: vector features are ranks, medians and
+standard deviations of the query's own candidate list, keyword features are token coverages. See
+docs/recall.md ("Fusion" and "Relevance") for the measurements behind the defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import Literal
+
+from engram.domain.text import is_cjk
+
+Script = Literal["cjk", "latin", "mixed", "none"]
+
+# Fewer vector candidates than this and a hit's "standout" means nothing (no background to compare).
+MIN_BACKGROUND = 8
+
+
+def script_of(text: str) -> Script:
+    """``cjk`` or ``latin`` when one script holds at least three quarters of ``text``'s letters (a CJK
+    character counts as 3 Latin letters, about one word each), ``mixed`` when both have a real share."""
+    cjk = latin = 0
+    for ch in text:
+        if ch.isascii():
+            latin += ch.isalpha()
+        elif is_cjk(ch):
+            cjk += 1
+        elif ch.isalpha():
+            latin += 1
+    if not cjk and not latin:
+        return "none"
+    share = cjk * 3 / (cjk * 3 + latin)
+    return "cjk" if share >= 0.75 else "latin" if share <= 0.25 else "mixed"
+
+
+def token_weights(query_tokens: Iterable[str], docs: Sequence[frozenset[str]]) -> dict[str, float]:
+    """Rarity of each distinct query token among the candidate documents: ``log(1 + N / (1 + df))``."""
+    n = len(docs)
+    return {t: math.log(1.0 + n / (1.0 + sum(1 for d in docs if t in d))) for t in dict.fromkeys(query_tokens)}
+
+
+def coverage(weights: Mapping[str, float], doc: frozenset[str]) -> float:
+    """Share of the query's (rarity-weighted) tokens that ``doc`` contains, in [0, 1]."""
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    return sum(w for t, w in weights.items() if t in doc) / total
+
+
+def keyword_confidence(coverages: Sequence[float], floor: float = 0.3, full: float = 0.6) -> float:
+    """How much to trust keyword ranking for this query, in [0, 1]: the best coverage among the top keyword
+    hits, 0 up to ``floor`` (a shared common word or two), rising linearly to 1 at ``full``."""
+    return ramp(max(coverages, default=0.0), floor, full)
+
+
+def script_centred(
+    hits: Sequence[tuple[str, float]], script: Mapping[str, Script], *, min_group: int = 5, strength: float = 1.0
+) -> list[tuple[str, float]]:
+    """Vector scores with each script group's median subtracted (times ``strength``) when at least two
+    groups of ``min_group`` candidates are present; else unchanged. Only the ranking across scripts moves."""
+    groups: dict[Script, list[float]] = {}
+    for mid, s in hits:
+        groups.setdefault(script.get(mid, "none"), []).append(s)
+    big = {g: v for g, v in groups.items() if g != "none" and len(v) >= min_group}
+    if len(big) < 2 or strength <= 0:
+        return list(hits)
+    centre: dict[Script, float] = {g: median(v) for g, v in big.items()}
+    overall = median(centre.values())
+    return [(mid, s - strength * (centre.get(script.get(mid, "none"), overall) - overall)) for mid, s in hits]
+
+
+def max_normalized(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Scores divided by the best (positive scores such as BM25)."""
+    best = max((s for _, s in hits), default=0.0)
+    if best <= 0:
+        return {mid: 1.0 for mid, _ in hits}
+    return {mid: max(0.0, s / best) for mid, s in hits}
+
+
+def min_max(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Scores mapped onto [0, 1] over the list (cosines: their raw range depends on the model)."""
+    if not hits:
+        return {}
+    best = max(s for _, s in hits)
+    low = min(s for _, s in hits)
+    span = best - low
+    if span <= 1e-12:
+        return {mid: 1.0 for mid, _ in hits}
+    return {mid: (s - low) / span for mid, s in hits}
+
+
+def standout(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Each score in standard deviations above the list's median (a scale-free "how distinct")."""
+    if len(hits) < 3:
+        return {mid: 0.0 for mid, _ in hits}
+    values = [s for _, s in hits]
+    mid_value = median(values)
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if sd <= 1e-12:
+        return {mid: 0.0 for mid, _ in hits}
+    return {mid: (s - mid_value) / sd for mid, s in hits}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the fusion learned about one query (also the inputs of ``relevance``)."""
+
+    keyword_confidence: float
+    keyword_weight: float
+    vector_weight: float
+    coverage: Mapping[str, float]
+    vector_standout: Mapping[str, float]
+    has_vectors: bool = False
+    # Min-max position in the (script-corrected) vector list: the relevance of a namespace too small to
+    # have a background to stand out from (fewer than ``MIN_BACKGROUND`` vector candidates).
+    vector_position: Mapping[str, float] | None = None
+    # Keyword-only recall over fewer than ``MIN_BACKGROUND`` matches: too little to calibrate against.
+    thin_keyword: bool = False
+
+
+@dataclass(frozen=True)
+class RelevanceModel:
+    """Logistic model of P(relevant): ``sigmoid(bias + standout * s + coverage * c)``.
+
+    Fitted by ``bench/fusion_variants.py --calibrate`` on the tuning questions (LoCoMo conv-26/conv-30 and
+    the bilingual set's two tuning people; expected calibration error 0.004 there, 0.010 on held-out);
+    ``keyword_*`` is the model used when there are no vectors (keyword-only recall).
+    """
+
+    bias: float = -4.47
+    standout: float = 0.759
+    coverage: float = 2.115
+    keyword_bias: float = -3.07
+    keyword_coverage: float = 2.346
+
+
+DEFAULT_RELEVANCE = RelevanceModel()
+
+
+def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAULT_RELEVANCE) -> float:
+    """Estimated probability in [0, 1] that ``memory_id`` helps answer the query (see ``RelevanceModel``).
+
+    A namespace with too few memories to judge (``vector_position`` set) gets its vector position, or
+    the keyword estimate if higher: with so few memories, injecting one too many costs little."""
+    cov = evidence.coverage.get(memory_id, 0.0)
+    if evidence.vector_position is not None:
+        x = model.keyword_bias + model.keyword_coverage * cov
+        return max(evidence.vector_position.get(memory_id, 0.0), 1.0 / (1.0 + math.exp(-x)))
+    if evidence.has_vectors:
+        s = evidence.vector_standout.get(memory_id)
+        if s is None:  # below the vector candidates: at most as distinct as the last of them
+            s = min(evidence.vector_standout.values(), default=0.0)
+        x = model.bias + model.standout * s + model.coverage * cov
+    else:
+        x = model.keyword_bias + model.keyword_coverage * cov
+        if evidence.thin_keyword:  # a handful of matches: their coverage itself is the best estimate
+            return max(cov, 1.0 / (1.0 + math.exp(-x)))
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def ramp(x: float, floor: float, full: float) -> float:
+    """0 up to ``floor``, rising linearly to 1 at ``full``."""
+    if full <= floor:
+        return 1.0 if x >= full else 0.0
+    return min(1.0, max(0.0, (x - floor) / (full - floor)))
+
+
+def adaptive_fuse(
+    query_tokens: Sequence[str],
+    keyword: Sequence[tuple[str, float]],
+    vector: Sequence[tuple[str, float]],
+    tokens_of: Callable[[str], frozenset[str]],
+    script_of_id: Mapping[str, Script],
+    *,
+    keyword_weight: float = 1.5,
+    vector_weight: float = 1.0,
+    confidence_top: int = 3,
+    confidence_floor: float = 0.3,
+    confidence_full: float = 0.6,
+    many_hits: int = 10,
+    doc_floor: float = 0.1,
+    doc_full: float = 0.4,
+    script_strength: float = 1.0,
+    standout_ref: float = 4.0,
+) -> tuple[dict[str, float], Evidence]:
+    """Fused scores in [0, 1] (weighted mean of normalized keyword and vector scores) and the evidence.
+
+    Keyword side: each hit's max-normalized BM25 times ``ramp(coverage, doc_floor, doc_full)`` (a hit
+    sharing one word of a long question earns nothing), weighted by ``keyword_weight`` times the query's
+    keyword confidence: full when the query matches ``many_hits`` or more memories (its words are common
+    in this namespace and BM25's ranking among them carries the signal), else the best coverage among
+    the top ``confidence_top`` hits ramped between ``confidence_floor`` and ``confidence_full`` (a handful
+    of matches, where max-normalization would make a lone weak match look perfect). Vector side:
+    script-centred cosines, min-max normalized. ``tokens_of(id)`` gives a candidate's search tokens,
+    ``script_of_id`` its script.
+    """
+    docs = {mid: tokens_of(mid) for mid in dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])}
+    weights = token_weights(query_tokens, list(docs.values()))
+    cov = {mid: coverage(weights, d) for mid, d in docs.items()}
+    if len(keyword) >= many_hits:
+        confidence = 1.0
+    else:
+        best = [cov[m] for m, _ in keyword[:confidence_top]]
+        confidence = keyword_confidence(best, confidence_floor, confidence_full)
+    centred = script_centred(vector, script_of_id, strength=script_strength)
+    distinct = standout(centred)
+    w_k = keyword_weight * confidence if keyword else 0.0
+    w_v = vector_weight if vector else 0.0
+    if standout_ref > 0 and distinct:
+        # A vector list whose best hit stands far out of the query's own candidates (a strong embedder, a
+        # clear match) counts more: weight x (best standout / standout_ref), never less than x 1.
+        w_v *= max(1.0, max(distinct.values()) / standout_ref)
+    keyword_scores = {mid: s * ramp(cov[mid], doc_floor, doc_full) for mid, s in max_normalized(keyword).items()}
+    fused: dict[str, float] = {}
+    total = w_k + w_v
+    if total > 0:
+        for normed, w in ((keyword_scores, w_k), (min_max(centred), w_v)):
+            for mid, s in normed.items():
+                fused[mid] = fused.get(mid, 0.0) + w * s / total
+    if not vector:  # keyword-only recall: BM25's own order, whatever the confidence
+        fused = max_normalized(keyword)
+    evidence = Evidence(
+        keyword_confidence=confidence,
+        keyword_weight=w_k,
+        vector_weight=w_v,
+        coverage=cov,
+        vector_standout=distinct,
+        has_vectors=bool(vector),
+        vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND else None,
+        thin_keyword=not vector and len(keyword) < MIN_BACKGROUND,
+    )
+    return fused, evidence
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def diversify(
+    ranked: Sequence[str], scores: Mapping[str, float], tokens_of: Callable[[str], frozenset[str]], penalty: float
+) -> dict[str, float]:
+    """Maximal-marginal-relevance scores: greedily, each next memory's score minus ``penalty`` times its
+    highest token overlap (Jaccard) with the memories already placed above it. Templated notes ("晚上做了
+    X，味道一般", "Had X with Y") then stop filling every slot for a vague query."""
+    if penalty <= 0 or len(ranked) < 2:
+        return {mid: scores[mid] for mid in ranked}
+    tokens = {mid: tokens_of(mid) for mid in ranked}
+    overlap = dict.fromkeys(ranked, 0.0)
+    remaining = list(ranked)
+    out: dict[str, float] = {}
+    while remaining:
+        best = max(remaining, key=lambda m: (scores[m] - penalty * overlap[m], -remaining.index(m)))
+        out[best] = scores[best] - penalty * overlap[best]
+        remaining.remove(best)
+        for mid in remaining:
+            overlap[mid] = max(overlap[mid], _jaccard(tokens[mid], tokens[best]))
+    return out

@@ -1,0 +1,83 @@
+"""REST for threads (`/v1/threads...`, docs/threads.md): list, read, rename, recycle bin, merge."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+
+from engram.domain.models import Thread
+from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.rest import STRICT, Read, Write, _c
+from engram.services.threads import MAX_THREAD_ID_CHARS
+
+router = APIRouter(prefix="/v1", tags=["threads"])
+
+
+class ThreadPatchRequest(BaseModel):
+    model_config = STRICT
+
+    title: str | None = Field(max_length=200, description="The new title; null or blank clears it.")
+
+
+class ThreadMergeRequest(BaseModel):
+    model_config = STRICT
+
+    into: str = Field(min_length=1, max_length=MAX_THREAD_ID_CHARS, description="The thread that takes the messages.")
+
+
+def _thread(thread: Thread) -> dict[str, Any]:
+    return dict(thread.model_dump(mode="json", exclude={"namespace"}))
+
+
+@router.get("/threads")
+def list_threads(
+    request: Request,
+    who: Read,
+    deleted: Annotated[bool, Query(description="List the recycle bin instead of the live threads.")] = False,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """Your threads, the most recently active first: id, title, last message time, message count."""
+    page = _c(request).threads.list(who.namespace, deleted=deleted, limit=limit, cursor=cursor or None)
+    return {"items": [_thread(t) for t in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/threads/{thread_id}/messages")
+def thread_messages(
+    request: Request,
+    thread_id: str,
+    who: Read,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """The thread's messages, oldest first; pass `next_cursor` back for the next page."""
+    page = _c(request).threads.messages(who.namespace, thread_id, limit=limit, cursor=cursor or None)
+    items = [m.model_dump(mode="json", exclude={"namespace"}) for m in page.items]
+    return {"items": items, "next_cursor": page.next_cursor}
+
+
+@router.patch("/threads/{thread_id}")
+def rename_thread(request: Request, thread_id: str, body: ThreadPatchRequest, who: Write) -> dict[str, Any]:
+    return _thread(_c(request).threads.rename(who.namespace, thread_id, body.title))
+
+
+@router.delete("/threads/{thread_id}")
+def delete_thread(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
+    """To the recycle bin: restorable until cleanup purges it (`ENGRAM_HARD_DELETE_AFTER_DAYS`, 30 by
+    default); a new message in the thread brings it back too."""
+    return _thread(_c(request).threads.delete(who.namespace, thread_id))
+
+
+@router.post("/threads/{thread_id}/restore")
+def restore_thread(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
+    return _thread(_c(request).threads.restore(who.namespace, thread_id))
+
+
+@router.post("/threads/{thread_id}/merge", responses=CONFLICT)
+def merge_thread(request: Request, thread_id: str, body: ThreadMergeRequest, who: Write) -> dict[str, Any]:
+    """Move every message of this thread into `into` (which must exist and not be in the recycle bin);
+    this thread is gone afterwards. Returns the merged thread and how many messages moved."""
+    thread, moved = _c(request).threads.merge(who.namespace, thread_id, body.into)
+    return {"thread": _thread(thread), "moved": moved}

@@ -1,0 +1,36 @@
+"""The bucket of skill resource files (README, "Skills"): scripts, templates and references attached to
+skill versions. Files are stored once per content (``skills/<namespace hash>/<sha256>``), never
+overwritten, so old versions keep their bytes; the bucket is private, encrypted, TLS-only and kept
+when the stack is deleted, like the table that lists them.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+# The functions read and write only under this prefix (engram.services.skills.blob_key).
+SKILL_FILES_PREFIX = "skills/"
+
+
+class SkillFiles(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, removal_policy: RemovalPolicy = RemovalPolicy.RETAIN):
+        super().__init__(scope, construct_id)
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[
+                s3.LifecycleRule(id="abandoned-uploads", abort_incomplete_multipart_upload_after=Duration.days(1))
+            ],
+            removal_policy=removal_policy,
+        )
+
+    def grant(self, grantee: iam.IGrantable) -> None:
+        self.bucket.grant_read(grantee, f"{SKILL_FILES_PREFIX}*")
+        self.bucket.grant_put(grantee, f"{SKILL_FILES_PREFIX}*")

@@ -1,0 +1,136 @@
+"""Query-adaptive fusion and relevance (engram.domain.fusion): pure, fast."""
+
+from __future__ import annotations
+
+import pytest
+from engram.domain import fusion
+from engram.domain.text import tokenize
+
+DOCS = {
+    "plate": "开一辆银色的丰田卡罗拉，车牌 SKL 4821 K",
+    "cat": "We have a cat called Niangao, ginger and always hungry",
+    "meeting": "Long meeting about the quarterly budget today",
+    "gym": "Strength training at the gym every Monday",
+    "tea": "Afternoons I brew a pot of Longjing tea",
+}
+
+
+def tokens_of(mid: str) -> frozenset[str]:
+    return frozenset(tokenize(DOCS.get(mid, "")))
+
+
+def scripts() -> dict[str, fusion.Script]:
+    return {mid: fusion.script_of(text) for mid, text in DOCS.items()}
+
+
+def fuse(query: str, keyword: list[tuple[str, float]], vector: list[tuple[str, float]], **kw: float):  # type: ignore[no-untyped-def]
+    return fusion.adaptive_fuse(tokenize(query), keyword, vector, tokens_of, scripts(), **kw)
+
+
+def top(scores: dict[str, float]) -> str:
+    return max(scores, key=lambda m: (scores[m], m))
+
+
+def test_script_of_tells_chinese_latin_and_mixed_apart() -> None:
+    assert fusion.script_of("我对芒果过敏") == "cjk"
+    assert fusion.script_of("My cat is called 小满, a ginger tabby") == "latin"
+    assert fusion.script_of("每天早上一杯 Americano，no sugar") == "mixed"
+    assert fusion.script_of("4827# !!") == "none"
+
+
+def test_an_incidental_keyword_match_does_not_outrank_the_vector_answer() -> None:
+    # Given a paraphrase: the only keyword hit shares one common word with the query, vectors know better
+    keyword = [("meeting", 2.1)]
+    vector = [("cat", 0.86), ("gym", 0.81), ("tea", 0.80), ("meeting", 0.79)]
+    # When fusing
+    scores, evidence = fuse("who waits for me at home today, what a long day", keyword, vector)
+    # Then keyword confidence is near zero and the vector answer leads
+    assert evidence.keyword_confidence < 0.1
+    assert top(scores) == "cat"
+
+
+def test_an_exact_rare_term_match_leads_even_when_vectors_disagree() -> None:
+    # Given a question repeating a plate number, and vectors slightly preferring something else
+    keyword = [("plate", 14.0), ("gym", 1.0)]
+    vector = [("gym", 0.84), ("plate", 0.835), ("cat", 0.79), ("tea", 0.78)]
+    scores, evidence = fuse("车牌 SKL 4821 K 是哪辆车", keyword, vector)
+    # Then the keyword side counts (4 of the 7 query tokens match) and the plate memory comes first
+    assert evidence.keyword_confidence > 0.2
+    assert top(scores) == "plate"
+    # While with vectors alone the other memory would have led
+    assert top(fuse("车牌 SKL 4821 K 是哪辆车", [], vector)[0]) == "gym"
+
+
+def test_weights_follow_the_vector_side_whatever_its_score_range() -> None:
+    # Given the same candidates with cosines from two very different models (an affine map of each other)
+    keyword = [("meeting", 2.0), ("gym", 1.5)]
+    weak = [("cat", 0.86), ("gym", 0.85), ("tea", 0.84), ("meeting", 0.83), ("plate", 0.82)]
+    strong = [(m, 0.2 + 4 * (s - 0.8)) for m, s in weak]
+    # When fusing either
+    a, _ = fuse("who waits for me at home", keyword, weak)
+    b, _ = fuse("who waits for me at home", keyword, strong)
+    # Then the ranking is the same: no constant depends on one model's cosine range
+    assert sorted(a, key=lambda m: -a[m]) == sorted(b, key=lambda m: -b[m])
+
+
+def test_script_centring_lets_another_language_through_only_in_mixed_lists() -> None:
+    # Given an English query whose vector list holds 5 English and 5 Chinese memories, Chinese ones scored lower
+    en = [(f"en{i}", 0.90 - 0.01 * i) for i in range(5)]
+    zh = [(f"zh{i}", 0.86 - 0.01 * i) for i in range(5)]
+    zh[0] = ("zh0", 0.895)  # the Chinese answer stands out among Chinese memories
+    script = {**{m: "latin" for m, _ in en}, **{m: "cjk" for m, _ in zh}}
+    centred = dict(fusion.script_centred(sorted(en + zh, key=lambda h: -h[1]), script))  # type: ignore[arg-type]
+    # Then the Chinese standout moves to the top
+    assert max(centred, key=lambda m: centred[m]) == "zh0"
+    # And a single-script list is left as it is
+    assert fusion.script_centred(en, script) == en  # type: ignore[arg-type]
+
+
+def test_relevance_is_a_probability_rising_with_standout_and_coverage() -> None:
+    ev = fusion.Evidence(
+        keyword_confidence=0.0,
+        keyword_weight=0.0,
+        vector_weight=1.0,
+        coverage={"a": 0.0, "b": 0.9, "c": 0.0},
+        vector_standout={"a": 0.5, "b": 0.5, "c": 4.0},
+        has_vectors=True,
+    )
+    low, covered, distinct = (fusion.relevance(ev, m) for m in ("a", "b", "c"))
+    assert 0.0 <= low < covered <= 1.0
+    assert low < distinct <= 1.0
+    # A memory below the vector candidates is no more distinct than the last of them
+    assert fusion.relevance(ev, "unknown") == pytest.approx(low)
+
+
+def test_keyword_only_relevance_uses_coverage() -> None:
+    ev = fusion.Evidence(0.0, 1.5, 0.0, {"a": 1.0, "b": 0.1}, {}, has_vectors=False)
+    assert fusion.relevance(ev, "a") > 2 * fusion.relevance(ev, "b")
+
+
+def test_keyword_only_with_a_handful_of_matches_uses_their_coverage() -> None:
+    # Given keyword-only recall and a single hit holding two of the query's three words
+    _, evidence = fuse("Longjing tea or coffee", [("tea", 3.0)], [])
+    # Then its relevance is its coverage, not the large-namespace estimate
+    assert 0.5 < evidence.coverage["tea"] < 1.0
+    assert fusion.relevance(evidence, "tea") == pytest.approx(evidence.coverage["tea"])
+
+
+def test_a_tiny_namespace_keeps_its_best_vector_hit() -> None:
+    # Given three memories only: no background to stand out from
+    vector = [("cat", 0.82), ("tea", 0.80), ("gym", 0.79)]
+    _, evidence = fuse("who waits for me at home", [], vector)
+    # Then the best one is fully relevant and the last one not at all (min-max position)
+    assert fusion.relevance(evidence, "cat") == pytest.approx(1.0)
+    assert fusion.relevance(evidence, "gym") < 0.5
+
+
+def test_diversify_pushes_templated_repeats_down() -> None:
+    texts = {
+        "a": "晚上做了牛肉面，味道一般",
+        "b": "晚上做了生煎，味道一般",
+        "c": "Can't stand celery, not even a little",
+    }
+    scores = {"a": 0.9, "b": 0.85, "c": 0.8}
+    out = fusion.diversify(["a", "b", "c"], scores, lambda m: frozenset(tokenize(texts[m])), 0.5)
+    assert sorted(out, key=lambda m: -out[m]) == ["a", "c", "b"]
+    assert fusion.diversify(["a", "b", "c"], scores, lambda m: frozenset(), 0.0) == scores
