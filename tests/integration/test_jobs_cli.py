@@ -144,3 +144,20 @@ def test_job_commands_exist_when_run_as_a_module(data_dir: Path) -> None:
     # Then the job command is known and reports what it did
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("cleanup: deleted 0 messages")
+
+
+def test_extract_backfill_reads_the_whole_history_with_progress(
+    data_dir: Path, scripted: ScriptedChatModel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given three messages from last year (before any extraction window)
+    now = datetime.now(UTC)
+    seed(data_dir, *[(f"old fact {n}", now - timedelta(days=365 - n)) for n in range(3)])
+    scripted.script(json.dumps({"memories": []}))
+    # When `engram extract --backfill` runs
+    assert cli.main(["extract", "--backfill", "--data-dir", str(data_dir)]) == 0
+    out = capsys.readouterr()
+    # Then it read all three in one batch, showed progress, and a second backfill reads nothing
+    assert "backfill: 3 messages in 1 batches" in out.out and "backfill default" in out.err
+    assert cli.main(["extract", "--backfill", "--data-dir", str(data_dir)]) == 0
+    assert "backfill: 0 messages" in capsys.readouterr().out
+    assert len(scripted.calls) == 1

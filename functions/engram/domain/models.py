@@ -138,6 +138,10 @@ class Message(Frozen):
     created_at: datetime
     # Why the turn got no answer (the gateway stores a user's turn even when the upstream fails).
     error: str | None = None
+    # When Engram stored it (the storing service's clock; ``created_at`` if not given): extraction
+    # reads messages in this order, so history
+    # imported with old ``created_at`` times is still read once (docs/ARCHITECTURE.md, "Background jobs").
+    stored_at: datetime | None = None
 
 
 class Thread(Frozen):

@@ -110,7 +110,22 @@ class MemoryStore(Protocol):
     # -- messages -------------------------------------------------------------------------
     def insert_message(self, message: Message) -> tuple[Message, bool]:
         """Store a message; if ``external_id`` was stored before in the namespace, return that
-        one and ``False`` (idempotent ingest), else the new one and ``True``."""
+        one and ``False`` (idempotent ingest), else the new one and ``True``. ``stored_at`` (when it
+        was stored: the caller's clock) defaults to ``created_at``."""
+        ...
+
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        """Messages in the order they were stored (``stored_at``, then id), with ``since <= stored_at <
+        until``, strictly after the position ``after``. Rows stored before ``stored_at`` existed are
+        not listed on DynamoDB (SQLite takes their ``created_at``)."""
         ...
 
     def list_messages(

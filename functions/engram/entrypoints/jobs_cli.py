@@ -43,10 +43,36 @@ def _merge(job: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def cmd_backfill(args: argparse.Namespace, container: Any) -> int:
+    """`engram extract --backfill`: each namespace's whole history, batch by batch, with progress."""
+    from engram.services.extraction import ExtractionReport
+    from engram.services.loop import run_sync
+
+    parts = []
+    for ns in _namespaces(container, args):
+        bar = cli.Progress(container.extraction.backfill_remaining(ns), f"backfill {ns}")
+        parts.append(run_sync(container.extraction.backfill(ns, progress=bar)))
+        bar.close()
+    r = ExtractionReport(namespaces=parts).to_dict()
+    _print(
+        args,
+        f"backfill: {r['messages']} messages in {r['batches']} batches -> {r['created']} created, "
+        f"{r['seen']} seen, {r['superseded']} superseded, {r['candidates']} for review; {r['errors']} errors"
+        + (" (run it again to resume)" if r["errors"] else ""),
+        r,
+    )
+    return 1 if r["errors"] else 0
+
+
 def cmd_extract(args: argparse.Namespace) -> int:
     from engram.entrypoints.jobs import run_extraction
 
     container = _container(args)
+    if getattr(args, "backfill", False):
+        try:
+            return cmd_backfill(args, container)
+        finally:
+            container.close()
     try:
         namespaces = _namespaces(container, args)
         bar = cli.Progress(len(namespaces), "extract")
@@ -129,6 +155,11 @@ def register(sub: Any) -> None:
         p.add_argument("--json", action="store_true", help="print the full report as JSON")
 
     extract = sub.add_parser("extract", help="turn new messages into memories and review candidates now")
+    extract.add_argument(
+        "--backfill",
+        action="store_true",
+        help="extract everything stored before the regular cursor (the whole history), in batches; resumable",
+    )
     common(extract)
     extract.set_defaults(func=cmd_extract)
 

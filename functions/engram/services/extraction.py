@@ -8,12 +8,18 @@ cursor where it was (the batch is retried next run, up to ``max_attempts`` times
 skipped). A batch is claimed by its last message id before it is applied, so the same window is
 never applied twice, even when two processes race or a crash hits between apply and cursor write.
 
-Messages stored with a client timestamp older than the cursor are not read.
+The order is the order messages were *stored* in (``Message.stored_at``), not their ``created_at``:
+history imported or ingested with old timestamps comes after the cursor and is read once. A cursor
+written before this order existed (``{"ts", "id"}`` on ``created_at``) is read as the same position.
+
+``backfill`` reads a namespace's whole history (everything stored before the regular cursor) in the
+same batches, with its own cursor, so it can stop and resume without applying a batch twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -21,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured, NotFound
+from engram.domain.errors import EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
 from engram.domain.policies import normalize_fact_key
 from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
@@ -42,6 +48,8 @@ from engram.services.memories import MemoryService, MemoryWrite
 log = logging.getLogger(__name__)
 
 CURSOR = "extract"
+BACKFILL = "extract:backfill"
+BACKFILL_END = "extract:backfill:end"
 FAILURES = "extract:failures"
 MAX_ITEMS_PER_BATCH = 50
 KNOWN_KEYS = 30
@@ -224,14 +232,85 @@ class ExtractionService:
         return result
 
     async def _extract(self, namespace: str, until: datetime, result: NamespaceExtraction) -> None:
+        fetch = functools.partial(self._next_batch, namespace, until)
+        if await self._batches(namespace, fetch, CURSOR, result, self._config.max_batches):
+            result.more = bool(await asyncio.to_thread(self._next_batch, namespace, until, 1))
+
+    async def backfill(
+        self, namespace: str, progress: Callable[[int], None] | None = None, now: datetime | None = None
+    ) -> NamespaceExtraction:
+        """Extract everything stored before the regular cursor (the whole history), batch by batch.
+        Resumable: its own cursor, and the end fixed when it first starts, so no batch is applied twice
+        and nothing the regular job reads is read again. ``progress(n)`` after each batch of n messages."""
+        if self._model is None:
+            raise NotConfigured(
+                "extraction needs a model: set ENGRAM_EXTRACT_MODEL (or ENGRAM_CHAT_MODEL) and ENGRAM_UPSTREAM_BASE_URL"
+            )
+        result = NamespaceExtraction(namespace=namespace)
+        start = (now or self._clock.now()) + timedelta(microseconds=1)
+        try:
+            with self._locks.hold("extract", namespace):
+                end = await asyncio.to_thread(self._backfill_end, namespace, start)
+                fetch = functools.partial(self._backfill_batch, namespace, end)
+                while await self._batches(namespace, fetch, BACKFILL, result, 1_000_000, progress):
+                    pass
+        except EngramError as exc:
+            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        await asyncio.to_thread(record_run, self._store, self._clock, "extract", namespace, _detail(result))
+        return result
+
+    def _backfill_end(self, namespace: str, start: datetime) -> _Cursor:
+        """Where the backfill stops: the regular cursor when the backfill first started (kept with it)."""
+        raw = self._store.get_cursor(namespace, BACKFILL_END)
+        if raw:
+            end = _Cursor.load(raw)
+            assert end is not None
+            return end
+        end = _Cursor.load(self._store.get_cursor(namespace, CURSOR))
+        if end is None:  # never extracted: the backfill takes everything, the regular job starts now
+            end = _Cursor(start, None)
+            self._store.set_cursor(namespace, CURSOR, end.dump())
+        self._store.set_cursor(namespace, BACKFILL_END, end.dump())
+        return end
+
+    def _backfill_batch(self, namespace: str, end: _Cursor) -> list[Message]:
+        cursor = _Cursor.load(self._store.get_cursor(namespace, BACKFILL))
+        until = end.ts + timedelta(microseconds=1) if end.id is not None else end.ts
+        limit = self._config.max_messages
+        if cursor is None:
+            rows = self._store.list_messages_stored(namespace, until=until, limit=limit)
+        else:
+            rows = self._after(namespace, cursor, until, limit)
+        if end.id is not None:
+            rows = [m for m in rows if (m.stored_at or m.created_at, m.id) <= (end.ts, end.id)]
+        return rows
+
+    def backfill_remaining(self, namespace: str) -> int:
+        """Messages the backfill has yet to read (an estimate for progress: all messages before it starts)."""
+        if self._store.get_cursor(namespace, BACKFILL) is None:
+            return self._store.count_messages(namespace)
+        return 0
+
+    async def _batches(
+        self,
+        namespace: str,
+        fetch: Callable[[], list[Message]],
+        cursor_name: str,
+        result: NamespaceExtraction,
+        max_batches: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> bool:
+        """Up to ``max_batches`` batches; ``True`` if it stopped with batches possibly left."""
         assert self._model is not None
-        for _ in range(self._config.max_batches):
-            batch = await asyncio.to_thread(self._next_batch, namespace, until)
+        for _ in range(max_batches):
+            batch = await asyncio.to_thread(fetch)
             if not batch:
-                return
+                return False
             readable = [m for m in batch if m.role in ("user", "assistant")]
             if not readable:  # only system/tool rows: nothing to learn, move on
-                await asyncio.to_thread(self._apply, namespace, batch, [], result)
+                await asyncio.to_thread(self._apply, namespace, batch, [], result, cursor_name)
+                if progress is not None:
+                    progress(len(batch))
                 continue
             known = await asyncio.to_thread(self._known_keys, namespace, readable)
             try:
@@ -246,11 +325,14 @@ class ExtractionService:
                 code = exc.code if isinstance(exc, EngramError) else "model_error"
                 log.warning("extraction model call failed for %s: %s", namespace, code)
                 result.errors.append({"error": code, "message": str(exc)[:300], "first_message_id": batch[0].id})
-                await asyncio.to_thread(self._note_failure, namespace, batch, result)
-                return
-            await asyncio.to_thread(self._apply, namespace, batch, items, result)
+                if cursor_name == CURSOR:
+                    await asyncio.to_thread(self._note_failure, namespace, batch, result)
+                return False  # the backfill stops here and resumes at this batch next time
+            await asyncio.to_thread(self._apply, namespace, batch, items, result, cursor_name)
             result.rejected += rejected
-        result.more = bool(await asyncio.to_thread(self._next_batch, namespace, until, 1))
+            if progress is not None:
+                progress(len(batch))
+        return True
 
     # -- sync steps (run in a worker thread) -------------------------------------------------
     def _next_batch(self, namespace: str, until: datetime, limit: int | None = None) -> list[Message]:
@@ -261,14 +343,13 @@ class ExtractionService:
             # does not make the next run look back a full window again.
             since = until - timedelta(hours=self._config.window_hours)
             self._store.set_cursor(namespace, CURSOR, _Cursor(since, None).dump())
-            return self._store.list_messages(namespace, since=since, until=until, limit=limit)
+            return self._store.list_messages_stored(namespace, since=since, until=until, limit=limit)
+        return self._after(namespace, cursor, until, limit)
+
+    def _after(self, namespace: str, cursor: _Cursor, until: datetime, limit: int) -> list[Message]:
         if cursor.id is None:
-            return self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit)
-        try:
-            return self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit, after_id=cursor.id)
-        except NotFound:  # the cursor's message was removed by retention
-            rows = self._store.list_messages(namespace, since=cursor.ts, until=until, limit=limit + 100)
-            return [m for m in rows if (m.created_at, m.id) > (cursor.ts, cursor.id)][:limit]
+            return self._store.list_messages_stored(namespace, since=cursor.ts, until=until, limit=limit)
+        return self._store.list_messages_stored(namespace, after=(cursor.ts, cursor.id), until=until, limit=limit)
 
     def _known_keys(self, namespace: str, batch: list[Message]) -> list[Memory]:
         """Active keyed memories related to the batch, so the model reuses their keys."""
@@ -284,7 +365,14 @@ class ExtractionService:
         found = self._store.get_memories(namespace, [h.memory_id for h in hits])
         return [m for m in found if m.status == "active" and m.fact_key]
 
-    def _apply(self, namespace: str, batch: list[Message], items: list[Extracted], result: NamespaceExtraction) -> None:
+    def _apply(
+        self,
+        namespace: str,
+        batch: list[Message],
+        items: list[Extracted],
+        result: NamespaceExtraction,
+        cursor_name: str = CURSOR,
+    ) -> None:
         claim = IdempotencyRecord(
             namespace=namespace,
             key=f"extract:{batch[-1].id}",
@@ -300,7 +388,7 @@ class ExtractionService:
                     result.errors.append({"error": exc.code, "message": exc.message[:300]})
         else:
             result.skipped_batches += 1  # applied before (another run, or a crash before the cursor moved)
-        self._store.set_cursor(namespace, CURSOR, _Cursor(batch[-1].created_at, batch[-1].id).dump())
+        self._store.set_cursor(namespace, cursor_name, _position(batch[-1]).dump())
         self._store.set_cursor(namespace, FAILURES, "")
         result.batches += 1
         result.messages += len(batch)
@@ -361,10 +449,15 @@ class ExtractionService:
             self._store.set_cursor(namespace, FAILURES, json.dumps({"first": batch[0].id, "count": count}))
             return
         log.warning("extraction skips %d messages of %s after %d failed attempts", len(batch), namespace, count)
-        self._store.set_cursor(namespace, CURSOR, _Cursor(batch[-1].created_at, batch[-1].id).dump())
+        self._store.set_cursor(namespace, CURSOR, _position(batch[-1]).dump())
         self._store.set_cursor(namespace, FAILURES, "")
         result.skipped_batches += 1
         result.errors.append({"error": "window_skipped", "message": f"gave up after {count} attempts"})
+
+
+def _position(message: Message) -> _Cursor:
+    """A cursor just at ``message`` in the order messages were stored."""
+    return _Cursor(message.stored_at or message.created_at, message.id)
 
 
 def _detail(result: NamespaceExtraction) -> dict[str, Any]:

@@ -95,6 +95,7 @@ class LibraryService:
                     external_id=message_key(namespace, msg),
                     created_at=msg.created_at or now,
                     error=msg.error,
+                    stored_at=now,
                 )
             )
             created += int(new)

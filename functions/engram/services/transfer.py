@@ -423,7 +423,12 @@ class _Import:
             {**row, **self._stamps(row, "created_at"), "id": self._own_id(row, "msg"), "namespace": self.namespace}
         )
         message = message.model_copy(
-            update={"content": checked.content, "external_id": message.external_id or f"import:{message.id}"}
+            update={
+                "content": checked.content,
+                "external_id": message.external_id or f"import:{message.id}",
+                # Stored now, whenever it was said: extraction reads imported history once.
+                "stored_at": self.clock.now(),
+            }
         )
         if self.dry_run:
             return self._plan_message(message)

@@ -11,7 +11,8 @@ active fact_key lock       ``NS#ns`` / ``MEMKEY#<key>``    (``memory_id`` of the
 memory external_id lock    ``NS#ns`` / ``MEMEXT#<ext>``    (``memory_id``)
 candidate                  ``NS#ns`` / ``CAND#<id>``       ``NS#ns#CAND#<status>`` / ``<created>#<id>``
 message                    ``NS#ns`` / ``MSG#<created>#<id>``  ``NS#ns#THR#<conversation>`` / ``<created>#<id>``
-                                                           (base table order = list order; GSI1 = thread)
+                                                           (base table order = list order; GSI1 = thread);
+                                                           GSI2 ``NS#ns#MSGIN`` / ``<stored>#<id>``
 thread                     ``NS#ns`` / ``THREAD#<id>``     ``NS#ns#THREADS#<live|deleted>`` /
                                                            ``<last message or created>#<id>``
 message id pointer         ``NS#ns`` / ``MSGID#<id>``      (``msg_sk``; makes ids unique)
@@ -723,6 +724,7 @@ class DynamoMemoryStore:
         return _epoch(created_at + keep)
 
     def insert_message(self, message: Message) -> tuple[Message, bool]:
+        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
         self._register(message.namespace)
         pk = self._pk(message.namespace)
         msg_sk = f"MSG#{_iso(message.created_at)}#{message.id}"
@@ -731,6 +733,8 @@ class DynamoMemoryStore:
         in_thread = {
             "GSI1PK": f"{pk}#THR#{message.conversation_id}",
             "GSI1SK": f"{_iso(message.created_at)}#{message.id}",
+            "GSI2PK": f"{pk}#MSGIN",
+            "GSI2SK": f"{_iso(message.stored_at)}#{message.id}",  # type: ignore[arg-type]
         }
         operations: list[dict[str, Any]] = [
             {
@@ -832,6 +836,36 @@ class DynamoMemoryStore:
         rows: list[Message] = []
         for item in self._query(pk=pk, sk_between=(low, high), page_size=min(limit + 1, 1000)):
             if item["SK"] == after_sk:
+                continue
+            rows.append(_model(Message, item))
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        _check_limit(limit)
+        low = _iso(since) if since is not None else "0"
+        skip = None
+        if after is not None:
+            skip = f"{_iso(after[0])}#{after[1]}"
+            low = max(low, skip)
+        high = _iso(until) if until is not None else "\uffff"
+        if low > high:
+            return []
+        rows: list[Message] = []
+        items = self._query(
+            pk=f"{self._pk(namespace)}#MSGIN", index="GSI2", sk_between=(low, high), page_size=min(limit + 1, 1000)
+        )
+        for item in items:
+            if item["GSI2SK"] == skip:
                 continue
             rows.append(_model(Message, item))
             if len(rows) >= limit:

@@ -268,6 +268,7 @@ class InMemoryMemoryStore:
                     return stored, False
             if message.id in rows:
                 raise Conflict(f"message {message.id} already exists")
+            message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
             rows[message.id] = message
             self._count_in_thread(message)
             return message, True
@@ -310,6 +311,27 @@ class InMemoryMemoryStore:
                 and (after is None or (m.created_at, m.id) > after)
             ]
         return _oldest_first(selected)[:limit]
+
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        check_limit(limit)
+        with self._lock:
+            rows = [m for m in self._messages.get(namespace, {}).values() if m.stored_at is not None]
+        picked = [
+            m
+            for m in rows
+            if (since is None or m.stored_at >= since)  # type: ignore[operator]
+            and (until is None or m.stored_at < until)  # type: ignore[operator]
+            and (after is None or (m.stored_at, m.id) > after)
+        ]
+        return sorted(picked, key=lambda m: (m.stored_at, m.id))[:limit]
 
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         with self._lock:

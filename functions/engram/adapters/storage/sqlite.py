@@ -244,6 +244,12 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX reminders_by_time ON reminders (namespace, status, remind_at, memory_id)",
     ),
+    # 5: the order messages were stored in (extraction reads in it); older rows take created_at.
+    (
+        "ALTER TABLE messages ADD COLUMN stored_at TEXT",
+        "UPDATE messages SET stored_at = created_at",
+        "CREATE INDEX messages_by_stored ON messages (namespace, stored_at, id)",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -587,6 +593,7 @@ class SqliteMemoryStore:
 
     # -- messages -------------------------------------------------------------------------
     def insert_message(self, message: Message) -> tuple[Message, bool]:
+        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
         with self._transaction() as db:
             sql = f"{_MESSAGES.insert_sql} ON CONFLICT (namespace, external_id) DO NOTHING"
             if db.execute(sql, _MESSAGES.insert_params(message)).rowcount == 1:
@@ -631,6 +638,30 @@ class SqliteMemoryStore:
                 params.extend((to_iso(after.created_at), after.id))
             where = " AND ".join(clauses)
             return self._select(_MESSAGES, f"{where} ORDER BY created_at, id LIMIT ?", [*params, limit])
+
+    def list_messages_stored(
+        self,
+        namespace: str,
+        *,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Message]:
+        check_limit(limit)
+        clauses = ["namespace = ?"]
+        params: list[Any] = [namespace]
+        if since is not None:
+            clauses.append("stored_at >= ?")
+            params.append(to_iso(since))
+        if until is not None:
+            clauses.append("stored_at < ?")
+            params.append(to_iso(until))
+        if after is not None:
+            clauses.append("(stored_at, id) > (?, ?)")
+            params.extend((to_iso(after[0]), after[1]))
+        where = " AND ".join(clauses)
+        return self._select(_MESSAGES, f"{where} ORDER BY stored_at, id LIMIT ?", [*params, limit])
 
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         sql = "SELECT COUNT(*) FROM messages WHERE namespace = ?"
