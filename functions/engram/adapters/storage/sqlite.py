@@ -621,14 +621,7 @@ class SqliteMemoryStore:
         after_id: str | None = None,
     ) -> list[Message]:
         check_limit(limit)
-        clauses = ["namespace = ?"]
-        params: list[Any] = [namespace]
-        if since is not None:
-            clauses.append("created_at >= ?")
-            params.append(to_iso(since))
-        if until is not None:
-            clauses.append("created_at < ?")
-            params.append(to_iso(until))
+        clauses, params = _message_window("created_at", namespace, since, until)
         with self._lock:
             if after_id is not None:
                 after = self._select_one(_MESSAGES, "namespace = ? AND id = ?", (namespace, after_id))
@@ -649,14 +642,7 @@ class SqliteMemoryStore:
         limit: int = 100,
     ) -> list[Message]:
         check_limit(limit)
-        clauses = ["namespace = ?"]
-        params: list[Any] = [namespace]
-        if since is not None:
-            clauses.append("stored_at >= ?")
-            params.append(to_iso(since))
-        if until is not None:
-            clauses.append("stored_at < ?")
-            params.append(to_iso(until))
+        clauses, params = _message_window("stored_at", namespace, since, until)
         if after is not None:
             clauses.append("(stored_at, id) > (?, ?)")
             params.extend((to_iso(after[0]), after[1]))
@@ -951,3 +937,18 @@ class SqliteMemoryStore:
                 self._connection().execute("SELECT 1").fetchone()
             except (sqlite3.Error, OSError) as exc:
                 raise UpstreamUnavailable(f"the SQLite store at {self._path} cannot be used ({exc})") from exc
+
+
+def _message_window(
+    column: str, namespace: str, since: datetime | None, until: datetime | None
+) -> tuple[list[str], list[Any]]:
+    """WHERE clauses and parameters for a namespace's messages with ``since <= column < until``."""
+    clauses = ["namespace = ?"]
+    params: list[Any] = [namespace]
+    if since is not None:
+        clauses.append(f"{column} >= ?")
+        params.append(to_iso(since))
+    if until is not None:
+        clauses.append(f"{column} < ?")
+        params.append(to_iso(until))
+    return clauses, params
