@@ -39,6 +39,7 @@ from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
 from engram.domain.prompt_cache import CachePolicy
 from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
+from engram.domain.text import estimate_tokens
 from engram.services import wire as w
 from engram.services.injection import (
     BootData,
@@ -107,6 +108,7 @@ class ChatConfig:
     inject_enabled: bool = True
     inject_max_body_bytes: int = 2 * 1024 * 1024
     boot_max_chars: int = 8000
+    patch_max_tokens: int = 1200
     boot_cache_seconds: float = 30.0
     keepalive_seconds: float = 15.0
     store_messages: bool = True
@@ -131,6 +133,7 @@ class ChatConfig:
             inject_enabled=s.chat_inject_enabled,
             inject_max_body_bytes=s.chat_inject_max_body_bytes,
             boot_max_chars=s.chat_boot_max_chars,
+            patch_max_tokens=s.chat_patch_max_tokens,
             boot_cache_seconds=s.chat_boot_cache_seconds,
             keepalive_seconds=s.chat_keepalive_seconds,
             store_messages=s.chat_store_messages,
@@ -178,6 +181,8 @@ class _Exchange:
     # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
     reminders: list[str] = field(default_factory=list)
     reminder_owner: str = ""
+    # Past-conversation messages this turn injected: marked seen in this thread once the upstream answered.
+    fragments: list[str] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
         return {
@@ -205,8 +210,10 @@ class ChatService:
         bedrock: ChatUpstream | None = None,
         reminders: Any = None,
         skills: Any = None,
+        conversations: Any = None,
     ) -> None:
         self._openai = openai
+        self._conversations = conversations  # services.conversations.ConversationService
         self._reminders = reminders  # services.reminders.ReminderService
         self._skills = skills  # services.skills.SkillService: the skills an agent is told about
         self._anthropic = anthropic
@@ -304,6 +311,8 @@ class ChatService:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
+        # Past conversations are searched beside the memories (their query vector is the recall's, cached).
+        past = self._search_conversations(ex)
         boot_text, boot_ids = await self._boot(ex.namespace, ex.agent)
         recall_text = ""
         if ex.user_text is None:
@@ -320,19 +329,60 @@ class ChatService:
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"
+        conversation_text = await self._past_conversations(ex, past, recall_text)
         reminder_text = await self._claim_reminders(ex)
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
         if ex.route.provider == "anthropic":
-            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache, reminder_text)
+            body, info = inject_anthropic(
+                body, boot_text, recall_text, self._config.cache, reminder_text, conversation_text
+            )
         else:
-            body, info = inject_openai(body, boot_text, recall_text, reminder_text)
+            body, info = inject_openai(body, boot_text, recall_text, reminder_text, conversation_text)
         ex.injected = info.any
-        if info.reminders and ex.reason == "no_content":
+        if (info.reminders or info.conversations) and ex.reason == "no_content":
             ex.reason = "injected"
+        if not info.conversations:
+            ex.fragments = []
         if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
             await self._settle_reminders(ex, delivered=False)
         return body
+
+    def _search_conversations(self, ex: _Exchange) -> asyncio.Future[Any] | None:
+        """Start the search of other threads for the current turn (None when there is nothing to search)."""
+        if self._conversations is None or ex.user_text is None:
+            return None
+        return asyncio.ensure_future(
+            asyncio.to_thread(
+                self._conversations.search, ex.namespace, ex.user_text, exclude_thread=ex.conversation, skip_seen=True
+            )
+        )
+
+    async def _past_conversations(self, ex: _Exchange, search: asyncio.Future[Any] | None, recall_text: str) -> str:
+        """The fragments' block for the patch, in the token budget the memories left ('' if none)."""
+        if search is None:
+            return ""
+        try:
+            result = await search
+            budget = self._config.patch_max_tokens - estimate_tokens(recall_text)
+            text, shown = self._conversations.render(result.fragments, budget)
+        except Exception:
+            log.warning("recalling past conversations failed; the chat goes on without them", exc_info=True)
+            return ""
+        ex.fragments = list(shown)
+        return str(text)
+
+    async def _settle_fragments(self, ex: _Exchange, *, seen: bool) -> None:
+        """Mark the injected fragments seen in this thread (the upstream answered), else forget them."""
+        if not ex.fragments or self._conversations is None:
+            return
+        held, ex.fragments = ex.fragments, []
+        if not seen:
+            return
+        try:
+            await asyncio.to_thread(self._conversations.mark_seen, ex.namespace, ex.conversation, held)
+        except Exception:
+            log.warning("marking conversation fragments seen failed (they may be injected again)", exc_info=True)
 
     async def _claim_reminders(self, ex: _Exchange) -> str:
         """Claim the namespace's due reminders for this turn; their lines for the patch ('' if none)."""
@@ -572,13 +622,14 @@ class ChatService:
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
         reminders = self._settle_reminders(ex, delivered=error is None)
+        fragments = self._settle_fragments(ex, seen=error is None)
         if not ex.persist or ex.settled:
-            await reminders
+            await asyncio.gather(reminders, fragments)
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = [reminders]
+        writes = [reminders, fragments]
         if error is None or usage.input or usage.output:
             writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
@@ -604,6 +655,7 @@ class ChatService:
         else:
             await self._settle_pending(ex)
             await self._settle_reminders(ex, delivered=False)
+            await self._settle_fragments(ex, seen=False)
 
     async def _settle_pending(self, ex: _Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""

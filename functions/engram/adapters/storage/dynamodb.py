@@ -45,6 +45,7 @@ import base64
 import binascii
 import contextlib
 import heapq
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -530,22 +531,25 @@ class DynamoMemoryStore:
         return memory
 
     def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
-        wanted = list(dict.fromkeys(memory_ids))
-        found: dict[str, Memory] = {}
         pk = self._pk(namespace)
-        for start in range(0, len(wanted), 100):
-            keys = [self._key(pk, f"MEM#{memory_id}") for memory_id in wanted[start : start + 100]]
-            request: dict[str, Any] = {self._table: {"Keys": keys, "ConsistentRead": True}}
+        items = self._batch_get([(pk, f"MEM#{memory_id}") for memory_id in dict.fromkeys(memory_ids)])
+        found = {memory.id: memory for memory in (_model(Memory, item) for item in items)}
+        return [found[memory_id] for memory_id in memory_ids if memory_id in found]
+
+    def _batch_get(self, keys: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The items of these (PK, SK) keys that exist (strongly consistent), in no particular order."""
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(keys), 100):
+            chunk = [self._key(pk, sk) for pk, sk in keys[start : start + 100]]
+            request: dict[str, Any] = {self._table: {"Keys": chunk, "ConsistentRead": True}}
             for attempt in range(8):
                 response = self._call("batch_get_item", RequestItems=request)
-                for item in response.get("Responses", {}).get(self._table, []):
-                    memory = _model(Memory, self._des(item))
-                    found[memory.id] = memory
+                out += [self._des(item) for item in response.get("Responses", {}).get(self._table, [])]
                 request = response.get("UnprocessedKeys") or {}
                 if not request:
                     break
                 time.sleep(0.05 * 2**attempt)
-        return [found[memory_id] for memory_id in memory_ids if memory_id in found]
+        return out
 
     def _find_locked(self, namespace: str, lock_sk: str) -> Memory | None:
         lock = self._get(self._pk(namespace), lock_sk)
@@ -992,6 +996,27 @@ class DynamoMemoryStore:
         if len(rows) <= limit:
             return Page(items=[row for _, row in rows])
         return Page(items=[row for _, row in rows[:limit]], next_cursor=_encode_cursor(rows[limit - 1][0]))
+
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        pk = self._pk(namespace)
+        refs = self._batch_get([(pk, f"MSGID#{message_id}") for message_id in dict.fromkeys(message_ids)])
+        items = self._batch_get([(pk, str(ref["msg_sk"])) for ref in refs if ref.get("msg_sk")])
+        found = {message.id: message for message in (_model(Message, item) for item in items)}
+        return [found[message_id] for message_id in message_ids if message_id in found]
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        # The thread's index (GSI1), both ways from the message's own sort key.
+        partition = f"{self._pk(namespace)}#THR#{message.conversation_id}"
+        position = f"{_iso(message.created_at)}#{message.id}"
+        earlier: list[Message] = []
+        if before > 0:
+            items = self._query(pk=partition, index="GSI1", sk_before=position, forward=False, page_size=before)
+            earlier = [_model(Message, item) for item in itertools.islice(items, before)]
+        later: list[Message] = []
+        if after > 0:
+            items = self._query(pk=partition, index="GSI1", sk_between=(position, "\uffff"), page_size=after + 1)
+            later = [_model(Message, i) for i in itertools.islice(items, after + 1) if i["GSI1SK"] != position][:after]
+        return [*reversed(earlier), message, *later]
 
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         pk = self._pk(namespace)
