@@ -183,7 +183,13 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
         c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
     )
     c.cleanup = CleanupService(
-        c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks, repair=c.memories.repair_index
+        c.store,
+        c.index,
+        c.clock,
+        RetentionPolicy.from_settings(s),
+        locks,
+        repair=c.memories.repair_index,
+        skills=c.skills,
     )
     if c.queue is None and getattr(s, "queue", "inline") == "inline":
         from engram.adapters.queue.inline import InlineJobQueue
