@@ -21,6 +21,7 @@ from typing import Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.skills import Skill, SkillVersion
 
@@ -253,7 +254,7 @@ class DynamoSkillStore:
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "PK = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": _NAMESPACES_PK}},
+            "ExpressionAttributeValues": {":pk": {"S": NAMESPACES_PK}},
             "ProjectionExpression": "SK",
         }
         out: list[str] = []
@@ -265,13 +266,10 @@ class DynamoSkillStore:
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
-# The namespace registry item of the DynamoDB store (the same item its writes put).
-_NAMESPACES_PK = "NAMESPACES"
-
-
 def _namespace_item(namespace: str) -> dict[str, Any]:
+    """The DynamoDB store's namespace registry item (``dynamodb/base.py`` puts the same)."""
     return {
-        "PK": {"S": _NAMESPACES_PK},
+        "PK": {"S": NAMESPACES_PK},
         "SK": {"S": namespace},
         "entity": {"S": "namespace"},
         "namespace": {"S": namespace},
