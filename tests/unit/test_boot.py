@@ -8,6 +8,7 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import GlossaryTerm, Precious
 from engram.services.boot import CHAT_BLOCK, PACKAGE, BootLimits, BootService
 from engram.services.library import LibraryService
+
 from tests.fakes.clock import ManualClock
 
 NS = "u1"
