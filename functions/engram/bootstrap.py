@@ -43,6 +43,8 @@ class Container:
     recall: Any
     queue: JobQueue | None = None
     chat: Any = None  # the chat gateway (services.chat.ChatService)
+    boot: Any = None  # services.boot.BootService: the boot package (chat block, REST, MCP)
+    usage: Any = None  # services.usage_report.UsageReportService
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
@@ -70,6 +72,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     """Build the object graph. ``overrides`` replace adapters (tests pass fakes: ``store=...``;
     ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs)."""
     from engram.adapters.clock import SystemClock
+    from engram.services.boot import BootService
     from engram.services.curation import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
@@ -77,6 +80,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.services.runtime_settings import RuntimeSettings
     from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
+    from engram.services.usage_report import UsageReportService
 
     settings = _with_secret(settings or load_settings())
     closers: list[Any] = []
@@ -133,6 +137,8 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             ),
         ),
     )
+    container.boot = BootService(store, library, skills)
+    container.usage = UsageReportService(store, clock)
     container._closers = closers
     _wire_jobs(container, overrides)
     container.chat = overrides.get("chat") or _build_chat(settings, container, overrides.get("bedrock_runtime"))
@@ -183,7 +189,13 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
         c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
     )
     c.cleanup = CleanupService(
-        c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks, repair=c.memories.repair_index
+        c.store,
+        c.index,
+        c.clock,
+        RetentionPolicy.from_settings(s),
+        locks,
+        repair=c.memories.repair_index,
+        skills=c.skills,
     )
     if c.queue is None and getattr(s, "queue", "inline") == "inline":
         from engram.adapters.queue.inline import InlineJobQueue
@@ -513,6 +525,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     from engram.adapters.llm.anthropic import AnthropicUpstream
     from engram.adapters.llm.openai_compat import OpenAICompatUpstream
     from engram.services.chat import ChatConfig, ChatService
+    from engram.services.exchange import ExchangeRecorder
 
     timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
     openai = OpenAICompatUpstream(
@@ -549,20 +562,24 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
             bedrock_configured=bedrock is not None and (bedrock.configured or not _names_bedrock(eff)),
         )
     )
-    return ChatService(
-        openai=openai,
-        anthropic=anthropic,
+    record = ExchangeRecorder(
         store=container.store,
         library=container.library,
         memories=container.memories,
-        recall=container.recall,
         clock=container.clock,
-        config=config,
+        cleanup_interval=lambda: config().cleanup_interval,
         queue=container.queue,
+        reminders=container.reminders,
+    )
+    return ChatService(
+        openai=openai,
+        anthropic=anthropic,
+        recall=container.recall,
+        boot=container.boot,
+        record=record,
+        config=config,
         render_recall=render_prompt,
         bedrock=bedrock,
-        reminders=container.reminders,
-        skills=container.skills,
     )
 
 

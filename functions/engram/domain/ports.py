@@ -457,17 +457,24 @@ class SkillStore(Protocol):
 
     def purge(self, namespace: str, name: str) -> None: ...
 
+    def list_namespaces(self) -> list[str]:
+        """Every namespace that has a skill (the cleanup job visits them), sorted; may list more."""
+        ...
+
 
 @runtime_checkable
 class BlobStore(Protocol):
     """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
 
-    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key.
+    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key;
+    ``delete`` of an unknown key does nothing.
     """
 
     def put(self, key: str, data: bytes) -> None: ...
 
     def get(self, key: str) -> bytes | None: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 @runtime_checkable

@@ -196,4 +196,4 @@ async def models(request: Request) -> Any:
 async def usage(request: Request, days: int = Query(30, ge=1, le=365)) -> Any:
     principal = authenticate(request)
     principal.require("memory:read")
-    return _service(request).usage(principal.namespace, days=days)
+    return request.app.state.container.usage.report(principal.namespace, days=days)

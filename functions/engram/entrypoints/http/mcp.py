@@ -555,7 +555,7 @@ def build_server(container: Any) -> MCPServer:
         """The cold-boot package for a new session: digest, yesterday's log, pinned/identity/persona
         memories, precious notes, glossary and stats. Call once at the start of a session."""
         who = _principal(ctx, READ)
-        return dict(_drop_namespace(_jsonable(c.library.boot(who.namespace))))
+        return dict(_drop_namespace(_jsonable(c.boot.package(who.namespace))))
 
     @tool(ro)
     def digest_get(ctx: Context) -> dict[str, Any]:

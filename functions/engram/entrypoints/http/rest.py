@@ -365,15 +365,15 @@ def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, A
 @router.get("/memory_boot", tags=["boot"])
 def get_boot(request: Request, who: Read) -> dict[str, Any]:
     """The cold-boot package: digest, yesterday's log, stable memories, precious notes, glossary, stats."""
-    return _jsonable(_c(request).library.boot(who.namespace))
+    return _jsonable(_c(request).boot.package(who.namespace))
 
 
 @router.patch("/memory_boot", tags=["boot"])
 def patch_boot(request: Request, body: BootPatch, who: Write) -> dict[str, Any]:
     """Write the digest (L1 summary, cut to 500 characters)."""
-    library = _c(request).library
-    library.set_digest(who.namespace, body.digest)
-    return _jsonable(library.boot(who.namespace))
+    c = _c(request)
+    c.library.set_digest(who.namespace, body.digest)
+    return _jsonable(c.boot.package(who.namespace))
 
 
 # -- review candidates --------------------------------------------------------------------------
