@@ -369,7 +369,7 @@ def _build_index(settings: Settings, closers: list[Any], *, conversations: bool 
 
         return InMemorySearchIndex()
     if settings.search == "local":
-        from engram.adapters.search.local import SqliteSearchIndex
+        from engram.adapters.search.sqlite import SqliteSearchIndex
 
         path = local_db_path(settings)
         private_dir(path.parent)
