@@ -18,9 +18,9 @@ from engram.domain.sse import SseParser
 from engram.entrypoints.http.app import scrub_lone_surrogates
 from engram.services import wire as w
 from engram.services import wire_shapes as ws
-from engram.services.chat import _Tap
 from engram.services.injection import inject_anthropic, inject_openai, last_user_text
 from engram.services.routing import anthropic_has_images, openai_has_images
+from engram.services.stream_relay import StreamTap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -98,7 +98,7 @@ def test_any_upstream_stream_event_converts_or_is_a_clean_upstream_error(upstrea
     @given(st.lists(st.tuples(names, from_schema(schema) | json_values), min_size=1, max_size=6))
     def check(events: list[tuple[str | None, Any]]) -> None:
         # Given any sequence of events (schema-shaped or arbitrary JSON) from the upstream
-        tap = _Tap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
+        tap = StreamTap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
         parser = SseParser()
         raw = b"".join(
             (f"event: {name}\n" if name else "").encode() + b"data: " + json.dumps(data).encode() + b"\n\n"
@@ -300,7 +300,7 @@ def test_any_field_of_a_stream_event_with_a_wrong_type_is_an_error_event_or_hand
         for path in [(), *_paths(data)]:
             for new in WRONG:
                 bad = new if not path else _swapped(data, path, new)
-                tap = _Tap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
+                tap = StreamTap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
                 stream = [*events[:i], (name, bad), *events[i + 1 :]]
                 raw = b"".join(
                     (f"event: {n}\n" if n else "").encode() + b"data: " + json.dumps(d).encode() + b"\n\n"

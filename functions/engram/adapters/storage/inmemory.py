@@ -19,6 +19,7 @@ from engram.adapters.storage.common import (
     empty_memory_counts,
     encode_cursor,
     glossary_order,
+    memory_matches,
     thread_position,
 )
 from engram.domain.errors import Conflict, InvalidInput, NotFound
@@ -63,17 +64,6 @@ def _page(rows: Iterable[_Row], limit: int, cursor: str | None) -> Page[_Row]:
         return Page(items=ordered)
     last = ordered[limit - 1]
     return Page(items=ordered[:limit], next_cursor=encode_cursor(last.created_at, last.id))
-
-
-def _memory_matches(memory: Memory, filters: MemoryFilter) -> bool:
-    return (
-        memory.status in filters.listed_statuses
-        and (not filters.types or memory.type in filters.types)
-        and (filters.layer is None or memory.layer == filters.layer)
-        and (filters.tag is None or filters.tag in memory.tags)
-        and (filters.pinned is None or memory.pinned == filters.pinned)
-        and (filters.fact_key is None or memory.fact_key == filters.fact_key)
-    )
 
 
 def _delete_where(table: dict[str, dict[str, _Row]], namespace: str, doomed: Callable[[_Row], bool]) -> int:
@@ -166,7 +156,7 @@ class InMemoryMemoryStore:
         self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
     ) -> Page[Memory]:
         with self._lock:
-            rows = [m for m in self._memories.get(namespace, {}).values() if _memory_matches(m, filters)]
+            rows = [m for m in self._memories.get(namespace, {}).values() if memory_matches(m, filters)]
         return _page(rows, limit, cursor)
 
     def iter_memories(self, namespace: str, statuses: Sequence[str] = ()) -> Iterable[Memory]:
@@ -390,6 +380,23 @@ class InMemoryMemoryStore:
             after = decode_cursor(cursor)
             rows = [m for m in rows if (m.created_at, m.id) > after]
         return cut_page(rows, limit, lambda m: (m.created_at, m.id))
+
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        with self._lock:
+            rows = self._messages.get(namespace, {})
+            return [rows[i] for i in message_ids if i in rows]
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        with self._lock:
+            thread = [
+                m for m in self._messages.get(namespace, {}).values() if m.conversation_id == message.conversation_id
+            ]
+        at = (message.created_at, message.id)
+        thread.sort(key=lambda m: (m.created_at, m.id))
+        earlier = [m for m in thread if (m.created_at, m.id) < at]
+        later = [m for m in thread if (m.created_at, m.id) > at]
+        head = earlier[len(earlier) - before :] if before > 0 else []
+        return [*head, message, *later[: max(0, after)]]
 
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         with self._lock:
