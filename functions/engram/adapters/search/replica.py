@@ -112,6 +112,22 @@ class SnapshotStore(Protocol):
 
 
 # -- compact vectors ------------------------------------------------------------------------------
+def unit_vectors(blobs: Sequence[bytes]) -> list[np.ndarray]:
+    """``pack_vector`` blobs as unit float32 vectors, decoded together (rows of one matrix per length)."""
+    out: list[np.ndarray] = [np.empty(0, np.float32)] * len(blobs)
+    by_length: dict[int, list[int]] = {}
+    for i, blob in enumerate(blobs):
+        by_length.setdefault(len(blob), []).append(i)
+    for positions in by_length.values():
+        matrix = np.frombuffer(b"".join(blobs[i] for i in positions), dtype="<f2").reshape(len(positions), -1)
+        matrix = matrix.astype(np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        np.divide(matrix, norms, out=matrix, where=norms > 0)
+        for i, row in zip(positions, matrix, strict=True):
+            out[i] = row
+    return out
+
+
 def pack_vector(vector: Sequence[float]) -> bytes:
     """A unit vector as float16 (half the size of float32; cosine changes by < 1e-3)."""
     arr = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -215,6 +231,9 @@ class ReplicaSearchIndex:
         space = _Namespace(index=index, path=path, epoch=meta.epoch, applied=dict(restored[1]) if restored else {})
         if restored is None:
             self._prepare(index, meta)
+            # An empty vector cache now, so the whole log's vectors go into it as they are written instead
+            # of being read back from SQLite by the first search.
+            index.warm(namespace)
             rows = list(self._log.all_rows(namespace))
             self._apply(space, rows, meta)
             space.cursor = max((r.seq for r in rows), default=0)
@@ -256,7 +275,7 @@ class ReplicaSearchIndex:
 
     def _apply(self, space: _Namespace, rows: Sequence[LogRow], meta: LogMeta) -> None:
         applied = space.applied if space.applied is not None else {}
-        live: dict[str, PreparedDoc] = {}
+        live: dict[str, LogRow] = {}
         gone: list[tuple[str, str]] = []
         fresh = 0
         for row in sorted(rows, key=lambda r: r.seq):
@@ -269,17 +288,19 @@ class ReplicaSearchIndex:
                 live.pop(row.memory_id, None)
                 gone.append((row.namespace, row.memory_id))
                 continue
-            vector = None
-            if row.vector is not None and row.epoch == meta.epoch:
-                vector = np.frombuffer(row.vector, dtype="<f2").astype(np.float32)
-                norm = float(np.linalg.norm(vector))
-                if norm > 0:
-                    vector /= norm
-            live[row.memory_id] = PreparedDoc(row.namespace, row.memory_id, row.type, row.text, vector)
+            live[row.memory_id] = row
         for namespace, memory_id in gone:
             if memory_id not in live:
                 space.index.delete(namespace, memory_id)
-        space.index.write_prepared(list(live.values()))
+        # One float16 decode and normalization for every vector of the batch (a hydrate applies thousands).
+        usable = [r.vector is not None and r.epoch == meta.epoch for r in live.values()]
+        blobs = [r.vector for r, ok in zip(live.values(), usable, strict=True) if ok and r.vector is not None]
+        decoded = iter(unit_vectors(blobs))
+        docs = [
+            PreparedDoc(r.namespace, r.memory_id, r.type, r.text, next(decoded) if ok else None)
+            for r, ok in zip(live.values(), usable, strict=True)
+        ]
+        space.index.write_prepared(docs)
         space.changes_since_snapshot += fresh
 
     def _sync(self, namespace: str, space: _Namespace) -> None:
