@@ -169,6 +169,15 @@ class MemoryStore(Protocol):
         """The thread's messages, oldest first (``created_at``, then id)."""
         ...
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        """Up to ``before`` messages of ``message``'s thread just before it, the message itself and up to
+        ``after`` just after it, oldest first (``created_at``, then id): the context of a recalled message."""
+        ...
+
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
         row; the number of messages moved. Safe to repeat after a partial failure."""

@@ -13,7 +13,15 @@ from typing import Any
 from engram.adapters.files import private_sqlite
 from engram.adapters.storage.common import check_limit, cut_page, decode_cursor, to_iso
 from engram.adapters.storage.sqlite.schema import immediate, migrate
-from engram.adapters.storage.sqlite.tables import BUSY_TIMEOUT_S, Listed, M, Table, conflict_message
+from engram.adapters.storage.sqlite.tables import (
+    BUSY_TIMEOUT_S,
+    IDS_PER_QUERY,
+    Listed,
+    M,
+    Table,
+    conflict_message,
+    marks,
+)
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Page
 
@@ -78,6 +86,16 @@ class SqliteStoreBase:
     def _select_one(self, table: Table[M], where: str, params: Sequence[Any]) -> M | None:
         rows = self._select(table, f"{where} LIMIT 1", params)
         return rows[0] if rows else None
+
+    def _by_ids(self, table: Table[Any], namespace: str, row_ids: Sequence[str]) -> list[Any]:
+        """The rows of ``table`` with these ids in the namespace, in the given order; unknown ids skipped."""
+        found: dict[str, Any] = {}
+        unique_ids = list(dict.fromkeys(row_ids))
+        for start in range(0, len(unique_ids), IDS_PER_QUERY):
+            chunk = unique_ids[start : start + IDS_PER_QUERY]
+            rows = self._select(table, f"namespace = ? AND id IN ({marks(len(chunk))})", [namespace, *chunk])
+            found.update((row.id, row) for row in rows)
+        return [found[row_id] for row_id in row_ids if row_id in found]
 
     def _execute(self, sql: str, params: Sequence[Any]) -> int:
         """Run one write; the number of rows it touched."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from engram.adapters.storage.common import check_limit, empty_memory_counts, to_iso
 from engram.adapters.storage.sqlite.base import SqliteStoreBase
-from engram.adapters.storage.sqlite.tables import CANDIDATES, IDS_PER_QUERY, ITER_CHUNK, MEMORIES, marks
+from engram.adapters.storage.sqlite.tables import CANDIDATES, ITER_CHUNK, MEMORIES, marks
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import Candidate, Memory, MemoryFilter, Page
 
@@ -53,13 +53,7 @@ class SqliteMemories(SqliteStoreBase):
         return memory
 
     def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
-        found: dict[str, Memory] = {}
-        unique_ids = list(dict.fromkeys(memory_ids))
-        for start in range(0, len(unique_ids), IDS_PER_QUERY):
-            chunk = unique_ids[start : start + IDS_PER_QUERY]
-            rows = self._select(MEMORIES, f"namespace = ? AND id IN ({marks(len(chunk))})", [namespace, *chunk])
-            found.update((m.id, m) for m in rows)
-        return [found[memory_id] for memory_id in memory_ids if memory_id in found]
+        return self._by_ids(MEMORIES, namespace, memory_ids)
 
     def find_active_by_fact_key(self, namespace: str, fact_key: str) -> Memory | None:
         return self._select_one(MEMORIES, "namespace = ? AND fact_key = ? AND status = 'active'", (namespace, fact_key))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -136,6 +137,25 @@ class SqliteMessages(SqliteStoreBase):
             params += [to_iso(at), row_id]
         rows = self._select(MESSAGES, f"{where} ORDER BY created_at, id LIMIT ?", [*params, limit + 1])
         return cut_page(rows, limit, lambda m: (m.created_at, m.id))
+
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        return self._by_ids(MESSAGES, namespace, message_ids)
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        where = "namespace = ? AND conversation_id = ?"
+        params: list[Any] = [namespace, message.conversation_id]
+        position = [to_iso(message.created_at), message.id]
+        earlier = self._select(
+            MESSAGES,
+            f"{where} AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?",
+            [*params, *position, max(0, before)],
+        )
+        later = self._select(
+            MESSAGES,
+            f"{where} AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?",
+            [*params, *position, max(0, after)],
+        )
+        return [*reversed(earlier), message, *later]
 
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         with self._transaction() as db:
