@@ -169,6 +169,15 @@ class MemoryStore(Protocol):
         """The thread's messages, oldest first (``created_at``, then id)."""
         ...
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        """Up to ``before`` messages of ``message``'s thread just before it, the message itself and up to
+        ``after`` just after it, oldest first (``created_at``, then id): the context of a recalled message."""
+        ...
+
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
         row; the number of messages moved. Safe to repeat after a partial failure."""
@@ -457,17 +466,24 @@ class SkillStore(Protocol):
 
     def purge(self, namespace: str, name: str) -> None: ...
 
+    def list_namespaces(self) -> list[str]:
+        """Every namespace that has a skill (the cleanup job visits them), sorted; may list more."""
+        ...
+
 
 @runtime_checkable
 class BlobStore(Protocol):
     """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
 
-    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key.
+    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key;
+    ``delete`` of an unknown key does nothing.
     """
 
     def put(self, key: str, data: bytes) -> None: ...
 
     def get(self, key: str) -> bytes | None: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 @runtime_checkable

@@ -86,6 +86,8 @@ class Exchange:
     # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
     reminders: list[str] = field(default_factory=list)
     reminder_owner: str = ""
+    # Past-conversation messages this turn injected: marked seen in this thread once the upstream answered.
+    fragments: list[str] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
         return {
@@ -124,6 +126,7 @@ class ExchangeRecorder:
         cleanup_interval: Callable[[], timedelta],
         queue: JobQueue | None = None,
         reminders: Any = None,
+        conversations: Any = None,
     ) -> None:
         self._store = store
         self._library = library  # services.library.LibraryService: message ingest
@@ -132,6 +135,7 @@ class ExchangeRecorder:
         self._cleanup_interval = cleanup_interval
         self._queue = queue
         self._reminders = reminders  # services.reminders.ReminderService
+        self._conversations = conversations  # services.conversations.ConversationService
 
     # -- during the request -------------------------------------------------------------------------
     async def claim_reminders(self, ex: Exchange) -> str:
@@ -156,6 +160,18 @@ class ExchangeRecorder:
             await asyncio.to_thread(self._reminders.settle, ex.namespace, ex.reminder_owner, held, delivered=delivered)
         except Exception:
             log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
+
+    async def settle_fragments(self, ex: Exchange, *, seen: bool) -> None:
+        """Mark the injected fragments seen in this thread (the upstream answered), else forget them."""
+        if not ex.fragments or self._conversations is None:
+            return
+        held, ex.fragments = ex.fragments, []
+        if not seen:
+            return
+        try:
+            await asyncio.to_thread(self._conversations.mark_seen, ex.namespace, ex.conversation, held)
+        except Exception:
+            log.warning("marking conversation fragments seen failed (they may be injected again)", exc_info=True)
 
     def remember(self, ex: Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
@@ -203,13 +219,14 @@ class ExchangeRecorder:
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
         reminders = self.settle_reminders(ex, delivered=error is None)
+        fragments = self.settle_fragments(ex, seen=error is None)
         if not ex.persist or ex.settled:
-            await reminders
+            await asyncio.gather(reminders, fragments)
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = [reminders]
+        writes = [reminders, fragments]
         if error is None or usage.input or usage.output:
             writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
@@ -235,6 +252,7 @@ class ExchangeRecorder:
         else:
             await self._settle_pending(ex)
             await self.settle_reminders(ex, delivered=False)
+            await self.settle_fragments(ex, seen=False)
 
     async def _settle_pending(self, ex: Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""

@@ -158,14 +158,18 @@ def _skill_lines(skills: Sequence[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def render_patch(volatile: Sequence[str], recall_text: str, reminder_text: str = "") -> str:
-    """The per-turn text appended to the current user turn ('' when empty); reminders come after
-    the memories (docs/reminders.md)."""
+def render_patch(
+    volatile: Sequence[str], recall_text: str, reminder_text: str = "", conversation_text: str = ""
+) -> str:
+    """The per-turn text appended to the current user turn ('' when empty): the memories, then fragments
+    of past conversations (docs/conversations.md), then reminders (docs/reminders.md)."""
     parts: list[str] = []
     if volatile:
         parts.append("\n".join(volatile))
     if recall_text.strip():
         parts.append("Memories that may be relevant to this message:\n" + recall_text.strip())
+    if conversation_text.strip():
+        parts.append(conversation_text.strip())
     if reminder_text.strip():
         parts.append(reminder_text.strip())
     if not parts:
@@ -182,6 +186,7 @@ class Injected:
     volatile: list[str] = field(default_factory=list)
     markers: int = 0
     reminders: bool = False  # the reminder lines are in the patch
+    conversations: bool = False  # the past-conversation fragments are in the patch
 
     @property
     def any(self) -> bool:
@@ -207,7 +212,7 @@ def last_user_text(body: dict[str, Any]) -> str | None:
 
 # -- OpenAI wire -----------------------------------------------------------------------------------------
 def inject_openai(
-    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = ""
+    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = "", conversation_text: str = ""
 ) -> tuple[dict[str, Any], Injected]:
     """A new body with the boot block after the client's system prompt and the patch in the last turn."""
     messages = [dict(m) for m in body.get("messages") or []]
@@ -236,10 +241,11 @@ def inject_openai(
                 target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
         else:
             messages.insert(0, {"role": "system", "content": boot_text})
-    patch = render_patch(info.volatile, recall_text, reminder_text) if can_patch else ""
+    patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
     if patch:
-        info.patch = bool(recall_text.strip() or reminder_text.strip())
+        info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
+        info.conversations = bool(conversation_text.strip())
         last = messages[-1]
         if last_role == "tool":
             messages.append({"role": "user", "content": patch})
@@ -272,7 +278,12 @@ def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
 
 # -- Anthropic wire --------------------------------------------------------------------------------------
 def inject_anthropic(
-    body: dict[str, Any], boot_text: str, recall_text: str, cache: CachePolicy | None, reminder_text: str = ""
+    body: dict[str, Any],
+    boot_text: str,
+    recall_text: str,
+    cache: CachePolicy | None,
+    reminder_text: str = "",
+    conversation_text: str = "",
 ) -> tuple[dict[str, Any], Injected]:
     """A new body: boot block as the last system block, patch as the last block of the current user
     turn, and (with ``cache``) at most four ``cache_control`` markers, none on the patch."""
@@ -295,10 +306,11 @@ def inject_anthropic(
         out["tools"] = tools
     if cache is not None:
         info.markers = place_cache_control(out, cache)
-    patch = render_patch(info.volatile, recall_text, reminder_text) if can_patch else ""
+    patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
     if patch:
-        info.patch = bool(recall_text.strip() or reminder_text.strip())
+        info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
+        info.conversations = bool(conversation_text.strip())
         messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": patch}]
     return out, info
 
