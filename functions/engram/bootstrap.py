@@ -427,7 +427,7 @@ def _build_conversations(
 def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
-    replica directory."""
+    replica directory (``<replica dir>-conversations``)."""
     from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
@@ -462,7 +462,7 @@ def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
         directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
     return ReplicaSearchIndex(
         search_log,
-        Path(directory) / "conversations" if conversations else directory,
+        Path(f"{directory}{suffix}"),
         snapshots=snapshots,
         sync_seconds=settings.replica_sync_seconds,
     )
@@ -647,15 +647,18 @@ def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
     rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
     from engram.adapters.search.replica import ReplicaSearchIndex
 
-    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
-    index = getattr(guarded, "inner", guarded)
-    if not isinstance(index, ReplicaSearchIndex):
-        return 0
-    try:
-        return index.snapshot_all(min_changes=min_changes)
-    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-        log.exception("writing the search snapshots failed")
-        return 0
+    # Job handlers also run with stand-in containers; the conversation index is a replica beside it.
+    conversations = getattr(getattr(container, "conversations", None), "index", None)
+    written = 0
+    for guarded in (getattr(container, "index", None), conversations):
+        index = getattr(guarded, "inner", guarded)
+        if not isinstance(index, ReplicaSearchIndex):
+            continue
+        try:
+            written += index.snapshot_all(min_changes=min_changes)
+        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+            log.exception("writing the search snapshots failed")
+    return written
 
 
 def index_model_mismatch(container: Container) -> bool:

@@ -297,6 +297,18 @@ class MemoryStore(Protocol):
 
 
 @runtime_checkable
+class MessageIndexBackfill(Protocol):
+    """A store whose older message rows may lack index entries written by later versions (DynamoDB: the
+    thread and stored-order keys; ``engram migrate``). Other stores upgrade their schema when opened."""
+
+    def backfill_message_indexes(self, namespace: str, *, after: str | None, limit: int) -> tuple[int, int, str | None]:
+        """Up to ``limit`` messages after position ``after`` (opaque; ``None`` to start) given the index
+        entries they lack: (read, fixed, the next position or ``None`` when done). Idempotent: a message
+        already complete, or completed by a concurrent run, is not changed (nor counted) again."""
+        ...
+
+
+@runtime_checkable
 class SearchIndex(Protocol):
     """Keyword + vector search over the active memories of each namespace.
 
