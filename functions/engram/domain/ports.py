@@ -169,6 +169,15 @@ class MemoryStore(Protocol):
         """The thread's messages, oldest first (``created_at``, then id)."""
         ...
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        """Up to ``before`` messages of ``message``'s thread just before it, the message itself and up to
+        ``after`` just after it, oldest first (``created_at``, then id): the context of a recalled message."""
+        ...
+
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
         row; the number of messages moved. Safe to repeat after a partial failure."""
@@ -284,6 +293,18 @@ class MemoryStore(Protocol):
 
     def ping(self) -> None:
         """Raise if the store cannot be reached."""
+        ...
+
+
+@runtime_checkable
+class MessageIndexBackfill(Protocol):
+    """A store whose older message rows may lack index entries written by later versions (DynamoDB: the
+    thread and stored-order keys; ``engram migrate``). Other stores upgrade their schema when opened."""
+
+    def backfill_message_indexes(self, namespace: str, *, after: str | None, limit: int) -> tuple[int, int, str | None]:
+        """Up to ``limit`` messages after position ``after`` (opaque; ``None`` to start) given the index
+        entries they lack: (read, fixed, the next position or ``None`` when done). Idempotent: a message
+        already complete, or completed by a concurrent run, is not changed (nor counted) again."""
         ...
 
 

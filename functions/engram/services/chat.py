@@ -34,15 +34,24 @@ from typing import Any
 
 from engram.domain.errors import EngramError, NotConfigured, UpstreamUnavailable
 from engram.domain.ports import ChatUpstream, UpstreamReply
-from engram.domain.prompt_cache import CachePolicy
-from engram.services import wire as w
+from engram.domain.text import estimate_tokens
+from engram.domain.wire.anthropic import (
+    answer_text,
+    anthropic_request_to_openai,
+    anthropic_response_to_openai,
+    openai_request_to_anthropic,
+    openai_response_to_anthropic,
+)
+from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.content import text_of
+from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
 from engram.services.boot import BootService
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
 from engram.services.injection import Injected, inject_anthropic, inject_openai, last_user_text
 from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.stream_relay import StreamTap, relay_stream
 from engram.services.threads import thread_id_of
-from engram.services.wire_shapes import check_upstream_response, parse_chat_request
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,7 @@ class ChatConfig:
     inject_enabled: bool = True
     inject_max_body_bytes: int = 2 * 1024 * 1024
     boot_max_chars: int = 8000
+    patch_max_tokens: int = 1200
     boot_cache_seconds: float = 30.0
     keepalive_seconds: float = 15.0
     store_messages: bool = True
@@ -91,6 +101,7 @@ class ChatConfig:
             inject_enabled=s.chat_inject_enabled,
             inject_max_body_bytes=s.chat_inject_max_body_bytes,
             boot_max_chars=s.chat_boot_max_chars,
+            patch_max_tokens=s.chat_patch_max_tokens,
             boot_cache_seconds=s.chat_boot_cache_seconds,
             keepalive_seconds=s.chat_keepalive_seconds,
             store_messages=s.chat_store_messages,
@@ -124,8 +135,10 @@ class ChatService:
         config: ChatConfig | Callable[[], ChatConfig],
         render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
+        conversations: Any = None,
     ) -> None:
         self._openai = openai
+        self._conversations = conversations  # services.conversations.ConversationService
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
@@ -201,11 +214,11 @@ class ChatService:
             return {**body, "model": model}
         if ex.wire == "openai":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            out = w.openai_request_to_anthropic(body, model)
+            out = openai_request_to_anthropic(body, model)
             if not (body.get("max_completion_tokens") or body.get("max_tokens")):
                 out["max_tokens"] = self._config.default_max_tokens
             return out
-        return w.anthropic_request_to_openai(body, model)
+        return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
     async def _inject(self, ex: Exchange, body: dict[str, Any], size: int, memory_off: bool) -> dict[str, Any]:
@@ -217,6 +230,8 @@ class ChatService:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
+        # Past conversations are searched beside the memories (their query vector is the recall's, cached).
+        past = self._search_conversations(ex)
         boot_text, boot_ids = await self._boot_block(ex.namespace, ex.agent)
         recall_text = ""
         if ex.user_text is None:
@@ -233,19 +248,48 @@ class ChatService:
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)
                 ex.reason = "recall_failed"
+        conversation_text = await self._past_conversations(ex, past, recall_text)
         reminder_text = await self._record.claim_reminders(ex)
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
         if ex.route.provider == "anthropic":
-            body, info = inject_anthropic(body, boot_text, recall_text, self._config.cache, reminder_text)
+            body, info = inject_anthropic(
+                body, boot_text, recall_text, self._config.cache, reminder_text, conversation_text
+            )
         else:
-            body, info = inject_openai(body, boot_text, recall_text, reminder_text)
+            body, info = inject_openai(body, boot_text, recall_text, reminder_text, conversation_text)
         ex.injected = info.any
-        if info.reminders and ex.reason == "no_content":
+        if (info.reminders or info.conversations) and ex.reason == "no_content":
             ex.reason = "injected"
+        if not info.conversations:  # no place for them in this turn: nothing was shown
+            ex.fragments = []
         if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
             await self._record.settle_reminders(ex, delivered=False)
         return body
+
+    def _search_conversations(self, ex: Exchange) -> asyncio.Future[Any] | None:
+        """Start the search of other threads for the current turn (None when there is nothing to search)."""
+        if self._conversations is None or ex.user_text is None:
+            return None
+        return asyncio.ensure_future(
+            asyncio.to_thread(
+                self._conversations.search, ex.namespace, ex.user_text, exclude_thread=ex.conversation, skip_seen=True
+            )
+        )
+
+    async def _past_conversations(self, ex: Exchange, search: asyncio.Future[Any] | None, recall_text: str) -> str:
+        """The fragments' block for the patch, in the token budget the memories left ('' if none)."""
+        if search is None:
+            return ""
+        try:
+            result = await search
+            budget = self._config.patch_max_tokens - estimate_tokens(recall_text)
+            text, shown = self._conversations.render(result.fragments, budget)
+        except Exception:
+            log.warning("recalling past conversations failed; the chat goes on without them", exc_info=True)
+            return ""
+        ex.fragments = list(shown)
+        return str(text)
 
     async def _boot_block(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
         """The rendered boot block (kept briefly per namespace and agent) and the ids of its memories."""
@@ -311,17 +355,17 @@ class ChatService:
             ) from exc
         data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
-            text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
-            usage = w.usage_from_anthropic(data.get("usage"))
+            text = answer_text(data.get("content") or [])
+            usage = usage_from_anthropic(data.get("usage"))
         else:
             message = ((data.get("choices") or [{}])[0]).get("message") or {}
-            text = w.text_of(message.get("content"))
-            usage = w.usage_from_openai(data.get("usage"))
+            text = text_of(message.get("content"))
+            usage = usage_from_openai(data.get("usage"))
         if upstream_wire != ex.wire:
             data = (
-                w.anthropic_response_to_openai(data, ex.route.requested)
+                anthropic_response_to_openai(data, ex.route.requested)
                 if ex.wire == "openai"
-                else w.openai_response_to_anthropic(data, ex.route.requested)
+                else openai_response_to_anthropic(data, ex.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
         await self._record.settle(ex, text, usage)
@@ -339,10 +383,10 @@ class ChatService:
             observe=ex.persist,
         )
 
-        async def settle(text: str, usage: w.TokenUsage) -> None:
+        async def settle(text: str, usage: TokenUsage) -> None:
             await self._record.settle(ex, text, usage)
 
-        async def settle_failed(error: EngramError, usage: w.TokenUsage) -> None:
+        async def settle_failed(error: EngramError, usage: TokenUsage) -> None:
             await self._record.settle_failed(ex, error, usage)
 
         return relay_stream(

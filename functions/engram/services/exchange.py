@@ -27,7 +27,7 @@ from typing import Any, Literal
 from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import Clock, JobQueue, MemoryStore
-from engram.services import wire as w
+from engram.domain.wire.usage import TokenUsage
 from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route
 
@@ -86,6 +86,8 @@ class Exchange:
     # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
     reminders: list[str] = field(default_factory=list)
     reminder_owner: str = ""
+    # Past-conversation messages this turn injected: marked seen in this thread once the upstream answered.
+    fragments: list[str] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
         return {
@@ -124,6 +126,7 @@ class ExchangeRecorder:
         cleanup_interval: Callable[[], timedelta],
         queue: JobQueue | None = None,
         reminders: Any = None,
+        conversations: Any = None,
     ) -> None:
         self._store = store
         self._library = library  # services.library.LibraryService: message ingest
@@ -132,6 +135,7 @@ class ExchangeRecorder:
         self._cleanup_interval = cleanup_interval
         self._queue = queue
         self._reminders = reminders  # services.reminders.ReminderService
+        self._conversations = conversations  # services.conversations.ConversationService
 
     # -- during the request -------------------------------------------------------------------------
     async def claim_reminders(self, ex: Exchange) -> str:
@@ -156,6 +160,18 @@ class ExchangeRecorder:
             await asyncio.to_thread(self._reminders.settle, ex.namespace, ex.reminder_owner, held, delivered=delivered)
         except Exception:
             log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
+
+    async def settle_fragments(self, ex: Exchange, *, seen: bool) -> None:
+        """Mark the injected fragments seen in this thread (the upstream answered), else forget them."""
+        if not ex.fragments or self._conversations is None:
+            return
+        held, ex.fragments = ex.fragments, []
+        if not seen:
+            return
+        try:
+            await asyncio.to_thread(self._conversations.mark_seen, ex.namespace, ex.conversation, held)
+        except Exception:
+            log.warning("marking conversation fragments seen failed (they may be injected again)", exc_info=True)
 
     def remember(self, ex: Exchange) -> None:
         """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
@@ -195,7 +211,7 @@ class ExchangeRecorder:
 
     # -- before the last byte ------------------------------------------------------------------------
     async def settle(
-        self, ex: Exchange, assistant_text: str, usage: w.TokenUsage, error: EngramError | None = None
+        self, ex: Exchange, assistant_text: str, usage: TokenUsage, error: EngramError | None = None
     ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
@@ -203,13 +219,14 @@ class ExchangeRecorder:
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
         reminders = self.settle_reminders(ex, delivered=error is None)
+        fragments = self.settle_fragments(ex, seen=error is None)
         if not ex.persist or ex.settled:
-            await reminders
+            await asyncio.gather(reminders, fragments)
             return
         ex.settled = True
         assert ex.route is not None
         now = self._clock.now()
-        writes = [reminders]
+        writes = [reminders, fragments]
         if error is None or usage.input or usage.output:
             writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
         if ex.user_text:
@@ -227,14 +244,15 @@ class ExchangeRecorder:
         writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
         await asyncio.gather(*writes)
 
-    async def settle_failed(self, ex: Exchange, error: EngramError, usage: w.TokenUsage | None = None) -> None:
+    async def settle_failed(self, ex: Exchange, error: EngramError, usage: TokenUsage | None = None) -> None:
         """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
         upstream; before that (a request refused by Engram itself) only what was already started."""
         if ex.forwarded:
-            await self.settle(ex, "", usage or w.TokenUsage(), error)
+            await self.settle(ex, "", usage or TokenUsage(), error)
         else:
             await self._settle_pending(ex)
             await self.settle_reminders(ex, delivered=False)
+            await self.settle_fragments(ex, seen=False)
 
     async def _settle_pending(self, ex: Exchange) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""
@@ -248,7 +266,7 @@ class ExchangeRecorder:
         except Exception:
             log.warning(failure, exc_info=True)
 
-    def _store_usage(self, ex: Exchange, usage: w.TokenUsage, now: datetime) -> None:
+    def _store_usage(self, ex: Exchange, usage: TokenUsage, now: datetime) -> None:
         assert ex.route is not None
         self._store.append_usage(
             UsageRecord(

@@ -100,6 +100,19 @@ class SearchRequest(BaseModel):
     min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+class ConversationSearchRequest(BaseModel):
+    model_config = STRICT
+
+    query: str = Field(min_length=1, max_length=8000, pattern=r"\S")
+    # The thread the caller is in: never searched (its history is already in view).
+    exclude_thread: str | None = Field(default=None, min_length=1, max_length=200)
+    threads: int | None = Field(default=None, ge=1, le=10)
+    fragments: int | None = Field(default=None, ge=1, le=10)
+    neighbours: int | None = Field(default=None, ge=0, le=5)
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+    include_prompt: bool = False
+
+
 class PreciousRequest(BaseModel):
     model_config = STRICT
 
@@ -288,6 +301,27 @@ def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[st
     }
     if body.include_prompt:
         out["prompt"] = render_prompt(result)
+    return out
+
+
+@router.post("/search/conversations", tags=["search"])
+def search_conversations(request: Request, body: ConversationSearchRequest, who: Read) -> dict[str, Any]:
+    """Fragments of past conversations (docs/conversations.md): matched messages, each with its
+    neighbours, from at most `threads` threads x `fragments` per thread, best thread first. Nothing is
+    marked seen. `include_prompt` adds the text the chat gateway would inject (within its budget)."""
+    service = _c(request).conversations
+    result = service.search(
+        who.namespace,
+        body.query,
+        exclude_thread=body.exclude_thread,
+        threads=body.threads,
+        fragments=body.fragments,
+        neighbours=body.neighbours,
+        min_relevance=body.min_relevance,
+    )
+    out: dict[str, Any] = {"items": [f.to_dict() for f in result.fragments], "meta": result.meta}
+    if body.include_prompt:
+        out["prompt"] = service.render(result.fragments, _c(request).settings.chat_patch_max_tokens)[0]
     return out
 
 
