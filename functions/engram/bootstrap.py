@@ -75,7 +75,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs)."""
     from engram.adapters.clock import SystemClock
     from engram.services.boot import BootService
-    from engram.services.curation import CandidateService
+    from engram.services.candidates import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
     from engram.services.reminders import ReminderConfig, ReminderService

@@ -33,7 +33,7 @@ from engram.domain.policies import normalize_fact_key
 from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
 from engram.domain.wording import same_wording
 from engram.services import prompts
-from engram.services.curation import CandidateService
+from engram.services.candidates import CandidateService
 from engram.services.jobs import (
     NamespaceLocks,
     as_list,
