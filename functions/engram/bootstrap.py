@@ -17,7 +17,7 @@ from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.search_guard import GuardedIndex
-from engram.services.vectors import GatedEmbedder
+from engram.services.gated_embedder import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)

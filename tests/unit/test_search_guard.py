@@ -16,7 +16,7 @@ from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamUnavail
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.services.memories import INDEX_DIRTY, MemoryWrite
 from engram.services.search_guard import GuardedIndex, is_index_unavailable
-from engram.services.vectors import GatedEmbedder
+from engram.services.gated_embedder import GatedEmbedder
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
