@@ -16,8 +16,8 @@ from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
-from engram.services.search_guard import GuardedIndex
 from engram.services.gated_embedder import GatedEmbedder
+from engram.services.search_guard import GuardedIndex
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.cleanup import CleanupService, RetentionPolicy
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
-    from engram.services.jobs import NamespaceLocks
+    from engram.services.job_runs import NamespaceLocks
     from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 

@@ -20,7 +20,7 @@ from engram.domain.access import Principal
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
-from engram.services.jobs import last_runs
+from engram.services.job_runs import last_runs
 from engram.services.scheduler import Scheduler, daily_at, every_hours
 
 log = logging.getLogger(__name__)
