@@ -19,7 +19,7 @@ from engram.bootstrap import snapshot_search
 from engram.domain.access import Principal
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
-from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
+from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
 from engram.services.job_runs import last_runs
 from engram.services.scheduler import Scheduler, daily_at, every_hours
 
