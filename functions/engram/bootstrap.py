@@ -16,7 +16,7 @@ from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
-from engram.services.gated_embedder import GatedEmbedder
+from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.search_guard import GuardedIndex
 from engram.settings import Settings, load_settings
 
@@ -108,7 +108,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
-    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
+    # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
+    skill_embedder = ClippedEmbedder(raw_embedder, settings.embedding_max_tokens) if raw_embedder is not None else None
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers, skill_embedder)
     conversations = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
@@ -299,7 +301,7 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
-def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
+def _build_skills(settings: Settings, clock: Clock, closers: list[Any], embedder: Embedder | None = None) -> Any:
     """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
     resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
     from engram.adapters.storage.skills import (
@@ -330,7 +332,7 @@ def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
         blobs = InMemoryBlobStore()
     else:
         blobs = LocalBlobStore(data_dir / "skills")
-    return SkillService(store, blobs, clock)
+    return SkillService(store, blobs, clock, embedder)
 
 
 def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
@@ -427,7 +429,7 @@ def _build_conversations(
 def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
-    replica directory."""
+    replica directory (``<replica dir>-conversations``)."""
     from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
@@ -462,7 +464,7 @@ def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
         directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
     return ReplicaSearchIndex(
         search_log,
-        Path(directory) / "conversations" if conversations else directory,
+        Path(f"{directory}{suffix}"),
         snapshots=snapshots,
         sync_seconds=settings.replica_sync_seconds,
     )
@@ -647,15 +649,18 @@ def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
     rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
     from engram.adapters.search.replica import ReplicaSearchIndex
 
-    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
-    index = getattr(guarded, "inner", guarded)
-    if not isinstance(index, ReplicaSearchIndex):
-        return 0
-    try:
-        return index.snapshot_all(min_changes=min_changes)
-    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-        log.exception("writing the search snapshots failed")
-        return 0
+    # Job handlers also run with stand-in containers; the conversation index is a replica beside it.
+    conversations = getattr(getattr(container, "conversations", None), "index", None)
+    written = 0
+    for guarded in (getattr(container, "index", None), conversations):
+        index = getattr(guarded, "inner", guarded)
+        if not isinstance(index, ReplicaSearchIndex):
+            continue
+        try:
+            written += index.snapshot_all(min_changes=min_changes)
+        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+            log.exception("writing the search snapshots failed")
+    return written
 
 
 def index_model_mismatch(container: Container) -> bool:

@@ -30,7 +30,7 @@ from engram.domain.models import (
     Thread,
     UsageRecord,
 )
-from engram.domain.skills import Skill, SkillVersion
+from engram.domain.skills import Skill, SkillVector, SkillVersion
 
 
 @runtime_checkable
@@ -297,6 +297,18 @@ class MemoryStore(Protocol):
 
 
 @runtime_checkable
+class MessageIndexBackfill(Protocol):
+    """A store whose older message rows may lack index entries written by later versions (DynamoDB: the
+    thread and stored-order keys; ``engram migrate``). Other stores upgrade their schema when opened."""
+
+    def backfill_message_indexes(self, namespace: str, *, after: str | None, limit: int) -> tuple[int, int, str | None]:
+        """Up to ``limit`` messages after position ``after`` (opaque; ``None`` to start) given the index
+        entries they lack: (read, fixed, the next position or ``None`` when done). Idempotent: a message
+        already complete, or completed by a concurrent run, is not changed (nor counted) again."""
+        ...
+
+
+@runtime_checkable
 class SearchIndex(Protocol):
     """Keyword + vector search over the active memories of each namespace.
 
@@ -443,7 +455,7 @@ class SkillStore(Protocol):
     - ``add_version`` stores the version and the head together, or neither; it raises ``Conflict``
       when that (namespace, name, version) exists (two imports raced), so versions are never replaced.
     - Versions are never changed once written; ``purge`` (hard delete of a skill after its restore
-      window) removes the head and every version.
+      window) removes the head, every version and the vector.
     """
 
     def find_skill(self, namespace: str, name: str) -> Skill | None: ...
@@ -468,6 +480,14 @@ class SkillStore(Protocol):
 
     def list_namespaces(self) -> list[str]:
         """Every namespace that has a skill (the cleanup job visits them), sorted; may list more."""
+        ...
+
+    def put_vector(self, namespace: str, vector: SkillVector) -> None:
+        """Replace the skill's vector (``purge`` removes it with the skill)."""
+        ...
+
+    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
+        """The namespace's skill vectors by skill name (one read: a namespace has few skills)."""
         ...
 
 

@@ -216,6 +216,11 @@ class ConversationService:
     def config(self) -> ConversationConfig:
         return self._config_of()
 
+    @property
+    def index(self) -> SearchIndex:
+        """The conversation index (the jobs snapshot it when it is a replica)."""
+        return self._index
+
     # -- indexing (the extraction job) ----------------------------------------------------------
     def index_new(self, namespace: str, *, max_messages: int = 5000, until: datetime | None = None) -> IndexReport:
         """Index the messages stored since the cursor (at most ``max_messages``), batch by batch; the

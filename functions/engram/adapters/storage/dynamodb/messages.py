@@ -68,18 +68,24 @@ class DynamoMessages(DynamoStoreBase):
             raise Conflict(f"message {message.id} already exists") from exc
         return message, True
 
-    def _count_in_thread(self, message: Message) -> dict[str, Any]:
+    def _count_in_thread(self, message: Message, *, old: bool = False) -> dict[str, Any]:
         """The thread's row, created with its first message; counted, moved to this message's time and
-        taken out of the recycle bin by every message."""
+        taken out of the recycle bin by every message. An ``old`` message (``engram migrate``, older than
+        the thread's others) only counts: the row's time and bin state stay as they are."""
         pk = self._pk(message.namespace)
         at = to_iso(message.created_at)
+        place = (
+            "last_message_at = if_not_exists(last_message_at, :at), GSI1PK = if_not_exists(GSI1PK, :live),"
+            " GSI1SK = if_not_exists(GSI1SK, :sort)"
+            if old
+            else "last_message_at = :at, GSI1PK = :live, GSI1SK = :sort REMOVE deleted_at"
+        )
         return {
             "Update": {
                 "TableName": self._db.name,
                 "Key": self._db.key(pk, f"THREAD#{message.conversation_id}"),
                 "UpdateExpression": "SET entity = :entity, #id = :id, #ns = :ns,"
-                " created_at = if_not_exists(created_at, :at), last_message_at = :at, GSI1PK = :live,"
-                " GSI1SK = :sort REMOVE deleted_at ADD message_count :one",
+                f" created_at = if_not_exists(created_at, :at), {place} ADD message_count :one",
                 "ExpressionAttributeNames": {"#id": "id", "#ns": "namespace"},
                 "ExpressionAttributeValues": self._db.ser(
                     {
