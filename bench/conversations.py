@@ -146,6 +146,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=60, help="chat turns for the cost rows")
     parser.add_argument("--questions", type=int, default=200, help="LoCoMo questions for the quality rows")
     args = parser.parse_args()
+    if not args.data.exists():
+        sys.exit(f"data file not found: {args.data} (pass --data)")
     convs = conversations(args.data)
 
     print("## Message vectors: at ingest or in the extraction job (local e5-small, SQLite index)\n")
