@@ -17,7 +17,7 @@ from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.search_guard import GuardedIndex
-from engram.services.vectors import GatedEmbedder
+from engram.services.vectors import ClippedEmbedder, GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
-    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
+    # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
+    skill_embedder = ClippedEmbedder(raw_embedder, settings.embedding_max_tokens) if raw_embedder is not None else None
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers, skill_embedder)
     conversations = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
@@ -299,7 +301,7 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
-def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
+def _build_skills(settings: Settings, clock: Clock, closers: list[Any], embedder: Embedder | None = None) -> Any:
     """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
     resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
     from engram.adapters.storage.skills import (
@@ -330,7 +332,7 @@ def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
         blobs = InMemoryBlobStore()
     else:
         blobs = LocalBlobStore(data_dir / "skills")
-    return SkillService(store, blobs, clock)
+    return SkillService(store, blobs, clock, embedder)
 
 
 def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:

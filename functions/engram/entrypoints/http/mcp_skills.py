@@ -84,10 +84,11 @@ def register(
     @tool(ro)
     def skill_search(
         ctx: Context,
-        query: Annotated[str, Field(min_length=1, max_length=500, description="Keywords, any language.")],
+        query: Annotated[str, Field(min_length=1, max_length=500, description="Words or a question, any language.")],
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
     ) -> dict[str, Any]:
-        """Find skills by keywords in their name, description, tags and text, best first."""
+        """Find skills by what they are for: keywords in their name, description, tags and text, and (with an
+        embedder) meaning, so a paraphrase or another language finds them too; best first, score 0-1."""
         who = _principal(ctx, READ)
         return {
             "items": [

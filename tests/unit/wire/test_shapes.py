@@ -10,14 +10,15 @@ import json
 from typing import Any
 
 import pytest
-from engram.adapters.llm.converse import openai_to_converse
 from engram.domain.errors import EngramError, InvalidInput, UpstreamUnavailable
-from engram.domain.prompt_cache import CachePolicy
 from engram.domain.shape import ShapeError, check_shape, depth_exceeds
-from engram.domain.sse import SseParser
+from engram.domain.wire import anthropic as w
+from engram.domain.wire import shapes as ws
+from engram.domain.wire import usage as u
+from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.converse import openai_to_converse
+from engram.domain.wire.sse import SseParser
 from engram.entrypoints.http.app import scrub_lone_surrogates
-from engram.services import wire as w
-from engram.services import wire_shapes as ws
 from engram.services.injection import inject_anthropic, inject_openai, last_user_text
 from engram.services.routing import anthropic_has_images, openai_has_images
 from engram.services.stream_relay import StreamTap
@@ -78,10 +79,10 @@ def test_every_upstream_answer_the_schema_accepts_converts(wire: str) -> None:
             return
         if wire == "openai":
             w.openai_response_to_anthropic(data, "m")
-            w.usage_from_openai(data.get("usage"))
+            u.usage_from_openai(data.get("usage"))
         else:
             w.anthropic_response_to_openai(data, "m")
-            w.usage_from_anthropic(data.get("usage"))
+            u.usage_from_anthropic(data.get("usage"))
 
     check()
 
