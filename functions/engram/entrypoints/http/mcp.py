@@ -33,7 +33,7 @@ from engram import __version__
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden, RateLimited, Unauthorized
 from engram.domain.models import Memory, MemoryFilter, MemoryLayer, MemoryType
-from engram.domain.policies import DIGEST_MAX_CHARS, MAX_CONTENT_CHARS, MAX_TAGS
+from engram.domain.policies import DIGEST_RULE, MAX_CONTENT_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import token_from
 from engram.entrypoints.http.errors import engram_error_response, error_response
 from engram.services.library import GlossaryIn, MessageIn
@@ -471,11 +471,12 @@ def build_server(container: Any) -> MCPServer:
         ctx: Context,
         content: Annotated[
             str,
-            Field(max_length=DIGEST_MAX_CHARS, description=f"The summary, at most {DIGEST_MAX_CHARS} characters."),
+            Field(description=f"The summary. {DIGEST_RULE}"),
         ],
     ) -> dict[str, Any]:
         """Rewrite the digest: a short summary of who the user is and what is going on in their life
-        now (at most 500 characters). It starts every boot block, so keep it current and dense."""
+        now (at most 500 characters; a longer one is cut at a sentence end, the result shows what was
+        kept). It starts every boot block, so keep it current and dense."""
         who = _principal(ctx, WRITE)
         digest = c.library.set_digest(who.namespace, content)
         return {"content": digest.content, "updated_at": digest.updated_at.isoformat()}
