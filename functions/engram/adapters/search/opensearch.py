@@ -183,7 +183,8 @@ class OpenSearchIndex:
         if response.status_code == 404:
             self._ready, self._meta_loaded = False, True
             return False
-        mappings = next(iter(response.json().values()), {}).get("mappings", {})
+        found: dict[str, dict[str, Any]] = response.json()
+        mappings = next(iter(found.values()), {}).get("mappings", {})
         meta = mappings.get("_meta") or {}
         self._model_id = meta.get("model_id")
         self._dimension = meta.get("dimension")
