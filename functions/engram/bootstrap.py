@@ -16,8 +16,8 @@ from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
+from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.search_guard import GuardedIndex
-from engram.services.vectors import ClippedEmbedder, GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs)."""
     from engram.adapters.clock import SystemClock
     from engram.services.boot import BootService
-    from engram.services.curation import CandidateService
+    from engram.services.candidates import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
     from engram.services.reminders import ReminderConfig, ReminderService
@@ -155,7 +155,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.cleanup import CleanupService, RetentionPolicy
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
-    from engram.services.jobs import NamespaceLocks
+    from engram.services.job_runs import NamespaceLocks
     from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 

@@ -11,8 +11,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import Message
 from engram.domain.text import estimate_tokens
 from engram.services.conversations import ConversationConfig, ConversationService, topic_query
+from engram.services.gated_embedder import GatedEmbedder
 from engram.services.search_guard import GuardedIndex
-from engram.services.vectors import GatedEmbedder
 
 from tests.configs import config as cfg
 from tests.fakes.clock import ManualClock

@@ -20,7 +20,7 @@ from typing import Any
 from engram.domain.errors import EngramError
 from engram.domain.policies import expires_by_retention
 from engram.domain.ports import Clock, JobQueue, MemoryStore, SearchIndex
-from engram.services.jobs import NamespaceLocks, record_run
+from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.skills import SkillService
 from engram.services.threads import ThreadService
 

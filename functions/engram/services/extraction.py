@@ -33,17 +33,10 @@ from engram.domain.policies import normalize_fact_key
 from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
 from engram.domain.wording import same_wording
 from engram.services import prompts
-from engram.services.curation import CandidateService
-from engram.services.jobs import (
-    NamespaceLocks,
-    as_list,
-    as_str,
-    as_str_list,
-    as_unit,
-    parse_json_object,
-    record_run,
-)
+from engram.services.candidates import CandidateService
+from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.memories import MemoryService, MemoryWrite
+from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 
 log = logging.getLogger(__name__)
 
