@@ -35,8 +35,8 @@ from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.sqlite import SqliteMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Message  # noqa: E402
 from engram.services.conversations import ConversationConfig, ConversationService  # noqa: E402
+from engram.services.gated_embedder import GatedEmbedder  # noqa: E402
 from engram.services.search_guard import GuardedIndex  # noqa: E402
-from engram.services.vectors import GatedEmbedder  # noqa: E402
 
 from bench.common import CachedEmbedder  # noqa: E402
 from bench.retrieval import default_data, parse_when  # noqa: E402
