@@ -102,7 +102,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
-    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
     library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
     recall = overrides.get("recall") or _build_recall(
@@ -136,13 +136,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             store,
             memories,
             clock,
-            runtime.provider(
-                lambda s: ReminderConfig(
-                    missed_after_days=s.reminder_missed_after_days,
-                    lease_seconds=s.reminder_lease_seconds,
-                    timezone=s.timezone,
-                )
-            ),
+            runtime.provider(ReminderConfig.from_settings),
         ),
     )
     container.boot = BootService(store, library, skills)
