@@ -28,22 +28,30 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from engram.domain.errors import EngramError, NotConfigured, UpstreamUnavailable
 from engram.domain.ports import ChatUpstream, UpstreamReply
-from engram.domain.prompt_cache import CachePolicy
 from engram.domain.text import estimate_tokens
-from engram.services import wire as w
+from engram.domain.wire.anthropic import (
+    answer_text,
+    anthropic_request_to_openai,
+    anthropic_response_to_openai,
+    openai_request_to_anthropic,
+    openai_response_to_anthropic,
+)
+from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.content import text_of
+from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
 from engram.services.boot import BootService
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
 from engram.services.injection import Injected, inject_anthropic, inject_openai, last_user_text
 from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.stream_relay import StreamTap, relay_stream
 from engram.services.threads import thread_id_of
-from engram.services.wire_shapes import check_upstream_response, parse_chat_request
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +72,22 @@ def render_hits(result: Any) -> str:
 
 @dataclass(frozen=True)
 class ChatConfig:
+    """The chat gateway's settings.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
     routing: RouteConfig
-    inject_enabled: bool = True
-    inject_max_body_bytes: int = 2 * 1024 * 1024
-    boot_max_chars: int = 8000
-    patch_max_tokens: int = 1200
-    boot_cache_seconds: float = 30.0
-    keepalive_seconds: float = 15.0
-    store_messages: bool = True
-    default_max_tokens: int = 4096
-    cleanup_interval: timedelta = timedelta(hours=24)
-    cache: CachePolicy | None = field(default_factory=CachePolicy)
+    inject_enabled: bool
+    inject_max_body_bytes: int
+    boot_max_chars: int
+    patch_max_tokens: int
+    boot_cache_seconds: float
+    keepalive_seconds: float
+    store_messages: bool
+    default_max_tokens: int
+    cleanup_interval: timedelta
+    cache: CachePolicy | None  # None: no prompt-cache markers
 
     @classmethod
     def from_settings(
@@ -206,11 +219,11 @@ class ChatService:
             return {**body, "model": model}
         if ex.wire == "openai":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            out = w.openai_request_to_anthropic(body, model)
+            out = openai_request_to_anthropic(body, model)
             if not (body.get("max_completion_tokens") or body.get("max_tokens")):
                 out["max_tokens"] = self._config.default_max_tokens
             return out
-        return w.anthropic_request_to_openai(body, model)
+        return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
     async def _inject(self, ex: Exchange, body: dict[str, Any], size: int, memory_off: bool) -> dict[str, Any]:
@@ -347,17 +360,17 @@ class ChatService:
             ) from exc
         data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
-            text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
-            usage = w.usage_from_anthropic(data.get("usage"))
+            text = answer_text(data.get("content") or [])
+            usage = usage_from_anthropic(data.get("usage"))
         else:
             message = ((data.get("choices") or [{}])[0]).get("message") or {}
-            text = w.text_of(message.get("content"))
-            usage = w.usage_from_openai(data.get("usage"))
+            text = text_of(message.get("content"))
+            usage = usage_from_openai(data.get("usage"))
         if upstream_wire != ex.wire:
             data = (
-                w.anthropic_response_to_openai(data, ex.route.requested)
+                anthropic_response_to_openai(data, ex.route.requested)
                 if ex.wire == "openai"
-                else w.openai_response_to_anthropic(data, ex.route.requested)
+                else openai_response_to_anthropic(data, ex.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
         await self._record.settle(ex, text, usage)
@@ -375,10 +388,10 @@ class ChatService:
             observe=ex.persist,
         )
 
-        async def settle(text: str, usage: w.TokenUsage) -> None:
+        async def settle(text: str, usage: TokenUsage) -> None:
             await self._record.settle(ex, text, usage)
 
-        async def settle_failed(error: EngramError, usage: w.TokenUsage) -> None:
+        async def settle_failed(error: EngramError, usage: TokenUsage) -> None:
             await self._record.settle_failed(ex, error, usage)
 
         return relay_stream(

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import Clock, JobQueue, MemoryStore
-from engram.services import wire as w
+from engram.domain.wire.usage import TokenUsage
 from engram.services.library import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route
 
@@ -211,7 +211,7 @@ class ExchangeRecorder:
 
     # -- before the last byte ------------------------------------------------------------------------
     async def settle(
-        self, ex: Exchange, assistant_text: str, usage: w.TokenUsage, error: EngramError | None = None
+        self, ex: Exchange, assistant_text: str, usage: TokenUsage, error: EngramError | None = None
     ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
@@ -244,11 +244,11 @@ class ExchangeRecorder:
         writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
         await asyncio.gather(*writes)
 
-    async def settle_failed(self, ex: Exchange, error: EngramError, usage: w.TokenUsage | None = None) -> None:
+    async def settle_failed(self, ex: Exchange, error: EngramError, usage: TokenUsage | None = None) -> None:
         """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
         upstream; before that (a request refused by Engram itself) only what was already started."""
         if ex.forwarded:
-            await self.settle(ex, "", usage or w.TokenUsage(), error)
+            await self.settle(ex, "", usage or TokenUsage(), error)
         else:
             await self._settle_pending(ex)
             await self.settle_reminders(ex, delivered=False)
@@ -266,7 +266,7 @@ class ExchangeRecorder:
         except Exception:
             log.warning(failure, exc_info=True)
 
-    def _store_usage(self, ex: Exchange, usage: w.TokenUsage, now: datetime) -> None:
+    def _store_usage(self, ex: Exchange, usage: TokenUsage, now: datetime) -> None:
         assert ex.route is not None
         self._store.append_usage(
             UsageRecord(

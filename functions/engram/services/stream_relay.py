@@ -20,9 +20,10 @@ import anyio
 
 from engram.domain.errors import EngramError, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.ports import UpstreamReply
-from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
-from engram.services import wire as w
-from engram.services.wire_shapes import parse_upstream_event, upstream_error_message
+from engram.domain.wire.anthropic_stream import AnthropicToOpenAIStream, OpenAIToAnthropicStream
+from engram.domain.wire.shapes import parse_upstream_event, upstream_error_message
+from engram.domain.wire.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ async def relay_stream(
     tap: StreamTap,
     *,
     keepalive_seconds: float,
-    settle: Callable[[str, w.TokenUsage], Awaitable[None]],
-    settle_failed: Callable[[EngramError, w.TokenUsage], Awaitable[None]],
+    settle: Callable[[str, TokenUsage], Awaitable[None]],
+    settle_failed: Callable[[EngramError, TokenUsage], Awaitable[None]],
 ) -> AsyncIterator[bytes]:
     """The client's bytes for the upstream reply ``task`` (already answered: ``reply``)."""
     try:
@@ -135,15 +136,15 @@ class StreamTap:
         self.client = client
         self.client_wants_usage = client_wants_usage
         self.text_parts: list[str] = []
-        self.usage = w.TokenUsage()
+        self.usage = TokenUsage()
         self._anthropic_usage: dict[str, Any] = {}
         self.finished = False
         self._a2o = (
-            w.AnthropicToOpenAIStream(model, include_usage=client_wants_usage)
+            AnthropicToOpenAIStream(model, include_usage=client_wants_usage)
             if (upstream == "anthropic" and client == "openai")
             else None
         )
-        self._o2a = w.OpenAIToAnthropicStream(model) if (upstream == "openai" and client == "anthropic") else None
+        self._o2a = OpenAIToAnthropicStream(model) if (upstream == "openai" and client == "anthropic") else None
 
     @property
     def text(self) -> str:
@@ -188,7 +189,7 @@ class StreamTap:
             if piece:
                 self.text_parts.append(piece)
         if data.get("usage"):
-            self.usage = w.usage_from_openai(data["usage"])
+            self.usage = usage_from_openai(data["usage"])
         if self._o2a is not None:
             return self._o2a.feed(data)
         if not choices and data.get("usage") and not self.client_wants_usage:
@@ -208,7 +209,7 @@ class StreamTap:
             self._anthropic_usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
         elif kind == "message_stop":
             self.finished = True
-            self.usage = w.usage_from_anthropic(self._anthropic_usage)
+            self.usage = usage_from_anthropic(self._anthropic_usage)
         if self._a2o is not None:
             return self._a2o.feed(event.event, data)
         return [event.raw]

@@ -11,14 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from engram.adapters.search.replica import (
-    LogRow,
-    ReplicaSearchIndex,
-    SearchLog,
-    pack_vector,
-    unit_vectors,
-    unpack_vector,
-)
+from engram.adapters.search.document_log import LogRow, SearchLog, pack_vector, unit_vectors, unpack_vector
+from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
 from engram.adapters.storage.snapshots import DirSnapshotStore

@@ -17,11 +17,11 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from starlette.responses import StreamingResponse
 
 from engram.domain.errors import EngramError, UpstreamRejected
+from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
 from engram.services.chat import ChatReply, ChatService, Wire
-from engram.services.wire_shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 
 log = logging.getLogger(__name__)
 
