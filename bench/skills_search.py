@@ -36,8 +36,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
 from engram.adapters.storage.skills import LocalBlobStore, SqliteSkillStore  # noqa: E402
+from engram.services.gated_embedder import ClippedEmbedder  # noqa: E402
 from engram.services.skills import SkillService, rank_by_vector  # noqa: E402
-from engram.services.vectors import ClippedEmbedder  # noqa: E402
 
 NS = "bench"
 DATA = json.loads((Path(__file__).parent / "data" / "skills.json").read_text(encoding="utf-8"))

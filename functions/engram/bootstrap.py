@@ -16,8 +16,8 @@ from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
+from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.search_guard import GuardedIndex
-from engram.services.vectors import ClippedEmbedder, GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs)."""
     from engram.adapters.clock import SystemClock
     from engram.services.boot import BootService
-    from engram.services.curation import CandidateService
+    from engram.services.candidates import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
     from engram.services.reminders import ReminderConfig, ReminderService
@@ -102,7 +102,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
-    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
     library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
     recall = overrides.get("recall") or _build_recall(
@@ -136,13 +136,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             store,
             memories,
             clock,
-            runtime.provider(
-                lambda s: ReminderConfig(
-                    missed_after_days=s.reminder_missed_after_days,
-                    lease_seconds=s.reminder_lease_seconds,
-                    timezone=s.timezone,
-                )
-            ),
+            runtime.provider(ReminderConfig.from_settings),
         ),
     )
     container.boot = BootService(store, library, skills)
@@ -161,7 +155,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.cleanup import CleanupService, RetentionPolicy
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
-    from engram.services.jobs import NamespaceLocks
+    from engram.services.job_runs import NamespaceLocks
     from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 
@@ -430,7 +424,8 @@ def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
     replica directory (``<replica dir>-conversations``)."""
-    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.document_log import SearchLog, SnapshotStore
+    from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
 

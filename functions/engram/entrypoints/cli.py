@@ -339,9 +339,9 @@ def _load_job_commands() -> None:
     import importlib
 
     try:
-        importlib.import_module("engram.entrypoints.jobs_cli")
+        importlib.import_module("engram.entrypoints.job_commands")
     except ModuleNotFoundError as exc:
-        if exc.name != "engram.entrypoints.jobs_cli":
+        if exc.name != "engram.entrypoints.job_commands":
             raise
 
 

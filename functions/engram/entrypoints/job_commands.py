@@ -65,7 +65,7 @@ def cmd_backfill(args: argparse.Namespace, container: Any) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from engram.entrypoints.jobs import run_extraction
+    from engram.entrypoints.job_runner import run_extraction
 
     container = _container(args)
     if getattr(args, "backfill", False):
@@ -97,7 +97,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
-    from engram.entrypoints.jobs import run_dreaming
+    from engram.entrypoints.job_runner import run_dreaming
 
     container = _container(args)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Message, new_id
-from engram.entrypoints import cli, jobs_cli
+from engram.entrypoints import cli, job_commands
 from engram.settings import Settings
 
 from tests.fakes.chat_model import ScriptedChatModel
@@ -43,7 +43,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedChatModel:
     def container(args: Any) -> Any:
         return build_container(cli._settings(args), extract_model=model, dream_model=model)
 
-    monkeypatch.setattr(jobs_cli, "_container", container)
+    monkeypatch.setattr(job_commands, "_container", container)
     return model
 
 

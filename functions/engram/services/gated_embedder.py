@@ -1,5 +1,6 @@
-"""Vectors are only written and searched while the index was built by the current embedder, and the
-text embedded per item is capped in tokens (an embedding's cost grows with its text)."""
+"""Embedder wrappers: ``ClippedEmbedder`` caps the text embedded per item in tokens (an embedding's cost
+grows with its text); ``GatedEmbedder`` also writes and searches vectors only while the index was built by
+the current embedder."""
 
 from __future__ import annotations
 
