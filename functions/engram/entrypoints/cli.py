@@ -166,7 +166,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     from engram.bootstrap import build_container
     from engram.domain.errors import InvalidInput
-    from engram.services.moving_in import convert, score
+    from engram.services.import_formats import convert
+    from engram.services.moving_in import score
     from engram.services.transfer import ExportDocument
 
     fmt = args.source_format
