@@ -161,7 +161,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, then one import with progress
     from pydantic import ValidationError
 
     from engram.bootstrap import build_container
