@@ -102,7 +102,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
-    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
     library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
     recall = overrides.get("recall") or _build_recall(
@@ -136,13 +136,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             store,
             memories,
             clock,
-            runtime.provider(
-                lambda s: ReminderConfig(
-                    missed_after_days=s.reminder_missed_after_days,
-                    lease_seconds=s.reminder_lease_seconds,
-                    timezone=s.timezone,
-                )
-            ),
+            runtime.provider(ReminderConfig.from_settings),
         ),
     )
     container.boot = BootService(store, library, skills)
@@ -430,7 +424,8 @@ def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
     replica directory (``<replica dir>-conversations``)."""
-    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.document_log import SearchLog, SnapshotStore
+    from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
 
