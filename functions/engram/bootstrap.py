@@ -573,6 +573,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     from engram.adapters.llm.openai_compat import OpenAICompatUpstream
     from engram.services.chat import ChatConfig, ChatService
     from engram.services.exchange import ExchangeRecorder
+    from engram.services.turn_context import TurnContextSource
 
     timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
     openai = OpenAICompatUpstream(
@@ -597,10 +598,6 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         )
     except ModuleNotFoundError as exc:  # a build without boto3: bedrock/ models answer 503
         log.info("no Bedrock chat upstream (%s)", exc.name)
-    try:
-        from engram.services.recall import render_prompt
-    except ImportError:  # recall not in this build: plain one-line-per-memory rendering
-        render_prompt = None
     config = container.runtime.provider(
         lambda eff: ChatConfig.from_settings(
             eff,
@@ -619,16 +616,11 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         reminders=container.reminders,
         conversations=container.conversations,
     )
+    context = TurnContextSource(
+        boot=container.boot, recall=container.recall, record=record, conversations=container.conversations
+    )
     return ChatService(
-        openai=openai,
-        anthropic=anthropic,
-        recall=container.recall,
-        boot=container.boot,
-        record=record,
-        config=config,
-        render_recall=render_prompt,
-        bedrock=bedrock,
-        conversations=container.conversations,
+        openai=openai, anthropic=anthropic, context=context, record=record, config=config, bedrock=bedrock
     )
 
 
