@@ -1,13 +1,15 @@
 """OpenAI chat completions <-> Anthropic Messages: requests both ways and whole responses both ways
 (pure, no I/O; streamed responses: ``anthropic_stream``). Covered: text, images, tool definitions /
 calls / results, thinking <-> ``reasoning_content``, stop reasons and usage (including cache read/write
-tokens).
+tokens). ``messages_request``: Engram's own model calls as a Messages request, for
+``adapters/llm/anthropic.py``'s ``ChatModel``.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from engram.domain.wire.content import push_turn, text_of, tool_arguments
@@ -57,6 +59,25 @@ def _image_a2o(block: dict[str, Any]) -> dict[str, Any]:
 def answer_text(blocks: list[dict[str, Any]]) -> str:
     """The text of an Anthropic answer's content blocks (its ``text`` blocks, concatenated)."""
     return "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+
+
+# -- Engram's own model calls --------------------------------------------------------------------------
+JSON_INSTRUCTION = "Reply with exactly one JSON object and nothing else."
+
+
+def messages_request(
+    messages: Sequence[dict[str, Any]], model: str, max_tokens: int, *, json_mode: bool = False
+) -> dict[str, Any]:
+    """Engram's own chat messages (extraction, dreaming, compression) as a Messages request: system
+    messages joined into ``system``; Claude has no JSON mode, so ``json_mode`` asks for one object there."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    rest = [{"role": m["role"], "content": m.get("content") or ""} for m in messages if m.get("role") != "system"]
+    if json_mode:
+        system = (system + "\n\n" if system else "") + JSON_INSTRUCTION
+    body: dict[str, Any] = {"model": model, "messages": rest, "max_tokens": max_tokens}
+    if system:
+        body["system"] = system
+    return body
 
 
 # -- requests: OpenAI -> Anthropic --------------------------------------------------------------------
