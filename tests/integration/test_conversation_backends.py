@@ -66,7 +66,7 @@ def logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, 
     from tests.fakes.moto_aws import TABLE, dynamo_search_log
 
     with dynamo_search_log() as memory_log:
-        yield memory_log, DynamoSearchLog(TABLE, memory_log._client, kind="CDOC")
+        yield memory_log, DynamoSearchLog(TABLE, memory_log._db.client, kind="CDOC")
 
 
 def test_replica_logs_keep_messages_apart_and_another_process_sees_them(logs: tuple[Any, Any], tmp_path: Path) -> None:
