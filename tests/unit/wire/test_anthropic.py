@@ -44,7 +44,7 @@ OPENAI_REQ = {
 
 
 def test_openai_request_to_anthropic() -> None:
-    out = openai_request_to_anthropic(OPENAI_REQ, "claude-x")
+    out = openai_request_to_anthropic(OPENAI_REQ, "claude-x", default_max_tokens=4096)
     assert out["system"] == [{"type": "text", "text": "sys"}]
     assert out["max_tokens"] == 99 and out["stop_sequences"] == ["END"] and out["stream"] is True
     user, assistant, results = out["messages"][:3]

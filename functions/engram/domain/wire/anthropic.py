@@ -15,8 +15,6 @@ from typing import Any
 from engram.domain.wire.content import push_turn, text_of, tool_arguments
 from engram.domain.wire.usage import anthropic_usage, openai_usage, usage_from_anthropic, usage_from_openai
 
-DEFAULT_MAX_TOKENS = 4096
-
 STOP_A2O = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -81,7 +79,11 @@ def messages_request(
 
 
 # -- requests: OpenAI -> Anthropic --------------------------------------------------------------------
-def openai_request_to_anthropic(body: dict[str, Any], model: str) -> dict[str, Any]:  # noqa: C901 - one branch per wire field, read top to bottom
+def openai_request_to_anthropic(  # noqa: C901 - one branch per wire field, read top to bottom
+    body: dict[str, Any], model: str, *, default_max_tokens: int
+) -> dict[str, Any]:
+    """An OpenAI request for an Anthropic model; ``default_max_tokens`` when the client set no limit
+    (Anthropic requires one; ``ENGRAM_CHAT_DEFAULT_MAX_TOKENS``)."""
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
 
@@ -116,7 +118,7 @@ def openai_request_to_anthropic(body: dict[str, Any], model: str) -> dict[str, A
     out: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS,
+        "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens,
     }
     if system:
         out["system"] = system
