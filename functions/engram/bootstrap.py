@@ -39,7 +39,10 @@ class Container:
     keys: KeyRing
     memories: Any
     candidates: Any
-    library: Any
+    notes: Any  # services.notes.NoteService: precious notes, glossary, digest
+    messages: Any  # services.messages.MessageService: message ingest
+    local_day: Any  # services.local_day.LocalDay: today and yesterday in ENGRAM_TIMEZONE
+    stats: Any  # services.stats.NamespaceStats: the counts of a namespace
     transfer: Any
     recall: Any
     queue: JobQueue | None = None
@@ -76,10 +79,13 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     from engram.adapters.clock import SystemClock
     from engram.services.boot import BootService
     from engram.services.candidates import CandidateService
-    from engram.services.library import LibraryService
+    from engram.services.local_day import LocalDay
     from engram.services.memories import MemoryRules, MemoryService
+    from engram.services.messages import MessageService
+    from engram.services.notes import NoteService
     from engram.services.reminders import ReminderConfig, ReminderService
     from engram.services.runtime_settings import RuntimeSettings
+    from engram.services.stats import NamespaceStats
     from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
     from engram.services.usage_report import UsageReportService
@@ -104,7 +110,8 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     runtime = RuntimeSettings(store, settings)
     rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
-    library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
+    local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
+    stats = NamespaceStats(store, local_day)
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
@@ -123,7 +130,10 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         keys=keys,
         memories=memories,
         candidates=CandidateService(store, memories, clock),
-        library=library,
+        notes=NoteService(store, clock),
+        messages=MessageService(store, clock),
+        local_day=local_day,
+        stats=stats,
         transfer=TransferService(store, memories, clock, skills),
         skills=skills,
         recall=recall,
@@ -139,7 +149,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             runtime.provider(ReminderConfig.from_settings),
         ),
     )
-    container.boot = BootService(store, library, skills)
+    container.boot = BootService(store, local_day, stats, skills)
     container.usage = UsageReportService(store, clock)
     container._closers = closers
     _wire_jobs(container, overrides)
@@ -188,7 +198,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
         c.store, c.memories, c.candidates, extract_model, c.clock, extraction_config, locks, c.index, c.conversations
     )
     c.dreaming = DreamingService(
-        c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
+        c.store, c.memories, c.notes, c.index, c.embedder, dream_model, c.clock, dream_config, locks
     )
     c.cleanup = CleanupService(
         c.store,
@@ -573,6 +583,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     from engram.adapters.llm.openai_compat import OpenAICompatUpstream
     from engram.services.chat import ChatConfig, ChatService
     from engram.services.exchange import ExchangeRecorder
+    from engram.services.turn_context import TurnContextSource
 
     timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
     openai = OpenAICompatUpstream(
@@ -597,10 +608,6 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         )
     except ModuleNotFoundError as exc:  # a build without boto3: bedrock/ models answer 503
         log.info("no Bedrock chat upstream (%s)", exc.name)
-    try:
-        from engram.services.recall import render_prompt
-    except ImportError:  # recall not in this build: plain one-line-per-memory rendering
-        render_prompt = None
     config = container.runtime.provider(
         lambda eff: ChatConfig.from_settings(
             eff,
@@ -611,7 +618,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     )
     record = ExchangeRecorder(
         store=container.store,
-        library=container.library,
+        messages=container.messages,
         memories=container.memories,
         clock=container.clock,
         cleanup_interval=lambda: config().cleanup_interval,
@@ -619,16 +626,11 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         reminders=container.reminders,
         conversations=container.conversations,
     )
+    context = TurnContextSource(
+        boot=container.boot, recall=container.recall, record=record, conversations=container.conversations
+    )
     return ChatService(
-        openai=openai,
-        anthropic=anthropic,
-        recall=container.recall,
-        boot=container.boot,
-        record=record,
-        config=config,
-        render_recall=render_prompt,
-        bedrock=bedrock,
-        conversations=container.conversations,
+        openai=openai, anthropic=anthropic, context=context, record=record, config=config, bedrock=bedrock
     )
 
 

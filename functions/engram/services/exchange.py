@@ -28,7 +28,7 @@ from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import Clock, JobQueue, MemoryStore
 from engram.domain.wire.usage import TokenUsage
-from engram.services.library import MAX_ERROR_CHARS, MessageIn
+from engram.services.messages import MAX_ERROR_CHARS, MessageIn
 from engram.services.routing import Route
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class ExchangeRecorder:
         self,
         *,
         store: MemoryStore,
-        library: Any,
+        messages: Any,
         memories: Any,
         clock: Clock,
         cleanup_interval: Callable[[], timedelta],
@@ -129,7 +129,7 @@ class ExchangeRecorder:
         conversations: Any = None,
     ) -> None:
         self._store = store
-        self._library = library  # services.library.LibraryService: message ingest
+        self._messages = messages  # services.messages.MessageService
         self._memories = memories  # services.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
         self._cleanup_interval = cleanup_interval
@@ -301,7 +301,7 @@ class ExchangeRecorder:
             model=model[:200],
             error=error,
         )
-        self._library.ingest(ex.namespace, [message])
+        self._messages.ingest(ex.namespace, [message])
 
     def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:

@@ -46,8 +46,9 @@ from engram.domain.policies import (
     normalize_fact_key,
 )
 from engram.domain.ports import Clock, MemoryStore
-from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryService
+from engram.services.messages import MessageIn
+from engram.services.notes import GlossaryIn
 
 EXPORT_VERSION = 1
 KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
