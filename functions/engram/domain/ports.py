@@ -1,7 +1,7 @@
 """Ports: what the services need from the outside world (docs/ARCHITECTURE.md, "Ports and their adapters").
 
 Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
-``tests/contract``. Ports are synchronous except ``ChatModel`` (streaming over the network).
+``tests/contract``. Ports are synchronous except ``ChatModel`` and ``ChatUpstream`` (network calls).
 Invariants are stated in the docstrings; the contract tests check them.
 """
 
@@ -368,8 +368,6 @@ class ChatModel(Protocol):
         max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> str: ...
-
-    def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]: ...
 
 
 @runtime_checkable

@@ -48,8 +48,12 @@ from engram.services.injection import (
     last_user_text,
     render_boot_block,
 )
-from engram.services.library import MAX_ERROR_CHARS, MessageIn
+from engram.services.library import MAX_ERROR_CHARS, LibraryService, MessageIn
+from engram.services.memories import MemoryService
+from engram.services.recall import RecallResult, RecallService, render_prompt
+from engram.services.reminders import ReminderService
 from engram.services.routing import Route, RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.skills import SkillService
 from engram.services.threads import thread_id_of
 from engram.services.wire_shapes import (
     check_upstream_response,
@@ -94,11 +98,6 @@ def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
         return thread_id_of(pinned, body.get("user"))
     metadata = body.get("metadata")
     return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
-
-
-def render_hits(result: Any) -> str:
-    """Fallback rendering of a recall result: one line per memory."""
-    return "\n".join(f"- {' '.join(hit.memory.content.split())}" for hit in getattr(result, "hits", ()) or ())
 
 
 @dataclass(frozen=True)
@@ -195,20 +194,20 @@ class ChatService:
         openai: ChatUpstream,
         anthropic: ChatUpstream,
         store: MemoryStore,
-        library: Any,
-        memories: Any,
-        recall: Any,
+        library: LibraryService,
+        memories: MemoryService,
+        recall: RecallService,
         clock: Clock,
         config: ChatConfig | Callable[[], ChatConfig],
         queue: JobQueue | None = None,
-        render_recall: Callable[[Any], str] | None = None,
+        render_recall: Callable[[RecallResult], str] = render_prompt,
         bedrock: ChatUpstream | None = None,
-        reminders: Any = None,
-        skills: Any = None,
+        reminders: ReminderService | None = None,
+        skills: SkillService | None = None,
     ) -> None:
         self._openai = openai
-        self._reminders = reminders  # services.reminders.ReminderService
-        self._skills = skills  # services.skills.SkillService: the skills an agent is told about
+        self._reminders = reminders
+        self._skills = skills  # the skills an agent is told about
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
@@ -217,7 +216,7 @@ class ChatService:
         self._library = library
         self._memories = memories
         self._recall = recall
-        self._render_recall = render_recall or render_hits
+        self._render_recall = render_recall
         self._clock = clock
         # A callable is read per use: runtime settings (admin panel) change it without a restart.
         self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
@@ -313,9 +312,9 @@ class ChatService:
                 result = await asyncio.to_thread(
                     self._recall.recall, ex.namespace, ex.user_text, exclude_ids=boot_ids, record_injection=True
                 )
-                recall_text = self._render_recall(result) if getattr(result, "hits", None) else ""
+                recall_text = self._render_recall(result) if result.hits else ""
                 ex.reason = "injected" if recall_text.strip() else "no_content"
-                if (getattr(result, "meta", None) or {}).get("index") == "unavailable":
+                if result.meta.get("index") == "unavailable":
                     ex.reason = "index_unavailable"  # boot block (and what the index gave) only
             except Exception:
                 log.warning("recall failed; the chat goes on without memories", exc_info=True)

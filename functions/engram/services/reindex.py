@@ -24,6 +24,8 @@ from typing import Any
 from engram.domain.errors import EngramError, NotConfigured
 from engram.domain.models import Memory, new_id
 from engram.domain.ports import Clock, JobQueue, MemoryStore
+from engram.services.memories import MemoryService
+from engram.services.vectors import GatedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +44,13 @@ def _idle() -> dict[str, Any]:
 
 
 class ReindexService:
-    """Start, run (resumably) and report index rebuilds. ``memories`` is the ``MemoryService`` (its
-    ``index_memories`` writes the documents); ``embedder`` the ``GatedEmbedder`` or ``None``."""
+    """Start, run (resumably) and report index rebuilds (``MemoryService.index_memories`` writes the documents)."""
 
     def __init__(
         self,
         store: MemoryStore,
-        memories: Any,
-        embedder: Any,
+        memories: MemoryService,
+        embedder: GatedEmbedder | None,
         clock: Clock,
         queue: JobQueue | None = None,
     ) -> None:

@@ -20,7 +20,7 @@ from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import Memory, Reminder
 from engram.domain.ports import Clock, MemoryStore
 from engram.domain.reminder_time import ReminderRequest, find_time, reminder_request
-from engram.services.memories import MemoryPatch
+from engram.services.memories import MemoryPatch, MemoryService
 
 ReminderView = Literal["upcoming", "delivered", "missed"]
 MAX_PER_TURN = 5
@@ -41,7 +41,11 @@ class DueReminder:
 
 class ReminderService:
     def __init__(
-        self, store: MemoryStore, memories: Any, clock: Clock, config: ReminderConfig | Callable[[], ReminderConfig]
+        self,
+        store: MemoryStore,
+        memories: MemoryService,
+        clock: Clock,
+        config: ReminderConfig | Callable[[], ReminderConfig],
     ) -> None:
         self._store = store
         self._memories = memories

@@ -48,6 +48,7 @@ from engram.domain.policies import (
 from engram.domain.ports import Clock, MemoryStore
 from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryService
+from engram.services.skills import SkillService
 
 EXPORT_VERSION = 1
 KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
@@ -155,11 +156,13 @@ def _tags(row: dict[str, Any]) -> tuple[str, ...]:
 
 
 class TransferService:
-    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock, skills: Any = None) -> None:
+    def __init__(
+        self, store: MemoryStore, memories: MemoryService, clock: Clock, skills: SkillService | None = None
+    ) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
-        self._skills = skills  # services.skills.SkillService (None: exports and imports carry no skills)
+        self._skills = skills  # None: exports and imports carry no skills
 
     # -- export -----------------------------------------------------------------------------
     def export(self, namespace: str) -> dict[str, Any]:

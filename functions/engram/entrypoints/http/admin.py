@@ -21,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden, InvalidInput, NotConfigured, Unauthorized
 from engram.domain.models import IndexInfo
@@ -81,7 +82,7 @@ class AdminHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
-def install(app: FastAPI, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
@@ -233,7 +234,7 @@ def install(app: FastAPI, container: Any) -> None:
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 
 
-def _info(container: Any, who: Principal) -> dict[str, Any]:
+def _info(container: Container, who: Principal) -> dict[str, Any]:
     settings = container.settings
     try:
         index = container.index.info(who.namespace)  # counts of the caller's namespace only

@@ -16,10 +16,12 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from starlette.responses import StreamingResponse
 
+from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
+from engram.entrypoints.http.state import container_of
 from engram.services.chat import ChatReply, ChatService, Wire
 from engram.services.wire_shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 
@@ -45,26 +47,19 @@ _ANTHROPIC_TYPES = {
 }
 
 
-def install(app: FastAPI, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     app.include_router(router)
 
     @asynccontextmanager
     async def close_clients(_: FastAPI) -> AsyncIterator[None]:
         yield
-        chat = getattr(container, "chat", None)
-        if chat is not None:
-            await chat.aclose()
+        await container.chat.aclose()
 
     app.state.startup_hooks.append(close_clients)
 
 
 def _service(request: Request) -> ChatService:
-    chat: ChatService | None = getattr(request.app.state.container, "chat", None)
-    if chat is None:
-        from engram.domain.errors import NotConfigured
-
-        raise NotConfigured("the chat gateway is not part of this build")
-    return chat
+    return container_of(request).chat
 
 
 def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Response:

@@ -15,10 +15,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engram.bootstrap import snapshot_search
+from engram.bootstrap import Container, snapshot_search
 from engram.domain.access import Principal
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.state import container_of
 from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
 from engram.services.jobs import last_runs
 from engram.services.scheduler import Scheduler, daily_at, every_hours
@@ -48,8 +49,8 @@ class DreamRequest(BaseModel):
         return value
 
 
-def _c(request: Request) -> Any:
-    return request.app.state.container
+def _c(request: Request) -> Container:
+    return container_of(request)
 
 
 @router.get("")
@@ -81,7 +82,7 @@ def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
     return dict(_c(request).cleanup.run(who.namespace).to_dict())
 
 
-def build_scheduler(container: Any) -> Scheduler:
+def build_scheduler(container: Container) -> Scheduler:
     s = container.settings
     scheduler = Scheduler(clock=container.clock)
 
@@ -102,8 +103,7 @@ def build_scheduler(container: Any) -> Scheduler:
 
     def timezone() -> str:
         # The admin panel may change the time zone at run time; the daily schedules follow it.
-        runtime = getattr(container, "runtime", None)
-        return str(runtime.get("timezone")) if runtime is not None else str(s.timezone)
+        return str(container.runtime.get("timezone"))
 
     if container.extraction.configured:
         scheduler.add("extract", every_hours(s.extract_interval_hours), extract)
@@ -113,7 +113,7 @@ def build_scheduler(container: Any) -> Scheduler:
     return scheduler
 
 
-def install(app: FastAPI, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     app.include_router(router)
     if not container.settings.scheduler_enabled:
         return

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from fastapi import FastAPI
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -30,7 +31,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram import __version__
-from engram.domain.access import Principal
+from engram.bootstrap import Container
+from engram.domain.access import KeyRing, Principal
 from engram.domain.errors import EngramError, Forbidden, RateLimited, Unauthorized
 from engram.domain.models import Memory, MemoryFilter, MemoryLayer, MemoryType
 from engram.domain.policies import DIGEST_MAX_CHARS, MAX_CONTENT_CHARS, MAX_TAGS
@@ -38,6 +40,7 @@ from engram.entrypoints.http.auth import token_from
 from engram.entrypoints.http.errors import engram_error_response, error_response
 from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
+from engram.services.ratelimit import RequestLimits
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +179,7 @@ def _drop_namespace(value: Any) -> Any:
 
 
 # -- the server ----------------------------------------------------------------------------------
-def build_server(container: Any) -> MCPServer:
+def build_server(container: Container) -> MCPServer:
     """An MCPServer whose tools call ``container``'s services."""
     # MCPServer() calls logging.basicConfig(); logging belongs to the entry point, so undo it.
     root = logging.getLogger()
@@ -627,11 +630,17 @@ class McpGate:
     """In front of the SDK: strip a query token, check Host/Origin, authenticate, then hand over."""
 
     def __init__(
-        self, app: ASGIApp, keys: Any, *, hosts: Sequence[str], allow_query_token: bool, limits: Any = None
+        self,
+        app: ASGIApp,
+        keys: KeyRing,
+        *,
+        hosts: Sequence[str],
+        allow_query_token: bool,
+        limits: RequestLimits | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
-        self.limits = limits  # services.ratelimit.RequestLimits, or None (no limit)
+        self.limits = limits  # None: no limit
         self.hosts = tuple(hosts)
         self.allow_query_token = allow_query_token
 
@@ -682,7 +691,7 @@ class McpGate:
         await self.app(scope, receive, send)
 
 
-def install(app: Any, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     """Serve the MCP server at ``/mcp`` and run its session manager inside the host app's lifespan."""
     settings = container.settings
     server = build_server(container)
@@ -696,10 +705,11 @@ def install(app: Any, container: Any) -> None:
         container.keys,
         hosts=hosts,
         allow_query_token=settings.mcp_allow_query_token,
-        limits=getattr(container, "limits", None),
+        limits=container.limits,
     )
     # Routes (not a Mount) so `/mcp` itself answers without a redirect to `/mcp/`.
-    app.add_route(PATH, gate, include_in_schema=False)
-    app.add_route(PATH + "/", gate, include_in_schema=False)
+    # The gate is an ASGI app, which a Route serves as such (Starlette's stubs only name request handlers).
+    app.add_route(PATH, gate, include_in_schema=False)  # type: ignore[arg-type]
+    app.add_route(PATH + "/", gate, include_in_schema=False)  # type: ignore[arg-type]
     app.state.startup_hooks.append(lambda _app: manager.run())
     app.state.mcp_server = server

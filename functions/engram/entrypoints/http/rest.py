@@ -9,12 +9,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import MemoryFilter, MemoryType
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.state import container_of as _c
 from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
 from engram.services.transfer import ExportDocument
@@ -29,10 +31,6 @@ Write = Annotated[Principal, Depends(require("memory:write"))]
 Export = Annotated[Principal, Depends(require("export:read"))]
 CacheRead = Annotated[Principal, Depends(require("cache:read"))]
 CacheWrite = Annotated[Principal, Depends(require("cache:write"))]
-
-
-def _c(request: Request) -> Any:
-    return request.app.state.container
 
 
 # -- wire models ------------------------------------------------------------------------------
@@ -172,7 +170,7 @@ def health(request: Request) -> dict[str, Any]:
     return {"status": "degraded" if degraded else "ok", "version": request.app.version, "checks": checks}
 
 
-def shallow_checks(container: Any) -> dict[str, Any]:
+def shallow_checks(container: Container) -> dict[str, Any]:
     """The search index's and the embedder's last known state (``unknown`` until first used)."""
     checks: dict[str, Any] = {"search": container.index.describe()}
     if container.embedder is None:

@@ -25,7 +25,7 @@ from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord, utcnow
 from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
-from engram.entrypoints.lambdas.runtime import get_container, job_service, logger, metrics, report_dict, tracer
+from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, report_dict, tracer
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
 JOBS_NAMESPACE = "_jobs"
@@ -70,7 +70,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         namespace = None if payload.get("all") else payload.get("namespace")
         if not payload.get("all") and not namespace:
             raise InvalidInput("cleanup job needs 'namespace' or 'all'")
-        report = report_dict(job_service(container, "cleanup").run(namespace))
+        report = report_dict(container.cleanup.run(namespace))
         snapshot_search(container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
     elif job == "index_repair":
         namespace = payload.get("namespace")
