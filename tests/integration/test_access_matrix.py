@@ -80,6 +80,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/candidates/{candidate_id}/{decision}"): W,
     ("POST", "/v1/ingest/messages"): W,
     ("GET", "/v1/threads"): R,
+    ("GET", "/v1/threads/{thread_id}"): R,
     ("GET", "/v1/threads/{thread_id}/messages"): R,
     ("PATCH", "/v1/threads/{thread_id}"): W,
     ("DELETE", "/v1/threads/{thread_id}"): W,

@@ -66,6 +66,7 @@ def load_keys_file(path: Path) -> list[ApiKey]:
                 scopes=scopes,
                 chat_per_minute=entry.get("chat_per_minute"),
                 requests_per_minute=entry.get("requests_per_minute"),
+                agent=entry.get("agent"),
             )
         )
     return out

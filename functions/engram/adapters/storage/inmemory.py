@@ -19,6 +19,7 @@ from engram.adapters.storage.common import (
     empty_memory_counts,
     encode_cursor,
     glossary_order,
+    memory_matches,
     thread_position,
 )
 from engram.domain.errors import Conflict, InvalidInput, NotFound
@@ -63,17 +64,6 @@ def _page(rows: Iterable[_Row], limit: int, cursor: str | None) -> Page[_Row]:
         return Page(items=ordered)
     last = ordered[limit - 1]
     return Page(items=ordered[:limit], next_cursor=encode_cursor(last.created_at, last.id))
-
-
-def _memory_matches(memory: Memory, filters: MemoryFilter) -> bool:
-    return (
-        memory.status in filters.listed_statuses
-        and (not filters.types or memory.type in filters.types)
-        and (filters.layer is None or memory.layer == filters.layer)
-        and (filters.tag is None or filters.tag in memory.tags)
-        and (filters.pinned is None or memory.pinned == filters.pinned)
-        and (filters.fact_key is None or memory.fact_key == filters.fact_key)
-    )
 
 
 def _delete_where(table: dict[str, dict[str, _Row]], namespace: str, doomed: Callable[[_Row], bool]) -> int:
@@ -166,7 +156,7 @@ class InMemoryMemoryStore:
         self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
     ) -> Page[Memory]:
         with self._lock:
-            rows = [m for m in self._memories.get(namespace, {}).values() if _memory_matches(m, filters)]
+            rows = [m for m in self._memories.get(namespace, {}).values() if memory_matches(m, filters)]
         return _page(rows, limit, cursor)
 
     def iter_memories(self, namespace: str, statuses: Sequence[str] = ()) -> Iterable[Memory]:

@@ -98,7 +98,8 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
             guide_dog=guide_dog,
             # `x-engram-conversation` is the header's older name, still accepted.
             conversation_id=request.headers.get("x-engram-thread") or request.headers.get("x-engram-conversation"),
-            agent=request.headers.get("x-engram-agent"),
+            # The header wins; a key configured with an `agent` covers clients that cannot send it.
+            agent=(request.headers.get("x-engram-agent") or "").strip() or principal.agent,
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
         )
