@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
@@ -164,7 +164,7 @@ def parse_extraction(reply: str, batch_ids: Sequence[str]) -> tuple[list[Extract
         out.append(
             Extracted(
                 content=content,
-                type=type_ if type_ in MEMORY_TYPES else "fact",  # type: ignore[arg-type]
+                type=cast(MemoryType, type_) if type_ in MEMORY_TYPES else "fact",
                 fact_key=fact_key,
                 importance=as_unit(raw.get("importance"), 0.5),
                 confidence=as_unit(raw.get("confidence"), 0.5),

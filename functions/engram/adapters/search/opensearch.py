@@ -168,7 +168,8 @@ class OpenSearchIndex:
         if response.status_code == 404:
             self._ready, self._meta_loaded = False, True
             return False
-        mappings = next(iter(response.json().values()), {}).get("mappings", {})
+        mapping: dict[str, Any] = next(iter(response.json().values()), {})
+        mappings = mapping.get("mappings", {})
         meta = mappings.get("_meta") or {}
         self._model_id = meta.get("model_id")
         self._dimension = meta.get("dimension")

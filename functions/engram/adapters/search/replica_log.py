@@ -183,7 +183,8 @@ class DynamoSearchLog:
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
         try:
-            return getattr(self._client, operation)(TableName=self._table, **kwargs)  # type: ignore[no-any-return]
+            response: dict[str, Any] = getattr(self._client, operation)(TableName=self._table, **kwargs)
+            return response
         except Exception as exc:
             if type(exc).__name__ == "ConditionalCheckFailedException" or (
                 getattr(exc, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException"

@@ -163,7 +163,8 @@ class DynamoSkillStore:
 
             self._client = boto3.client("dynamodb", region_name=self._region or None)
         try:
-            return getattr(self._client, operation)(**kwargs)  # type: ignore[no-any-return]
+            response: dict[str, Any] = getattr(self._client, operation)(**kwargs)
+            return response
         except Exception as exc:
             code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
             if code == "TransactionCanceledException" and "ConditionalCheckFailed" in str(exc):

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
@@ -201,7 +202,7 @@ def create_app(container: Container | None = None) -> FastAPI:
         if settings.surface != "api":
             _install_mcp(app, container)
         admin.install(app, container)
-    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
+    install_openapi(app, public_paths={route.path for route in rest.public.routes if isinstance(route, APIRoute)})
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, timeout=settings.body_timeout)
     app.add_middleware(RequestIdMiddleware)
     return app

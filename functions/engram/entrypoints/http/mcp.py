@@ -17,7 +17,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from fastapi import FastAPI
@@ -149,7 +149,7 @@ def _model_errors(fn: _F) -> _F:
             where = ".".join(str(p) for p in first.get("loc", ()))
             raise ToolError(f"{where}: {first['msg']}" if where else str(first["msg"])) from exc
 
-    return wrapper  # type: ignore[return-value]
+    return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
 
 
 def _memory(memory: Memory) -> dict[str, Any]:
