@@ -30,13 +30,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 
 from engram.domain.errors import EngramError, NotConfigured, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.models import UsageRecord, new_id
-from engram.domain.ports import ChatUpstream, Clock, JobQueue, MemoryStore, UpstreamReply
+from engram.domain.ports import AuditRows, ChatUpstream, Clock, JobQueue, KeyValueRows, NoteRows, UpstreamReply
 from engram.domain.prompt_cache import CachePolicy
 from engram.domain.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
 from engram.services import wire as w
@@ -187,13 +187,17 @@ class _Exchange:
         }
 
 
+class ChatStore(NoteRows, AuditRows, KeyValueRows, Protocol):
+    """What the chat gateway reads and writes: the boot block's notes, usage, the boot cache."""
+
+
 class ChatService:
     def __init__(
         self,
         *,
         openai: ChatUpstream,
         anthropic: ChatUpstream,
-        store: MemoryStore,
+        store: ChatStore,
         library: LibraryService,
         memories: MemoryService,
         recall: RecallService,

@@ -14,11 +14,21 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain.errors import EngramError
 from engram.domain.policies import expires_by_retention
-from engram.domain.ports import Clock, JobQueue, MemoryStore, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    Clock,
+    JobQueue,
+    KeyValueRows,
+    MemoryRows,
+    MessageRows,
+    SearchIndex,
+    StoreAdmin,
+    ThreadRows,
+)
 from engram.services.jobs import NamespaceLocks, record_run
 from engram.services.threads import ThreadService
 
@@ -91,10 +101,14 @@ class CleanupReport:
         }
 
 
+class CleanupStore(MemoryRows, MessageRows, ThreadRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+    """What the retention job deletes, and its cursors."""
+
+
 class CleanupService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: CleanupStore,
         index: SearchIndex,
         clock: Clock,
         policy: RetentionPolicy | None = None,

@@ -25,12 +25,22 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
 from engram.domain.policies import normalize_fact_key
-from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    CandidateRows,
+    ChatModel,
+    Clock,
+    KeyValueRows,
+    MemoryRows,
+    MessageRows,
+    SearchIndex,
+    StoreAdmin,
+)
 from engram.domain.wording import same_wording
 from engram.services import prompts
 from engram.services.curation import CandidateService
@@ -175,10 +185,14 @@ def parse_extraction(reply: str, batch_ids: Sequence[str]) -> tuple[list[Extract
     return out, rejected
 
 
+class ExtractionStore(MemoryRows, CandidateRows, MessageRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+    """What extraction reads (new messages, memories, candidates) and writes (cursors, run records)."""
+
+
 class ExtractionService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: ExtractionStore,
         memories: MemoryService,
         candidates: CandidateService,
         model: ChatModel | None,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,7 +39,7 @@ from engram.domain.policies import (
     decide_upsert,
     normalize_fact_key,
 )
-from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.ports import AuditRows, Clock, Embedder, KeyValueRows, MemoryRows, ReminderRows, SearchIndex
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
 from engram.services.search_guard import is_index_unavailable
 
@@ -119,10 +119,14 @@ class MemoryRules:
     dedup_cosine: float = 0.96
 
 
+class MemoriesStore(MemoryRows, ReminderRows, AuditRows, KeyValueRows, Protocol):
+    """Memories with their reminders, events and the index-repair bookkeeping."""
+
+
 class MemoryService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: MemoriesStore,
         index: SearchIndex,
         embedder: Embedder | None,
         clock: Clock,

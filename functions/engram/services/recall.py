@@ -28,13 +28,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain import fusion
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
+from engram.domain.ports import ChatModel, Clock, Embedder, MemoryRows, NoteRows, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
 from engram.services.loop import run_sync
 from engram.services.search_guard import is_index_unavailable
@@ -282,10 +282,14 @@ class _Stages:
         self.index_unavailable = self.index_unavailable or is_index_unavailable(exc)
 
 
+class RecallStore(MemoryRows, NoteRows, Protocol):
+    """What recall re-checks (memories) and matches (glossary terms)."""
+
+
 class RecallService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: RecallStore,
         index: SearchIndex,
         embedder: Embedder | None,
         reranker: Reranker | None,
