@@ -1,4 +1,4 @@
-"""The SearchIndex contract, run against every adapter (add OpenSearch to INDEXES when it exists)."""
+"""The SearchIndex contract, run against every adapter in ``INDEXES``."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.models import (
-    DailyLog,
     Digest,
     GlossaryTerm,
     Memory,
@@ -177,9 +176,6 @@ class LibraryService:
             Digest(namespace=namespace, content=clean_digest(content), updated_at=self._clock.now())
         )
 
-    def today(self) -> str:
-        return self._clock.now().astimezone(self._tz).date().isoformat()
-
     def yesterday(self) -> str:
         return (self._clock.now().astimezone(self._tz).date() - timedelta(days=1)).isoformat()
 
@@ -197,9 +193,6 @@ class LibraryService:
             for memory in self._store.list_memories(namespace, filters, limit=limit).items:
                 out.setdefault(memory.id, memory)
         return sorted(out.values(), key=lambda m: (m.created_at, m.id))[:limit]
-
-    def daily_log(self, namespace: str, date: str) -> DailyLog | None:
-        return self._store.get_daily_log(namespace, date)
 
     def boot(self, namespace: str) -> dict[str, Any]:
         """The cold-boot package a new window starts from."""

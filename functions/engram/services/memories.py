@@ -356,13 +356,6 @@ class MemoryService:
     def mark_seen(self, namespace: str, memory_id: str) -> Memory:
         return self._mark_seen(self._store.get_memory(namespace, memory_id), ())
 
-    def record_injection(self, namespace: str, memory_ids: Sequence[str]) -> None:
-        now = self._clock.now()
-        for memory in self._store.get_memories(namespace, memory_ids):
-            self._store.update_memory(
-                memory.model_copy(update={"last_injected_at": now, "recall_count": memory.recall_count + 1})
-            )
-
     # -- reads ------------------------------------------------------------------------------
     def get(self, namespace: str, memory_id: str) -> Memory:
         return self._store.get_memory(namespace, memory_id)

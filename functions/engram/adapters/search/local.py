@@ -33,12 +33,11 @@ from typing import NamedTuple
 import numpy as np
 
 from engram.adapters.files import private_sqlite
+from engram.adapters.search.ann import AnnGraph
+from engram.adapters.search.inmemory import query_terms, unit_vector
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
-
-from .ann import AnnGraph
-from .inmemory import query_terms, unit_vector
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,8 @@ from typing import Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
+from engram.adapters.search.replica import TOMBSTONE_DAYS, LogMeta, LogRow
 from engram.domain.errors import UpstreamUnavailable
-
-from .replica import TOMBSTONE_DAYS, LogMeta, LogRow
 
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS replica_docs (
