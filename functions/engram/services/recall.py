@@ -110,7 +110,7 @@ def render_prompt(result: RecallResult) -> str:
     """
     lines: list[str] = []
     for hit in result.hits:
-        text = " ".join((getattr(hit, "text", None) or hit.memory.content).split())
+        text = " ".join((hit.text or hit.memory.content).split())
         lines.append(f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})")
     if result.glossary_hits:
         lines.append("Glossary:")
@@ -565,7 +565,7 @@ class RecallService:
         return pool.submit(run)
 
     def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
-        return namespace, str(getattr(self._embedder, "model_id", "")), text
+        return namespace, self._embedder.model_id if self._embedder is not None else "", text
 
     def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
         """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""
