@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.adapters.search.local import SqliteSearchIndex
 from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
+from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc
 from engram.domain.ports import SearchIndex

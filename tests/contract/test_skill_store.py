@@ -115,6 +115,14 @@ def test_namespaces_never_leak_and_purge_removes_everything(skills: SkillStore) 
     assert skills.find_skill("bob", "pdf-tools") is not None
 
 
+def test_namespaces_with_skills_are_listed(skills: SkillStore) -> None:
+    # Given skills in two namespaces / Then both are listed (the cleanup job visits them)
+    skills.add_version(*_pair("pdf-tools", 1))
+    skills.add_version(*_pair("deploy", 1, namespace="bob"))
+    assert {"alice", "bob"} <= set(skills.list_namespaces())
+    assert skills.list_namespaces() == sorted(skills.list_namespaces())
+
+
 @contextmanager
 def _local_blobs(tmp_path: Path) -> Iterator[Any]:
     from engram.adapters.storage.skills import LocalBlobStore
@@ -152,3 +160,7 @@ def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContext
         blobs.put("skills/ns2/abc", b"other")
         assert blobs.get("skills/ns1/abc") == bytes(range(256)) and blobs.get("skills/ns2/abc") == b"other"
         assert blobs.get("skills/ns1/unknown") is None
+        # And a deleted key is gone, the others stay; deleting an unknown key is no error
+        blobs.delete("skills/ns1/abc")
+        blobs.delete("skills/ns1/unknown")
+        assert blobs.get("skills/ns1/abc") is None and blobs.get("skills/ns2/abc") == b"other"

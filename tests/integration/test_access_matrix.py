@@ -64,6 +64,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/memories/{memory_id}/versions"): R,
     ("GET", "/v1/memories/{memory_id}/events"): R,
     ("POST", "/v1/search/memories"): R,
+    ("POST", "/v1/search/conversations"): R,
     ("GET", "/v1/precious"): R,
     ("POST", "/v1/precious"): W,
     ("DELETE", "/v1/precious/{precious_id}"): W,
@@ -123,6 +124,7 @@ ROUTES: dict[tuple[str, str], str] = {
 # tool -> (scope, arguments that pass its schema; "@MEM" is replaced by a memory id of the namespace)
 TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "memory_search": (R, {"query": "secret garden"}),
+    "conversation_search": (R, {"query": "alice secret garden said"}),
     "memory_recall": (R, {"query": "secret garden"}),
     "memory_list": (R, {"status": ["all"]}),
     "memory_get": (R, {"id": "@MEM", "include_versions": True}),
@@ -194,6 +196,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
     )
     container.library.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
+    container.conversations.index_new(ns)  # so conversation search has the victim's message to (not) leak
     container.skills.import_(
         ns, f"# {SECRET} skill", name="secret-skill", files={"notes/secret.txt": f"{SECRET} file".encode()}
     )

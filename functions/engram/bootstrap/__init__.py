@@ -15,6 +15,7 @@ from typing import Any
 from engram.adapters.clock import SystemClock
 from engram.adapters.queue.inline import InlineJobQueue
 from engram.bootstrap.adapters import (
+    LOCAL_CONVERSATIONS_NAME,
     LOCAL_DB_NAME,
     Closers,
     build_embedder,
@@ -29,9 +30,11 @@ from engram.bootstrap.adapters import (
 from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_owner_key, load_keys_file
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
-from engram.domain.ports import ChatModel, Clock, JobQueue, MemoryStore
+from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.services.boot import BootService
 from engram.services.chat import ChatService
 from engram.services.cleanup import CleanupService, RetentionPolicy
+from engram.services.conversations import ConversationConfig, ConversationService
 from engram.services.curation import CandidateService
 from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
@@ -48,10 +51,12 @@ from engram.services.search_guard import GuardedIndex
 from engram.services.skills import SkillService
 from engram.services.threads import ThreadService
 from engram.services.transfer import TransferService
+from engram.services.usage_report import UsageReportService
 from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 __all__ = [
+    "LOCAL_CONVERSATIONS_NAME",
     "LOCAL_DB_NAME",
     "LOCAL_KEYS_NAME",
     "Container",
@@ -86,6 +91,9 @@ class Container:
     library: LibraryService
     transfer: TransferService
     recall: RecallService
+    conversations: ConversationService  # recall of past conversations
+    boot: BootService  # the boot package (chat block, REST, MCP)
+    usage: UsageReportService
     skills: SkillService
     threads: ThreadService
     reminders: ReminderService
@@ -135,6 +143,10 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         settings, runtime, store, index, embedder, clock, overrides.get("compress_model")
     )
     skills: SkillService = overrides.get("skills") or build_skills(settings, clock, closers)
+    conversations: ConversationService = overrides.get("conversations") or _build_conversations(
+        settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
+    )
+    boot = BootService(store, library, skills)
     candidates = CandidateService(store, memories, clock)
     transfer = TransferService(store, memories, clock, skills)
     reminders = ReminderService(
@@ -171,6 +183,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         runtime.provider(ExtractionConfig.from_settings),
         locks,
         index,
+        conversations,
     )
     dreaming = DreamingService(
         store,
@@ -184,7 +197,13 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         locks,
     )
     cleanup = CleanupService(
-        store, index, clock, RetentionPolicy.from_settings(settings), locks, repair=memories.repair_index
+        store,
+        index,
+        clock,
+        RetentionPolicy.from_settings(settings),
+        locks,
+        repair=memories.repair_index,
+        skills=skills,
     )
     queue: JobQueue = (
         overrides.get("queue")
@@ -203,10 +222,11 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             library=library,
             memories=memories,
             recall=recall,
+            boot=boot,
             clock=clock,
             queue=queue,
             reminders=reminders,
-            skills=skills,
+            conversations=conversations,
         ),
         overrides.get("bedrock_runtime"),
     )
@@ -225,6 +245,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         library=library,
         transfer=transfer,
         recall=recall,
+        conversations=conversations,
+        boot=boot,
+        usage=UsageReportService(store, clock),
         skills=skills,
         threads=ThreadService(store, clock),
         reminders=reminders,
@@ -235,6 +258,36 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         moving_in=MovingInService(transfer, extract_model),
         chat=chat,
         _closers=closers,
+    )
+
+
+def _build_conversations(
+    settings: Settings,
+    runtime: RuntimeSettings[Settings],
+    store: MemoryStore,
+    raw_embedder: Embedder | None,
+    clock: Clock,
+    recall: RecallService,
+    index: SearchIndex | None,
+    closers: Closers,
+) -> ConversationService:
+    """Recall of past conversations: its own index of the messages (the memory index's backend, beside
+    it), gated on its own embedding model (docs/conversations.md)."""
+    guarded = GuardedIndex(
+        index or build_index(settings, closers, conversations=True), retry_seconds=settings.search_retry_seconds
+    )
+    gate = (
+        GatedEmbedder(raw_embedder, guarded, max_tokens=settings.embedding_max_tokens)
+        if raw_embedder is not None
+        else None
+    )
+    return ConversationService(
+        store,
+        guarded,
+        gate,
+        clock,
+        runtime.provider(ConversationConfig.from_settings),
+        query_vector=recall.query_vector,
     )
 
 
@@ -270,14 +323,17 @@ def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
         return 0  # and the replica module (numpy) is never imported where no replica runs
     from engram.adapters.search.replica import ReplicaSearchIndex
 
-    index = container.index.inner
-    if not isinstance(index, ReplicaSearchIndex):
-        return 0
-    try:
-        return index.snapshot_all(min_changes=min_changes)
-    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-        log.exception("writing the search snapshots failed")
-        return 0
+    written = 0
+    # The conversation index is a replica beside the memory index (docs/conversations.md).
+    for guarded in (container.index, container.conversations.index):
+        index = guarded.inner if isinstance(guarded, GuardedIndex) else guarded
+        if not isinstance(index, ReplicaSearchIndex):
+            continue
+        try:
+            written += index.snapshot_all(min_changes=min_changes)
+        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+            log.exception("writing the search snapshots failed")
+    return written
 
 
 def index_model_mismatch(container: Container) -> bool:

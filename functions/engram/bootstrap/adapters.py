@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the annotation only: importing the replica pulls in numpy
     from engram.adapters.search.replica import ReplicaSearchIndex
 
 LOCAL_DB_NAME = "engram.sqlite3"
+LOCAL_CONVERSATIONS_NAME = "conversations.sqlite3"  # the conversation index (docs/conversations.md)
 
 Closers = list[Callable[[], None]]
 
@@ -103,17 +104,19 @@ def build_store(settings: Settings, closers: Closers) -> MemoryStore:
     raise NotConfigured(f"store {settings.store!r} is not available in this build")
 
 
-def build_index(settings: Settings, closers: Closers) -> SearchIndex:
+def build_index(settings: Settings, closers: Closers, *, conversations: bool = False) -> SearchIndex:
+    """The memory index, or (``conversations``) the index of conversation messages beside it: its own
+    SQLite file, OpenSearch index, or replica log."""
     if settings.search == "memory":
         from engram.adapters.search.inmemory import InMemorySearchIndex
 
         return InMemorySearchIndex()
     if settings.search == "local":
-        from engram.adapters.search.local import SqliteSearchIndex
+        from engram.adapters.search.sqlite import SqliteSearchIndex
 
         path = local_db_path(settings)
         private_dir(path.parent)
-        index = SqliteSearchIndex(path)
+        index = SqliteSearchIndex(path.with_name(LOCAL_CONVERSATIONS_NAME) if conversations else path)
         closers.append(index.close)
         return index
     if settings.search == "opensearch":
@@ -123,39 +126,48 @@ def build_index(settings: Settings, closers: Closers) -> SearchIndex:
             raise NotConfigured("ENGRAM_SEARCH=opensearch needs ENGRAM_OPENSEARCH_ENDPOINT")
         opensearch = OpenSearchIndex(
             settings.opensearch_endpoint,
-            settings.opensearch_index,
+            settings.opensearch_conversation_index if conversations else settings.opensearch_index,
             region=settings.aws_region or None,
             timeout=settings.search_timeout,
         )
         closers.append(opensearch.close)
         return opensearch
     if settings.search == "replica":
-        replica = build_replica(settings)
+        replica = build_replica(settings, conversations=conversations)
         closers.append(replica.close)
         return replica
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
 
 
-def build_replica(settings: Settings) -> ReplicaSearchIndex:
-    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md)."""
+def build_replica(settings: Settings, *, conversations: bool = False) -> ReplicaSearchIndex:
+    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
+    The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
+    replica directory (``<replica dir>-conversations``)."""
     from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
 
     data_dir = Path(settings.data_dir).expanduser()
+    suffix = "-conversations" if conversations else ""
     search_log: SearchLog
     snapshots: SnapshotStore | None = None
     if settings.store == "sqlite":
         path = local_db_path(settings)
         private_dir(path.parent)
-        search_log = SqliteSearchLog(path)
-        snapshots = DirSnapshotStore(data_dir / "snapshots")
+        search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
+        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
     elif settings.store == "dynamodb":
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
-        search_log = DynamoSearchLog(settings.table_name, region_name=settings.aws_region or None)
+        search_log = DynamoSearchLog(
+            settings.table_name, region_name=settings.aws_region or None, kind="CDOC" if conversations else "SDOC"
+        )
         if settings.snapshot_bucket:
-            snapshots = S3SnapshotStore(settings.snapshot_bucket, region_name=settings.aws_region or None)
+            snapshots = S3SnapshotStore(
+                settings.snapshot_bucket,
+                region_name=settings.aws_region or None,
+                **({"prefix": "search/conversations/"} if conversations else {}),
+            )
     else:
         raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
     directory = settings.replica_dir
@@ -163,7 +175,12 @@ def build_replica(settings: Settings) -> ReplicaSearchIndex:
         on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         # Lambda's only writable place is /tmp (``TMPDIR`` where set).
         directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
-    return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
+    return ReplicaSearchIndex(
+        search_log,
+        Path(f"{directory}{suffix}"),
+        snapshots=snapshots,
+        sync_seconds=settings.replica_sync_seconds,
+    )
 
 
 def build_embedder(settings: Settings) -> Embedder | None:

@@ -16,13 +16,15 @@ from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
 from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import ChatModel, ChatUpstream, Clock, Embedder, JobQueue, MemoryStore, Reranker, SearchIndex
+from engram.services.boot import BootService
 from engram.services.chat import ChatConfig, ChatService
+from engram.services.conversations import ConversationService
+from engram.services.exchange import ExchangeRecorder
 from engram.services.library import LibraryService
 from engram.services.memories import MemoryService
 from engram.services.recall import RecallConfig, RecallService
 from engram.services.reminders import ReminderService
 from engram.services.runtime_settings import RuntimeSettings
-from engram.services.skills import SkillService
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -142,10 +144,11 @@ class ChatParts:
     library: LibraryService
     memories: MemoryService
     recall: RecallService
+    boot: BootService
     clock: Clock
     queue: JobQueue
     reminders: ReminderService
-    skills: SkillService
+    conversations: ConversationService
 
 
 def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None) -> ChatService:
@@ -182,19 +185,25 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
             bedrock_configured=bedrock is not None and (bedrock.configured or not _names_bedrock(eff)),
         )
     )
-    return ChatService(
-        openai=openai,
-        anthropic=anthropic,
+    record = ExchangeRecorder(
         store=parts.store,
         library=parts.library,
         memories=parts.memories,
-        recall=parts.recall,
         clock=parts.clock,
-        config=config,
+        cleanup_interval=lambda: config().cleanup_interval,
         queue=parts.queue,
-        bedrock=bedrock,
         reminders=parts.reminders,
-        skills=parts.skills,
+        conversations=parts.conversations,
+    )
+    return ChatService(
+        openai=openai,
+        anthropic=anthropic,
+        recall=parts.recall,
+        boot=parts.boot,
+        record=record,
+        config=config,
+        bedrock=bedrock,
+        conversations=parts.conversations,
     )
 
 

@@ -148,6 +148,10 @@ class MessageRows(Protocol):
         ``after_id`` continues after that message within the same bounds."""
         ...
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int: ...
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int: ...
@@ -178,6 +182,11 @@ class ThreadRows(Protocol):
         self, namespace: str, thread_id: str, *, limit: int = 100, cursor: str | None = None
     ) -> Page[Message]:
         """The thread's messages, oldest first (``created_at``, then id)."""
+        ...
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        """Up to ``before`` messages of ``message``'s thread just before it, the message itself and up to
+        ``after`` just after it, oldest first (``created_at``, then id): the context of a recalled message."""
         ...
 
     def move_thread(self, namespace: str, source: str, target: str) -> int:
@@ -337,6 +346,18 @@ class MemoryStore(
 ):
     """The source of truth for every row kind, partitioned by namespace: the union of the row protocols
     (what a store adapter implements, and what the entry points and bootstrap hold)."""
+
+
+@runtime_checkable
+class MessageIndexBackfill(Protocol):
+    """A store whose older message rows may lack index entries written by later versions (DynamoDB: the
+    thread and stored-order keys; ``engram migrate``). Other stores upgrade their schema when opened."""
+
+    def backfill_message_indexes(self, namespace: str, *, after: str | None, limit: int) -> tuple[int, int, str | None]:
+        """Up to ``limit`` messages after position ``after`` (opaque; ``None`` to start) given the index
+        entries they lack: (read, fixed, the next position or ``None`` when done). Idempotent: a message
+        already complete, or completed by a concurrent run, is not changed (nor counted) again."""
+        ...
 
 
 @runtime_checkable
@@ -507,17 +528,24 @@ class SkillStore(Protocol):
 
     def purge(self, namespace: str, name: str) -> None: ...
 
+    def list_namespaces(self) -> list[str]:
+        """Every namespace that has a skill (the cleanup job visits them), sorted; may list more."""
+        ...
+
 
 @runtime_checkable
 class BlobStore(Protocol):
     """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
 
-    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key.
+    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key;
+    ``delete`` of an unknown key does nothing.
     """
 
     def put(self, key: str, data: bytes) -> None: ...
 
     def get(self, key: str) -> bytes | None: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from engram import bootstrap
 from engram.domain.errors import EngramError, InvalidInput
 from engram.entrypoints import jobs_cli
 from engram.entrypoints.console import Progress, settings_from
+from engram.services.migrate import MigrationService
 from engram.services.moving_in import convert, score
 from engram.services.transfer import KINDS, ExportDocument
 from engram.settings import Settings
@@ -66,6 +67,32 @@ def cmd_reindex(args: argparse.Namespace) -> int:
         )
         model = container.embedder.model_id if container.embedder else "none (keyword only)"
         print(f"reindexed {total} memories with {model}")
+    finally:
+        container.close()
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """`engram migrate`: upgrade rows written by older versions, namespace by namespace, with progress."""
+    container = bootstrap.build_container(settings_from(args))
+    try:
+        service = MigrationService(container.store)
+        if not service.needed:
+            print(f"migrate: nothing to do on the {container.settings.store} store")
+            return 0
+        reports = []
+        for ns in [args.namespace] if args.namespace else container.store.list_namespaces():
+            bar = Progress(container.store.count_messages(ns), f"migrate {ns}")
+            reports.append(service.backfill_message_indexes(ns, progress=bar))
+            bar.close()
+        if args.json:
+            print(json.dumps([r.to_dict() for r in reports], indent=2, ensure_ascii=False))
+        else:
+            fixed = sum(r.fixed for r in reports)
+            read = sum(r.read for r in reports)
+            print(f"migrate: {read} messages read in {len(reports)} namespaces, {fixed} given their thread/order keys")
+            if fixed:
+                print("next: `engram extract --backfill` extracts and indexes the history now visible")
     finally:
         container.close()
     return 0
@@ -186,6 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--namespace", help="only this namespace (after a model change: every namespace)")
     common(reindex)
     reindex.set_defaults(func=cmd_reindex)
+
+    migrate = sub.add_parser(
+        "migrate", help="after an upgrade: give rows of older versions what they lack (resumable, idempotent)"
+    )
+    migrate.add_argument("--namespace", help="only this namespace (default: every namespace)")
+    migrate.add_argument("--json", action="store_true", help="print the report as JSON")
+    common(migrate)
+    migrate.set_defaults(func=cmd_migrate)
 
     export = sub.add_parser("export", help="write a namespace's rows as JSON (the format of GET /v1/export)")
     export.add_argument("file", nargs="?", help="output file (default: standard output)")

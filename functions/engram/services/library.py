@@ -1,12 +1,12 @@
-"""Everything around the memories: precious notes, glossary, digest, the boot package, stats and
-message ingest."""
+"""Everything around the memories: precious notes, glossary, digest, stats and message ingest (the
+boot package that gathers them: ``services/boot.py``)."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,15 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from engram.domain.models import (
     Digest,
     GlossaryTerm,
-    Memory,
-    MemoryFilter,
     Message,
     MessageRole,
     Precious,
     new_id,
 )
 from engram.domain.policies import clean_content, clean_digest, clean_tags
-from engram.domain.ports import CandidateRows, Clock, MemoryRows, MessageRows, NoteRows
+from engram.domain.ports import Clock, MemoryStore
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_ERROR_CHARS = 500
@@ -61,12 +59,8 @@ def message_key(namespace: str, msg: MessageIn) -> str:
     return "h:" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-class LibraryStore(MemoryRows, CandidateRows, MessageRows, NoteRows, Protocol):
-    """The notes the library keeps, the messages it ingests and the counts it reports."""
-
-
 class LibraryService:
-    def __init__(self, store: LibraryStore, clock: Clock, timezone: str | Callable[[], str] = "UTC") -> None:
+    def __init__(self, store: MemoryStore, clock: Clock, timezone: str | Callable[[], str] = "UTC") -> None:
         self._store = store
         self._clock = clock
         # A callable reads the time zone per use (runtime settings change it without a restart).
@@ -182,29 +176,6 @@ class LibraryService:
     def start_of_today(self) -> datetime:
         local = self._clock.now().astimezone(self._tz)
         return local.replace(hour=0, minute=0, second=0, microsecond=0)
-
-    def stable_memories(self, namespace: str, limit: int = 30) -> list[Memory]:
-        """Pinned, identity and persona memories: the stable part of every boot block."""
-        out: dict[str, Memory] = {}
-        for filters in (
-            MemoryFilter(pinned=True),
-            MemoryFilter(types=("identity", "persona")),
-        ):
-            for memory in self._store.list_memories(namespace, filters, limit=limit).items:
-                out.setdefault(memory.id, memory)
-        return sorted(out.values(), key=lambda m: (m.created_at, m.id))[:limit]
-
-    def boot(self, namespace: str) -> dict[str, Any]:
-        """The cold-boot package a new window starts from."""
-        return {
-            "digest": self._store.get_digest(namespace),
-            "yesterday": self._store.get_daily_log(namespace, self.yesterday()),
-            "stable_memories": self.stable_memories(namespace),
-            "precious": self._store.list_precious(namespace, limit=20),
-            "glossary": self._store.list_glossary(namespace),
-            "today_messages": self._store.count_messages(namespace, since=self.start_of_today()),
-            "stats": self.stats(namespace),
-        }
 
     def stats(self, namespace: str) -> dict[str, Any]:
         counts = self._store.count_memories(namespace)

@@ -5,7 +5,8 @@ soft delete, resource files (README, "Skills"; rules in ``domain/skills.py``).
   the same content returns the current version and writes nothing.
 - Every version stays readable; restoring version k writes it again as the newest (n+1).
 - Deleting is soft: the skill disappears from listings, search and injection, and can be restored
-  for ``RESTORE_DAYS``; after that it is purged (with every version) the next time it is looked at.
+  for ``RESTORE_DAYS``; after that the cleanup job purges it (``purge_deleted``: every version, and the
+  resource files no other skill of the namespace uses), or the next lookup of the name does.
 - Resource files are stored once per content (key: namespace + SHA-256) in the ``BlobStore``, so each
   version's manifest keeps pointing at the bytes it had.
 """
@@ -19,7 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from engram.domain.errors import InvalidInput, NotFound
@@ -70,7 +71,7 @@ class SkillService:
         skill = self._store.find_skill(namespace, skill_name(name))
         if skill is not None and skill.deleted_at is not None:
             if skill.deleted_at + timedelta(days=RESTORE_DAYS) <= self._clock.now():
-                self._store.purge(namespace, skill.name)  # its restore window is over
+                self._purge(namespace, skill.name)  # its restore window is over
                 skill = None
             elif not deleted:
                 raise NotFound(
@@ -100,7 +101,7 @@ class SkillService:
         for skill in self._store.list_skills(namespace):
             if skill.deleted_at is not None:
                 if skill.deleted_at + timedelta(days=RESTORE_DAYS) <= self._clock.now():
-                    self._store.purge(namespace, skill.name)
+                    self._purge(namespace, skill.name)
                     continue
                 if not deleted:
                     continue
@@ -201,7 +202,7 @@ class SkillService:
         now = self._clock.now()
         head = self._store.find_skill(namespace, name)
         if head is not None and not self._restorable(head):
-            self._store.purge(namespace, name)  # deleted longer ago than the restore window: start over
+            self._purge(namespace, name)  # deleted longer ago than the restore window: start over
             head = None
         latest = self._store.get_version(namespace, name, head.version) if head is not None else None
         if manifest is None:
@@ -234,6 +235,31 @@ class SkillService:
         )
         self._store.add_version(skill, version)  # Conflict if another import took this number first
         return ImportResult(skill, version, created=True)
+
+    # -- purging (after the restore window) ------------------------------------------------------
+    def purge_deleted(self, namespace: str, *, now: datetime | None = None) -> tuple[int, int]:
+        """Purge the skills deleted ``RESTORE_DAYS`` ago or more (the cleanup job, nightly); returns
+        (skills purged, resource files deleted)."""
+        before = (now or self._clock.now()) - timedelta(days=RESTORE_DAYS)
+        doomed = [s.name for s in self._store.list_skills(namespace) if s.deleted_at and s.deleted_at <= before]
+        return len(doomed), sum(self._purge(namespace, name) for name in doomed)
+
+    def namespaces(self) -> list[str]:
+        return self._store.list_namespaces()
+
+    def _purge(self, namespace: str, name: str) -> int:
+        """Remove a skill for good: first the bytes of its files that no other skill of the namespace
+        uses (files are stored once per content), then its rows, so a failure leaves the rows and the
+        next run tries again. Returns how many files were deleted."""
+        files = {f.sha256 for v in self._store.list_versions(namespace, name) for f in v.files}
+        if files:
+            for other in self._store.list_skills(namespace):
+                if other.name != name:
+                    files -= {f.sha256 for v in self._store.list_versions(namespace, other.name) for f in v.files}
+        for sha in sorted(files):
+            self._blobs.delete(blob_key(namespace, sha))
+        self._store.purge(namespace, name)
+        return len(files)
 
     def _restorable(self, skill: Skill) -> bool:
         return skill.deleted_at is None or skill.deleted_at + timedelta(days=RESTORE_DAYS) > self._clock.now()

@@ -38,7 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from engram.adapters.files import private_dir
-from engram.adapters.search.local import PreparedDoc, SqliteSearchIndex
+from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 
@@ -181,9 +181,9 @@ class ReplicaSearchIndex:
 
     # -- plumbing -------------------------------------------------------------------------------
     def _open_index(self, path: Path) -> SqliteSearchIndex:
-        if self._ann_threshold is None:
-            return SqliteSearchIndex(path, ann_persist=False)
-        return SqliteSearchIndex(path, ann_persist=False, ann_threshold=self._ann_threshold)
+        kwargs = {} if self._ann_threshold is None else {"ann_threshold": self._ann_threshold}
+        index = SqliteSearchIndex(path, ann_persist=False, **kwargs)  # type: ignore[arg-type]
+        return index
 
     def _current_meta(self) -> LogMeta:
         if self._meta is None:

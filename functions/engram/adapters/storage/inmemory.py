@@ -381,6 +381,23 @@ class InMemoryMemoryStore:
             rows = [m for m in rows if (m.created_at, m.id) > after]
         return cut_page(rows, limit, lambda m: (m.created_at, m.id))
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        with self._lock:
+            rows = self._messages.get(namespace, {})
+            return [rows[i] for i in message_ids if i in rows]
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        with self._lock:
+            thread = [
+                m for m in self._messages.get(namespace, {}).values() if m.conversation_id == message.conversation_id
+            ]
+        at = (message.created_at, message.id)
+        thread.sort(key=lambda m: (m.created_at, m.id))
+        earlier = [m for m in thread if (m.created_at, m.id) < at]
+        later = [m for m in thread if (m.created_at, m.id) > at]
+        head = earlier[len(earlier) - before :] if before > 0 else []
+        return [*head, message, *later[: max(0, after)]]
+
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         with self._lock:
             into = self.get_thread(namespace, target)

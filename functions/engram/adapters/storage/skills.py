@@ -21,6 +21,7 @@ from typing import Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.skills import Skill, SkillVersion
 
@@ -60,6 +61,9 @@ class InMemorySkillStore:
             self._heads.pop((namespace, name), None)
             for key in [k for k in self._versions if k[:2] == (namespace, name)]:
                 del self._versions[key]
+
+    def list_namespaces(self) -> list[str]:
+        return sorted({ns for ns, _ in self._heads})
 
 
 _SCHEMA = (
@@ -148,6 +152,9 @@ class SqliteSkillStore:
             self._db.execute("DELETE FROM skill_versions WHERE namespace = ? AND name = ?", (namespace, name))
             self._db.execute("DELETE FROM skills WHERE namespace = ? AND name = ?", (namespace, name))
 
+    def list_namespaces(self) -> list[str]:
+        return self._rows("SELECT DISTINCT namespace FROM skills ORDER BY namespace")
+
 
 class DynamoSkillStore:
     """``SkillStore`` in the DynamoDB table of the store (the layout in the module docstring)."""
@@ -224,6 +231,8 @@ class DynamoSkillStore:
                     }
                 },
                 {"Put": {"TableName": self._table, "Item": self._item(skill.namespace, f"SKILL#{skill.name}", skill)}},
+                # The table's namespace registry, which the cleanup job walks (a skills-only namespace too).
+                {"Put": {"TableName": self._table, "Item": _namespace_item(skill.namespace)}},
             ],
         )
 
@@ -242,6 +251,31 @@ class DynamoSkillStore:
         for sk in keys:
             self._call("delete_item", TableName=self._table, Key={"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}})
 
+    def list_namespaces(self) -> list[str]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": NAMESPACES_PK}},
+            "ProjectionExpression": "SK",
+        }
+        out: list[str] = []
+        while True:
+            response = self._call("query", **kwargs)
+            out.extend(item["SK"]["S"] for item in response.get("Items", []))
+            if not response.get("LastEvaluatedKey"):
+                return sorted(out)
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _namespace_item(namespace: str) -> dict[str, Any]:
+    """The DynamoDB store's namespace registry item (``dynamodb/base.py`` puts the same)."""
+    return {
+        "PK": {"S": NAMESPACES_PK},
+        "SK": {"S": namespace},
+        "entity": {"S": "namespace"},
+        "namespace": {"S": namespace},
+    }
+
 
 # -- resource files -----------------------------------------------------------------------------------
 class InMemoryBlobStore:
@@ -253,6 +287,9 @@ class InMemoryBlobStore:
 
     def get(self, key: str) -> bytes | None:
         return self._blobs.get(key)
+
+    def delete(self, key: str) -> None:
+        self._blobs.pop(key, None)
 
 
 class LocalBlobStore:
@@ -278,6 +315,9 @@ class LocalBlobStore:
     def get(self, key: str) -> bytes | None:
         path = self._path(key)
         return path.read_bytes() if path.is_file() else None
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
 
 class S3BlobStore:
@@ -310,3 +350,9 @@ class S3BlobStore:
                 return None
             raise translate(exc, "S3 get_object") from exc
         return bytes(response["Body"].read())
+
+    def delete(self, key: str) -> None:
+        try:
+            self._s3.delete_object(Bucket=self._bucket, Key=key)  # an absent key is no error in S3
+        except Exception as exc:
+            raise translate(exc, "S3 delete_object") from exc

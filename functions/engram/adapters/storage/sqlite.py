@@ -480,13 +480,17 @@ class SqliteMemoryStore:
         return memory
 
     def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
-        found: dict[str, Memory] = {}
-        unique_ids = list(dict.fromkeys(memory_ids))
+        return self._by_ids(_MEMORIES, namespace, memory_ids)
+
+    def _by_ids(self, table: _Table[Any], namespace: str, row_ids: Sequence[str]) -> list[Any]:
+        """The rows of ``table`` with these ids in the namespace, in the given order; unknown ids skipped."""
+        found: dict[str, Any] = {}
+        unique_ids = list(dict.fromkeys(row_ids))
         for start in range(0, len(unique_ids), _IDS_PER_QUERY):
             chunk = unique_ids[start : start + _IDS_PER_QUERY]
-            rows = self._select(_MEMORIES, f"namespace = ? AND id IN ({_marks(len(chunk))})", [namespace, *chunk])
-            found.update((m.id, m) for m in rows)
-        return [found[memory_id] for memory_id in memory_ids if memory_id in found]
+            rows = self._select(table, f"namespace = ? AND id IN ({_marks(len(chunk))})", [namespace, *chunk])
+            found.update((row.id, row) for row in rows)
+        return [found[row_id] for row_id in row_ids if row_id in found]
 
     def find_active_by_fact_key(self, namespace: str, fact_key: str) -> Memory | None:
         return self._select_one(
@@ -714,6 +718,25 @@ class SqliteMemoryStore:
             params += [to_iso(at), row_id]
         rows = self._select(_MESSAGES, f"{where} ORDER BY created_at, id LIMIT ?", [*params, limit + 1])
         return cut_page(rows, limit, lambda m: (m.created_at, m.id))
+
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        return self._by_ids(_MESSAGES, namespace, message_ids)
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        where = "namespace = ? AND conversation_id = ?"
+        params: list[Any] = [namespace, message.conversation_id]
+        position = [to_iso(message.created_at), message.id]
+        earlier = self._select(
+            _MESSAGES,
+            f"{where} AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?",
+            [*params, *position, max(0, before)],
+        )
+        later = self._select(
+            _MESSAGES,
+            f"{where} AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?",
+            [*params, *position, max(0, after)],
+        )
+        return [*reversed(earlier), message, *later]
 
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         with self._transaction() as db:

@@ -18,12 +18,13 @@ from starlette.responses import StreamingResponse
 
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
+from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
 from engram.entrypoints.http.state import container_of
-from engram.services.chat import ChatReply, ChatService, Wire
-from engram.services.wire_shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
+from engram.services.chat import ChatReply, ChatService
+from engram.services.exchange import Wire
 
 log = logging.getLogger(__name__)
 
@@ -191,4 +192,4 @@ async def models(request: Request) -> Any:
 async def usage(request: Request, days: int = Query(30, ge=1, le=365)) -> Any:
     principal = authenticate(request)
     principal.require("memory:read")
-    return _service(request).usage(principal.namespace, days=days)
+    return request.app.state.container.usage.report(principal.namespace, days=days)

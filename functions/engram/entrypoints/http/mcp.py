@@ -493,6 +493,39 @@ def build_server(container: Container) -> MCPServer:
         who = _principal(ctx, WRITE)
         return dict(c.library.ingest(who.namespace, messages))
 
+    @tool(ro)
+    def conversation_search(
+        ctx: Context,
+        query: Query,
+        exclude_thread: Annotated[
+            str | None,
+            Field(min_length=1, max_length=200, description="The thread you are in: left out of the search."),
+        ] = None,
+        threads: Annotated[int | None, Field(ge=1, le=10, description="At most this many threads.")] = None,
+        fragments: Annotated[
+            int | None, Field(ge=1, le=10, description="At most this many fragments per thread.")
+        ] = None,
+        neighbours: Annotated[
+            int | None, Field(ge=0, le=5, description="Messages kept either side of each matched message.")
+        ] = None,
+        min_relevance: MinRelevance = 0.0,
+    ) -> dict[str, Any]:
+        """Search what was said in the user's past conversations (threads): each fragment is a matched
+        message with its neighbouring messages, its thread's id and title and its date, best thread
+        first. Use it when the user asks what you talked about before ("what did we say about the trip?");
+        for facts about the user prefer memory_recall."""
+        who = _principal(ctx, READ)
+        result = c.conversations.search(
+            who.namespace,
+            query,
+            exclude_thread=exclude_thread,
+            threads=threads,
+            fragments=fragments,
+            neighbours=neighbours,
+            min_relevance=min_relevance,
+        )
+        return {"items": [f.to_dict() for f in result.fragments]}
+
     # -- threads --------------------------------------------------------------------------
     @tool(ro)
     def thread_list(
@@ -558,7 +591,7 @@ def build_server(container: Container) -> MCPServer:
         """The cold-boot package for a new session: digest, yesterday's log, pinned/identity/persona
         memories, precious notes, glossary and stats. Call once at the start of a session."""
         who = _principal(ctx, READ)
-        return dict(_drop_namespace(_jsonable(c.library.boot(who.namespace))))
+        return dict(_drop_namespace(_jsonable(c.boot.package(who.namespace))))
 
     @tool(ro)
     def digest_get(ctx: Context) -> dict[str, Any]:

@@ -98,6 +98,19 @@ class SearchRequest(BaseModel):
     min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+class ConversationSearchRequest(BaseModel):
+    model_config = STRICT
+
+    query: str = Field(min_length=1, max_length=8000, pattern=r"\S")
+    # The thread the caller is in: never searched (its history is already in view).
+    exclude_thread: str | None = Field(default=None, min_length=1, max_length=200)
+    threads: int | None = Field(default=None, ge=1, le=10)
+    fragments: int | None = Field(default=None, ge=1, le=10)
+    neighbours: int | None = Field(default=None, ge=0, le=5)
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+    include_prompt: bool = False
+
+
 class PreciousRequest(BaseModel):
     model_config = STRICT
 
@@ -289,6 +302,27 @@ def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[st
     return out
 
 
+@router.post("/search/conversations", tags=["search"])
+def search_conversations(request: Request, body: ConversationSearchRequest, who: Read) -> dict[str, Any]:
+    """Fragments of past conversations (docs/conversations.md): matched messages, each with its
+    neighbours, from at most `threads` threads x `fragments` per thread, best thread first. Nothing is
+    marked seen. `include_prompt` adds the text the chat gateway would inject (within its budget)."""
+    service = _c(request).conversations
+    result = service.search(
+        who.namespace,
+        body.query,
+        exclude_thread=body.exclude_thread,
+        threads=body.threads,
+        fragments=body.fragments,
+        neighbours=body.neighbours,
+        min_relevance=body.min_relevance,
+    )
+    out: dict[str, Any] = {"items": [f.to_dict() for f in result.fragments], "meta": result.meta}
+    if body.include_prompt:
+        out["prompt"] = service.render(result.fragments, _c(request).settings.chat_patch_max_tokens)[0]
+    return out
+
+
 # -- precious, glossary, digest, boot ---------------------------------------------------------
 @router.get("/precious", tags=["precious"])
 def list_precious(request: Request, who: Read, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
@@ -363,15 +397,15 @@ def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, A
 @router.get("/memory_boot", tags=["boot"])
 def get_boot(request: Request, who: Read) -> dict[str, Any]:
     """The cold-boot package: digest, yesterday's log, stable memories, precious notes, glossary, stats."""
-    return _jsonable(_c(request).library.boot(who.namespace))
+    return _jsonable(_c(request).boot.package(who.namespace))
 
 
 @router.patch("/memory_boot", tags=["boot"])
 def patch_boot(request: Request, body: BootPatch, who: Write) -> dict[str, Any]:
     """Write the digest (L1 summary, cut to 500 characters)."""
-    library = _c(request).library
-    library.set_digest(who.namespace, body.digest)
-    return _jsonable(library.boot(who.namespace))
+    c = _c(request)
+    c.library.set_digest(who.namespace, body.digest)
+    return _jsonable(c.boot.package(who.namespace))
 
 
 # -- review candidates --------------------------------------------------------------------------

@@ -3,7 +3,8 @@ thread rows (counts, titles, recycle bin), moves and purges."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -68,18 +69,24 @@ class DynamoMessages(DynamoStoreBase):
             raise Conflict(f"message {message.id} already exists") from exc
         return message, True
 
-    def _count_in_thread(self, message: Message) -> dict[str, Any]:
+    def _count_in_thread(self, message: Message, *, old: bool = False) -> dict[str, Any]:
         """The thread's row, created with its first message; counted, moved to this message's time and
-        taken out of the recycle bin by every message."""
+        taken out of the recycle bin by every message. An ``old`` message (``engram migrate``, older than
+        the thread's others) only counts: the row's time and bin state stay as they are."""
         pk = self._pk(message.namespace)
         at = to_iso(message.created_at)
+        place = (
+            "last_message_at = if_not_exists(last_message_at, :at), GSI1PK = if_not_exists(GSI1PK, :live),"
+            " GSI1SK = if_not_exists(GSI1SK, :sort)"
+            if old
+            else "last_message_at = :at, GSI1PK = :live, GSI1SK = :sort REMOVE deleted_at"
+        )
         return {
             "Update": {
                 "TableName": self._db.name,
                 "Key": self._db.key(pk, f"THREAD#{message.conversation_id}"),
                 "UpdateExpression": "SET entity = :entity, #id = :id, #ns = :ns,"
-                " created_at = if_not_exists(created_at, :at), last_message_at = :at, GSI1PK = :live,"
-                " GSI1SK = :sort REMOVE deleted_at ADD message_count :one",
+                f" created_at = if_not_exists(created_at, :at), {place} ADD message_count :one",
                 "ExpressionAttributeNames": {"#id": "id", "#ns": "namespace"},
                 "ExpressionAttributeValues": self._db.ser(
                     {
@@ -251,6 +258,27 @@ class DynamoMessages(DynamoStoreBase):
         check_limit(limit)
         items = self._thread_items(namespace, thread_id, cursor_sort_key(cursor))
         return self._page(items, lambda item: to_model(Message, item), limit, _message_position)
+
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        pk = self._pk(namespace)
+        refs = self._db.batch_get([(pk, f"MSGID#{message_id}") for message_id in dict.fromkeys(message_ids)])
+        items = self._db.batch_get([(pk, str(ref["msg_sk"])) for ref in refs if ref.get("msg_sk")])
+        found = {message.id: message for message in (to_model(Message, item) for item in items)}
+        return [found[message_id] for message_id in message_ids if message_id in found]
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        # The thread's index (GSI1), both ways from the message's own sort key.
+        partition = f"{self._pk(namespace)}#THR#{message.conversation_id}"
+        position = sort_key(message.created_at, message.id)
+        earlier: list[Message] = []
+        if before > 0:
+            items = self._db.query(pk=partition, index="GSI1", sk_before=position, forward=False, page_size=before)
+            earlier = [to_model(Message, item) for item in itertools.islice(items, before)]
+        later: list[Message] = []
+        if after > 0:
+            items = self._db.query(pk=partition, index="GSI1", sk_between=(position, "\uffff"), page_size=after + 1)
+            later = [to_model(Message, i) for i in itertools.islice(items, after + 1) if i["GSI1SK"] != position]
+        return [*reversed(earlier), message, *later[:after]]
 
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         pk = self._pk(namespace)

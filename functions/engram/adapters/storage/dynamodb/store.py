@@ -6,14 +6,14 @@ from datetime import timedelta
 from typing import Any
 
 from engram.adapters.storage.dynamodb.memories import DynamoMemories
-from engram.adapters.storage.dynamodb.messages import DynamoMessages
 from engram.adapters.storage.dynamodb.notes import DynamoNotes
 from engram.adapters.storage.dynamodb.records import DynamoRecords
 from engram.adapters.storage.dynamodb.table import DynamoTable
+from engram.adapters.storage.dynamodb.upgrade import DynamoUpgrades
 from engram.domain.errors import InvalidInput
 
 
-class DynamoMemoryStore(DynamoMemories, DynamoMessages, DynamoNotes, DynamoRecords):
+class DynamoMemoryStore(DynamoMemories, DynamoUpgrades, DynamoNotes, DynamoRecords):
     """The ``MemoryStore`` port on DynamoDB. ``client`` is a boto3 DynamoDB client (built if omitted)."""
 
     def __init__(

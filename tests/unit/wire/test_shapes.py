@@ -10,17 +10,18 @@ import json
 from typing import Any
 
 import pytest
-from engram.adapters.llm.converse import openai_to_converse
 from engram.domain.errors import EngramError, InvalidInput, UpstreamUnavailable
-from engram.domain.prompt_cache import CachePolicy
 from engram.domain.shape import ShapeError, check_shape, depth_exceeds
-from engram.domain.sse import SseParser
+from engram.domain.wire import anthropic as w
+from engram.domain.wire import shapes as ws
+from engram.domain.wire import usage as u
+from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.converse import openai_to_converse
+from engram.domain.wire.sse import SseParser
 from engram.entrypoints.http.app import scrub_lone_surrogates
-from engram.services import wire as w
-from engram.services import wire_shapes as ws
-from engram.services.chat import _Tap
 from engram.services.injection import inject_anthropic, inject_openai, last_user_text
 from engram.services.routing import anthropic_has_images, openai_has_images
+from engram.services.stream_relay import StreamTap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,10 +79,10 @@ def test_every_upstream_answer_the_schema_accepts_converts(wire: str) -> None:
             return
         if wire == "openai":
             w.openai_response_to_anthropic(data, "m")
-            w.usage_from_openai(data.get("usage"))
+            u.usage_from_openai(data.get("usage"))
         else:
             w.anthropic_response_to_openai(data, "m")
-            w.usage_from_anthropic(data.get("usage"))
+            u.usage_from_anthropic(data.get("usage"))
 
     check()
 
@@ -98,7 +99,7 @@ def test_any_upstream_stream_event_converts_or_is_a_clean_upstream_error(upstrea
     @given(st.lists(st.tuples(names, from_schema(schema) | json_values), min_size=1, max_size=6))
     def check(events: list[tuple[str | None, Any]]) -> None:
         # Given any sequence of events (schema-shaped or arbitrary JSON) from the upstream
-        tap = _Tap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
+        tap = StreamTap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
         parser = SseParser()
         raw = b"".join(
             (f"event: {name}\n" if name else "").encode() + b"data: " + json.dumps(data).encode() + b"\n\n"
@@ -300,7 +301,7 @@ def test_any_field_of_a_stream_event_with_a_wrong_type_is_an_error_event_or_hand
         for path in [(), *_paths(data)]:
             for new in WRONG:
                 bad = new if not path else _swapped(data, path, new)
-                tap = _Tap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
+                tap = StreamTap(upstream, client, "m", client_wants_usage=True)  # type: ignore[arg-type]
                 stream = [*events[:i], (name, bad), *events[i + 1 :]]
                 raw = b"".join(
                     (f"event: {n}\n" if n else "").encode() + b"data: " + json.dumps(d).encode() + b"\n\n"

@@ -6,15 +6,16 @@ import base64
 import json
 
 import pytest
-from engram.adapters.llm.converse import (
+from engram.domain.errors import InvalidInput
+from engram.domain.wire.converse import (
     ConverseToOpenAIStream,
     converse_to_openai,
     openai_to_converse,
-    openai_usage,
     stream_error,
+    to_converse,
 )
-from engram.domain.errors import InvalidInput
-from engram.domain.sse import SseParser
+from engram.domain.wire.sse import SseParser
+from engram.domain.wire.usage import openai_usage, usage_from_converse
 
 PNG = b"\x89PNG\r\n\x1a\nfake"
 
@@ -258,5 +259,24 @@ def test_stream_exception_events_are_recognised() -> None:
 
 
 def test_usage_without_cache_fields() -> None:
-    assert openai_usage({"inputTokens": 3, "outputTokens": 2})["prompt_tokens"] == 3
-    assert openai_usage(None)["total_tokens"] == 0
+    assert openai_usage(usage_from_converse({"inputTokens": 3, "outputTokens": 2}))["prompt_tokens"] == 3
+    assert openai_usage(usage_from_converse(None))["total_tokens"] == 0
+
+
+def test_messages_become_alternating_converse_turns() -> None:
+    # Given OpenAI-style messages with a system prompt, parts and two user turns in a row
+    messages = [
+        {"role": "system", "content": "You extract facts."},
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "user", "content": "I moved to Lyon"},
+        {"role": "assistant", "content": "noted"},
+    ]
+    # When converted for Converse with JSON mode
+    request = to_converse(messages, json_mode=True)
+    # Then system is separate, same-role turns merge, and the JSON instruction is added
+    assert request["system"][0] == {"text": "You extract facts."}
+    assert "JSON" in request["system"][-1]["text"]
+    assert request["messages"] == [
+        {"role": "user", "content": [{"text": "hello"}, {"text": "I moved to Lyon"}]},
+        {"role": "assistant", "content": [{"text": "noted"}]},
+    ]

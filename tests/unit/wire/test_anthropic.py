@@ -1,18 +1,17 @@
-"""OpenAI <-> Anthropic conversion (pure)."""
+"""OpenAI <-> Anthropic conversion: requests, whole responses, streams (pure)."""
 
 from __future__ import annotations
 
 import json
 
-from engram.domain.sse import SseParser
-from engram.services.wire import (
-    AnthropicToOpenAIStream,
-    OpenAIToAnthropicStream,
+from engram.domain.wire.anthropic import (
     anthropic_request_to_openai,
     anthropic_response_to_openai,
     openai_request_to_anthropic,
     openai_response_to_anthropic,
 )
+from engram.domain.wire.anthropic_stream import AnthropicToOpenAIStream, OpenAIToAnthropicStream
+from engram.domain.wire.sse import SseParser
 
 OPENAI_REQ = {
     "model": "companion",

@@ -1,4 +1,4 @@
-from engram.domain.sse import SseParser, sse_bytes
+from engram.domain.wire.sse import SseParser, sse_bytes
 
 
 def test_parser_handles_split_chunks_crlf_comments_and_events() -> None:

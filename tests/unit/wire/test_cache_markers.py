@@ -7,9 +7,15 @@ import json
 from typing import Any
 
 import pytest
-from engram.adapters.llm.converse import count_cache_points, openai_to_converse, place_cache_points
-from engram.domain.prompt_cache import CachePolicy, plan_markers
-from engram.services.injection import count_markers, inject_anthropic, inject_openai
+from engram.domain.wire.cache_markers import (
+    CachePolicy,
+    count_cache_control,
+    count_cache_points,
+    place_cache_points,
+    plan_markers,
+)
+from engram.domain.wire.converse import openai_to_converse
+from engram.services.injection import inject_anthropic, inject_openai
 
 CLAUDE = "bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 BOOT = "<engram-memory>\n## About the user\n- Lin\n</engram-memory>"
@@ -215,7 +221,7 @@ def test_both_wires_mark_the_same_positions() -> None:
     placed = place_cache_points(converse)
     _validate({"modelId": "anthropic.claude-3-5-haiku-20241022-v1:0", **converse})
     # Then the count and the marked messages agree (one decision, two writers)
-    assert placed == info.markers == count_markers(out) == 4
+    assert placed == info.markers == count_cache_control(out) == 4
     marked_anthropic = [i for i, m in enumerate(out["messages"]) if any("cache_control" in b for b in m["content"])]
     marked_converse = [i for i, m in enumerate(converse["messages"]) if any("cachePoint" in b for b in m["content"])]
     assert marked_anthropic == marked_converse == [3, 5]

@@ -11,9 +11,12 @@ cache read/write tokens.
 
 Prompt caching: a body with a top-level ``cache_control`` (``{"type": "ephemeral", "ttl": "5m"|"1h"}``, set
 by the chat service from ``ENGRAM_ANTHROPIC_CACHE_*``) gets Converse ``cachePoint`` blocks when the model
-is an Anthropic Claude model, at the positions ``engram.domain.prompt_cache.plan_markers`` picks (last
-tool, system anchor, tail of the previous turn, bridge; at most four, never in the current user turn).
-Other models get none (the field is dropped).
+is an Anthropic Claude model, at the positions ``cache_markers.plan_markers`` picks (last tool, system
+anchor, tail of the previous turn, bridge; at most four, never in the current user turn). Other models
+get none (the field is dropped).
+
+``to_converse``: Engram's own model calls (extraction, dreaming, compression: plain chat messages) as a
+Converse request, for ``adapters/llm/bedrock.py``'s ``ChatModel``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,17 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from engram.domain.errors import InvalidInput
-from engram.domain.prompt_cache import LOOKBACK_BLOCKS, plan_markers
-from engram.domain.sse import SSE_DONE, openai_chunk, sse_bytes
+from engram.domain.wire.cache_markers import place_cache_points, supports_prompt_cache
+from engram.domain.wire.content import push_turn, text_of, tool_arguments
+from engram.domain.wire.sse import SSE_DONE, openai_chunk, openai_usage_chunk
+from engram.domain.wire.usage import openai_usage, usage_from_converse
 
 BEDROCK_PREFIX = "bedrock/"
+JSON_INSTRUCTION = "Answer with exactly one JSON object and nothing else: no prose, no code fence."
 _IMAGE_FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "gif": "gif", "webp": "webp"}
 _STOP = {
     "end_turn": "stop",
@@ -46,14 +53,6 @@ def model_id_of(model: str) -> str:
 
 
 # -- request ---------------------------------------------------------------------------------------
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
 def image_block(part: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI ``image_url`` part as a Converse image block (data URLs only; Converse takes bytes)."""
     ref = part.get("image_url")
@@ -89,41 +88,23 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
-def _arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError:
-        return {"_raw": raw}
-    return value if isinstance(value, dict) else {"value": value}
-
-
 def openai_to_converse(body: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI chat-completions body -> the keyword arguments of ``converse`` / ``converse_stream``."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
 
-    def push(role: str, blocks: list[dict[str, Any]]) -> None:
-        if not blocks:
-            return
-        if turns and turns[-1]["role"] == role:  # Converse needs alternating roles
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-
     for msg in body.get("messages") or []:
         role = msg.get("role")
         content = msg.get("content")
         if role in ("system", "developer"):
-            text = _text(content)
+            text = text_of(content)
             if text.strip():
                 system.append({"text": text})
         elif role == "user":
-            push("user", _user_blocks(content))
+            push_turn(turns, "user", _user_blocks(content))
         elif role == "assistant":
             blocks: list[dict[str, Any]] = []
-            text = _text(content)
+            text = text_of(content)
             if text.strip():
                 blocks.append({"text": text})
             for call in msg.get("tool_calls") or []:
@@ -133,19 +114,19 @@ def openai_to_converse(body: dict[str, Any]) -> dict[str, Any]:
                         "toolUse": {
                             "toolUseId": str(call.get("id") or ""),
                             "name": str(fn.get("name") or ""),
-                            "input": _arguments(fn.get("arguments")),
+                            "input": tool_arguments(fn.get("arguments")),
                         }
                     }
                 )
-            push("assistant", blocks)
+            push_turn(turns, "assistant", blocks)
         elif role in ("tool", "function"):
-            result = _text(content) or " "  # Converse rejects blank text
-            push(
+            result = text_of(content) or " "  # Converse rejects blank text
+            push_turn(
+                turns,
                 "user",
                 [{"toolResult": {"toolUseId": str(msg.get("tool_call_id") or ""), "content": [{"text": result}]}}],
             )
-    if not turns or turns[0]["role"] != "user":
-        turns.insert(0, {"role": "user", "content": [{"text": "(conversation follows)"}]})
+    _user_first(turns)
     request: dict[str, Any] = {"modelId": model_id_of(str(body.get("model") or "")), "messages": turns}
     if system:
         request["system"] = system
@@ -171,53 +152,35 @@ def openai_to_converse(body: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-# -- prompt caching ----------------------------------------------------------------------------------
-def supports_prompt_cache(model_id: str) -> bool:
-    """Anthropic Claude on Bedrock (``anthropic.claude-*``, also behind ``us.``/``eu.``/``global.`` inference
-    profiles and their ARNs). An application inference profile ARN does not name its model: no cache points."""
-    return "anthropic.claude" in model_id.lower()
+def to_converse(messages: Sequence[dict[str, Any]], *, json_mode: bool = False) -> dict[str, Any]:
+    """Engram's own chat messages -> Converse ``system`` and ``messages`` (roles alternate, user first;
+    tool results and the like are read as user context)."""
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        text = text_of(message.get("content"))
+        if role == "system":
+            if text:
+                system.append({"text": text})
+            continue
+        if role not in ("user", "assistant"):
+            role = "user"
+        if text:
+            push_turn(turns, str(role), [{"text": text}])
+    _user_first(turns)
+    if json_mode:
+        system.append({"text": JSON_INSTRUCTION})
+    request: dict[str, Any] = {"messages": turns}
+    if system:
+        request["system"] = system
+    return request
 
 
-def _converse_cacheable(block: Any) -> bool:
-    """A content block a ``cachePoint`` may follow (not reasoning, not a cache point, not an empty text)."""
-    if not isinstance(block, dict) or "reasoningContent" in block or "cachePoint" in block:
-        return False
-    return not ("text" in block and not block["text"])
-
-
-def cache_point(ttl: str) -> dict[str, Any]:
-    """A Converse ``cachePoint`` block. ``5m`` is Bedrock's default and is not sent (older Claude models
-    take no ``ttl`` field); ``1h`` is sent as ``ttl`` (Claude 4.5 models and later)."""
-    point: dict[str, Any] = {"type": "default"}
-    if ttl == "1h":
-        point["ttl"] = "1h"
-    return {"cachePoint": point}
-
-
-def place_cache_points(request: dict[str, Any], *, ttl: str = "5m", lookback: int = LOOKBACK_BLOCKS) -> int:
-    """Add ``cachePoint`` blocks to a Converse request where ``plan_markers`` says; returns how many."""
-    tools: list[dict[str, Any]] = (request.get("toolConfig") or {}).get("tools") or []
-    system: list[dict[str, Any]] = request.get("system") or []
-    messages: list[dict[str, Any]] = request.get("messages") or []
-    plan = plan_markers(
-        tools=len(tools), system=len(system), messages=messages, cacheable=_converse_cacheable, lookback=lookback
-    )
-    if plan.last_tool:
-        tools.append(cache_point(ttl))
-    if plan.system:
-        system.append(cache_point(ttl))
-    for message, block in plan.in_messages:  # last first: an insertion leaves earlier positions valid
-        messages[message]["content"].insert(block + 1, cache_point(ttl))
-    return plan.count
-
-
-def count_cache_points(request: dict[str, Any]) -> int:
-    """Every ``cachePoint`` in a Converse request (tests and sanity checks)."""
-    tools = (request.get("toolConfig") or {}).get("tools") or []
-    blocks = [*tools, *(request.get("system") or [])]
-    for message in request.get("messages") or []:
-        blocks += message.get("content") or []
-    return sum(1 for block in blocks if isinstance(block, dict) and "cachePoint" in block)
+def _user_first(turns: list[dict[str, Any]]) -> None:
+    """Converse needs the first turn to be the user's."""
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"text": "(conversation follows)"}]})
 
 
 def _tool_config(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -244,24 +207,6 @@ def _tool_config(body: dict[str, Any]) -> dict[str, Any] | None:
         config["toolChoice"] = {"tool": {"name": str(choice["function"]["name"])}}
     # "none" has no Converse equivalent: the tools stay declared (history may use them), no choice forced.
     return config
-
-
-# -- usage -----------------------------------------------------------------------------------------
-def openai_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
-    """Converse usage -> OpenAI usage. Bedrock's ``inputTokens`` leaves out cache reads and writes;
-    OpenAI's ``prompt_tokens`` counts every prompt token, so they are added back."""
-    u = usage or {}
-    read = int(u.get("cacheReadInputTokens") or 0)
-    write = int(u.get("cacheWriteInputTokens") or 0)
-    prompt = int(u.get("inputTokens") or 0) + read + write
-    output = int(u.get("outputTokens") or 0)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": output,
-        "total_tokens": prompt + output,
-        "prompt_tokens_details": {"cached_tokens": read},
-        "cache_write_tokens": write,
-    }
 
 
 def _response_id(response: dict[str, Any]) -> str:
@@ -305,7 +250,7 @@ def converse_to_openai(response: dict[str, Any], model: str) -> dict[str, Any]:
         "choices": [
             {"index": 0, "message": message, "finish_reason": _STOP.get(str(response.get("stopReason") or ""), "stop")}
         ],
-        "usage": openai_usage(response.get("usage")),
+        "usage": openai_usage(usage_from_converse(response.get("usage"))),
     }
 
 
@@ -377,18 +322,8 @@ class ConverseToOpenAIStream:
             reason = str(event["messageStop"].get("stopReason") or "")
             out.append(self._chunk({}, _STOP.get(reason, "stop")))
         elif "metadata" in event and self.include_usage:
-            out.append(
-                sse_bytes(
-                    {
-                        "id": self._id,
-                        "object": "chat.completion.chunk",
-                        "created": self._created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": openai_usage(event["metadata"].get("usage")),
-                    }
-                )
-            )
+            usage = openai_usage(usage_from_converse(event["metadata"].get("usage")))
+            out.append(openai_usage_chunk(self._id, self._created, self.model, usage))
         return out
 
     def finish(self) -> list[bytes]:

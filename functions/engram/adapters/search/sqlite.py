@@ -13,17 +13,16 @@ tables prefixed ``search_``, over its own connection:
 
 kNN runs over a per-namespace matrix cached in memory, loaded lazily and patched in place by this
 process's writes; a generation that moved under it (another process wrote) reloads it. Big namespaces
-get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanned exactly. The graph
-is never built on a query's time: a background thread builds it (or loads the one saved next to the
-SQLite file and reconciles it) while queries scan exactly; once ready it is patched on every write and
-saved again on ``close``.
+get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanned exactly; both live in
+``search/vector_cache.py``. The graph is never built on a query's time: a background thread builds it
+(or loads the one saved next to the SQLite file and reconciles it) while queries scan exactly; once
+ready it is patched on every write and saved again on ``close``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -33,16 +32,14 @@ from typing import NamedTuple
 import numpy as np
 
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.ann import AnnGraph
+from engram.adapters.search.fts import BM25_B, RESCORE_DEPTH, fts_query, nskey, rescore_bm25
 from engram.adapters.search.inmemory import query_terms, unit_vector
+from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
 
 log = logging.getLogger(__name__)
-
-# Namespaces with at least this many vectors are searched through an HNSW graph (if usearch is installed).
-ANN_THRESHOLD = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_meta (key TEXT PRIMARY KEY, value TEXT);
@@ -66,236 +63,6 @@ CREATE TABLE IF NOT EXISTS search_vectors (
 CREATE VIRTUAL TABLE IF NOT EXISTS search_vocab USING fts5vocab(search_fts, 'row');
 CREATE TABLE IF NOT EXISTS search_namespaces (namespace TEXT PRIMARY KEY, generation INTEGER NOT NULL);
 """
-
-
-# Keyword ranking: SQLite's bm25() has k1 = 1.2, b = 0.75 built in. Its top RESCORE_DEPTH matches are
-# re-scored with b = BM25_B (less penalty for long memories), which won on held-out LoCoMo data
-# (bench/README.md). BM25_B = 0.75 turns the re-scoring off.
-BM25_K1 = 1.2
-BM25_B = 0.3
-RESCORE_DEPTH = 100
-
-
-def _varints(blob: bytes) -> list[int]:
-    """SQLite varints (big-endian 7-bit groups; a 9th byte carries 8 bits), as in FTS5's records."""
-    out: list[int] = []
-    i = 0
-    while i < len(blob):
-        value = 0
-        for n in range(9):
-            byte = blob[i]
-            i += 1
-            if n == 8:
-                value = (value << 8) | byte
-                break
-            value = (value << 7) | (byte & 0x7F)
-            if not byte & 0x80:
-                break
-        out.append(value)
-    return out
-
-
-def _nskey(namespace: str) -> str:
-    # An FTS token standing for the namespace: plain ASCII letters/digits, whatever the namespace is.
-    return "ns" + hashlib.sha1(namespace.encode("utf-8")).hexdigest()[:20]
-
-
-def _fts_query(namespace: str, terms: Sequence[str]) -> str:
-    ors = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-    return f'nskey : "{_nskey(namespace)}" AND tokens : ({ors})'
-
-
-class _VectorCache:
-    """The vectors of one namespace as a growable matrix; rows are unit length.
-
-    ``lock`` is the index's lock (held by every caller of ``put``/``remove``/``search``); the
-    background graph build takes it only to publish the finished graph.
-    """
-
-    def __init__(
-        self,
-        dimension: int,
-        generation: int,
-        ann_threshold: int = ANN_THRESHOLD,
-        *,
-        lock: threading.RLock | None = None,
-        ann_path: Path | None = None,
-        background: bool = True,
-    ) -> None:
-        self.dimension = dimension
-        self.ann_threshold = ann_threshold
-        self.ann: AnnGraph | None = None
-        self.ann_dirty = False
-        self.ann_path = ann_path
-        self._lock = lock or threading.RLock()
-        self._background = background
-        self._builder: threading.Thread | None = None
-        # Writes that happen while the graph is being built, replayed onto it before it is published.
-        self._pending: list[tuple[str, np.ndarray | None]] | None = None
-        self.generation = generation
-        self.ids: list[str] = []
-        self.rows: dict[str, int] = {}
-        self.types: list[str] = []
-        self.type_codes: dict[str, int] = {}
-        self.codes = np.zeros(16, dtype=np.int32)
-        self.matrix = np.zeros((16, dimension), dtype=np.float32)
-
-    @property
-    def size(self) -> int:
-        return len(self.ids)
-
-    def _code(self, type_: str) -> int:
-        return self.type_codes.setdefault(type_, len(self.type_codes))
-
-    def put(self, memory_id: str, type_: str, vector: np.ndarray) -> None:
-        row = self.rows.get(memory_id)
-        if row is None:
-            row = self.size
-            if row >= self.matrix.shape[0]:
-                grow = max(16, self.matrix.shape[0])
-                self.matrix = np.concatenate([self.matrix, np.zeros((grow, self.dimension), np.float32)])
-                self.codes = np.concatenate([self.codes, np.zeros(grow, np.int32)])
-            self.ids.append(memory_id)
-            self.types.append(type_)
-            self.rows[memory_id] = row
-        else:
-            self.types[row] = type_
-        self.matrix[row] = vector
-        self.codes[row] = self._code(type_)
-        if self.ann is not None:
-            self.ann.put(memory_id, vector)
-            self.ann_dirty = True
-        elif self._pending is not None:
-            self._pending.append((memory_id, vector.copy()))
-
-    def remove(self, memory_id: str) -> None:
-        row = self.rows.pop(memory_id, None)
-        if row is None:
-            return
-        if self.ann is not None:
-            self.ann.remove(memory_id)
-            self.ann_dirty = True
-        elif self._pending is not None:
-            self._pending.append((memory_id, None))
-        last = self.size - 1
-        if row != last:
-            moved = self.ids[last]
-            self.ids[row] = moved
-            self.types[row] = self.types[last]
-            self.rows[moved] = row
-            self.matrix[row] = self.matrix[last]
-            self.codes[row] = self.codes[last]
-        self.ids.pop()
-        self.types.pop()
-
-    def _approximate(self, query: np.ndarray, k: int, types: Sequence[str]) -> list[SearchHit] | None:
-        """Hits from the HNSW graph, or None when the namespace is small (or a type filter starves it)."""
-        if self.size < self.ann_threshold or not AnnGraph.available():
-            return None
-        if self.ann is None:
-            self.start_ann()
-            if self.ann is None:
-                return None  # still building: scan exactly meanwhile
-        wanted = set(types)
-        found = self.ann.search(query, k * 4 if wanted else k)
-        hits = [
-            SearchHit(memory_id=mid, score=min(1.0, max(-1.0, score)))
-            for mid, score in found
-            if not wanted or self.types[self.rows[mid]] in wanted
-        ]
-        if wanted and len(hits) < k:
-            return None
-        return hits[:k]
-
-    # -- the graph's life cycle -----------------------------------------------------------------
-    def start_ann(self) -> None:
-        """Build (or load and reconcile) the graph: in a background thread, or right here if not ``background``."""
-        if self.ann is not None or self._builder is not None or not AnnGraph.available():
-            return
-        ids = list(self.ids)
-        matrix = self.matrix[: self.size].copy()
-        self._pending = []
-        if not self._background:
-            self._publish(self._build(ids, matrix))
-            return
-        self._builder = threading.Thread(
-            target=self._build_in_background, args=(ids, matrix), name="engram-ann-build", daemon=True
-        )
-        self._builder.start()
-
-    def _build(self, ids: list[str], matrix: np.ndarray) -> tuple[AnnGraph, bool]:
-        graph = AnnGraph.load(self.ann_path, self.dimension) if self.ann_path is not None else None
-        if graph is not None:
-            changed = graph.sync(ids, matrix)
-            log.info("loaded the saved ANN graph (%d vectors, %d reconciled)", len(ids), changed)
-            return graph, changed > 0
-        graph = AnnGraph(self.dimension)
-        graph.add_many(ids, matrix)
-        return graph, True
-
-    def _build_in_background(self, ids: list[str], matrix: np.ndarray) -> None:
-        try:
-            graph, changed = self._build(ids, matrix)
-            if changed and self.ann_path is not None:
-                try:
-                    graph.save(self.ann_path)  # the snapshot; later writes are reconciled on the next load
-                except OSError as exc:
-                    log.warning("could not save the ANN graph: %s", exc)
-                changed = False
-            with self._lock:
-                self._publish((graph, changed))
-        except Exception:  # the exact scan keeps answering; the next query retries the build
-            log.exception("building the ANN graph failed")
-            with self._lock:
-                self._pending = None
-                self._builder = None
-
-    def _publish(self, built: tuple[AnnGraph, bool]) -> None:
-        graph, dirty = built
-        for memory_id, vector in self._pending or ():
-            if vector is None:
-                graph.remove(memory_id)
-            else:
-                graph.put(memory_id, vector)
-        self.ann_dirty = dirty or bool(self._pending)
-        self._pending = None
-        self.ann = graph
-
-    def wait_for_ann(self, timeout: float | None = None) -> bool:
-        builder = self._builder
-        if builder is not None:
-            builder.join(timeout)
-        return self.ann is not None
-
-    def save_ann(self) -> None:
-        if self.ann is not None and self.ann_dirty and self.ann_path is not None:
-            try:
-                self.ann.save(self.ann_path)
-                self.ann_dirty = False
-            except OSError as exc:
-                log.warning("could not save the ANN graph: %s", exc)
-
-    def search(self, query: np.ndarray, k: int, types: Sequence[str]) -> list[SearchHit]:
-        n = self.size
-        if n == 0:
-            return []
-        approximate = self._approximate(query, k, types)
-        if approximate is not None:
-            return approximate
-        scores = self.matrix[:n] @ query
-        if types:
-            wanted = [self.type_codes[t] for t in set(types) if t in self.type_codes]
-            if not wanted:
-                return []
-            scores = np.where(np.isin(self.codes[:n], wanted), scores, -np.inf)
-        k = min(k, n)
-        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [
-            SearchHit(memory_id=self.ids[i], score=float(min(1.0, max(-1.0, scores[i]))))
-            for i in top
-            if scores[i] != -np.inf
-        ]
 
 
 class PreparedDoc(NamedTuple):
@@ -327,7 +94,7 @@ class SqliteSearchIndex:
         self._ann_persist = ann_persist and self._path != ":memory:"
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
-        self._caches: dict[str, _VectorCache] = {}
+        self._caches: dict[str, VectorCache] = {}
 
     # -- plumbing -------------------------------------------------------------------------
     def _db(self) -> sqlite3.Connection:
@@ -356,8 +123,8 @@ class SqliteSearchIndex:
             return None
         return Path(f"{self._path}.ann-{hashlib.sha1(namespace.encode('utf-8')).hexdigest()[:16]}.npz")
 
-    def _new_cache(self, namespace: str, dimension: int, generation: int) -> _VectorCache:
-        return _VectorCache(
+    def _new_cache(self, namespace: str, dimension: int, generation: int) -> VectorCache:
+        return VectorCache(
             dimension,
             generation,
             self._ann_threshold,
@@ -408,7 +175,7 @@ class SqliteSearchIndex:
             conn.execute("DELETE FROM search_docs WHERE id = ?", (row[0],))
         conn.execute("DELETE FROM search_vectors WHERE namespace = ? AND memory_id = ?", (namespace, memory_id))
 
-    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> _VectorCache | None:
+    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
         """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
         cache = self._caches.get(namespace)
         if cache is None:
@@ -476,7 +243,7 @@ class SqliteSearchIndex:
                     )
                     conn.execute(
                         "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
-                        (cur.lastrowid, _nskey(doc.namespace), tokens),
+                        (cur.lastrowid, nskey(doc.namespace), tokens),
                     )
                     if vector is not None:
                         conn.execute(
@@ -520,7 +287,7 @@ class SqliteSearchIndex:
         terms = query_terms(query)
         if not terms or k <= 0:
             return []
-        match = _fts_query(namespace, terms)
+        match = fts_query(namespace, terms)
         wanted = sorted(set(types))
         rescore = abs(self._bm25_b - 0.75) > 1e-9
         depth = max(k, RESCORE_DEPTH) if rescore else k
@@ -546,41 +313,11 @@ class SqliteSearchIndex:
             scored = [(mid, float(score)) for mid, score, _ in rows]
             if rescore and rows:
                 try:
-                    scored = self._rescore(conn, terms, rows)
+                    scored = rescore_bm25(conn, terms, rows, self._bm25_b)
                 except (sqlite3.Error, ValueError, IndexError, ZeroDivisionError) as exc:
                     log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
         # bm25() is never exactly 0 for a match, but keep the port's "positive" promise explicit.
         return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
-
-    def _rescore(
-        self, conn: sqlite3.Connection, terms: Sequence[str], rows: Sequence[tuple[str, float, int]]
-    ) -> list[tuple[str, float]]:
-        """BM25 with ``self._bm25_b`` over the candidates, from FTS5's own statistics (all namespaces, as
-        ``bm25()`` uses them): row count and token totals from its averages record, df from ``search_vocab``."""
-        averages = conn.execute("SELECT block FROM search_fts_data WHERE id = 1").fetchone()
-        n_rows, _, total_tokens = _varints(bytes(averages[0]))[:3]
-        avgdl = total_tokens / n_rows
-        marks = ",".join("?" * len(terms))
-        df = dict(conn.execute(f"SELECT term, doc FROM search_vocab WHERE term IN ({marks})", list(terms)).fetchall())
-        idf = {t: math.log(1.0 + (n_rows - n + 0.5) / (n + 0.5)) for t, n in df.items() if n}
-        ids = [r[2] for r in rows]
-        texts = dict(
-            conn.execute(f"SELECT rowid, tokens FROM search_fts WHERE rowid IN ({','.join('?' * len(ids))})", ids)
-        )
-        k1, b = BM25_K1, self._bm25_b
-        weights = list(idf.items())
-        scored: list[tuple[str, float]] = []
-        for memory_id, _, rowid in rows:
-            tokens = str(texts.get(rowid, "")).split()
-            norm = k1 * (1.0 - b + b * len(tokens) / avgdl)
-            score = 0.0
-            for term, weight in weights:
-                c = tokens.count(term)  # a few query terms: list.count beats building a Counter
-                if c:
-                    score += weight * c * (k1 + 1.0) / (c + norm)
-            scored.append((memory_id, score))
-        scored.sort(key=lambda pair: (-pair[1], pair[0]))
-        return [pair for pair in scored if pair[1] > 0]
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
@@ -601,7 +338,7 @@ class SqliteSearchIndex:
             cache = self._load_cache(conn, namespace, dimension)
             return cache.search(query, k, types)
 
-    def _load_cache(self, conn: sqlite3.Connection, namespace: str, dimension: int) -> _VectorCache:
+    def _load_cache(self, conn: sqlite3.Connection, namespace: str, dimension: int) -> VectorCache:
         generation = self._generation(conn, namespace)
         cache = self._caches.get(namespace)
         if cache is not None and cache.generation == generation and cache.dimension == dimension:

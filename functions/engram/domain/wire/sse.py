@@ -1,4 +1,4 @@
-"""Incremental server-sent-events parsing and formatting (pure; used by the gateway and the LLM adapters)."""
+"""Incremental server-sent-events parsing and framing (pure; used by the gateway and the LLM adapters)."""
 
 from __future__ import annotations
 
@@ -92,5 +92,19 @@ def openai_chunk(response_id: str, created: int, model: str, delta: dict[str, An
             "created": created,
             "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def openai_usage_chunk(response_id: str, created: int, model: str, usage: dict[str, Any]) -> bytes:
+    """The OpenAI usage-only chunk (no choices) a stream ends with when the client asked for usage."""
+    return sse_bytes(
+        {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage,
         }
     )
