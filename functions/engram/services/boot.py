@@ -19,11 +19,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain.models import DailyLog, Digest, GlossaryTerm, Memory, MemoryFilter, Precious
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import MemoryRows, MessageRows, NoteRows
 from engram.services.injection import BootData, render_boot_block
+from engram.services.library import LibraryService
+from engram.services.skills import SkillService
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,12 @@ class BootBlock:
     memory_ids: tuple[str, ...]
 
 
+class BootStore(MemoryRows, MessageRows, NoteRows, Protocol):
+    """What the boot package reads: stable memories, today's messages, notes, digest, yesterday's log."""
+
+
 class BootService:
-    def __init__(self, store: MemoryStore, library: Any, skills: Any = None) -> None:
+    def __init__(self, store: BootStore, library: LibraryService, skills: SkillService | None = None) -> None:
         self._store = store
         self._library = library  # services.library.LibraryService: the local day, stats
         self._skills = skills  # services.skills.SkillService: the skills an agent is told about

@@ -43,6 +43,7 @@ from engram.domain.ports import (
 )
 from engram.domain.wording import same_wording
 from engram.services import prompts
+from engram.services.conversations import ConversationService
 from engram.services.curation import CandidateService
 from engram.services.jobs import (
     NamespaceLocks,
@@ -211,11 +212,11 @@ class ExtractionService:
         config: ExtractionConfig | Callable[[], ExtractionConfig] | None = None,
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
-        conversations: Any = None,
+        conversations: ConversationService | None = None,
     ) -> None:
         self._index = index
-        # services.conversations.ConversationService: the run indexes new messages for conversation
-        # recall first (its own cursor; a failure there never stops the extraction).
+        # The run indexes new messages for conversation recall first (its own cursor; a failure there
+        # never stops the extraction).
         self._conversations = conversations
         self._store = store
         self._memories = memories

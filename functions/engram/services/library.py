@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,7 +20,7 @@ from engram.domain.models import (
     new_id,
 )
 from engram.domain.policies import clean_content, clean_digest, clean_tags
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import CandidateRows, Clock, MemoryRows, MessageRows, NoteRows
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_ERROR_CHARS = 500
@@ -59,8 +59,12 @@ def message_key(namespace: str, msg: MessageIn) -> str:
     return "h:" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
+class LibraryStore(MemoryRows, CandidateRows, MessageRows, NoteRows, Protocol):
+    """The notes the library keeps, the messages it ingests and the counts it reports."""
+
+
 class LibraryService:
-    def __init__(self, store: MemoryStore, clock: Clock, timezone: str | Callable[[], str] = "UTC") -> None:
+    def __init__(self, store: LibraryStore, clock: Clock, timezone: str | Callable[[], str] = "UTC") -> None:
         self._store = store
         self._clock = clock
         # A callable reads the time zone per use (runtime settings change it without a restart).
