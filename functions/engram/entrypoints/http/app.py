@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.bootstrap import Container, build_container
-from engram.entrypoints.http import admin, chat, jobs, reminders, rest, skills, threads
+from engram.entrypoints.http import rest
 from engram.entrypoints.http.errors import error_body, install_error_handlers
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
@@ -192,6 +192,9 @@ def create_app(container: Container | None = None) -> FastAPI:
         # The MCP function on AWS: only /mcp and /health.
         _install_mcp(app, container)
     else:
+        # Imported here, not at the top: the MCP function (above) serves none of these.
+        from engram.entrypoints.http import admin, chat, jobs, reminders, skills, threads
+
         app.include_router(rest.router)
         app.include_router(threads.router)
         app.include_router(reminders.router)
