@@ -1,6 +1,7 @@
 """Every benchmark, one after another, then all their tables together (`make bench`).
 
-    python bench/run_all.py [--quick] [--only retrieval,bilingual,latency,gateway,last_byte,init] [--full-latency]
+    python bench/run_all.py [--quick] [--only retrieval,bilingual,latency,gateway,last_byte,init,conversations]
+        [--full-latency]
 
 - retrieval: LoCoMo recall@5/10, NDCG@10 (skipped with a note if the data file is missing);
   ``--quick`` asks only the first 20 questions per conversation
@@ -9,6 +10,8 @@
 - gateway:   the chat gateway's overhead over the fake upstream (``--quick``: 100 requests per row)
 - init:      cold start (import + create_app) per HTTP function surface beside a bare FastAPI import
 - last_byte: how long a stream's closing chunk waits for the turn's writes, SQLite vs DynamoDB (moto)
+- conversations: message vectors at ingest vs in the extraction job, conversation search on the chat
+  path, LoCoMo answers in the fragments (skipped with a note if the data file is missing)
 
 Each runs in its own process (so one's threads and caches do not skew another's timings); its
 output streams through, and the tables (Markdown lines) are printed again at the end with the
@@ -37,6 +40,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
         "gateway": [py, "bench/gateway.py", *(["--requests", "100"] if args.quick else [])],
         "last_byte": [py, "bench/last_byte.py", *(["--requests", "30"] if args.quick else [])],
         "init": [py, "bench/init.py", *(["--runs", "3"] if args.quick else [])],
+        "conversations": [py, "bench/conversations.py", *(["--questions", "50"] if args.quick else [])],
     }
 
 
@@ -61,7 +65,9 @@ def tables(output: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--only", default="", help="comma-separated subset of: retrieval,bilingual,latency,gateway,last_byte,init"
+        "--only",
+        default="",
+        help="comma-separated subset of: retrieval,bilingual,latency,gateway,last_byte,init,conversations",
     )
     parser.add_argument("--quick", action="store_true", help="fewer questions and requests (a smoke run)")
     parser.add_argument("--full-latency", action="store_true", help="latency at 100k memories too")

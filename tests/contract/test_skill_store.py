@@ -12,7 +12,7 @@ import pytest
 from engram.adapters.storage.skills import InMemorySkillStore, SqliteSkillStore
 from engram.domain.errors import Conflict
 from engram.domain.ports import SkillStore
-from engram.domain.skills import Skill, SkillFile, SkillVersion
+from engram.domain.skills import Skill, SkillFile, SkillVector, SkillVersion
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -121,6 +121,25 @@ def test_namespaces_with_skills_are_listed(skills: SkillStore) -> None:
     skills.add_version(*_pair("deploy", 1, namespace="bob"))
     assert {"alice", "bob"} <= set(skills.list_namespaces())
     assert skills.list_namespaces() == sorted(skills.list_namespaces())
+
+
+def test_vectors_are_kept_per_skill_replaced_and_purged_with_it(skills: SkillStore) -> None:
+    # Given two skills of alice and one of bob, each with a vector
+    for ns, name in (("alice", "pdf-tools"), ("alice", "deploy"), ("bob", "pdf-tools")):
+        skills.add_version(*_pair(name, 1, namespace=ns))
+        skills.put_vector(ns, SkillVector(name=name, version=1, model_id="m1", vector=(0.6, 0.8, 0.0)))
+    # When alice's pdf-tools gets a new version's vector
+    skills.put_vector("alice", SkillVector(name="pdf-tools", version=2, model_id="m2", vector=(0.0, -1.0, 0.5)))
+    # Then one read returns the namespace's vectors (float32: equal to 6 digits), the newest one replacing
+    found = skills.list_vectors("alice")
+    assert sorted(found) == ["deploy", "pdf-tools"]
+    pdf = found["pdf-tools"]
+    assert (pdf.version, pdf.model_id) == (2, "m2") and pdf.vector == pytest.approx((0.0, -1.0, 0.5), abs=1e-6)
+    assert found["deploy"].vector == pytest.approx((0.6, 0.8, 0.0), abs=1e-6)
+    # And a purge removes the skill's vector, never another namespace's
+    skills.purge("alice", "pdf-tools")
+    assert sorted(skills.list_vectors("alice")) == ["deploy"] and sorted(skills.list_vectors("bob")) == ["pdf-tools"]
+    assert skills.list_vectors("carol") == {}
 
 
 @contextmanager

@@ -157,6 +157,12 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "skill_files": (R, {"name": "secret-skill", "path": "notes/secret.txt"}),
 }
 
+# Bodies for the namespace test where an empty one would only be refused (a search must really search).
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/search/memories"): {"query": "alice secret garden"},
+    ("POST", "/v1/search/conversations"): {"query": "alice secret garden said"},
+}
+
 SECRET = "alice-secret-garden-0451"  # in every text of the victim namespace: must never show up for bob
 KEYS = {scope: f"ek_matrix_{re.sub(r'[^a-z]', '_', scope)}_key_0001" for scope in SCOPES}
 NO_SCOPE_KEY = "ek_matrix_no_scope_key_0001"
@@ -318,7 +324,7 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
         if needed in (PUBLIC, "mcp") or path.startswith("/v1/admin") or path in ("/v1/import",):
             continue
         # Given bob (every scope, namespace `bob`); When he calls the route on the victim's ids
-        resp = _call(client, method, _url(path, world["params"]), OTHER_KEY)
+        resp = _call(client, method, _url(path, world["params"]), OTHER_KEY, BODIES.get((method, path)))
         # Then a path id of theirs does not exist for him, and nothing of theirs is in any answer
         if "{key}" in path:
             # a cache key is a name in the caller's own key space: bob reads and writes his own
@@ -337,3 +343,10 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
             assert result.get("isError"), f"{name} reached another namespace's memory: {result}"
     # And nothing of the victim's changed
     assert snapshot() == before
+
+
+def test_the_search_bodies_find_the_rows_for_their_owner(world: dict[str, Any]) -> None:
+    # The control for the namespace test: the same searches do reach the victim's rows with her key.
+    for (method, path), body in BODIES.items():
+        resp = _call(world["client"], method, path, KEYS[R], body)
+        assert resp.status_code == 200 and SECRET in resp.text, f"{method} {path}: {resp.text[:300]}"

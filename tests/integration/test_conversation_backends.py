@@ -23,6 +23,7 @@ from engram.services.library import MessageIn
 from engram.services.search_guard import GuardedIndex
 from engram.settings import Settings
 
+from tests.configs import config
 from tests.fakes.clock import ManualClock
 
 NS = "alice"
@@ -42,7 +43,7 @@ def _store_with_trip() -> InMemoryMemoryStore:
 
 
 def _service(store: InMemoryMemoryStore, index: SearchIndex) -> ConversationService:
-    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), ConversationConfig())
+    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), config(ConversationConfig))
 
 
 def _found(service: ConversationService, query: str = "the Kyoto trip") -> list[str]:

@@ -220,3 +220,25 @@ def test_mcp_conversation_search(server: Server) -> None:
     items = result["structuredContent"]["items"]
     assert [i["thread_id"] for i in items][:1] == ["trip-a"]
     assert any("ryokan" in m["content"] for i in items for m in i["messages"])
+
+
+def test_a_failing_conversation_search_never_breaks_the_chat(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the trip conversation indexed, and a conversation search that fails
+    _trip_in_thread_a(server)
+    server.index()
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("the conversation index is on fire")
+
+    monkeypatch.setattr(server.container.conversations, "search", broken)
+    # When the user asks, Then the chat answers without fragments
+    resp = server.chat("openai", "trip-b", [("user", QUESTION)], stream=True)
+    assert resp.status_code == 200 and "[DONE]" in resp.text
+    assert "Earlier conversations" not in server.sent()
+
+
+def test_the_owner_finds_their_own_conversation_over_rest(server: Server) -> None:
+    # (the other namespace's view of the same search is in tests/integration/test_access_matrix.py)
+    _trip_in_thread_a(server)
+    server.index()
+    assert server.search({"query": "Kyoto ryokan"}).json()["items"]

@@ -32,13 +32,14 @@ from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel,
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, SearchIndex
 from engram.services.boot import BootService
+from engram.services.candidates import CandidateService
 from engram.services.chat import ChatService
 from engram.services.cleanup import CleanupService, RetentionPolicy
 from engram.services.conversations import ConversationConfig, ConversationService
-from engram.services.curation import CandidateService
 from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
-from engram.services.jobs import NamespaceLocks
+from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
+from engram.services.job_runs import NamespaceLocks
 from engram.services.library import LibraryService
 from engram.services.memories import MemoryRules, MemoryService
 from engram.services.moving_in import MovingInService
@@ -52,7 +53,6 @@ from engram.services.skills import SkillService
 from engram.services.threads import ThreadService
 from engram.services.transfer import TransferService
 from engram.services.usage_report import UsageReportService
-from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 __all__ = [
@@ -136,13 +136,15 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     keys: KeyRing = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
-    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
     library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
     recall: RecallService = overrides.get("recall") or build_recall(
         settings, runtime, store, index, embedder, clock, overrides.get("compress_model")
     )
-    skills: SkillService = overrides.get("skills") or build_skills(settings, clock, closers)
+    # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
+    skill_embedder = ClippedEmbedder(raw_embedder, settings.embedding_max_tokens) if raw_embedder is not None else None
+    skills: SkillService = overrides.get("skills") or build_skills(settings, clock, closers, skill_embedder)
     conversations: ConversationService = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
@@ -153,13 +155,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         store,
         memories,
         clock,
-        runtime.provider(
-            lambda s: ReminderConfig(
-                missed_after_days=s.reminder_missed_after_days,
-                lease_seconds=s.reminder_lease_seconds,
-                timezone=s.timezone,
-            )
-        ),
+        runtime.provider(ReminderConfig.from_settings),
     )
 
     # The jobs: their models follow the runtime settings (admin panel); the upstream stays the environment's.

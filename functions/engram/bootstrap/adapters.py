@@ -43,7 +43,7 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
-def build_skills(settings: Settings, clock: Clock, closers: Closers) -> SkillService:
+def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
     """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
     resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
     from engram.adapters.storage.skills import (
@@ -73,7 +73,7 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers) -> SkillSer
         blobs = InMemoryBlobStore()
     else:
         blobs = LocalBlobStore(data_dir / "skills")
-    return SkillService(store, blobs, clock)
+    return SkillService(store, blobs, clock, embedder)
 
 
 def build_store(settings: Settings, closers: Closers) -> MemoryStore:

@@ -30,7 +30,7 @@ from engram.domain.models import (
     Thread,
     UsageRecord,
 )
-from engram.domain.skills import Skill, SkillVersion
+from engram.domain.skills import Skill, SkillVector, SkillVersion
 
 # -- the store: one protocol per kind of row --------------------------------------------------
 # Every store adapter (SQLite, DynamoDB, in-memory) implements all of them: ``MemoryStore`` is their
@@ -505,7 +505,7 @@ class SkillStore(Protocol):
     - ``add_version`` stores the version and the head together, or neither; it raises ``Conflict``
       when that (namespace, name, version) exists (two imports raced), so versions are never replaced.
     - Versions are never changed once written; ``purge`` (hard delete of a skill after its restore
-      window) removes the head and every version.
+      window) removes the head, every version and the vector.
     """
 
     def find_skill(self, namespace: str, name: str) -> Skill | None: ...
@@ -530,6 +530,14 @@ class SkillStore(Protocol):
 
     def list_namespaces(self) -> list[str]:
         """Every namespace that has a skill (the cleanup job visits them), sorted; may list more."""
+        ...
+
+    def put_vector(self, namespace: str, vector: SkillVector) -> None:
+        """Replace the skill's vector (``purge`` removes it with the skill)."""
+        ...
+
+    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
+        """The namespace's skill vectors by skill name (one read: a namespace has few skills)."""
         ...
 
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from engram import bootstrap
 from engram.domain.errors import EngramError, InvalidInput
-from engram.entrypoints import jobs_cli
+from engram.entrypoints import job_commands
 from engram.entrypoints.console import Progress, settings_from
 from engram.services.migrate import MigrationService
 from engram.services.moving_in import convert, score
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(settings)
     settings.set_defaults(func=cmd_settings)
 
-    jobs_cli.register(sub)
+    job_commands.register(sub)
     return parser
 
 

@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -69,17 +69,22 @@ def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
 
 @dataclass(frozen=True)
 class ChatConfig:
+    """The chat gateway's settings.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
     routing: RouteConfig
-    inject_enabled: bool = True
-    inject_max_body_bytes: int = 2 * 1024 * 1024
-    boot_max_chars: int = 8000
-    patch_max_tokens: int = 1200
-    boot_cache_seconds: float = 30.0
-    keepalive_seconds: float = 15.0
-    store_messages: bool = True
-    default_max_tokens: int = 4096
-    cleanup_interval: timedelta = timedelta(hours=24)
-    cache: CachePolicy | None = field(default_factory=CachePolicy)
+    inject_enabled: bool
+    inject_max_body_bytes: int
+    boot_max_chars: int
+    patch_max_tokens: int
+    boot_cache_seconds: float
+    keepalive_seconds: float
+    store_messages: bool
+    default_max_tokens: int
+    cleanup_interval: timedelta
+    cache: CachePolicy | None  # None: no prompt-cache markers
 
     @classmethod
     def from_settings(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -29,8 +29,8 @@ from engram.domain import fusion
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, ThreadRows
 from engram.domain.text import estimate_tokens, tokenize
+from engram.services.gated_embedder import GatedEmbedder
 from engram.services.recall import recency_factor
-from engram.services.vectors import GatedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +95,17 @@ def topic_query(text: str) -> str:
 class ConversationConfig:
     """Mapped from ``Settings.conversation_recall_*`` (README, "Settings")."""
 
-    enabled: bool = True
-    threads: int = 2
-    fragments: int = 2
-    neighbours: int = 1
-    seen_ttl_hours: float = 24.0
-    min_relevance: float = 0.15
-    message_chars: int = 400
+    enabled: bool
+    threads: int
+    fragments: int
+    neighbours: int
+    seen_ttl_hours: float
+    min_relevance: float
+    message_chars: int
+    recency_half_life_days: float
+    # Not settings:
     candidates: int = 60
     recency_weight: float = 0.2
-    recency_half_life_days: float = 30.0
     index_batch: int = 64
 
     @classmethod
@@ -304,11 +305,10 @@ class ConversationService:
         ids = list(dict.fromkeys([h.memory_id for h in keyword or ()] + [h.memory_id for h in vector or ()]))
         found = {m.id: m for m in self._store.get_messages(namespace, ids)} if ids else {}
         seen = set(self.seen(namespace, exclude_thread)) if skip_seen and exclude_thread is not None else set()
-        titles = self._live_threads(namespace, {m.conversation_id for m in found.values()} - {exclude_thread or ""})
         live = {
             mid: m
             for mid, m in found.items()
-            if m.conversation_id in titles and m.conversation_id != exclude_thread and mid not in seen
+            if m.conversation_id != exclude_thread and mid not in seen and m.role in READABLE
         }
         counts = result.meta["counts"]
         counts.update(keyword=len(keyword or ()), vector=len(vector or ()), live=len(live), seen=len(seen))
@@ -333,7 +333,6 @@ class ConversationService:
         result.fragments = self._fragments(
             namespace,
             scored,
-            titles,
             threads or cfg.threads,
             fragments or cfg.fragments,
             cfg.neighbours if neighbours is None else neighbours,
@@ -356,34 +355,37 @@ class ConversationService:
             result.meta["degraded"][stage] = f"{type(exc).__name__}: {exc}"[:200]
             return []
 
-    def _live_threads(self, namespace: str, thread_ids: Collection[str]) -> dict[str, str | None]:
-        """Thread id -> title of the threads that exist and are not in the recycle bin."""
-        out: dict[str, str | None] = {}
-        for thread_id in thread_ids:
-            try:
-                thread = self._store.get_thread(namespace, thread_id)
-            except Exception:  # gone (purged or merged away) or unreadable: not recalled
-                continue
-            if thread.deleted_at is None:
-                out[thread_id] = thread.title
-        return out
+    def _live_title(self, namespace: str, thread_id: str) -> tuple[bool, str | None]:
+        """Whether the thread exists out of the recycle bin, and its title."""
+        try:
+            thread = self._store.get_thread(namespace, thread_id)
+        except Exception:  # gone (purged or merged away) or unreadable: not recalled
+            return False, None
+        return thread.deleted_at is None, thread.title
 
     def _fragments(
         self,
         namespace: str,
         scored: Sequence[tuple[float, float, Message]],
-        titles: dict[str, str | None],
         max_threads: int,
         per_thread: int,
         neighbours: int,
     ) -> list[Fragment]:
-        """Best threads first (by their best match); in each, its best matches with their neighbours,
-        a match already inside a chosen window not taken again, overlapping windows merged."""
+        """Best threads first (by their best match; a thread in the recycle bin is passed over, read
+        lazily so a turn reads about ``max_threads`` thread rows); in each, its best matches with their
+        neighbours, a match already inside a chosen window not taken again, overlapping windows merged."""
         by_thread: dict[str, list[tuple[float, float, Message]]] = {}
         for item in scored:
             by_thread.setdefault(item[2].conversation_id, []).append(item)
+        titles: dict[str, str | None] = {}
+        for thread_id in by_thread:
+            if len(titles) >= max_threads:
+                break
+            live, title = self._live_title(namespace, thread_id)
+            if live:
+                titles[thread_id] = title
         out: list[Fragment] = []
-        for thread_id in list(by_thread)[:max_threads]:
+        for thread_id in titles:
             windows: list[tuple[float, float, str, list[Message]]] = []
             for score, relevance, message in by_thread[thread_id]:
                 if len(windows) >= per_thread:

@@ -43,18 +43,11 @@ from engram.domain.ports import (
 )
 from engram.domain.wording import same_wording
 from engram.services import prompts
+from engram.services.candidates import CandidateService
 from engram.services.conversations import ConversationService
-from engram.services.curation import CandidateService
-from engram.services.jobs import (
-    NamespaceLocks,
-    as_list,
-    as_str,
-    as_str_list,
-    as_unit,
-    parse_json_object,
-    record_run,
-)
+from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.memories import MemoryService, MemoryWrite
+from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +61,18 @@ KNOWN_KEYS = 30
 
 @dataclass(frozen=True)
 class ExtractionConfig:
-    window_hours: float = 4.0
-    max_messages: int = 40
-    max_batches: int = 4
-    max_tokens: int = 1200
-    max_message_chars: int = 2000
-    review_confidence: float = 0.76
-    max_attempts: int = 5
+    """The extraction job's limits.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
+    window_hours: float
+    max_messages: int
+    max_batches: int
+    max_tokens: int
+    max_message_chars: int
+    review_confidence: float
+    max_attempts: int = 5  # not a setting
 
     @classmethod
     def from_settings(cls, settings: Any) -> ExtractionConfig:
@@ -209,7 +207,7 @@ class ExtractionService:
         candidates: CandidateService,
         model: ChatModel | None,
         clock: Clock,
-        config: ExtractionConfig | Callable[[], ExtractionConfig] | None = None,
+        config: ExtractionConfig | Callable[[], ExtractionConfig],
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
         conversations: ConversationService | None = None,
@@ -224,8 +222,7 @@ class ExtractionService:
         self._model = model
         self._clock = clock
         # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        fixed = config if isinstance(config, ExtractionConfig) else ExtractionConfig()
-        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: fixed)
+        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: config)
         self._locks = locks or NamespaceLocks()
 
     @property

@@ -193,14 +193,14 @@ def create_app(container: Container | None = None) -> FastAPI:
         _install_mcp(app, container)
     else:
         # Imported here, not at the top: the MCP function (above) serves none of these.
-        from engram.entrypoints.http import admin, chat, jobs, reminders, skills, threads
+        from engram.entrypoints.http import admin, chat, job_routes, reminders, skills, threads
 
         app.include_router(rest.router)
         app.include_router(threads.router)
         app.include_router(reminders.router)
         app.include_router(skills.router)
         chat.install(app, container)
-        jobs.install(app, container)
+        job_routes.install(app, container)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         if settings.surface != "api":
             _install_mcp(app, container)

@@ -13,7 +13,7 @@ from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import MemoryFilter, MemoryType
-from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
+from engram.domain.policies import DIGEST_RULE, MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.state import container_of as _c
@@ -131,13 +131,13 @@ class GlossaryPatch(BaseModel):
 class BootPatch(BaseModel):
     model_config = STRICT
 
-    digest: str = Field(max_length=4000)
+    digest: str = Field(description=DIGEST_RULE)
 
 
 class DigestRequest(BaseModel):
     model_config = STRICT
 
-    content: str = Field(max_length=4000)
+    content: str = Field(description=DIGEST_RULE)
 
 
 class IngestRequest(BaseModel):
@@ -389,7 +389,7 @@ def get_digest(request: Request, who: Read) -> dict[str, Any]:
 
 @router.put("/digest", tags=["boot"])
 def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, Any]:
-    """Set the L1 summary (cut to 500 characters)."""
+    """Set the L1 summary (at most 500 characters kept, cut at a sentence end; over 2,000 refused)."""
     digest = _c(request).library.set_digest(who.namespace, body.content)
     return {"content": digest.content, "updated_at": digest.updated_at.isoformat()}
 
@@ -402,7 +402,7 @@ def get_boot(request: Request, who: Read) -> dict[str, Any]:
 
 @router.patch("/memory_boot", tags=["boot"])
 def patch_boot(request: Request, body: BootPatch, who: Write) -> dict[str, Any]:
-    """Write the digest (L1 summary, cut to 500 characters)."""
+    """Write the digest (L1 summary: at most 500 characters kept, cut at a sentence end; over 2,000 refused)."""
     c = _c(request)
     c.library.set_digest(who.namespace, body.digest)
     return _jsonable(c.boot.package(who.namespace))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Message, new_id
-from engram.entrypoints import cli, jobs_cli
+from engram.entrypoints import cli, job_commands
 from engram.entrypoints.console import settings_from
 from engram.settings import Settings
 
@@ -44,7 +44,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedChatModel:
     def container(args: Any) -> Any:
         return build_container(settings_from(args), extract_model=model, dream_model=model)
 
-    monkeypatch.setattr(jobs_cli, "_container", container)
+    monkeypatch.setattr(job_commands, "_container", container)
     return model
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from engram import bootstrap
 from engram.bootstrap import Container
 from engram.entrypoints.console import Progress, settings_from
-from engram.entrypoints.jobs import run_dreaming, run_extraction
+from engram.entrypoints.job_runner import run_dreaming, run_extraction
 from engram.services.extraction import ExtractionReport
 from engram.services.loop import run_sync
 

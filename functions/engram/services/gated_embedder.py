@@ -1,5 +1,6 @@
-"""Vectors are only written and searched while the index was built by the current embedder, and the
-text embedded per item is capped in tokens (an embedding's cost grows with its text)."""
+"""Embedder wrappers: ``ClippedEmbedder`` caps the text embedded per item in tokens (an embedding's cost
+grows with its text); ``GatedEmbedder`` also writes and searches vectors only while the index was built by
+the current embedder."""
 
 from __future__ import annotations
 
@@ -22,7 +23,37 @@ GateState = Literal["unknown", "ok", "reindex_needed"]
 RECHECK_SECONDS = 10.0
 
 
-class GatedEmbedder:
+class ClippedEmbedder:
+    """An ``Embedder`` that cuts every text to ``max_tokens`` (0: no cap) before the model sees it,
+    counted by the model's own tokenizer when it has one (``count_tokens``: the local e5), else
+    estimated conservatively (``estimate_tokens``). Documents keep their start, queries their end (the
+    question is usually last)."""
+
+    def __init__(self, inner: Embedder, max_tokens: int = 0) -> None:
+        self._inner = inner
+        self._max_tokens = max_tokens
+        counter = getattr(inner, "count_tokens", None)
+        self._count: Callable[[str], int] = counter if callable(counter) else estimate_tokens
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._inner.embed_documents([self._clip(t, "head") for t in texts])
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._inner.embed_query(self._clip(text, "tail"))
+
+    def _clip(self, text: str, keep: Literal["head", "tail"]) -> str:
+        return clip_to_tokens(text, self._max_tokens, self._count, keep=keep)
+
+
+class GatedEmbedder(ClippedEmbedder):
     """An ``Embedder`` that refuses to embed (``NotConfigured``) while the index records another
     model or dimension, so writes fall back to keyword-only documents and recall to keyword search
     instead of mixing vector spaces. ``rebuild`` resets the index to this model and re-opens the gate.
@@ -31,10 +62,8 @@ class GatedEmbedder:
     touches no network, docs/aws.md). A check that fails (index unreachable) raises and is retried on
     the next call; a mismatch is looked at again every ``recheck_seconds``.
 
-    Every text is cut to ``max_tokens`` (0: no cap) before it reaches the model, counted by the
-    model's own tokenizer when it has one (``count_tokens``: the local e5), else estimated
-    conservatively (``estimate_tokens``). Documents keep their start, queries their end (the question
-    is usually last). Keyword search still indexes the whole text.
+    Every text is cut to ``max_tokens`` (``ClippedEmbedder``). Keyword search still indexes the whole
+    text.
     """
 
     def __init__(
@@ -46,24 +75,13 @@ class GatedEmbedder:
         monotonic: Callable[[], float] = time.monotonic,
         max_tokens: int = 0,
     ) -> None:
-        self._inner = inner
-        self._max_tokens = max_tokens
-        counter = getattr(inner, "count_tokens", None)
-        self._count: Callable[[str], int] = counter if callable(counter) else estimate_tokens
+        super().__init__(inner, max_tokens)
         self._index = index
         self._lock = threading.Lock()
         self._ok: bool | None = None
         self._checked_at = 0.0
         self._recheck = recheck_seconds
         self._monotonic = monotonic
-
-    @property
-    def model_id(self) -> str:
-        return self._inner.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self._inner.dimension
 
     @property
     def state(self) -> GateState:
@@ -101,14 +119,11 @@ class GatedEmbedder:
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         self._check()
-        return self._inner.embed_documents([self._clip(t, "head") for t in texts])
+        return super().embed_documents(texts)
 
     def embed_query(self, text: str) -> list[float]:
         self._check()
-        return self._inner.embed_query(self._clip(text, "tail"))
-
-    def _clip(self, text: str, keep: Literal["head", "tail"]) -> str:
-        return clip_to_tokens(text, self._max_tokens, self._count, keep=keep)
+        return super().embed_query(text)
 
     def rebuild(self, reindex: Callable[[], int]) -> int:
         """Reset the index to this embedder, then run ``reindex`` (which re-adds every document)."""

@@ -1,4 +1,4 @@
-"""The review queue: candidates proposed by jobs, decided by the owner."""
+"""The review queue (candidates): what jobs propose, the owner decides (REST `/v1/candidates`)."""
 
 from __future__ import annotations
 
