@@ -143,7 +143,8 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
     replica directory (``<replica dir>-conversations``)."""
-    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.document_log import SearchLog, SnapshotStore
+    from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.replica import TOMBSTONE_DAYS, LogMeta, LogRow
+from engram.adapters.search.document_log import TOMBSTONE_DAYS, LogMeta, LogRow
 from engram.domain.errors import UpstreamUnavailable
 
 _SQLITE_SCHEMA = """
