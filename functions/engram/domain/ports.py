@@ -2,7 +2,8 @@
 
 Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
 ``tests/contract``. Ports are synchronous except ``ChatModel`` and ``ChatUpstream`` (network calls).
-Invariants are stated in the docstrings; the contract tests check them.
+Invariants are stated in the docstrings; the contract tests check them. Over 400 lines on purpose:
+signatures and invariants only, every port in one file, so the whole seam between the layers reads in one place.
 """
 
 from __future__ import annotations
