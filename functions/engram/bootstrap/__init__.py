@@ -40,9 +40,11 @@ from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.job_runs import NamespaceLocks
-from engram.services.library import LibraryService
+from engram.services.local_day import LocalDay
 from engram.services.memories import MemoryRules, MemoryService
+from engram.services.messages import MessageService
 from engram.services.moving_in import MovingInService
+from engram.services.notes import NoteService
 from engram.services.ratelimit import RequestLimits
 from engram.services.recall import RecallService
 from engram.services.reindex import ReindexService
@@ -50,6 +52,7 @@ from engram.services.reminders import ReminderConfig, ReminderService
 from engram.services.runtime_settings import RuntimeSettings
 from engram.services.search_guard import GuardedIndex
 from engram.services.skills import SkillService
+from engram.services.stats import NamespaceStats
 from engram.services.threads import ThreadService
 from engram.services.transfer import TransferService
 from engram.services.usage_report import UsageReportService
@@ -88,7 +91,10 @@ class Container:
     queue: JobQueue
     memories: MemoryService
     candidates: CandidateService
-    library: LibraryService
+    notes: NoteService  # precious notes, glossary, digest
+    messages: MessageService  # message ingest
+    local_day: LocalDay  # today and yesterday in ENGRAM_TIMEZONE
+    stats: NamespaceStats  # the counts of a namespace
     transfer: TransferService
     recall: RecallService
     conversations: ConversationService  # recall of past conversations
@@ -138,7 +144,10 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     runtime = RuntimeSettings(store, settings)
     rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
-    library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
+    local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
+    stats = NamespaceStats(store, local_day)
+    notes = NoteService(store, clock)
+    messages = MessageService(store, clock)
     recall: RecallService = overrides.get("recall") or build_recall(
         settings, runtime, store, index, embedder, clock, overrides.get("compress_model")
     )
@@ -148,7 +157,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     conversations: ConversationService = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
-    boot = BootService(store, library, skills)
+    boot = BootService(store, local_day, stats, skills)
     candidates = CandidateService(store, memories, clock)
     transfer = TransferService(store, memories, clock, skills)
     reminders = ReminderService(
@@ -184,7 +193,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     dreaming = DreamingService(
         store,
         memories,
-        library,
+        notes,
         index,
         embedder,
         dream_model,
@@ -215,7 +224,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         ChatParts(
             runtime=runtime,
             store=store,
-            library=library,
+            messages=messages,
             memories=memories,
             recall=recall,
             boot=boot,
@@ -238,7 +247,10 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         queue=queue,
         memories=memories,
         candidates=candidates,
-        library=library,
+        notes=notes,
+        messages=messages,
+        local_day=local_day,
+        stats=stats,
         transfer=transfer,
         recall=recall,
         conversations=conversations,

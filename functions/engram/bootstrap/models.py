@@ -20,11 +20,12 @@ from engram.services.boot import BootService
 from engram.services.chat import ChatConfig, ChatService
 from engram.services.conversations import ConversationService
 from engram.services.exchange import ExchangeRecorder
-from engram.services.library import LibraryService
 from engram.services.memories import MemoryService
+from engram.services.messages import MessageService
 from engram.services.recall import RecallConfig, RecallService
 from engram.services.reminders import ReminderService
 from engram.services.runtime_settings import RuntimeSettings
+from engram.services.turn_context import TurnContextSource
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class ChatParts:
 
     runtime: RuntimeSettings[Settings]
     store: MemoryStore
-    library: LibraryService
+    messages: MessageService
     memories: MemoryService
     recall: RecallService
     boot: BootService
@@ -187,7 +188,7 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
     )
     record = ExchangeRecorder(
         store=parts.store,
-        library=parts.library,
+        messages=parts.messages,
         memories=parts.memories,
         clock=parts.clock,
         cleanup_interval=lambda: config().cleanup_interval,
@@ -195,15 +196,9 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         reminders=parts.reminders,
         conversations=parts.conversations,
     )
+    context = TurnContextSource(boot=parts.boot, recall=parts.recall, record=record, conversations=parts.conversations)
     return ChatService(
-        openai=openai,
-        anthropic=anthropic,
-        recall=parts.recall,
-        boot=parts.boot,
-        record=record,
-        config=config,
-        bedrock=bedrock,
-        conversations=parts.conversations,
+        openai=openai, anthropic=anthropic, context=context, record=record, config=config, bedrock=bedrock
     )
 
 

@@ -16,8 +16,9 @@ from engram import bootstrap
 from engram.domain.errors import EngramError, InvalidInput
 from engram.entrypoints import job_commands
 from engram.entrypoints.console import Progress, settings_from
+from engram.services.import_formats import convert
 from engram.services.migrate import MigrationService
-from engram.services.moving_in import convert, score
+from engram.services.moving_in import score
 from engram.services.transfer import KINDS, ExportDocument
 from engram.settings import Settings
 
@@ -114,7 +115,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, then one import with progress
     fmt = args.source_format
     if args.score and fmt != "text":
         raise InvalidInput("--score applies to --from text only")

@@ -52,9 +52,9 @@ from engram.domain.ports import (
 )
 from engram.services import prompts
 from engram.services.job_runs import NamespaceLocks, record_run
-from engram.services.library import LibraryService
 from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
+from engram.services.notes import NoteService
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class DreamingService:
         self,
         store: DreamStore,
         memories: MemoryService,
-        library: LibraryService,
+        notes: NoteService,
         index: SearchIndex,
         embedder: Embedder | None,
         model: ChatModel | None,
@@ -158,7 +158,7 @@ class DreamingService:
     ) -> None:
         self._store = store
         self._memories = memories
-        self._library = library
+        self._notes = notes
         self._index = index
         self._embedder = embedder
         self._model = model
@@ -397,7 +397,7 @@ class DreamingService:
             kept.add(excerpt.needle)
 
     def _add_excerpt(self, namespace: str, excerpt: _Excerpt, result: NamespaceDream) -> None:
-        self._library.add_precious(
+        self._notes.add_precious(
             namespace,
             excerpt.quote,
             reason=excerpt.reason,
@@ -408,7 +408,7 @@ class DreamingService:
         result.excerpts += 1
 
     def _digest(self, namespace: str, digest: str, result: NamespaceDream) -> None:
-        self._library.set_digest(namespace, digest)
+        self._notes.set_digest(namespace, digest)
         result.digest = True
 
 

@@ -29,8 +29,8 @@ from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import AuditRows, Clock, JobQueue, KeyValueRows
 from engram.domain.wire.usage import TokenUsage
 from engram.services.conversations import ConversationService
-from engram.services.library import MAX_ERROR_CHARS, LibraryService, MessageIn
 from engram.services.memories import MemoryService
+from engram.services.messages import MAX_ERROR_CHARS, MessageIn, MessageService
 from engram.services.reminders import ReminderService
 from engram.services.routing import Route
 
@@ -127,7 +127,7 @@ class ExchangeRecorder:
         self,
         *,
         store: ExchangeStore,
-        library: LibraryService,
+        messages: MessageService,
         memories: MemoryService,
         clock: Clock,
         cleanup_interval: Callable[[], timedelta],
@@ -136,7 +136,7 @@ class ExchangeRecorder:
         conversations: ConversationService | None = None,
     ) -> None:
         self._store = store
-        self._library = library  # services.library.LibraryService: message ingest
+        self._messages = messages  # services.messages.MessageService
         self._memories = memories  # services.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
         self._cleanup_interval = cleanup_interval
@@ -308,7 +308,7 @@ class ExchangeRecorder:
             model=model[:200],
             error=error,
         )
-        self._library.ingest(ex.namespace, [message])
+        self._messages.ingest(ex.namespace, [message])
 
     def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:

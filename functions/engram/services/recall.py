@@ -317,7 +317,7 @@ class RecallService:
     def _config(self) -> RecallConfig:
         return self._config_of()
 
-    def recall(
+    def recall(  # noqa: C901, PLR0915 - split into stages next (issue 15 item 5)
         self,
         namespace: str,
         query: str,

@@ -46,8 +46,9 @@ from engram.domain.policies import (
     normalize_fact_key,
 )
 from engram.domain.ports import CandidateRows, Clock, MemoryRows, MessageRows, NoteRows
-from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryService
+from engram.services.messages import MessageIn
+from engram.services.notes import GlossaryIn
 from engram.services.skills import SkillService
 
 EXPORT_VERSION = 1
@@ -166,7 +167,7 @@ class TransferService:
         self._store = store
         self._memories = memories
         self._clock = clock
-        self._skills = skills  # None: exports and imports carry no skills
+        self._skills = skills  # services.skills.SkillService (None: exports and imports carry no skills)
 
     # -- export -----------------------------------------------------------------------------
     def export(self, namespace: str) -> dict[str, Any]:

@@ -17,8 +17,9 @@ from engram.domain.policies import DIGEST_RULE, MAX_CONTENT_CHARS, MAX_TAG_CHARS
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.state import container_of as _c
-from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryPatch, MemoryWrite, WriteResult, parse_statuses
+from engram.services.messages import MessageIn
+from engram.services.notes import GlossaryIn
 from engram.services.transfer import ExportDocument
 
 log = logging.getLogger(__name__)
@@ -326,13 +327,13 @@ def search_conversations(request: Request, body: ConversationSearchRequest, who:
 # -- precious, glossary, digest, boot ---------------------------------------------------------
 @router.get("/precious", tags=["precious"])
 def list_precious(request: Request, who: Read, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
-    return {"items": [p.model_dump(mode="json") for p in _c(request).library.list_precious(who.namespace, limit)]}
+    return {"items": [p.model_dump(mode="json") for p in _c(request).notes.list_precious(who.namespace, limit)]}
 
 
 @router.post("/precious", tags=["precious"], status_code=201)
 def add_precious(request: Request, body: PreciousRequest, who: Write) -> dict[str, Any]:
     """Keep a verbatim note forever (append-only)."""
-    note = _c(request).library.add_precious(
+    note = _c(request).notes.add_precious(
         who.namespace, body.content, reason=body.reason, tags=body.tags, source_message_ids=body.source_message_ids
     )
     return dict(note.model_dump(mode="json"))
@@ -340,47 +341,47 @@ def add_precious(request: Request, body: PreciousRequest, who: Write) -> dict[st
 
 @router.delete("/precious/{precious_id}", tags=["precious"])
 def delete_precious(request: Request, precious_id: str, who: Write) -> dict[str, Any]:
-    _c(request).library.delete_precious(who.namespace, precious_id)  # NotFound -> 404
+    _c(request).notes.delete_precious(who.namespace, precious_id)  # NotFound -> 404
     return {"deleted": precious_id}
 
 
 @router.get("/glossary", tags=["glossary"])
 def list_glossary(request: Request, who: Read) -> dict[str, Any]:
-    return {"items": [g.model_dump(mode="json") for g in _c(request).library.list_glossary(who.namespace)]}
+    return {"items": [g.model_dump(mode="json") for g in _c(request).notes.list_glossary(who.namespace)]}
 
 
 @router.post("/glossary", tags=["glossary"], status_code=201)
 def set_glossary(request: Request, body: GlossaryRequest, who: Write) -> dict[str, Any]:
     """Create a term (or replace the term of the same name)."""
-    return dict(_c(request).library.set_term(who.namespace, body).model_dump(mode="json"))
+    return dict(_c(request).notes.set_term(who.namespace, body).model_dump(mode="json"))
 
 
 @router.get("/glossary/{term_id}", tags=["glossary"])
 def get_glossary(request: Request, term_id: str, who: Read) -> dict[str, Any]:
-    return dict(_c(request).library.get_term(who.namespace, term_id).model_dump(mode="json"))
+    return dict(_c(request).notes.get_term(who.namespace, term_id).model_dump(mode="json"))
 
 
 @router.patch("/glossary/{term_id}", tags=["glossary"])
 def patch_glossary(request: Request, term_id: str, body: GlossaryPatch, who: Write) -> dict[str, Any]:
-    library = _c(request).library
-    current = library.get_term(who.namespace, term_id)
+    notes = _c(request).notes
+    current = notes.get_term(who.namespace, term_id)
     merged = GlossaryIn(
         term=body.term if body.term is not None else current.term,
         aliases=body.aliases if body.aliases is not None else list(current.aliases),
         definition=body.definition if body.definition is not None else current.definition,
     )
-    return dict(library.set_term(who.namespace, merged, term_id=term_id).model_dump(mode="json"))
+    return dict(notes.set_term(who.namespace, merged, term_id=term_id).model_dump(mode="json"))
 
 
 @router.delete("/glossary/{term_id}", tags=["glossary"])
 def delete_glossary(request: Request, term_id: str, who: Write) -> dict[str, Any]:
-    _c(request).library.delete_term(who.namespace, term_id)
+    _c(request).notes.delete_term(who.namespace, term_id)
     return {"deleted": term_id}
 
 
 @router.get("/digest", tags=["boot"])
 def get_digest(request: Request, who: Read) -> dict[str, Any]:
-    digest = _c(request).library.get_digest(who.namespace)
+    digest = _c(request).notes.get_digest(who.namespace)
     return {
         "content": digest.content if digest else "",
         "updated_at": digest.updated_at.isoformat() if digest else None,
@@ -390,7 +391,7 @@ def get_digest(request: Request, who: Read) -> dict[str, Any]:
 @router.put("/digest", tags=["boot"])
 def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, Any]:
     """Set the L1 summary (at most 500 characters kept, cut at a sentence end; over 2,000 refused)."""
-    digest = _c(request).library.set_digest(who.namespace, body.content)
+    digest = _c(request).notes.set_digest(who.namespace, body.content)
     return {"content": digest.content, "updated_at": digest.updated_at.isoformat()}
 
 
@@ -404,7 +405,7 @@ def get_boot(request: Request, who: Read) -> dict[str, Any]:
 def patch_boot(request: Request, body: BootPatch, who: Write) -> dict[str, Any]:
     """Write the digest (L1 summary: at most 500 characters kept, cut at a sentence end; over 2,000 refused)."""
     c = _c(request)
-    c.library.set_digest(who.namespace, body.digest)
+    c.notes.set_digest(who.namespace, body.digest)
     return _jsonable(c.boot.package(who.namespace))
 
 
@@ -452,12 +453,12 @@ def decide_candidate(
 def ingest_messages(request: Request, body: IngestRequest, who: Write) -> dict[str, Any]:
     """Store raw chat messages for the extraction job; each message is stored once (send `id` or
     `created_at` to keep identical repeats apart)."""
-    return dict(_c(request).library.ingest(who.namespace, body.messages))
+    return dict(_c(request).messages.ingest(who.namespace, body.messages))
 
 
 @router.get("/stats", tags=["stats"])
 def stats(request: Request, who: Read) -> dict[str, Any]:
-    return dict(_c(request).library.stats(who.namespace))
+    return dict(_c(request).stats.counts(who.namespace))
 
 
 @router.get("/export", tags=["export"])
@@ -504,7 +505,7 @@ def import_(
     and `refused` per row kind and the `problems` with their reasons (`source`: where in the file)."""
     from pydantic import ValidationError
 
-    from engram.services.moving_in import convert
+    from engram.services.import_formats import convert
     from engram.services.moving_in import score as score_rows
 
     container = _c(request)
