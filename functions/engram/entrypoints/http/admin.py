@@ -160,7 +160,7 @@ def _panel(sessions: AdminSessions, proxies: TrustedProxies, limiter: LoginLimit
     return panel
 
 
-def _admin_api(container: Any) -> APIRouter:
+def _admin_api(container: Container) -> APIRouter:
     """`/v1/admin/*`: runtime settings, the deep health check and reindex."""
     settings = container.settings
     api = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -221,7 +221,7 @@ def _admin_api(container: Any) -> APIRouter:
     return api
 
 
-def _health_checks(container: Any, namespace: str) -> dict[str, Any]:
+def _health_checks(container: Container, namespace: str) -> dict[str, Any]:
     """The store, the search index, the embedder against the index and pending index repair, checked now;
     a failed check is reported, never raised."""
     checks: dict[str, Any] = {}

@@ -226,4 +226,4 @@ async def agent_models(request: Request, agent: Annotated[str, Path(description=
 async def usage(request: Request, days: int = Query(30, ge=1, le=365)) -> Any:
     principal = authenticate(request)
     principal.require("memory:read")
-    return request.app.state.container.usage.report(principal.namespace, days=days)
+    return container_of(request).usage.report(principal.namespace, days=days)

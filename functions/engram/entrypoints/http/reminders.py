@@ -8,8 +8,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from engram.domain.models import Reminder
-from engram.entrypoints.http.rest import STRICT, IsoDatetime, Read, Write
-from engram.entrypoints.http.state import container_of as _c
+from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, Write, _c
 from engram.services.reminders import ReminderView
 
 router = APIRouter(prefix="/v1", tags=["reminders"])
