@@ -28,14 +28,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain import fusion
 from engram.domain.errors import NotConfigured
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
+from engram.domain.ports import ChatModel, Clock, Embedder, MemoryRows, NoteRows, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
 from engram.services.loop import run_sync
 from engram.services.search_guard import is_index_unavailable
@@ -107,7 +107,7 @@ def render_prompt(result: RecallResult) -> str:
     """
     lines: list[str] = []
     for hit in result.hits:
-        text = " ".join((getattr(hit, "text", None) or hit.memory.content).split())
+        text = " ".join((hit.text or hit.memory.content).split())
         lines.append(f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})")
     if result.glossary_hits:
         lines.append("Glossary:")
@@ -279,10 +279,14 @@ class _Stages:
         self.index_unavailable = self.index_unavailable or is_index_unavailable(exc)
 
 
+class RecallStore(MemoryRows, NoteRows, Protocol):
+    """What recall re-checks (memories) and matches (glossary terms)."""
+
+
 class RecallService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: RecallStore,
         index: SearchIndex,
         embedder: Embedder | None,
         reranker: Reranker | None,
@@ -558,7 +562,7 @@ class RecallService:
         return pool.submit(run)
 
     def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
-        return namespace, str(getattr(self._embedder, "model_id", "")), text
+        return namespace, self._embedder.model_id if self._embedder is not None else "", text
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:
         """The query's embedding, from the cache a recall of the same text filled (conversation recall)."""
