@@ -176,7 +176,7 @@ class Settings(BaseSettings):
         0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
     )
     recall_min_relevance: float = Field(
-        0.15,
+        0.2,
         ge=0,
         le=1,
         description="Relevance floor (0-1, an estimated probability that the memory helps) for chat injection "

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain import fusion
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
+from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, NeighbourDensity, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
 from engram.services.loop import run_sync
 from engram.services.search_guard import is_index_unavailable
@@ -62,11 +62,13 @@ class RecallConfig:
     recency_weight: float = 0.1
     recency_half_life_days: float = 30.0
     min_score: float = 0.0
-    min_relevance: float = 0.15
+    min_relevance: float = 0.2
     repeat_window_minutes: int = 30
     repeat_decay: float = 0.5
     dedup_jaccard: float = 0.9
     diversity: float = 0.3
+    # Weight of the hubness correction of vector scores (docs/recall.md, "Hubness"); 0 turns it off.
+    hubness: float = 0.5  # fusion.HUBNESS_WEIGHT (the field "fusion" shadows the module here)
     rerank_candidates: int = 20
     compress: bool = False
     compress_model: str = ""
@@ -393,6 +395,7 @@ class RecallService:
         vector_live = [(h.memory_id, h.score) for h in vector_hits if h.memory_id in by_id]
         stages.lap("fetch")
 
+        density = self._density(namespace, vector_live, cfg, stages) if cfg.fusion == "adaptive" else None
         fused, evidence = fusion.adaptive_fuse(
             tokenize(text),
             keyword_live,
@@ -401,6 +404,8 @@ class RecallService:
             {mid: _script(m.content) for mid, m in by_id.items()},
             keyword_weight=cfg.keyword_weight,
             vector_weight=cfg.vector_weight,
+            density=density,
+            hubness=cfg.hubness,
         )
         if cfg.fusion == "rrf":
             fused = fuse_rrf(
@@ -536,6 +541,24 @@ class RecallService:
         return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
 
     # -- helpers ------------------------------------------------------------------------------
+    def _density(
+        self, namespace: str, vector_live: Sequence[tuple[str, float]], cfg: RecallConfig, stages: _Stages
+    ) -> dict[str, float] | None:
+        """Neighbourhood density of the vector candidates, when the index can say (else no hubness correction)."""
+        if (
+            cfg.hubness <= 0
+            or len(vector_live) < fusion.MIN_BACKGROUND
+            or not isinstance(self._index, NeighbourDensity)
+        ):
+            return None
+        try:
+            density = self._index.neighbour_density(namespace, [m for m, _ in vector_live], k=fusion.HUBNESS_NEIGHBOURS)
+            stages.ran.append("hubness")
+            return density
+        except Exception as exc:
+            stages.fail("hubness", exc)
+            return None
+
     def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
         """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
 

@@ -38,7 +38,7 @@ from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
 
 from .ann import AnnGraph
-from .inmemory import query_terms, unit_vector
+from .inmemory import neighbour_density, query_terms, unit_vector
 
 log = logging.getLogger(__name__)
 
@@ -601,6 +601,17 @@ class SqliteSearchIndex:
                 return []
             cache = self._load_cache(conn, namespace, dimension)
             return cache.search(query, k, types)
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        with self._lock:
+            conn = self._db()
+            _, dimension = self._meta(conn)
+            if dimension is None:
+                return {}
+            cache = self._load_cache(conn, namespace, dimension)
+            ids = [mid for mid in dict.fromkeys(memory_ids) if mid in cache.rows]
+            matrix = cache.matrix[[cache.rows[mid] for mid in ids]] if ids else None
+        return neighbour_density(ids, matrix, k) if matrix is not None else {}
 
     def _load_cache(self, conn: sqlite3.Connection, namespace: str, dimension: int) -> _VectorCache:
         generation = self._generation(conn, namespace)
