@@ -1,7 +1,7 @@
 """Every benchmark, one after another, then all their tables together (`make bench`).
 
     python bench/run_all.py [--quick] [--full-latency]
-        [--only quality,retrieval,bilingual,latency,gateway,last_byte,init]
+        [--only quality,retrieval,bilingual,latency,gateway,last_byte,init,conversations]
 
 - quality:   LoCoMo and the bilingual set in one run, BM25 vs vectors vs the pipeline per aggregate row, and
   the gateway's injection (no_answer hits, answer memories injected, tokens per turn); ``--quick``: bilingual only
@@ -12,6 +12,8 @@
 - gateway:   the chat gateway's overhead over the fake upstream (``--quick``: 100 requests per row)
 - init:      cold start (import + create_app) per HTTP function surface beside a bare FastAPI import
 - last_byte: how long a stream's closing chunk waits for the turn's writes, SQLite vs DynamoDB (moto)
+- conversations: message vectors at ingest vs in the extraction job, conversation search on the chat
+  path, LoCoMo answers in the fragments (skipped with a note if the data file is missing)
 
 Each runs in its own process (so one's threads and caches do not skew another's timings); its
 output streams through, and the tables (Markdown lines) are printed again at the end with the
@@ -41,6 +43,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
         "gateway": [py, "bench/gateway.py", *(["--requests", "100"] if args.quick else [])],
         "last_byte": [py, "bench/last_byte.py", *(["--requests", "30"] if args.quick else [])],
         "init": [py, "bench/init.py", *(["--runs", "3"] if args.quick else [])],
+        "conversations": [py, "bench/conversations.py", *(["--questions", "50"] if args.quick else [])],
     }
 
 
@@ -67,7 +70,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated subset of: quality,retrieval,bilingual,latency,gateway,last_byte,init",
+        help="comma-separated subset of: quality,retrieval,bilingual,latency,gateway,last_byte,init,conversations",
     )
     parser.add_argument("--quick", action="store_true", help="fewer questions and requests (a smoke run)")
     parser.add_argument("--full-latency", action="store_true", help="latency at 100k memories too")

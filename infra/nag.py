@@ -88,13 +88,15 @@ def add_suppressions(stack: EngramStack) -> None:
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
-                reason="bucket.grant_read/grant_put limited to the skill files prefix (skills/*): the CDK grants "
-                "name the object actions with a trailing wildcard (s3:GetObject*, s3:List*, s3:Abort*).",
+                reason="bucket.grant_read/grant_put/grant_delete limited to the skill files prefix (skills/*): the "
+                "CDK grants name the object actions with a trailing wildcard (s3:GetObject*, s3:List*, s3:Abort*, "
+                "s3:DeleteObject*).",
                 applies_to=[
                     "Action::s3:GetObject*",
                     "Action::s3:GetBucket*",
                     "Action::s3:List*",
                     "Action::s3:Abort*",
+                    "Action::s3:DeleteObject*",
                     _regex(r"^Resource::<SkillFilesBucket[A-Za-z0-9]+\.Arn>\/skills\/\*$"),
                 ],
             )

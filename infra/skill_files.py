@@ -1,6 +1,7 @@
 """The bucket of skill resource files (README, "Skills"): scripts, templates and references attached to
 skill versions. Files are stored once per content (``skills/<namespace hash>/<sha256>``), never
-overwritten, so old versions keep their bytes; the bucket is private, encrypted, TLS-only and kept
+overwritten, so old versions keep their bytes, and deleted only when the skills that used them are
+purged; the bucket is private, encrypted, TLS-only and kept
 when the stack is deleted, like the table that lists them.
 """
 
@@ -34,3 +35,5 @@ class SkillFiles(Construct):
     def grant(self, grantee: iam.IGrantable) -> None:
         self.bucket.grant_read(grantee, f"{SKILL_FILES_PREFIX}*")
         self.bucket.grant_put(grantee, f"{SKILL_FILES_PREFIX}*")
+        # Purging a skill deleted 30 days ago removes the files no other skill uses (services/skills.py).
+        self.bucket.grant_delete(grantee, f"{SKILL_FILES_PREFIX}*")

@@ -6,7 +6,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-# Generic key names: the adapter decides what goes in them (functions/engram/adapters/storage/dynamodb.py).
+# Generic key names: the adapter decides what goes in them (functions/engram/adapters/storage/dynamodb/).
 GSI1 = "GSI1"  # listings in created_at order: memories/candidates by status, events by memory, messages by id
 GSI2 = "GSI2"  # retention sweeps: memories by the time they last mattered
 

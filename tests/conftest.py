@@ -99,3 +99,15 @@ def server(make_server: Callable[..., EngramServer]) -> EngramServer:
 def owner(server: EngramServer) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def osmem_base() -> Iterator[Any]:
+    """osmem-server (OpenSearch-compatible, no kNN); tests take a fresh ``clone()`` each."""
+    osmem_server = pytest.importorskip("osmem_server")
+    try:
+        server = osmem_server.OsmemServer.start(seed=[], freeze=False)
+    except osmem_server.OsmemError as exc:  # no binary for this platform
+        pytest.skip(str(exc))
+    yield server
+    server.close()

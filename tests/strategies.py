@@ -1,4 +1,4 @@
-"""Hypothesis strategies from JSON Schema (the subset pydantic and ``engram.services.wire_shapes`` emit).
+"""Hypothesis strategies from JSON Schema (the subset pydantic and ``engram.domain.wire.shapes`` emit).
 
 ``from_schema(schema)`` draws values that fit; ``from_schema(schema, hostile=True)`` also puts arbitrary
 JSON (wrong types, lone surrogates, deep nesting, unknown keys) wherever a value goes, for fuzzing what

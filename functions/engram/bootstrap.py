@@ -16,14 +16,15 @@ from engram.adapters.files import private_dir, readable_by_others
 from engram.domain.access import ALL, ApiKey, KeyRing
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.ports import Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
+from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.search_guard import GuardedIndex
-from engram.services.vectors import GatedEmbedder
 from engram.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
 LOCAL_DB_NAME = "engram.sqlite3"
 LOCAL_KEYS_NAME = "keys.json"
+LOCAL_CONVERSATIONS_NAME = "conversations.sqlite3"  # the conversation index (docs/conversations.md)
 
 
 @dataclass
@@ -43,12 +44,15 @@ class Container:
     recall: Any
     queue: JobQueue | None = None
     chat: Any = None  # the chat gateway (services.chat.ChatService)
+    boot: Any = None  # services.boot.BootService: the boot package (chat block, REST, MCP)
+    usage: Any = None  # services.usage_report.UsageReportService
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
     reindex: Any = None  # services.reindex.ReindexService
     threads: Any = None  # services.threads.ThreadService
     reminders: Any = None  # services.reminders.ReminderService
+    conversations: Any = None  # services.conversations.ConversationService (recall of past conversations)
     moving_in: Any = None  # services.moving_in.MovingInService (imports from Aelios, Pawwake, mem0, text)
     skills: Any = None  # services.skills.SkillService
     # RuntimeSettings: the owner's overrides of the safe settings (admin panel); `.effective()`.
@@ -70,13 +74,15 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     """Build the object graph. ``overrides`` replace adapters (tests pass fakes: ``store=...``;
     ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs)."""
     from engram.adapters.clock import SystemClock
-    from engram.services.curation import CandidateService
+    from engram.services.boot import BootService
+    from engram.services.candidates import CandidateService
     from engram.services.library import LibraryService
     from engram.services.memories import MemoryRules, MemoryService
     from engram.services.reminders import ReminderConfig, ReminderService
     from engram.services.runtime_settings import RuntimeSettings
     from engram.services.threads import ThreadService
     from engram.services.transfer import TransferService
+    from engram.services.usage_report import UsageReportService
 
     settings = _with_secret(settings or load_settings())
     closers: list[Any] = []
@@ -102,7 +108,12 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     recall = overrides.get("recall") or _build_recall(
         settings, runtime, store, index, embedder, clock, memories, overrides.get("compress_model")
     )
-    skills = overrides.get("skills") or _build_skills(settings, clock, closers)
+    # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
+    skill_embedder = ClippedEmbedder(raw_embedder, settings.embedding_max_tokens) if raw_embedder is not None else None
+    skills = overrides.get("skills") or _build_skills(settings, clock, closers, skill_embedder)
+    conversations = overrides.get("conversations") or _build_conversations(
+        settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
+    )
     container = Container(
         settings=settings,
         store=store,
@@ -120,6 +131,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         runtime=runtime,
         limits=_build_limits(settings, overrides.get("rate_limiter")),
         threads=ThreadService(store, clock),
+        conversations=conversations,
         reminders=ReminderService(
             store,
             memories,
@@ -133,6 +145,8 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             ),
         ),
     )
+    container.boot = BootService(store, library, skills)
+    container.usage = UsageReportService(store, clock)
     container._closers = closers
     _wire_jobs(container, overrides)
     container.chat = overrides.get("chat") or _build_chat(settings, container, overrides.get("bedrock_runtime"))
@@ -147,7 +161,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     from engram.services.cleanup import CleanupService, RetentionPolicy
     from engram.services.dreaming import DreamConfig, DreamingService
     from engram.services.extraction import ExtractionConfig, ExtractionService
-    from engram.services.jobs import NamespaceLocks
+    from engram.services.job_runs import NamespaceLocks
     from engram.services.moving_in import MovingInService
     from engram.services.reindex import ReindexService
 
@@ -177,13 +191,19 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
     extraction_config = c.runtime.provider(ExtractionConfig.from_settings)
     dream_config = c.runtime.provider(DreamConfig.from_settings)
     c.extraction = ExtractionService(
-        c.store, c.memories, c.candidates, extract_model, c.clock, extraction_config, locks, c.index
+        c.store, c.memories, c.candidates, extract_model, c.clock, extraction_config, locks, c.index, c.conversations
     )
     c.dreaming = DreamingService(
         c.store, c.memories, c.library, c.index, c.embedder, dream_model, c.clock, dream_config, locks
     )
     c.cleanup = CleanupService(
-        c.store, c.index, c.clock, RetentionPolicy.from_settings(s), locks, repair=c.memories.repair_index
+        c.store,
+        c.index,
+        c.clock,
+        RetentionPolicy.from_settings(s),
+        locks,
+        repair=c.memories.repair_index,
+        skills=c.skills,
     )
     if c.queue is None and getattr(s, "queue", "inline") == "inline":
         from engram.adapters.queue.inline import InlineJobQueue
@@ -281,7 +301,7 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
-def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
+def _build_skills(settings: Settings, clock: Clock, closers: list[Any], embedder: Embedder | None = None) -> Any:
     """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
     resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
     from engram.adapters.storage.skills import (
@@ -312,7 +332,7 @@ def _build_skills(settings: Settings, clock: Clock, closers: list[Any]) -> Any:
         blobs = InMemoryBlobStore()
     else:
         blobs = LocalBlobStore(data_dir / "skills")
-    return SkillService(store, blobs, clock)
+    return SkillService(store, blobs, clock, embedder)
 
 
 def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
@@ -343,17 +363,19 @@ def _build_store(settings: Settings, closers: list[Any]) -> MemoryStore:
     raise NotConfigured(f"store {settings.store!r} is not available in this build")
 
 
-def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
+def _build_index(settings: Settings, closers: list[Any], *, conversations: bool = False) -> SearchIndex:
+    """The memory index, or (``conversations``) the index of conversation messages beside it: its own
+    SQLite file, OpenSearch index, or replica log."""
     if settings.search == "memory":
         from engram.adapters.search.inmemory import InMemorySearchIndex
 
         return InMemorySearchIndex()
     if settings.search == "local":
-        from engram.adapters.search.local import SqliteSearchIndex
+        from engram.adapters.search.sqlite import SqliteSearchIndex
 
         path = local_db_path(settings)
         private_dir(path.parent)
-        index = SqliteSearchIndex(path)
+        index = SqliteSearchIndex(path.with_name(LOCAL_CONVERSATIONS_NAME) if conversations else path)
         closers.append(index.close)
         return index
     if settings.search == "opensearch":
@@ -363,39 +385,76 @@ def _build_index(settings: Settings, closers: list[Any]) -> SearchIndex:
             raise NotConfigured("ENGRAM_SEARCH=opensearch needs ENGRAM_OPENSEARCH_ENDPOINT")
         opensearch = OpenSearchIndex(
             settings.opensearch_endpoint,
-            settings.opensearch_index,
+            settings.opensearch_conversation_index if conversations else settings.opensearch_index,
             region=settings.aws_region or None,
             timeout=settings.search_timeout,
         )
         closers.append(opensearch.close)
         return opensearch
     if settings.search == "replica":
-        replica = _build_replica(settings)
+        replica = _build_replica(settings, conversations=conversations)
         closers.append(replica.close)
         return replica
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
 
 
-def _build_replica(settings: Settings) -> Any:
-    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md)."""
+def _build_conversations(
+    settings: Settings,
+    runtime: Any,
+    store: MemoryStore,
+    raw_embedder: Embedder | None,
+    clock: Clock,
+    recall: Any,
+    index: SearchIndex | None,
+    closers: list[Any],
+) -> Any:
+    """Recall of past conversations: its own index of the messages (the memory index's backend, beside
+    it), gated on its own embedding model (docs/conversations.md)."""
+    from engram.services.conversations import ConversationConfig, ConversationService
+
+    guarded = GuardedIndex(
+        index or _build_index(settings, closers, conversations=True), retry_seconds=settings.search_retry_seconds
+    )
+    gate = (
+        GatedEmbedder(raw_embedder, guarded, max_tokens=settings.embedding_max_tokens)
+        if raw_embedder is not None
+        else None
+    )
+    query_vector = getattr(recall, "query_vector", None)
+    return ConversationService(
+        store, guarded, gate, clock, runtime.provider(ConversationConfig.from_settings), query_vector=query_vector
+    )
+
+
+def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
+    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
+    The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
+    replica directory (``<replica dir>-conversations``)."""
     from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
 
     data_dir = Path(settings.data_dir).expanduser()
+    suffix = "-conversations" if conversations else ""
     search_log: SearchLog
     snapshots: SnapshotStore | None = None
     if settings.store == "sqlite":
         path = local_db_path(settings)
         private_dir(path.parent)
-        search_log = SqliteSearchLog(path)
-        snapshots = DirSnapshotStore(data_dir / "snapshots")
+        search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
+        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
     elif settings.store == "dynamodb":
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
-        search_log = DynamoSearchLog(settings.table_name, region_name=settings.aws_region or None)
+        search_log = DynamoSearchLog(
+            settings.table_name, region_name=settings.aws_region or None, kind="CDOC" if conversations else "SDOC"
+        )
         if settings.snapshot_bucket:
-            snapshots = S3SnapshotStore(settings.snapshot_bucket, region_name=settings.aws_region or None)
+            snapshots = S3SnapshotStore(
+                settings.snapshot_bucket,
+                region_name=settings.aws_region or None,
+                **({"prefix": "search/conversations/"} if conversations else {}),
+            )
     else:
         raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
     directory = settings.replica_dir
@@ -403,7 +462,12 @@ def _build_replica(settings: Settings) -> Any:
         on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         # Lambda's only writable place is /tmp (``TMPDIR`` where set).
         directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
-    return ReplicaSearchIndex(search_log, directory, snapshots=snapshots, sync_seconds=settings.replica_sync_seconds)
+    return ReplicaSearchIndex(
+        search_log,
+        Path(f"{directory}{suffix}"),
+        snapshots=snapshots,
+        sync_seconds=settings.replica_sync_seconds,
+    )
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -513,6 +577,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     from engram.adapters.llm.anthropic import AnthropicUpstream
     from engram.adapters.llm.openai_compat import OpenAICompatUpstream
     from engram.services.chat import ChatConfig, ChatService
+    from engram.services.exchange import ExchangeRecorder
 
     timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
     openai = OpenAICompatUpstream(
@@ -549,20 +614,26 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
             bedrock_configured=bedrock is not None and (bedrock.configured or not _names_bedrock(eff)),
         )
     )
-    return ChatService(
-        openai=openai,
-        anthropic=anthropic,
+    record = ExchangeRecorder(
         store=container.store,
         library=container.library,
         memories=container.memories,
-        recall=container.recall,
         clock=container.clock,
-        config=config,
+        cleanup_interval=lambda: config().cleanup_interval,
         queue=container.queue,
+        reminders=container.reminders,
+        conversations=container.conversations,
+    )
+    return ChatService(
+        openai=openai,
+        anthropic=anthropic,
+        recall=container.recall,
+        boot=container.boot,
+        record=record,
+        config=config,
         render_recall=render_prompt,
         bedrock=bedrock,
-        reminders=container.reminders,
-        skills=container.skills,
+        conversations=container.conversations,
     )
 
 
@@ -578,15 +649,18 @@ def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
     rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
     from engram.adapters.search.replica import ReplicaSearchIndex
 
-    guarded = getattr(container, "index", None)  # job handlers also run with stand-in containers
-    index = getattr(guarded, "inner", guarded)
-    if not isinstance(index, ReplicaSearchIndex):
-        return 0
-    try:
-        return index.snapshot_all(min_changes=min_changes)
-    except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-        log.exception("writing the search snapshots failed")
-        return 0
+    # Job handlers also run with stand-in containers; the conversation index is a replica beside it.
+    conversations = getattr(getattr(container, "conversations", None), "index", None)
+    written = 0
+    for guarded in (getattr(container, "index", None), conversations):
+        index = getattr(guarded, "inner", guarded)
+        if not isinstance(index, ReplicaSearchIndex):
+            continue
+        try:
+            written += index.snapshot_all(min_changes=min_changes)
+        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
+            log.exception("writing the search snapshots failed")
+    return written
 
 
 def index_model_mismatch(container: Container) -> bool:
@@ -644,6 +718,7 @@ def load_keys_file(path: Path) -> list[ApiKey]:
                 scopes=scopes,
                 chat_per_minute=entry.get("chat_per_minute"),
                 requests_per_minute=entry.get("requests_per_minute"),
+                agent=entry.get("agent"),
             )
         )
     return out

@@ -243,6 +243,13 @@ class Settings(BaseSettings):
         2 * 1024 * 1024, ge=1024, description="Chat bodies larger than this are forwarded without injection."
     )
     chat_boot_max_chars: int = Field(8000, ge=500, description="Largest boot block (persona, digest, ...) injected.")
+    chat_patch_max_tokens: int = Field(
+        1200,
+        ge=100,
+        le=20000,
+        description="Token budget of the recalled text in the per-turn patch: memories first, then fragments of "
+        "past conversations in what is left (docs/conversations.md).",
+    )
     chat_boot_cache_seconds: float = Field(
         30.0, ge=0, description="How long a namespace's rendered boot block is reused before it is rebuilt."
     )
@@ -317,6 +324,23 @@ class Settings(BaseSettings):
     hard_delete_after_days: int = Field(
         30, ge=1, description="Deleted, superseded and expired memories are erased (index first) after this many days."
     )
+    conversation_recall_enabled: bool = Field(
+        True, description="Inject fragments of past conversations (other threads) into chat turns."
+    )
+    conversation_recall_threads: int = Field(2, ge=1, le=10, description="Threads a turn recalls fragments from.")
+    conversation_recall_fragments: int = Field(2, ge=1, le=10, description="Fragments recalled per thread.")
+    conversation_recall_neighbours: int = Field(
+        1, ge=0, le=5, description="Messages kept either side of a matched message in its fragment."
+    )
+    conversation_recall_seen_ttl_hours: float = Field(
+        24.0, ge=0, description="A fragment injected into a thread is not injected into it again for this long."
+    )
+    conversation_recall_min_relevance: float = Field(
+        0.15, ge=0, le=1, description="Matched messages below this relevance are not injected (docs/recall.md)."
+    )
+    conversation_recall_message_chars: int = Field(
+        400, ge=50, le=4000, description="Each message of an injected fragment is cut to this many characters."
+    )
 
     # -- MCP ------------------------------------------------------------------------------
     surface: Literal["all", "api", "mcp"] = Field(
@@ -363,6 +387,9 @@ class Settings(BaseSettings):
         "", description="OpenSearch Serverless collection endpoint (`https://<id>.<region>.aoss.amazonaws.com`)."
     )
     opensearch_index: str = Field("engram-memories", description="Index name inside the OpenSearch collection.")
+    opensearch_conversation_index: str = Field(
+        "engram-conversations", description="Index of the conversation messages inside the OpenSearch collection."
+    )
     secret_arn: str = Field(
         "", description="Secrets Manager secret (JSON) with keys and upstream keys; its fields override settings."
     )

@@ -1,4 +1,8 @@
-"""The SearchIndex contract, run against every adapter (add OpenSearch to INDEXES when it exists)."""
+"""The SearchIndex contract, run against every adapter.
+
+OpenSearch runs here on osmem-server (an OpenSearch-compatible server on loopback, without kNN), so it
+takes the keyword half of the contract (``keyword_index``); its kNN queries are checked for shape in
+tests/integration/test_opensearch_index.py."""
 
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.adapters.search.local import SqliteSearchIndex
 from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
+from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc
 from engram.domain.ports import NeighbourDensity, SearchIndex
@@ -39,14 +43,36 @@ INDEXES: dict[str, Callable[[Path, ExitStack], SearchIndex]] = {
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(params=sorted(INDEXES))
-def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
+def _opensearch_on_osmem(request: pytest.FixtureRequest, stack: ExitStack) -> SearchIndex:
+    from engram.adapters.search.opensearch import OpenSearchIndex
+
+    clone = request.getfixturevalue("osmem_base").clone()
+    stack.callback(clone.close)
+    return OpenSearchIndex(clone.url, sign=False)
+
+
+def _open(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
     with ExitStack() as stack:
-        idx = INDEXES[request.param](tmp_path, stack)
+        if request.param == "opensearch-osmem":
+            idx = _opensearch_on_osmem(request, stack)
+        else:
+            idx = INDEXES[request.param](tmp_path, stack)
         yield idx
         close = getattr(idx, "close", None)
         if close is not None:
             close()
+
+
+@pytest.fixture(params=sorted(INDEXES))
+def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
+    """Every adapter, for the whole contract (keywords and vectors)."""
+    yield from _open(request, tmp_path)
+
+
+@pytest.fixture(params=[*sorted(INDEXES), "opensearch-osmem"])
+def keyword_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
+    """Every adapter plus OpenSearch on osmem-server, for the keyword half of the contract."""
+    yield from _open(request, tmp_path)
 
 
 def doc(mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None):
@@ -57,67 +83,87 @@ def ids(hits) -> list[str]:
     return [h.memory_id for h in hits]
 
 
-def test_adapter_satisfies_the_port(index: SearchIndex) -> None:
-    assert isinstance(index, SearchIndex)
+def test_adapter_satisfies_the_port(keyword_index: SearchIndex) -> None:
+    assert isinstance(keyword_index, SearchIndex)
 
 
-def test_keyword_search_finds_english_by_stem(index: SearchIndex) -> None:
+def test_keyword_search_finds_english_by_stem(keyword_index: SearchIndex) -> None:
     # Given memories in English
-    index.upsert(doc("m1", "I love hiking in the Alps"))
-    index.upsert(doc("m2", "My cat is called Miso"))
+    keyword_index.upsert(doc("m1", "I love hiking in the Alps"))
+    keyword_index.upsert(doc("m2", "My cat is called Miso"))
     # When the query uses another form of the word
-    hits = index.keyword_search("a", "hikes in Switzerland")
+    hits = keyword_index.keyword_search("a", "hikes in Switzerland")
     # Then the stemmed match is found, with a positive score
     assert ids(hits) == ["m1"]
     assert hits[0].score > 0
 
 
-def test_keyword_search_finds_chinese_and_mixed_text(index: SearchIndex) -> None:
+def test_keyword_search_finds_chinese_and_mixed_text(keyword_index: SearchIndex) -> None:
     # Given Chinese and mixed memories
-    index.upsert(doc("zh", "我对花生过敏"))
-    index.upsert(doc("mix", "我在用Python写AI记忆系统"))
-    index.upsert(doc("en", "peanut butter is tasty"))
+    keyword_index.upsert(doc("zh", "我对花生过敏"))
+    keyword_index.upsert(doc("mix", "我在用Python写AI记忆系统"))
+    keyword_index.upsert(doc("en", "peanut butter is tasty"))
     # When querying in Chinese, and with a mixed query
-    assert ids(index.keyword_search("a", "花生")) == ["zh"]
-    assert ids(index.keyword_search("a", "记忆 python"))[0] == "mix"
+    assert ids(keyword_index.keyword_search("a", "花生")) == ["zh"]
+    assert ids(keyword_index.keyword_search("a", "记忆 python"))[0] == "mix"
     # Then an English query does not match the Chinese memory
-    assert ids(index.keyword_search("a", "peanut")) == ["en"]
+    assert ids(keyword_index.keyword_search("a", "peanut")) == ["en"]
 
 
-def test_keyword_ranking_prefers_more_matching_terms(index: SearchIndex) -> None:
+def test_keyword_ranking_prefers_more_matching_terms(keyword_index: SearchIndex) -> None:
     # Given one memory matching two query terms and one matching one
-    index.upsert(doc("both", "coffee with oat milk every morning"))
-    index.upsert(doc("one", "coffee beans from Ethiopia"))
-    index.upsert(doc("none", "tea in the afternoon"))
+    keyword_index.upsert(doc("both", "coffee with oat milk every morning"))
+    keyword_index.upsert(doc("one", "coffee beans from Ethiopia"))
+    keyword_index.upsert(doc("none", "tea in the afternoon"))
     # When searching for both terms
-    hits = index.keyword_search("a", "oat milk coffee")
+    hits = keyword_index.keyword_search("a", "oat milk coffee")
     # Then the fuller match ranks first and scores are descending
     assert ids(hits) == ["both", "one"]
     assert hits[0].score > hits[1].score > 0
 
 
-def test_namespaces_are_isolated(index: SearchIndex) -> None:
+def test_namespaces_are_isolated(keyword_index: SearchIndex) -> None:
     # Given the same words in two namespaces
-    index.upsert(doc("a1", "secret project falcon", ns="alice", vector=(1.0, 0.0, 0.0)))
-    index.upsert(doc("b1", "secret project falcon", ns="bob", vector=(1.0, 0.0, 0.0)))
+    keyword_index.upsert(doc("a1", "secret project falcon", ns="alice"))
+    keyword_index.upsert(doc("b1", "secret project falcon", ns="bob"))
     # When each namespace searches
     # Then it only sees its own documents
-    assert ids(index.keyword_search("alice", "falcon")) == ["a1"]
-    assert ids(index.keyword_search("bob", "falcon")) == ["b1"]
+    assert ids(keyword_index.keyword_search("alice", "falcon")) == ["a1"]
+    assert ids(keyword_index.keyword_search("bob", "falcon")) == ["b1"]
+    assert ids(keyword_index.keyword_search("carol", "falcon")) == []
+
+
+def test_vector_search_is_namespaced(index: SearchIndex) -> None:
+    # Given the same vector in two namespaces
+    index.upsert(doc("a1", "secret project falcon", ns="alice", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("b1", "secret project falcon", ns="bob", vector=(1.0, 0.0, 0.0)))
+    # Then each namespace's vector search sees only its own documents
     assert ids(index.vector_search("alice", (1.0, 0.0, 0.0))) == ["a1"]
-    assert ids(index.keyword_search("carol", "falcon")) == []
     assert ids(index.vector_search("carol", (1.0, 0.0, 0.0))) == []
 
 
-def test_same_memory_id_in_two_namespaces_are_two_documents(index: SearchIndex) -> None:
+def test_same_memory_id_in_two_namespaces_are_two_documents(keyword_index: SearchIndex) -> None:
     # Given the same id in two namespaces
-    index.upsert(doc("m", "apples", ns="x"))
-    index.upsert(doc("m", "bananas", ns="y"))
+    keyword_index.upsert(doc("m", "apples", ns="x"))
+    keyword_index.upsert(doc("m", "bananas", ns="y"))
     # When one is deleted
-    index.delete("x", "m")
+    keyword_index.delete("x", "m")
     # Then the other survives
-    assert ids(index.keyword_search("y", "bananas")) == ["m"]
-    assert ids(index.keyword_search("x", "apples")) == []
+    assert ids(keyword_index.keyword_search("y", "bananas")) == ["m"]
+    assert ids(keyword_index.keyword_search("x", "apples")) == []
+
+
+def test_type_filters_apply_to_keyword_search(keyword_index: SearchIndex) -> None:
+    # Given memories of several types
+    keyword_index.upsert(doc("f", "likes green tea", type_="fact"))
+    keyword_index.upsert(doc("p", "prefers green tea", type_="preference"))
+    keyword_index.upsert(doc("i", "always answer about green tea", type_="instruction"))
+    # When filtering by type / Then only those types come back
+    assert sorted(ids(keyword_index.keyword_search("a", "green tea", types=["preference", "instruction"]))) == [
+        "i",
+        "p",
+    ]
+    assert keyword_index.keyword_search("a", "green tea", types=["task"]) == []
 
 
 def test_type_filters_apply_to_both_searches(index: SearchIndex) -> None:
@@ -132,6 +178,19 @@ def test_type_filters_apply_to_both_searches(index: SearchIndex) -> None:
     assert sorted(ids(kw)) == ["i", "p"]
     assert ids(vec) == ["p"]
     assert index.vector_search("a", (1.0, 0.0, 0.0), types=["task"]) == []
+
+
+def test_upsert_replaces_text_and_type(keyword_index: SearchIndex) -> None:
+    # Given a memory
+    keyword_index.upsert(doc("m1", "lives in Berlin"))
+    # When it is upserted with new content
+    ref = keyword_index.upsert(doc("m1", "lives in Lisbon", type_="identity"))
+    # Then only the new content matches, once
+    assert ref
+    assert ids(keyword_index.keyword_search("a", "berlin")) == []
+    assert ids(keyword_index.keyword_search("a", "lisbon")) == ["m1"]
+    assert ids(keyword_index.keyword_search("a", "lisbon", types=["fact"])) == []
+    assert keyword_index.info().documents == 1
 
 
 def test_upsert_replaces_text_vector_and_type(index: SearchIndex) -> None:
@@ -159,6 +218,19 @@ def test_upsert_without_vector_drops_the_old_vector(index: SearchIndex) -> None:
     # Then it is keyword-only
     assert index.vector_search("a", (1.0, 0.0, 0.0)) == []
     assert ids(index.keyword_search("a", "text")) == ["m1"]
+
+
+def test_delete_removes_keywords_and_unknown_delete_is_fine(keyword_index: SearchIndex) -> None:
+    # Given two memories
+    ref = keyword_index.upsert(doc("m1", "red bicycle"))
+    keyword_index.upsert(doc("m2", "blue bicycle"))
+    # When one is deleted by its reference (and unknown ids too)
+    keyword_index.delete("a", "m1", ref)
+    keyword_index.delete("a", "nope")
+    keyword_index.delete("nobody", "m2")
+    # Then it is gone and the other stays
+    assert ids(keyword_index.keyword_search("a", "bicycle")) == ["m2"]
+    assert keyword_index.info().documents == 1
 
 
 def test_delete_removes_and_unknown_delete_is_fine(index: SearchIndex) -> None:
@@ -254,14 +326,14 @@ def test_info_counts(index: SearchIndex) -> None:
     assert (info.documents, info.vectors, info.dimension, info.model_id) == (3, 2, 3, "m")
 
 
-def test_query_without_tokens_returns_nothing(index: SearchIndex) -> None:
+def test_query_without_tokens_returns_nothing(keyword_index: SearchIndex) -> None:
     # Given a memory
-    index.upsert(doc("m1", "the quick brown fox"))
+    keyword_index.upsert(doc("m1", "the quick brown fox"))
     # When the query is only stop words or punctuation, or quotes FTS syntax
     # Then nothing matches and nothing breaks
-    assert index.keyword_search("a", "the of and") == []
-    assert index.keyword_search("a", "?!  ...") == []
-    assert ids(index.keyword_search("a", 'fox" OR "x* NEAR(')) == ["m1"]
+    assert keyword_index.keyword_search("a", "the of and") == []
+    assert keyword_index.keyword_search("a", "?!  ...") == []
+    assert ids(keyword_index.keyword_search("a", 'fox" OR "x* NEAR(')) == ["m1"]
 
 
 def test_writes_are_visible_at_once_between_vector_searches(index: SearchIndex) -> None:
@@ -335,3 +407,13 @@ def test_info_counts_one_namespace_or_all(index: SearchIndex) -> None:
     assert (index.info("b").documents, index.info("b").vectors) == (2, 1)
     assert (index.info("nobody").documents, index.info("nobody").vectors) == (0, 0)
     assert (index.info().documents, index.info().vectors) == (3, 2)
+
+
+def test_document_counts_one_namespace_or_all(keyword_index: SearchIndex) -> None:
+    # Given keyword documents in two namespaces
+    keyword_index.upsert(doc("m1", "lives in Berlin"))
+    keyword_index.upsert(doc("m2", "likes tea", ns="b"))
+    keyword_index.upsert(doc("m3", "likes cats", ns="b"))
+    # Then each namespace's count is its own, and no namespace means all
+    assert [keyword_index.info(ns).documents for ns in ("a", "b", "nobody")] == [1, 2, 0]
+    assert keyword_index.info().documents == 3

@@ -12,7 +12,7 @@ import pytest
 from engram.adapters.storage.skills import InMemorySkillStore, SqliteSkillStore
 from engram.domain.errors import Conflict
 from engram.domain.ports import SkillStore
-from engram.domain.skills import Skill, SkillFile, SkillVersion
+from engram.domain.skills import Skill, SkillFile, SkillVector, SkillVersion
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -115,6 +115,33 @@ def test_namespaces_never_leak_and_purge_removes_everything(skills: SkillStore) 
     assert skills.find_skill("bob", "pdf-tools") is not None
 
 
+def test_namespaces_with_skills_are_listed(skills: SkillStore) -> None:
+    # Given skills in two namespaces / Then both are listed (the cleanup job visits them)
+    skills.add_version(*_pair("pdf-tools", 1))
+    skills.add_version(*_pair("deploy", 1, namespace="bob"))
+    assert {"alice", "bob"} <= set(skills.list_namespaces())
+    assert skills.list_namespaces() == sorted(skills.list_namespaces())
+
+
+def test_vectors_are_kept_per_skill_replaced_and_purged_with_it(skills: SkillStore) -> None:
+    # Given two skills of alice and one of bob, each with a vector
+    for ns, name in (("alice", "pdf-tools"), ("alice", "deploy"), ("bob", "pdf-tools")):
+        skills.add_version(*_pair(name, 1, namespace=ns))
+        skills.put_vector(ns, SkillVector(name=name, version=1, model_id="m1", vector=(0.6, 0.8, 0.0)))
+    # When alice's pdf-tools gets a new version's vector
+    skills.put_vector("alice", SkillVector(name="pdf-tools", version=2, model_id="m2", vector=(0.0, -1.0, 0.5)))
+    # Then one read returns the namespace's vectors (float32: equal to 6 digits), the newest one replacing
+    found = skills.list_vectors("alice")
+    assert sorted(found) == ["deploy", "pdf-tools"]
+    pdf = found["pdf-tools"]
+    assert (pdf.version, pdf.model_id) == (2, "m2") and pdf.vector == pytest.approx((0.0, -1.0, 0.5), abs=1e-6)
+    assert found["deploy"].vector == pytest.approx((0.6, 0.8, 0.0), abs=1e-6)
+    # And a purge removes the skill's vector, never another namespace's
+    skills.purge("alice", "pdf-tools")
+    assert sorted(skills.list_vectors("alice")) == ["deploy"] and sorted(skills.list_vectors("bob")) == ["pdf-tools"]
+    assert skills.list_vectors("carol") == {}
+
+
 @contextmanager
 def _local_blobs(tmp_path: Path) -> Iterator[Any]:
     from engram.adapters.storage.skills import LocalBlobStore
@@ -152,3 +179,7 @@ def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContext
         blobs.put("skills/ns2/abc", b"other")
         assert blobs.get("skills/ns1/abc") == bytes(range(256)) and blobs.get("skills/ns2/abc") == b"other"
         assert blobs.get("skills/ns1/unknown") is None
+        # And a deleted key is gone, the others stay; deleting an unknown key is no error
+        blobs.delete("skills/ns1/abc")
+        blobs.delete("skills/ns1/unknown")
+        assert blobs.get("skills/ns1/abc") is None and blobs.get("skills/ns2/abc") == b"other"

@@ -128,3 +128,24 @@ def test_retention_uncounts_deleted_messages(store: MemoryStore) -> None:
     _say(store, "m2", "a", 10)
     store.delete_messages_before(NS, at(5))
     assert store.get_thread(NS, "a").message_count == 1
+
+
+def test_messages_by_id_and_their_neighbours_in_the_thread(store: MemoryStore) -> None:
+    # Given a thread of five messages, another thread between them in time, and another namespace
+    for n in range(5):
+        _say(store, f"t{n}", "trip", n * 2)
+    _say(store, "w1", "work", 3)
+    _say(store, "t2", "trip", 4, namespace=OTHER)
+    # When messages are fetched by id (one unknown, one of the other namespace's ids)
+    found = store.get_messages(NS, ["t3", "nope", "t1", "w1"])
+    # Then they come in the asked order, only this namespace's
+    assert ids(found) == ["t3", "t1", "w1"]
+    assert store.get_messages(OTHER, ["t3"]) == []
+    middle = store.get_messages(NS, ["t2"])[0]
+    # And the neighbours of a message are its own thread's, oldest first, as many as asked
+    assert ids(store.messages_around(NS, middle, before=1, after=1)) == ["t1", "t2", "t3"]
+    assert ids(store.messages_around(NS, middle, before=5, after=0)) == ["t0", "t1", "t2"]
+    first = store.get_messages(NS, ["t0"])[0]
+    assert ids(store.messages_around(NS, first, before=2, after=2)) == ["t0", "t1", "t2"]
+    last = store.get_messages(NS, ["t4"])[0]
+    assert ids(store.messages_around(NS, last, before=0, after=3)) == ["t4"]

@@ -571,7 +571,7 @@ def test_phone_layout_has_a_bottom_tab_bar(browser: Any, panel_server: EngramSer
     box = page.locator("#tabs").bounding_box()
     assert box is not None and box["y"] + box["height"] >= 844 - 2 and box["width"] >= 388
     # And every tab renders without horizontal overflow
-    for tab in ("today", "review", "memories", "skills", "more", "settings"):
+    for tab in ("today", "review", "conversations", "memories", "skills", "more", "settings"):
         page.locator(f"#tabs a[data-tab={tab}]").click()
         expect(page.locator(f"[data-view={tab}]")).to_be_visible()
         page.wait_for_load_state("networkidle")
@@ -610,3 +610,101 @@ def test_skills_view_reads_versions_allocates_deletes_and_restores(page: Any, ow
     page.locator("#skill-list [data-name=pdf-tools]").get_by_role("button", name="Restore").click()
     expect(page.locator("#skill-list")).to_contain_text("No deleted skills to restore")
     assert owner_api.get("/v1/skills/pdf-tools").status_code == 200
+
+
+# -- conversations ---------------------------------------------------------------------------------
+def _ingest_thread(owner: httpx.Client, thread: str, texts: list[str], start_minute: int) -> None:
+    messages = [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": text,
+            "conversation_id": thread,
+            "created_at": f"2026-11-30T{10 + (start_minute + i) // 60:02d}:{(start_minute + i) % 60:02d}:00Z",
+        }
+        for i, text in enumerate(texts)
+    ]
+    owner.post("/v1/ingest/messages", json={"messages": messages}).raise_for_status()
+
+
+def test_conversations_view_reads_renames_merges_deletes_and_restores(
+    browser: Any, page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
+    # Given a long thread (55 messages, one holding markup and script) and a short one, stored earlier
+    trip = [f"trip message {i}" for i in range(55)]
+    trip[3] = XSS
+    _ingest_thread(owner_api, "groceries", ["buy oat milk", "noted: oat milk"], 0)
+    _ingest_thread(owner_api, "trip-2026", trip, 5)
+    login(page)
+    page.locator("#tabs a[data-tab=conversations]").click()
+    # Then both are listed, the most recently active first, with their counts
+    rows = page.locator("#thread-list .thread")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text("trip-2026")
+    expect(rows.first).to_contain_text("55 messages")
+    expect(rows.last).to_contain_text("2 messages")
+
+    # When the long one is opened
+    rows.first.get_by_role("button", name="Open").click()
+    messages = page.locator("#thread-messages .message")
+    # Then its first page shows oldest first, and the rest comes with "Load more"
+    expect(messages).to_have_count(50)
+    expect(messages.first.locator(".content")).to_have_text("trip message 0")
+    page.locator("#thread-detail").get_by_role("button", name="Load more").click()
+    expect(messages).to_have_count(55)
+    expect(messages.last.locator(".content")).to_have_text("trip message 54")
+    # And the message with markup is its literal text: no element made from it, no script run
+    expect(messages.nth(3).locator(".content")).to_have_text(XSS)
+    assert page.locator("#thread-messages img, #thread-messages script").count() == 0
+    shot(page, "conversations")
+
+    # When it is renamed
+    page.locator("#thread-detail").get_by_role("button", name="Rename").click()
+    page.locator("dialog[open]").get_by_label("Title").fill("Kyoto trip")
+    page.locator("dialog[open]").get_by_role("button", name="Save").click()
+    # Then the title shows in the detail and the list, and is stored
+    expect(page.locator("#thread-title")).to_have_text("Kyoto trip")
+    expect(page.locator("#thread-list .thread").first).to_contain_text("Kyoto trip")
+    assert owner_api.get("/v1/threads/trip-2026").json()["title"] == "Kyoto trip"
+
+    # When the short thread is merged into it
+    page.locator("#thread-list .thread", has_text="groceries").get_by_role("button", name="Open").click()
+    expect(page.locator("#thread-title")).to_have_text("groceries")
+    page.locator("#thread-detail").get_by_role("button", name="Merge into…").click()
+    page.locator("dialog[open]").get_by_label("Conversation to merge into").select_option("trip-2026")
+    page.locator("dialog[open]").get_by_role("button", name="Merge").click()
+    # Then the merged thread is shown with every message, and the other is gone
+    expect(page.locator("#thread-title")).to_have_text("Kyoto trip")
+    expect(page.locator("#thread-list .thread")).to_have_count(1)
+    assert owner_api.get("/v1/threads/trip-2026").json()["message_count"] == 57
+    assert owner_api.get("/v1/threads/groceries").status_code == 404
+
+    # When it is deleted
+    page.locator("#thread-detail").get_by_role("button", name="Delete").click()
+    page.locator("dialog[open]").get_by_role("button", name="Delete").click()
+    # Then it leaves the list for the recycle bin
+    expect(page.locator("#thread-list")).to_contain_text("No conversations yet")
+    assert owner_api.get("/v1/threads/trip-2026").json()["deleted_at"] is not None
+    page.get_by_label("Show the recycle bin").check()
+    binned = page.locator("#thread-list .thread", has_text="Kyoto trip")
+    expect(binned).to_contain_text("deleted")
+    shot(page, "conversations-recycle-bin")
+    # When it is restored / Then it is live again and opened
+    binned.get_by_role("button", name="Restore").click()
+    expect(page.locator("#thread-title")).to_have_text("Kyoto trip")
+    expect(page.locator("#thread-list .thread")).to_have_count(1)
+    assert owner_api.get("/v1/threads/trip-2026").json()["deleted_at"] is None
+    assert page.evaluate("window.__pwned") is None and page.title() != "pwned"
+    assert page.dialogs_seen == [] and page.console_errors == []  # type: ignore[attr-defined]
+
+    # And on a phone the thread reads without sideways scrolling
+    phone = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, base_url=panel_server.url
+    )
+    mobile = phone.new_page()
+    login(mobile)
+    expect(mobile.locator("[data-view=today]")).to_be_visible()
+    mobile.goto("/admin/#conversations/trip-2026")
+    expect(mobile.locator("#thread-messages .message")).to_have_count(50)
+    assert mobile.evaluate("document.documentElement.scrollWidth") <= 390
+    shot(mobile, "phone-conversation", full_page=False)
+    phone.close()

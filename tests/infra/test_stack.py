@@ -675,7 +675,9 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
     put = [s for s in s3 if "s3:PutObject" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
     read = [s for s in s3 if "s3:GetObject*" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
     assert len(put) == 5 and len(read) == 5
-    assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
+    # And no function may delete a snapshot (only skill files, purged 30 days after their skill's delete)
+    deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
+    assert deletes and all("SkillFiles" in json.dumps(s["Resource"]) for s in deletes)
     # And every function gets the replica layer (numpy, which the dependency layer leaves out)
     (replica_layer,) = [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
     for fn in engram:
@@ -730,7 +732,7 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
         s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
         for s in policy["Properties"]["PolicyDocument"]["Statement"]
     )
-    # And every Engram function knows the bucket and may read and put objects under skills/ only
+    # And every Engram function knows the bucket and may read, put and delete objects under skills/ only
     engram = [
         f
         for f in _resources(template, "AWS::Lambda::Function").values()
@@ -742,5 +744,7 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
     skill_statements = [s for s in s3 if "SkillFiles" in json.dumps(s["Resource"])]
     assert len([s for s in skill_statements if "s3:PutObject" in _as_list(s["Action"])]) == 5
     assert all("/skills/*" in json.dumps(s["Resource"]) for s in skill_statements)
-    assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in s3)
+    # And delete objects there only (purging skills deleted 30 days ago), nowhere else
+    deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
+    assert len(deletes) == 5 and all(s in skill_statements for s in deletes)
     assert "SkillFilesBucket" in template.find_outputs("*")

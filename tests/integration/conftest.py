@@ -35,18 +35,6 @@ def moto_server() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def osmem_base() -> Iterator[Any]:
-    """osmem-server (OpenSearch-compatible, no kNN); tests take a fresh ``clone()`` each."""
-    osmem_server = pytest.importorskip("osmem_server")
-    try:
-        server = osmem_server.OsmemServer.start(seed=[], freeze=False)
-    except osmem_server.OsmemError as exc:  # no binary for this platform
-        pytest.skip(str(exc))
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="session")
 def bedrock_fake() -> Iterator[Any]:
     """Titan embeddings over Bedrock's InvokeModel wire on loopback."""
     from tests.fakes.embeddings_server import FakeEmbeddingsServer

@@ -64,6 +64,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/memories/{memory_id}/versions"): R,
     ("GET", "/v1/memories/{memory_id}/events"): R,
     ("POST", "/v1/search/memories"): R,
+    ("POST", "/v1/search/conversations"): R,
     ("GET", "/v1/precious"): R,
     ("POST", "/v1/precious"): W,
     ("DELETE", "/v1/precious/{precious_id}"): W,
@@ -80,6 +81,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/candidates/{candidate_id}/{decision}"): W,
     ("POST", "/v1/ingest/messages"): W,
     ("GET", "/v1/threads"): R,
+    ("GET", "/v1/threads/{thread_id}"): R,
     ("GET", "/v1/threads/{thread_id}/messages"): R,
     ("PATCH", "/v1/threads/{thread_id}"): W,
     ("DELETE", "/v1/threads/{thread_id}"): W,
@@ -122,6 +124,7 @@ ROUTES: dict[tuple[str, str], str] = {
 # tool -> (scope, arguments that pass its schema; "@MEM" is replaced by a memory id of the namespace)
 TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "memory_search": (R, {"query": "secret garden"}),
+    "conversation_search": (R, {"query": "alice secret garden said"}),
     "memory_recall": (R, {"query": "secret garden"}),
     "memory_list": (R, {"status": ["all"]}),
     "memory_get": (R, {"id": "@MEM", "include_versions": True}),
@@ -152,6 +155,12 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "skill_allocate": (W, {"name": "secret-skill", "agent_id": "codex"}),
     "skill_delete": (W, {"name": "matrix-skill"}),
     "skill_files": (R, {"name": "secret-skill", "path": "notes/secret.txt"}),
+}
+
+# Bodies for the namespace test where an empty one would only be refused (a search must really search).
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/search/memories"): {"query": "alice secret garden"},
+    ("POST", "/v1/search/conversations"): {"query": "alice secret garden said"},
 }
 
 SECRET = "alice-secret-garden-0451"  # in every text of the victim namespace: must never show up for bob
@@ -193,6 +202,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
     )
     container.library.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
+    container.conversations.index_new(ns)  # so conversation search has the victim's message to (not) leak
     container.skills.import_(
         ns, f"# {SECRET} skill", name="secret-skill", files={"notes/secret.txt": f"{SECRET} file".encode()}
     )
@@ -314,7 +324,7 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
         if needed in (PUBLIC, "mcp") or path.startswith("/v1/admin") or path in ("/v1/import",):
             continue
         # Given bob (every scope, namespace `bob`); When he calls the route on the victim's ids
-        resp = _call(client, method, _url(path, world["params"]), OTHER_KEY)
+        resp = _call(client, method, _url(path, world["params"]), OTHER_KEY, BODIES.get((method, path)))
         # Then a path id of theirs does not exist for him, and nothing of theirs is in any answer
         if "{key}" in path:
             # a cache key is a name in the caller's own key space: bob reads and writes his own
@@ -333,3 +343,10 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
             assert result.get("isError"), f"{name} reached another namespace's memory: {result}"
     # And nothing of the victim's changed
     assert snapshot() == before
+
+
+def test_the_search_bodies_find_the_rows_for_their_owner(world: dict[str, Any]) -> None:
+    # The control for the namespace test: the same searches do reach the victim's rows with her key.
+    for (method, path), body in BODIES.items():
+        resp = _call(world["client"], method, path, KEYS[R], body)
+        assert resp.status_code == 200 and SECRET in resp.text, f"{method} {path}: {resp.text[:300]}"

@@ -15,7 +15,7 @@ import boto3
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 from engram.adapters.embed.bedrock import BedrockEmbedder
-from engram.adapters.llm.bedrock import BedrockChatModel, BedrockReranker, to_converse
+from engram.adapters.llm.bedrock import BedrockChatModel, BedrockReranker
 from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamRejected, UpstreamTimeout
 from engram.domain.ports import ChatModel, Embedder, Reranker
 
@@ -106,25 +106,6 @@ def test_embedding_errors_are_translated() -> None:
 
 
 # -- chat (Converse) --------------------------------------------------------------------------
-
-
-def test_messages_become_alternating_converse_turns() -> None:
-    # Given OpenAI-style messages with a system prompt, parts and two user turns in a row
-    messages = [
-        {"role": "system", "content": "You extract facts."},
-        {"role": "user", "content": [{"type": "text", "text": "hello"}]},
-        {"role": "user", "content": "I moved to Lyon"},
-        {"role": "assistant", "content": "noted"},
-    ]
-    # When converted for Converse with JSON mode
-    request = to_converse(messages, json_mode=True)
-    # Then system is separate, same-role turns merge, and the JSON instruction is added
-    assert request["system"][0] == {"text": "You extract facts."}
-    assert "JSON" in request["system"][-1]["text"]
-    assert request["messages"] == [
-        {"role": "user", "content": [{"text": "hello"}, {"text": "I moved to Lyon"}]},
-        {"role": "assistant", "content": [{"text": "noted"}]},
-    ]
 
 
 async def test_complete_calls_converse_with_inference_config() -> None:

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import openai
 from engram.domain.models import Digest
-from engram.services.injection import count_markers
+from engram.domain.wire.cache_markers import count_cache_control
 from engram.services.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply, ToolCall, Usage
@@ -80,7 +80,7 @@ def test_native_claude_gets_boot_anchor_tail_tool_markers_and_an_unmarked_patch(
     assert body["model"] == "claude-test"
     # And exactly: last tool, system anchor on the boot block, tail on the previous reply (1h TTL)
     marker = {"type": "ephemeral", "ttl": "1h"}
-    assert count_markers(body) == 3
+    assert count_cache_control(body) == 3
     assert body["tools"][-1]["cache_control"] == marker
     assert body["system"][0]["text"] == "You are Mira, a coding companion.\nAnswer briefly."
     assert body["system"][-1]["text"].startswith("<engram-memory>") and body["system"][-1]["cache_control"] == marker
@@ -128,7 +128,7 @@ def test_two_consecutive_turns_produce_byte_identical_prefixes_up_to_the_previou
     # And each request's patch is different and last
     assert "ship.sh" in first["messages"][-1]["content"][-1]["text"]
     assert "serde" in second["messages"][-1]["content"][-1]["text"]
-    assert count_markers(first) <= 4 and count_markers(second) <= 4
+    assert count_cache_control(first) <= 4 and count_cache_control(second) <= 4
 
 
 def test_native_streaming_passes_thinking_text_and_tool_use(make_gateway) -> None:

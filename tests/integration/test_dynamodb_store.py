@@ -38,9 +38,9 @@ def store() -> Iterator[DynamoMemoryStore]:
 
 def raw_items(store: DynamoMemoryStore) -> list[dict[str, Any]]:
     """Every item as the console shows it (test-only scan; the adapter never scans)."""
-    client = store._client
+    client = store._db.client
     items = client.scan(TableName=TABLE)["Items"]
-    return [store._des(item) for item in items]
+    return [store._db.des(item) for item in items]
 
 
 def a_memory(memory_id: str, **fields: Any) -> Memory:
@@ -96,7 +96,7 @@ def test_request_paths_never_scan(store: DynamoMemoryStore) -> None:
     store.list_events(NS, memory_id="m1")
     store.list_namespaces()
     # Then only GetItem, BatchGetItem, Query and writes were issued
-    calls = set(store._client.calls)
+    calls = set(store._db.client.calls)
     assert "scan" not in calls
     assert calls <= {"get_item", "batch_get_item", "query", "put_item", "transact_write_items"}
 
@@ -104,14 +104,14 @@ def test_request_paths_never_scan(store: DynamoMemoryStore) -> None:
 def test_supersede_moves_the_fact_key_lock_in_one_transaction(store: DynamoMemoryStore) -> None:
     # Given an active memory holding a fact key
     old = store.insert_memory(a_memory("m1", fact_key="city:home"))
-    store._client.calls.clear()
+    store._db.client.calls.clear()
     # When it is superseded by a new version
     store.supersede(
         old.model_copy(update={"status": "superseded", "superseded_by_id": "m2"}),
         a_memory("m2", fact_key="city:home", supersedes_id="m1"),
     )
     # Then one transaction wrote both rows and moved the lock; the key resolves to the new row
-    assert store._client.calls.count("transact_write_items") == 1
+    assert store._db.client.calls.count("transact_write_items") == 1
     assert store.find_active_by_fact_key(NS, "city:home").id == "m2"  # type: ignore[union-attr]
     lock = next(i for i in raw_items(store) if i["SK"] == "MEMKEY#city:home")
     assert lock["memory_id"] == "m2"

@@ -27,11 +27,12 @@ ALL_TOOLS = {
     "memory_update", "memory_supersede", "memory_archive", "memory_restore", "memory_delete", "memory_stats",
     "memory_export", "memory_ingest", "memory_boot", "memory_pin", "glossary_set", "digest_get", "digest_set",
     "reminder_list", "reminder_snooze", "reminder_cancel", "thread_list", "thread_messages",
-    "skill_import", "skill_list", "skill_get", "skill_search", "skill_allocate", "skill_delete", "skill_files",
+    "conversation_search", "skill_import", "skill_list", "skill_get", "skill_search", "skill_allocate",
+    "skill_delete", "skill_files",
 }  # fmt: skip
 READ_TOOLS = {"memory_search", "memory_recall", "memory_list", "memory_get", "memory_stats", "memory_export",
               "memory_boot", "digest_get", "reminder_list", "thread_list", "thread_messages",
-              "skill_list", "skill_get", "skill_search", "skill_files"}  # fmt: skip
+              "conversation_search", "skill_list", "skill_get", "skill_search", "skill_files"}  # fmt: skip
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -92,7 +93,7 @@ async def test_initialize_and_list_every_tool_with_schemas(server: EngramServer,
     assert upsert["properties"]["importance"]["maximum"] == 1.0
     remember = tools["memory_remember"].input_schema
     assert remember["required"] == ["content"] and "fact_key" not in remember["properties"]
-    assert tools["digest_set"].input_schema["properties"]["content"]["maxLength"] == 500
+    assert "500 characters are kept" in tools["digest_set"].input_schema["properties"]["content"]["description"]
     top_k = tools["memory_search"].input_schema["properties"]["top_k"]["anyOf"][0]
     assert (top_k["type"], top_k["minimum"], top_k["maximum"]) == ("integer", 1, 50)
     assert "ctx" not in tools["memory_get"].input_schema["properties"]
@@ -253,7 +254,7 @@ async def test_bad_arguments_unknown_ids_and_tools_are_tool_errors(server: Engra
     async with mcp_client(server) as mcp:
         # Missing required field (schema), too long, out of bounds: the model sees which field
         assert "fact_key" in await call_error(mcp, "memory_upsert", content="no key given")
-        assert "content" in await call_error(mcp, "digest_set", content="x" * 501)
+        assert "far over the 500-character limit" in await call_error(mcp, "digest_set", content="x" * 2001)
         assert "importance" in await call_error(mcp, "memory_remember", content="x", importance=2)
         assert "content" in await call_error(mcp, "memory_remember", content="x" * 4001)
         # Values only the service can judge

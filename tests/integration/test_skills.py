@@ -279,3 +279,51 @@ def test_export_and_import_carry_skills_with_every_version_and_file(server: Engr
         report = bob.post("/v1/import", json=broken).json()
         assert report["refused"]["skills"] == 2
         assert {p["code"] for p in report["problems"]} == {"invalid_skill_name", "invalid_input"}
+
+
+def test_a_keys_agent_setting_lists_its_skills_on_both_doors(make_gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import httpx
+
+    # Given a key configured with `agent: claude-code` (its client sends no header), Claude as the model,
+    # and skills allocated to claude-code and to codex
+    keys = tmp_path / "keys.json"
+    cc_key = "ek-claude-code-key-1"
+    entry = {"name": "cc", "key": cc_key, "namespace": "default", "scopes": ["chat:proxy"], "agent": "claude-code"}
+    keys.write_text(json.dumps([entry]))
+    keys.chmod(0o600)
+    gateway = make_gateway(chat_model="claude-test", keys_file=str(keys))
+    skills = gateway.container.skills
+    skills.import_("default", SKILL_MD)
+    skills.import_("default", "# Deploy\nShip with cdk deploy.", name="deploy", description="How to deploy")
+    skills.allocate("default", "pdf-tools", "claude-code")
+    skills.allocate("default", "deploy", "codex")
+    turn1 = [{"role": "user", "content": "hello"}]
+    turn2 = [*turn1, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "fill my tax form"}]
+    doors = {
+        "openai": lambda msgs: {"model": "companion", "messages": msgs},
+        "anthropic": lambda msgs: {"model": "companion", "max_tokens": 64, "messages": msgs},
+    }
+
+    def system_seen(key: str, door: str, messages: list[dict[str, str]], **headers: str) -> str:
+        path = "/v1/chat/completions" if door == "openai" else "/v1/messages"
+        auth = {"authorization": f"Bearer {key}", **headers}
+        httpx.post(gateway.url + path, json=doors[door](messages), headers=auth, timeout=30).raise_for_status()
+        sent = gateway.upstream.last()
+        assert sent.path.endswith("/messages")  # Claude: the Anthropic upstream, `system` as blocks
+        return json.dumps(sent.json.get("system", []))  # no boot block at all: no system
+
+    for door in doors:
+        # When the key chats on this door, two turns / Then the boot block lists claude-code's skill only
+        first = system_seen(cc_key, door, turn1)
+        second = system_seen(cc_key, door, turn2)
+        assert "## Skills" in first and "pdf-tools: Fill, merge and split PDF forms" in first
+        assert "deploy" not in first
+        # And the cached prefix (system, markers included) is byte-identical between the turns
+        assert first == second and "cache_control" in first
+        # And a header wins over the key's setting
+        codex = system_seen(cc_key, door, turn1, **{"x-engram-agent": "codex"})
+        assert "- deploy: How to deploy" in codex and "pdf-tools" not in codex
+        # And a key without the setting, sending no header, gets no skills
+        assert "## Skills" not in system_seen(GATEWAY_KEY, door, turn1)

@@ -111,6 +111,9 @@ def test_rename_delete_restore_merge_and_purge(make_gateway) -> None:
     assert renamed.status_code == 200 and renamed.json()["title"] == "Kyoto trip"
     # And deleted: it leaves the list for the recycle bin, its messages still readable
     assert api.delete("/v1/threads/a").json()["deleted_at"] is not None
+    one = api.get("/v1/threads/a").json()  # one thread is readable, from the bin too
+    assert (one["title"], one["message_count"], one["deleted_at"] is not None) == ("Kyoto trip", 2, True)
+    assert api.get("/v1/threads/nope").status_code == 404
     assert [t["id"] for t in _get(gw, "/v1/threads")["items"]] == ["b"]
     assert [t["id"] for t in _get(gw, "/v1/threads", deleted="true")["items"]] == ["a"]
     assert _texts(gw, "a") == ["first", "answer to first"]

@@ -12,7 +12,7 @@ from engram.adapters.clock import SystemClock
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.models import DailyLog
 from engram.domain.ports import MemoryStore
-from engram.services.curation import CandidateService
+from engram.services.candidates import CandidateService
 from engram.services.library import GlossaryIn, LibraryService, MessageIn
 from engram.services.memories import MemoryService, MemoryWrite
 from engram.services.transfer import ExportDocument, TransferService

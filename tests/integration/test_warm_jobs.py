@@ -104,7 +104,7 @@ def test_each_job_handler_runs_three_times_in_one_process(
 
 
 def test_the_cli_runners_run_three_times_in_one_process(container: Any, upstream: FakeUpstream) -> None:
-    from engram.entrypoints.jobs import run_dreaming, run_extraction
+    from engram.entrypoints.job_runner import run_dreaming, run_extraction
 
     for n in range(3):
         day = say(container, f"I picked up hobby number {n}")

@@ -6,10 +6,10 @@ import copy
 import json
 from typing import Any
 
+from engram.domain.wire.cache_markers import count_cache_control
 from engram.services.injection import (
     BootData,
     CachePolicy,
-    count_markers,
     inject_anthropic,
     inject_openai,
     is_volatile_line,
@@ -102,7 +102,7 @@ def test_claude_markers_at_most_four_none_on_patch_and_ttl() -> None:
     # When injecting with a 1h cache policy
     out, info = inject_anthropic(_turn(history, "three"), BOOT, "- memory", CachePolicy(ttl="1h"))
     # Then: last tool, system anchor (the boot block) and tail (previous assistant reply) are marked
-    assert count_markers(out) == info.markers == 3
+    assert count_cache_control(out) == info.markers == 3
     assert out["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert "cache_control" not in out["tools"][0]
     assert out["system"][-1]["text"] == BOOT and "cache_control" in out["system"][-1]
@@ -131,7 +131,7 @@ def test_bridge_marker_for_long_turns_and_never_more_than_four() -> None:
     ]
     out, info = inject_anthropic(_turn(history, "next"), BOOT, "", CachePolicy())
     # Then four markers: tool, system, tail and a bridge on the previous request's tail
-    assert count_markers(out) == info.markers == 4
+    assert count_cache_control(out) == info.markers == 4
     assert "cache_control" in out["messages"][3]["content"][-1]
     assert "cache_control" in out["messages"][5]["content"][-1]
 

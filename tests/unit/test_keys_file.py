@@ -70,3 +70,27 @@ def test_rate_limits_must_be_whole_numbers(tmp_path: Path, limit: object) -> Non
     with pytest.raises(InvalidInput) as err:
         load_keys_file(path)
     assert "'odd'" in err.value.message and "chat_per_minute" in err.value.message
+
+
+def test_a_key_may_name_the_agent_its_chats_come_from(tmp_path: Path) -> None:
+    # Given a key whose client cannot send the x-engram-agent header, and one without an agent
+    path = _write(
+        tmp_path,
+        [
+            {"name": "cc", "key": SECRET, "namespace": "n", "scopes": ["chat:proxy"], "agent": " claude-code "},
+            {"name": "plain", "key": SECRET + "2", "namespace": "n", "scopes": []},
+        ],
+    )
+    ring = KeyRing(load_keys_file(path))
+    # Then each principal carries its key's agent (trimmed), or none
+    assert ring.authenticate(SECRET).agent == "claude-code"
+    assert ring.authenticate(SECRET + "2").agent is None
+
+
+@pytest.mark.parametrize("agent", ["", "has space", "x" * 65, 7, ["codex"]])
+def test_an_invalid_agent_is_refused_naming_the_key(tmp_path: Path, agent: object) -> None:
+    path = _write(tmp_path, [{"name": "cc", "key": SECRET, "namespace": "n", "scopes": [], "agent": agent}])
+    with pytest.raises(InvalidInput) as err:
+        load_keys_file(path)
+    assert "'cc'" in err.value.message and err.value.code == "invalid_agent_id"
+    assert SECRET not in err.value.message

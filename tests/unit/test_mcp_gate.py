@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from engram.entrypoints.http.mcp import host_allowed, security_settings, strip_query_token
+from engram.entrypoints.http.mcp.gate import host_allowed, security_settings, strip_query_token
 from engram.settings import Settings
 
 

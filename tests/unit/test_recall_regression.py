@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from engram.adapters.embed.local import LocalEmbedder
-from engram.adapters.search.local import SqliteSearchIndex
+from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import IndexedDoc, Memory
 from engram.services.recall import RecallConfig, RecallService

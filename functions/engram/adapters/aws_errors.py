@@ -18,6 +18,8 @@ THROTTLED = {
     "ProvisionedThroughputExceededException",
     "RequestLimitExceeded",
     "ServiceQuotaExceededException",
+    "RequestThrottled",  # SQS
+    "AWS.SimpleQueueService.RequestThrottled",
 }
 UNAVAILABLE = {
     "ServiceUnavailableException",
@@ -28,9 +30,14 @@ UNAVAILABLE = {
 }
 TIMEOUT = {"ModelTimeoutException", "RequestTimeout", "RequestTimeoutException"}
 # The caller's IAM identity may not do this (no grant, or no model access in Bedrock): 403, the owner can fix it.
-FORBIDDEN = {"AccessDeniedException"}
+FORBIDDEN = {"AccessDeniedException", "AccessDenied", "KMS.AccessDeniedException"}
 # The process's own credentials are broken: the service did not recognise them (the gateway's fault, 502).
-DENIED = {"UnrecognizedClientException", "ExpiredTokenException", "InvalidSignatureException"}
+DENIED = {
+    "UnrecognizedClientException",
+    "ExpiredTokenException",
+    "InvalidSignatureException",
+    "InvalidClientTokenId",  # SQS
+}
 NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
 
 

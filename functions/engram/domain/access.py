@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engram.domain.errors import Forbidden, InvalidInput, Unauthorized
+from engram.domain.skills import agent_id
 
 SCOPES: frozenset[str] = frozenset(
     {"chat:proxy", "memory:read", "memory:write", "export:read", "cache:read", "cache:write", "debug:read", "admin"}
@@ -20,7 +21,8 @@ class Principal:
     """Who a request acts for: one namespace, a set of scopes; and its key's rate limits.
 
     ``rate_key`` names the key's request counters (not its secret); a limit of ``None`` means the
-    configured default, 0 no limit.
+    configured default, 0 no limit. ``agent``: the agent id the key's chats are from when the client
+    sends no ``x-engram-agent`` header (README, "Skills for coding agents").
     """
 
     namespace: str
@@ -29,6 +31,7 @@ class Principal:
     rate_key: str = ""
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
+    agent: str | None = None
 
     def allows(self, scope: str) -> bool:
         if ALL in self.scopes or scope in self.scopes:
@@ -49,6 +52,7 @@ class ApiKey:
     digest: bytes  # sha256 of the secret; the secret itself is not kept
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
+    agent: str | None = None
 
     @staticmethod
     def create(
@@ -59,6 +63,7 @@ class ApiKey:
         scopes: Iterable[str],
         chat_per_minute: int | None = None,
         requests_per_minute: int | None = None,
+        agent: str | None = None,
     ) -> ApiKey:
         if len(secret) < 8:
             raise InvalidInput(f"key {name!r} is shorter than 8 characters", code="weak_key")
@@ -71,6 +76,13 @@ class ApiKey:
         for field, limit in (("chat_per_minute", chat_per_minute), ("requests_per_minute", requests_per_minute)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
                 raise InvalidInput(f"key {name!r}: {field} must be a whole number >= 0 (0: no limit)", code="bad_limit")
+        if agent is not None:
+            if not isinstance(agent, str):
+                raise InvalidInput(f"key {name!r}: agent must be a string", code="invalid_agent_id")
+            try:
+                agent = agent_id(agent)
+            except InvalidInput as exc:
+                raise InvalidInput(f"key {name!r}: {exc.message}", code=exc.code) from exc
         return ApiKey(
             name=name,
             namespace=namespace,
@@ -78,6 +90,7 @@ class ApiKey:
             digest=_digest(secret),
             chat_per_minute=chat_per_minute,
             requests_per_minute=requests_per_minute,
+            agent=agent,
         )
 
     @property
@@ -119,4 +132,5 @@ class KeyRing:
             rate_key=match.rate_key,
             chat_per_minute=match.chat_per_minute,
             requests_per_minute=match.requests_per_minute,
+            agent=match.agent,
         )

@@ -17,7 +17,14 @@ from engram.domain.wording import salient_difference, same_wording
 MAX_CONTENT_CHARS = 4000
 MAX_TAGS = 20
 MAX_TAG_CHARS = 64
+# The digest rule, the same for REST, MCP and import (``clean_digest``): at most DIGEST_MAX_CHARS are
+# kept, a longer digest is cut at a sentence end; one over DIGEST_REFUSE_CHARS is refused.
 DIGEST_MAX_CHARS = 500
+DIGEST_REFUSE_CHARS = 4 * DIGEST_MAX_CHARS
+DIGEST_RULE = (
+    f"At most {DIGEST_MAX_CHARS} characters are kept: a longer digest is cut after the last whole sentence "
+    f"that fits; one over {DIGEST_REFUSE_CHARS:,} characters is refused (digest_too_long)."
+)
 # A day's log (written by dreaming): title, summary and at most LOG_SECTIONS sections.
 LOG_TITLE_CHARS = 200
 LOG_SUMMARY_CHARS = 4000
@@ -144,10 +151,16 @@ def truncate_digest(text: str) -> str:
 
 
 def clean_digest(text: str) -> str:
-    """A digest as stored: cut to ``DIGEST_MAX_CHARS`` (``truncate_digest``); ``InvalidInput`` when
-    it is so far over the limit (4x) that cutting it would keep too little of what was meant."""
-    if len(text.strip()) > DIGEST_MAX_CHARS * 4:
-        raise InvalidInput(f"digest is far over the {DIGEST_MAX_CHARS}-character limit", code="digest_too_long")
+    """A digest written from outside (REST, MCP, import), as stored: cut to ``DIGEST_MAX_CHARS``
+    (``truncate_digest``); ``InvalidInput`` over ``DIGEST_REFUSE_CHARS``, so far over the limit that
+    cutting it would keep too little of what was meant (``DIGEST_RULE``)."""
+    length = len(text.strip())
+    if length > DIGEST_REFUSE_CHARS:
+        raise InvalidInput(
+            f"digest is {length:,} characters, far over the {DIGEST_MAX_CHARS}-character limit (over "
+            f"{DIGEST_REFUSE_CHARS:,} is refused; up to that it is cut at a sentence end): write a shorter one",
+            code="digest_too_long",
+        )
     return truncate_digest(text)
 
 

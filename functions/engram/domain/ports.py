@@ -30,7 +30,7 @@ from engram.domain.models import (
     Thread,
     UsageRecord,
 )
-from engram.domain.skills import Skill, SkillVersion
+from engram.domain.skills import Skill, SkillVector, SkillVersion
 
 
 @runtime_checkable
@@ -169,6 +169,15 @@ class MemoryStore(Protocol):
         """The thread's messages, oldest first (``created_at``, then id)."""
         ...
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
+    def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
+        """Up to ``before`` messages of ``message``'s thread just before it, the message itself and up to
+        ``after`` just after it, oldest first (``created_at``, then id): the context of a recalled message."""
+        ...
+
     def move_thread(self, namespace: str, source: str, target: str) -> int:
         """Move every message of ``source`` into ``target`` (whose row must exist) and drop ``source``'s
         row; the number of messages moved. Safe to repeat after a partial failure."""
@@ -284,6 +293,18 @@ class MemoryStore(Protocol):
 
     def ping(self) -> None:
         """Raise if the store cannot be reached."""
+        ...
+
+
+@runtime_checkable
+class MessageIndexBackfill(Protocol):
+    """A store whose older message rows may lack index entries written by later versions (DynamoDB: the
+    thread and stored-order keys; ``engram migrate``). Other stores upgrade their schema when opened."""
+
+    def backfill_message_indexes(self, namespace: str, *, after: str | None, limit: int) -> tuple[int, int, str | None]:
+        """Up to ``limit`` messages after position ``after`` (opaque; ``None`` to start) given the index
+        entries they lack: (read, fixed, the next position or ``None`` when done). Idempotent: a message
+        already complete, or completed by a concurrent run, is not changed (nor counted) again."""
         ...
 
 
@@ -445,7 +466,7 @@ class SkillStore(Protocol):
     - ``add_version`` stores the version and the head together, or neither; it raises ``Conflict``
       when that (namespace, name, version) exists (two imports raced), so versions are never replaced.
     - Versions are never changed once written; ``purge`` (hard delete of a skill after its restore
-      window) removes the head and every version.
+      window) removes the head, every version and the vector.
     """
 
     def find_skill(self, namespace: str, name: str) -> Skill | None: ...
@@ -468,17 +489,32 @@ class SkillStore(Protocol):
 
     def purge(self, namespace: str, name: str) -> None: ...
 
+    def list_namespaces(self) -> list[str]:
+        """Every namespace that has a skill (the cleanup job visits them), sorted; may list more."""
+        ...
+
+    def put_vector(self, namespace: str, vector: SkillVector) -> None:
+        """Replace the skill's vector (``purge`` removes it with the skill)."""
+        ...
+
+    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
+        """The namespace's skill vectors by skill name (one read: a namespace has few skills)."""
+        ...
+
 
 @runtime_checkable
 class BlobStore(Protocol):
     """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
 
-    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key.
+    Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key;
+    ``delete`` of an unknown key does nothing.
     """
 
     def put(self, key: str, data: bytes) -> None: ...
 
     def get(self, key: str) -> bytes | None: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 @runtime_checkable

@@ -65,6 +65,24 @@ class Skill(Frozen):
     deleted_at: datetime | None = None
 
 
+class SkillVector(Frozen):
+    """The embedding of a skill's latest version (its name, description, tags and text), kept beside the
+    skill's rows; stale when the skill has a newer version or the embedder changed."""
+
+    name: str
+    version: int
+    model_id: str
+    vector: tuple[float, ...]
+
+    def fresh(self, skill: Skill, model_id: str) -> bool:
+        return self.version == skill.version and self.model_id == model_id
+
+
+def embedding_text(skill: Skill | SkillVersion, content: str) -> str:
+    """What is embedded for a skill: what a searcher would say it is for, then its text."""
+    return f"{skill.name.replace('-', ' ')}: {skill.description}\n{' '.join(skill.tags)}\n\n{content}"
+
+
 def skill_name(raw: str) -> str:
     """Lower-cased; ``InvalidInput`` unless 1..64 of ``a-z 0-9 . _ -`` starting with a letter or digit."""
     name = raw.strip().lower()

@@ -114,6 +114,35 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """`engram migrate`: upgrade rows written by older versions, namespace by namespace, with progress."""
+    from engram.bootstrap import build_container
+    from engram.services.migrate import MigrationService
+
+    container = build_container(_settings(args))
+    try:
+        service = MigrationService(container.store)
+        if not service.needed:
+            print(f"migrate: nothing to do on the {container.settings.store} store")
+            return 0
+        reports = []
+        for ns in [args.namespace] if args.namespace else container.store.list_namespaces():
+            bar = Progress(container.store.count_messages(ns), f"migrate {ns}")
+            reports.append(service.backfill_message_indexes(ns, progress=bar))
+            bar.close()
+        if args.json:
+            print(json.dumps([r.to_dict() for r in reports], indent=2, ensure_ascii=False))
+        else:
+            fixed = sum(r.fixed for r in reports)
+            read = sum(r.read for r in reports)
+            print(f"migrate: {read} messages read in {len(reports)} namespaces, {fixed} given their thread/order keys")
+            if fixed:
+                print("next: `engram extract --backfill` extracts and indexes the history now visible")
+    finally:
+        container.close()
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from engram.bootstrap import build_container
 
@@ -244,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     common(reindex)
     reindex.set_defaults(func=cmd_reindex)
 
+    migrate = sub.add_parser(
+        "migrate", help="after an upgrade: give rows of older versions what they lack (resumable, idempotent)"
+    )
+    migrate.add_argument("--namespace", help="only this namespace (default: every namespace)")
+    migrate.add_argument("--json", action="store_true", help="print the report as JSON")
+    common(migrate)
+    migrate.set_defaults(func=cmd_migrate)
+
     export = sub.add_parser("export", help="write a namespace's rows as JSON (the format of GET /v1/export)")
     export.add_argument("file", nargs="?", help="output file (default: standard output)")
     export.add_argument("--namespace", help="namespace to export (default ENGRAM_DEFAULT_NAMESPACE)")
@@ -302,9 +339,9 @@ def _load_job_commands() -> None:
     import importlib
 
     try:
-        importlib.import_module("engram.entrypoints.jobs_cli")
+        importlib.import_module("engram.entrypoints.job_commands")
     except ModuleNotFoundError as exc:
-        if exc.name != "engram.entrypoints.jobs_cli":
+        if exc.name != "engram.entrypoints.job_commands":
             raise
 
 

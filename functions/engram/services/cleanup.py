@@ -5,7 +5,8 @@ deleted; active memories unseen for ``memory_expire_unseen_days`` expire (never 
 persona ones); memories deleted, superseded or expired for longer than ``hard_delete_after_days``
 are erased — the search document first, and when that fails the row stays for the next run, so
 the index never keeps a vector whose row is gone. Index writes that failed since the last run are
-repaired first (``MemoryService.repair_index``).
+repaired first (``MemoryService.repair_index``). Skills deleted longer ago than their restore window
+(30 days) are purged with their resource files (``SkillService.purge_deleted``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 from engram.domain.errors import EngramError
 from engram.domain.policies import expires_by_retention
 from engram.domain.ports import Clock, JobQueue, MemoryStore, SearchIndex
-from engram.services.jobs import NamespaceLocks, record_run
+from engram.services.job_runs import NamespaceLocks, record_run
+from engram.services.skills import SkillService
 from engram.services.threads import ThreadService
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class NamespaceCleanup:
     expired: int = 0
     hard_deleted: int = 0
     threads_purged: int = 0
+    skills_purged: int = 0
+    skill_files_purged: int = 0
     kept_for_retry: int = 0
     index_repaired: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -80,6 +84,8 @@ class CleanupReport:
             "expired",
             "hard_deleted",
             "threads_purged",
+            "skills_purged",
+            "skill_files_purged",
             "kept_for_retry",
             "index_repaired",
         )
@@ -100,8 +106,10 @@ class CleanupService:
         policy: RetentionPolicy | None = None,
         locks: NamespaceLocks | None = None,
         repair: Callable[[str], int] | None = None,
+        skills: SkillService | None = None,
     ) -> None:
         self._store = store
+        self._skills = skills
         self._repair = repair
         self._index = index
         self._clock = clock
@@ -110,13 +118,20 @@ class CleanupService:
 
     def run(self, namespace: str | None = None, progress: Any = None) -> CleanupReport:
         """Clean every namespace (or one); ``progress(n)`` is called once per namespace done."""
-        namespaces = [namespace] if namespace else self._store.list_namespaces()
+        namespaces = [namespace] if namespace else self._namespaces()
         report = CleanupReport()
         for ns in namespaces:
             report.namespaces.append(self._run_namespace(ns))
             if progress is not None:
                 progress(1)
         return report
+
+    def _namespaces(self) -> list[str]:
+        """The store's namespaces, and those that only have skills (an agent that never chats)."""
+        found = set(self._store.list_namespaces())
+        if self._skills is not None:
+            found.update(self._skills.namespaces())
+        return sorted(found)
 
     def request(self, queue: JobQueue | None, namespace: str) -> bool:
         """Queue a cleanup of ``namespace`` unless one ran within ``min_interval_hours`` (the chat
@@ -163,6 +178,8 @@ class CleanupService:
         # Threads in the recycle bin go after the same grace as deleted memories (docs/threads.md).
         threads = ThreadService(self._store, self._clock)
         result.threads_purged = threads.purge_deleted(namespace, older_than_days=p.hard_delete_days, now=now)
+        if self._skills is not None:
+            result.skills_purged, result.skill_files_purged = self._skills.purge_deleted(namespace, now=now)
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)

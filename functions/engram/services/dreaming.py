@@ -40,9 +40,10 @@ from engram.domain.policies import (
 )
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, SearchIndex
 from engram.services import prompts
-from engram.services.jobs import NamespaceLocks, as_list, as_str, as_str_list, as_unit, parse_json_object, record_run
+from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.library import LibraryService
 from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
+from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 
 log = logging.getLogger(__name__)
 

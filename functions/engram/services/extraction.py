@@ -33,17 +33,10 @@ from engram.domain.policies import normalize_fact_key
 from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
 from engram.domain.wording import same_wording
 from engram.services import prompts
-from engram.services.curation import CandidateService
-from engram.services.jobs import (
-    NamespaceLocks,
-    as_list,
-    as_str,
-    as_str_list,
-    as_unit,
-    parse_json_object,
-    record_run,
-)
+from engram.services.candidates import CandidateService
+from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.memories import MemoryService, MemoryWrite
+from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +94,7 @@ class NamespaceExtraction:
     candidates: int = 0
     rejected: int = 0
     skipped_batches: int = 0
+    conversation_messages: int = 0  # messages indexed for conversation recall
     more: bool = False
     errors: list[dict[str, Any]] = field(default_factory=list)
 
@@ -113,7 +107,17 @@ class ExtractionReport:
         return sum(int(getattr(ns, name)) for ns in self.namespaces)
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("messages", "batches", "created", "seen", "superseded", "candidates", "rejected", "skipped_batches")
+        keys = (
+            "messages",
+            "batches",
+            "created",
+            "seen",
+            "superseded",
+            "candidates",
+            "rejected",
+            "skipped_batches",
+            "conversation_messages",
+        )
         return {
             "job": "extract",
             **{k: self.total(k) for k in keys},
@@ -186,8 +190,12 @@ class ExtractionService:
         config: ExtractionConfig | Callable[[], ExtractionConfig] | None = None,
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
+        conversations: Any = None,
     ) -> None:
         self._index = index
+        # services.conversations.ConversationService: the run indexes new messages for conversation
+        # recall first (its own cursor; a failure there never stops the extraction).
+        self._conversations = conversations
         self._store = store
         self._memories = memories
         self._candidates = candidates
@@ -223,6 +231,7 @@ class ExtractionService:
 
     async def _run_namespace(self, namespace: str, until: datetime) -> NamespaceExtraction:
         result = NamespaceExtraction(namespace=namespace)
+        await self._index_conversations(namespace, result, until=until)
         try:
             with self._locks.hold("extract", namespace):
                 await self._extract(namespace, until, result)
@@ -230,6 +239,23 @@ class ExtractionService:
             result.errors.append({"error": exc.code, "message": exc.message[:300]})
         await asyncio.to_thread(record_run, self._store, self._clock, "extract", namespace, _detail(result))
         return result
+
+    async def _index_conversations(
+        self, namespace: str, result: NamespaceExtraction, *, until: datetime | None = None, everything: bool = False
+    ) -> None:
+        """Index the namespace's new messages for conversation recall (docs/conversations.md)."""
+        if self._conversations is None:
+            return
+        try:
+            while True:
+                report = await asyncio.to_thread(self._conversations.index_new, namespace, until=until)
+                result.conversation_messages += report.indexed
+                if not (everything and report.more):
+                    return
+        except Exception as exc:  # the next run resumes from the conversation cursor
+            code = exc.code if isinstance(exc, EngramError) else "conversation_index_failed"
+            log.warning("indexing messages for conversation recall failed for %s: %s", namespace, code)
+            result.errors.append({"error": code, "message": str(exc)[:300], "stage": "conversation_index"})
 
     async def _extract(self, namespace: str, until: datetime, result: NamespaceExtraction) -> None:
         fetch = functools.partial(self._next_batch, namespace, until)
@@ -248,6 +274,7 @@ class ExtractionService:
             )
         result = NamespaceExtraction(namespace=namespace)
         start = (now or self._clock.now()) + timedelta(microseconds=1)
+        await self._index_conversations(namespace, result, everything=True)
         try:
             with self._locks.hold("extract", namespace):
                 end = await asyncio.to_thread(self._backfill_end, namespace, start)

@@ -21,8 +21,8 @@ before the current user turn) is the last point two consecutive requests share b
 "tail" marker sits there, and the "bridge" marker repeats the previous request's tail when the new
 turn added more blocks than Anthropic looks back (about 20) from a marker.
 
-Where the markers go is decided once, in ``engram.domain.prompt_cache.plan_markers``; this module writes
-them as Anthropic ``cache_control`` fields, the Bedrock adapter as Converse ``cachePoint`` blocks.
+Where the markers go is decided and written once, in ``engram.domain.wire.cache_markers``: here as
+Anthropic ``cache_control`` fields, for Bedrock as Converse ``cachePoint`` blocks.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram.domain.prompt_cache import CachePolicy, plan_markers
-
-_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+from engram.domain.wire.cache_markers import CachePolicy, place_cache_control
 
 # -- volatile lines -------------------------------------------------------------------------------------
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")
@@ -160,14 +158,18 @@ def _skill_lines(skills: Sequence[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def render_patch(volatile: Sequence[str], recall_text: str, reminder_text: str = "") -> str:
-    """The per-turn text appended to the current user turn ('' when empty); reminders come after
-    the memories (docs/reminders.md)."""
+def render_patch(
+    volatile: Sequence[str], recall_text: str, reminder_text: str = "", conversation_text: str = ""
+) -> str:
+    """The per-turn text appended to the current user turn ('' when empty): the memories, then fragments
+    of past conversations (docs/conversations.md), then reminders (docs/reminders.md)."""
     parts: list[str] = []
     if volatile:
         parts.append("\n".join(volatile))
     if recall_text.strip():
         parts.append("Memories that may be relevant to this message:\n" + recall_text.strip())
+    if conversation_text.strip():
+        parts.append(conversation_text.strip())
     if reminder_text.strip():
         parts.append(reminder_text.strip())
     if not parts:
@@ -184,6 +186,7 @@ class Injected:
     volatile: list[str] = field(default_factory=list)
     markers: int = 0
     reminders: bool = False  # the reminder lines are in the patch
+    conversations: bool = False  # the past-conversation fragments are in the patch
 
     @property
     def any(self) -> bool:
@@ -209,7 +212,7 @@ def last_user_text(body: dict[str, Any]) -> str | None:
 
 # -- OpenAI wire -----------------------------------------------------------------------------------------
 def inject_openai(
-    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = ""
+    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = "", conversation_text: str = ""
 ) -> tuple[dict[str, Any], Injected]:
     """A new body with the boot block after the client's system prompt and the patch in the last turn."""
     messages = [dict(m) for m in body.get("messages") or []]
@@ -238,10 +241,11 @@ def inject_openai(
                 target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
         else:
             messages.insert(0, {"role": "system", "content": boot_text})
-    patch = render_patch(info.volatile, recall_text, reminder_text) if can_patch else ""
+    patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
     if patch:
-        info.patch = bool(recall_text.strip() or reminder_text.strip())
+        info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
+        info.conversations = bool(conversation_text.strip())
         last = messages[-1]
         if last_role == "tool":
             messages.append({"role": "user", "content": patch})
@@ -274,7 +278,12 @@ def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
 
 # -- Anthropic wire --------------------------------------------------------------------------------------
 def inject_anthropic(
-    body: dict[str, Any], boot_text: str, recall_text: str, cache: CachePolicy | None, reminder_text: str = ""
+    body: dict[str, Any],
+    boot_text: str,
+    recall_text: str,
+    cache: CachePolicy | None,
+    reminder_text: str = "",
+    conversation_text: str = "",
 ) -> tuple[dict[str, Any], Injected]:
     """A new body: boot block as the last system block, patch as the last block of the current user
     turn, and (with ``cache``) at most four ``cache_control`` markers, none on the patch."""
@@ -296,11 +305,12 @@ def inject_anthropic(
     if tools:
         out["tools"] = tools
     if cache is not None:
-        info.markers = _place_markers(out, cache)
-    patch = render_patch(info.volatile, recall_text, reminder_text) if can_patch else ""
+        info.markers = place_cache_control(out, cache)
+    patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
     if patch:
-        info.patch = bool(recall_text.strip() or reminder_text.strip())
+        info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
+        info.conversations = bool(conversation_text.strip())
         messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": patch}]
     return out, info
 
@@ -324,56 +334,3 @@ def _strip_volatile_blocks(blocks: list[dict[str, Any]]) -> tuple[list[dict[str,
         else:
             out.append(block)
     return out, moved_all
-
-
-def _anthropic_cacheable(block: Any) -> bool:
-    """A block that may carry ``cache_control`` (not thinking, not an empty text)."""
-    if not isinstance(block, dict) or block.get("type") in _UNCACHEABLE:
-        return False
-    return not (block.get("type") == "text" and not block.get("text"))
-
-
-def _place_markers(body: dict[str, Any], cache: CachePolicy) -> int:
-    """Strip the client's markers and write ours where ``plan_markers`` says (<= 4)."""
-    tools: list[dict[str, Any]] = body.get("tools") or []
-    system: list[dict[str, Any]] = body.get("system") or []
-    messages: list[dict[str, Any]] = body.get("messages") or []
-    for item in tools:
-        item.pop("cache_control", None)
-    for block in system:
-        block.pop("cache_control", None)
-    for msg in messages:
-        for block in msg["content"]:
-            block.pop("cache_control", None)
-            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-                block["content"] = [
-                    {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
-                    for b in block["content"]
-                ]
-    plan = plan_markers(
-        tools=len(tools), system=len(system), messages=messages, cacheable=_anthropic_cacheable, lookback=cache.lookback
-    )
-    marker = cache.marker()
-    if plan.last_tool:
-        tools[-1]["cache_control"] = dict(marker)
-    if plan.system:
-        system[-1]["cache_control"] = dict(marker)
-    for at_message, at_block in plan.in_messages:
-        messages[at_message]["content"][at_block]["cache_control"] = dict(marker)
-    return plan.count
-
-
-def count_markers(body: dict[str, Any]) -> int:
-    """Every ``cache_control`` in a Messages request (tests and sanity checks)."""
-    count = sum(1 for t in body.get("tools") or [] if "cache_control" in t)
-    system = body.get("system")
-    if isinstance(system, list):
-        count += sum(1 for b in system if "cache_control" in b)
-    for msg in body.get("messages") or []:
-        content = msg.get("content")
-        if isinstance(content, list):
-            for block in content:
-                count += int("cache_control" in block)
-                if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-                    count += sum(1 for b in block["content"] if isinstance(b, dict) and "cache_control" in b)
-    return count

@@ -1,5 +1,5 @@
-"""Everything around the memories: precious notes, glossary, digest, the boot package, stats and
-message ingest."""
+"""Everything around the memories: precious notes, glossary, digest, stats and message ingest (the
+boot package that gathers them: ``services/boot.py``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from engram.domain.models import (
     DailyLog,
     Digest,
     GlossaryTerm,
-    Memory,
-    MemoryFilter,
     Message,
     MessageRole,
     Precious,
@@ -183,31 +181,8 @@ class LibraryService:
         local = self._clock.now().astimezone(self._tz)
         return local.replace(hour=0, minute=0, second=0, microsecond=0)
 
-    def stable_memories(self, namespace: str, limit: int = 30) -> list[Memory]:
-        """Pinned, identity and persona memories: the stable part of every boot block."""
-        out: dict[str, Memory] = {}
-        for filters in (
-            MemoryFilter(pinned=True),
-            MemoryFilter(types=("identity", "persona")),
-        ):
-            for memory in self._store.list_memories(namespace, filters, limit=limit).items:
-                out.setdefault(memory.id, memory)
-        return sorted(out.values(), key=lambda m: (m.created_at, m.id))[:limit]
-
     def daily_log(self, namespace: str, date: str) -> DailyLog | None:
         return self._store.get_daily_log(namespace, date)
-
-    def boot(self, namespace: str) -> dict[str, Any]:
-        """The cold-boot package a new window starts from."""
-        return {
-            "digest": self._store.get_digest(namespace),
-            "yesterday": self._store.get_daily_log(namespace, self.yesterday()),
-            "stable_memories": self.stable_memories(namespace),
-            "precious": self._store.list_precious(namespace, limit=20),
-            "glossary": self._store.list_glossary(namespace),
-            "today_messages": self._store.count_messages(namespace, since=self.start_of_today()),
-            "stats": self.stats(namespace),
-        }
 
     def stats(self, namespace: str) -> dict[str, Any]:
         counts = self._store.count_memories(namespace)

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain import fusion
+from engram.domain.errors import NotConfigured
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
 from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, NeighbourDensity, Reranker, SearchIndex
 from engram.domain.text import is_cjk, tokenize
@@ -585,6 +586,12 @@ class RecallService:
 
     def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
         return namespace, str(getattr(self._embedder, "model_id", "")), text
+
+    def query_vector(self, namespace: str, text: str) -> Sequence[float]:
+        """The query's embedding, from the cache a recall of the same text filled (conversation recall)."""
+        if self._embedder is None:
+            raise NotConfigured("no embedder")
+        return self._query_vector(namespace, text[-self._config.max_query_chars :])[0]
 
     def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
         """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""

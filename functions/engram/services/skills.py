@@ -5,7 +5,8 @@ soft delete, resource files (README, "Skills"; rules in ``domain/skills.py``).
   the same content returns the current version and writes nothing.
 - Every version stays readable; restoring version k writes it again as the newest (n+1).
 - Deleting is soft: the skill disappears from listings, search and injection, and can be restored
-  for ``RESTORE_DAYS``; after that it is purged (with every version) the next time it is looked at.
+  for ``RESTORE_DAYS``; after that the cleanup job purges it (``purge_deleted``: every version, and the
+  resource files no other skill of the namespace uses), or the next lookup of the name does.
 - Resource files are stored once per content (key: namespace + SHA-256) in the ``BlobStore``, so each
   version's manifest keeps pointing at the bytes it had.
 """
@@ -15,16 +16,19 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import math
+import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from engram.domain.errors import InvalidInput, NotFound
+from engram.domain.errors import InvalidInput, NotConfigured, NotFound
+from engram.domain.fusion import adaptive_fuse, script_of
 from engram.domain.policies import clean_tags
-from engram.domain.ports import BlobStore, Clock, SkillStore
+from engram.domain.ports import BlobStore, Clock, Embedder, SkillStore
 from engram.domain.skills import (
     MAX_AGENTS,
     MAX_DESCRIPTION_CHARS,
@@ -35,8 +39,10 @@ from engram.domain.skills import (
     RESTORE_DAYS,
     Skill,
     SkillFile,
+    SkillVector,
     SkillVersion,
     agent_id,
+    embedding_text,
     file_path,
     first_line_description,
     parse_front_matter,
@@ -44,6 +50,10 @@ from engram.domain.skills import (
     version_digest,
 )
 from engram.domain.text import tokenize
+
+log = logging.getLogger(__name__)
+
+EMBED_PER_SEARCH = 32  # skills embedded within one search (missing or stale vectors); the rest next time
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,13 @@ def blob_key(namespace: str, sha256: str) -> str:
 
 
 class SkillService:
-    def __init__(self, store: SkillStore, blobs: BlobStore, clock: Clock) -> None:
+    def __init__(self, store: SkillStore, blobs: BlobStore, clock: Clock, embedder: Embedder | None = None) -> None:
         self._store = store
         self._blobs = blobs
         self._clock = clock
+        # Skill vectors live beside the skill rows and are scored here (a namespace has few skills), so
+        # vector search works the same over every search backend (README, "Skills for coding agents").
+        self._embedder = embedder
 
     # -- reading --------------------------------------------------------------------------------
     def _head(self, namespace: str, name: str, *, deleted: bool = False) -> Skill:
@@ -70,7 +83,7 @@ class SkillService:
         skill = self._store.find_skill(namespace, skill_name(name))
         if skill is not None and skill.deleted_at is not None:
             if skill.deleted_at + timedelta(days=RESTORE_DAYS) <= self._clock.now():
-                self._store.purge(namespace, skill.name)  # its restore window is over
+                self._purge(namespace, skill.name)  # its restore window is over
                 skill = None
             elif not deleted:
                 raise NotFound(
@@ -100,7 +113,7 @@ class SkillService:
         for skill in self._store.list_skills(namespace):
             if skill.deleted_at is not None:
                 if skill.deleted_at + timedelta(days=RESTORE_DAYS) <= self._clock.now():
-                    self._store.purge(namespace, skill.name)
+                    self._purge(namespace, skill.name)
                     continue
                 if not deleted:
                     continue
@@ -114,40 +127,76 @@ class SkillService:
         return out
 
     def search(self, namespace: str, query: str, *, limit: int = 10) -> list[tuple[Skill, float]]:
-        """Keyword search (the memories' tokenizer, CJK included) over name, description, tags and body,
-        BM25-weighted by field; live skills only."""
-        terms = set(tokenize(query))
-        if not terms:
-            return []
+        """Live skills matching ``query``, best first, with a score in [0, 1].
+
+        Keyword search (the memories' tokenizer, CJK included) over name, description, tags and body,
+        BM25-weighted by field; with an embedder, fused with the cosine of the query and each skill's
+        vector (``domain/fusion.py``'s adaptive fusion, as recall does), so a paraphrase or another
+        language finds a skill that shares no word with the query. Without vectors: BM25's own order,
+        matches only."""
+        query_tokens = tokenize(query)
         skills = self.list_skills(namespace)
-        docs: list[tuple[Skill, Counter[str]]] = []
+        if not skills or not query.strip():
+            return []
+        bodies = {}
         for skill in skills:
             row = self._store.get_version(namespace, skill.name, skill.version)
-            body = row.content if row is not None else ""
-            counts: Counter[str] = Counter()
-            for text, weight in ((skill.name.replace("-", " "), 3), (skill.description, 2), (" ".join(skill.tags), 2)):
-                for token in tokenize(text):
-                    counts[token] += weight
-            counts.update(tokenize(body))
-            docs.append((skill, counts))
-        if not docs:
+            bodies[skill.name] = row.content if row is not None else ""
+        counts = {s.name: _field_counts(s, bodies[s.name]) for s in skills}
+        keyword = _bm25(set(query_tokens), counts)
+        vector = self._vector_scores(namespace, query, skills, bodies)
+        by_name = {s.name: s for s in skills}
+        if not vector:
+            best = keyword[0][1] if keyword else 1.0
+            return [(by_name[n], round(score / best, 4)) for n, score in keyword[:limit]]
+        fused, _ = adaptive_fuse(
+            query_tokens,
+            keyword,
+            vector,
+            lambda name: frozenset(counts[name]),
+            {s.name: script_of(f"{s.description} {bodies[s.name]}") for s in skills},
+        )
+        ranked = sorted(((n, score) for n, score in fused.items() if score > 0), key=lambda p: (-p[1], p[0]))
+        return [(by_name[n], round(score, 4)) for n, score in ranked[:limit]]
+
+    def _vector_scores(
+        self, namespace: str, query: str, skills: Sequence[Skill], bodies: Mapping[str, str]
+    ) -> list[tuple[str, float]]:
+        """(name, cosine) of every live skill, best first; skills whose vector is missing or stale (a
+        newer version, another embedder) are embedded now, at most ``EMBED_PER_SEARCH`` per call. Empty
+        without an embedder or when it fails (keyword search still answers)."""
+        if self._embedder is None:
             return []
-        avg = sum(sum(c.values()) for _, c in docs) / len(docs) or 1.0
-        scored = []
-        for skill, counts in docs:
-            length = sum(counts.values())
-            score = 0.0
-            for term in terms:
-                tf = counts.get(term, 0)
-                if not tf:
-                    continue
-                df = sum(1 for _, c in docs if term in c)
-                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
-                score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
-            if score > 0:
-                scored.append((skill, round(score, 4)))
-        scored.sort(key=lambda pair: (-pair[1], pair[0].name))
-        return scored[:limit]
+        try:
+            model = self._embedder.model_id
+            stored = self._store.list_vectors(namespace)
+            stale = [s for s in skills if s.name not in stored or not stored[s.name].fresh(s, model)]
+            for skill in stale[:EMBED_PER_SEARCH]:
+                stored[skill.name] = self._embed(namespace, skill, bodies[skill.name])
+            query_vector = self._embedder.embed_query(query)
+        except Exception:
+            log.warning("skill vectors unavailable; skill search is keyword-only", exc_info=True)
+            return []
+        return rank_by_vector(skills, stored, model, query_vector)
+
+    def _embed(self, namespace: str, skill: Skill, content: str) -> SkillVector:
+        if self._embedder is None:
+            raise NotConfigured("no embedder")
+        [vector] = self._embedder.embed_documents([embedding_text(skill, content)])
+        row = SkillVector(
+            name=skill.name, version=skill.version, model_id=self._embedder.model_id, vector=tuple(vector)
+        )
+        self._store.put_vector(namespace, row)
+        return row
+
+    def _embed_quietly(self, namespace: str, skill: Skill, content: str) -> None:
+        """Embed a new version as it is written; a failure is logged and the next search embeds it."""
+        if self._embedder is None:
+            return
+        try:
+            self._embed(namespace, skill, content)
+        except Exception:
+            log.warning("embedding skill %s failed; the next search embeds it", skill.name, exc_info=True)
 
     def for_agent(self, namespace: str, agent: str) -> list[Skill]:
         """What an agent should know about: the live skills allocated to it."""
@@ -197,11 +246,12 @@ class SkillService:
         *,
         restored_from: int | None = None,
         manifest: tuple[SkillFile, ...] | None = None,
+        embed: bool = True,
     ) -> ImportResult:
         now = self._clock.now()
         head = self._store.find_skill(namespace, name)
         if head is not None and not self._restorable(head):
-            self._store.purge(namespace, name)  # deleted longer ago than the restore window: start over
+            self._purge(namespace, name)  # deleted longer ago than the restore window: start over
             head = None
         latest = self._store.get_version(namespace, name, head.version) if head is not None else None
         if manifest is None:
@@ -233,7 +283,34 @@ class SkillService:
             updated_at=now,
         )
         self._store.add_version(skill, version)  # Conflict if another import took this number first
+        if embed:
+            self._embed_quietly(namespace, skill, content)
         return ImportResult(skill, version, created=True)
+
+    # -- purging (after the restore window) ------------------------------------------------------
+    def purge_deleted(self, namespace: str, *, now: datetime | None = None) -> tuple[int, int]:
+        """Purge the skills deleted ``RESTORE_DAYS`` ago or more (the cleanup job, nightly); returns
+        (skills purged, resource files deleted)."""
+        before = (now or self._clock.now()) - timedelta(days=RESTORE_DAYS)
+        doomed = [s.name for s in self._store.list_skills(namespace) if s.deleted_at and s.deleted_at <= before]
+        return len(doomed), sum(self._purge(namespace, name) for name in doomed)
+
+    def namespaces(self) -> list[str]:
+        return self._store.list_namespaces()
+
+    def _purge(self, namespace: str, name: str) -> int:
+        """Remove a skill for good: first the bytes of its files that no other skill of the namespace
+        uses (files are stored once per content), then its rows, so a failure leaves the rows and the
+        next run tries again. Returns how many files were deleted."""
+        files = {f.sha256 for v in self._store.list_versions(namespace, name) for f in v.files}
+        if files:
+            for other in self._store.list_skills(namespace):
+                if other.name != name:
+                    files -= {f.sha256 for v in self._store.list_versions(namespace, other.name) for f in v.files}
+        for sha in sorted(files):
+            self._blobs.delete(blob_key(namespace, sha))
+        self._store.purge(namespace, name)
+        return len(files)
 
     def _restorable(self, skill: Skill) -> bool:
         return skill.deleted_at is None or skill.deleted_at + timedelta(days=RESTORE_DAYS) > self._clock.now()
@@ -340,9 +417,16 @@ class SkillService:
         agents = tuple(agent_id(a) for a in row.get("agents") or [] if isinstance(a, str))
         if dry_run:
             return "created", name
-        for content, description, tags, files, restored_from in plan:
+        for n, (content, description, tags, files, restored_from) in enumerate(plan, start=1):
             self._write(
-                namespace, name, content, description[:MAX_DESCRIPTION_CHARS], tags, files, restored_from=restored_from
+                namespace,
+                name,
+                content,
+                description[:MAX_DESCRIPTION_CHARS],
+                tags,
+                files,
+                restored_from=restored_from,
+                embed=n == len(plan),  # only the newest version is searched
             )
         head = self._store.find_skill(namespace, name)
         if head is not None:
@@ -388,6 +472,50 @@ class SkillService:
         restored = skill.model_copy(update={"deleted_at": None, "updated_at": self._clock.now()})
         self._store.put_skill(restored)
         return restored
+
+
+def rank_by_vector(
+    skills: Sequence[Skill], vectors: Mapping[str, SkillVector], model_id: str, query: Sequence[float]
+) -> list[tuple[str, float]]:
+    """(name, cosine with ``query``) of the skills with a fresh vector, best first (vectors are unit
+    length, so the dot product is the cosine; plain Python: the API function ships no numpy)."""
+    scores = []
+    for skill in skills:
+        row = vectors.get(skill.name)
+        if row is not None and row.fresh(skill, model_id) and len(row.vector) == len(query):
+            scores.append((skill.name, sum(map(operator.mul, row.vector, query))))
+    return sorted(scores, key=lambda p: (-p[1], p[0]))
+
+
+def _field_counts(skill: Skill, body: str) -> Counter[str]:
+    """A skill's search tokens, weighted by field: name x3, description and tags x2, body x1."""
+    counts: Counter[str] = Counter()
+    for text, weight in ((skill.name.replace("-", " "), 3), (skill.description, 2), (" ".join(skill.tags), 2)):
+        for token in tokenize(text):
+            counts[token] += weight
+    counts.update(tokenize(body))
+    return counts
+
+
+def _bm25(terms: set[str], docs: Mapping[str, Counter[str]]) -> list[tuple[str, float]]:
+    """(name, BM25 score) of the documents containing a term, best first."""
+    if not terms or not docs:
+        return []
+    avg = sum(sum(c.values()) for c in docs.values()) / len(docs) or 1.0
+    scored = []
+    for name, counts in docs.items():
+        length = sum(counts.values())
+        score = 0.0
+        for term in terms:
+            tf = counts.get(term, 0)
+            if not tf:
+                continue
+            df = sum(1 for c in docs.values() if term in c)
+            idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+            score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
+        if score > 0:
+            scored.append((name, score))
+    return sorted(scored, key=lambda p: (-p[1], p[0]))
 
 
 def skill_json(skill: Skill) -> dict[str, Any]:

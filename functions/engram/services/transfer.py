@@ -545,7 +545,7 @@ class _Import:
         content = row.get("content")
         if not isinstance(content, str):
             raise _Refused("invalid_field", "digest content must be text")
-        text = clean_digest(content)  # the API's rule: cut to 500 characters, refused when far over
+        text = clean_digest(content)  # the API's rule (DIGEST_RULE)
         if self.planned_digest or self.store.get_digest(self.namespace) is not None:
             return "skipped", None, "the namespace has a digest"
         if self.dry_run:

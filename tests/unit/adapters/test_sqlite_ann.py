@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engram.adapters.search import local
 from engram.adapters.search.ann import AnnGraph, row_digests
-from engram.adapters.search.local import SqliteSearchIndex
+from engram.adapters.search.sqlite import SqliteSearchIndex
+from engram.adapters.search.vector_cache import VectorCache
 from engram.domain.models import IndexedDoc
 
 pytestmark = pytest.mark.skipif(not AnnGraph.available(), reason="usearch is not installed")
@@ -43,13 +43,13 @@ def test_first_query_scans_exactly_while_the_graph_builds_and_writes_during_the_
 ) -> None:
     # Given a namespace above the ANN threshold whose graph build is held back
     release = threading.Event()
-    original = local._VectorCache._build
+    original = VectorCache._build
 
     def slow_build(self, ids, matrix):  # type: ignore[no-untyped-def]
         release.wait(10)
         return original(self, ids, matrix)
 
-    monkeypatch.setattr(local._VectorCache, "_build", slow_build)
+    monkeypatch.setattr(VectorCache, "_build", slow_build)
     index = SqliteSearchIndex(tmp_path / "e.db", ann_threshold=50)
     m = vectors(80)
     fill(index, m)
@@ -96,7 +96,7 @@ def test_the_graph_is_saved_on_close_and_reloaded_and_reconciled_with_later_writ
     other.delete("a", "m1")
     other.close()
     # And the index is reopened
-    caplog.set_level(logging.INFO, logger="engram.adapters.search.local")
+    caplog.set_level(logging.INFO, logger="engram.adapters.search.vector_cache")
     reopened = SqliteSearchIndex(path, ann_threshold=50)
     reopened.warm("a")
     assert reopened.wait_for_ann("a", timeout=10)

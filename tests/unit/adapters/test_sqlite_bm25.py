@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from engram.adapters.search.fts import varints
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.adapters.search.local import SqliteSearchIndex, _varints
+from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.models import IndexedDoc
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -24,11 +25,11 @@ def fill(index: object) -> None:
         index.upsert(IndexedDoc(memory_id=mid, namespace="a", text=text, type="fact", created_at=T0))  # type: ignore[attr-defined]
 
 
-def test_varints_decode_sqlite_varints() -> None:
+def test_varints_decode_sqlitevarints() -> None:
     # Given SQLite varints of 100000, 1, 0x7f and a 9-byte maximum
     blob = bytes.fromhex("868D20" + "01" + "7F" + "FF" * 8 + "FF")
     # Then they decode
-    assert _varints(blob) == [100000, 1, 127, 2**64 - 1]
+    assert varints(blob) == [100000, 1, 127, 2**64 - 1]
 
 
 @pytest.mark.parametrize("query", ["peanut", "peanut allergy", "过敏 peanut", "dentist friday"])

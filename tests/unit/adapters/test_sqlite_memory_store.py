@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from engram.adapters.storage import sqlite as sqlite_store
 from engram.adapters.storage.sqlite import SCHEMA_VERSION, SqliteMemoryStore
+from engram.adapters.storage.sqlite import memories as sqlite_memories
+from engram.adapters.storage.sqlite.schema import MIGRATIONS
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Memory, MemoryFilter
 
@@ -64,7 +65,7 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_messages(tmp_path:
     path = tmp_path / "engram.db"
     with closing(sqlite3.connect(path)) as db:
         db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
-        for statement in sqlite_store._MIGRATIONS[0]:
+        for statement in MIGRATIONS[0]:
             db.execute(statement)
         db.execute("INSERT INTO schema_version VALUES (1, '2025-03-01T12:00:00+00:00')")
         db.execute(
@@ -112,7 +113,7 @@ def test_timestamps_are_stored_as_utc_iso_text(tmp_path: Path) -> None:
 
 def test_iter_memories_crosses_chunk_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given more memories than one chunk holds
-    monkeypatch.setattr(sqlite_store, "_ITER_CHUNK", 2)
+    monkeypatch.setattr(sqlite_memories, "ITER_CHUNK", 2)
     store = SqliteMemoryStore(tmp_path / "engram.db")
     for n in range(5):
         store.insert_memory(a_memory(f"m{n}", minute=n))

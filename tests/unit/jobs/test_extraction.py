@@ -10,7 +10,7 @@ from typing import Any
 
 from engram.domain.errors import UpstreamTimeout, UpstreamUnavailable
 from engram.domain.policies import cosine
-from engram.services.jobs import last_runs
+from engram.services.job_runs import last_runs
 from engram.services.library import MessageIn
 from engram.services.prompts import EXTRACTION_SYSTEM
 

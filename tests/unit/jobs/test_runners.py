@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from engram.entrypoints.jobs import run_cleanup, run_dreaming, run_extraction
+from engram.entrypoints.job_runner import run_cleanup, run_dreaming, run_extraction
 
 from tests.unit.jobs.conftest import NS, Env, ago
 

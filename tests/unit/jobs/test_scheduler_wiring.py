@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engram.bootstrap import build_container
-from engram.entrypoints.http.jobs import build_scheduler
+from engram.entrypoints.http.schedule import build_scheduler
 from engram.settings import Settings
 
 from tests.fakes.chat_model import ScriptedChatModel

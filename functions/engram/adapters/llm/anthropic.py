@@ -8,7 +8,8 @@ from typing import Any
 
 from engram.adapters.llm.http import HttpxUpstream
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
-from engram.domain.sse import SseParser
+from engram.domain.wire.anthropic import answer_text
+from engram.domain.wire.sse import SseParser
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -82,7 +83,7 @@ class AnthropicChatModel:
         raw = await reply.aread()
         try:
             data = json.loads(raw)
-            return "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
+            return answer_text(data["content"])
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise UpstreamUnavailable("Anthropic upstream sent an unreadable message") from exc
 

@@ -20,17 +20,17 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from engram.adapters.aws_errors import translate
-from engram.adapters.llm.converse import (
+from engram.domain.errors import InvalidInput, NotConfigured
+from engram.domain.wire.converse import (
+    BEDROCK_PREFIX,
     ConverseToOpenAIStream,
     converse_to_openai,
     model_id_of,
     openai_to_converse,
     stream_error,
+    to_converse,
 )
-from engram.domain.errors import InvalidInput, NotConfigured
 
-BEDROCK_PREFIX = "bedrock/"
-JSON_INSTRUCTION = "Answer with exactly one JSON object and nothing else: no prose, no code fence."
 RERANK_MAX_DOCUMENTS = 1000
 
 
@@ -40,50 +40,6 @@ def _client(service: str, region: str | None, read_timeout: int) -> Any:
 
     config = Config(connect_timeout=3, read_timeout=read_timeout, retries={"max_attempts": 3, "mode": "adaptive"})
     return boto3.client(service, region_name=region or None, config=config)
-
-
-def _text_of(content: Any) -> str:
-    """OpenAI/Anthropic-style content (a string or a list of parts) as plain text."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
-    return "" if content is None else str(content)
-
-
-def to_converse(messages: Sequence[dict[str, Any]], *, json_mode: bool = False) -> dict[str, Any]:
-    """Chat messages -> Converse ``system`` and ``messages`` (roles alternate, user first)."""
-    system: list[dict[str, str]] = []
-    turns: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role")
-        text = _text_of(message.get("content"))
-        if role == "system":
-            if text:
-                system.append({"text": text})
-            continue
-        if role not in ("user", "assistant"):
-            role = "user"  # tool results and the like are read as user context
-        if not text:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].append({"text": text})
-        else:
-            turns.append({"role": role, "content": [{"text": text}]})
-    if not turns or turns[0]["role"] != "user":
-        turns.insert(0, {"role": "user", "content": [{"text": "(conversation follows)"}]})
-    if json_mode:
-        system.append({"text": JSON_INSTRUCTION})
-    request: dict[str, Any] = {"messages": turns}
-    if system:
-        request["system"] = system
-    return request
 
 
 class BedrockChatModel:
@@ -154,12 +110,10 @@ class BedrockChatModel:
             return None
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, f"Bedrock {self._model_id} stream") from exc
-        for name in ("internalServerException", "modelStreamErrorException", "throttlingException",
-                     "validationException", "serviceUnavailableException"):  # fmt: skip
-            if name in event:
-                code = name[0].upper() + name[1:]
-                error = ClientError({"Error": {"Code": code, "Message": str(event[name].get("message", ""))}}, "Stream")
-                raise translate(error, f"Bedrock {self._model_id} stream") from error
+        failure = stream_error(event)
+        if failure is not None:
+            error = ClientError({"Error": {"Code": failure[0], "Message": failure[1]}}, "Stream")
+            raise translate(error, f"Bedrock {self._model_id} stream") from error
         delta = event.get("contentBlockDelta", {}).get("delta", {})
         return str(delta.get("text", ""))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from engram.adapters.llm.http import HttpxUpstream
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
-from engram.domain.sse import SseParser
+from engram.domain.wire.sse import SseParser
 
 
 class OpenAICompatUpstream(HttpxUpstream):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+from engram.adapters.aws_errors import translate
+from engram.domain.errors import InvalidInput, UpstreamUnavailable
 
 try:
     from botocore.exceptions import BotoCoreError, ClientError
@@ -17,8 +18,7 @@ except ImportError:  # pragma: no cover - only without the aws extra
     BotoCoreError = ClientError = Exception  # type: ignore[assignment,misc]
 
 MAX_BODY_BYTES = 256 * 1024
-_THROTTLED = {"ThrottlingException", "RequestThrottled", "AWS.SimpleQueueService.RequestThrottled"}
-_DENIED = {"AccessDenied", "AccessDeniedException", "InvalidClientTokenId", "KMS.AccessDeniedException"}
+_MISSING = {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"}
 
 
 def encode_job(job: str, payload: dict[str, Any]) -> str:
@@ -58,11 +58,8 @@ class SqsJobQueue:
                 MessageAttributes={"job": {"DataType": "String", "StringValue": job}},
             )
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in _THROTTLED:
-                raise UpstreamRateLimited(f"SQS throttled the {job} job") from exc
-            if code in _DENIED:
-                raise UpstreamRejected(f"SQS refused the {job} job: {code}", status=502) from exc
-            raise UpstreamUnavailable(f"SQS could not take the {job} job: {code or 'error'}") from exc
+            if exc.response.get("Error", {}).get("Code", "") in _MISSING:
+                raise UpstreamUnavailable(f"SQS queue {self._url!r} not found") from exc
+            raise translate(exc, f"SQS {job} job") from exc
         except BotoCoreError as exc:
-            raise UpstreamUnavailable(f"SQS could not take the {job} job: {type(exc).__name__}") from exc
+            raise translate(exc, f"SQS {job} job") from exc

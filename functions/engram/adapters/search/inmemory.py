@@ -20,7 +20,7 @@ from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
 
 BM25_K1 = 1.2
-BM25_B = 0.3  # as SqliteSearchIndex ranks (see engram.adapters.search.local)
+BM25_B = 0.3  # SqliteSearchIndex re-scores with the same (engram.adapters.search.fts)
 # Long chat turns make long queries; the rarest terms carry the signal, so cap the unique terms.
 MAX_QUERY_TERMS = 128
 

@@ -38,10 +38,9 @@ from typing import Protocol
 import numpy as np
 
 from engram.adapters.files import private_dir
+from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
-
-from .local import PreparedDoc, SqliteSearchIndex
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The shared document log of the ``replica`` search backend, in the store (SQLite file or DynamoDB table).
 
 SQLite: tables ``replica_docs`` (one row per (namespace, memory_id), indexed by (namespace, seq)) and
-``replica_meta``, in the store's file over their own connection.
+``replica_meta``, in the store's file over their own connection (the conversation index's log:
+``replica_conv_docs`` / ``replica_conv_meta``).
 
 DynamoDB, in the store's table (docs/aws.md, "Search backends"):
 
@@ -11,6 +12,8 @@ item                   PK / SK                           GSI1 (changes)
 search document        ``NS#ns`` / ``SDOC#<memory id>``  ``NS#ns#SDOC`` / ``<seq, 16 digits>#<id>``
 model record           ``SEARCHMETA`` / ``META``
 namespaces with docs   ``SEARCHNS`` / ``<ns>``
+message document       ``NS#ns`` / ``CDOC#<message id>`` ``NS#ns#CDOC`` / same (the conversation index)
+its model, namespaces  ``SEARCHMETA`` / ``META#CDOC``; ``SEARCHNS#CDOC`` / ``<ns>``
 =====================  ================================  =========================================
 
 A document keeps its text, type and vector (float16 binary: 768 bytes at 384 dimensions, 2 KB at
@@ -28,12 +31,11 @@ from typing import Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
+from engram.adapters.search.replica import TOMBSTONE_DAYS, LogMeta, LogRow
 from engram.domain.errors import UpstreamUnavailable
 
-from .replica import TOMBSTONE_DAYS, LogMeta, LogRow
-
 _SQLITE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS replica_docs (
+CREATE TABLE IF NOT EXISTS {prefix}_docs (
     namespace TEXT NOT NULL,
     memory_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -45,8 +47,8 @@ CREATE TABLE IF NOT EXISTS replica_docs (
     epoch INTEGER NOT NULL,
     PRIMARY KEY (namespace, memory_id)
 );
-CREATE INDEX IF NOT EXISTS replica_docs_by_seq ON replica_docs (namespace, seq);
-CREATE TABLE IF NOT EXISTS replica_meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE INDEX IF NOT EXISTS {prefix}_docs_by_seq ON {prefix}_docs (namespace, seq);
+CREATE TABLE IF NOT EXISTS {prefix}_meta (key TEXT PRIMARY KEY, value TEXT);
 """
 _COLUMNS = "namespace, memory_id, seq, deleted, type, text, vec, dimension, epoch"
 
@@ -67,9 +69,13 @@ def _row(values: tuple[Any, ...]) -> LogRow:
 
 
 class SqliteSearchLog:
-    """``SearchLog`` in the local store's SQLite file (every ``engram serve`` on the data dir shares it)."""
+    """``SearchLog`` in the local store's SQLite file (every ``engram serve`` on the data dir shares it).
+    ``prefix`` names its tables (``<prefix>_docs``, ``<prefix>_meta``): one log per index kept in the file."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, prefix: str = "replica") -> None:
+        if not prefix.isidentifier():
+            raise ValueError(f"bad table prefix {prefix!r}")
+        self._prefix = prefix
         self._path = str(path)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
@@ -81,7 +87,7 @@ class SqliteSearchLog:
             conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=10000")
-            conn.executescript(_SQLITE_SCHEMA)
+            conn.executescript(_SQLITE_SCHEMA.format(prefix=self._prefix))
             self._conn = conn
         return self._conn
 
@@ -94,7 +100,7 @@ class SqliteSearchLog:
     def put(self, row: LogRow) -> None:
         with self._lock:
             self._db().execute(
-                f"INSERT OR REPLACE INTO replica_docs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO {self._prefix}_docs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     row.namespace,
                     row.memory_id,
@@ -111,7 +117,7 @@ class SqliteSearchLog:
     def changed_since(self, namespace: str, seq: int) -> list[LogRow]:
         with self._lock:
             rows = self._db().execute(
-                f"SELECT {_COLUMNS} FROM replica_docs WHERE namespace = ? AND seq > ? ORDER BY seq",
+                f"SELECT {_COLUMNS} FROM {self._prefix}_docs WHERE namespace = ? AND seq > ? ORDER BY seq",
                 (namespace, seq),
             )
             return [_row(r) for r in rows.fetchall()]
@@ -120,17 +126,19 @@ class SqliteSearchLog:
         with self._lock:
             rows = (
                 self._db()
-                .execute(f"SELECT {_COLUMNS} FROM replica_docs WHERE namespace = ? AND deleted = 0", (namespace,))
+                .execute(
+                    f"SELECT {_COLUMNS} FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0", (namespace,)
+                )
                 .fetchall()
             )
         return (_row(r) for r in rows)
 
     def namespaces(self) -> list[str]:
         with self._lock:
-            return [r[0] for r in self._db().execute("SELECT DISTINCT namespace FROM replica_docs").fetchall()]
+            return [r[0] for r in self._db().execute(f"SELECT DISTINCT namespace FROM {self._prefix}_docs").fetchall()]
 
     def _read_meta(self, conn: sqlite3.Connection) -> LogMeta:
-        values = dict(conn.execute("SELECT key, value FROM replica_meta").fetchall())
+        values = dict(conn.execute(f"SELECT key, value FROM {self._prefix}_meta").fetchall())
         dim = values.get("dimension")
         return LogMeta(
             model_id=values.get("model_id"), dimension=int(dim) if dim else None, epoch=int(values.get("epoch") or 0)
@@ -143,7 +151,9 @@ class SqliteSearchLog:
     def record_dimension(self, dimension: int) -> LogMeta:
         with self._lock:
             conn = self._db()
-            conn.execute("INSERT OR IGNORE INTO replica_meta (key, value) VALUES ('dimension', ?)", (str(dimension),))
+            conn.execute(
+                f"INSERT OR IGNORE INTO {self._prefix}_meta (key, value) VALUES ('dimension', ?)", (str(dimension),)
+            )
             return self._read_meta(conn)
 
     def reset(self, model_id: str, dimension: int) -> LogMeta:
@@ -153,7 +163,7 @@ class SqliteSearchLog:
             try:
                 epoch = self._read_meta(conn).epoch + 1
                 for key, value in (("model_id", model_id), ("dimension", str(dimension)), ("epoch", str(epoch))):
-                    conn.execute("INSERT OR REPLACE INTO replica_meta (key, value) VALUES (?, ?)", (key, value))
+                    conn.execute(f"INSERT OR REPLACE INTO {self._prefix}_meta (key, value) VALUES (?, ?)", (key, value))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -162,7 +172,7 @@ class SqliteSearchLog:
 
     def ping(self) -> None:
         with self._lock:
-            self._db().execute("SELECT 1 FROM replica_meta LIMIT 1").fetchall()
+            self._db().execute(f"SELECT 1 FROM {self._prefix}_meta LIMIT 1").fetchall()
 
 
 META_KEY = {"PK": {"S": "SEARCHMETA"}, "SK": {"S": "META"}}
@@ -170,9 +180,19 @@ NAMESPACES_PK = "SEARCHNS"
 
 
 class DynamoSearchLog:
-    """``SearchLog`` in the DynamoDB table of the store (the layout in the module docstring)."""
+    """``SearchLog`` in the DynamoDB table of the store (the layout in the module docstring). ``kind``
+    names its items: ``SDOC`` for the memory index; another kind (``CDOC``: conversation messages) keeps
+    its own documents, model record and namespace list beside it."""
 
-    def __init__(self, table_name: str, client: Any | None = None, *, region_name: str | None = None) -> None:
+    def __init__(
+        self, table_name: str, client: Any | None = None, *, region_name: str | None = None, kind: str = "SDOC"
+    ) -> None:
+        if not kind.isalnum():
+            raise ValueError(f"bad document kind {kind!r}")
+        self._kind = kind
+        # The memory index's names predate kinds; other kinds get theirs suffixed.
+        self._meta_key = META_KEY if kind == "SDOC" else {"PK": {"S": "SEARCHMETA"}, "SK": {"S": f"META#{kind}"}}
+        self._namespaces_pk = NAMESPACES_PK if kind == "SDOC" else f"{NAMESPACES_PK}#{kind}"
         if client is None:
             import boto3
 
@@ -197,8 +217,8 @@ class DynamoSearchLog:
         pk = f"NS#{row.namespace}"
         item: dict[str, Any] = {
             "PK": {"S": pk},
-            "SK": {"S": f"SDOC#{row.memory_id}"},
-            "GSI1PK": {"S": f"{pk}#SDOC"},
+            "SK": {"S": f"{self._kind}#{row.memory_id}"},
+            "GSI1PK": {"S": f"{pk}#{self._kind}"},
             "GSI1SK": {"S": f"{row.seq:016d}#{row.memory_id}"},
             "entity": {"S": "search_doc"},
             "namespace": {"S": row.namespace},
@@ -216,7 +236,7 @@ class DynamoSearchLog:
             item["ttl"] = {"N": str(int(time.time()) + TOMBSTONE_DAYS * 86_400)}
         self._call("put_item", Item=item)
         if row.namespace not in self._known:
-            self._call("put_item", Item={"PK": {"S": NAMESPACES_PK}, "SK": {"S": row.namespace}})
+            self._call("put_item", Item={"PK": {"S": self._namespaces_pk}, "SK": {"S": row.namespace}})
             self._known.add(row.namespace)
 
     @staticmethod
@@ -247,20 +267,22 @@ class DynamoSearchLog:
         items = self._query(
             IndexName="GSI1",
             KeyConditionExpression="GSI1PK = :pk AND GSI1SK > :after",
-            ExpressionAttributeValues={":pk": {"S": f"NS#{namespace}#SDOC"}, ":after": {"S": f"{seq:016d}#~"}},
+            ExpressionAttributeValues={":pk": {"S": f"NS#{namespace}#{self._kind}"}, ":after": {"S": f"{seq:016d}#~"}},
         )
         return [self._row(item) for item in items]
 
     def all_rows(self, namespace: str) -> Iterator[LogRow]:
         items = self._query(
             KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
-            ExpressionAttributeValues={":pk": {"S": f"NS#{namespace}"}, ":prefix": {"S": "SDOC#"}},
+            ExpressionAttributeValues={":pk": {"S": f"NS#{namespace}"}, ":prefix": {"S": f"{self._kind}#"}},
             ConsistentRead=True,
         )
         return (row for row in map(self._row, items) if not row.deleted)
 
     def namespaces(self) -> list[str]:
-        items = self._query(KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": NAMESPACES_PK}})
+        items = self._query(
+            KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": {"S": self._namespaces_pk}}
+        )
         return [item["SK"]["S"] for item in items]
 
     @staticmethod
@@ -274,13 +296,13 @@ class DynamoSearchLog:
         )
 
     def meta(self) -> LogMeta:
-        return self._meta(self._call("get_item", Key=META_KEY, ConsistentRead=True).get("Item"))
+        return self._meta(self._call("get_item", Key=self._meta_key, ConsistentRead=True).get("Item"))
 
     def record_dimension(self, dimension: int) -> LogMeta:
         try:
             self._call(
                 "update_item",
-                Key=META_KEY,
+                Key=self._meta_key,
                 UpdateExpression="SET dimension = :d",
                 ConditionExpression="attribute_not_exists(dimension)",
                 ExpressionAttributeValues={":d": {"N": str(dimension)}},
@@ -293,7 +315,7 @@ class DynamoSearchLog:
     def reset(self, model_id: str, dimension: int) -> LogMeta:
         response = self._call(
             "update_item",
-            Key=META_KEY,
+            Key=self._meta_key,
             UpdateExpression="SET model_id = :m, dimension = :d ADD epoch :one",
             ExpressionAttributeValues={":m": {"S": model_id}, ":d": {"N": str(dimension)}, ":one": {"N": "1"}},
             ReturnValues="ALL_NEW",
@@ -301,4 +323,4 @@ class DynamoSearchLog:
         return self._meta(response.get("Attributes"))
 
     def ping(self) -> None:
-        self._call("get_item", Key=META_KEY)
+        self._call("get_item", Key=self._meta_key)

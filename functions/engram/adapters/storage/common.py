@@ -10,9 +10,20 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from engram.domain.errors import InvalidInput
-from engram.domain.models import MEMORY_STATUSES, MEMORY_TYPES, GlossaryTerm, MemoryLayer, Page, Thread
+from engram.domain.models import (
+    MEMORY_STATUSES,
+    MEMORY_TYPES,
+    CandidateStatus,
+    GlossaryTerm,
+    Memory,
+    MemoryFilter,
+    MemoryLayer,
+    Page,
+    Thread,
+)
 
 MEMORY_LAYERS: tuple[str, ...] = MemoryLayer.__args__  # type: ignore[attr-defined]
+CANDIDATE_STATUSES: tuple[str, ...] = CandidateStatus.__args__  # type: ignore[attr-defined]
 
 
 def to_iso(value: datetime) -> str:
@@ -76,3 +87,15 @@ def empty_memory_counts() -> dict[str, dict[str, int]]:
 def glossary_order(term: GlossaryTerm) -> tuple[str, str]:
     """Glossaries list alphabetically, ignoring case (ties by id)."""
     return term.term.casefold(), term.id
+
+
+def memory_matches(memory: Memory, filters: MemoryFilter) -> bool:
+    """Whether ``list_memories`` with ``filters`` shows ``memory`` (every backend applies the same rule)."""
+    return (
+        memory.status in filters.listed_statuses
+        and (not filters.types or memory.type in filters.types)
+        and (filters.layer is None or memory.layer == filters.layer)
+        and (filters.tag is None or filters.tag in memory.tags)
+        and (filters.pinned is None or memory.pinned == filters.pinned)
+        and (filters.fact_key is None or memory.fact_key == filters.fact_key)
+    )

@@ -6,9 +6,11 @@ DynamoDB items (``ns`` = namespace, versions zero-padded so sort-key order is ve
 =================  =====================================
 skill head         ``NS#ns`` / ``SKILL#<name>``
 skill version      ``NS#ns`` / ``SKILLV#<name>#<version:06d>``
+skill vector       ``NS#ns`` / ``SKILLVEC#<name>``
 =================  =====================================
 
-Both are read with strongly consistent GetItem / base-table queries; ``add_version`` is one transaction
+Vectors are float32 bytes (``vector``), with the version and model that made them. Every item is
+read with strongly consistent GetItem / base-table queries; ``add_version`` is one transaction
 (version put only if absent + head put).
 """
 
@@ -16,13 +18,23 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from array import array
 from pathlib import Path
 from typing import Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
 from engram.domain.errors import Conflict, UpstreamUnavailable
-from engram.domain.skills import Skill, SkillVersion
+from engram.domain.skills import Skill, SkillVector, SkillVersion
+
+
+def pack_vector(vector: tuple[float, ...]) -> bytes:
+    return array("f", vector).tobytes()
+
+
+def unpack_vector(data: bytes) -> tuple[float, ...]:
+    return tuple(array("f", data))
 
 
 class InMemorySkillStore:
@@ -30,6 +42,7 @@ class InMemorySkillStore:
         self._lock = threading.Lock()
         self._heads: dict[tuple[str, str], Skill] = {}
         self._versions: dict[tuple[str, str, int], SkillVersion] = {}
+        self._vectors: dict[tuple[str, str], SkillVector] = {}
 
     def find_skill(self, namespace: str, name: str) -> Skill | None:
         return self._heads.get((namespace, name))
@@ -58,8 +71,18 @@ class InMemorySkillStore:
     def purge(self, namespace: str, name: str) -> None:
         with self._lock:
             self._heads.pop((namespace, name), None)
+            self._vectors.pop((namespace, name), None)
             for key in [k for k in self._versions if k[:2] == (namespace, name)]:
                 del self._versions[key]
+
+    def list_namespaces(self) -> list[str]:
+        return sorted({ns for ns, _ in self._heads})
+
+    def put_vector(self, namespace: str, vector: SkillVector) -> None:
+        self._vectors[(namespace, vector.name)] = vector
+
+    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
+        return {name: v for (ns, name), v in self._vectors.items() if ns == namespace}
 
 
 _SCHEMA = (
@@ -68,6 +91,9 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS skill_versions (
         namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, row TEXT NOT NULL,
         PRIMARY KEY (namespace, name, version))""",
+    """CREATE TABLE IF NOT EXISTS skill_vectors (
+        namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, model_id TEXT NOT NULL,
+        vector BLOB NOT NULL, PRIMARY KEY (namespace, name))""",
 )
 
 
@@ -146,7 +172,36 @@ class SqliteSkillStore:
     def purge(self, namespace: str, name: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM skill_versions WHERE namespace = ? AND name = ?", (namespace, name))
+            self._db.execute("DELETE FROM skill_vectors WHERE namespace = ? AND name = ?", (namespace, name))
             self._db.execute("DELETE FROM skills WHERE namespace = ? AND name = ?", (namespace, name))
+
+    def list_namespaces(self) -> list[str]:
+        return self._rows("SELECT DISTINCT namespace FROM skills ORDER BY namespace")
+
+    def put_vector(self, namespace: str, vector: SkillVector) -> None:
+        try:
+            with self._lock:
+                self._db.execute(
+                    "INSERT INTO skill_vectors (namespace, name, version, model_id, vector) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (namespace, name) DO UPDATE SET version = excluded.version, "
+                    "model_id = excluded.model_id, vector = excluded.vector",
+                    (namespace, vector.name, vector.version, vector.model_id, pack_vector(vector.vector)),
+                )
+        except sqlite3.Error as exc:
+            raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
+
+    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT name, version, model_id, vector FROM skill_vectors WHERE namespace = ?", (namespace,)
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
+        return {
+            name: SkillVector(name=name, version=version, model_id=model, vector=unpack_vector(blob))
+            for name, version, model, blob in rows
+        }
 
 
 class DynamoSkillStore:
@@ -183,20 +238,29 @@ class DynamoSkillStore:
             "row": {"S": row.model_dump_json()},
         }
 
-    def _query(self, namespace: str, prefix: str) -> list[str]:
+    def _items(self, pk: str, prefix: str = "", **extra: Any) -> list[dict[str, Any]]:
+        """Every item of partition ``pk`` whose sort key starts with ``prefix``, page after page."""
+        values: dict[str, Any] = {":pk": {"S": pk}}
+        condition = "PK = :pk"
+        if prefix:
+            condition += " AND begins_with(SK, :prefix)"
+            values[":prefix"] = {"S": prefix}
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
-            "ExpressionAttributeValues": {":pk": {"S": f"NS#{namespace}"}, ":prefix": {"S": prefix}},
-            "ConsistentRead": True,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            **extra,
         }
-        out: list[str] = []
+        out: list[dict[str, Any]] = []
         while True:
             response = self._call("query", **kwargs)
-            out.extend(item["row"]["S"] for item in response.get("Items", []))
+            out.extend(response.get("Items", []))
             if not response.get("LastEvaluatedKey"):
                 return out
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def _query(self, namespace: str, prefix: str) -> list[str]:
+        return [item["row"]["S"] for item in self._items(f"NS#{namespace}", prefix, ConsistentRead=True)]
 
     def _get(self, namespace: str, sk: str) -> str | None:
         key = {"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}}
@@ -223,6 +287,8 @@ class DynamoSkillStore:
                     }
                 },
                 {"Put": {"TableName": self._table, "Item": self._item(skill.namespace, f"SKILL#{skill.name}", skill)}},
+                # The table's namespace registry, which the cleanup job walks (a skills-only namespace too).
+                {"Put": {"TableName": self._table, "Item": _namespace_item(skill.namespace)}},
             ],
         )
 
@@ -237,9 +303,46 @@ class DynamoSkillStore:
         return [SkillVersion.model_validate_json(r) for r in self._query(namespace, f"SKILLV#{name}#")]
 
     def purge(self, namespace: str, name: str) -> None:
-        keys = [f"SKILLV#{name}#{v.version:06d}" for v in self.list_versions(namespace, name)] + [f"SKILL#{name}"]
+        keys = [f"SKILLV#{name}#{v.version:06d}" for v in self.list_versions(namespace, name)]
+        keys += [f"SKILLVEC#{name}", f"SKILL#{name}"]
         for sk in keys:
             self._call("delete_item", TableName=self._table, Key={"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}})
+
+    def list_namespaces(self) -> list[str]:
+        return sorted(item["SK"]["S"] for item in self._items(NAMESPACES_PK, ProjectionExpression="SK"))
+
+    def put_vector(self, namespace: str, vector: SkillVector) -> None:
+        item = {
+            "PK": {"S": f"NS#{namespace}"},
+            "SK": {"S": f"SKILLVEC#{vector.name}"},
+            "entity": {"S": "skill_vector"},
+            "name": {"S": vector.name},
+            "version": {"N": str(vector.version)},
+            "model_id": {"S": vector.model_id},
+            "vector": {"B": pack_vector(vector.vector)},
+        }
+        self._call("put_item", TableName=self._table, Item=item)
+
+    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
+        return {
+            item["name"]["S"]: SkillVector(
+                name=item["name"]["S"],
+                version=int(item["version"]["N"]),
+                model_id=item["model_id"]["S"],
+                vector=unpack_vector(bytes(item["vector"]["B"])),
+            )
+            for item in self._items(f"NS#{namespace}", "SKILLVEC#", ConsistentRead=True)
+        }
+
+
+def _namespace_item(namespace: str) -> dict[str, Any]:
+    """The DynamoDB store's namespace registry item (``dynamodb/base.py`` puts the same)."""
+    return {
+        "PK": {"S": NAMESPACES_PK},
+        "SK": {"S": namespace},
+        "entity": {"S": "namespace"},
+        "namespace": {"S": namespace},
+    }
 
 
 # -- resource files -----------------------------------------------------------------------------------
@@ -252,6 +355,9 @@ class InMemoryBlobStore:
 
     def get(self, key: str) -> bytes | None:
         return self._blobs.get(key)
+
+    def delete(self, key: str) -> None:
+        self._blobs.pop(key, None)
 
 
 class LocalBlobStore:
@@ -277,6 +383,9 @@ class LocalBlobStore:
     def get(self, key: str) -> bytes | None:
         path = self._path(key)
         return path.read_bytes() if path.is_file() else None
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
 
 class S3BlobStore:
@@ -309,3 +418,9 @@ class S3BlobStore:
                 return None
             raise translate(exc, "S3 get_object") from exc
         return bytes(response["Body"].read())
+
+    def delete(self, key: str) -> None:
+        try:
+            self._s3.delete_object(Bucket=self._bucket, Key=key)  # an absent key is no error in S3
+        except Exception as exc:
+            raise translate(exc, "S3 delete_object") from exc

@@ -214,7 +214,7 @@ def create_app(container: Any = None) -> FastAPI:
 MCP_SURFACE = "engram.entrypoints.http.mcp"
 _SURFACES = (
     "engram.entrypoints.http.chat",
-    "engram.entrypoints.http.jobs",
+    "engram.entrypoints.http.job_routes",
     MCP_SURFACE,
     "engram.entrypoints.http.admin",
 )

@@ -17,11 +17,11 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from starlette.responses import StreamingResponse
 
 from engram.domain.errors import EngramError, UpstreamRejected
+from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
 from engram.services.chat import ChatReply, ChatService, Wire
-from engram.services.wire_shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
             guide_dog=guide_dog,
             # `x-engram-conversation` is the header's older name, still accepted.
             conversation_id=request.headers.get("x-engram-thread") or request.headers.get("x-engram-conversation"),
-            agent=request.headers.get("x-engram-agent"),
+            # The header wins; a key configured with an `agent` covers clients that cannot send it.
+            agent=(request.headers.get("x-engram-agent") or "").strip() or principal.agent,
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
         )
@@ -195,4 +196,4 @@ async def models(request: Request) -> Any:
 async def usage(request: Request, days: int = Query(30, ge=1, le=365)) -> Any:
     principal = authenticate(request)
     principal.require("memory:read")
-    return _service(request).usage(principal.namespace, days=days)
+    return request.app.state.container.usage.report(principal.namespace, days=days)

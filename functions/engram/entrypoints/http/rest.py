@@ -12,7 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from engram.domain.access import Principal
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import MemoryFilter, MemoryType
-from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
+from engram.domain.policies import DIGEST_RULE, MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.services.library import GlossaryIn, MessageIn
@@ -100,6 +100,19 @@ class SearchRequest(BaseModel):
     min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+class ConversationSearchRequest(BaseModel):
+    model_config = STRICT
+
+    query: str = Field(min_length=1, max_length=8000, pattern=r"\S")
+    # The thread the caller is in: never searched (its history is already in view).
+    exclude_thread: str | None = Field(default=None, min_length=1, max_length=200)
+    threads: int | None = Field(default=None, ge=1, le=10)
+    fragments: int | None = Field(default=None, ge=1, le=10)
+    neighbours: int | None = Field(default=None, ge=0, le=5)
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+    include_prompt: bool = False
+
+
 class PreciousRequest(BaseModel):
     model_config = STRICT
 
@@ -120,13 +133,13 @@ class GlossaryPatch(BaseModel):
 class BootPatch(BaseModel):
     model_config = STRICT
 
-    digest: str = Field(max_length=4000)
+    digest: str = Field(description=DIGEST_RULE)
 
 
 class DigestRequest(BaseModel):
     model_config = STRICT
 
-    content: str = Field(max_length=4000)
+    content: str = Field(description=DIGEST_RULE)
 
 
 class IngestRequest(BaseModel):
@@ -291,6 +304,27 @@ def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[st
     return out
 
 
+@router.post("/search/conversations", tags=["search"])
+def search_conversations(request: Request, body: ConversationSearchRequest, who: Read) -> dict[str, Any]:
+    """Fragments of past conversations (docs/conversations.md): matched messages, each with its
+    neighbours, from at most `threads` threads x `fragments` per thread, best thread first. Nothing is
+    marked seen. `include_prompt` adds the text the chat gateway would inject (within its budget)."""
+    service = _c(request).conversations
+    result = service.search(
+        who.namespace,
+        body.query,
+        exclude_thread=body.exclude_thread,
+        threads=body.threads,
+        fragments=body.fragments,
+        neighbours=body.neighbours,
+        min_relevance=body.min_relevance,
+    )
+    out: dict[str, Any] = {"items": [f.to_dict() for f in result.fragments], "meta": result.meta}
+    if body.include_prompt:
+        out["prompt"] = service.render(result.fragments, _c(request).settings.chat_patch_max_tokens)[0]
+    return out
+
+
 # -- precious, glossary, digest, boot ---------------------------------------------------------
 @router.get("/precious", tags=["precious"])
 def list_precious(request: Request, who: Read, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
@@ -357,7 +391,7 @@ def get_digest(request: Request, who: Read) -> dict[str, Any]:
 
 @router.put("/digest", tags=["boot"])
 def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, Any]:
-    """Set the L1 summary (cut to 500 characters)."""
+    """Set the L1 summary (at most 500 characters kept, cut at a sentence end; over 2,000 refused)."""
     digest = _c(request).library.set_digest(who.namespace, body.content)
     return {"content": digest.content, "updated_at": digest.updated_at.isoformat()}
 
@@ -365,15 +399,15 @@ def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, A
 @router.get("/memory_boot", tags=["boot"])
 def get_boot(request: Request, who: Read) -> dict[str, Any]:
     """The cold-boot package: digest, yesterday's log, stable memories, precious notes, glossary, stats."""
-    return _jsonable(_c(request).library.boot(who.namespace))
+    return _jsonable(_c(request).boot.package(who.namespace))
 
 
 @router.patch("/memory_boot", tags=["boot"])
 def patch_boot(request: Request, body: BootPatch, who: Write) -> dict[str, Any]:
-    """Write the digest (L1 summary, cut to 500 characters)."""
-    library = _c(request).library
-    library.set_digest(who.namespace, body.digest)
-    return _jsonable(library.boot(who.namespace))
+    """Write the digest (L1 summary: at most 500 characters kept, cut at a sentence end; over 2,000 refused)."""
+    c = _c(request)
+    c.library.set_digest(who.namespace, body.digest)
+    return _jsonable(c.boot.package(who.namespace))
 
 
 # -- review candidates --------------------------------------------------------------------------

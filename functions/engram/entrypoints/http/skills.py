@@ -94,11 +94,15 @@ def list_skills(
     who: Read,
     agent: Annotated[str | None, Query(max_length=64, description="Only skills allocated to this agent.")] = None,
     tag: Annotated[str | None, Query(max_length=64)] = None,
-    query: Annotated[str | None, Query(min_length=1, max_length=500, description="Keyword search.")] = None,
+    query: Annotated[
+        str | None,
+        Query(min_length=1, max_length=500, description="Search: keywords, and meaning when an embedder is on."),
+    ] = None,
     deleted: Annotated[bool, Query(description="The deleted skills that can still be restored.")] = False,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
-    """The skills (by name), filtered; with `query` a keyword search, best first, with scores."""
+    """The skills (by name), filtered; with `query` a search (keywords, and vectors when an embedder is on),
+    best first, with scores in [0, 1]."""
     service = _service(request)
     if query is not None:
         hits = service.search(who.namespace, query, limit=limit)

@@ -44,6 +44,12 @@ def list_threads(
     return {"items": [_thread(t) for t in page.items], "next_cursor": page.next_cursor}
 
 
+@router.get("/threads/{thread_id}")
+def get_thread(request: Request, thread_id: str, who: Read) -> dict[str, Any]:
+    """One thread (also one in the recycle bin): id, title, last message time, message count."""
+    return _thread(_c(request).threads.get(who.namespace, thread_id))
+
+
 @router.get("/threads/{thread_id}/messages")
 def thread_messages(
     request: Request,

@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord, utcnow
-from engram.entrypoints.jobs import CLEANUP_SNAPSHOT_CHANGES
+from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
 from engram.entrypoints.lambdas.runtime import get_container, job_service, logger, metrics, report_dict, tracer
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).

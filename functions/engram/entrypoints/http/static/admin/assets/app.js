@@ -7,8 +7,9 @@ import * as memories from './views/memories.js';
 import * as more from './views/more.js';
 import * as settings from './views/settings.js';
 import * as skills from './views/skills.js';
+import * as conversations from './views/conversations.js';
 
-const VIEWS = { today, review, memories, skills, more, settings };
+const VIEWS = { today, review, conversations, memories, skills, more, settings };
 const $ = (id) => document.getElementById(id);
 let renderToken = 0;
 

@@ -1,0 +1,302 @@
+"""Memories and review candidates on the DynamoDB table: rows, uniqueness locks, listings, sweeps."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from engram.adapters.storage.common import (
+    CANDIDATE_STATUSES,
+    check_limit,
+    empty_memory_counts,
+    memory_matches,
+    to_iso,
+)
+from engram.adapters.storage.dynamodb.base import DynamoStoreBase, cursor_sort_key
+from engram.adapters.storage.dynamodb.table import Cancelled, fields, sort_key, to_model
+from engram.domain.errors import Conflict, InvalidInput, NotFound
+from engram.domain.models import MEMORY_STATUSES, Candidate, Memory, MemoryFilter, Page
+
+
+def _sweep_at(memory: Memory) -> datetime:
+    if memory.status == "active":
+        return memory.last_seen_at or memory.created_at
+    return memory.status_changed_at or memory.updated_at
+
+
+def _created(row: Memory | Candidate) -> tuple[datetime, str]:
+    return row.created_at, row.id
+
+
+class DynamoMemories(DynamoStoreBase):
+    # -- memories -------------------------------------------------------------------------
+    def _memory_item(self, memory: Memory) -> dict[str, Any]:
+        pk = self._pk(memory.namespace)
+        partition = f"{pk}#MEM#{memory.status}"
+        return {
+            "PK": pk,
+            "SK": f"MEM#{memory.id}",
+            "entity": "memory",
+            "GSI1PK": partition,
+            "GSI1SK": sort_key(memory.created_at, memory.id),
+            "GSI2PK": partition,
+            "GSI2SK": sort_key(_sweep_at(memory), memory.id),
+            **fields(memory),
+        }
+
+    @staticmethod
+    def _locks(memory: Memory | None) -> dict[str, str]:
+        """The uniqueness lock items a memory row holds: sort key -> memory id."""
+        if memory is None:
+            return {}
+        locks: dict[str, str] = {}
+        if memory.status == "active" and memory.fact_key:
+            locks[f"MEMKEY#{memory.fact_key}"] = memory.id
+        if memory.external_id:
+            locks[f"MEMEXT#{memory.external_id}"] = memory.id
+        return locks
+
+    def _lock_operations(
+        self, namespace: str, before: Sequence[Memory | None], after: Sequence[Memory]
+    ) -> list[dict[str, Any]]:
+        """Transaction items that move the lock items from the ``before`` rows to the ``after`` rows."""
+        held: dict[str, str] = {}
+        for row in before:
+            held.update(self._locks(row))
+        wanted: dict[str, str] = {}
+        for row in after:
+            for sk, owner in self._locks(row).items():
+                if sk in wanted and wanted[sk] != owner:
+                    what = "fact_key" if sk.startswith("MEMKEY#") else "external_id"
+                    raise Conflict(f"{what} {sk.split('#', 1)[1]!r} would be held by two memories")
+                wanted[sk] = owner
+        pk = self._pk(namespace)
+        operations: list[dict[str, Any]] = []
+        for sk in sorted(set(held) | set(wanted)):
+            old_owner, new_owner = held.get(sk), wanted.get(sk)
+            if old_owner == new_owner:
+                continue
+            key = self._db.key(pk, sk)
+            if new_owner is None:
+                operations.append(
+                    {
+                        "Delete": {
+                            "TableName": self._db.name,
+                            "Key": key,
+                            "ConditionExpression": "attribute_not_exists(PK) OR memory_id = :owner",
+                            "ExpressionAttributeValues": {":owner": {"S": old_owner}},
+                        }
+                    }
+                )
+                continue
+            put = self._db.put_operation(
+                {"PK": pk, "SK": sk, "entity": "memory_lock", "memory_id": new_owner}, "attribute_not_exists(PK)"
+            )
+            if old_owner is not None:
+                put["Put"]["ConditionExpression"] += " OR memory_id = :owner"
+                put["Put"]["ExpressionAttributeValues"] = {":owner": {"S": old_owner}}
+            operations.append(put)
+        return operations
+
+    def _put_memory_operation(self, memory: Memory, *, exists: bool) -> dict[str, Any]:
+        condition = "attribute_exists(PK)" if exists else "attribute_not_exists(PK)"
+        return self._db.put_operation(self._memory_item(memory), condition)
+
+    def _write_memories(self, operations: list[dict[str, Any]], conflict: str) -> None:
+        try:
+            self._db.transact(operations)
+        except Cancelled as exc:
+            raise Conflict(conflict) from exc
+
+    def _read_memory(self, namespace: str, memory_id: str) -> Memory | None:
+        item = self._db.get(self._pk(namespace), f"MEM#{memory_id}")
+        return to_model(Memory, item) if item else None
+
+    def insert_memory(self, memory: Memory) -> Memory:
+        self._register(memory.namespace)
+        operations = [
+            self._put_memory_operation(memory, exists=False),
+            *self._lock_operations(memory.namespace, [], [memory]),
+        ]
+        self._write_memories(operations, f"memory {memory.id} already exists, or its fact_key/external_id is taken")
+        return memory
+
+    def update_memory(self, memory: Memory) -> Memory:
+        current = self._read_memory(memory.namespace, memory.id)
+        if current is None:
+            raise NotFound(f"memory {memory.id} not found")
+        operations = [
+            self._put_memory_operation(memory, exists=True),
+            *self._lock_operations(memory.namespace, [current], [memory]),
+        ]
+        self._write_memories(operations, f"memory {memory.id}: its fact_key or external_id is taken")
+        return memory
+
+    def get_memory(self, namespace: str, memory_id: str) -> Memory:
+        memory = self._read_memory(namespace, memory_id)
+        if memory is None:
+            raise NotFound(f"memory {memory_id} not found")
+        return memory
+
+    def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
+        pk = self._pk(namespace)
+        keys = [(pk, f"MEM#{memory_id}") for memory_id in dict.fromkeys(memory_ids)]
+        found = {memory.id: memory for memory in (to_model(Memory, item) for item in self._db.batch_get(keys))}
+        return [found[memory_id] for memory_id in memory_ids if memory_id in found]
+
+    def _find_locked(self, namespace: str, lock_sk: str) -> Memory | None:
+        lock = self._db.get(self._pk(namespace), lock_sk)
+        if lock is None:
+            return None
+        return self._read_memory(namespace, lock["memory_id"])
+
+    def find_active_by_fact_key(self, namespace: str, fact_key: str) -> Memory | None:
+        memory = self._find_locked(namespace, f"MEMKEY#{fact_key}")
+        return memory if memory is not None and memory.status == "active" and memory.fact_key == fact_key else None
+
+    def find_by_external_id(self, namespace: str, external_id: str) -> Memory | None:
+        memory = self._find_locked(namespace, f"MEMEXT#{external_id}")
+        return memory if memory is not None and memory.external_id == external_id else None
+
+    def _newest_first(
+        self, namespace: str, prefix: str, statuses: Sequence[str], before: str | None, page_size: int
+    ) -> Iterator[dict[str, Any]]:
+        """GSI1 items of several status partitions merged newest first, strictly before ``before``."""
+        pk = self._pk(namespace)
+        streams = [
+            self._db.query(
+                pk=f"{pk}#{prefix}#{status}", index="GSI1", sk_before=before, forward=False, page_size=page_size
+            )
+            for status in dict.fromkeys(statuses)
+        ]
+        return heapq.merge(*streams, key=lambda item: item["GSI1SK"], reverse=True)
+
+    def list_memories(
+        self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Memory]:
+        check_limit(limit)
+        page_size = min(max(limit + 1, 25), 500)
+        items = self._newest_first(namespace, "MEM", filters.listed_statuses, cursor_sort_key(cursor), page_size)
+        return self._page(
+            items, lambda item: to_model(Memory, item), limit, _created, lambda m: memory_matches(m, filters)
+        )
+
+    def iter_memories(self, namespace: str, statuses: Sequence[str] = ()) -> Iterable[Memory]:
+        pk = self._pk(namespace)
+        streams = [
+            self._db.query(pk=f"{pk}#MEM#{status}", index="GSI1", forward=True)
+            for status in dict.fromkeys(statuses or MEMORY_STATUSES)
+        ]
+        for item in heapq.merge(*streams, key=lambda item: item["GSI1SK"]):
+            yield to_model(Memory, item)
+
+    def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
+        if old.namespace != new.namespace:
+            raise InvalidInput("supersede needs both memories in the same namespace")
+        current = self._read_memory(old.namespace, old.id)
+        if current is None:
+            raise NotFound(f"memory {old.id} not found")
+        self._register(new.namespace)
+        operations = [
+            self._put_memory_operation(old, exists=True),
+            self._put_memory_operation(new, exists=False),
+            *self._lock_operations(old.namespace, [current], [old, new]),
+        ]
+        self._write_memories(operations, f"cannot supersede {old.id} with {new.id}: id or key taken")
+        return old, new
+
+    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
+        current = self._read_memory(namespace, memory_id)
+        if current is None:
+            return
+        pk = self._pk(namespace)
+        self._db.delete(pk, f"MEM#{memory_id}")
+        for sk, owner in self._locks(current).items():
+            self._db.delete(pk, sk, "memory_id = :owner", ExpressionAttributeValues={":owner": {"S": owner}})
+
+    def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
+        counts = empty_memory_counts()
+        pk = self._pk(namespace)
+        for status in MEMORY_STATUSES:
+            partition = f"{pk}#MEM#{status}"
+            if status != "active":
+                counts["status"][status] = self._db.count(pk=partition, index="GSI1")
+                continue
+            for item in self._db.query(pk=partition, index="GSI1", projection=("type", "layer")):
+                counts["status"]["active"] += 1
+                counts["type"][item["type"]] = counts["type"].get(item["type"], 0) + 1
+                counts["layer"][item["layer"]] = counts["layer"].get(item["layer"], 0) + 1
+        return counts
+
+    def memories_changed_before(
+        self, namespace: str, statuses: Sequence[str], before: datetime, *, limit: int = 500
+    ) -> list[Memory]:
+        check_limit(limit)
+        pk = self._pk(namespace)
+        rows: list[Memory] = []
+        for status in dict.fromkeys(statuses):
+            if status == "active":  # GSI2 orders active rows by sighting, not by status change
+                rows += [
+                    m
+                    for m in self.iter_memories(namespace, ["active"])
+                    if (m.status_changed_at or m.updated_at) < before
+                ]
+                continue
+            items = self._db.query(pk=f"{pk}#MEM#{status}", index="GSI2", sk_before=to_iso(before), page_size=limit)
+            for n, item in enumerate(items):
+                if n >= limit:
+                    break
+                rows.append(to_model(Memory, item))
+        rows.sort(key=lambda m: (m.status_changed_at or m.updated_at, m.id))
+        return rows[:limit]
+
+    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+        check_limit(limit)
+        items = self._db.query(
+            pk=f"{self._pk(namespace)}#MEM#active", index="GSI2", sk_before=to_iso(before), page_size=limit
+        )
+        rows: list[Memory] = []
+        for item in items:
+            rows.append(to_model(Memory, item))
+            if len(rows) >= limit:
+                break
+        return rows
+
+    # -- review candidates ----------------------------------------------------------------
+    def _candidate_item(self, candidate: Candidate) -> dict[str, Any]:
+        pk = self._pk(candidate.namespace)
+        return {
+            "PK": pk,
+            "SK": f"CAND#{candidate.id}",
+            "entity": "candidate",
+            "GSI1PK": f"{pk}#CAND#{candidate.status}",
+            "GSI1SK": sort_key(candidate.created_at, candidate.id),
+            **fields(candidate),
+        }
+
+    def insert_candidate(self, candidate: Candidate) -> Candidate:
+        self._register(candidate.namespace)
+        if not self._db.put(self._candidate_item(candidate), "attribute_not_exists(PK)"):
+            raise Conflict(f"candidate {candidate.id} already exists")
+        return candidate
+
+    def update_candidate(self, candidate: Candidate) -> Candidate:
+        if not self._db.put(self._candidate_item(candidate), "attribute_exists(PK)"):
+            raise NotFound(f"candidate {candidate.id} not found")
+        return candidate
+
+    def get_candidate(self, namespace: str, candidate_id: str) -> Candidate:
+        item = self._db.get(self._pk(namespace), f"CAND#{candidate_id}")
+        if item is None:
+            raise NotFound(f"candidate {candidate_id} not found")
+        return to_model(Candidate, item)
+
+    def list_candidates(
+        self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Candidate]:
+        check_limit(limit)
+        statuses = CANDIDATE_STATUSES if status is None else (status,)
+        items = self._newest_first(namespace, "CAND", statuses, cursor_sort_key(cursor), min(limit + 1, 500))
+        return self._page(items, lambda item: to_model(Candidate, item), limit, _created)

@@ -1,0 +1,166 @@
+"""The audit trail (memory events, usage) and the key-value rows (idempotency keys, job cursors,
+cache entries, the namespace registry) on the DynamoDB table."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from engram.adapters.storage.common import check_limit, to_iso
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, DynamoStoreBase
+from engram.adapters.storage.dynamodb.table import epoch, fields, sort_key, to_model
+from engram.domain.errors import Conflict, InvalidInput
+from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
+
+
+class DynamoRecords(DynamoStoreBase):
+    # -- events, usage ----------------------------------------------------------------------
+    def append_event(self, event: MemoryEvent) -> None:
+        pk = self._pk(event.namespace)
+        order = sort_key(event.created_at, event.id)
+        item = {
+            "PK": pk,
+            "SK": f"EVT#{event.id}",
+            "entity": "event",
+            "GSI1PK": f"{pk}#EVT",
+            "GSI1SK": order,
+            "ttl": self._ttl(event.created_at, self._log_ttl),
+            **fields(event),
+        }
+        if event.memory_id is not None:
+            item |= {"GSI2PK": f"{pk}#EVTMEM#{event.memory_id}", "GSI2SK": order}
+        if not self._db.put(item, "attribute_not_exists(PK)"):
+            raise Conflict(f"event {event.id} already exists")
+
+    def list_events(
+        self, namespace: str, *, memory_id: str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[MemoryEvent]:
+        check_limit(limit)
+        pk = self._pk(namespace)
+        if memory_id is not None:
+            items = self._db.query(pk=f"{pk}#EVTMEM#{memory_id}", index="GSI2", forward=False, page_size=limit + 1)
+        else:
+            items = self._db.query(pk=f"{pk}#EVT", index="GSI1", forward=False, page_size=limit + 1)
+        rows: list[MemoryEvent] = []
+        for item in items:
+            event = to_model(MemoryEvent, item)
+            if kind is None or event.kind == kind:
+                rows.append(event)
+                if len(rows) >= limit:
+                    break
+        return rows
+
+    def _delete_logged_before(self, namespace: str, partition: str, prefix: str, before: datetime) -> int:
+        pk = self._pk(namespace)
+        items = self._db.query(pk=f"{pk}#{partition}", index="GSI1", sk_before=to_iso(before), projection=("PK", "SK"))
+        doomed = [(pk, item["SK"]) for item in items if item["SK"].startswith(prefix)]
+        self._db.batch_delete(doomed)
+        return len(doomed)
+
+    def delete_events_before(self, namespace: str, before: datetime) -> int:
+        return self._delete_logged_before(namespace, "EVT", "EVT#", before)
+
+    def append_usage(self, usage: UsageRecord) -> None:
+        pk = self._pk(usage.namespace)
+        item = {
+            "PK": pk,
+            "SK": f"USAGE#{usage.id}",
+            "entity": "usage",
+            "GSI1PK": f"{pk}#USAGE",
+            "GSI1SK": sort_key(usage.created_at, usage.id),
+            "ttl": self._ttl(usage.created_at, self._log_ttl),
+            **fields(usage),
+        }
+        if not self._db.put(item, "attribute_not_exists(PK)"):
+            raise Conflict(f"usage record {usage.id} already exists")
+
+    def list_usage(self, namespace: str, *, since: datetime | None = None) -> list[UsageRecord]:
+        partition = f"{self._pk(namespace)}#USAGE"
+        if since is None:
+            items = self._db.query(pk=partition, index="GSI1")
+        else:
+            items = self._db.query(pk=partition, index="GSI1", sk_between=(to_iso(since), "~"))
+        return [to_model(UsageRecord, item) for item in items]
+
+    def delete_usage_before(self, namespace: str, before: datetime) -> int:
+        return self._delete_logged_before(namespace, "USAGE", "USAGE#", before)
+
+    # -- idempotency, cursors, cache, namespaces ----------------------------------------------
+    def get_idempotency(self, namespace: str, key: str) -> IdempotencyRecord | None:
+        item = self._db.get(self._pk(namespace), f"IDEM#{key}")
+        return to_model(IdempotencyRecord, item) if item else None
+
+    def put_idempotency(self, record: IdempotencyRecord) -> bool:
+        item = {
+            "PK": self._pk(record.namespace),
+            "SK": f"IDEM#{record.key}",
+            "entity": "idempotency",
+            "ttl": self._ttl(record.created_at, self._idempotency_ttl),
+            **fields(record),
+        }
+        return self._db.put(item, "attribute_not_exists(PK)")
+
+    def delete_idempotency_before(self, namespace: str, before: datetime) -> int:
+        pk = self._pk(namespace)
+        cutoff = to_iso(before)
+        doomed = [
+            (pk, item["SK"])
+            for item in self._db.query(pk=pk, sk_prefix="IDEM#", projection=("PK", "SK", "created_at"))
+            if item["created_at"] < cutoff
+        ]
+        self._db.batch_delete(doomed)
+        return len(doomed)
+
+    def get_cursor(self, namespace: str, name: str) -> str | None:
+        item = self._db.get(self._pk(namespace), f"CURSOR#{name}")
+        return str(item["value"]) if item else None
+
+    def set_cursor(self, namespace: str, name: str, value: str) -> None:
+        self._db.put(
+            {
+                "PK": self._pk(namespace),
+                "SK": f"CURSOR#{name}",
+                "entity": "cursor",
+                "namespace": namespace,
+                "name": name,
+                "value": value,
+                "updated_at": to_iso(utcnow()),
+            }
+        )
+
+    def get_cache(self, namespace: str, key: str) -> Any | None:
+        item = self._db.get(self._pk(namespace), f"CACHE#{key}")
+        if item is None:
+            return None
+        expires_at = item.get("expires_at")
+        if expires_at is not None and datetime.fromisoformat(expires_at) <= utcnow():
+            return None
+        return json.loads(item["value_json"])
+
+    def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"cache value for {key!r} is not JSON-serializable") from exc
+        item: dict[str, Any] = {
+            "PK": self._pk(namespace),
+            "SK": f"CACHE#{key}",
+            "entity": "cache",
+            "namespace": namespace,
+            "key": key,
+            "value_json": text,
+            "updated_at": to_iso(utcnow()),
+        }
+        if expires_at is not None:
+            item |= {"expires_at": to_iso(expires_at), "ttl": epoch(expires_at)}
+        self._db.put(item)
+
+    def delete_cache(self, namespace: str, key: str) -> None:
+        self._db.delete(self._pk(namespace), f"CACHE#{key}")
+
+    def list_namespaces(self) -> list[str]:
+        return sorted(item["SK"] for item in self._db.query(pk=NAMESPACES_PK, projection=("SK",)))
+
+    def ping(self) -> None:
+        self._db.get(NAMESPACES_PK, "#ping")

@@ -1,0 +1,39 @@
+"""``DynamoMemoryStore``: the ``MemoryStore`` port on one DynamoDB table, one part per concern."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from engram.adapters.storage.dynamodb.memories import DynamoMemories
+from engram.adapters.storage.dynamodb.notes import DynamoNotes
+from engram.adapters.storage.dynamodb.records import DynamoRecords
+from engram.adapters.storage.dynamodb.table import DynamoTable
+from engram.adapters.storage.dynamodb.upgrade import DynamoUpgrades
+from engram.domain.errors import InvalidInput
+
+
+class DynamoMemoryStore(DynamoMemories, DynamoUpgrades, DynamoNotes, DynamoRecords):
+    """The ``MemoryStore`` port on DynamoDB. ``client`` is a boto3 DynamoDB client (built if omitted)."""
+
+    def __init__(
+        self,
+        table_name: str,
+        client: Any | None = None,
+        *,
+        region_name: str | None = None,
+        message_ttl_days: int = 14,
+        log_ttl_days: int = 30,
+        idempotency_ttl_days: int = 7,
+    ) -> None:
+        if not table_name:
+            raise InvalidInput("DynamoMemoryStore needs a table name (ENGRAM_TABLE_NAME)")
+        if client is None:
+            import boto3
+
+            client = boto3.client("dynamodb", region_name=region_name or None)
+        self._db = DynamoTable(client, table_name)
+        self._message_ttl = timedelta(days=message_ttl_days)
+        self._log_ttl = timedelta(days=log_ttl_days)
+        self._idempotency_ttl = timedelta(days=idempotency_ttl_days)
+        self._known_namespaces = set()

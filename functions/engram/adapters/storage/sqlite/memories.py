@@ -1,0 +1,157 @@
+"""Memories and review candidates in the SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from engram.adapters.storage.common import check_limit, empty_memory_counts, to_iso
+from engram.adapters.storage.sqlite.base import SqliteStoreBase
+from engram.adapters.storage.sqlite.tables import CANDIDATES, ITER_CHUNK, MEMORIES, marks
+from engram.domain.errors import InvalidInput, NotFound
+from engram.domain.models import Candidate, Memory, MemoryFilter, Page
+
+
+def memory_filter_sql(filters: MemoryFilter) -> tuple[str, list[Any]]:
+    statuses = filters.listed_statuses
+    clauses = [f"status IN ({marks(len(statuses))})"]
+    params: list[Any] = list(statuses)
+    if filters.types:
+        clauses.append(f"type IN ({marks(len(filters.types))})")
+        params.extend(filters.types)
+    if filters.layer is not None:
+        clauses.append("layer = ?")
+        params.append(filters.layer)
+    if filters.tag is not None:
+        clauses.append("EXISTS (SELECT 1 FROM json_each(memories.tags) WHERE json_each.value = ?)")
+        params.append(filters.tag)
+    if filters.pinned is not None:
+        clauses.append("pinned = ?")
+        params.append(filters.pinned)
+    if filters.fact_key is not None:
+        clauses.append("fact_key = ?")
+        params.append(filters.fact_key)
+    return " AND ".join(clauses), params
+
+
+class SqliteMemories(SqliteStoreBase):
+    # -- memories -------------------------------------------------------------------------
+    def insert_memory(self, memory: Memory) -> Memory:
+        self._execute(MEMORIES.insert_sql, MEMORIES.insert_params(memory))
+        return memory
+
+    def update_memory(self, memory: Memory) -> Memory:
+        if self._execute(MEMORIES.update_sql, MEMORIES.update_params(memory)) == 0:
+            raise NotFound(f"memory {memory.id} not found")
+        return memory
+
+    def get_memory(self, namespace: str, memory_id: str) -> Memory:
+        memory = self._select_one(MEMORIES, "namespace = ? AND id = ?", (namespace, memory_id))
+        if memory is None:
+            raise NotFound(f"memory {memory_id} not found")
+        return memory
+
+    def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
+        return self._by_ids(MEMORIES, namespace, memory_ids)
+
+    def find_active_by_fact_key(self, namespace: str, fact_key: str) -> Memory | None:
+        return self._select_one(MEMORIES, "namespace = ? AND fact_key = ? AND status = 'active'", (namespace, fact_key))
+
+    def find_by_external_id(self, namespace: str, external_id: str) -> Memory | None:
+        return self._select_one(MEMORIES, "namespace = ? AND external_id = ?", (namespace, external_id))
+
+    def list_memories(
+        self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Memory]:
+        where, params = memory_filter_sql(filters)
+        return self._page(MEMORIES, f"namespace = ? AND {where}", [namespace, *params], limit, cursor)
+
+    def iter_memories(self, namespace: str, statuses: Sequence[str] = ()) -> Iterable[Memory]:
+        # Keyset-paginated so a large namespace is never held in memory nor the lock held between chunks.
+        where = "namespace = ?"
+        params: list[Any] = [namespace]
+        if statuses:
+            where += f" AND status IN ({marks(len(statuses))})"
+            params.extend(statuses)
+        after: list[Any] = []
+        while True:
+            clause = f"{where} AND (created_at, id) > (?, ?)" if after else where
+            chunk = self._select(MEMORIES, f"{clause} ORDER BY created_at, id LIMIT ?", [*params, *after, ITER_CHUNK])
+            yield from chunk
+            if len(chunk) < ITER_CHUNK:
+                return
+            after = [to_iso(chunk[-1].created_at), chunk[-1].id]
+
+    def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
+        if old.namespace != new.namespace:
+            raise InvalidInput("supersede needs both memories in the same namespace")
+        with self._transaction() as db:
+            # The old row goes first: it frees the fact_key the new row takes.
+            if db.execute(MEMORIES.update_sql, MEMORIES.update_params(old)).rowcount == 0:
+                raise NotFound(f"memory {old.id} not found")
+            db.execute(MEMORIES.insert_sql, MEMORIES.insert_params(new))
+        return old, new
+
+    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
+        self._execute("DELETE FROM memories WHERE namespace = ? AND id = ?", (namespace, memory_id))
+
+    def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
+        counts = empty_memory_counts()
+        with self._session() as db:
+            rows = db.execute(
+                "SELECT status, type, layer, COUNT(*) FROM memories WHERE namespace = ? GROUP BY status, type, layer",
+                (namespace,),
+            ).fetchall()
+        for status, memory_type, layer, count in rows:
+            counts["status"][status] += count
+            if status == "active":
+                counts["type"][memory_type] += count
+                counts["layer"][layer] += count
+        return counts
+
+    def memories_changed_before(
+        self, namespace: str, statuses: Sequence[str], before: datetime, *, limit: int = 500
+    ) -> list[Memory]:
+        check_limit(limit)
+        if not statuses:
+            return []
+        changed_at = "COALESCE(status_changed_at, updated_at)"
+        return self._select(
+            MEMORIES,
+            f"namespace = ? AND status IN ({marks(len(statuses))}) AND {changed_at} < ?"
+            f" ORDER BY {changed_at}, id LIMIT ?",
+            [namespace, *statuses, to_iso(before), limit],
+        )
+
+    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+        check_limit(limit)
+        seen_at = "COALESCE(last_seen_at, created_at)"
+        return self._select(
+            MEMORIES,
+            f"namespace = ? AND status = 'active' AND {seen_at} < ? ORDER BY {seen_at}, id LIMIT ?",
+            [namespace, to_iso(before), limit],
+        )
+
+    # -- review candidates ----------------------------------------------------------------
+    def insert_candidate(self, candidate: Candidate) -> Candidate:
+        self._execute(CANDIDATES.insert_sql, CANDIDATES.insert_params(candidate))
+        return candidate
+
+    def update_candidate(self, candidate: Candidate) -> Candidate:
+        if self._execute(CANDIDATES.update_sql, CANDIDATES.update_params(candidate)) == 0:
+            raise NotFound(f"candidate {candidate.id} not found")
+        return candidate
+
+    def get_candidate(self, namespace: str, candidate_id: str) -> Candidate:
+        candidate = self._select_one(CANDIDATES, "namespace = ? AND id = ?", (namespace, candidate_id))
+        if candidate is None:
+            raise NotFound(f"candidate {candidate_id} not found")
+        return candidate
+
+    def list_candidates(
+        self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Candidate]:
+        if status is None:
+            return self._page(CANDIDATES, "namespace = ?", [namespace], limit, cursor)
+        return self._page(CANDIDATES, "namespace = ? AND status = ?", [namespace, status], limit, cursor)

@@ -1,0 +1,108 @@
+"""The audit trail (memory events, usage) and the key-value rows (idempotency keys, job cursors,
+cache entries) in the SQLite store; the namespace list and the health check."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from engram.adapters.storage.common import check_limit, to_iso
+from engram.adapters.storage.sqlite.base import SqliteStoreBase
+from engram.adapters.storage.sqlite.tables import CACHE, EVENTS, IDEMPOTENCY, USAGE
+from engram.domain.errors import InvalidInput, UpstreamUnavailable
+from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
+
+
+class SqliteRecords(SqliteStoreBase):
+    # -- events, usage, idempotency, cursors, cache -----------------------------------------
+    def append_event(self, event: MemoryEvent) -> None:
+        self._execute(EVENTS.insert_sql, EVENTS.insert_params(event))
+
+    def list_events(
+        self, namespace: str, *, memory_id: str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[MemoryEvent]:
+        check_limit(limit)
+        clauses = ["namespace = ?"]
+        params: list[Any] = [namespace]
+        if memory_id is not None:
+            clauses.append("memory_id = ?")
+            params.append(memory_id)
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)
+        where = " AND ".join(clauses)
+        return self._select(EVENTS, f"{where} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit])
+
+    def delete_events_before(self, namespace: str, before: datetime) -> int:
+        return self._execute("DELETE FROM events WHERE namespace = ? AND created_at < ?", (namespace, to_iso(before)))
+
+    def append_usage(self, usage: UsageRecord) -> None:
+        self._execute(USAGE.insert_sql, USAGE.insert_params(usage))
+
+    def list_usage(self, namespace: str, *, since: datetime | None = None) -> list[UsageRecord]:
+        if since is None:
+            return self._select(USAGE, "namespace = ? ORDER BY created_at, id", (namespace,))
+        return self._select(
+            USAGE, "namespace = ? AND created_at >= ? ORDER BY created_at, id", (namespace, to_iso(since))
+        )
+
+    def delete_usage_before(self, namespace: str, before: datetime) -> int:
+        return self._execute("DELETE FROM usage WHERE namespace = ? AND created_at < ?", (namespace, to_iso(before)))
+
+    def get_idempotency(self, namespace: str, key: str) -> IdempotencyRecord | None:
+        return self._select_one(IDEMPOTENCY, "namespace = ? AND key = ?", (namespace, key))
+
+    def put_idempotency(self, record: IdempotencyRecord) -> bool:
+        sql = f"{IDEMPOTENCY.insert_sql} ON CONFLICT (namespace, key) DO NOTHING"
+        return self._execute(sql, IDEMPOTENCY.insert_params(record)) == 1
+
+    def delete_idempotency_before(self, namespace: str, before: datetime) -> int:
+        return self._execute(
+            "DELETE FROM idempotency WHERE namespace = ? AND created_at < ?", (namespace, to_iso(before))
+        )
+
+    def get_cursor(self, namespace: str, name: str) -> str | None:
+        with self._session() as db:
+            row = db.execute("SELECT value FROM cursors WHERE namespace = ? AND name = ?", (namespace, name)).fetchone()
+        return None if row is None else str(row["value"])
+
+    def set_cursor(self, namespace: str, name: str, value: str) -> None:
+        self._execute(
+            "INSERT INTO cursors (namespace, name, value) VALUES (?, ?, ?)"
+            " ON CONFLICT (namespace, name) DO UPDATE SET value = excluded.value",
+            (namespace, name, value),
+        )
+
+    def get_cache(self, namespace: str, key: str) -> Any | None:
+        entry = self._select_one(
+            CACHE,
+            "namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
+            (namespace, key, to_iso(utcnow())),
+        )
+        return None if entry is None else json.loads(entry.value)
+
+    def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"cache value for {key!r} is not JSON-serializable") from exc
+        entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=utcnow())
+        self._execute(CACHE.upsert_sql, CACHE.insert_params(entry))
+
+    def delete_cache(self, namespace: str, key: str) -> None:
+        self._execute("DELETE FROM cache WHERE namespace = ? AND key = ?", (namespace, key))
+
+    def list_namespaces(self) -> list[str]:
+        tables = ("memories", "messages", "candidates", "precious", "glossary", "digests")
+        sql = " UNION ".join(f"SELECT namespace FROM {table}" for table in tables) + " ORDER BY namespace"
+        with self._session() as db:
+            return [row[0] for row in db.execute(sql)]
+
+    def ping(self) -> None:
+        with self._lock:
+            try:
+                self._connection().execute("SELECT 1").fetchone()
+            except (sqlite3.Error, OSError) as exc:
+                raise UpstreamUnavailable(f"the SQLite store at {self._path} cannot be used ({exc})") from exc

@@ -1,0 +1,234 @@
+"""The SQLite store's schema: ``MIGRATIONS`` builds and upgrades it (append a new tuple of statements
+to change it, never edit a released one), applied in one write transaction on first use."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from engram.adapters.storage.common import to_iso
+from engram.domain.models import utcnow
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: every row kind of the MemoryStore port.
+    (
+        """CREATE TABLE memories (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            content TEXT NOT NULL,
+            type TEXT NOT NULL,
+            fact_key TEXT,
+            layer TEXT NOT NULL,
+            importance REAL NOT NULL,
+            confidence REAL NOT NULL,
+            pinned INTEGER NOT NULL,
+            tags TEXT NOT NULL,
+            status TEXT NOT NULL,
+            supersedes_id TEXT,
+            superseded_by_id TEXT,
+            source TEXT NOT NULL,
+            source_message_ids TEXT NOT NULL,
+            external_id TEXT,
+            remind_at TEXT,
+            seen_count INTEGER NOT NULL,
+            last_seen_at TEXT,
+            last_injected_at TEXT,
+            recall_count INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            status_changed_at TEXT,
+            expires_at TEXT,
+            index_ref TEXT,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX memories_by_status ON memories (namespace, status, created_at, id)",
+        "CREATE INDEX memories_by_created ON memories (namespace, created_at, id)",
+        """CREATE UNIQUE INDEX memories_active_fact_key ON memories (namespace, fact_key)
+            WHERE status = 'active' AND fact_key IS NOT NULL""",
+        "CREATE UNIQUE INDEX memories_external_id ON memories (namespace, external_id)",
+        """CREATE INDEX memories_by_status_change
+            ON memories (namespace, status, COALESCE(status_changed_at, updated_at), id)""",
+        """CREATE INDEX memories_by_last_seen
+            ON memories (namespace, status, COALESCE(last_seen_at, created_at), id)""",
+        """CREATE TABLE candidates (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            content TEXT NOT NULL,
+            type TEXT NOT NULL,
+            fact_key TEXT,
+            importance REAL NOT NULL,
+            confidence REAL NOT NULL,
+            tags TEXT NOT NULL,
+            source TEXT NOT NULL,
+            source_message_ids TEXT NOT NULL,
+            status TEXT NOT NULL,
+            target_memory_id TEXT,
+            result_memory_id TEXT,
+            decision_note TEXT,
+            created_at TEXT NOT NULL,
+            decided_at TEXT,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX candidates_by_status ON candidates (namespace, status, created_at, id)",
+        "CREATE INDEX candidates_by_created ON candidates (namespace, created_at, id)",
+        """CREATE TABLE messages (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            model TEXT,
+            usage TEXT NOT NULL,
+            external_id TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX messages_by_created ON messages (namespace, created_at, id)",
+        "CREATE UNIQUE INDEX messages_external_id ON messages (namespace, external_id)",
+        """CREATE TABLE precious (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            content TEXT NOT NULL,
+            source TEXT NOT NULL,
+            reason TEXT,
+            tags TEXT NOT NULL,
+            source_message_ids TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX precious_by_created ON precious (namespace, created_at, id)",
+        """CREATE TABLE glossary (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            term TEXT NOT NULL,
+            aliases TEXT NOT NULL,
+            definition TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, id)
+        )""",
+        """CREATE TABLE digests (
+            namespace TEXT NOT NULL PRIMARY KEY,
+            content TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE daily_logs (
+            namespace TEXT NOT NULL,
+            date TEXT NOT NULL,
+            title TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            sections TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, date)
+        )""",
+        """CREATE TABLE events (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            memory_id TEXT,
+            detail TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX events_by_created ON events (namespace, created_at, id)",
+        "CREATE INDEX events_by_memory ON events (namespace, memory_id, created_at, id)",
+        "CREATE INDEX events_by_kind ON events (namespace, kind, created_at, id)",
+        """CREATE TABLE usage (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL,
+            cache_write_tokens INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX usage_by_created ON usage (namespace, created_at, id)",
+        """CREATE TABLE idempotency (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX idempotency_by_created ON idempotency (namespace, created_at)",
+        """CREATE TABLE cursors (
+            namespace TEXT NOT NULL,
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (namespace, name)
+        )""",
+        """CREATE TABLE cache (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            expires_at TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )""",
+    ),
+    # 2: a stored chat turn notes why it got no answer (Message.error).
+    ("ALTER TABLE messages ADD COLUMN error TEXT",),
+    # 3: threads (docs/threads.md): one row per conversation, counted as messages arrive.
+    (
+        """CREATE TABLE threads (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            title TEXT,
+            message_count INTEGER NOT NULL,
+            last_message_at TEXT,
+            created_at TEXT NOT NULL,
+            deleted_at TEXT,
+            PRIMARY KEY (namespace, id)
+        )""",
+        "CREATE INDEX messages_by_thread ON messages (namespace, conversation_id, created_at, id)",
+        """INSERT INTO threads (namespace, id, title, message_count, last_message_at, created_at, deleted_at)
+            SELECT namespace, conversation_id, NULL, COUNT(*), MAX(created_at), MIN(created_at), NULL
+            FROM messages GROUP BY namespace, conversation_id""",
+    ),
+    # 4: reminders (docs/reminders.md): delivery state of each memory's remind_at.
+    (
+        """CREATE TABLE reminders (
+            namespace TEXT NOT NULL,
+            memory_id TEXT NOT NULL,
+            remind_at TEXT NOT NULL,
+            status TEXT NOT NULL,
+            delivered_at TEXT,
+            lease_owner TEXT,
+            lease_until TEXT,
+            PRIMARY KEY (namespace, memory_id)
+        )""",
+        "CREATE INDEX reminders_by_time ON reminders (namespace, status, remind_at, memory_id)",
+    ),
+    # 5: the order messages were stored in (extraction reads in it); older rows take created_at.
+    (
+        "ALTER TABLE messages ADD COLUMN stored_at TEXT",
+        "UPDATE messages SET stored_at = created_at",
+        "CREATE INDEX messages_by_stored ON messages (namespace, stored_at, id)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction, taken up front so concurrent writers queue instead of deadlocking."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+    with immediate(db):
+        (current,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+        for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
+            for statement in statements:
+                db.execute(statement)
+            db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, to_iso(utcnow())))

@@ -1,0 +1,79 @@
+"""Jobs over REST (`/v1/jobs`, scope `admin`): the latest runs, and a run now. A REST run acts on the
+caller's namespace only. The in-process schedule of `engram serve`: ``entrypoints/http/schedule.py``."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engram.domain.access import Principal
+from engram.entrypoints.http.auth import require
+from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.schedule import install_schedule
+from engram.services.job_runs import last_runs
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+Admin = Annotated[Principal, Depends(require("admin"))]
+
+
+class DreamRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    date: str | None = Field(
+        default=None,
+        pattern=r"^\d{4}-\d{2}-\d{2}$",
+        json_schema_extra={"format": "date"},
+        description="YYYY-MM-DD; default yesterday",
+    )
+    force: bool = False
+
+    @field_validator("date")
+    @classmethod
+    def _a_real_day(cls, value: str | None) -> str | None:
+        if value is not None:
+            datetime.date.fromisoformat(value)  # ValueError -> 422 naming the field
+        return value
+
+
+def _c(request: Request) -> Any:
+    return request.app.state.container
+
+
+@router.get("")
+def list_runs(request: Request, who: Admin, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> dict[str, Any]:
+    """The latest job runs of your namespace, newest first."""
+    return {"runs": last_runs(_c(request).store, who.namespace, limit)}
+
+
+@router.post("/extract", responses=CONFLICT)
+async def extract_now(request: Request, who: Admin) -> dict[str, Any]:
+    """Extract your new messages now; returns what was created, seen, superseded or queued for review."""
+    report = await _c(request).extraction.run(namespace=who.namespace)
+    return dict(report.to_dict())
+
+
+@router.post("/dream", responses=CONFLICT)
+async def dream_now(
+    request: Request, who: Admin, body: Annotated[DreamRequest | None, Body()] = None
+) -> dict[str, Any]:
+    """Dream one day now (default yesterday; `force` repeats a day already dreamt)."""
+    body = body or DreamRequest()
+    report = await _c(request).dreaming.run(date=body.date, force=body.force, namespace=who.namespace)
+    return dict(report.to_dict())
+
+
+@router.post("/cleanup", responses=CONFLICT)
+def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
+    """Apply the retention periods to your namespace now."""
+    return dict(_c(request).cleanup.run(who.namespace).to_dict())
+
+
+def install(app: FastAPI, container: Any) -> None:
+    app.include_router(router)
+    install_schedule(app, container)

@@ -1,0 +1,85 @@
+"""The MCP server at `/mcp`: Engram's memory as tools for Claude Code, Codex, Cursor and any MCP client.
+
+This module builds the server and mounts it; the tools live one module per concern (``memories``,
+``notes``, ``conversations``, ``reminders``, ``overview``, ``skills``; what they share: ``toolkit``);
+the host/auth gate in front of the SDK: ``gate``.
+
+Built on the official `mcp` SDK (2.x): streamable HTTP, stateless, JSON responses. Every tool is one
+call into the same services as the REST API and needs the scope of its REST twin. Requests pass a gate
+first (host allowlist, API key -> Principal, 401 JSON before any MCP handling); tools read the
+principal from the ASGI scope, so a key only ever touches its own namespace.
+
+Error mapping (the MCP row of the house table): Engram errors a model can fix (not found, conflict,
+invalid input, missing scope, too long) -> ``ToolError`` with the message; argument-schema failures
+and unknown tools -> the SDK's own tool errors; anything else -> the SDK's generic
+"Error executing tool X" (logged with its traceback); the server keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+from engram import __version__
+from engram.entrypoints.http.mcp import conversations, memories, notes, overview, reminders, skills
+from engram.entrypoints.http.mcp.gate import McpGate, security_settings
+from engram.entrypoints.http.mcp.toolkit import Toolbox
+
+PATH = "/mcp"
+
+INSTRUCTIONS = """\
+Engram is the user's long-term memory, shared across chat windows, clients and models.
+- At the start of a session call memory_boot once: who the user is, pinned facts, the digest, glossary.
+- Before answering anything that may depend on the user's history, preferences or projects, call
+  memory_recall with the user's request as the query (it returns ready-to-use context text).
+- Save durable facts: memory_upsert when the fact has a natural key (home:city, pref:editor) so a
+  later change replaces it; memory_remember for everything else (near-duplicates are merged).
+- Correct a wrong or outdated memory with memory_supersede (keeps history) or memory_update (in place).
+- Never store secrets (passwords, API keys, tokens).
+- Skills: the user's playbooks (SKILL.md). skill_search or skill_list finds one, skill_get loads it
+  when a task calls for it; skill_import saves a new or changed one.
+"""
+
+# The order tools are listed in (tools/list): each module registers a contiguous run of it.
+TOOL_MODULES = (memories, notes, conversations, reminders, overview, skills)
+
+
+def build_server(container: Any) -> MCPServer:
+    """An MCPServer whose tools call ``container``'s services."""
+    # MCPServer() calls logging.basicConfig(); logging belongs to the entry point, so undo it.
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
+    server: MCPServer = MCPServer(
+        "engram", title="Engram memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+    root.handlers[:] = root_handlers
+    root.setLevel(root_level)
+    tools = Toolbox(server, container)
+    for module in TOOL_MODULES:
+        module.register(tools)
+    return server
+
+
+def install(app: Any, container: Any) -> None:
+    """Serve the MCP server at ``/mcp`` and run its session manager inside the host app's lifespan."""
+    settings = container.settings
+    server = build_server(container)
+    hosts = list(settings.mcp_allowed_hosts)
+    server.streamable_http_app(
+        streamable_http_path=PATH, stateless_http=True, json_response=True, transport_security=security_settings(hosts)
+    )
+    manager = server.session_manager
+    gate = McpGate(
+        manager.handle_request,
+        container.keys,
+        hosts=hosts,
+        allow_query_token=settings.mcp_allow_query_token,
+        limits=getattr(container, "limits", None),
+    )
+    # Routes (not a Mount) so `/mcp` itself answers without a redirect to `/mcp/`.
+    app.add_route(PATH, gate, include_in_schema=False)
+    app.add_route(PATH + "/", gate, include_in_schema=False)
+    app.state.startup_hooks.append(lambda _app: manager.run())
+    app.state.mcp_server = server

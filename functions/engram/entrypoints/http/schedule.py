@@ -1,0 +1,67 @@
+"""The in-process schedule of `engram serve`: extraction every N hours, nightly dreaming and cleanup, run in
+the host app's lifespan (on AWS, EventBridge and the jobs queue run them instead: docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from fastapi import FastAPI
+
+from engram.bootstrap import snapshot_search
+from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
+from engram.services.scheduler import Scheduler, daily_at, every_hours
+
+
+def build_scheduler(container: Any) -> Scheduler:
+    s = container.settings
+    scheduler = Scheduler(clock=container.clock)
+
+    async def extract() -> object:
+        report = await container.extraction.run()
+        await asyncio.to_thread(snapshot_search, container)
+        return report
+
+    async def dream() -> object:
+        report = await container.dreaming.run()
+        await asyncio.to_thread(snapshot_search, container)
+        return not any(ns.status == "failed" for ns in report.namespaces)
+
+    async def cleanup() -> object:
+        report = await asyncio.to_thread(container.cleanup.run)
+        await asyncio.to_thread(snapshot_search, container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
+        return report
+
+    def timezone() -> str:
+        # The admin panel may change the time zone at run time; the daily schedules follow it.
+        runtime = getattr(container, "runtime", None)
+        return str(runtime.get("timezone")) if runtime is not None else str(s.timezone)
+
+    if container.extraction.configured:
+        scheduler.add("extract", every_hours(s.extract_interval_hours), extract)
+    if container.dreaming.configured:
+        scheduler.add("dream", daily_at(s.dream_hour, s.dream_minute, timezone), dream)
+    scheduler.add("cleanup", daily_at(s.cleanup_hour, s.cleanup_minute, timezone), cleanup)
+    return scheduler
+
+
+def install_schedule(app: FastAPI, container: Any) -> None:
+    """Run the schedule in the app's lifespan when ``ENGRAM_SCHEDULER_ENABLED``."""
+    if not container.settings.scheduler_enabled:
+        return
+
+    @asynccontextmanager
+    async def scheduler_running(app: FastAPI) -> AsyncIterator[None]:
+        scheduler = build_scheduler(container)
+        app.state.scheduler = scheduler
+        task = asyncio.create_task(scheduler.serve(), name="engram-scheduler")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    app.state.startup_hooks.append(scheduler_running)

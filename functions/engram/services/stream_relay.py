@@ -1,0 +1,215 @@
+"""The chat gateway's stream relay: upstream SSE events in, the client's wire out, as they arrive.
+
+``relay_stream`` is the body of a streamed chat reply. It keeps the connection alive with SSE comments
+while the upstream has not answered yet, passes each network read on in one write (converted by a
+``StreamTap`` when the upstream speaks the other wire), holds back the closing event (``[DONE]``,
+``message_stop``) until the exchange's writes are done (docs/ARCHITECTURE.md, "Lambda rules": nothing
+after the last byte), and ends a failed stream with one clean error event, never a cut stream. What
+the exchange owes is the caller's: ``settle(text, usage)`` on success, ``settle_failed(error, usage)``
+otherwise (also when the client goes away; it must be safe to call after ``settle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal
+
+import anyio
+
+from engram.domain.errors import EngramError, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.ports import UpstreamReply
+from engram.domain.wire.anthropic_stream import AnthropicToOpenAIStream, OpenAIToAnthropicStream
+from engram.domain.wire.shapes import parse_upstream_event, upstream_error_message
+from engram.domain.wire.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
+
+log = logging.getLogger(__name__)
+
+Wire = Literal["openai", "anthropic"]
+
+CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
+
+
+async def relay_stream(
+    task: asyncio.Future[UpstreamReply],
+    reply: UpstreamReply | None,
+    tap: StreamTap,
+    *,
+    keepalive_seconds: float,
+    settle: Callable[[str, TokenUsage], Awaitable[None]],
+    settle_failed: Callable[[EngramError, TokenUsage], Awaitable[None]],
+) -> AsyncIterator[bytes]:
+    """The client's bytes for the upstream reply ``task`` (already answered: ``reply``)."""
+    try:
+        if reply is None:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=keepalive_seconds)
+                if done:
+                    break
+                yield SSE_PING
+            reply = task.result()
+        parser = SseParser()
+        closing: list[bytes] = []  # the stream's end, held back until the writes are done
+        # Whatever one network read brought is passed on in one write: as soon as it arrives, and
+        # with one syscall instead of one per event.
+        async for chunk in reply.aiter_bytes():
+            out, failure = relay_events(tap, parser.feed(chunk), closing)
+            if out:
+                yield out
+            if failure is not None:
+                raise failure
+        out, failure = relay_events(tap, parser.flush(), closing)
+        if out:
+            yield out
+        if failure is not None:
+            raise failure
+        if not tap.finished:
+            raise UpstreamUnavailable("the upstream ended the stream early")
+        await settle(tap.text, tap.usage)
+        yield b"".join(closing)
+    except EngramError as exc:
+        log.warning("chat stream ended with an error event: %s", exc.message)
+        await settle_failed(exc, tap.usage)
+        yield b"".join(error_event(tap.client, exc))
+    except Exception:
+        # The status line is gone: a clean error event is the only answer left (never a cut stream).
+        log.exception("chat stream failed")
+        internal = EngramError("internal error", code="internal_error")
+        await settle_failed(internal, tap.usage)
+        yield b"".join(error_event(tap.client, internal))
+    finally:
+        if not task.done():
+            task.cancel()
+        elif reply is None and not task.cancelled() and task.exception() is None:
+            reply = task.result()  # answered just as the client went away
+        with anyio.CancelScope(shield=True):
+            if reply is not None:
+                await reply.aclose()
+            # Settled already unless the client went away: keep its turn, and what was started.
+            await settle_failed(CLIENT_GONE, tap.usage)
+
+
+def relay_events(tap: StreamTap, events: list[SseEvent], closing: list[bytes]) -> tuple[bytes, Exception | None]:
+    """The client's bytes for ``events`` up to the first bad one, and what was wrong with it (if any),
+    so the events before a malformed one still reach the client ahead of the error event. What comes
+    from the upstream's end event on (``[DONE]``, ``message_stop``) goes to ``closing`` instead, to be
+    sent once the exchange is stored."""
+    out: list[bytes] = []
+    for event in events:
+        try:
+            pieces = tap.feed(event)
+        except Exception as exc:
+            return b"".join(out), exc
+        (closing if tap.finished else out).extend(pieces)
+    return b"".join(out), None
+
+
+def error_event(wire: Wire, exc: EngramError) -> list[bytes]:
+    """The SSE error event for a failure after the stream began (status can no longer change)."""
+    kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+    if wire == "anthropic":
+        payload = {"type": "error", "error": {"type": "api_error", "message": exc.message, "code": exc.code}}
+        return [sse_bytes(payload, "error")]
+    return [sse_bytes({"error": {"message": exc.message, "type": kind, "code": exc.code}}), SSE_DONE]
+
+
+def _anthropic_kind(event: SseEvent, data: dict[str, Any]) -> str:
+    """The type of an Anthropic stream event; raises for an error event or one without a type."""
+    kind = data.get("type") or event.event
+    if kind == "error" or (kind is None and data.get("error") is not None):
+        raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data.get('error'))}")
+    if not kind:
+        raise UpstreamUnavailable("the upstream sent a stream event without a type", code="upstream_malformed")
+    return str(kind)
+
+
+class StreamTap:
+    """Per-event pass-through or conversion to the client's wire, noting reply text and usage."""
+
+    def __init__(
+        self, upstream: str, client: Wire, model: str, client_wants_usage: bool, *, observe: bool = True
+    ) -> None:
+        self.upstream = upstream
+        self.observe = observe
+        self.client = client
+        self.client_wants_usage = client_wants_usage
+        self.text_parts: list[str] = []
+        self.usage = TokenUsage()
+        self._anthropic_usage: dict[str, Any] = {}
+        self.finished = False
+        self._a2o = (
+            AnthropicToOpenAIStream(model, include_usage=client_wants_usage)
+            if (upstream == "anthropic" and client == "openai")
+            else None
+        )
+        self._o2a = OpenAIToAnthropicStream(model) if (upstream == "openai" and client == "anthropic") else None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        if event.is_comment:
+            return [event.raw] if self._a2o is None and self._o2a is None else []
+        if not event.data:
+            return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
+        if not self.observe and self._a2o is None and self._o2a is None:
+            return self._pass(event)
+        if self.upstream == "openai":
+            return self._openai(event)
+        return self._anthropic(event)
+
+    def _pass(self, event: SseEvent) -> list[bytes]:
+        """Pure forwarding of well-formed events, the raw bytes unchanged."""
+        if self.upstream == "openai":
+            if event.data == "[DONE]":
+                self.finished = True
+                return [event.raw]
+            data = parse_upstream_event(event.data, "openai")
+            if data.get("error"):
+                raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
+            return [event.raw]
+        data = parse_upstream_event(event.data, "anthropic")
+        if _anthropic_kind(event, data) == "message_stop":
+            self.finished = True
+        return [event.raw]
+
+    def _openai(self, event: SseEvent) -> list[bytes]:
+        if event.data == "[DONE]":
+            self.finished = True
+            return self._o2a.finish() if self._o2a is not None else [event.raw]
+        data = parse_upstream_event(event.data, "openai")
+        if data.get("error"):
+            raise UpstreamUnavailable(f"upstream error: {upstream_error_message(data['error'])}")
+        choices = data.get("choices") or []
+        for choice in choices:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                self.text_parts.append(piece)
+        if data.get("usage"):
+            self.usage = usage_from_openai(data["usage"])
+        if self._o2a is not None:
+            return self._o2a.feed(data)
+        if not choices and data.get("usage") and not self.client_wants_usage:
+            return []  # the usage chunk we asked for on our own account
+        return [event.raw]
+
+    def _anthropic(self, event: SseEvent) -> list[bytes]:
+        data = parse_upstream_event(event.data, "anthropic")
+        kind = _anthropic_kind(event, data)
+        if kind == "message_start":
+            self._anthropic_usage.update((data.get("message") or {}).get("usage") or {})
+        elif kind == "content_block_delta":
+            delta = data.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                self.text_parts.append(delta.get("text", ""))
+        elif kind == "message_delta":
+            self._anthropic_usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.finished = True
+            self.usage = usage_from_anthropic(self._anthropic_usage)
+        if self._a2o is not None:
+            return self._a2o.feed(event.event, data)
+        return [event.raw]

@@ -1,0 +1,33 @@
+"""The token usage report (``GET /v1/usage``): what the chat gateway recorded, summed per model."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from engram.domain.ports import Clock, MemoryStore
+
+_COLUMNS = ("requests", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+class UsageReportService:
+    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    def report(self, namespace: str, *, days: int = 30) -> dict[str, Any]:
+        """Requests and tokens (input, output, cache read/write) per model over the last ``days``."""
+        since = self._clock.now() - timedelta(days=days)
+        per_model: dict[str, dict[str, int]] = {}
+        for rec in self._store.list_usage(namespace, since=since):
+            row = per_model.setdefault(rec.model, dict.fromkeys(_COLUMNS, 0))
+            row["requests"] += 1
+            row["input_tokens"] += rec.input_tokens
+            row["output_tokens"] += rec.output_tokens
+            row["cache_read_tokens"] += rec.cache_read_tokens
+            row["cache_write_tokens"] += rec.cache_write_tokens
+        return {
+            "since": since.isoformat(),
+            "days": days,
+            "models": [{"model": m, **v} for m, v in sorted(per_model.items())],
+        }
