@@ -28,8 +28,8 @@ from typing import Any
 from engram.domain import fusion
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import Clock, MemoryStore, SearchIndex
+from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
-from engram.services.recall import recency_factor
 
 log = logging.getLogger(__name__)
 
