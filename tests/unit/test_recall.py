@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -83,9 +83,6 @@ class ScriptedCompressor:
             return self.reply
         numbered = messages[-1]["content"].split("Memories:\n", 1)[1].splitlines()
         return json.dumps({"lines": [line.split(". ", 1)[1][:13] for line in numbered]})
-
-    def stream(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> AsyncIterator[str]:
-        raise NotImplementedError
 
 
 class World:

@@ -19,12 +19,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain.models import DailyLog, Digest, GlossaryTerm, Memory, MemoryFilter, Precious
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import MemoryRows, MessageRows, NoteRows
 from engram.services.injection import BootData, render_boot_block
 from engram.services.local_day import LocalDay
+from engram.services.skills import SkillService
 from engram.services.stats import NamespaceStats
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,14 @@ class BootBlock:
     memory_ids: tuple[str, ...]
 
 
+class BootStore(MemoryRows, MessageRows, NoteRows, Protocol):
+    """What the boot package reads: stable memories, today's messages, notes, digest, yesterday's log."""
+
+
 class BootService:
-    def __init__(self, store: MemoryStore, day: LocalDay, stats: NamespaceStats, skills: Any = None) -> None:
+    def __init__(
+        self, store: BootStore, day: LocalDay, stats: NamespaceStats, skills: SkillService | None = None
+    ) -> None:
         self._store = store
         self._day = day
         self._stats = stats

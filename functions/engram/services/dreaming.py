@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date as Date
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
@@ -38,7 +38,18 @@ from engram.domain.policies import (
     same_meaning_text,
     truncate_digest,
 )
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    ChatModel,
+    Clock,
+    Embedder,
+    KeyValueRows,
+    MemoryRows,
+    MessageRows,
+    NoteRows,
+    SearchIndex,
+    StoreAdmin,
+)
 from engram.services import prompts
 from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
@@ -128,10 +139,14 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
 
 
+class DreamStore(MemoryRows, MessageRows, NoteRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+    """What dreaming reads (a day of messages, memories, notes) and writes (daily log, run records)."""
+
+
 class DreamingService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: DreamStore,
         memories: MemoryService,
         notes: NoteService,
         index: SearchIndex,

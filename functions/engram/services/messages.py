@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.models import Message, MessageRole, new_id
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import Clock, MessageRows
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_ERROR_CHARS = 500
@@ -43,7 +43,7 @@ def message_key(namespace: str, msg: MessageIn) -> str:
 
 
 class MessageService:
-    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+    def __init__(self, store: MessageRows, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain.models import Digest, GlossaryTerm, Precious, new_id
 from engram.domain.policies import clean_content, clean_digest, clean_tags
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import Clock, NoteRows
 
 
 class GlossaryIn(BaseModel):
@@ -20,7 +20,7 @@ class GlossaryIn(BaseModel):
 
 
 class NoteService:
-    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+    def __init__(self, store: NoteRows, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 

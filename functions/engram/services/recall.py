@@ -25,14 +25,14 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.domain import fusion
 from engram.domain.errors import NotConfigured
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, Reranker, SearchIndex
+from engram.domain.ports import ChatModel, Clock, Embedder, MemoryRows, NoteRows, Reranker, SearchIndex
 from engram.domain.recall_scoring import (
     dedup_memories,
     fuse_rrf,
@@ -115,7 +115,7 @@ def render_prompt(result: RecallResult) -> str:
     """
     lines: list[str] = []
     for hit in result.hits:
-        text = " ".join((getattr(hit, "text", None) or hit.memory.content).split())
+        text = " ".join((hit.text or hit.memory.content).split())
         lines.append(f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})")
     if result.glossary_hits:
         lines.append("Glossary:")
@@ -197,10 +197,14 @@ class _Pool:
     vector_rank: dict[str, int]
 
 
+class RecallStore(MemoryRows, NoteRows, Protocol):
+    """What recall re-checks (memories) and matches (glossary terms)."""
+
+
 class RecallService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: RecallStore,
         index: SearchIndex,
         embedder: Embedder | None,
         reranker: Reranker | None,
@@ -518,7 +522,7 @@ class RecallService:
         return pool.submit(run)
 
     def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
-        return namespace, str(getattr(self._embedder, "model_id", "")), text
+        return namespace, self._embedder.model_id if self._embedder is not None else "", text
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:
         """The query's embedding, from the cache a recall of the same text filled (conversation recall)."""

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import CandidateRows, MemoryRows, MessageRows, NoteRows
 from engram.services.local_day import LocalDay
 
 
+class StatsStore(MemoryRows, CandidateRows, MessageRows, NoteRows, Protocol):
+    """What a namespace's stats count: memories, pending candidates, today's messages, notes, terms."""
+
+
 class NamespaceStats:
-    def __init__(self, store: MemoryStore, day: LocalDay) -> None:
+    def __init__(self, store: StatsStore, day: LocalDay) -> None:
         self._store = store
         self._day = day
 

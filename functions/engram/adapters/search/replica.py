@@ -91,9 +91,9 @@ class ReplicaSearchIndex:
 
     # -- plumbing -------------------------------------------------------------------------------
     def _open_index(self, path: Path) -> SqliteSearchIndex:
-        kwargs = {} if self._ann_threshold is None else {"ann_threshold": self._ann_threshold}
-        index = SqliteSearchIndex(path, ann_persist=False, **kwargs)  # type: ignore[arg-type]
-        return index
+        if self._ann_threshold is None:
+            return SqliteSearchIndex(path, ann_persist=False)
+        return SqliteSearchIndex(path, ann_persist=False, ann_threshold=self._ann_threshold)
 
     def _current_meta(self) -> LogMeta:
         if self._meta is None:

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.errors import NotFound
 from engram.entrypoints.http import candidates, memories, notes, transfer
 from engram.entrypoints.http.rest_shared import STRICT, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
@@ -59,7 +60,7 @@ def health(request: Request) -> dict[str, Any]:
     return {"status": "degraded" if degraded else "ok", "version": request.app.version, "checks": checks}
 
 
-def shallow_checks(container: Any) -> dict[str, Any]:
+def shallow_checks(container: Container) -> dict[str, Any]:
     """The search index's and the embedder's last known state (``unknown`` until first used)."""
     checks: dict[str, Any] = {"search": container.index.describe()}
     if container.embedder is None:

@@ -9,9 +9,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from pydantic import BeforeValidator, ConfigDict, Field
 
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from engram.entrypoints.http.auth import require
+from engram.entrypoints.http.state import container_of
 from engram.services.memories import WriteResult
 
 Read = Annotated[Principal, Depends(require("memory:read"))]
@@ -21,8 +23,8 @@ CacheRead = Annotated[Principal, Depends(require("cache:read"))]
 CacheWrite = Annotated[Principal, Depends(require("cache:write"))]
 
 
-def _c(request: Request) -> Any:
-    return request.app.state.container
+def _c(request: Request) -> Container:
+    return container_of(request)
 
 
 # Request bodies are strict: a JSON value of the wrong type is a 422, never coerced (0 is not false,
