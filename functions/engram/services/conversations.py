@@ -14,6 +14,9 @@ Two halves:
 
 The chat gateway injects fragments after the memories (``render``, within the patch's token budget) and
 calls ``mark_seen`` only once the upstream answered (services/chat.py).
+
+Over 400 lines on purpose: indexing and search share the index's document and cursor format, kept in
+one module; the scoring it reuses is in ``domain/fusion.py`` and ``domain/recall_scoring.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ One pipeline serves search, the chat gateway and MCP (docs/ARCHITECTURE.md, "Whe
 Every stage degrades instead of failing; ``RecallResult.meta`` says what ran, what degraded and how
 long each stage took. ``recall`` runs one method per stage; the pure scoring they call lives in
 ``domain/recall_scoring.py`` and ``domain/fusion.py``, unit-tested on their own.
+
+Over 400 lines on purpose: the stages read in order in one class, beside the query-vector cache and
+the compression call they use; nothing else lives here.
 """
 
 from __future__ import annotations
