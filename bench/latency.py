@@ -42,6 +42,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Memory  # noqa: E402
 from engram.services.recall import RecallConfig, RecallService  # noqa: E402
 
+from tests.configs import config  # noqa: E402
+
 QUERIES = [
     "what did I say about my sister's new job",
     "which coffee do I like in the morning",
@@ -111,7 +113,7 @@ def build(
         )
         if (i + 1) % 10000 == 0:
             print(f"  indexed {i + 1}/{size} ({time.perf_counter() - t0:.0f}s)", flush=True)
-    service = RecallService(store, index, LocalEmbedder(), None, None, SystemClock(), RecallConfig())
+    service = RecallService(store, index, LocalEmbedder(), None, None, SystemClock(), config(RecallConfig))
     return service, index, store
 
 
@@ -134,7 +136,7 @@ def main() -> None:
     p = np.percentile
     with tempfile.TemporaryDirectory(prefix="engram-latency-") as tmp:
         # Load the model outside the timings (the server warms it up at start).
-        LocalEmbedder().warm_up()
+        LocalEmbedder().embed_query("warm up")
         for size in [int(s) for s in args.sizes.split(",")]:
             print(f"building {size} memories (synthetic random unit vectors, synthetic text) ...", flush=True)
             service, index, store = build(size, rng, 384, Path(tmp))
@@ -147,7 +149,7 @@ def main() -> None:
             # The pipeline before the hubness correction on the same index, interleaved query by query:
             # the correction's own cost, whatever the machine's load.
             constant = RecallService(
-                store, index, service._embedder, None, None, SystemClock(), RecallConfig(hubness=0.0)
+                store, index, service._embedder, None, None, SystemClock(), config(RecallConfig, hubness=0.0)
             )
             totals_c, stages_c = [], []
             for i in range(args.queries):
@@ -169,7 +171,9 @@ def main() -> None:
             reopen_cold = reopen_ready = None
             if ready:
                 reopened = SqliteSearchIndex(Path(tmp) / f"latency-{size}.db")
-                service2 = RecallService(store, reopened, LocalEmbedder(), None, None, SystemClock(), RecallConfig())
+                service2 = RecallService(
+                    store, reopened, LocalEmbedder(), None, None, SystemClock(), config(RecallConfig)
+                )
                 service2.recall("other", "warm up the model")
                 reopen_cold = timed(service2, "warm up the caches")
                 t = time.perf_counter()

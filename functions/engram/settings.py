@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -193,6 +193,13 @@ class Settings(BaseSettings):
         le=1,
         description="Penalty on a recalled memory's word overlap with memories ranked above it (0 = off), "
         "so templated near-duplicates do not fill every slot.",
+    )
+    recall_hubness: float = Field(
+        0.5,
+        ge=0,
+        le=2,
+        description="Hubness correction of vector scores: each cosine minus this times the memory's mean cosine "
+        "to its 10 nearest fellow candidates (0 = off; docs/recall.md).",
     )
     recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
     recall_compress: bool = Field(
@@ -404,6 +411,6 @@ class Settings(BaseSettings):
     )
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment, with keyword overrides (CLI flags, tests)."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    return Settings(**overrides)

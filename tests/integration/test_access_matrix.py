@@ -23,8 +23,9 @@ import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Candidate, MemoryFilter
 from engram.entrypoints.http.app import create_app
-from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryWrite
+from engram.services.messages import MessageIn
+from engram.services.notes import GlossaryIn
 from engram.settings import Settings
 from starlette.testclient import TestClient
 
@@ -100,6 +101,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/messages"): C,
     ("POST", "/v1/guide-dog/chat/completions"): C,
     ("GET", "/v1/models"): C,
+    ("POST", "/agents/{agent}/v1/chat/completions"): C,
+    ("POST", "/agents/{agent}/v1/messages"): C,
+    ("GET", "/agents/{agent}/v1/models"): C,
     ("GET", "/v1/usage"): R,
     ("GET", "/v1/jobs"): A,
     ("POST", "/v1/jobs/extract"): A,
@@ -194,14 +198,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     container = build_container(settings)
     ns = "default"
     memory = container.memories.write(ns, MemoryWrite(content=f"{SECRET} memory", fact_key="pref:garden")).memory
-    precious = container.library.add_precious(ns, f"{SECRET} note")
-    term = container.library.set_term(ns, GlossaryIn(term=f"{SECRET}", definition=f"{SECRET} term"))
-    container.library.set_digest(ns, f"{SECRET} digest")
+    precious = container.notes.add_precious(ns, f"{SECRET} note")
+    term = container.notes.set_term(ns, GlossaryIn(term=f"{SECRET}", definition=f"{SECRET} term"))
+    container.notes.set_digest(ns, f"{SECRET} digest")
     container.store.put_cache(ns, "matrix-key", {"v": SECRET})
     candidate = container.store.insert_candidate(
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
     )
-    container.library.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
+    container.messages.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
     container.conversations.index_new(ns)  # so conversation search has the victim's message to (not) leak
     container.skills.import_(
         ns, f"# {SECRET} skill", name="secret-skill", files={"notes/secret.txt": f"{SECRET} file".encode()}
@@ -216,6 +220,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "candidate_id": candidate.id,
         "decision": "approve",
         "key": "matrix-key",
+        "agent": "codex",
     }
     with TestClient(create_app(container), base_url="http://localhost") as client:
         yield {"client": client, "container": container, "params": params, "memory": memory}
@@ -326,8 +331,9 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
         # Given bob (every scope, namespace `bob`); When he calls the route on the victim's ids
         resp = _call(client, method, _url(path, world["params"]), OTHER_KEY, BODIES.get((method, path)))
         # Then a path id of theirs does not exist for him, and nothing of theirs is in any answer
-        if "{key}" in path:
-            # a cache key is a name in the caller's own key space: bob reads and writes his own
+        if "{key}" in path or "{agent}" in path:
+            # a cache key is a name in the caller's own key space: bob reads and writes his own; an agent
+            # id names which of his own skills his chats list
             assert resp.status_code < 500, f"{method} {path}: {resp.status_code} {resp.text}"
         elif "{" in path:
             assert resp.status_code in (404, 422), f"{method} {path}: {resp.status_code} {resp.text}"

@@ -19,10 +19,11 @@ from engram.bootstrap import build_container
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import SearchIndex
 from engram.services.conversations import ConversationConfig, ConversationService
-from engram.services.library import MessageIn
+from engram.services.messages import MessageIn
 from engram.services.search_guard import GuardedIndex
 from engram.settings import Settings
 
+from tests.configs import config
 from tests.fakes.clock import ManualClock
 
 NS = "alice"
@@ -42,7 +43,7 @@ def _store_with_trip() -> InMemoryMemoryStore:
 
 
 def _service(store: InMemoryMemoryStore, index: SearchIndex) -> ConversationService:
-    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), ConversationConfig())
+    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), config(ConversationConfig))
 
 
 def _found(service: ConversationService, query: str = "the Kyoto trip") -> list[str]:
@@ -65,7 +66,7 @@ def logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, 
     from tests.fakes.moto_aws import TABLE, dynamo_search_log
 
     with dynamo_search_log() as memory_log:
-        yield memory_log, DynamoSearchLog(TABLE, memory_log._client, kind="CDOC")
+        yield memory_log, DynamoSearchLog(TABLE, memory_log._db.client, kind="CDOC")
 
 
 def test_replica_logs_keep_messages_apart_and_another_process_sees_them(logs: tuple[Any, Any], tmp_path: Path) -> None:
@@ -125,7 +126,7 @@ def test_bootstrap_builds_the_conversation_index_beside_the_memory_index(tmp_pat
     settings = Settings(store="sqlite", search=search, embedder="none", data_dir=tmp_path, scheduler_enabled=False)
     container = build_container(settings)
     try:
-        container.library.ingest(NS, [MessageIn(role="user", content=TRIP[0], conversation_id="trip")])
+        container.messages.ingest(NS, [MessageIn(role="user", content=TRIP[0], conversation_id="trip")])
         # When the messages are indexed, Then conversation search finds them and memory search does not
         assert container.conversations.index_new(NS).indexed == 1
         fragments = container.conversations.search(NS, "the Kyoto trip").fragments

@@ -74,7 +74,7 @@ def serverless(dimension: int | None = 3, hits: list[dict[str, Any]] | None = No
 def make_index(route: Callable[[httpx.Request], httpx.Response]) -> tuple[OpenSearchIndex, Recorder]:
     recorder = Recorder(route)
     client = httpx.Client(transport=httpx.MockTransport(recorder))
-    index = OpenSearchIndex(ENDPOINT, signer=SigV4Signer("us-east-1", CREDS), http_client=client)
+    index = OpenSearchIndex(ENDPOINT, signer=SigV4Signer("us-east-1", CREDS), http_client=client, retry_backoff=0)
     return index, recorder
 
 
@@ -209,6 +209,35 @@ def test_http_errors_become_engram_errors(status: int, error: type[Exception]) -
     index, _ = make_index(lambda request: httpx.Response(status, json={"error": {"reason": "nope"}}))
     with pytest.raises(error):
         index.keyword_search("a", "hiking")
+
+
+def test_access_denied_is_403_like_every_aws_adapter() -> None:
+    # Given a collection whose data access policy does not grant the role
+    index, _ = make_index(lambda request: httpx.Response(403, json={"message": "User does not have permissions"}))
+    # When it is searched / Then a 403 comes out (the owner can grant it), as adapters/aws_errors.py maps
+    with pytest.raises(UpstreamRejected) as denied:
+        index.keyword_search("a", "hiking")
+    assert denied.value.status == 403
+
+
+def test_throttled_requests_are_retried_then_reported() -> None:
+    # Given a collection that throttles twice, then answers
+    answers = iter([429, 429, 200])
+
+    def throttle(request: httpx.Request) -> httpx.Response:
+        status = next(answers, 429)
+        return httpx.Response(status, json={"hits": {"hits": []}} if status == 200 else {"error": "throttled"})
+
+    index, recorder = make_index(throttle)
+    # When it is searched / Then the third attempt answers, each attempt signed
+    assert index.keyword_search("a", "hiking") == []
+    assert recorder.calls() == ["POST /engram-memories/_search"] * 3
+    assert all("authorization" in r.headers for r in recorder.requests)
+    # And a collection that keeps throttling is reported as rate limited after three attempts
+    recorder.requests.clear()
+    with pytest.raises(UpstreamRateLimited):
+        index.keyword_search("a", "hiking")
+    assert len(recorder.requests) == 3
 
 
 def test_connection_failure_is_upstream_unavailable() -> None:

@@ -240,3 +240,33 @@ def test_last_user_text_reads_both_wires_and_only_a_user_turn() -> None:
     assert last_user_text({"messages": [{"role": "user", "content": "   "}]}) is None
     assert last_user_text(ended) is None
     assert last_user_text({}) is None
+
+
+def test_past_conversation_fragments_ride_in_the_patch_after_the_memories_and_leave_the_cache_alone() -> None:
+    # Given the same third turn injected without and with conversation fragments (and a reminder)
+    history = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "r1"},
+        {"role": "user", "content": "two"},
+        {"role": "assistant", "content": "r2"},
+    ]
+    fragments = "Earlier conversations (other threads) that may be relevant:\n[2026-10-02 · Kyoto]\nuser: trip"
+    plain, plain_info = inject_anthropic(_turn(history, "three"), BOOT, "- memory", CachePolicy())
+    out, info = inject_anthropic(
+        _turn(history, "three"), BOOT, "- memory", CachePolicy(), "Reminders due now: - call mum", fragments
+    )
+    # Then everything before the patch is identical, markers included, and none is on the patch
+    assert json.dumps([out["tools"], out["system"], out["messages"][:-1]]) == json.dumps(
+        [plain["tools"], plain["system"], plain["messages"][:-1]]
+    )
+    assert info.markers == plain_info.markers and info.conversations and not plain_info.conversations
+    patch = out["messages"][-1]["content"][-1]
+    assert "cache_control" not in patch
+    # And the fragments come after the memories and before the reminders
+    text = patch["text"]
+    assert text.index("- memory") < text.index("Earlier conversations") < text.index("Reminders due now")
+    # And the OpenAI wire places them the same way
+    body = {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "three"}]}
+    openai, openai_info = inject_openai(body, BOOT, "- memory", "", fragments)
+    assert openai_info.conversations and openai["messages"][-1]["content"].endswith("</engram-context>")
+    assert "Earlier conversations" in openai["messages"][-1]["content"]

@@ -2,7 +2,9 @@
 
 Serverless vector collections differ from a cluster, and the adapter is shaped by that:
 
-- Requests are SigV4-signed for service ``aoss`` (botocore signer, httpx transport; no opensearch-py).
+- Requests are SigV4-signed for service ``aoss`` (botocore's signer over the httpx transport; opensearch-py
+  was measured and not taken: docs/aws.md, "The OpenSearch client"). A throttled request (429) is
+  retried twice with a short backoff, as opensearch-py's transport would, then reported.
 - Documents cannot be written under a chosen ``_id`` and cannot be upserted: each write creates a new
   document, whose ``_id`` ``upsert`` returns for the store to keep (``Memory.index_ref``); the memory
   id is a field. Replacing a memory deletes its earlier documents by ``_id`` first.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +37,7 @@ from engram.domain.text import tokenize
 
 SERVICE = "aoss"
 MAX_QUERY_TERMS = 128
+RETRIES_ON_429 = 2
 HNSW = {
     "name": "hnsw",
     "engine": "faiss",
@@ -98,6 +102,7 @@ class OpenSearchIndex:
         http_client: httpx.Client | None = None,
         sign: bool = True,
         timeout: float = 10.0,
+        retry_backoff: float = 0.1,
     ) -> None:
         if not endpoint:
             raise InvalidInput("OpenSearchIndex needs the collection endpoint (ENGRAM_OPENSEARCH_ENDPOINT)")
@@ -107,6 +112,7 @@ class OpenSearchIndex:
         self._signer = signer
         self._http = http_client or httpx.Client(timeout=timeout)
         self._endpoint = endpoint
+        self._retry_backoff = retry_backoff
         self._index = index
         self._lock = threading.Lock()
         self._ready = False  # the index is known to exist
@@ -121,15 +127,11 @@ class OpenSearchIndex:
     def _request(self, method: str, path: str, body: Any = None, *, ok: tuple[int, ...] = ()) -> httpx.Response:
         content = b"" if body is None else json.dumps(body, ensure_ascii=False).encode()
         headers = {"content-type": "application/json"} if body is not None else {}
-        request = self._http.build_request(method, f"{self._endpoint}{path}", content=content, headers=headers)
-        if self._signer is not None:
-            self._signer.sign(request)
-        try:
-            response = self._http.send(request)
-        except httpx.TimeoutException as exc:
-            raise UpstreamUnavailable(f"OpenSearch {method} {path} timed out") from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamUnavailable(f"OpenSearch {method} {path} failed: {type(exc).__name__}") from exc
+        for attempt in range(RETRIES_ON_429 + 1):
+            response = self._send(method, path, content, headers)
+            if response.status_code != 429 or attempt == RETRIES_ON_429:
+                break
+            time.sleep(self._retry_backoff * 2**attempt)  # signed anew on the next attempt (x-amz-date)
         if response.status_code < 300 or response.status_code in ok:
             return response
         reason = _reason(response)
@@ -139,9 +141,22 @@ class OpenSearchIndex:
             raise UpstreamUnavailable(f"OpenSearch {method} {path}: {response.status_code} {reason}")
         if response.status_code == 400:
             raise InvalidInput(f"OpenSearch rejected {method} {path}: {reason}")
+        if response.status_code == 403:  # the role lacks a data access grant: 403, as adapters/aws_errors.py
+            raise UpstreamRejected(f"OpenSearch {method} {path}: access denied: {reason}", status=403)
         raise UpstreamRejected(
             f"OpenSearch {method} {path}: {response.status_code} {reason}", status=502, body=response.content
         )
+
+    def _send(self, method: str, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
+        request = self._http.build_request(method, f"{self._endpoint}{path}", content=content, headers=headers)
+        if self._signer is not None:
+            self._signer.sign(request)
+        try:
+            return self._http.send(request)
+        except httpx.TimeoutException as exc:
+            raise UpstreamUnavailable(f"OpenSearch {method} {path} timed out") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(f"OpenSearch {method} {path} failed: {type(exc).__name__}") from exc
 
     # -- index lifecycle ----------------------------------------------------------------------
     def _mapping(self, model_id: str | None, dimension: int | None) -> dict[str, Any]:
@@ -168,7 +183,8 @@ class OpenSearchIndex:
         if response.status_code == 404:
             self._ready, self._meta_loaded = False, True
             return False
-        mappings = next(iter(response.json().values()), {}).get("mappings", {})
+        found: dict[str, dict[str, Any]] = response.json()
+        mappings = next(iter(found.values()), {}).get("mappings", {})
         meta = mappings.get("_meta") or {}
         self._model_id = meta.get("model_id")
         self._dimension = meta.get("dimension")
