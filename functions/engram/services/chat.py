@@ -208,10 +208,7 @@ class ChatService:
             return {**body, "model": model}
         if ex.wire == "openai":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            out = openai_request_to_anthropic(body, model)
-            if not (body.get("max_completion_tokens") or body.get("max_tokens")):
-                out["max_tokens"] = self._config.default_max_tokens
-            return out
+            return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
         return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
