@@ -18,6 +18,7 @@ calls ``mark_seen`` only once the upstream answered (services/chat.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -313,11 +314,15 @@ class ConversationService:
             lambda mid: frozenset(tokenize(live[mid].content)),
             {mid: fusion.script_of(m.content) for mid, m in live.items()},
         )
+        # Relevance from the words a message shares with the question's topic (vectors rank, they do not
+        # vouch): with vectors the estimate let as many off-topic fragments through as on-topic ones
+        # (bench/README.md, "Recall of past conversations").
+        by_words = dataclasses.replace(evidence, has_vectors=False, vector_position=None)
         now = self._clock.now()
         floor = cfg.min_relevance if min_relevance is None else min_relevance
         scored: list[tuple[float, float, Message]] = []
         for mid, value in fused.items():
-            relevance = fusion.relevance(evidence, mid)
+            relevance = fusion.relevance(by_words, mid)
             if relevance < floor:
                 continue
             message = live[mid]
