@@ -42,6 +42,7 @@ from engram.services.injection import render_patch  # noqa: E402
 from engram.services.recall import RecallConfig, RecallService, render_prompt  # noqa: E402
 
 from bench.common import REPO, Pipeline  # noqa: E402
+from tests.configs import config  # noqa: E402
 
 DATA = REPO / "bench" / "data" / "bilingual.json"
 LABELS = ["lexical", "paraphrase", "cross_lingual", "multi", "temporal"]
@@ -107,7 +108,7 @@ def main() -> None:
         None,
         None,
         SystemClock(),
-        RecallConfig(fusion="score", diversity=0.0, min_relevance=0.0),
+        config(RecallConfig, fusion="score", diversity=0.0, min_relevance=0.0),
     )
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * 5)  # (split, label, method)
     no_answer: dict[str, list[float]] = defaultdict(list)  # split -> hits returned at the gateway's settings

@@ -18,6 +18,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import IndexedDoc, Memory
 from engram.services.recall import RecallConfig, RecallService
 
+from tests.configs import config as recall_config
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("ENGRAM_BENCH_CACHE", Path(tempfile.gettempdir()) / "engram-bench-cache"))
 
@@ -57,7 +59,7 @@ class Pipeline:
         self.index = SqliteSearchIndex(db_path or Path(self.tmp.name) / "bench.db")
         self.embedder = CachedEmbedder() if embed else None
         # Every bench memory has the same importance; recency is neutral unless created_at says otherwise.
-        self.config = RecallConfig(**config)
+        self.config = recall_config(RecallConfig, **config)
         self.service = RecallService(self.store, self.index, self.embedder, None, None, SystemClock(), self.config)
         self._n = 0
 

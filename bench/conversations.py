@@ -42,6 +42,7 @@ from engram.services.search_guard import GuardedIndex  # noqa: E402
 
 from bench.common import CachedEmbedder  # noqa: E402
 from bench.retrieval import default_data, parse_when  # noqa: E402
+from tests.configs import config as conversation_config  # noqa: E402
 
 FLOORS = (0.0, 0.05, 0.1, 0.15)  # 0: the full ranking; the chat default is ENGRAM_CONVERSATION_RECALL_MIN_RELEVANCE
 
@@ -138,7 +139,7 @@ def build(conv: dict[str, Any], tmp: Path, embed: bool) -> tuple[ConversationSer
     cached = CachedEmbedder() if embed else None
     gate = GatedEmbedder(cached, index) if cached is not None else None  # type: ignore[arg-type]
     last = max(m.created_at for m in conv["messages"])
-    config = ConversationConfig(threads=2, fragments=2, neighbours=1, min_relevance=0.0)
+    config = conversation_config(ConversationConfig, threads=2, fragments=2, neighbours=1, min_relevance=0.0)
     service = ConversationService(store, index, gate, FixedClock(last + timedelta(days=30)), config)
     while service.index_new(conv["id"], max_messages=100_000).more:
         pass

@@ -40,6 +40,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Memory  # noqa: E402
 from engram.services.recall import RecallConfig, RecallService  # noqa: E402
 
+from tests.configs import config  # noqa: E402
+
 QUERIES = [
     "what did I say about my sister's new job",
     "which coffee do I like in the morning",
@@ -109,7 +111,7 @@ def build(
         )
         if (i + 1) % 10000 == 0:
             print(f"  indexed {i + 1}/{size} ({time.perf_counter() - t0:.0f}s)", flush=True)
-    service = RecallService(store, index, LocalEmbedder(), None, None, SystemClock(), RecallConfig())
+    service = RecallService(store, index, LocalEmbedder(), None, None, SystemClock(), config(RecallConfig))
     return service, index, store
 
 
@@ -145,7 +147,13 @@ def main() -> None:
             # The previous default (constant fusion) on the same index, interleaved query by query: the
             # adaptive fusion's own cost, whatever the machine's load.
             constant = RecallService(
-                store, index, service._embedder, None, None, SystemClock(), RecallConfig(fusion="score", diversity=0.0)
+                store,
+                index,
+                service._embedder,
+                None,
+                None,
+                SystemClock(),
+                config(RecallConfig, fusion="score", diversity=0.0),
             )
             totals_c, stages_c = [], []
             for i in range(args.queries):
@@ -167,7 +175,9 @@ def main() -> None:
             reopen_cold = reopen_ready = None
             if ready:
                 reopened = SqliteSearchIndex(Path(tmp) / f"latency-{size}.db")
-                service2 = RecallService(store, reopened, LocalEmbedder(), None, None, SystemClock(), RecallConfig())
+                service2 = RecallService(
+                    store, reopened, LocalEmbedder(), None, None, SystemClock(), config(RecallConfig)
+                )
                 service2.recall("other", "warm up the model")
                 reopen_cold = timed(service2, "warm up the caches")
                 t = time.perf_counter()

@@ -35,7 +35,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from engram.adapters.search.replica import SEQ, LogRow, ReplicaSearchIndex, pack_vector  # noqa: E402
+from engram.adapters.search.document_log import SEQ, LogRow, pack_vector  # noqa: E402
+from engram.adapters.search.replica import ReplicaSearchIndex  # noqa: E402
 from engram.adapters.search.replica_log import SqliteSearchLog  # noqa: E402
 from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.snapshots import DirSnapshotStore  # noqa: E402

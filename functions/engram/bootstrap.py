@@ -102,7 +102,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     keys = overrides.get("keys") or build_keyring(settings)
 
     runtime = RuntimeSettings(store, settings)
-    rules = runtime.provider(lambda s: MemoryRules(dedup_cosine=s.dedup_cosine))
+    rules = runtime.provider(MemoryRules.from_settings)
     memories = MemoryService(store, index, embedder, clock, rules)
     library = LibraryService(store, clock, runtime.provider(lambda s: s.timezone))
     recall = overrides.get("recall") or _build_recall(
@@ -136,13 +136,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             store,
             memories,
             clock,
-            runtime.provider(
-                lambda s: ReminderConfig(
-                    missed_after_days=s.reminder_missed_after_days,
-                    lease_seconds=s.reminder_lease_seconds,
-                    timezone=s.timezone,
-                )
-            ),
+            runtime.provider(ReminderConfig.from_settings),
         ),
     )
     container.boot = BootService(store, library, skills)
@@ -430,7 +424,8 @@ def _build_replica(settings: Settings, *, conversations: bool = False) -> Any:
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
     replica directory (``<replica dir>-conversations``)."""
-    from engram.adapters.search.replica import ReplicaSearchIndex, SearchLog, SnapshotStore
+    from engram.adapters.search.document_log import SearchLog, SnapshotStore
+    from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
     from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
 
@@ -578,6 +573,7 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
     from engram.adapters.llm.openai_compat import OpenAICompatUpstream
     from engram.services.chat import ChatConfig, ChatService
     from engram.services.exchange import ExchangeRecorder
+    from engram.services.turn_context import TurnContextSource
 
     timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
     openai = OpenAICompatUpstream(
@@ -602,10 +598,6 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         )
     except ModuleNotFoundError as exc:  # a build without boto3: bedrock/ models answer 503
         log.info("no Bedrock chat upstream (%s)", exc.name)
-    try:
-        from engram.services.recall import render_prompt
-    except ImportError:  # recall not in this build: plain one-line-per-memory rendering
-        render_prompt = None
     config = container.runtime.provider(
         lambda eff: ChatConfig.from_settings(
             eff,
@@ -624,16 +616,11 @@ def _build_chat(settings: Settings, container: Container, bedrock_runtime: Any =
         reminders=container.reminders,
         conversations=container.conversations,
     )
+    context = TurnContextSource(
+        boot=container.boot, recall=container.recall, record=record, conversations=container.conversations
+    )
     return ChatService(
-        openai=openai,
-        anthropic=anthropic,
-        recall=container.recall,
-        boot=container.boot,
-        record=record,
-        config=config,
-        render_recall=render_prompt,
-        bedrock=bedrock,
-        conversations=container.conversations,
+        openai=openai, anthropic=anthropic, context=context, record=record, config=config, bedrock=bedrock
     )
 
 

@@ -100,6 +100,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/messages"): C,
     ("POST", "/v1/guide-dog/chat/completions"): C,
     ("GET", "/v1/models"): C,
+    ("POST", "/agents/{agent}/v1/chat/completions"): C,
+    ("POST", "/agents/{agent}/v1/messages"): C,
+    ("GET", "/agents/{agent}/v1/models"): C,
     ("GET", "/v1/usage"): R,
     ("GET", "/v1/jobs"): A,
     ("POST", "/v1/jobs/extract"): A,
@@ -216,6 +219,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "candidate_id": candidate.id,
         "decision": "approve",
         "key": "matrix-key",
+        "agent": "codex",
     }
     with TestClient(create_app(container), base_url="http://localhost") as client:
         yield {"client": client, "container": container, "params": params, "memory": memory}
@@ -326,8 +330,9 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
         # Given bob (every scope, namespace `bob`); When he calls the route on the victim's ids
         resp = _call(client, method, _url(path, world["params"]), OTHER_KEY, BODIES.get((method, path)))
         # Then a path id of theirs does not exist for him, and nothing of theirs is in any answer
-        if "{key}" in path:
-            # a cache key is a name in the caller's own key space: bob reads and writes his own
+        if "{key}" in path or "{agent}" in path:
+            # a cache key is a name in the caller's own key space: bob reads and writes his own; an agent
+            # id names which of his own skills his chats list
             assert resp.status_code < 500, f"{method} {path}: {resp.status_code} {resp.text}"
         elif "{" in path:
             assert resp.status_code in (404, 422), f"{method} {path}: {resp.status_code} {resp.text}"

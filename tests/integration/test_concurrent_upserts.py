@@ -19,8 +19,9 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.errors import Conflict
 from engram.domain.models import Memory
 from engram.domain.ports import MemoryStore
-from engram.services.memories import MemoryService, MemoryWrite, WriteResult
+from engram.services.memories import MemoryRules, MemoryService, MemoryWrite, WriteResult
 
+from tests.configs import config
 from tests.conftest import EngramServer
 from tests.contract.conftest import STORE_FACTORIES
 
@@ -57,7 +58,7 @@ def _chain(store: MemoryStore) -> list[Memory]:
 
 def test_concurrent_writers_of_one_key_all_land_as_versions(store: MemoryStore) -> None:
     # Given the memory service on a real store
-    service = MemoryService(store, InMemorySearchIndex(), None, SystemClock())
+    service = MemoryService(store, InMemorySearchIndex(), None, SystemClock(), config(MemoryRules))
     texts = [f"The user's wife teaches English at school number {i}." for i in range(WRITERS)]
     # When eight threads write different texts under the same key at the same moment
     results = _at_once(WRITERS, lambda i: service.write(NS, MemoryWrite(content=texts[i], fact_key=KEY)))
@@ -76,7 +77,7 @@ def test_concurrent_writers_of_one_key_all_land_as_versions(store: MemoryStore) 
 
 
 def test_concurrent_writers_of_the_same_text_make_one_memory_seen_by_the_rest(store: MemoryStore) -> None:
-    service = MemoryService(store, InMemorySearchIndex(), None, SystemClock())
+    service = MemoryService(store, InMemorySearchIndex(), None, SystemClock(), config(MemoryRules))
     results = _at_once(
         WRITERS, lambda i: service.write(NS, MemoryWrite(content="The user's wife teaches English.", fact_key=KEY))
     )
@@ -100,10 +101,10 @@ class _AlwaysRaced:
 
 def test_a_writer_that_keeps_losing_gets_a_clean_conflict(store: MemoryStore) -> None:
     # Given a key that another writer keeps changing under us
-    MemoryService(store, InMemorySearchIndex(), None, SystemClock()).write(
+    MemoryService(store, InMemorySearchIndex(), None, SystemClock(), config(MemoryRules)).write(
         NS, MemoryWrite(content="first", fact_key=KEY)
     )
-    service = MemoryService(_AlwaysRaced(store), InMemorySearchIndex(), None, SystemClock())  # type: ignore[arg-type]
+    service = MemoryService(_AlwaysRaced(store), InMemorySearchIndex(), None, SystemClock(), config(MemoryRules))  # type: ignore[arg-type]
     # When the write loses every retry
     with pytest.raises(Conflict) as err:
         service.write(NS, MemoryWrite(content="second", fact_key=KEY))

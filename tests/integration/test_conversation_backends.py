@@ -23,6 +23,7 @@ from engram.services.library import MessageIn
 from engram.services.search_guard import GuardedIndex
 from engram.settings import Settings
 
+from tests.configs import config
 from tests.fakes.clock import ManualClock
 
 NS = "alice"
@@ -42,7 +43,7 @@ def _store_with_trip() -> InMemoryMemoryStore:
 
 
 def _service(store: InMemoryMemoryStore, index: SearchIndex) -> ConversationService:
-    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), ConversationConfig())
+    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), config(ConversationConfig))
 
 
 def _found(service: ConversationService, query: str = "the Kyoto trip") -> list[str]:
@@ -65,7 +66,7 @@ def logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, 
     from tests.fakes.moto_aws import TABLE, dynamo_search_log
 
     with dynamo_search_log() as memory_log:
-        yield memory_log, DynamoSearchLog(TABLE, memory_log._client, kind="CDOC")
+        yield memory_log, DynamoSearchLog(TABLE, memory_log._db.client, kind="CDOC")
 
 
 def test_replica_logs_keep_messages_apart_and_another_process_sees_them(logs: tuple[Any, Any], tmp_path: Path) -> None:

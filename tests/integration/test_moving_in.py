@@ -147,7 +147,8 @@ def test_text_scoring_asks_the_model_in_batches_and_keeps_defaults_when_it_fails
     import asyncio
 
     from engram.domain.errors import UpstreamUnavailable
-    from engram.services.moving_in import SCORE_BATCH, convert, score
+    from engram.services.import_formats import convert
+    from engram.services.moving_in import SCORE_BATCH, score
 
     lines = [f"note number {n}" for n in range(SCORE_BATCH + 3)]
     conv = convert("text", "\n".join(lines))

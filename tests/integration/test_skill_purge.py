@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.skills import LocalBlobStore, SqliteSkillStore
-from engram.services.cleanup import CleanupService
+from engram.services.cleanup import CleanupService, RetentionPolicy
 from engram.services.skills import SkillService, blob_key
 
+from tests.configs import config
 from tests.fakes.clock import ManualClock
 
 SHARED = b"#!/bin/sh\necho shared\n"  # a file two skills carry: stored once, kept while one uses it
@@ -60,7 +61,7 @@ def test_cleanup_purges_skills_deleted_30_days_ago_and_their_unshared_files(back
     with BACKENDS[backend](tmp_path) as (store, skill_store, blobs):
         clock = ManualClock()
         skills = SkillService(skill_store, blobs, clock)
-        cleanup = CleanupService(store, InMemorySearchIndex(), clock, skills=skills)
+        cleanup = CleanupService(store, InMemorySearchIndex(), clock, config(RetentionPolicy), skills=skills)
         # Given a namespace that only has skills (no memory, no message): an old skill with a file of its
         # own and one it shares with a live skill, in two versions, deleted today
         skills.import_("agent", "# Old\nv1", name="old", files={"run.sh": SHARED, "own.txt": OWN})

@@ -223,15 +223,19 @@ def test_mcp_tools_import_version_allocate_search_files(server: EngramServer) ->
     asyncio.run(scenario())
 
 
-def test_an_agents_chats_list_its_skills_in_the_boot_block(make_gateway) -> None:  # type: ignore[no-untyped-def]
-    import httpx
-
-    gateway = make_gateway()
-    skills = gateway.container.skills
+def _allocate_two(skills: SkillService) -> None:
+    """pdf-tools for claude-code, deploy for codex."""
     skills.import_("default", SKILL_MD)
     skills.import_("default", "# Deploy\nShip with cdk deploy.", name="deploy", description="How to deploy")
     skills.allocate("default", "pdf-tools", "claude-code")
     skills.allocate("default", "deploy", "codex")
+
+
+def test_an_agents_chats_list_its_skills_in_the_boot_block(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    gateway = make_gateway()
+    _allocate_two(gateway.container.skills)
     headers = {"authorization": f"Bearer {GATEWAY_KEY}"}
     body = {"model": "companion", "messages": [{"role": "user", "content": "hello"}]}
     with httpx.Client(base_url=gateway.url, headers=headers, timeout=30) as http:
@@ -294,11 +298,7 @@ def test_a_keys_agent_setting_lists_its_skills_on_both_doors(make_gateway, tmp_p
     keys.write_text(json.dumps([entry]))
     keys.chmod(0o600)
     gateway = make_gateway(chat_model="claude-test", keys_file=str(keys))
-    skills = gateway.container.skills
-    skills.import_("default", SKILL_MD)
-    skills.import_("default", "# Deploy\nShip with cdk deploy.", name="deploy", description="How to deploy")
-    skills.allocate("default", "pdf-tools", "claude-code")
-    skills.allocate("default", "deploy", "codex")
+    _allocate_two(gateway.container.skills)
     turn1 = [{"role": "user", "content": "hello"}]
     turn2 = [*turn1, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "fill my tax form"}]
     doors = {
@@ -327,3 +327,36 @@ def test_a_keys_agent_setting_lists_its_skills_on_both_doors(make_gateway, tmp_p
         assert "- deploy: How to deploy" in codex and "pdf-tools" not in codex
         # And a key without the setting, sending no header, gets no skills
         assert "## Skills" not in system_seen(GATEWAY_KEY, door, turn1)
+
+
+def test_a_base_url_naming_the_agent_lists_its_skills_on_both_doors(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import httpx
+
+    # Given skills allocated to codex and claude-code, and clients whose base URL names their agent
+    gateway = make_gateway(chat_model="claude-test")
+    _allocate_two(gateway.container.skills)
+    auth = {"authorization": f"Bearer {GATEWAY_KEY}"}
+    turn1 = [{"role": "user", "content": "hello"}]
+    turn2 = [*turn1, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "deploy it"}]
+
+    def system_seen(url: str, messages: list[dict[str, str]], **headers: str) -> str:
+        body: dict[str, object] = {"model": "companion", "messages": messages}
+        if url.endswith("/messages"):
+            body["max_tokens"] = 64
+        httpx.post(gateway.url + url, json=body, headers={**auth, **headers}, timeout=30).raise_for_status()
+        return json.dumps(gateway.upstream.last().json.get("system", []))
+
+    for url in ("/agents/codex/v1/chat/completions", "/agents/codex/v1/messages"):
+        # When codex's client chats through its base URL, two turns / Then its skill is listed, stably
+        first, second = system_seen(url, turn1), system_seen(url, turn2)
+        assert "- deploy: How to deploy" in first and "pdf-tools" not in first and first == second
+        # And a header still wins
+        assert "pdf-tools" in system_seen(url, turn1, **{"x-engram-agent": "claude-code"})
+    # And the base URL's models list answers like /v1/models; a malformed agent id is a 400 in the door's shape
+    with httpx.Client(base_url=gateway.url, headers=auth, timeout=30) as http:
+        assert http.get("/agents/codex/v1/models").json() == http.get("/v1/models").json()
+        bad = http.post("/agents/bad%20id/v1/messages", json={"model": "companion", "max_tokens": 8, "messages": turn1})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_agent_id"
+        assert bad.json()["type"] == "error"  # the Anthropic door's error shape

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from tests.configs import config
 from tests.fakes.upstream import Reply
 from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
 
@@ -181,7 +182,7 @@ def test_the_cleanup_job_erases_threads_binned_longer_than_the_grace() -> None:
     # When cleanup runs (message retention far away)
     from engram.services.cleanup import RetentionPolicy
 
-    report = CleanupService(store, InMemorySearchIndex(), clock, RetentionPolicy(messages_days=365)).run("ns")
+    report = CleanupService(store, InMemorySearchIndex(), clock, config(RetentionPolicy, messages_days=365)).run("ns")
     # Then only the older one is gone, with its messages
     assert report.to_dict()["threads_purged"] == 1
     assert [t.id for t in store.list_threads("ns", deleted=True).items] == ["recent"]

@@ -14,9 +14,10 @@ from engram.domain.models import DailyLog
 from engram.domain.ports import MemoryStore
 from engram.services.candidates import CandidateService
 from engram.services.library import GlossaryIn, LibraryService, MessageIn
-from engram.services.memories import MemoryService, MemoryWrite
+from engram.services.memories import MemoryRules, MemoryService, MemoryWrite
 from engram.services.transfer import ExportDocument, TransferService
 
+from tests.configs import config
 from tests.contract.conftest import STORE_FACTORIES
 
 
@@ -36,7 +37,7 @@ def _without(doc: dict[str, Any], *drop: str) -> dict[str, Any]:
 def test_round_trip_keeps_ids_and_importing_twice_adds_nothing(store: MemoryStore) -> None:
     # Given a namespace with a version chain, a note, a term, a message, a candidate and a digest
     clock = SystemClock()
-    memories = MemoryService(store, InMemorySearchIndex(), None, clock)
+    memories = MemoryService(store, InMemorySearchIndex(), None, clock, config(MemoryRules))
     library = LibraryService(store, clock)
     memories.write("alice", MemoryWrite(content="Lives in Berlin", fact_key="home:city"))
     memories.write("alice", MemoryWrite(content="Lives in Lisbon", fact_key="home:city"))

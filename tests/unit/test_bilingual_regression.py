@@ -21,6 +21,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import IndexedDoc, Memory
 from engram.services.recall import RecallConfig, RecallService
 
+from tests.configs import config
+
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "bilingual.json"
 PERSONA = "priya"  # held out: nothing was tuned on her
 
@@ -58,7 +60,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 memory_id=m["id"], namespace=PERSONA, text=m["text"], type="fact", vector=tuple(vector), created_at=when
             )
         )
-    yield RecallService(store, index, embedder, None, None, Clock(), RecallConfig()), index, embedder, persona
+    yield RecallService(store, index, embedder, None, None, Clock(), config(RecallConfig)), index, embedder, persona
     index.close()
 
 

@@ -14,6 +14,7 @@ from engram.services.conversations import ConversationConfig, ConversationServic
 from engram.services.gated_embedder import GatedEmbedder
 from engram.services.search_guard import GuardedIndex
 
+from tests.configs import config as cfg
 from tests.fakes.clock import ManualClock
 from tests.fakes.embedder import HashEmbedder
 
@@ -29,7 +30,7 @@ def _world(
     index = GuardedIndex(InMemorySearchIndex())
     gate = GatedEmbedder(embedder, index) if embedder is not None else None  # type: ignore[arg-type]
     clock = ManualClock(T0 + timedelta(days=30))
-    service = ConversationService(store, index, gate, clock, ConversationConfig(**config))  # type: ignore[arg-type]
+    service = ConversationService(store, index, gate, clock, cfg(ConversationConfig, **config))  # type: ignore[arg-type]
     return store, service, clock, index
 
 
@@ -136,7 +137,7 @@ def test_the_index_follows_the_embedding_model() -> None:
     assert service.index_new(NS).indexed == 0  # nothing new
     # When the embedder changes
     other = GatedEmbedder(HashEmbedder(32), index)
-    changed = ConversationService(store, index, other, ManualClock(T0), ConversationConfig())
+    changed = ConversationService(store, index, other, ManualClock(T0), cfg(ConversationConfig))
     again = changed.index_new(NS)
     # Then the index is reset to it and every message is indexed again, with its vectors
     assert (again.indexed, again.vectors, again.restarted) == (8, 8, True)

@@ -28,6 +28,7 @@ from engram.services.recall import (
     repeat_factor,
 )
 
+from tests.configs import config
 from tests.fakes.embeddings_server import fake_vector
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -122,7 +123,7 @@ class World:
     def service(self, embedder: Any = "hash", reranker: Any = None, compressor: Any = None, **cfg: Any):
         emb = HashEmbedder() if embedder == "hash" else embedder
         cfg.setdefault("min_relevance", 0.0)  # ranking tests; relevance has its own tests
-        return RecallService(self.store, self.index, emb, reranker, compressor, self.clock, RecallConfig(**cfg))
+        return RecallService(self.store, self.index, emb, reranker, compressor, self.clock, config(RecallConfig, **cfg))
 
 
 def ids(result: RecallResult) -> list[str]:

@@ -17,6 +17,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import IndexedDoc, Memory
 from engram.services.recall import RecallConfig, RecallService
 
+from tests.configs import config
+
 MEMORIES = {
     "peanut": "我对花生过敏，吃了会起疹子",
     "spring": "每年春节我都回成都老家陪爸妈",
@@ -72,7 +74,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RecallSe
         def now(self) -> datetime:
             return datetime(2025, 2, 1, tzinfo=UTC)
 
-    yield RecallService(store, index, embedder, None, None, Clock(), RecallConfig(min_relevance=0.0)), key_of
+    yield RecallService(store, index, embedder, None, None, Clock(), config(RecallConfig, min_relevance=0.0)), key_of
     index.close()
 
 

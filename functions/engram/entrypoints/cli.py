@@ -161,12 +161,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, then one import with progress
     from pydantic import ValidationError
 
     from engram.bootstrap import build_container
     from engram.domain.errors import InvalidInput
-    from engram.services.moving_in import convert, score
+    from engram.services.import_formats import convert
+    from engram.services.moving_in import score
     from engram.services.transfer import ExportDocument
 
     fmt = args.source_format

@@ -16,8 +16,9 @@ the client going away), with ``Message.error`` saying what went wrong, so extrac
 it; a retried turn is stored once.
 
 This module is the request pipeline; its parts live beside it: the writes an exchange owes in
-``services/exchange.py``, the stream relay in ``services/stream_relay.py``, the boot block in
-``services/boot.py``, injection placement in ``services/injection.py``.
+``services/exchange.py``, the stream relay in ``services/stream_relay.py``, what a turn is told (boot
+block, memories, past conversations, reminders) in ``services/turn_context.py``, where it goes in the
+request in ``services/injection.py``.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from engram.domain.errors import EngramError, NotConfigured, UpstreamUnavailable
 from engram.domain.ports import ChatUpstream, UpstreamReply
-from engram.domain.text import estimate_tokens
 from engram.domain.wire.anthropic import (
     answer_text,
     anthropic_request_to_openai,
@@ -46,12 +46,12 @@ from engram.domain.wire.cache_markers import CachePolicy
 from engram.domain.wire.content import text_of
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
-from engram.services.boot import BootService
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
 from engram.services.injection import Injected, inject_anthropic, inject_openai, last_user_text
 from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.stream_relay import StreamTap, relay_stream
 from engram.services.threads import thread_id_of
+from engram.services.turn_context import TurnContextSource
 
 log = logging.getLogger(__name__)
 
@@ -65,24 +65,24 @@ def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
     return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
 
 
-def render_hits(result: Any) -> str:
-    """Fallback rendering of a recall result: one line per memory."""
-    return "\n".join(f"- {' '.join(hit.memory.content.split())}" for hit in getattr(result, "hits", ()) or ())
-
-
 @dataclass(frozen=True)
 class ChatConfig:
+    """The chat gateway's settings.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
     routing: RouteConfig
-    inject_enabled: bool = True
-    inject_max_body_bytes: int = 2 * 1024 * 1024
-    boot_max_chars: int = 8000
-    patch_max_tokens: int = 1200
-    boot_cache_seconds: float = 30.0
-    keepalive_seconds: float = 15.0
-    store_messages: bool = True
-    default_max_tokens: int = 4096
-    cleanup_interval: timedelta = timedelta(hours=24)
-    cache: CachePolicy | None = field(default_factory=CachePolicy)
+    inject_enabled: bool
+    inject_max_body_bytes: int
+    boot_max_chars: int
+    patch_max_tokens: int
+    boot_cache_seconds: float
+    keepalive_seconds: float
+    store_messages: bool
+    default_max_tokens: int
+    cleanup_interval: timedelta
+    cache: CachePolicy | None  # None: no prompt-cache markers
 
     @classmethod
     def from_settings(
@@ -129,23 +129,17 @@ class ChatService:
         *,
         openai: ChatUpstream,
         anthropic: ChatUpstream,
-        recall: Any,
-        boot: BootService,
+        context: TurnContextSource,
         record: ExchangeRecorder,
         config: ChatConfig | Callable[[], ChatConfig],
-        render_recall: Callable[[Any], str] | None = None,
         bedrock: ChatUpstream | None = None,
-        conversations: Any = None,
     ) -> None:
         self._openai = openai
-        self._conversations = conversations  # services.conversations.ConversationService
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
         # handled exactly like the OpenAI-compatible upstream: same injection, same stream tap.
         self._bedrock = bedrock
-        self._recall = recall
-        self._render_recall = render_recall or render_hits
-        self._boot = boot
+        self._context = context
         self._record = record
         # A callable is read per use: runtime settings (admin panel) change it without a restart.
         self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
@@ -214,10 +208,7 @@ class ChatService:
             return {**body, "model": model}
         if ex.wire == "openai":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            out = openai_request_to_anthropic(body, model)
-            if not (body.get("max_completion_tokens") or body.get("max_tokens")):
-                out["max_tokens"] = self._config.default_max_tokens
-            return out
+            return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
         return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
@@ -230,34 +221,20 @@ class ChatService:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
-        # Past conversations are searched beside the memories (their query vector is the recall's, cached).
-        past = self._search_conversations(ex)
-        boot_text, boot_ids = await self._boot_block(ex.namespace, ex.agent)
-        recall_text = ""
-        if ex.user_text is None:
-            ex.reason = "not_injectable"
-        else:
-            try:
-                result = await asyncio.to_thread(
-                    self._recall.recall, ex.namespace, ex.user_text, exclude_ids=boot_ids, record_injection=True
-                )
-                recall_text = self._render_recall(result) if getattr(result, "hits", None) else ""
-                ex.reason = "injected" if recall_text.strip() else "no_content"
-                if (getattr(result, "meta", None) or {}).get("index") == "unavailable":
-                    ex.reason = "index_unavailable"  # boot block (and what the index gave) only
-            except Exception:
-                log.warning("recall failed; the chat goes on without memories", exc_info=True)
-                ex.reason = "recall_failed"
-        conversation_text = await self._past_conversations(ex, past, recall_text)
-        reminder_text = await self._record.claim_reminders(ex)
+        told = await self._context.gather(
+            ex,
+            boot_cache_seconds=self._config.boot_cache_seconds,
+            boot_max_chars=self._config.boot_max_chars,
+            patch_max_tokens=self._config.patch_max_tokens,
+        )
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
         if ex.route.provider == "anthropic":
             body, info = inject_anthropic(
-                body, boot_text, recall_text, self._config.cache, reminder_text, conversation_text
+                body, told.boot, told.recall, self._config.cache, told.reminders, told.conversations
             )
         else:
-            body, info = inject_openai(body, boot_text, recall_text, reminder_text, conversation_text)
+            body, info = inject_openai(body, told.boot, told.recall, told.reminders, told.conversations)
         ex.injected = info.any
         if (info.reminders or info.conversations) and ex.reason == "no_content":
             ex.reason = "injected"
@@ -266,43 +243,6 @@ class ChatService:
         if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
             await self._record.settle_reminders(ex, delivered=False)
         return body
-
-    def _search_conversations(self, ex: Exchange) -> asyncio.Future[Any] | None:
-        """Start the search of other threads for the current turn (None when there is nothing to search)."""
-        if self._conversations is None or ex.user_text is None:
-            return None
-        return asyncio.ensure_future(
-            asyncio.to_thread(
-                self._conversations.search, ex.namespace, ex.user_text, exclude_thread=ex.conversation, skip_seen=True
-            )
-        )
-
-    async def _past_conversations(self, ex: Exchange, search: asyncio.Future[Any] | None, recall_text: str) -> str:
-        """The fragments' block for the patch, in the token budget the memories left ('' if none)."""
-        if search is None:
-            return ""
-        try:
-            result = await search
-            budget = self._config.patch_max_tokens - estimate_tokens(recall_text)
-            text, shown = self._conversations.render(result.fragments, budget)
-        except Exception:
-            log.warning("recalling past conversations failed; the chat goes on without them", exc_info=True)
-            return ""
-        ex.fragments = list(shown)
-        return str(text)
-
-    async def _boot_block(self, namespace: str, agent: str | None = None) -> tuple[str, tuple[str, ...]]:
-        """The rendered boot block (kept briefly per namespace and agent) and the ids of its memories."""
-        cached = self._boot.cached_block(namespace, agent, self._config.boot_cache_seconds)
-        if cached is None:
-            try:
-                cached = await asyncio.to_thread(
-                    self._boot.block, namespace, agent, max_chars=self._config.boot_max_chars
-                )
-            except Exception:
-                log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
-                return "", ()
-        return cached.text, cached.memory_ids
 
     # -- forwarding ---------------------------------------------------------------------------------
     async def _forward(self, ex: Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:

@@ -33,13 +33,18 @@ HARD_DELETE_STATUSES = ("deleted", "superseded", "expired")
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    messages_days: int = 14
-    usage_days: int = 30
-    events_days: int = 30
-    idempotency_days: int = 7
-    memory_unseen_days: int = 180
-    hard_delete_days: int = 30
-    min_interval_hours: float = 24.0
+    """How long each kind of row is kept.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
+    messages_days: int
+    usage_days: int
+    events_days: int
+    idempotency_days: int
+    memory_unseen_days: int
+    hard_delete_days: int
+    min_interval_hours: float
 
     @classmethod
     def from_settings(cls, settings: Any) -> RetentionPolicy:
@@ -103,7 +108,7 @@ class CleanupService:
         store: MemoryStore,
         index: SearchIndex,
         clock: Clock,
-        policy: RetentionPolicy | None = None,
+        policy: RetentionPolicy,
         locks: NamespaceLocks | None = None,
         repair: Callable[[str], int] | None = None,
         skills: SkillService | None = None,
@@ -113,7 +118,7 @@ class CleanupService:
         self._repair = repair
         self._index = index
         self._clock = clock
-        self._policy = policy or RetentionPolicy()
+        self._policy = policy
         self._locks = locks or NamespaceLocks()
 
     def run(self, namespace: str | None = None, progress: Any = None) -> CleanupReport:

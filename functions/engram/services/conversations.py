@@ -95,16 +95,17 @@ def topic_query(text: str) -> str:
 class ConversationConfig:
     """Mapped from ``Settings.conversation_recall_*`` (README, "Settings")."""
 
-    enabled: bool = True
-    threads: int = 2
-    fragments: int = 2
-    neighbours: int = 1
-    seen_ttl_hours: float = 24.0
-    min_relevance: float = 0.15
-    message_chars: int = 400
+    enabled: bool
+    threads: int
+    fragments: int
+    neighbours: int
+    seen_ttl_hours: float
+    min_relevance: float
+    message_chars: int
+    recency_half_life_days: float
+    # Not settings:
     candidates: int = 60
     recency_weight: float = 0.2
-    recency_half_life_days: float = 30.0
     index_batch: int = 64
 
     @classmethod

@@ -52,12 +52,17 @@ _PAGE = 500
 
 @dataclass(frozen=True)
 class DreamConfig:
-    timezone: str = "UTC"
-    max_messages: int = 400
-    max_tokens: int = 8000
-    memory_context_limit: int = 40
-    excerpt_limit: int = 8
-    max_message_chars: int = 2000
+    """The dreaming job's limits.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
+    timezone: str
+    max_messages: int
+    max_tokens: int
+    memory_context_limit: int
+    excerpt_limit: int
+    max_message_chars: int
 
     @classmethod
     def from_settings(cls, settings: Any) -> DreamConfig:
@@ -133,7 +138,7 @@ class DreamingService:
         embedder: Embedder | None,
         model: ChatModel | None,
         clock: Clock,
-        config: DreamConfig | Callable[[], DreamConfig] | None = None,
+        config: DreamConfig | Callable[[], DreamConfig],
         locks: NamespaceLocks | None = None,
     ) -> None:
         self._store = store
@@ -144,8 +149,7 @@ class DreamingService:
         self._model = model
         self._clock = clock
         # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        fixed = config if isinstance(config, DreamConfig) else DreamConfig()
-        self._config_of: Callable[[], DreamConfig] = config if callable(config) else (lambda: fixed)
+        self._config_of: Callable[[], DreamConfig] = config if callable(config) else (lambda: config)
         self._locks = locks or NamespaceLocks()
 
     @property

@@ -50,13 +50,18 @@ KNOWN_KEYS = 30
 
 @dataclass(frozen=True)
 class ExtractionConfig:
-    window_hours: float = 4.0
-    max_messages: int = 40
-    max_batches: int = 4
-    max_tokens: int = 1200
-    max_message_chars: int = 2000
-    review_confidence: float = 0.76
-    max_attempts: int = 5
+    """The extraction job's limits.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
+    window_hours: float
+    max_messages: int
+    max_batches: int
+    max_tokens: int
+    max_message_chars: int
+    review_confidence: float
+    max_attempts: int = 5  # not a setting
 
     @classmethod
     def from_settings(cls, settings: Any) -> ExtractionConfig:
@@ -187,7 +192,7 @@ class ExtractionService:
         candidates: CandidateService,
         model: ChatModel | None,
         clock: Clock,
-        config: ExtractionConfig | Callable[[], ExtractionConfig] | None = None,
+        config: ExtractionConfig | Callable[[], ExtractionConfig],
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
         conversations: Any = None,
@@ -202,8 +207,7 @@ class ExtractionService:
         self._model = model
         self._clock = clock
         # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        fixed = config if isinstance(config, ExtractionConfig) else ExtractionConfig()
-        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: fixed)
+        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: config)
         self._locks = locks or NamespaceLocks()
 
     @property

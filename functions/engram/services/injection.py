@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram.domain.wire.cache_markers import CachePolicy, place_cache_control
+from engram.domain.wire.content import text_of
 
 # -- volatile lines -------------------------------------------------------------------------------------
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")
@@ -203,11 +204,7 @@ def last_user_text(body: dict[str, Any]) -> str | None:
     messages = body.get("messages") or []
     if not messages or messages[-1].get("role") != "user":
         return None
-    content = messages[-1].get("content")
-    if isinstance(content, str):
-        return content.strip() or None
-    text = "\n".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
-    return text.strip() or None
+    return text_of(messages[-1].get("content")).strip() or None
 
 
 # -- OpenAI wire -----------------------------------------------------------------------------------------

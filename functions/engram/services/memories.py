@@ -116,7 +116,16 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class MemoryRules:
-    dedup_cosine: float = 0.96
+    """When a new memory is the same as an existing one.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
+    dedup_cosine: float
+
+    @classmethod
+    def from_settings(cls, s: Any) -> MemoryRules:
+        return cls(dedup_cosine=s.dedup_cosine)
 
 
 class MemoryService:
@@ -126,15 +135,14 @@ class MemoryService:
         index: SearchIndex,
         embedder: Embedder | None,
         clock: Clock,
-        rules: MemoryRules | Callable[[], MemoryRules] | None = None,
+        rules: MemoryRules | Callable[[], MemoryRules],
     ) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._clock = clock
         # A callable is read per use (runtime settings change the rules without a restart).
-        fixed = rules if isinstance(rules, MemoryRules) else MemoryRules()
-        self._rules_of: Callable[[], MemoryRules] = rules if callable(rules) else (lambda: fixed)
+        self._rules_of: Callable[[], MemoryRules] = rules if callable(rules) else (lambda: rules)
         # Namespaces whose index writes failed in this process (the store keeps the durable record).
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()

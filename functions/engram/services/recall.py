@@ -51,38 +51,34 @@ QUERY_VECTOR_CACHE = 256
 
 @dataclass(frozen=True)
 class RecallConfig:
-    """Weights and thresholds of the pipeline (mapped from ``Settings.recall_*``)."""
+    """Weights and thresholds of the pipeline: each field is the setting ``recall_<field>`` (``settings.py``
+    holds the defaults, written once; ``from_settings`` builds it)."""
 
-    top_k: int = 5
-    candidates: int = 50
-    fusion: Fusion = "adaptive"
-    rrf_k: int = 60
-    keyword_weight: float = 1.5
-    vector_weight: float = 1.0
-    importance_weight: float = 0.2
-    recency_weight: float = 0.1
-    recency_half_life_days: float = 30.0
-    min_score: float = 0.0
-    min_relevance: float = 0.15
-    repeat_window_minutes: int = 30
-    repeat_decay: float = 0.5
-    dedup_jaccard: float = 0.9
-    diversity: float = 0.3
-    rerank_candidates: int = 20
-    compress: bool = False
-    compress_model: str = ""
-    compress_timeout_s: float = 8.0
-    max_query_chars: int = 2000
+    top_k: int
+    candidates: int
+    fusion: Fusion
+    rrf_k: int
+    keyword_weight: float
+    vector_weight: float
+    importance_weight: float
+    recency_weight: float
+    recency_half_life_days: float
+    min_score: float
+    min_relevance: float
+    repeat_window_minutes: int
+    repeat_decay: float
+    dedup_jaccard: float
+    diversity: float
+    rerank_candidates: int
+    compress: bool
+    compress_model: str
+    compress_timeout_s: float
+    max_query_chars: int
 
     @classmethod
     def from_settings(cls, settings: Any) -> RecallConfig:
-        """Every ``recall_<name>`` setting that exists maps onto the field ``<name>``."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            name = f"recall_{f.name}"
-            if hasattr(settings, name):
-                values[f.name] = getattr(settings, name)
-        return cls(**values)
+        """Every field ``<name>`` is the setting ``recall_<name>``."""
+        return cls(**{f.name: getattr(settings, f"recall_{f.name}") for f in fields(cls)})
 
 
 class RecallHit(BaseModel):
@@ -317,7 +313,7 @@ class RecallService:
     def _config(self) -> RecallConfig:
         return self._config_of()
 
-    def recall(
+    def recall(  # noqa: C901, PLR0915 - split into stages next (issue 15 item 5)
         self,
         namespace: str,
         query: str,

@@ -28,9 +28,20 @@ MAX_PER_TURN = 5
 
 @dataclass(frozen=True)
 class ReminderConfig:
-    missed_after_days: float = 7.0
-    lease_seconds: float = 600.0
-    timezone: str = "UTC"
+    """When a reminder counts as missed, how long a turn holds one, the user's time zone.
+
+    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    """
+
+    missed_after_days: float
+    lease_seconds: float
+    timezone: str
+
+    @classmethod
+    def from_settings(cls, s: Any) -> ReminderConfig:
+        return cls(
+            missed_after_days=s.reminder_missed_after_days, lease_seconds=s.reminder_lease_seconds, timezone=s.timezone
+        )
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engram.domain.errors import InvalidInput, NotConfigured
+from engram.domain.wire.converse import BEDROCK_PREFIX
 
 Provider = Literal["openai", "anthropic", "bedrock"]
-BEDROCK_PREFIX = "bedrock/"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ Wire = Literal["openai", "anthropic"]
 CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
 
 
-async def relay_stream(
+async def relay_stream(  # noqa: C901 - one loop over the upstream events; each branch is one event kind
     task: asyncio.Future[UpstreamReply],
     reply: UpstreamReply | None,
     tap: StreamTap,

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.adapters.search.replica import LogRow, ReplicaSearchIndex, SearchLog, pack_vector, unpack_vector
+from engram.adapters.search.document_log import LogRow, SearchLog, pack_vector, unpack_vector
+from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.adapters.storage.snapshots import DirSnapshotStore
 from engram.domain.models import IndexedDoc

@@ -7,6 +7,7 @@ import json
 from engram.domain.wire.anthropic import (
     anthropic_request_to_openai,
     anthropic_response_to_openai,
+    messages_request,
     openai_request_to_anthropic,
     openai_response_to_anthropic,
 )
@@ -43,7 +44,7 @@ OPENAI_REQ = {
 
 
 def test_openai_request_to_anthropic() -> None:
-    out = openai_request_to_anthropic(OPENAI_REQ, "claude-x")
+    out = openai_request_to_anthropic(OPENAI_REQ, "claude-x", default_max_tokens=4096)
     assert out["system"] == [{"type": "text", "text": "sys"}]
     assert out["max_tokens"] == 99 and out["stop_sequences"] == ["END"] and out["stream"] is True
     user, assistant, results = out["messages"][:3]
@@ -174,3 +175,25 @@ def test_streams_both_ways_round_trip() -> None:
     )
     assert (text, reasoning, args) == ("hello", "th", '{"a":1}')
     assert back[-1][1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 4
+
+
+def test_engram_model_calls_become_a_messages_request_with_the_system_prompts_joined() -> None:
+    # Given Engram's own job messages with two system prompts
+    messages = [
+        {"role": "system", "content": "You extract facts."},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "I moved to Lyon"},
+        {"role": "assistant", "content": None},
+    ]
+    # When converted with and without JSON mode
+    plain = messages_request(messages, "claude-x", 300)
+    json_mode = messages_request(messages, "claude-x", 300, json_mode=True)
+    # Then system prompts are joined, the turns kept (no content -> ""), JSON asked for in system
+    assert plain == {
+        "model": "claude-x",
+        "messages": [{"role": "user", "content": "I moved to Lyon"}, {"role": "assistant", "content": ""}],
+        "max_tokens": 300,
+        "system": "You extract facts.\n\nBe brief.",
+    }
+    assert json_mode["system"].endswith("\n\nReply with exactly one JSON object and nothing else.")
+    assert "system" not in messages_request(messages[2:], "claude-x", 300)

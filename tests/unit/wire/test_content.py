@@ -52,7 +52,7 @@ def test_every_converter_reads_content_and_arguments_the_same_way() -> None:
         ],
     }
     # When converted to Anthropic and to Converse
-    anthropic = openai_request_to_anthropic(body, "claude-x")
+    anthropic = openai_request_to_anthropic(body, "claude-x", default_max_tokens=4096)
     converse = openai_to_converse(body)
     # Then both read the same system text, arguments and tool-result text
     assert anthropic["system"] == [{"type": "text", "text": "sys"}]

@@ -37,7 +37,7 @@ def _run_request_pipeline(body: dict[str, Any], wire: str) -> None:
     if wire == "openai":
         openai_has_images(body)
         inject_openai(body, "boot block", "- a memory")
-        w.openai_request_to_anthropic(body, "claude-x")
+        w.openai_request_to_anthropic(body, "claude-x", default_max_tokens=4096)
         with contextlib.suppress(InvalidInput):  # e.g. an image given as a link: Bedrock's own 400
             openai_to_converse(body)
     else:

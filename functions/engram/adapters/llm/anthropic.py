@@ -8,7 +8,7 @@ from typing import Any
 
 from engram.adapters.llm.http import HttpxUpstream
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
-from engram.domain.wire.anthropic import answer_text
+from engram.domain.wire.anthropic import answer_text, messages_request
 from engram.domain.wire.sse import SseParser
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -29,12 +29,6 @@ class AnthropicUpstream(HttpxUpstream):
         super().__init__(root, headers, **kwargs)
 
 
-def _split_system(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
-    rest = [{"role": m["role"], "content": m.get("content") or ""} for m in messages if m.get("role") != "system"]
-    return "\n\n".join(system), rest
-
-
 class AnthropicChatModel:
     """``ChatModel`` over the Messages API. Claude has no JSON mode: the system prompt asks for one object."""
 
@@ -48,17 +42,7 @@ class AnthropicChatModel:
         return self._model
 
     def _body(self, messages: Sequence[dict[str, Any]], max_tokens: int | None, json_mode: bool) -> dict[str, Any]:
-        system, rest = _split_system(messages)
-        if json_mode:
-            system = (system + "\n\n" if system else "") + "Reply with exactly one JSON object and nothing else."
-        body: dict[str, Any] = {
-            "model": self._model,
-            "messages": rest,
-            "max_tokens": max_tokens or self._default_max_tokens,
-        }
-        if system:
-            body["system"] = system
-        return body
+        return messages_request(messages, self._model, max_tokens or self._default_max_tokens, json_mode=json_mode)
 
     async def _send(self, body: dict[str, Any]) -> Any:
         try:

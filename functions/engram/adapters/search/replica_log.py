@@ -22,6 +22,7 @@ A document keeps its text, type and vector (float16 binary: 768 bytes at 384 dim
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -29,10 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.replica import TOMBSTONE_DAYS, LogMeta, LogRow
-from engram.domain.errors import UpstreamUnavailable
+from engram.adapters.search.document_log import TOMBSTONE_DAYS, LogMeta, LogRow
+from engram.adapters.storage.dynamodb.table import ConditionFailed, DynamoTable
 
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS {prefix}_docs (
@@ -197,21 +197,13 @@ class DynamoSearchLog:
             import boto3
 
             client = boto3.client("dynamodb", region_name=region_name or None)
-        self._client = client
-        self._table = table_name
+        self._db = DynamoTable(client, table_name)
         self._known: set[str] = set()
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            return getattr(self._client, operation)(TableName=self._table, **kwargs)  # type: ignore[no-any-return]
-        except Exception as exc:
-            if type(exc).__name__ == "ConditionalCheckFailedException" or (
-                getattr(exc, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-            ):
-                raise
-            if hasattr(exc, "response") or type(exc).__module__.startswith("botocore"):
-                raise translate(exc, f"DynamoDB {operation}") from exc
-            raise UpstreamUnavailable(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
+        """One call on the store's table through its toolkit (errors translated by ``adapters/aws_errors.py``;
+        a failed condition is ``ConditionFailed``)."""
+        return self._db.call(operation, TableName=self._db.name, **kwargs)
 
     def put(self, row: LogRow) -> None:
         pk = f"NS#{row.namespace}"
@@ -299,7 +291,7 @@ class DynamoSearchLog:
         return self._meta(self._call("get_item", Key=self._meta_key, ConsistentRead=True).get("Item"))
 
     def record_dimension(self, dimension: int) -> LogMeta:
-        try:
+        with contextlib.suppress(ConditionFailed):  # another process recorded one first: read it
             self._call(
                 "update_item",
                 Key=self._meta_key,
@@ -307,9 +299,6 @@ class DynamoSearchLog:
                 ConditionExpression="attribute_not_exists(dimension)",
                 ExpressionAttributeValues={":d": {"N": str(dimension)}},
             )
-        except Exception as exc:  # another process recorded one first: read it
-            if getattr(exc, "response", {}).get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
         return self.meta()
 
     def reset(self, model_id: str, dimension: int) -> LogMeta:

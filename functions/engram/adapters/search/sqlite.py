@@ -202,7 +202,7 @@ class SqliteSearchIndex:
             ]
         )
 
-    def write_prepared(self, docs: Sequence[PreparedDoc]) -> None:
+    def write_prepared(self, docs: Sequence[PreparedDoc]) -> None:  # noqa: C901 - one transaction, kept in one place
         """``upsert`` documents whose vectors are unit float32 arrays already, in one transaction (a replica
         hydrating thousands at once skips building an ``IndexedDoc`` of 384 floats per document)."""
         prepared = [(doc, " ".join(tokenize(doc.text)), doc.vector) for doc in docs]

@@ -25,6 +25,7 @@ from typing import Any
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import private_sqlite
 from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
+from engram.adapters.storage.dynamodb.table import Cancelled, DynamoTable
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.skills import Skill, SkillVector, SkillVersion
 
@@ -211,21 +212,22 @@ class DynamoSkillStore:
         self._client = client
         self._region = region_name
         self._table = table_name
+        self._db: DynamoTable | None = None
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        if self._client is None:  # built on first use: a cold start that touches no skill pays nothing
-            import boto3
+        """One call through the store's table toolkit (errors translated by ``adapters/aws_errors.py``)."""
+        if self._db is None:  # built on first use: a cold start that touches no skill pays nothing
+            if self._client is None:
+                import boto3
 
-            self._client = boto3.client("dynamodb", region_name=self._region or None)
+                self._client = boto3.client("dynamodb", region_name=self._region or None)
+            self._db = DynamoTable(self._client, self._table)
         try:
-            return getattr(self._client, operation)(**kwargs)  # type: ignore[no-any-return]
-        except Exception as exc:
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-            if code == "TransactionCanceledException" and "ConditionalCheckFailed" in str(exc):
+            return self._db.call(operation, **kwargs)
+        except Cancelled as exc:
+            if "ConditionalCheckFailed" in exc.reasons:
                 raise Conflict("this skill version exists") from exc
-            if hasattr(exc, "response") or type(exc).__module__.startswith("botocore"):
-                raise translate(exc, f"DynamoDB {operation}") from exc
-            raise UpstreamUnavailable(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
+            raise UpstreamUnavailable(f"DynamoDB {operation}: transaction cancelled ({exc})") from exc
 
     @staticmethod
     def _item(namespace: str, sk: str, row: Skill | SkillVersion) -> dict[str, Any]:

@@ -1,19 +1,19 @@
 """OpenAI chat completions <-> Anthropic Messages: requests both ways and whole responses both ways
 (pure, no I/O; streamed responses: ``anthropic_stream``). Covered: text, images, tool definitions /
 calls / results, thinking <-> ``reasoning_content``, stop reasons and usage (including cache read/write
-tokens).
+tokens). ``messages_request``: Engram's own model calls as a Messages request, for
+``adapters/llm/anthropic.py``'s ``ChatModel``.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from engram.domain.wire.content import push_turn, text_of, tool_arguments
 from engram.domain.wire.usage import anthropic_usage, openai_usage, usage_from_anthropic, usage_from_openai
-
-DEFAULT_MAX_TOKENS = 4096
 
 STOP_A2O = {
     "end_turn": "stop",
@@ -59,8 +59,31 @@ def answer_text(blocks: list[dict[str, Any]]) -> str:
     return "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
 
 
+# -- Engram's own model calls --------------------------------------------------------------------------
+JSON_INSTRUCTION = "Reply with exactly one JSON object and nothing else."
+
+
+def messages_request(
+    messages: Sequence[dict[str, Any]], model: str, max_tokens: int, *, json_mode: bool = False
+) -> dict[str, Any]:
+    """Engram's own chat messages (extraction, dreaming, compression) as a Messages request: system
+    messages joined into ``system``; Claude has no JSON mode, so ``json_mode`` asks for one object there."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    rest = [{"role": m["role"], "content": m.get("content") or ""} for m in messages if m.get("role") != "system"]
+    if json_mode:
+        system = (system + "\n\n" if system else "") + JSON_INSTRUCTION
+    body: dict[str, Any] = {"model": model, "messages": rest, "max_tokens": max_tokens}
+    if system:
+        body["system"] = system
+    return body
+
+
 # -- requests: OpenAI -> Anthropic --------------------------------------------------------------------
-def openai_request_to_anthropic(body: dict[str, Any], model: str) -> dict[str, Any]:
+def openai_request_to_anthropic(  # noqa: C901 - one branch per wire field, read top to bottom
+    body: dict[str, Any], model: str, *, default_max_tokens: int
+) -> dict[str, Any]:
+    """An OpenAI request for an Anthropic model; ``default_max_tokens`` when the client set no limit
+    (Anthropic requires one; ``ENGRAM_CHAT_DEFAULT_MAX_TOKENS``)."""
     system: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
 
@@ -95,7 +118,7 @@ def openai_request_to_anthropic(body: dict[str, Any], model: str) -> dict[str, A
     out: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS,
+        "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens,
     }
     if system:
         out["system"] = system
@@ -144,7 +167,7 @@ def _user_blocks_o2a(content: Any) -> list[dict[str, Any]]:
 
 
 # -- requests: Anthropic -> OpenAI --------------------------------------------------------------------
-def anthropic_request_to_openai(body: dict[str, Any], model: str) -> dict[str, Any]:
+def anthropic_request_to_openai(body: dict[str, Any], model: str) -> dict[str, Any]:  # noqa: C901, PLR0915 - one branch per wire field
     messages: list[dict[str, Any]] = []
     system = body.get("system")
     system_text = text_of(system)

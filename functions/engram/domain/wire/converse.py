@@ -88,7 +88,7 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
-def openai_to_converse(body: dict[str, Any]) -> dict[str, Any]:
+def openai_to_converse(body: dict[str, Any]) -> dict[str, Any]:  # noqa: C901 - one branch per wire field, read top to bottom
     """An OpenAI chat-completions body -> the keyword arguments of ``converse`` / ``converse_stream``."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []

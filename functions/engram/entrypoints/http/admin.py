@@ -86,11 +86,15 @@ def install(app: FastAPI, container: Any) -> None:
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
     sessions = AdminSessions(password, container.store, settings.default_namespace, proxies=proxies)
-    limiter = LoginLimiter(attempts=5, window=60.0)
     app.state.admin_sessions = sessions
-
     app.add_middleware(AdminHeadersMiddleware)
+    app.include_router(_panel(sessions, proxies, LoginLimiter(attempts=5, window=60.0)))
+    app.include_router(_admin_api(container))
+    app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 
+
+def _panel(sessions: AdminSessions, proxies: TrustedProxies, limiter: LoginLimiter) -> APIRouter:
+    """The panel's page and its session: login, logout, whether this browser is logged in."""
     panel = APIRouter(include_in_schema=False)
 
     @panel.get("/admin")
@@ -152,6 +156,12 @@ def install(app: FastAPI, container: Any) -> None:
         sessions.clear_cookie(request, response)
         return response
 
+    return panel
+
+
+def _admin_api(container: Any) -> APIRouter:
+    """`/v1/admin/*`: runtime settings, the deep health check and reindex."""
+    settings = container.settings
     api = APIRouter(prefix="/v1/admin", tags=["admin"])
 
     def require_owner(who: Principal, what: str) -> None:
@@ -184,28 +194,7 @@ def install(app: FastAPI, container: Any) -> None:
     def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:
         """Check the store and the search index now (a network call each on AWS), the embedding model
         against the index, and whether index writes of your namespace wait for repair. 503 if one fails."""
-        checks: dict[str, Any] = {}
-        for name, probe in (("store", container.store.ping), ("search", container.index.ping)):
-            try:
-                probe()
-                checks[name] = {"status": "ok"}
-            except Exception as exc:  # reported, never raised
-                checks[name] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
-        embedder = container.embedder
-        if embedder is None:
-            checks["embedder"] = {"status": "off", "detail": "keyword search only"}
-        else:
-            try:
-                embedder.matches_index  # noqa: B018 - asks the index now
-            except Exception as exc:
-                checks["embedder"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
-            else:
-                checks["embedder"] = {"status": embedder.state, "model": embedder.model_id}
-        try:
-            dirty = container.store.get_cache(who.namespace, INDEX_DIRTY)
-            checks["index_repair"] = {"status": "pending" if dirty else "ok"}
-        except Exception as exc:
-            checks["index_repair"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+        checks = _health_checks(container, who.namespace)
         ok = all(c["status"] in ("ok", "off", "pending") for c in checks.values())
         if not ok:
             response.status_code = 503
@@ -228,9 +217,35 @@ def install(app: FastAPI, container: Any) -> None:
             require_owner(who, "rebuilding the whole index (the embedding model changed)")
         return dict(container.reindex.start(who.namespace))
 
-    app.include_router(panel)
-    app.include_router(api)
-    app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
+    return api
+
+
+def _health_checks(container: Any, namespace: str) -> dict[str, Any]:
+    """The store, the search index, the embedder against the index and pending index repair, checked now;
+    a failed check is reported, never raised."""
+    checks: dict[str, Any] = {}
+    for name, probe in (("store", container.store.ping), ("search", container.index.ping)):
+        try:
+            probe()
+            checks[name] = {"status": "ok"}
+        except Exception as exc:  # reported, never raised
+            checks[name] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+    embedder = container.embedder
+    if embedder is None:
+        checks["embedder"] = {"status": "off", "detail": "keyword search only"}
+    else:
+        try:
+            embedder.matches_index  # noqa: B018 - asks the index now
+        except Exception as exc:
+            checks["embedder"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+        else:
+            checks["embedder"] = {"status": embedder.state, "model": embedder.model_id}
+    try:
+        dirty = container.store.get_cache(namespace, INDEX_DIRTY)
+        checks["index_repair"] = {"status": "pending" if dirty else "ok"}
+    except Exception as exc:
+        checks["index_repair"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
+    return checks
 
 
 def _info(container: Any, who: Principal) -> dict[str, Any]:

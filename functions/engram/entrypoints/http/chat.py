@@ -11,12 +11,13 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from starlette.responses import StreamingResponse
 
 from engram.domain.errors import EngramError, UpstreamRejected
+from engram.domain.skills import agent_id
 from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
@@ -87,11 +88,15 @@ def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Re
     )
 
 
-async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Response:
+async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_agent: str | None = None) -> Response:
     try:
         principal = authenticate(request, "chat")
         principal.require("chat:proxy")
         chat = _service(request)
+        # Which agent's skills the boot block lists: the header, else the base URL's `/agents/{id}`
+        # (a client setting), else the key's `agent` (README, "Skills for coding agents").
+        header = (request.headers.get("x-engram-agent") or "").strip()
+        agent = header or (agent_id(path_agent) if path_agent is not None else None) or principal.agent
     except EngramError as exc:
         return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
     raw = await request.body()
@@ -103,8 +108,7 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False) -> Res
             guide_dog=guide_dog,
             # `x-engram-conversation` is the header's older name, still accepted.
             conversation_id=request.headers.get("x-engram-thread") or request.headers.get("x-engram-conversation"),
-            # The header wins; a key configured with an `agent` covers clients that cannot send it.
-            agent=(request.headers.get("x-engram-agent") or "").strip() or principal.agent,
+            agent=agent,
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
         )
@@ -175,6 +179,31 @@ async def messages(request: Request) -> Response:
     return await _chat(request, "anthropic")
 
 
+# The same doors under a base URL that names the agent, for clients that cannot send headers
+# (`http://host/agents/codex/v1`, `ANTHROPIC_BASE_URL=http://host/agents/claude-code`).
+_AGENT = "An agent id: the skills allocated to it are listed in the boot block (an `x-engram-agent` header wins)."
+
+
+@router.post(
+    "/agents/{agent}/v1/chat/completions",
+    tags=["chat"],
+    summary="OpenAI-compatible chat with memory, as the agent named in the path",
+    openapi_extra=_chat_doc("openai"),
+)
+async def agent_chat_completions(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
+    return await _chat(request, "openai", path_agent=agent)
+
+
+@router.post(
+    "/agents/{agent}/v1/messages",
+    tags=["chat"],
+    summary="Anthropic Messages API with memory, as the agent named in the path",
+    openapi_extra=_chat_doc("anthropic"),
+)
+async def agent_messages(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
+    return await _chat(request, "anthropic", path_agent=agent)
+
+
 @router.post(
     "/v1/guide-dog/chat/completions",
     tags=["chat"],
@@ -190,6 +219,11 @@ async def models(request: Request) -> Any:
     principal = authenticate(request)
     principal.require("chat:proxy")
     return await _service(request).models()
+
+
+@router.get("/agents/{agent}/v1/models", tags=["chat"], summary="Models a chat client can pick (agent base URL)")
+async def agent_models(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Any:
+    return await models(request)
 
 
 @router.get("/v1/usage", tags=["chat"], summary="Token usage per model (input, output, cache read/write)")

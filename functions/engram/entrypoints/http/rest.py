@@ -506,7 +506,7 @@ def import_(
     and `refused` per row kind and the `problems` with their reasons (`source`: where in the file)."""
     from pydantic import ValidationError
 
-    from engram.services.moving_in import convert
+    from engram.services.import_formats import convert
     from engram.services.moving_in import score as score_rows
 
     container = _c(request)

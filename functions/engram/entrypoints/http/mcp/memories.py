@@ -42,9 +42,13 @@ from engram.services.memories import MemoryPatch, MemoryWrite, parse_statuses
 
 def register(tools: Toolbox) -> None:
     """Recall and search, list and read, write and correct memories."""
+    _register_reads(tools)
+    _register_writes(tools)
+
+
+def _register_reads(tools: Toolbox) -> None:
     c, tool = tools.container, tools.tool
 
-    # -- recall ---------------------------------------------------------------------------
     @tool(READ_ONLY)
     def memory_search(
         ctx: Context,
@@ -141,7 +145,10 @@ def register(tools: Toolbox) -> None:
             out["versions"] = [memory_json(m) for m in c.memories.versions(who.namespace, id)]
         return out
 
-    # -- writes ---------------------------------------------------------------------------
+
+def _register_writes(tools: Toolbox) -> None:
+    c, tool = tools.container, tools.tool
+
     @tool(WRITES)
     def memory_upsert(
         ctx: Context,

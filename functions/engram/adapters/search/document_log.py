@@ -1,0 +1,115 @@
+"""The replica search backend's shared *document log*: its rows, the ``SearchLog`` and
+``SnapshotStore`` ports the replica reads (``search/replica.py``) and their adapters implement
+(``search/replica_log.py``, ``storage/snapshots.py``), and the compact vector and sequence helpers
+both sides use."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+# A sync re-reads this much before its cursor: writes committed late or stamped by a skewed clock.
+OVERLAP_MS = 5_000
+# Tombstones are kept this long; a snapshot older than that cannot be trusted to know every delete.
+TOMBSTONE_DAYS = 30
+SNAPSHOT_MAGIC = b"ENGRAMSNAP1\n"
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """One document of the shared log: the current state of (namespace, memory_id)."""
+
+    namespace: str
+    memory_id: str
+    seq: int  # change sequence: epoch milliseconds of the write (strictly increasing per process)
+    deleted: bool = False
+    type: str = "fact"
+    text: str = ""
+    vector: bytes | None = None  # little-endian float16, ``dimension`` values
+    dimension: int | None = None
+    epoch: int = 0  # the index epoch the vector was written under (``reset`` bumps it)
+
+
+@dataclass(frozen=True)
+class LogMeta:
+    """The shared embedding model record: ``reset`` writes it, the first vector records a dimension."""
+
+    model_id: str | None = None
+    dimension: int | None = None
+    epoch: int = 0
+
+
+class SearchLog(Protocol):
+    """Where a replica's documents live for every process (SQLite locally, DynamoDB on AWS)."""
+
+    def put(self, row: LogRow) -> None: ...
+
+    def changed_since(self, namespace: str, seq: int) -> list[LogRow]:
+        """Rows of the namespace with ``seq`` > the given one, tombstones included."""
+        ...
+
+    def all_rows(self, namespace: str) -> Iterable[LogRow]:
+        """Every live (not deleted) row of the namespace."""
+        ...
+
+    def namespaces(self) -> list[str]: ...
+
+    def meta(self) -> LogMeta: ...
+
+    def record_dimension(self, dimension: int) -> LogMeta:
+        """Record ``dimension`` unless one is recorded; return the meta in force afterwards."""
+        ...
+
+    def reset(self, model_id: str, dimension: int) -> LogMeta:
+        """Record the model and start a new epoch (every older vector stops counting)."""
+        ...
+
+    def ping(self) -> None: ...
+
+
+class SnapshotStore(Protocol):
+    """Blobs by key: S3 on AWS, a directory locally (``engram.adapters.storage.snapshots``)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+
+# -- compact vectors ------------------------------------------------------------------------------
+def pack_vector(vector: Sequence[float]) -> bytes:
+    """A unit vector as float16 (half the size of float32; cosine changes by < 1e-3)."""
+    arr = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(arr))
+    if norm > 0:
+        arr = arr / norm
+    return arr.astype("<f2").tobytes()
+
+
+def unpack_vector(blob: bytes) -> tuple[float, ...]:
+    return tuple(np.frombuffer(blob, dtype="<f2").astype(np.float32).tolist())
+
+
+class _SeqClock:
+    """Epoch milliseconds, strictly increasing within the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, int(time.time() * 1000))
+            return self._last
+
+
+SEQ = _SeqClock()
+
+
+def namespace_key(namespace: str) -> str:
+    return hashlib.sha1(namespace.encode("utf-8")).hexdigest()[:24]
