@@ -198,6 +198,7 @@ def _wire_jobs(container: Container, overrides: dict[str, Any]) -> None:
         locks,
         repair=c.memories.repair_index,
         skills=c.skills,
+        conversations=c.conversations,
     )
     if c.queue is None and getattr(s, "queue", "inline") == "inline":
         from engram.adapters.queue.inline import InlineJobQueue

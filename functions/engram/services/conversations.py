@@ -264,6 +264,11 @@ class ConversationService:
         report.more = True
         return report
 
+    def forget(self, namespace: str, message_ids: Sequence[str]) -> None:
+        """Drop these messages' documents from the conversation index (cleanup deletes the messages)."""
+        for message_id in message_ids:
+            self._index.delete(namespace, message_id)
+
     def _model(self) -> str:
         """The embedding model the index holds vectors of ('' for keyword only). A conversation index
         built by another model is reset to this one: it is rebuilt from the messages (``index_new``)."""
