@@ -56,7 +56,8 @@ def _whole_number(value: Any) -> Any:
 
 
 # JSON Schema's "integer" includes 6.0; strict mode would refuse it. A string or 6.5 is still refused.
-WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+# The bounds go before the validator, or the OpenAPI document loses them (minimum/maximum).
+WHOLE = BeforeValidator(_whole_number)
 Text = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
 TagList = Annotated[list[Annotated[str, Field(max_length=MAX_TAG_CHARS)]], Field(max_length=MAX_TAGS)]
 
@@ -101,7 +102,7 @@ class SearchRequest(BaseModel):
     model_config = STRICT
 
     query: str = Field(min_length=1, max_length=8000)
-    top_k: WholeNumber | None = Field(default=None, ge=1, le=50)
+    top_k: Annotated[int, Field(ge=1, le=50), WHOLE] | None = None
     types: list[MemoryType] = Field(default_factory=list)
     include_prompt: bool = False
     # Drop hits whose relevance (0-1) is below this; 0 keeps the full ranking (README: "Relevance").
@@ -114,9 +115,9 @@ class ConversationSearchRequest(BaseModel):
     query: str = Field(min_length=1, max_length=8000, pattern=r"\S")
     # The thread the caller is in: never searched (its history is already in view).
     exclude_thread: str | None = Field(default=None, min_length=1, max_length=200)
-    threads: WholeNumber | None = Field(default=None, ge=1, le=10)
-    fragments: WholeNumber | None = Field(default=None, ge=1, le=10)
-    neighbours: WholeNumber | None = Field(default=None, ge=0, le=5)
+    threads: Annotated[int, Field(ge=1, le=10), WHOLE] | None = None
+    fragments: Annotated[int, Field(ge=1, le=10), WHOLE] | None = None
+    neighbours: Annotated[int, Field(ge=0, le=5), WHOLE] | None = None
     min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
     include_prompt: bool = False
 
