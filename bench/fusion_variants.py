@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
 from engram.domain import fusion  # noqa: E402
+from engram.domain.recall_scoring import fuse_scores  # noqa: E402
 from engram.domain.text import tokenize  # noqa: E402
-from engram.services.recall import fuse_scores  # noqa: E402
 
 from bench.candidates import Question, all_questions  # noqa: E402
 

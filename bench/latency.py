@@ -134,7 +134,7 @@ def main() -> None:
     p = np.percentile
     with tempfile.TemporaryDirectory(prefix="engram-latency-") as tmp:
         # Load the model outside the timings (the server warms it up at start).
-        LocalEmbedder().warm_up()
+        LocalEmbedder().embed_query("warm up")
         for size in [int(s) for s in args.sizes.split(",")]:
             print(f"building {size} memories (synthetic random unit vectors, synthetic text) ...", flush=True)
             service, index, store = build(size, rng, 384, Path(tmp))

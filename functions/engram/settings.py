@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -404,6 +404,6 @@ class Settings(BaseSettings):
     )
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment, with keyword overrides (CLI flags, tests)."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    return Settings(**overrides)

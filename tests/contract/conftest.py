@@ -1,4 +1,4 @@
-"""Adapters under contract: every ``MemoryStore`` adapter runs the same suite.
+"""Adapters under contract: every store adapter runs the same suites (one per row protocol of ``MemoryStore``).
 
 A new adapter (e.g. DynamoDB under moto) joins by adding a factory to ``STORE_FACTORIES``: a context
 manager that takes a per-test temporary directory, yields a ready store and cleans up after it.

@@ -29,3 +29,7 @@ class SpyRecall:
         return self.inner.recall(
             namespace, query, top_k=top_k, types=types, exclude_ids=exclude_ids, record_injection=record_injection
         )
+
+    def query_vector(self, namespace: str, text: str) -> Sequence[float]:
+        vector: Sequence[float] = self.inner.query_vector(namespace, text)
+        return vector

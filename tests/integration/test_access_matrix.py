@@ -23,8 +23,9 @@ import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Candidate, MemoryFilter
 from engram.entrypoints.http.app import create_app
-from engram.services.library import GlossaryIn, MessageIn
 from engram.services.memories import MemoryWrite
+from engram.services.messages import MessageIn
+from engram.services.notes import GlossaryIn
 from engram.settings import Settings
 from starlette.testclient import TestClient
 
@@ -197,14 +198,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     container = build_container(settings)
     ns = "default"
     memory = container.memories.write(ns, MemoryWrite(content=f"{SECRET} memory", fact_key="pref:garden")).memory
-    precious = container.library.add_precious(ns, f"{SECRET} note")
-    term = container.library.set_term(ns, GlossaryIn(term=f"{SECRET}", definition=f"{SECRET} term"))
-    container.library.set_digest(ns, f"{SECRET} digest")
+    precious = container.notes.add_precious(ns, f"{SECRET} note")
+    term = container.notes.set_term(ns, GlossaryIn(term=f"{SECRET}", definition=f"{SECRET} term"))
+    container.notes.set_digest(ns, f"{SECRET} digest")
     container.store.put_cache(ns, "matrix-key", {"v": SECRET})
     candidate = container.store.insert_candidate(
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
     )
-    container.library.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
+    container.messages.ingest(ns, [MessageIn(role="user", content=f"{SECRET} said", conversation_id="matrix-thread")])
     container.conversations.index_new(ns)  # so conversation search has the victim's message to (not) leak
     container.skills.import_(
         ns, f"# {SECRET} skill", name="secret-skill", files={"notes/secret.txt": f"{SECRET} file".encode()}

@@ -143,43 +143,6 @@ async def test_complete_translates_throttling() -> None:
             await model.complete([{"role": "user", "content": "hi"}])
 
 
-class FakeStreamingRuntime:
-    """Stands in for bedrock-runtime's ConverseStream (an event stream is not stubbable)."""
-
-    def __init__(self, events: list[dict[str, Any]]) -> None:
-        self.events = events
-        self.requests: list[dict[str, Any]] = []
-
-    def converse_stream(self, **request: Any) -> dict[str, Any]:
-        self.requests.append(request)
-        return {"stream": iter(self.events)}
-
-
-async def test_stream_yields_text_deltas() -> None:
-    runtime = FakeStreamingRuntime(
-        [
-            {"messageStart": {"role": "assistant"}},
-            {"contentBlockDelta": {"delta": {"text": "Hel"}, "contentBlockIndex": 0}},
-            {"contentBlockDelta": {"delta": {"text": "lo"}, "contentBlockIndex": 0}},
-            {"messageStop": {"stopReason": "end_turn"}},
-            {"metadata": {"usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}}},
-        ]
-    )
-    model = BedrockChatModel("amazon.nova-lite-v1:0", client=runtime)
-    chunks = [c async for c in model.stream([{"role": "user", "content": "hi"}], max_tokens=64)]
-    assert chunks == ["Hel", "lo"]
-    assert runtime.requests[0]["inferenceConfig"] == {"maxTokens": 64}
-
-
-async def test_stream_error_event_is_translated() -> None:
-    runtime = FakeStreamingRuntime(
-        [{"contentBlockDelta": {"delta": {"text": "a"}}}, {"throttlingException": {"message": "slow down"}}]
-    )
-    model = BedrockChatModel("amazon.nova-lite-v1:0", client=runtime)
-    with pytest.raises(UpstreamRateLimited):
-        _ = [c async for c in model.stream([{"role": "user", "content": "hi"}])]
-
-
 # -- rerank -----------------------------------------------------------------------------------
 
 

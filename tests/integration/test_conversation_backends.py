@@ -19,7 +19,7 @@ from engram.bootstrap import build_container
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import SearchIndex
 from engram.services.conversations import ConversationConfig, ConversationService
-from engram.services.library import MessageIn
+from engram.services.messages import MessageIn
 from engram.services.search_guard import GuardedIndex
 from engram.settings import Settings
 
@@ -126,7 +126,7 @@ def test_bootstrap_builds_the_conversation_index_beside_the_memory_index(tmp_pat
     settings = Settings(store="sqlite", search=search, embedder="none", data_dir=tmp_path, scheduler_enabled=False)
     container = build_container(settings)
     try:
-        container.library.ingest(NS, [MessageIn(role="user", content=TRIP[0], conversation_id="trip")])
+        container.messages.ingest(NS, [MessageIn(role="user", content=TRIP[0], conversation_id="trip")])
         # When the messages are indexed, Then conversation search finds them and memory search does not
         assert container.conversations.index_new(NS).indexed == 1
         fragments = container.conversations.search(NS, "the Kyoto trip").fragments

@@ -11,6 +11,7 @@ import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Message, new_id
 from engram.entrypoints import cli, job_commands
+from engram.entrypoints.console import settings_from
 from engram.settings import Settings
 
 from tests.fakes.chat_model import ScriptedChatModel
@@ -41,7 +42,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedChatModel:
     model = ScriptedChatModel()
 
     def container(args: Any) -> Any:
-        return build_container(cli._settings(args), extract_model=model, dream_model=model)
+        return build_container(settings_from(args), extract_model=model, dream_model=model)
 
     monkeypatch.setattr(job_commands, "_container", container)
     return model

@@ -14,9 +14,11 @@ pytest.importorskip("aws_lambda_powertools")
 pytest.importorskip("moto")
 
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from engram.bootstrap import build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
+from engram.settings import Settings
 
 from tests.fakes.moto_aws import dynamo_store
 
@@ -77,6 +79,7 @@ class FakeContainer:
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
+    settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
 
 
 @pytest.fixture
@@ -112,9 +115,12 @@ def test_dream_handler_passes_date_force_and_namespace(container: FakeContainer)
     ]
 
 
-def test_job_handler_without_the_service_is_not_configured(container: FakeContainer) -> None:
-    # Given a deployment whose extraction is not wired / Then the invocation fails loudly
-    container.extraction = None
+def test_job_handler_without_a_model_is_not_configured(container: FakeContainer, tmp_path: Path) -> None:
+    # Given a deployment whose extraction has no model configured
+    settings = Settings(store="memory", search="memory", embedder="none", data_dir=tmp_path, extract_model="")
+    built = build_container(settings, store=container.store)
+    container.extraction = built.extraction
+    # Then the invocation fails loudly
     with pytest.raises(NotConfigured):
         extract.handler(event("scheduler_extract.json"), LambdaContextStub())
 

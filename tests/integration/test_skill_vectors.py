@@ -7,13 +7,14 @@ search working."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engram.adapters.embed.local import LocalEmbedder
-from engram.adapters.storage.skills import InMemoryBlobStore, InMemorySkillStore
+from engram.adapters.storage.blobs import InMemoryBlobStore
+from engram.adapters.storage.skills import InMemorySkillStore
 from engram.domain.errors import UpstreamUnavailable
 from engram.services.skills import SkillService
 
@@ -122,8 +123,11 @@ def test_stale_or_missing_vectors_are_embedded_by_the_next_search_and_failures_f
     assert {v.model_id for v in store.list_vectors(NS).values()} == {"another-model"}
 
 
-def test_rest_search_uses_vectors_on_a_server(server: EngramServer) -> None:
-    # Given a server with the default local embedder and two skills
+@pytest.mark.parametrize("search", ["local", "replica"])
+def test_rest_search_uses_vectors_on_a_server(make_server: Callable[..., EngramServer], search: str) -> None:
+    # Given a server with the default local embedder and two skills; skill vectors live in the skill
+    # store, so the memory search backend does not matter
+    server = make_server(search=search)
     with server.client() as owner:
         for name in ("deploy", "i18n"):
             description, tags, body = LIBRARY[name]

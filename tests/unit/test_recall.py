@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,10 +12,7 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import GlossaryTerm, IndexedDoc, Memory, SearchHit
-from engram.services.recall import (
-    RecallConfig,
-    RecallResult,
-    RecallService,
+from engram.domain.recall_scoring import (
     dedup_memories,
     fuse_rrf,
     fuse_scores,
@@ -24,9 +21,9 @@ from engram.services.recall import (
     is_live,
     normalize_scores,
     recency_factor,
-    render_prompt,
     repeat_factor,
 )
+from engram.services.recall import RecallConfig, RecallResult, RecallService, render_prompt
 
 from tests.configs import config
 from tests.fakes.embeddings_server import fake_vector
@@ -86,9 +83,6 @@ class ScriptedCompressor:
             return self.reply
         numbered = messages[-1]["content"].split("Memories:\n", 1)[1].splitlines()
         return json.dumps({"lines": [line.split(". ", 1)[1][:13] for line in numbered]})
-
-    def stream(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> AsyncIterator[str]:
-        raise NotImplementedError
 
 
 class World:

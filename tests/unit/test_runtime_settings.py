@@ -119,7 +119,7 @@ def test_the_composed_services_follow_runtime_changes_without_a_restart() -> Non
         assert container.chat._config.routing.chat_model == "big-model"
         assert container.extraction._config.review_confidence == 0.5
         assert container.dreaming._config.timezone == "Asia/Tokyo"
-        assert container.library._tz.key == "Asia/Tokyo"
+        assert container.local_day.zone.key == "Asia/Tokyo"
         assert container.recall.config.top_k == 9
         assert container.memories._rules.dedup_cosine == 0.8
     finally:

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,10 +29,10 @@ MemoryType = Literal[
     "relationship",
     "skill",
 ]
-MEMORY_TYPES: tuple[str, ...] = MemoryType.__args__  # type: ignore[attr-defined]
+MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
 MemoryLayer = Literal["fragment", "event", "core"]
 MemoryStatus = Literal["active", "superseded", "archived", "deleted", "expired"]
-MEMORY_STATUSES: tuple[str, ...] = MemoryStatus.__args__  # type: ignore[attr-defined]
+MEMORY_STATUSES: tuple[str, ...] = get_args(MemoryStatus)
 CandidateStatus = Literal["pending", "approved", "discarded", "merged"]
 MessageRole = Literal["system", "user", "assistant", "tool"]
 

@@ -1,8 +1,9 @@
 """Ports: what the services need from the outside world (docs/ARCHITECTURE.md, "Ports and their adapters").
 
 Each port is a ``typing.Protocol``; every adapter of a port passes the same contract suite in
-``tests/contract``. Ports are synchronous except ``ChatModel`` (streaming over the network).
-Invariants are stated in the docstrings; the contract tests check them.
+``tests/contract``. Ports are synchronous except ``ChatModel`` and ``ChatUpstream`` (network calls).
+Invariants are stated in the docstrings; the contract tests check them. Over 400 lines on purpose:
+signatures and invariants only, every port in one file, so the whole seam between the layers reads in one place.
 """
 
 from __future__ import annotations
@@ -32,24 +33,23 @@ from engram.domain.models import (
 )
 from engram.domain.skills import Skill, SkillVector, SkillVersion
 
+# -- the store: one protocol per kind of row --------------------------------------------------
+# Every store adapter (SQLite, DynamoDB, in-memory) implements all of them: ``MemoryStore`` is their
+# union. A service asks only for the protocols it uses (e.g. ``services/recall.RecallStore``). For all:
+# - A read with namespace ``A`` never returns a row of namespace ``B``; ids are only unique within the
+#   store, so a lookup by id is always scoped by namespace.
+# - Listings are ordered newest first (``created_at`` desc, then id desc) unless a method says otherwise,
+#   and paginate with an opaque cursor; a cursor from one listing is only valid for the same filters.
+# - Writes are visible to the next read at once (read-your-writes).
+# - ``get_*`` raise ``NotFound`` for unknown ids; ``find_*`` return ``None``.
+
 
 @runtime_checkable
-class MemoryStore(Protocol):
-    """The source of truth for every row kind, partitioned by namespace.
+class MemoryRows(Protocol):
+    """Memories. At most one ``active`` memory per (namespace, fact_key): ``insert_memory`` raises
+    ``Conflict`` if the key is taken, ``supersede`` swaps the two rows atomically; ``insert_memory``
+    with an ``external_id`` already used in the namespace raises ``Conflict``."""
 
-    Invariants:
-    - A read with namespace ``A`` never returns a row of namespace ``B``; ids are only unique
-      within the store, so a lookup by id is always scoped by namespace.
-    - At most one ``active`` memory per (namespace, fact_key): ``insert_memory`` raises
-      ``Conflict`` if the key is taken, ``supersede`` swaps the two rows atomically.
-    - ``insert_memory`` with an ``external_id`` already used in the namespace raises ``Conflict``.
-    - Listings are ordered newest first (``created_at`` desc, then id desc) and paginate with an
-      opaque cursor; a cursor from one listing is only valid for the same filters.
-    - Writes are visible to the next read at once (read-your-writes).
-    - ``get_*`` raise ``NotFound`` for unknown ids; ``find_*`` return ``None``.
-    """
-
-    # -- memories -------------------------------------------------------------------------
     def insert_memory(self, memory: Memory) -> Memory: ...
 
     def update_memory(self, memory: Memory) -> Memory:
@@ -96,7 +96,11 @@ class MemoryStore(Protocol):
         """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``."""
         ...
 
-    # -- review candidates ----------------------------------------------------------------
+
+@runtime_checkable
+class CandidateRows(Protocol):
+    """Review candidates: what extraction was not sure enough of to store as a memory."""
+
     def insert_candidate(self, candidate: Candidate) -> Candidate: ...
 
     def update_candidate(self, candidate: Candidate) -> Candidate: ...
@@ -107,7 +111,11 @@ class MemoryStore(Protocol):
         self, namespace: str, status: str | None = "pending", *, limit: int = 50, cursor: str | None = None
     ) -> Page[Candidate]: ...
 
-    # -- messages -------------------------------------------------------------------------
+
+@runtime_checkable
+class MessageRows(Protocol):
+    """Chat messages, in the order they were written and in the order they were stored."""
+
     def insert_message(self, message: Message) -> tuple[Message, bool]:
         """Store a message; if ``external_id`` was stored before in the namespace, return that
         one and ``False`` (idempotent ingest), else the new one and ``True``. ``stored_at`` (when it
@@ -141,13 +149,21 @@ class MemoryStore(Protocol):
         ``after_id`` continues after that message within the same bounds."""
         ...
 
+    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
+        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
+        ...
+
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int: ...
 
     def delete_messages_before(self, namespace: str, before: datetime) -> int: ...
 
-    # -- threads ----------------------------------------------------------------------------
-    # ``insert_message`` keeps the thread of its ``conversation_id``: creates the row, counts the
-    # message, moves ``last_message_at`` to its time and takes the thread out of the recycle bin.
+
+@runtime_checkable
+class ThreadRows(Protocol):
+    """Threads (conversations). ``MessageRows.insert_message`` keeps the thread of its
+    ``conversation_id``: creates the row, counts the message, moves ``last_message_at`` to its time and
+    takes the thread out of the recycle bin."""
+
     def get_thread(self, namespace: str, thread_id: str) -> Thread: ...
 
     def list_threads(
@@ -169,10 +185,6 @@ class MemoryStore(Protocol):
         """The thread's messages, oldest first (``created_at``, then id)."""
         ...
 
-    def get_messages(self, namespace: str, message_ids: Sequence[str]) -> list[Message]:
-        """The messages with these ids in the namespace, in the given order; unknown ids skipped."""
-        ...
-
     def messages_around(self, namespace: str, message: Message, *, before: int, after: int) -> list[Message]:
         """Up to ``before`` messages of ``message``'s thread just before it, the message itself and up to
         ``after`` just after it, oldest first (``created_at``, then id): the context of a recalled message."""
@@ -187,7 +199,11 @@ class MemoryStore(Protocol):
         """Hard-delete the thread and its messages (cleanup); the number of messages deleted."""
         ...
 
-    # -- reminders --------------------------------------------------------------------------
+
+@runtime_checkable
+class ReminderRows(Protocol):
+    """The reminder of a memory (one per memory), claimed by one chat at a time."""
+
     def put_reminder(self, reminder: Reminder) -> Reminder:
         """Insert or replace the row of (namespace, memory_id)."""
         ...
@@ -217,7 +233,11 @@ class MemoryStore(Protocol):
         lease. ``False`` (and nothing changes) if the lease is someone else's or gone."""
         ...
 
-    # -- precious, glossary, digest, daily log ---------------------------------------------
+
+@runtime_checkable
+class NoteRows(Protocol):
+    """Precious notes, glossary terms, the digest and the daily logs."""
+
     def insert_precious(self, precious: Precious) -> Precious: ...
 
     def list_precious(self, namespace: str, *, limit: int = 100) -> list[Precious]: ...
@@ -250,7 +270,11 @@ class MemoryStore(Protocol):
         """Newest date first."""
         ...
 
-    # -- events, usage, idempotency, cursors, cache -----------------------------------------
+
+@runtime_checkable
+class AuditRows(Protocol):
+    """What happened: memory events (job runs among them) and model usage."""
+
     def append_event(self, event: MemoryEvent) -> None: ...
 
     def list_events(
@@ -267,7 +291,14 @@ class MemoryStore(Protocol):
 
     def delete_usage_before(self, namespace: str, before: datetime) -> int: ...
 
-    def get_idempotency(self, namespace: str, key: str) -> IdempotencyRecord | None: ...
+
+@runtime_checkable
+class KeyValueRows(Protocol):
+    """Small keyed values: idempotency records, job cursors and an expiring cache."""
+
+    def get_idempotency(self, namespace: str, key: str) -> IdempotencyRecord | None:
+        """The record of ``key`` (the jobs queue's consumer skips a message it already processed)."""
+        ...
 
     def put_idempotency(self, record: IdempotencyRecord) -> bool:
         """Store the record unless the key exists; ``True`` if this call stored it."""
@@ -287,13 +318,35 @@ class MemoryStore(Protocol):
 
     def delete_cache(self, namespace: str, key: str) -> None: ...
 
+
+@runtime_checkable
+class StoreAdmin(Protocol):
+    """The store as a whole: its namespaces and its health."""
+
     def list_namespaces(self) -> list[str]:
         """Every namespace that has any row (jobs iterate over these)."""
         ...
 
     def ping(self) -> None:
-        """Raise if the store cannot be reached."""
+        """Raise if the store cannot be reached (the admin health check, ``GET /v1/admin/health``)."""
         ...
+
+
+@runtime_checkable
+class MemoryStore(
+    MemoryRows,
+    CandidateRows,
+    MessageRows,
+    ThreadRows,
+    ReminderRows,
+    NoteRows,
+    AuditRows,
+    KeyValueRows,
+    StoreAdmin,
+    Protocol,
+):
+    """The source of truth for every row kind, partitioned by namespace: the union of the row protocols
+    (what a store adapter implements, and what the entry points and bootstrap hold)."""
 
 
 @runtime_checkable
@@ -389,8 +442,6 @@ class ChatModel(Protocol):
         max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> str: ...
-
-    def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]: ...
 
 
 @runtime_checkable

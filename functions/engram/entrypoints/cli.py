@@ -3,74 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from engram.domain.errors import EngramError
+from pydantic import ValidationError
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-# Job commands (extract, dream, cleanup) register here from their own modules.
-EXTRA_PARSERS: list[Callable[[Any], None]] = []
-
-
-class Progress:
-    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
-
-    def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
-        self.total = max(total, 0)
-        self.done = 0
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.started = time.monotonic()
-        self._last_line = -1.0
-
-    def __call__(self, n: int = 1) -> None:
-        self.done += n
-        now = time.monotonic()
-        tty = self.stream.isatty()
-        if tty or now - self._last_line >= 2 or self.done >= self.total:
-            self._last_line = now
-            pct = 100.0 * self.done / self.total if self.total else 100.0
-            width = 30
-            filled = int(width * pct / 100)
-            rate = self.done / max(now - self.started, 1e-6)
-            bar = "#" * filled + "." * (width - filled)
-            line = f"{self.label} [{bar}] {self.done}/{self.total} ({pct:.0f}%, {rate:.0f}/s)"
-            self.stream.write(("\r" + line) if tty else (line + "\n"))
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.stream.isatty():
-            self.stream.write("\n")
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from engram.entrypoints.logs import configure_logging
-    from engram.settings import load_settings
-
-    overrides: dict[str, Any] = {}
-    for name in ("host", "port", "data_dir"):
-        value = getattr(args, name, None)
-        if value is not None:
-            overrides[name] = value
-    settings = load_settings(**overrides)
-    configure_logging(settings.log_level)
-    return settings
+from engram import bootstrap
+from engram.domain.errors import EngramError, InvalidInput
+from engram.entrypoints import job_commands
+from engram.entrypoints.console import Progress, settings_from
+from engram.services.import_formats import convert
+from engram.services.migrate import MigrationService
+from engram.services.moving_in import score
+from engram.services.transfer import KINDS, ExportDocument
+from engram.settings import Settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # The web stack (uvicorn, FastAPI, the MCP SDK) is loaded by `serve` only: the other commands start fast.
     import uvicorn
 
-    from engram.bootstrap import build_container, ensure_local_owner_key
     from engram.entrypoints.http.app import create_app
     from engram.entrypoints.http.server import uvicorn_options
 
-    settings, new_key = ensure_local_owner_key(_settings(args))
-    container = build_container(settings)
+    settings, new_key = bootstrap.ensure_local_owner_key(settings_from(args))
+    container = bootstrap.build_container(settings)
     base = f"http://{settings.host}:{settings.port}"
     print(
         f"Engram {base}  (data: {Path(settings.data_dir).resolve()}, store: {settings.store}, "
@@ -97,9 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container
-
-    container = build_container(_settings(args))
+    container = bootstrap.build_container(settings_from(args))
     try:
         namespace = args.namespace or container.settings.default_namespace
         total = container.reindex.rebuild(
@@ -116,10 +75,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """`engram migrate`: upgrade rows written by older versions, namespace by namespace, with progress."""
-    from engram.bootstrap import build_container
-    from engram.services.migrate import MigrationService
-
-    container = build_container(_settings(args))
+    container = bootstrap.build_container(settings_from(args))
     try:
         service = MigrationService(container.store)
         if not service.needed:
@@ -144,10 +100,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from engram.bootstrap import build_container
-
-    settings = _settings(args)
-    container = build_container(settings)
+    settings = settings_from(args)
+    container = bootstrap.build_container(settings)
     try:
         document = container.transfer.export(args.namespace or settings.default_namespace)
     finally:
@@ -162,14 +116,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, then one import with progress
-    from pydantic import ValidationError
-
-    from engram.bootstrap import build_container
-    from engram.domain.errors import InvalidInput
-    from engram.services.import_formats import convert
-    from engram.services.moving_in import score
-    from engram.services.transfer import ExportDocument
-
     fmt = args.source_format
     if args.score and fmt != "text":
         raise InvalidInput("--score applies to --from text only")
@@ -185,9 +131,9 @@ def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, 
             detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
             raise InvalidInput(f"{args.file} is not an Engram export: {detail}") from exc
     converted = convert(fmt, data) if fmt else None
-    settings = _settings(args)
+    settings = settings_from(args)
     namespace = args.namespace or settings.default_namespace
-    container = build_container(settings)
+    container = bootstrap.build_container(settings)
     bars: list[Progress] = []
 
     def progress(stage: str, total: int) -> Progress:
@@ -198,11 +144,10 @@ def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, 
 
     try:
         if converted is None:
+            assert document is not None  # without --from the file was read as an export above
             report = container.transfer.import_(namespace, document, progress=progress, dry_run=args.dry_run)
         else:
             if args.score:
-                import asyncio
-
                 rows = sum(1 for r in converted.rows if r.kind == "memories")
                 asyncio.run(score(converted, container.moving_in.model, progress("score", rows)))
             report = container.moving_in.run(
@@ -223,8 +168,6 @@ def cmd_import(args: argparse.Namespace) -> int:  # noqa: C901 - option checks, 
 
 
 def _print_import_report(namespace: str, report: dict[str, Any], *, dry_run: bool) -> None:
-    from engram.services.transfer import KINDS
-
     def counts(outcome: str) -> str:
         return ", ".join(f"{n} {kind}" for kind in KINDS if (n := report[outcome][kind])) or "nothing"
 
@@ -242,8 +185,6 @@ def _print_import_report(namespace: str, report: dict[str, Any], *, dry_run: boo
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
-    from engram.settings import Settings
-
     if args.markdown:
         print("| setting | default | what it does |\n|---|---|---|")
         for name, field in Settings.model_fields.items():
@@ -251,7 +192,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
             shown = "" if default is None else str(default)
             print(f"| `ENGRAM_{name.upper()}` | `{shown}` | {field.description or ''} |")
         return 0
-    settings = _settings(args)
+    settings = settings_from(args)
     print(json.dumps(settings.model_dump(mode="json"), indent=2, default=str))
     return 0
 
@@ -318,13 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(settings)
     settings.set_defaults(func=cmd_settings)
 
-    for extend in EXTRA_PARSERS:
-        extend(sub)
+    job_commands.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _load_job_commands()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -335,20 +274,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _load_job_commands() -> None:
-    """Job commands live with the jobs; importing the module registers them in EXTRA_PARSERS."""
-    import importlib
-
-    try:
-        importlib.import_module("engram.entrypoints.job_commands")
-    except ModuleNotFoundError as exc:
-        if exc.name != "engram.entrypoints.job_commands":
-            raise
-
-
 if __name__ == "__main__":
-    # `python -m engram.entrypoints.cli`: run the importable module's main, whose parser list the job
-    # commands register into (this file runs as `__main__`, a second copy they never see).
-    from engram.entrypoints.cli import main as _main
-
-    raise SystemExit(_main())
+    raise SystemExit(main())

@@ -7,16 +7,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engram.entrypoints import cli
+from engram import bootstrap
+from engram.bootstrap import Container
+from engram.entrypoints.console import Progress, settings_from
+from engram.entrypoints.job_runner import run_dreaming, run_extraction
+from engram.services.extraction import ExtractionReport
+from engram.services.loop import run_sync
 
 
-def _container(args: argparse.Namespace) -> Any:
-    from engram.bootstrap import build_container
-
-    return build_container(cli._settings(args))
+def _container(args: argparse.Namespace) -> Container:
+    return bootstrap.build_container(settings_from(args))
 
 
-def _namespaces(container: Any, args: argparse.Namespace) -> list[str]:
+def _namespaces(container: Container, args: argparse.Namespace) -> list[str]:
     return [args.namespace] if args.namespace else list(container.store.list_namespaces())
 
 
@@ -43,14 +46,11 @@ def _merge(job: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def cmd_backfill(args: argparse.Namespace, container: Any) -> int:
+def cmd_backfill(args: argparse.Namespace, container: Container) -> int:
     """`engram extract --backfill`: each namespace's whole history, batch by batch, with progress."""
-    from engram.services.extraction import ExtractionReport
-    from engram.services.loop import run_sync
-
     parts = []
     for ns in _namespaces(container, args):
-        bar = cli.Progress(container.extraction.backfill_remaining(ns), f"backfill {ns}")
+        bar = Progress(container.extraction.backfill_remaining(ns), f"backfill {ns}")
         parts.append(run_sync(container.extraction.backfill(ns, progress=bar)))
         bar.close()
     r = ExtractionReport(namespaces=parts).to_dict()
@@ -65,17 +65,15 @@ def cmd_backfill(args: argparse.Namespace, container: Any) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from engram.entrypoints.job_runner import run_extraction
-
     container = _container(args)
-    if getattr(args, "backfill", False):
+    if args.backfill:
         try:
             return cmd_backfill(args, container)
         finally:
             container.close()
     try:
         namespaces = _namespaces(container, args)
-        bar = cli.Progress(len(namespaces), "extract")
+        bar = Progress(len(namespaces), "extract")
         parts = []
         for ns in namespaces:
             parts.append(run_extraction(container, namespace=ns))
@@ -97,12 +95,10 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
-    from engram.entrypoints.job_runner import run_dreaming
-
     container = _container(args)
     try:
         namespaces = _namespaces(container, args)
-        bar = cli.Progress(len(namespaces), "dream")
+        bar = Progress(len(namespaces), "dream")
         parts = []
         for ns in namespaces:
             parts.append(run_dreaming(container, date=args.date, force=args.force, namespace=ns))
@@ -131,7 +127,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     container = _container(args)
     try:
         namespaces = _namespaces(container, args)
-        bar = cli.Progress(len(namespaces), "cleanup")
+        bar = Progress(len(namespaces), "cleanup")
         parts = [container.cleanup.run(ns, progress=bar).to_dict() for ns in namespaces]
         bar.close()
         r = _merge("cleanup", parts)
@@ -148,7 +144,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         container.close()
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the job commands to the `engram` parser's subcommands."""
+
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", dest="data_dir", type=Path, help="data directory (ENGRAM_DATA_DIR)")
         p.add_argument("--namespace", help="only this namespace")
@@ -172,6 +170,3 @@ def register(sub: Any) -> None:
     cleanup = sub.add_parser("cleanup", help="apply the retention periods now")
     common(cleanup)
     cleanup.set_defaults(func=cmd_cleanup)
-
-
-cli.EXTRA_PARSERS.append(register)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from engram.bootstrap import snapshot_search
+from engram.bootstrap import Container, snapshot_search
 from engram.services.loop import run_sync
 
 # The cleanup job runs often (after chats); it snapshots the replica index only once this many rows changed.
 CLEANUP_SNAPSHOT_CHANGES = 200
 
 
-def run_extraction(container: Any, namespace: str | None = None) -> dict[str, Any]:
+def run_extraction(container: Container, namespace: str | None = None) -> dict[str, Any]:
     """Extract new messages of every namespace (or one) into memories and review candidates."""
     report = run_sync(container.extraction.run(namespace=namespace))
     snapshot_search(container)
@@ -24,7 +24,7 @@ def run_extraction(container: Any, namespace: str | None = None) -> dict[str, An
 
 
 def run_dreaming(
-    container: Any, date: str | None = None, force: bool = False, namespace: str | None = None
+    container: Container, date: str | None = None, force: bool = False, namespace: str | None = None
 ) -> dict[str, Any]:
     """Dream ``date`` (default: yesterday in ENGRAM_TIMEZONE) for every namespace (or one)."""
     report = run_sync(container.dreaming.run(date=date, force=force, namespace=namespace))
@@ -32,7 +32,7 @@ def run_dreaming(
     return dict(report.to_dict())
 
 
-def run_cleanup(container: Any, namespace: str | None = None) -> dict[str, Any]:
+def run_cleanup(container: Container, namespace: str | None = None) -> dict[str, Any]:
     """Apply the retention periods to every namespace (or one)."""
     report = dict(container.cleanup.run(namespace).to_dict())
     snapshot_search(container, min_changes=CLEANUP_SNAPSHOT_CHANGES)

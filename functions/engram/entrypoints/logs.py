@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
+from typing import TextIO
 
 LOGGER = "engram"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -49,17 +50,17 @@ class RequestFieldsFilter(logging.Filter):
         return True
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (tests swap it)."""
 
     engram_handler = True
 
-    @property  # type: ignore[override]
-    def stream(self) -> object:
+    @property
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value: object) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 
@@ -87,9 +88,9 @@ def configure_logging(level: str) -> None:
     else:
         root = logging.getLogger()
         if not any(getattr(h, "engram_handler", False) for h in root.handlers):
-            handler = _StderrHandler()
-            handler.setFormatter(logging.Formatter(TEXT_FORMAT))
-            root.addHandler(handler)
+            ours = _StderrHandler()
+            ours.setFormatter(logging.Formatter(TEXT_FORMAT))
+            root.addHandler(ours)
         handlers = [h for h in root.handlers if getattr(h, "engram_handler", False)]
     for handler in handlers:
         if not any(isinstance(f, RequestFieldsFilter) for f in handler.filters):

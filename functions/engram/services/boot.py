@@ -19,11 +19,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain.models import DailyLog, Digest, GlossaryTerm, Memory, MemoryFilter, Precious
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import MemoryRows, MessageRows, NoteRows
 from engram.services.injection import BootData, render_boot_block
+from engram.services.local_day import LocalDay
+from engram.services.skills import SkillService
+from engram.services.stats import NamespaceStats
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +66,17 @@ class BootBlock:
     memory_ids: tuple[str, ...]
 
 
+class BootStore(MemoryRows, MessageRows, NoteRows, Protocol):
+    """What the boot package reads: stable memories, today's messages, notes, digest, yesterday's log."""
+
+
 class BootService:
-    def __init__(self, store: MemoryStore, library: Any, skills: Any = None) -> None:
+    def __init__(
+        self, store: BootStore, day: LocalDay, stats: NamespaceStats, skills: SkillService | None = None
+    ) -> None:
         self._store = store
-        self._library = library  # services.library.LibraryService: the local day, stats
+        self._day = day
+        self._stats = stats
         self._skills = skills  # services.skills.SkillService: the skills an agent is told about
         self._cache: dict[str, tuple[float, BootBlock]] = {}
         self._lock = threading.Lock()
@@ -83,7 +93,7 @@ class BootService:
         return sorted(out.values(), key=lambda m: (m.created_at, m.id))[:limit]
 
     def gather(self, namespace: str, limits: BootLimits) -> BootParts:
-        yesterday = self._library.yesterday()
+        yesterday = self._day.yesterday()
         glossary = self._store.list_glossary(namespace)
         return BootParts(
             digest=self._store.get_digest(namespace),
@@ -104,8 +114,8 @@ class BootService:
             "stable_memories": parts.stable,
             "precious": parts.precious,
             "glossary": parts.glossary,
-            "today_messages": self._store.count_messages(namespace, since=self._library.start_of_today()),
-            "stats": self._library.stats(namespace),
+            "today_messages": self._store.count_messages(namespace, since=self._day.start_of_today()),
+            "stats": self._stats.counts(namespace),
         }
 
     # -- the chat boot block ------------------------------------------------------------------------

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from engram.domain.errors import Conflict
 from engram.domain.models import Candidate, MemoryType, Page, new_id
 from engram.domain.policies import clean_content, clean_tags, normalize_fact_key
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import CandidateRows, Clock
 from engram.services.memories import MemoryService, MemoryWrite, WriteResult
 
 
 class CandidateService:
-    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock) -> None:
+    def __init__(self, store: CandidateRows, memories: MemoryService, clock: Clock) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock

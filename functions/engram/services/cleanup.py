@@ -15,11 +15,21 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain.errors import EngramError
 from engram.domain.policies import expires_by_retention
-from engram.domain.ports import Clock, JobQueue, MemoryStore, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    Clock,
+    JobQueue,
+    KeyValueRows,
+    MemoryRows,
+    MessageRows,
+    SearchIndex,
+    StoreAdmin,
+    ThreadRows,
+)
 from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.skills import SkillService
 from engram.services.threads import ThreadService
@@ -102,10 +112,14 @@ class CleanupReport:
         }
 
 
+class CleanupStore(MemoryRows, MessageRows, ThreadRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+    """What the retention job deletes, and its cursors."""
+
+
 class CleanupService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: CleanupStore,
         index: SearchIndex,
         clock: Clock,
         policy: RetentionPolicy,

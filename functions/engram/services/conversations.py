@@ -14,6 +14,9 @@ Two halves:
 
 The chat gateway injects fragments after the memories (``render``, within the patch's token budget) and
 calls ``mark_seen`` only once the upstream answered (services/chat.py).
+
+Over 400 lines on purpose: indexing and search share the index's document and cursor format, kept in
+one module; the scoring it reuses is in ``domain/fusion.py`` and ``domain/recall_scoring.py``.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain import fusion
 from engram.domain.models import IndexedDoc, Message
-from engram.domain.ports import Clock, MemoryStore, SearchIndex
+from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, ThreadRows
+from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
-from engram.services.recall import recency_factor
+from engram.services.gated_embedder import GatedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +197,10 @@ class _Cursor:
         return _Cursor(datetime.fromisoformat(data["ts"]), str(data["id"]), str(data.get("model") or ""))
 
 
+class ConversationStore(MessageRows, ThreadRows, KeyValueRows, Protocol):
+    """The messages and threads a conversation search reads, its cursors and seen marks."""
+
+
 class ConversationService:
     """``index`` is the conversation index (guarded); ``embedder`` the ``GatedEmbedder`` over it (or
     ``None``: keyword only); ``query_vector(namespace, text)`` the query's embedding (the recall
@@ -200,9 +208,9 @@ class ConversationService:
 
     def __init__(
         self,
-        store: MemoryStore,
+        store: ConversationStore,
         index: SearchIndex,
-        embedder: Any,
+        embedder: GatedEmbedder | None,
         clock: Clock,
         config: ConversationConfig | Callable[[], ConversationConfig],
         query_vector: Callable[[str, str], Sequence[float]] | None = None,
@@ -212,7 +220,7 @@ class ConversationService:
         self._embedder = embedder
         self._clock = clock
         self._config_of: Callable[[], ConversationConfig] = config if callable(config) else (lambda: config)
-        self._query_vector = query_vector or (lambda _ns, text: embedder.embed_query(text))
+        self._query_vector = query_vector
 
     @property
     def config(self) -> ConversationConfig:
@@ -242,7 +250,7 @@ class ConversationService:
                 return report
             readable = [m for m in batch if m.role in READABLE and m.content.strip()]
             vectors: Sequence[Sequence[float] | None] = [None] * len(readable)
-            if model and readable:
+            if model and readable and self._embedder is not None:
                 vectors = self._embedder.embed_documents([m.content for m in readable])
             for message, vector in zip(readable, vectors, strict=True):
                 self._index.upsert(
@@ -348,7 +356,8 @@ class ConversationService:
     def _vector_hits(self, namespace: str, text: str, k: int) -> list[Any]:
         if self._embedder is None or not self._embedder.matches_index:
             return []
-        return self._index.vector_search(namespace, self._query_vector(namespace, text), k=k)
+        vector = self._query_vector(namespace, text) if self._query_vector else self._embedder.embed_query(text)
+        return self._index.vector_search(namespace, vector, k=k)
 
     @staticmethod
     def _try(result: ConversationResult, stage: str, fn: Callable[[], list[Any]]) -> list[Any]:

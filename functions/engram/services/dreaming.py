@@ -9,6 +9,10 @@ only touch memories it was shown. The answer is validated whole before anything 
 invalid item is dropped and reported, an over-long digest is cut at a sentence boundary, and the
 rest is applied once. A date is dreamt once per namespace unless forced; a run whose model call
 failed leaves no mark, so the next run tries again.
+
+Over 400 lines on purpose: gathering the day, validating the model's plan and applying it are one
+contract with the dream prompt (``services/prompts.py``); shared job plumbing lives in
+``services/job_runs.py`` and ``services/model_reply.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date as Date
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
@@ -38,12 +42,23 @@ from engram.domain.policies import (
     same_meaning_text,
     truncate_digest,
 )
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    ChatModel,
+    Clock,
+    Embedder,
+    KeyValueRows,
+    MemoryRows,
+    MessageRows,
+    NoteRows,
+    SearchIndex,
+    StoreAdmin,
+)
 from engram.services import prompts
 from engram.services.job_runs import NamespaceLocks, record_run
-from engram.services.library import LibraryService
 from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
+from engram.services.notes import NoteService
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +143,16 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
 
 
+class DreamStore(MemoryRows, MessageRows, NoteRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+    """What dreaming reads (a day of messages, memories, notes) and writes (daily log, run records)."""
+
+
 class DreamingService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: DreamStore,
         memories: MemoryService,
-        library: LibraryService,
+        notes: NoteService,
         index: SearchIndex,
         embedder: Embedder | None,
         model: ChatModel | None,
@@ -143,7 +162,7 @@ class DreamingService:
     ) -> None:
         self._store = store
         self._memories = memories
-        self._library = library
+        self._notes = notes
         self._index = index
         self._embedder = embedder
         self._model = model
@@ -382,7 +401,7 @@ class DreamingService:
             kept.add(excerpt.needle)
 
     def _add_excerpt(self, namespace: str, excerpt: _Excerpt, result: NamespaceDream) -> None:
-        self._library.add_precious(
+        self._notes.add_precious(
             namespace,
             excerpt.quote,
             reason=excerpt.reason,
@@ -393,7 +412,7 @@ class DreamingService:
         result.excerpts += 1
 
     def _digest(self, namespace: str, digest: str, result: NamespaceDream) -> None:
-        self._library.set_digest(namespace, digest)
+        self._notes.set_digest(namespace, digest)
         result.digest = True
 
 

@@ -22,13 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
-from engram.domain.ports import Clock, JobQueue, MemoryStore
+from engram.domain.ports import AuditRows, Clock, JobQueue, KeyValueRows
 from engram.domain.wire.usage import TokenUsage
-from engram.services.library import MAX_ERROR_CHARS, MessageIn
+from engram.services.conversations import ConversationService
+from engram.services.memories import MemoryService
+from engram.services.messages import MAX_ERROR_CHARS, MessageIn, MessageService
+from engram.services.reminders import ReminderService
 from engram.services.routing import Route
 
 log = logging.getLogger(__name__)
@@ -113,23 +116,27 @@ def exchange_key(ex: Exchange) -> str:
     return ex.key
 
 
+class ExchangeStore(AuditRows, KeyValueRows, Protocol):
+    """What an exchange writes besides messages: usage, and the once-a-day cleanup mark."""
+
+
 class ExchangeRecorder:
     """The writes of an exchange. ``cleanup_interval()`` is read per use (runtime settings)."""
 
     def __init__(
         self,
         *,
-        store: MemoryStore,
-        library: Any,
-        memories: Any,
+        store: ExchangeStore,
+        messages: MessageService,
+        memories: MemoryService,
         clock: Clock,
         cleanup_interval: Callable[[], timedelta],
         queue: JobQueue | None = None,
-        reminders: Any = None,
-        conversations: Any = None,
+        reminders: ReminderService | None = None,
+        conversations: ConversationService | None = None,
     ) -> None:
         self._store = store
-        self._library = library  # services.library.LibraryService: message ingest
+        self._messages = messages  # services.messages.MessageService
         self._memories = memories  # services.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
         self._cleanup_interval = cleanup_interval
@@ -301,7 +308,7 @@ class ExchangeRecorder:
             model=model[:200],
             error=error,
         )
-        self._library.ingest(ex.namespace, [message])
+        self._messages.ingest(ex.namespace, [message])
 
     def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:

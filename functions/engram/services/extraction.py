@@ -14,6 +14,10 @@ written before this order existed (``{"ts", "id"}`` on ``created_at``) is read a
 
 ``backfill`` reads a namespace's whole history (everything stored before the regular cursor) in the
 same batches, with its own cursor, so it can stop and resume without applying a batch twice.
+
+Over 400 lines on purpose: the cursor, the batch claim and applying a batch are one exactly-once
+protocol, kept in one place; shared job plumbing lives in ``services/job_runs.py`` and
+``services/model_reply.py``.
 """
 
 from __future__ import annotations
@@ -25,15 +29,26 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, cast
 
 from engram.domain.errors import EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
 from engram.domain.policies import normalize_fact_key
-from engram.domain.ports import ChatModel, Clock, MemoryStore, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    CandidateRows,
+    ChatModel,
+    Clock,
+    KeyValueRows,
+    MemoryRows,
+    MessageRows,
+    SearchIndex,
+    StoreAdmin,
+)
 from engram.domain.wording import same_wording
 from engram.services import prompts
 from engram.services.candidates import CandidateService
+from engram.services.conversations import ConversationService
 from engram.services.job_runs import NamespaceLocks, record_run
 from engram.services.memories import MemoryService, MemoryWrite
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
@@ -173,7 +188,7 @@ def parse_extraction(reply: str, batch_ids: Sequence[str]) -> tuple[list[Extract
         out.append(
             Extracted(
                 content=content,
-                type=type_ if type_ in MEMORY_TYPES else "fact",  # type: ignore[arg-type]
+                type=cast(MemoryType, type_) if type_ in MEMORY_TYPES else "fact",
                 fact_key=fact_key,
                 importance=as_unit(raw.get("importance"), 0.5),
                 confidence=as_unit(raw.get("confidence"), 0.5),
@@ -184,10 +199,14 @@ def parse_extraction(reply: str, batch_ids: Sequence[str]) -> tuple[list[Extract
     return out, rejected
 
 
+class ExtractionStore(MemoryRows, CandidateRows, MessageRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+    """What extraction reads (new messages, memories, candidates) and writes (cursors, run records)."""
+
+
 class ExtractionService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: ExtractionStore,
         memories: MemoryService,
         candidates: CandidateService,
         model: ChatModel | None,
@@ -195,11 +214,11 @@ class ExtractionService:
         config: ExtractionConfig | Callable[[], ExtractionConfig],
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
-        conversations: Any = None,
+        conversations: ConversationService | None = None,
     ) -> None:
         self._index = index
-        # services.conversations.ConversationService: the run indexes new messages for conversation
-        # recall first (its own cursor; a failure there never stops the extraction).
+        # The run indexes new messages for conversation recall first (its own cursor; a failure there
+        # never stops the extraction).
         self._conversations = conversations
         self._store = store
         self._memories = memories

@@ -11,7 +11,7 @@ from typing import Any
 
 from engram.domain.errors import Conflict
 from engram.domain.models import MemoryEvent, new_id
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import AuditRows, Clock
 
 log = logging.getLogger("engram.jobs")
 
@@ -42,7 +42,7 @@ class NamespaceLocks:
             lock.release()
 
 
-def record_run(store: MemoryStore, clock: Clock, job: str, namespace: str, detail: dict[str, Any]) -> None:
+def record_run(store: AuditRows, clock: Clock, job: str, namespace: str, detail: dict[str, Any]) -> None:
     """Log the one-line summary of a job run and keep it as an event row (``GET /v1/jobs``)."""
     counts = " ".join(f"{k}={v}" for k, v in detail.items() if isinstance(v, int | float | bool) or v is None)
     errors = detail.get("errors") or []
@@ -58,7 +58,7 @@ def record_run(store: MemoryStore, clock: Clock, job: str, namespace: str, detai
     )
 
 
-def last_runs(store: MemoryStore, namespace: str, limit: int = 20) -> list[dict[str, Any]]:
+def last_runs(store: AuditRows, namespace: str, limit: int = 20) -> list[dict[str, Any]]:
     """The latest recorded runs of every job in a namespace, newest first."""
     runs: list[dict[str, Any]] = []
     for job in JOB_KINDS:

@@ -4,6 +4,10 @@ The store is the source of truth; the search index mirrors active memories. An i
 loses a write: the row is kept, the failure is recorded in the store (an ``index_failed`` event for the
 memory and a per-namespace "index dirty" flag), and ``repair_index`` (run by the cleanup job, and queued
 when the index answers again) or `engram reindex` brings the mirror back in line.
+
+Over 400 lines on purpose: every write and its index sync (or the recorded failure) happen in one call,
+so the writes and the mirror's upkeep stay in one class. Request models and the same-wording rule live
+in ``domain/`` (``policies.py``, ``wording.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,7 +43,7 @@ from engram.domain.policies import (
     decide_upsert,
     normalize_fact_key,
 )
-from engram.domain.ports import Clock, Embedder, MemoryStore, SearchIndex
+from engram.domain.ports import AuditRows, Clock, Embedder, KeyValueRows, MemoryRows, ReminderRows, SearchIndex
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
 from engram.services.search_guard import is_index_unavailable
 
@@ -128,10 +132,14 @@ class MemoryRules:
         return cls(dedup_cosine=s.dedup_cosine)
 
 
+class MemoriesStore(MemoryRows, ReminderRows, AuditRows, KeyValueRows, Protocol):
+    """Memories with their reminders, events and the index-repair bookkeeping."""
+
+
 class MemoryService:
     def __init__(
         self,
-        store: MemoryStore,
+        store: MemoriesStore,
         index: SearchIndex,
         embedder: Embedder | None,
         clock: Clock,
@@ -359,13 +367,6 @@ class MemoryService:
 
     def mark_seen(self, namespace: str, memory_id: str) -> Memory:
         return self._mark_seen(self._store.get_memory(namespace, memory_id), ())
-
-    def record_injection(self, namespace: str, memory_ids: Sequence[str]) -> None:
-        now = self._clock.now()
-        for memory in self._store.get_memories(namespace, memory_ids):
-            self._store.update_memory(
-                memory.model_copy(update={"last_injected_at": now, "recall_count": memory.recall_count + 1})
-            )
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, namespace: str, memory_id: str) -> Memory:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from engram.domain.ports import MemoryStore, MessageIndexBackfill
+from engram.domain.ports import KeyValueRows, MessageIndexBackfill
 from engram.services.conversations import CURSOR as CONVERSATION_CURSOR
 
 CURSOR = "migrate:message-indexes"
@@ -33,7 +33,7 @@ class MigrationReport:
 
 
 class MigrationService:
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: KeyValueRows) -> None:
         self._store = store
 
     @property

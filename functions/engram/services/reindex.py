@@ -19,11 +19,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from engram.domain.errors import EngramError, NotConfigured
 from engram.domain.models import Memory, new_id
-from engram.domain.ports import Clock, JobQueue, MemoryStore
+from engram.domain.ports import Clock, JobQueue, KeyValueRows, MemoryRows, StoreAdmin
+from engram.services.gated_embedder import GatedEmbedder
+from engram.services.memories import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +43,18 @@ def _idle() -> dict[str, Any]:
     return {"state": "idle", "done": 0, "total": 0}
 
 
+class ReindexStore(MemoryRows, KeyValueRows, StoreAdmin, Protocol):
+    """The memories a rebuild reads and the progress it keeps."""
+
+
 class ReindexService:
-    """Start, run (resumably) and report index rebuilds. ``memories`` is the ``MemoryService`` (its
-    ``index_memories`` writes the documents); ``embedder`` the ``GatedEmbedder`` or ``None``."""
+    """Start, run (resumably) and report index rebuilds (``MemoryService.index_memories`` writes the documents)."""
 
     def __init__(
         self,
-        store: MemoryStore,
-        memories: Any,
-        embedder: Any,
+        store: ReindexStore,
+        memories: MemoryService,
+        embedder: GatedEmbedder | None,
         clock: Clock,
         queue: JobQueue | None = None,
     ) -> None:

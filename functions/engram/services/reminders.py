@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo
 
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import Memory, Reminder
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import Clock, MemoryRows, ReminderRows
 from engram.domain.reminder_time import ReminderRequest, find_time, reminder_request
-from engram.services.memories import MemoryPatch
+from engram.services.memories import MemoryPatch, MemoryService
 
 ReminderView = Literal["upcoming", "delivered", "missed"]
 MAX_PER_TURN = 5
@@ -50,9 +50,17 @@ class DueReminder:
     memory: Memory
 
 
+class ReminderStore(ReminderRows, MemoryRows, Protocol):
+    """Reminders and the memories they remind of."""
+
+
 class ReminderService:
     def __init__(
-        self, store: MemoryStore, memories: Any, clock: Clock, config: ReminderConfig | Callable[[], ReminderConfig]
+        self,
+        store: ReminderStore,
+        memories: MemoryService,
+        clock: Clock,
+        config: ReminderConfig | Callable[[], ReminderConfig],
     ) -> None:
         self._store = store
         self._memories = memories

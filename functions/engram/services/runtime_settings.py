@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engram.domain.errors import InvalidInput
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import KeyValueRows
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RuntimeSettings(Generic[S]):
     """The effective settings: ``base`` (from the environment) with the stored overrides applied."""
 
     def __init__(
-        self, store: MemoryStore, base: S, *, ttl_seconds: float = 5.0, monotonic: Callable[[], float] = time.monotonic
+        self, store: KeyValueRows, base: S, *, ttl_seconds: float = 5.0, monotonic: Callable[[], float] = time.monotonic
     ) -> None:
         self._store = store
         self._base = base

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from engram.domain.errors import Conflict, InvalidInput
 from engram.domain.models import Message, Page, Thread
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import Clock, ThreadRows
 
 MAX_THREAD_ID_CHARS = 200
 _PURGE_PAGE = 100
@@ -26,7 +26,7 @@ def thread_id_of(*candidates: object) -> str:
 
 
 class ThreadService:
-    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+    def __init__(self, store: ThreadRows, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 

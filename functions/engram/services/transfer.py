@@ -12,6 +12,9 @@ Import is idempotent and validated row by row:
   is overwritten);
 - imported active memories are embedded and indexed in bounded batches, with progress;
 - a dry run makes the same checks and reports the same counts without writing anything.
+
+Over 400 lines on purpose: export and import are the two sides of one document format, kept in one
+module so they change together; foreign formats are converted elsewhere (``services/import_formats.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date as Date
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -45,9 +48,11 @@ from engram.domain.policies import (
     clean_tags,
     normalize_fact_key,
 )
-from engram.domain.ports import Clock, MemoryStore
-from engram.services.library import GlossaryIn, MessageIn
+from engram.domain.ports import CandidateRows, Clock, MemoryRows, MessageRows, NoteRows
 from engram.services.memories import MemoryService
+from engram.services.messages import MessageIn
+from engram.services.notes import GlossaryIn
+from engram.services.skills import SkillService
 
 EXPORT_VERSION = 1
 KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
@@ -58,6 +63,10 @@ _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
 # ``progress(stage, total)`` -> a callback taking the number of items just done (the CLI's bar).
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+class TransferStore(MemoryRows, CandidateRows, MessageRows, NoteRows, Protocol):
+    """Every row kind an export holds."""
 
 
 class ExportDocument(BaseModel):
@@ -128,7 +137,7 @@ def _created(row: Candidate | Precious) -> tuple[Any, str]:
     return row.created_at, row.id
 
 
-def _all_candidates(store: MemoryStore, namespace: str) -> list[Candidate]:
+def _all_candidates(store: TransferStore, namespace: str) -> list[Candidate]:
     out: list[Candidate] = []
     cursor = None
     while True:
@@ -155,7 +164,9 @@ def _tags(row: dict[str, Any]) -> tuple[str, ...]:
 
 
 class TransferService:
-    def __init__(self, store: MemoryStore, memories: MemoryService, clock: Clock, skills: Any = None) -> None:
+    def __init__(
+        self, store: TransferStore, memories: MemoryService, clock: Clock, skills: SkillService | None = None
+    ) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
@@ -234,7 +245,7 @@ class TransferService:
 class _Import:
     """One import run: what the namespace already holds, the id map, the report."""
 
-    def __init__(self, store: MemoryStore, clock: Clock, namespace: str, *, dry_run: bool = False) -> None:
+    def __init__(self, store: TransferStore, clock: Clock, namespace: str, *, dry_run: bool = False) -> None:
         self.store = store
         self.clock = clock
         self.namespace = namespace

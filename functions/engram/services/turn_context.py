@@ -18,8 +18,9 @@ from typing import Any
 
 from engram.domain.text import estimate_tokens
 from engram.services.boot import BootService
+from engram.services.conversations import ConversationService
 from engram.services.exchange import Exchange, ExchangeRecorder
-from engram.services.recall import RecallResult, render_prompt
+from engram.services.recall import RecallResult, RecallService, render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +40,15 @@ class TurnContextSource:
         self,
         *,
         boot: BootService,
-        recall: Any,
+        recall: RecallService,
         record: ExchangeRecorder,
-        conversations: Any = None,
+        conversations: ConversationService | None = None,
         render_recall: Callable[[RecallResult], str] = render_prompt,
     ) -> None:
         self._boot = boot
-        self._recall = recall  # services.recall.RecallService
+        self._recall = recall
         self._record = record  # claims the turn's due reminders
-        self._conversations = conversations  # services.conversations.ConversationService
+        self._conversations = conversations
         self._render_recall = render_recall
 
     async def gather(
@@ -100,7 +101,7 @@ class TurnContextSource:
 
     async def _past_conversations(self, ex: Exchange, search: asyncio.Future[Any] | None, budget: int) -> str:
         """The fragments' block for the patch, in the token ``budget`` the memories left ('' if none)."""
-        if search is None:
+        if search is None or self._conversations is None:
             return ""
         try:
             result = await search

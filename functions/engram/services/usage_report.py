@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from engram.domain.ports import Clock, MemoryStore
+from engram.domain.ports import AuditRows, Clock
 
 _COLUMNS = ("requests", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 class UsageReportService:
-    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+    def __init__(self, store: AuditRows, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 

@@ -185,7 +185,7 @@ async def test_excerpts_become_precious_only_when_verbatim(sg: Env) -> None:
     result = await dream(sg)
     # Then the verbatim quote is a precious note linked to its message; the paraphrase is rejected
     assert result["excerpts"] == 1 and result["namespaces"][0]["excerpts_rejected"] == 1
-    (note,) = sg.container.library.list_precious(NS)
+    (note,) = sg.container.notes.list_precious(NS)
     assert note.content == "我答应自己：每天都要写一点东西。" and note.source == "dreaming"
     assert note.source_message_ids == (msg.id,) and note.reason == "a promise"
 

@@ -11,7 +11,7 @@ from typing import Any
 from engram.domain.errors import UpstreamTimeout, UpstreamUnavailable
 from engram.domain.policies import cosine
 from engram.services.job_runs import last_runs
-from engram.services.library import MessageIn
+from engram.services.messages import MessageIn
 from engram.services.prompts import EXTRACTION_SYSTEM
 
 from tests.fakes.embedder import HashEmbedder
@@ -57,8 +57,8 @@ async def test_first_run_reads_only_the_last_window_not_all_history(env: Env) ->
 
 
 async def test_a_run_right_after_an_ingest_processes_those_messages(env: Env) -> None:
-    # Given messages ingested through the library at this very instant
-    env.container.library.ingest(NS, [MessageIn(role="user", content="My cat is called Mochi")])
+    # Given messages ingested at this very instant
+    env.container.messages.ingest(NS, [MessageIn(role="user", content="My cat is called Mochi")])
     env.model.script(reply(mem("The user's cat is called Mochi", fact_key="pet:cat_name")))
     # When extraction runs at the same clock instant
     result = await extract(env)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engram.domain.errors import UpstreamUnavailable
-from engram.services.library import MessageIn
+from engram.services.messages import MessageIn
 
 from tests.unit.jobs.conftest import NS, Env, ago
 from tests.unit.jobs.test_extraction import extract, mem, reply
@@ -21,7 +21,7 @@ async def test_history_ingested_with_old_timestamps_is_extracted_once(env: Env) 
     # When a year-old conversation is ingested now
     year_ago = ago(env, days=365)
     old = MessageIn(role="user", content="I adopted a cat called Mochi", created_at=year_ago, conversation_id="2025")
-    env.container.library.ingest(NS, [old])
+    env.container.messages.ingest(NS, [old])
     env.model.script(reply(mem("The user's cat is called Mochi", fact_key="pet:cat_name")))
     result = await extract(env)
     # Then the next run reads it (it was stored after the cursor), and the one after does not again

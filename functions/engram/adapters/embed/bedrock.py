@@ -82,7 +82,8 @@ class BedrockEmbedder:
                 contentType="application/json",
                 accept="application/json",
             )
-            return json.loads(response["body"].read())  # type: ignore[no-any-return]
+            answer: dict[str, Any] = json.loads(response["body"].read())
+            return answer
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, f"Bedrock embeddings ({self._model_id})") from exc
 

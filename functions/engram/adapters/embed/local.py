@@ -154,8 +154,3 @@ class LocalEmbedder:
         with self._model(query=True) as model:
             vector = model.query(text if text.strip() else " ")
         return list(vector.tolist())
-
-    def warm_up(self) -> None:
-        """Load one model now (e.g. at server start) instead of on the first request."""
-        with self._model(query=True):
-            pass

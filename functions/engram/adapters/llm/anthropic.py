@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from engram.adapters.llm.http import HttpxUpstream
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from engram.domain.wire.anthropic import answer_text, messages_request
-from engram.domain.wire.sse import SseParser
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -70,27 +69,3 @@ class AnthropicChatModel:
             return answer_text(data["content"])
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise UpstreamUnavailable("Anthropic upstream sent an unreadable message") from exc
-
-    async def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]:
-        body = self._body(messages, max_tokens, False)
-        body["stream"] = True
-        reply = await self._send(body)
-        parser = SseParser()
-        try:
-            async for chunk in reply.aiter_bytes():
-                for event in parser.feed(chunk):
-                    if not event.data:
-                        continue
-                    try:
-                        data = event.json()
-                        kind = data.get("type") or event.event
-                        delta = (data.get("delta") or {}) if kind == "content_block_delta" else {}
-                        text = delta.get("text") if delta.get("type") == "text_delta" else None
-                    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                        raise UpstreamUnavailable("Anthropic upstream sent a malformed stream event") from exc
-                    if kind == "error" or event.event == "error":
-                        raise UpstreamUnavailable(f"Anthropic stream error: {event.data[:200]}")
-                    if isinstance(text, str) and text:
-                        yield text
-        finally:
-            await reply.aclose()

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -95,36 +95,6 @@ class BedrockChatModel:
     ) -> str:
         request = self._request(messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature)
         return await asyncio.to_thread(self._converse, request)
-
-    def _open_stream(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        try:
-            return iter(self._client.converse_stream(**request)["stream"])
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, f"Bedrock {self._model_id}") from exc
-
-    def _next_text(self, events: Iterator[dict[str, Any]]) -> str | None:
-        """The next text delta, ``""`` for events without text, ``None`` at the end."""
-        try:
-            event = next(events)
-        except StopIteration:
-            return None
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, f"Bedrock {self._model_id} stream") from exc
-        failure = stream_error(event)
-        if failure is not None:
-            error = ClientError({"Error": {"Code": failure[0], "Message": failure[1]}}, "Stream")
-            raise translate(error, f"Bedrock {self._model_id} stream") from error
-        delta = event.get("contentBlockDelta", {}).get("delta", {})
-        return str(delta.get("text", ""))
-
-    async def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]:
-        events = await asyncio.to_thread(self._open_stream, self._request(messages, max_tokens=max_tokens))
-        while True:
-            text = await asyncio.to_thread(self._next_text, events)
-            if text is None:
-                return
-            if text:
-                yield text
 
 
 def resolve_region(region: str | None) -> str:

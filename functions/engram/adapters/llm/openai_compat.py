@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from engram.adapters.llm.http import HttpxUpstream
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
-from engram.domain.wire.sse import SseParser
 
 
 class OpenAICompatUpstream(HttpxUpstream):
@@ -64,27 +63,3 @@ class OpenAICompatChatModel:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             raise UpstreamUnavailable("OpenAI-compatible upstream sent an unreadable completion") from exc
         return str(content)
-
-    async def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int | None = None) -> AsyncIterator[str]:
-        body: dict[str, Any] = {"model": self._model, "messages": list(messages), "stream": True}
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        try:
-            reply = await self._upstream.send("POST", "/chat/completions", body)
-        except UpstreamRejected as exc:
-            raise _rate_limited(exc) from exc
-        parser = SseParser()
-        try:
-            async for chunk in reply.aiter_bytes():
-                for event in parser.feed(chunk):
-                    if not event.data or event.data == "[DONE]":
-                        continue
-                    try:
-                        texts = [(c.get("delta") or {}).get("content") for c in event.json().get("choices") or ()]
-                    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                        raise UpstreamUnavailable("OpenAI-compatible upstream sent a malformed stream event") from exc
-                    for text in texts:
-                        if isinstance(text, str) and text:
-                            yield text
-        finally:
-            await reply.aclose()

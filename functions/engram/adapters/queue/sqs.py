@@ -15,7 +15,7 @@ from engram.domain.errors import InvalidInput, UpstreamUnavailable
 try:
     from botocore.exceptions import BotoCoreError, ClientError
 except ImportError:  # pragma: no cover - only without the aws extra
-    BotoCoreError = ClientError = Exception  # type: ignore[assignment,misc]
+    BotoCoreError = ClientError = Exception
 
 MAX_BODY_BYTES = 256 * 1024
 _MISSING = {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"}

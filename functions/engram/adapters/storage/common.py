@@ -7,7 +7,7 @@ import binascii
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 from engram.domain.errors import InvalidInput
 from engram.domain.models import (
@@ -22,8 +22,8 @@ from engram.domain.models import (
     Thread,
 )
 
-MEMORY_LAYERS: tuple[str, ...] = MemoryLayer.__args__  # type: ignore[attr-defined]
-CANDIDATE_STATUSES: tuple[str, ...] = CandidateStatus.__args__  # type: ignore[attr-defined]
+MEMORY_LAYERS: tuple[str, ...] = get_args(MemoryLayer)
+CANDIDATE_STATUSES: tuple[str, ...] = get_args(CandidateStatus)
 
 
 def to_iso(value: datetime) -> str:

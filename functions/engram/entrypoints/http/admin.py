@@ -21,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden, InvalidInput, NotConfigured, Unauthorized
 from engram.domain.models import IndexInfo
@@ -81,7 +82,7 @@ class AdminHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
-def install(app: FastAPI, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
@@ -159,7 +160,7 @@ def _panel(sessions: AdminSessions, proxies: TrustedProxies, limiter: LoginLimit
     return panel
 
 
-def _admin_api(container: Any) -> APIRouter:
+def _admin_api(container: Container) -> APIRouter:
     """`/v1/admin/*`: runtime settings, the deep health check and reindex."""
     settings = container.settings
     api = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -220,7 +221,7 @@ def _admin_api(container: Any) -> APIRouter:
     return api
 
 
-def _health_checks(container: Any, namespace: str) -> dict[str, Any]:
+def _health_checks(container: Container, namespace: str) -> dict[str, Any]:
     """The store, the search index, the embedder against the index and pending index repair, checked now;
     a failed check is reported, never raised."""
     checks: dict[str, Any] = {}
@@ -248,7 +249,7 @@ def _health_checks(container: Any, namespace: str) -> dict[str, Any]:
     return checks
 
 
-def _info(container: Any, who: Principal) -> dict[str, Any]:
+def _info(container: Container, who: Principal) -> dict[str, Any]:
     settings = container.settings
     try:
         index = container.index.info(who.namespace)  # counts of the caller's namespace only

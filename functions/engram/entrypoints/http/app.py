@@ -13,16 +13,20 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
+from engram.bootstrap import Container, build_container
+from engram.entrypoints.http import rest
 from engram.entrypoints.http.errors import error_body, install_error_handlers
+from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
-from engram.entrypoints.logs import bind_request, unbind
+from engram.entrypoints.logs import bind_request, configure_logging, unbind
+from engram.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +161,9 @@ class RequestIdMiddleware:
             unbind(bound)
 
 
-def create_app(container: Any = None) -> FastAPI:
+def create_app(container: Container | None = None) -> FastAPI:
     if container is None:
         # The factory path (run.sh on Lambda, `uvicorn --factory`): this process's logging is ours to set.
-        from engram.bootstrap import build_container
-        from engram.entrypoints.logs import configure_logging
-        from engram.settings import load_settings
-
         base = load_settings()
         configure_logging(base.log_level)
         container = build_container(base)
@@ -187,58 +187,41 @@ def create_app(container: Any = None) -> FastAPI:
     app.state.startup_hooks = []
     install_error_handlers(app)
 
-    from engram.entrypoints.http import rest
-
     app.include_router(rest.public)
     if settings.surface == "mcp":
         # The MCP function on AWS: only /mcp and /health.
-        _include_optional_surfaces(app, container, only=(MCP_SURFACE,))
+        _install_mcp(app, container)
     else:
-        app.include_router(rest.router)
-        from engram.entrypoints.http import reminders, skills, threads
+        # Imported here, not at the top: the MCP function (above) serves none of these.
+        from engram.entrypoints.http import admin, chat, job_routes, reminders, skills, threads
 
+        app.include_router(rest.router)
         app.include_router(threads.router)
         app.include_router(reminders.router)
         app.include_router(skills.router)
+        chat.install(app, container)
+        job_routes.install(app, container)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
-        only = tuple(m for m in _SURFACES if m != MCP_SURFACE) if settings.surface == "api" else _SURFACES
-        _include_optional_surfaces(app, container, only=only)
-    from engram.entrypoints.http.openapi import install_openapi
-
-    install_openapi(app, public_paths={route.path for route in rest.public.routes})  # type: ignore[attr-defined]
+        if settings.surface != "api":
+            _install_mcp(app, container)
+        admin.install(app, container)
+    install_openapi(app, public_paths={route.path for route in rest.public.routes if isinstance(route, APIRoute)})
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, timeout=settings.body_timeout)
     app.add_middleware(RequestIdMiddleware)
     return app
 
 
-MCP_SURFACE = "engram.entrypoints.http.mcp"
-_SURFACES = (
-    "engram.entrypoints.http.chat",
-    "engram.entrypoints.http.job_routes",
-    MCP_SURFACE,
-    "engram.entrypoints.http.admin",
-)
+def _install_mcp(app: FastAPI, container: Container) -> None:
+    """The MCP server at /mcp. Imported here, not at the top: the MCP SDK is a large share of a cold
+    start, and the API function (``ENGRAM_SURFACE=api``) must not load it (tests/integration/test_surfaces.py)."""
+    from engram.entrypoints.http import mcp
 
-
-def _include_optional_surfaces(app: FastAPI, container: Any, only: tuple[str, ...] = _SURFACES) -> None:
-    """Routers of the chat gateway, MCP and admin panel, when their modules exist in this build."""
-    import importlib
-
-    for module_name in only:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        module.install(app, container)
+    mcp.install(app, container)
 
 
 @asynccontextmanager
 async def _lifespan_hooks(app: FastAPI) -> AsyncIterator[None]:
     """Run the async context managers surfaces registered in ``app.state.startup_hooks``."""
-    from contextlib import AsyncExitStack
-
     async with AsyncExitStack() as stack:
         for hook in app.state.startup_hooks:
             await stack.enter_async_context(hook(app))

@@ -4,12 +4,12 @@ then a scope check."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from fastapi import Request
 
 from engram.domain.access import Principal
-from engram.services.ratelimit import Kind, RequestLimits
+from engram.entrypoints.http.state import container_of
+from engram.services.ratelimit import Kind
 
 
 def token_from(request: Request, *, allow_query: bool = False) -> str | None:
@@ -32,17 +32,11 @@ def authenticate(request: Request, kind: Kind = "requests") -> Principal:
     token = token_from(request)
     sessions = getattr(request.app.state, "admin_sessions", None)
     session_principal = sessions.principal(request) if token is None and sessions is not None else None
-    container = request.app.state.container
+    container = container_of(request)
     principal: Principal = session_principal or container.keys.authenticate(token)
-    check_rate(container, principal, kind)
+    container.limits.check(principal, kind)
     request.state.principal = principal
     return principal
-
-
-def check_rate(container: Any, principal: Principal, kind: Kind) -> None:
-    limits: RequestLimits | None = getattr(container, "limits", None)
-    if limits is not None:
-        limits.check(principal, kind)
 
 
 def require(scope: str) -> Callable[[Request], Principal]:

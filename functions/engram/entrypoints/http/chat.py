@@ -16,13 +16,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from starlette.responses import StreamingResponse
 
+from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
 from engram.domain.skills import agent_id
 from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
-from engram.services.chat import ChatReply, ChatService, Wire
+from engram.entrypoints.http.state import container_of
+from engram.services.chat import ChatReply, ChatService
+from engram.services.exchange import Wire
 
 log = logging.getLogger(__name__)
 
@@ -46,26 +49,19 @@ _ANTHROPIC_TYPES = {
 }
 
 
-def install(app: FastAPI, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     app.include_router(router)
 
     @asynccontextmanager
     async def close_clients(_: FastAPI) -> AsyncIterator[None]:
         yield
-        chat = getattr(container, "chat", None)
-        if chat is not None:
-            await chat.aclose()
+        await container.chat.aclose()
 
     app.state.startup_hooks.append(close_clients)
 
 
 def _service(request: Request) -> ChatService:
-    chat: ChatService | None = getattr(request.app.state.container, "chat", None)
-    if chat is None:
-        from engram.domain.errors import NotConfigured
-
-        raise NotConfigured("the chat gateway is not part of this build")
-    return chat
+    return container_of(request).chat
 
 
 def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Response:
@@ -230,4 +226,4 @@ async def agent_models(request: Request, agent: Annotated[str, Path(description=
 async def usage(request: Request, days: int = Query(30, ge=1, le=365)) -> Any:
     principal = authenticate(request)
     principal.require("memory:read")
-    return request.app.state.container.usage.report(principal.namespace, days=days)
+    return container_of(request).usage.report(principal.namespace, days=days)

@@ -10,10 +10,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.schedule import install_schedule
+from engram.entrypoints.http.state import container_of
 from engram.services.job_runs import last_runs
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,8 @@ class DreamRequest(BaseModel):
         return value
 
 
-def _c(request: Request) -> Any:
-    return request.app.state.container
+def _c(request: Request) -> Container:
+    return container_of(request)
 
 
 @router.get("")
@@ -74,6 +76,6 @@ def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
     return dict(_c(request).cleanup.run(who.namespace).to_dict())
 
 
-def install(app: FastAPI, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     app.include_router(router)
     install_schedule(app, container)

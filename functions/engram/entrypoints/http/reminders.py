@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from engram.domain.models import Reminder
-from engram.entrypoints.http.rest import STRICT, IsoDatetime, Read, Write, _c
+from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, Write, _c
 from engram.services.reminders import ReminderView
 
 router = APIRouter(prefix="/v1", tags=["reminders"])

@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
 
 from fastapi import FastAPI
 
-from engram.bootstrap import snapshot_search
+from engram.bootstrap import Container, snapshot_search
 from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
 from engram.services.scheduler import Scheduler, daily_at, every_hours
 
 
-def build_scheduler(container: Any) -> Scheduler:
+def build_scheduler(container: Container) -> Scheduler:
     s = container.settings
     scheduler = Scheduler(clock=container.clock)
 
@@ -36,8 +35,7 @@ def build_scheduler(container: Any) -> Scheduler:
 
     def timezone() -> str:
         # The admin panel may change the time zone at run time; the daily schedules follow it.
-        runtime = getattr(container, "runtime", None)
-        return str(runtime.get("timezone")) if runtime is not None else str(s.timezone)
+        return str(container.runtime.get("timezone"))
 
     if container.extraction.configured:
         scheduler.add("extract", every_hours(s.extract_interval_hours), extract)
@@ -47,7 +45,7 @@ def build_scheduler(container: Any) -> Scheduler:
     return scheduler
 
 
-def install_schedule(app: FastAPI, container: Any) -> None:
+def install_schedule(app: FastAPI, container: Container) -> None:
     """Run the schedule in the app's lifespan when ``ENGRAM_SCHEDULER_ENABLED``."""
     if not container.settings.scheduler_enabled:
         return

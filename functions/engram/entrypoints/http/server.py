@@ -51,7 +51,7 @@ class _HeaderDeadlineMixin:
             self.transport.close()
 
     # The hooks both parsers share (the mixin comes first in each class's bases, so super() is uvicorn's).
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
         self._arm()
 

@@ -27,7 +27,7 @@ from starlette.responses import Response
 
 from engram.domain.access import ALL, Principal
 from engram.domain.errors import Forbidden
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import KeyValueRows
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.services.runtime_settings import SYSTEM_NAMESPACE
 
@@ -49,7 +49,7 @@ class AdminSessions:
     def __init__(
         self,
         password: str | None,
-        store: MemoryStore,
+        store: KeyValueRows,
         namespace: str,
         *,
         proxies: TrustedProxies | None = None,

@@ -15,7 +15,8 @@ from engram.domain.errors import InvalidInput
 from engram.domain.skills import MAX_DESCRIPTION_CHARS, MAX_SKILL_CHARS, MAX_SKILL_FILES, MAX_SKILL_TAGS
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
-from engram.services.skills import ImportResult, skill_json, version_json
+from engram.entrypoints.http.state import container_of
+from engram.services.skills import ImportResult, SkillService, skill_json, version_json
 
 router = APIRouter(prefix="/v1/skills", tags=["skills"])
 
@@ -61,8 +62,8 @@ class RestoreRequest(BaseModel):
     )
 
 
-def _service(request: Request) -> Any:
-    return request.app.state.container.skills
+def _service(request: Request) -> SkillService:
+    return container_of(request).skills
 
 
 def _imported(result: ImportResult, response: Response) -> dict[str, Any]:

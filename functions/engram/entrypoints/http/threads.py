@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from engram.domain.models import Thread
 from engram.entrypoints.http.openapi import CONFLICT
-from engram.entrypoints.http.rest import STRICT, Read, Write, _c
+from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
 from engram.services.threads import MAX_THREAD_ID_CHARS
 
 router = APIRouter(prefix="/v1", tags=["threads"])

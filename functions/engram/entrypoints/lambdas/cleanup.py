@@ -18,6 +18,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -25,7 +26,7 @@ from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord, utcnow
 from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
-from engram.entrypoints.lambdas.runtime import get_container, job_service, logger, metrics, report_dict, tracer
+from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, report_dict, tracer
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
 JOBS_NAMESPACE = "_jobs"
@@ -70,7 +71,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         namespace = None if payload.get("all") else payload.get("namespace")
         if not payload.get("all") and not namespace:
             raise InvalidInput("cleanup job needs 'namespace' or 'all'")
-        report = report_dict(job_service(container, "cleanup").run(namespace))
+        report = report_dict(container.cleanup.run(namespace))
         snapshot_search(container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
     elif job == "index_repair":
         namespace = payload.get("namespace")
@@ -110,5 +111,5 @@ def _deadline(context: LambdaContext | None) -> float | None:
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(capture_cold_start_metric=True)
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

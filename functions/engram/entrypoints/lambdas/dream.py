@@ -11,15 +11,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.bootstrap import snapshot_search
-from engram.entrypoints.lambdas.runtime import (
-    get_container,
-    job_service,
-    logger,
-    metrics,
-    report_dict,
-    run_sync,
-    tracer,
-)
+from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, report_dict, tracer
+from engram.services.loop import run_sync
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -27,7 +20,7 @@ from engram.entrypoints.lambdas.runtime import (
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     event = event or {}
-    service = job_service(get_container(), "dreaming")
+    service = get_container().dreaming
     report = report_dict(
         run_sync(
             service.run(

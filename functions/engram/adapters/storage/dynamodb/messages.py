@@ -34,7 +34,8 @@ def _thread(item: dict[str, Any]) -> Thread:
 class DynamoMessages(DynamoStoreBase):
     # -- messages -------------------------------------------------------------------------
     def insert_message(self, message: Message) -> tuple[Message, bool]:
-        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
+        stored_at = message.stored_at or message.created_at
+        message = message.model_copy(update={"stored_at": stored_at})
         self._register(message.namespace)
         pk = self._pk(message.namespace)
         msg_sk = f"MSG#{to_iso(message.created_at)}#{message.id}"
@@ -44,7 +45,7 @@ class DynamoMessages(DynamoStoreBase):
             "GSI1PK": f"{pk}#THR#{message.conversation_id}",
             "GSI1SK": sort_key(message.created_at, message.id),
             "GSI2PK": f"{pk}#MSGIN",
-            "GSI2SK": sort_key(message.stored_at, message.id),  # type: ignore[arg-type]
+            "GSI2SK": sort_key(stored_at, message.id),
         }
         absent = "attribute_not_exists(PK)"
         item = {"PK": pk, "SK": msg_sk, "entity": "message", "ttl": ttl, **in_thread, **fields(message)}

@@ -23,8 +23,8 @@ try:  # boto3 is in the `aws` extra and the Lambda layer; the module must import
     from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
     from botocore.exceptions import BotoCoreError, ClientError
 except ImportError:  # pragma: no cover - exercised only without the aws extra
-    TypeDeserializer = TypeSerializer = None  # type: ignore[assignment,misc]
-    BotoCoreError = ClientError = Exception  # type: ignore[assignment,misc]
+    TypeDeserializer = TypeSerializer = None
+    BotoCoreError = ClientError = Exception
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -130,7 +130,8 @@ class DynamoTable:
 
     def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
         try:
-            return getattr(self.client, operation)(**kwargs)  # type: ignore[no-any-return]
+            response: dict[str, Any] = getattr(self.client, operation)(**kwargs)
+            return response
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = error.get("Code", "")

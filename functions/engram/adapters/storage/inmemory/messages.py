@@ -77,15 +77,15 @@ class InMemoryMessages(InMemoryStoreBase):
     ) -> list[Message]:
         check_limit(limit)
         with self._lock:
-            rows = [m for m in self._messages.get(namespace, {}).values() if m.stored_at is not None]
+            rows = [(m.stored_at, m) for m in self._messages.get(namespace, {}).values() if m.stored_at is not None]
         picked = [
-            m
-            for m in rows
-            if (since is None or m.stored_at >= since)  # type: ignore[operator]
-            and (until is None or m.stored_at < until)  # type: ignore[operator]
-            and (after is None or (m.stored_at, m.id) > after)
+            (at, m)
+            for at, m in rows
+            if (since is None or at >= since)
+            and (until is None or at < until)
+            and (after is None or (at, m.id) > after)
         ]
-        return sorted(picked, key=lambda m: (m.stored_at, m.id))[:limit]
+        return [m for _, m in sorted(picked, key=lambda row: (row[0], row[1].id))][:limit]
 
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         with self._lock:

@@ -18,11 +18,12 @@ and unknown tools -> the SDK's own tool errors; anything else -> the SDK's gener
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 
 from engram import __version__
+from engram.bootstrap import Container
 from engram.entrypoints.http.mcp import conversations, memories, notes, overview, reminders, skills
 from engram.entrypoints.http.mcp.gate import McpGate, security_settings
 from engram.entrypoints.http.mcp.toolkit import Toolbox
@@ -46,7 +47,7 @@ Engram is the user's long-term memory, shared across chat windows, clients and m
 TOOL_MODULES = (memories, notes, conversations, reminders, overview, skills)
 
 
-def build_server(container: Any) -> MCPServer:
+def build_server(container: Container) -> MCPServer:
     """An MCPServer whose tools call ``container``'s services."""
     # MCPServer() calls logging.basicConfig(); logging belongs to the entry point, so undo it.
     root = logging.getLogger()
@@ -62,7 +63,7 @@ def build_server(container: Any) -> MCPServer:
     return server
 
 
-def install(app: Any, container: Any) -> None:
+def install(app: FastAPI, container: Container) -> None:
     """Serve the MCP server at ``/mcp`` and run its session manager inside the host app's lifespan."""
     settings = container.settings
     server = build_server(container)
@@ -76,10 +77,11 @@ def install(app: Any, container: Any) -> None:
         container.keys,
         hosts=hosts,
         allow_query_token=settings.mcp_allow_query_token,
-        limits=getattr(container, "limits", None),
+        limits=container.limits,
     )
     # Routes (not a Mount) so `/mcp` itself answers without a redirect to `/mcp/`.
-    app.add_route(PATH, gate, include_in_schema=False)
-    app.add_route(PATH + "/", gate, include_in_schema=False)
+    # The gate is an ASGI app, which a Route serves as such (Starlette's stubs only name request handlers).
+    app.add_route(PATH, gate, include_in_schema=False)  # type: ignore[arg-type]
+    app.add_route(PATH + "/", gate, include_in_schema=False)  # type: ignore[arg-type]
     app.state.startup_hooks.append(lambda _app: manager.run())
     app.state.mcp_server = server

@@ -19,7 +19,7 @@ from engram.entrypoints.http.mcp.toolkit import (
     caller,
     drop_namespace,
 )
-from engram.services.library import MessageIn
+from engram.services.messages import MessageIn
 
 
 def register(tools: Toolbox) -> None:
@@ -34,7 +34,7 @@ def register(tools: Toolbox) -> None:
         """Store raw conversation messages; the extraction job later turns them into memories. Each
         message is stored once (give `id` to keep identical repeats apart)."""
         who = caller(ctx, WRITE)
-        return dict(c.library.ingest(who.namespace, messages))
+        return dict(c.messages.ingest(who.namespace, messages))
 
     @tool(READ_ONLY)
     def conversation_search(

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engram.domain.access import Principal
+from engram.domain.access import KeyRing, Principal
 from engram.domain.errors import RateLimited, Unauthorized
 from engram.entrypoints.http.auth import token_from
 from engram.entrypoints.http.errors import engram_error_response, error_response
 from engram.entrypoints.http.mcp.toolkit import PRINCIPAL_KEY
+from engram.services.ratelimit import RequestLimits
 
 log = logging.getLogger("engram.entrypoints.http.mcp")
 
@@ -61,11 +61,17 @@ class McpGate:
     """In front of the SDK: strip a query token, check Host/Origin, authenticate, then hand over."""
 
     def __init__(
-        self, app: ASGIApp, keys: Any, *, hosts: Sequence[str], allow_query_token: bool, limits: Any = None
+        self,
+        app: ASGIApp,
+        keys: KeyRing,
+        *,
+        hosts: Sequence[str],
+        allow_query_token: bool,
+        limits: RequestLimits | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
-        self.limits = limits  # services.ratelimit.RequestLimits, or None (no limit)
+        self.limits = limits  # None: no limit
         self.hosts = tuple(hosts)
         self.allow_query_token = allow_query_token
 

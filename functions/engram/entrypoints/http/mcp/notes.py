@@ -10,7 +10,7 @@ from pydantic import Field
 
 from engram.domain.policies import DIGEST_RULE
 from engram.entrypoints.http.mcp.toolkit import WRITE, WRITES, Tags, Toolbox, caller, drop_namespace
-from engram.services.library import GlossaryIn
+from engram.services.notes import GlossaryIn
 
 
 def register(tools: Toolbox) -> None:
@@ -27,7 +27,7 @@ def register(tools: Toolbox) -> None:
         """Keep a precious note verbatim, forever (append-only; it joins the boot block): words the user
         wants preserved exactly, a promise, a milestone. For ordinary facts use memory_upsert/remember."""
         who = caller(ctx, WRITE)
-        note = c.library.add_precious(who.namespace, content, reason=reason, tags=tags or [], source="mcp")
+        note = c.notes.add_precious(who.namespace, content, reason=reason, tags=tags or [], source="mcp")
         return {"precious": drop_namespace(note.model_dump(mode="json"))}
 
     @tool(WRITES)
@@ -41,7 +41,7 @@ def register(tools: Toolbox) -> None:
         """Define a term the user uses (a nickname, project name, private abbreviation) so recall can
         explain it. Setting an existing term (same name, any case) replaces its definition."""
         who = caller(ctx, WRITE)
-        saved = c.library.set_term(who.namespace, GlossaryIn(term=term, definition=definition, aliases=aliases or []))
+        saved = c.notes.set_term(who.namespace, GlossaryIn(term=term, definition=definition, aliases=aliases or []))
         return {"term": drop_namespace(saved.model_dump(mode="json"))}
 
     @tool(WRITES)
@@ -56,5 +56,5 @@ def register(tools: Toolbox) -> None:
         now (at most 500 characters; a longer one is cut at a sentence end, the result shows what was
         kept). It starts every boot block, so keep it current and dense."""
         who = caller(ctx, WRITE)
-        digest = c.library.set_digest(who.namespace, content)
+        digest = c.notes.set_digest(who.namespace, content)
         return {"content": digest.content, "updated_at": digest.updated_at.isoformat()}

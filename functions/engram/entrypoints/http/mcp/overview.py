@@ -26,7 +26,7 @@ def register(tools: Toolbox) -> None:
     def digest_get(ctx: Context) -> dict[str, Any]:
         """Read the digest (the user's ≤500-character summary); empty when none was written yet."""
         who = caller(ctx, READ)
-        digest = c.library.get_digest(who.namespace)
+        digest = c.notes.get_digest(who.namespace)
         return {
             "content": digest.content if digest else "",
             "updated_at": digest.updated_at.isoformat() if digest else None,
@@ -36,7 +36,7 @@ def register(tools: Toolbox) -> None:
     def memory_stats(ctx: Context) -> dict[str, Any]:
         """Counts: memories by status and type, pending review candidates, messages, precious notes, glossary."""
         who = caller(ctx, READ)
-        return dict(jsonable(c.library.stats(who.namespace)))
+        return dict(jsonable(c.stats.counts(who.namespace)))
 
     @tool(READ_ONLY)
     def memory_export(ctx: Context) -> dict[str, Any]:

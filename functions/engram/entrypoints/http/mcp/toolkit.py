@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 from pydantic_core import to_jsonable_python
 from starlette.requests import Request
 
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden
 from engram.domain.models import Memory, MemoryLayer, MemoryType
@@ -90,7 +91,7 @@ class Toolbox:
     """What a tool module registers its tools with: the server and the services they call."""
 
     server: MCPServer
-    container: Any
+    container: Container
 
     def tool(self, annotations: ToolAnnotations) -> Callable[[_F], _F]:
         """Register the decorated function as a tool named after it, with the error mapping applied."""
@@ -136,7 +137,7 @@ def model_errors(fn: _F) -> _F:
             where = ".".join(str(p) for p in first.get("loc", ()))
             raise ToolError(f"{where}: {first['msg']}" if where else str(first["msg"])) from exc
 
-    return wrapper  # type: ignore[return-value]
+    return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
 
 
 def memory_json(memory: Memory) -> dict[str, Any]:

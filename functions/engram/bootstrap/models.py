@@ -1,0 +1,209 @@
+"""Settings -> model adapters: the chat gateway's upstreams and the models Engram calls itself
+(extraction, dreaming, recall compression, reranking).
+
+The Bedrock adapters are imported inside the functions that build them: they import botocore, which
+is in the optional `aws` extra (a local install without it still serves every other provider).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
+from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
+from engram.domain.errors import NotConfigured
+from engram.domain.ports import ChatModel, ChatUpstream, Clock, Embedder, JobQueue, MemoryStore, Reranker, SearchIndex
+from engram.services.boot import BootService
+from engram.services.chat import ChatConfig, ChatService
+from engram.services.conversations import ConversationService
+from engram.services.exchange import ExchangeRecorder
+from engram.services.memories import MemoryService
+from engram.services.messages import MessageService
+from engram.services.recall import RecallConfig, RecallService
+from engram.services.reminders import ReminderService
+from engram.services.runtime_settings import RuntimeSettings
+from engram.services.turn_context import TurnContextSource
+from engram.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeChatModel:
+    """A ``ChatModel`` whose model name follows the runtime settings, rebuilt only when it changes."""
+
+    def __init__(self, current: Callable[[], ChatModel | None]) -> None:
+        self._current = current
+
+    def _model(self) -> ChatModel:
+        model = self._current()
+        if model is None:
+            raise NotConfigured("no model is configured for this job (set it in the admin panel's settings)")
+        return model
+
+    @property
+    def model_id(self) -> str:
+        return self._model().model_id
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        return await self._model().complete(
+            messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature
+        )
+
+
+@dataclass
+class ModelUpstreams:
+    """The clients Engram's own model calls share: one per provider, and one Bedrock model per name."""
+
+    bedrock_runtime: Any = None  # a boto3 bedrock-runtime client to use (tests pass a fake); None: built on use
+    openai: OpenAICompatUpstream | None = None
+    anthropic: AnthropicUpstream | None = None
+    bedrock: dict[str, ChatModel] = field(default_factory=dict)
+
+
+def build_chat_model(settings: Settings, model: str, shared: ModelUpstreams) -> ChatModel | None:
+    """A ``ChatModel`` for Engram's own calls over the configured upstream; ``None`` when no model
+    or upstream is configured (the jobs then answer ``NotConfigured``)."""
+    if not model:
+        return None
+    if model.startswith("bedrock/"):
+        if model not in shared.bedrock:
+            try:
+                from engram.adapters.llm.bedrock import BedrockChatModel
+
+                shared.bedrock[model] = BedrockChatModel(
+                    model, region=settings.aws_region or None, client=shared.bedrock_runtime
+                )
+            except ModuleNotFoundError as exc:  # an install without the `aws` extra (botocore)
+                log.warning("no Bedrock adapter (%s is not installed): extraction and dreaming are off", exc.name)
+                return None
+            except Exception as exc:  # botocore's NoRegionError: the jobs say so, the app still starts
+                log.warning("Bedrock model %s is unavailable to the jobs (%s): set ENGRAM_AWS_REGION", model, exc)
+                return None
+        return shared.bedrock[model]
+    if settings.upstream_base_url:
+        if shared.openai is None:
+            key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+            shared.openai = OpenAICompatUpstream(settings.upstream_base_url, key)
+        return OpenAICompatChatModel(shared.openai, model)
+    if settings.anthropic_base_url:
+        if shared.anthropic is None:
+            key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+            shared.anthropic = AnthropicUpstream(settings.anthropic_base_url, key)
+        return AnthropicChatModel(shared.anthropic, model)
+    return None
+
+
+def runtime_model(
+    settings: Settings, runtime: RuntimeSettings[Settings], name: Callable[[Settings], str], shared: ModelUpstreams
+) -> RuntimeChatModel | None:
+    """A model whose name follows the runtime settings (admin panel) over the environment's upstream;
+    ``None`` when the environment's settings configure none."""
+    if build_chat_model(settings, name(settings), shared) is None:
+        return None
+    return RuntimeChatModel(runtime.provider(lambda eff: build_chat_model(eff, name(eff), shared)))
+
+
+def build_recall(
+    settings: Settings,
+    runtime: RuntimeSettings[Settings],
+    store: MemoryStore,
+    index: SearchIndex,
+    embedder: Embedder | None,
+    clock: Clock,
+    compressor: ChatModel | None = None,
+) -> RecallService:
+    config = runtime.provider(RecallConfig.from_settings)
+    reranker: Reranker | None = None
+    if settings.reranker == "bedrock":
+        from engram.adapters.llm.bedrock import BedrockReranker
+
+        reranker = BedrockReranker(settings.rerank_model, region=settings.rerank_region or settings.aws_region)
+    if compressor is None and settings.recall_compress_model:
+        # Like the jobs' models: the name follows the runtime settings, the upstream is the environment's.
+        compressor = runtime_model(settings, runtime, lambda eff: eff.recall_compress_model, ModelUpstreams())
+        if compressor is None:
+            log.warning("ENGRAM_RECALL_COMPRESS_MODEL is set but no upstream is configured: compression is off")
+    return RecallService(store, index, embedder, reranker, compressor, clock, config)
+
+
+@dataclass(frozen=True)
+class ChatParts:
+    """What the chat gateway works with, besides its upstreams."""
+
+    runtime: RuntimeSettings[Settings]
+    store: MemoryStore
+    messages: MessageService
+    memories: MemoryService
+    recall: RecallService
+    boot: BootService
+    clock: Clock
+    queue: JobQueue
+    reminders: ReminderService
+    conversations: ConversationService
+
+
+def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None) -> ChatService:
+    """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan); Bedrock
+    (``bedrock/<model-id>``) through one boto3 client built on first use."""
+    timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
+    openai = OpenAICompatUpstream(
+        settings.upstream_base_url,
+        settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None,
+        **timeouts,
+    )
+    anthropic = AnthropicUpstream(
+        settings.anthropic_base_url,
+        settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+        **timeouts,
+    )
+    bedrock: ChatUpstream | None = None
+    try:
+        from engram.adapters.llm.bedrock import BedrockChatUpstream
+
+        bedrock = BedrockChatUpstream(
+            region=settings.aws_region or None,
+            client=bedrock_runtime,
+            connect_timeout=settings.upstream_connect_timeout,
+            read_timeout=settings.upstream_timeout,
+        )
+    except ModuleNotFoundError as exc:  # an install without the `aws` extra: bedrock/ models answer 503
+        log.info("no Bedrock chat upstream (%s)", exc.name)
+    config = parts.runtime.provider(
+        lambda eff: ChatConfig.from_settings(
+            eff,
+            openai_configured=openai.configured,
+            anthropic_configured=anthropic.configured,
+            bedrock_configured=bedrock is not None and (bedrock.configured or not _names_bedrock(eff)),
+        )
+    )
+    record = ExchangeRecorder(
+        store=parts.store,
+        messages=parts.messages,
+        memories=parts.memories,
+        clock=parts.clock,
+        cleanup_interval=lambda: config().cleanup_interval,
+        queue=parts.queue,
+        reminders=parts.reminders,
+        conversations=parts.conversations,
+    )
+    context = TurnContextSource(boot=parts.boot, recall=parts.recall, record=record, conversations=parts.conversations)
+    return ChatService(
+        openai=openai, anthropic=anthropic, context=context, record=record, config=config, bedrock=bedrock
+    )
+
+
+def _names_bedrock(settings: Settings) -> bool:
+    """Whether the gateway may route to Bedrock; only then is the AWS config read (it takes ~0.1 s).
+    Otherwise a ``bedrock/`` name still fails cleanly: the adapter names the missing region setting."""
+    models = (settings.chat_model, settings.vision_model)
+    return settings.chat_allow_model_passthrough or any(m.startswith("bedrock/") for m in models)

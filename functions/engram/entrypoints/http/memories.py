@@ -1,0 +1,188 @@
+"""REST for memories (`/v1/memories...`: write, list, read, edit, archive, restore, supersede, versions,
+events) and search (`/v1/search/memories`, `/v1/search/conversations`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, Field
+
+from engram.domain.models import MemoryFilter, MemoryType
+from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.rest_shared import STRICT, WHOLE, IsoDatetime, Read, TagList, Text, Write, _c, write_body
+from engram.services.memories import MemoryPatch, MemoryWrite, parse_statuses
+
+router = APIRouter()
+
+
+class MemoryCreateRequest(MemoryWrite):
+    """`POST /v1/memories`: with `fact_key` an upsert, without it a new memory."""
+
+    model_config = STRICT
+
+    content: Text
+    tags: TagList = Field(default_factory=list)
+    remind_at: IsoDatetime | None = None
+
+
+class SupersedeRequest(MemoryCreateRequest):
+    """A new version for an existing memory; `fact_key` defaults to the old one's."""
+
+
+class MemoryPatchRequest(MemoryPatch):
+    model_config = STRICT
+
+    content: Text | None = None
+    tags: TagList | None = None
+    remind_at: IsoDatetime | None = None
+
+
+class SearchRequest(BaseModel):
+    model_config = STRICT
+
+    query: str = Field(min_length=1, max_length=8000)
+    top_k: Annotated[int, Field(ge=1, le=50), WHOLE] | None = None
+    types: list[MemoryType] = Field(default_factory=list)
+    include_prompt: bool = False
+    # Drop hits whose relevance (0-1) is below this; 0 keeps the full ranking (README: "Relevance").
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class ConversationSearchRequest(BaseModel):
+    model_config = STRICT
+
+    query: str = Field(min_length=1, max_length=8000, pattern=r"\S")
+    # The thread the caller is in: never searched (its history is already in view).
+    exclude_thread: str | None = Field(default=None, min_length=1, max_length=200)
+    threads: Annotated[int, Field(ge=1, le=10), WHOLE] | None = None
+    fragments: Annotated[int, Field(ge=1, le=10), WHOLE] | None = None
+    neighbours: Annotated[int, Field(ge=0, le=5), WHOLE] | None = None
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+    include_prompt: bool = False
+
+
+# -- memories ---------------------------------------------------------------------------------
+@router.post("/memories", tags=["memories"], status_code=201, responses=CONFLICT)
+def create_memory(request: Request, response: Response, body: MemoryCreateRequest, who: Write) -> dict[str, Any]:
+    """Remember something. With `fact_key`: same key + same meaning -> marked seen; same key + new
+    content -> supersedes the old version. `external_id` makes retries idempotent."""
+    result = _c(request).memories.write(who.namespace, body)
+    if not result.created:
+        response.status_code = 200
+    return write_body(result)
+
+
+@router.get("/memories", tags=["memories"])
+def list_memories(
+    request: Request,
+    who: Read,
+    type: Annotated[list[MemoryType] | None, Query()] = None,
+    status: Annotated[
+        list[Literal["active", "superseded", "archived", "deleted", "expired", "all"]] | None,
+        Query(description="active (default), superseded, archived, deleted, expired, or all"),
+    ] = None,
+    layer: Literal["fragment", "event", "core"] | None = None,
+    tag: str | None = None,
+    pinned: bool | None = None,
+    fact_key: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    filters = MemoryFilter(
+        types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
+    )
+    page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor or None)
+    return {"items": [m.model_dump(mode="json") for m in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/memories/{memory_id}", tags=["memories"])
+def get_memory(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
+    return dict(_c(request).memories.get(who.namespace, memory_id).model_dump(mode="json"))
+
+
+@router.patch("/memories/{memory_id}", tags=["memories"], responses=CONFLICT)
+def patch_memory(request: Request, memory_id: str, body: MemoryPatchRequest, who: Write) -> dict[str, Any]:
+    """Edit in place (no new version): content, type, fact_key, layer, importance, confidence,
+    pinned, tags, remind_at."""
+    return dict(_c(request).memories.update(who.namespace, memory_id, body).model_dump(mode="json"))
+
+
+@router.delete("/memories/{memory_id}", tags=["memories"])
+def delete_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+    """Soft delete (restorable; hard-deleted by retention after 30 days)."""
+    return dict(_c(request).memories.set_status(who.namespace, memory_id, "deleted").model_dump(mode="json"))
+
+
+@router.post("/memories/{memory_id}/archive", tags=["memories"])
+def archive_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+    return dict(_c(request).memories.set_status(who.namespace, memory_id, "archived").model_dump(mode="json"))
+
+
+@router.post("/memories/{memory_id}/restore", tags=["memories"], responses=CONFLICT)
+def restore_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+    """Make a superseded, archived or deleted version active again (it replaces the current holder of its key)."""
+    return dict(_c(request).memories.restore(who.namespace, memory_id).model_dump(mode="json"))
+
+
+@router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201, responses=CONFLICT)
+def supersede_memory(request: Request, memory_id: str, body: SupersedeRequest, who: Write) -> dict[str, Any]:
+    return write_body(_c(request).memories.supersede(who.namespace, memory_id, body))
+
+
+@router.get("/memories/{memory_id}/versions", tags=["memories"])
+def memory_versions(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
+    chain = _c(request).memories.versions(who.namespace, memory_id)
+    return {"items": [m.model_dump(mode="json") for m in chain]}
+
+
+@router.get("/memories/{memory_id}/events", tags=["memories"])
+def memory_events(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
+    container = _c(request)
+    container.memories.get(who.namespace, memory_id)
+    events = container.store.list_events(who.namespace, memory_id=memory_id, limit=100)
+    return {"items": [ev.model_dump(mode="json") for ev in events]}
+
+
+# -- search -----------------------------------------------------------------------------------
+@router.post("/search/memories", tags=["search"])
+def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[str, Any]:
+    """Hybrid recall: keyword (CJK-aware) + vectors, fused; each hit has a `relevance` in [0, 1] and
+    `min_relevance` drops the hits below it. `include_prompt` adds the injectable text."""
+    from engram.services.recall import render_prompt
+
+    result = _c(request).recall.recall(
+        who.namespace, body.query, top_k=body.top_k, types=tuple(body.types), min_relevance=body.min_relevance
+    )
+    out: dict[str, Any] = {
+        "items": [
+            {"memory": hit.memory.model_dump(mode="json"), "score": round(hit.score, 6), "relevance": hit.relevance}
+            for hit in result.hits
+        ],
+        "glossary_hits": [g.model_dump(mode="json") for g in result.glossary_hits],
+        "meta": result.meta,
+    }
+    if body.include_prompt:
+        out["prompt"] = render_prompt(result)
+    return out
+
+
+@router.post("/search/conversations", tags=["search"])
+def search_conversations(request: Request, body: ConversationSearchRequest, who: Read) -> dict[str, Any]:
+    """Fragments of past conversations (docs/conversations.md): matched messages, each with its
+    neighbours, from at most `threads` threads x `fragments` per thread, best thread first. Nothing is
+    marked seen. `include_prompt` adds the text the chat gateway would inject (within its budget)."""
+    service = _c(request).conversations
+    result = service.search(
+        who.namespace,
+        body.query,
+        exclude_thread=body.exclude_thread,
+        threads=body.threads,
+        fragments=body.fragments,
+        neighbours=body.neighbours,
+        min_relevance=body.min_relevance,
+    )
+    out: dict[str, Any] = {"items": [f.to_dict() for f in result.fragments], "meta": result.meta}
+    if body.include_prompt:
+        out["prompt"] = service.render(result.fragments, _c(request).settings.chat_patch_max_tokens)[0]
+    return out

@@ -1,0 +1,72 @@
+"""Chat messages stored once each (`POST /v1/ingest/messages`, MCP `memory_ingest`, the chat gateway's
+exchange); the extraction job later turns them into memories."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engram.domain.models import Message, MessageRole, new_id
+from engram.domain.ports import Clock, MessageRows
+
+MAX_MESSAGE_CHARS = 100_000
+MAX_ERROR_CHARS = 500
+
+
+class MessageIn(BaseModel):
+    """One chat message to store. ``id`` (or ``created_at``) keeps identical repeats apart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: MessageRole
+    content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    conversation_id: str = Field(default="default", min_length=1, max_length=200)
+    id: str | None = Field(default=None, max_length=200)
+    created_at: datetime | None = None
+    model: str | None = Field(default=None, max_length=200)
+    error: str | None = Field(
+        default=None, max_length=MAX_ERROR_CHARS, description="why this turn got no answer (upstream failure)"
+    )
+
+
+def message_key(namespace: str, msg: MessageIn) -> str:
+    """The idempotency key of an ingested message: the client's id, else a content hash."""
+    if msg.id:
+        return f"id:{msg.id}"
+    stamp = msg.created_at.isoformat() if msg.created_at else ""
+    raw = "\x1f".join((namespace, msg.conversation_id, msg.role, msg.content, stamp))
+    return "h:" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+class MessageService:
+    def __init__(self, store: MessageRows, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    def ingest(self, namespace: str, messages: Sequence[MessageIn]) -> dict[str, Any]:
+        """Store messages once each; returns ids and how many were new."""
+        stored: list[dict[str, Any]] = []
+        created = 0
+        now = self._clock.now()
+        for msg in messages:
+            row, new = self._store.insert_message(
+                Message(
+                    id=new_id("msg"),
+                    namespace=namespace,
+                    conversation_id=msg.conversation_id,
+                    role=msg.role,
+                    content=msg.content,
+                    model=msg.model,
+                    external_id=message_key(namespace, msg),
+                    created_at=msg.created_at or now,
+                    error=msg.error,
+                    stored_at=now,
+                )
+            )
+            created += int(new)
+            stored.append({"id": row.id, "created": new})
+        return {"messages": stored, "created": created, "duplicates": len(messages) - created}

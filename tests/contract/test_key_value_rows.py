@@ -1,0 +1,94 @@
+"""The ``KeyValueRows`` contract (idempotency, cursors, cache; domain/ports.py): every store in ``STORE_FACTORIES``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from engram.domain.errors import InvalidInput
+from engram.domain.models import (
+    IdempotencyRecord,
+)
+from engram.domain.ports import KeyValueRows
+
+from tests.contract.rows import (
+    NS,
+    OTHER,
+    T0,
+    at,
+)
+
+
+def test_the_store_implements_key_value_rows(store: KeyValueRows) -> None:
+    assert isinstance(store, KeyValueRows)
+
+
+def test_idempotency_keys_are_put_once(store: KeyValueRows) -> None:
+    # Given a stored idempotency record
+    first = IdempotencyRecord(namespace=NS, key="req-1", value={"memory_id": "m1", "n": 1}, created_at=T0)
+    assert store.put_idempotency(first) is True
+    # When the same key is put again / Then it is refused and the first value stays
+    assert store.put_idempotency(first.model_copy(update={"value": {"memory_id": "m2"}})) is False
+    assert store.get_idempotency(NS, "req-1") == first
+    # And keys are per namespace
+    assert store.get_idempotency(OTHER, "req-1") is None
+    assert store.put_idempotency(first.model_copy(update={"namespace": OTHER})) is True
+    assert store.get_idempotency(NS, "unknown") is None
+
+
+def test_delete_idempotency_before(store: KeyValueRows) -> None:
+    # Given an old and a new key, and an old one in another namespace
+    store.put_idempotency(IdempotencyRecord(namespace=NS, key="old", created_at=at(0)))
+    store.put_idempotency(IdempotencyRecord(namespace=NS, key="new", created_at=at(10)))
+    store.put_idempotency(IdempotencyRecord(namespace=OTHER, key="old", created_at=at(0)))
+    # When keys before minute 5 are deleted
+    assert store.delete_idempotency_before(NS, at(5)) == 1
+    # Then the old key is free again, the rest stay
+    assert store.get_idempotency(NS, "old") is None
+    assert store.get_idempotency(NS, "new") is not None
+    assert store.get_idempotency(OTHER, "old") is not None
+
+
+def test_cursors(store: KeyValueRows) -> None:
+    # Given no cursor
+    assert store.get_cursor(NS, "extraction") is None
+    # When it is set, then moved
+    store.set_cursor(NS, "extraction", "msg1")
+    store.set_cursor(NS, "extraction", "msg9")
+    store.set_cursor(NS, "dreaming", "2025-03-01")
+    # Then the latest value is read, per name and per namespace
+    assert store.get_cursor(NS, "extraction") == "msg9"
+    assert store.get_cursor(NS, "dreaming") == "2025-03-01"
+    assert store.get_cursor(OTHER, "extraction") is None
+
+
+def test_cache(store: KeyValueRows) -> None:
+    # Given a JSON value cached without expiry, one expiring later and one already expired
+    value = {"answer": [1, 2.5, "三"], "nested": {"ok": True, "none": None}}
+    store.put_cache(NS, "forever", value)
+    store.put_cache(NS, "later", "soon", expires_at=datetime.now(UTC) + timedelta(hours=1))
+    store.put_cache(NS, "stale", "old", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    # Then live entries read back equal, the expired one is absent
+    assert store.get_cache(NS, "forever") == value
+    assert store.get_cache(NS, "later") == "soon"
+    assert store.get_cache(NS, "stale") is None
+    assert store.get_cache(NS, "unknown") is None
+    assert store.get_cache(OTHER, "forever") is None
+    # When an entry is overwritten, or an expired one refreshed / Then the new value is read
+    store.put_cache(NS, "forever", 42)
+    store.put_cache(NS, "stale", "fresh")
+    assert store.get_cache(NS, "forever") == 42
+    assert store.get_cache(NS, "stale") == "fresh"
+    # When entries are deleted (unknown keys too) / Then they are absent
+    store.delete_cache(NS, "forever")
+    store.delete_cache(NS, "unknown")
+    store.delete_cache(OTHER, "later")
+    assert store.get_cache(NS, "forever") is None
+    assert store.get_cache(NS, "later") == "soon"
+
+
+def test_cache_rejects_values_that_are_not_json(store: KeyValueRows) -> None:
+    # Given a value JSON cannot hold / When it is cached / Then InvalidInput and nothing is stored
+    with pytest.raises(InvalidInput):
+        store.put_cache(NS, "bad", object())
+    assert store.get_cache(NS, "bad") is None

@@ -1,0 +1,397 @@
+"""The ``MemoryRows`` contract (memories; domain/ports.py): every store in ``STORE_FACTORIES``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from engram.domain.errors import Conflict, InvalidInput, NotFound
+from engram.domain.models import (
+    Memory,
+    MemoryFilter,
+)
+from engram.domain.ports import MemoryRows
+
+from tests.contract.rows import (
+    NS,
+    OTHER,
+    a_memory,
+    all_pages,
+    at,
+    ids,
+)
+
+
+def test_the_store_implements_memory_rows(store: MemoryRows) -> None:
+    assert isinstance(store, MemoryRows)
+
+
+def test_memory_round_trips_every_field(store: MemoryRows) -> None:
+    # Given a memory with every field set, one timestamp in a non-UTC zone
+    memory = Memory(
+        id="m1",
+        namespace=NS,
+        content="Alice lives in Lyon 🇫🇷 (里昂)",
+        type="identity",
+        fact_key="identity:city",
+        layer="core",
+        importance=0.9,
+        confidence=0.7,
+        pinned=True,
+        tags=("home", "city"),
+        status="active",
+        supersedes_id="m0",
+        superseded_by_id=None,
+        source="extraction",
+        source_message_ids=("msg1", "msg2"),
+        external_id="ext-1",
+        remind_at=datetime(2025, 4, 1, 9, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2))),
+        seen_count=3,
+        last_seen_at=at(5),
+        last_injected_at=at(6),
+        recall_count=2,
+        created_at=at(1),
+        updated_at=at(2),
+        status_changed_at=at(3),
+        expires_at=at(60 * 24 * 180),
+        index_ref="doc-1",
+    )
+    # When it is inserted and read back
+    returned = store.insert_memory(memory)
+    stored = store.get_memory(NS, "m1")
+    # Then the stored row equals the original, with aware timestamps
+    assert returned == memory
+    assert stored == memory
+    assert stored.remind_at is not None and stored.remind_at.utcoffset() is not None
+    assert stored.created_at.utcoffset() == timedelta(0)
+
+
+def test_get_unknown_memory_raises_not_found(store: MemoryRows) -> None:
+    # Given an empty store / When an unknown id is read / Then NotFound
+    with pytest.raises(NotFound):
+        store.get_memory(NS, "nope")
+
+
+def test_insert_memory_with_existing_id_conflicts(store: MemoryRows) -> None:
+    # Given a stored memory
+    store.insert_memory(a_memory("m1"))
+    # When another memory with the same id is inserted / Then Conflict, and the first row stays
+    with pytest.raises(Conflict):
+        store.insert_memory(a_memory("m1", content="other"))
+    assert store.get_memory(NS, "m1").content == "content of m1"
+
+
+def test_update_memory_replaces_the_row(store: MemoryRows) -> None:
+    # Given a stored memory
+    original = store.insert_memory(a_memory("m1", tags=("a",)))
+    # When it is updated
+    changed = original.model_copy(update={"content": "new", "tags": ("b", "c"), "seen_count": 4})
+    store.update_memory(changed)
+    # Then the next read sees the change
+    assert store.get_memory(NS, "m1") == changed
+
+
+def test_update_unknown_memory_raises_not_found(store: MemoryRows) -> None:
+    # Given an empty store / When a memory that was never inserted is updated / Then NotFound, nothing stored
+    with pytest.raises(NotFound):
+        store.update_memory(a_memory("ghost"))
+    assert store.get_memories(NS, ["ghost"]) == []
+
+
+def test_update_cannot_make_a_second_active_memory_for_a_fact_key(store: MemoryRows) -> None:
+    # Given an active memory and an archived one with the same fact_key
+    store.insert_memory(a_memory("m1", fact_key="pref:tea"))
+    archived = store.insert_memory(a_memory("m2", fact_key="pref:tea", status="archived"))
+    # When the archived one is restored to active
+    with pytest.raises(Conflict):
+        store.update_memory(archived.model_copy(update={"status": "active"}))
+    # Then it is still archived
+    assert store.get_memory(NS, "m2").status == "archived"
+
+
+def test_get_memories_keeps_requested_order_and_skips_unknown(store: MemoryRows) -> None:
+    # Given three memories
+    for n in (1, 2, 3):
+        store.insert_memory(a_memory(f"m{n}", minute=n))
+    # When they are fetched in a chosen order with an unknown id mixed in
+    found = store.get_memories(NS, ["m3", "nope", "m1", "m2"])
+    # Then they come back in that order without the unknown one
+    assert ids(found) == ["m3", "m1", "m2"]
+    assert store.get_memories(NS, []) == []
+
+
+def test_at_most_one_active_memory_per_fact_key(store: MemoryRows) -> None:
+    # Given an active memory with a fact_key
+    store.insert_memory(a_memory("m1", fact_key="pref:tea"))
+    # When a second active memory takes the same key / Then Conflict
+    with pytest.raises(Conflict):
+        store.insert_memory(a_memory("m2", fact_key="pref:tea"))
+    # And a non-active one with that key, or an active one in another namespace, is fine
+    store.insert_memory(a_memory("m3", fact_key="pref:tea", status="superseded"))
+    store.insert_memory(a_memory("m4", namespace=OTHER, fact_key="pref:tea"))
+    # And memories without a key never collide
+    store.insert_memory(a_memory("m5"))
+    store.insert_memory(a_memory("m6"))
+    assert store.find_active_by_fact_key(NS, "pref:tea") == store.get_memory(NS, "m1")
+    assert store.get_memories(NS, ["m2"]) == []
+
+
+def test_find_active_by_fact_key_ignores_inactive_rows(store: MemoryRows) -> None:
+    # Given only a superseded memory for a key
+    store.insert_memory(a_memory("m1", fact_key="pref:tea", status="superseded"))
+    # When the active memory for the key is looked up / Then there is none
+    assert store.find_active_by_fact_key(NS, "pref:tea") is None
+    assert store.find_active_by_fact_key(NS, "unknown:key") is None
+
+
+def test_external_id_is_unique_per_namespace(store: MemoryRows) -> None:
+    # Given a memory with an external_id
+    store.insert_memory(a_memory("m1", external_id="ext-1"))
+    # When another memory with the same external_id is inserted / Then Conflict
+    with pytest.raises(Conflict):
+        store.insert_memory(a_memory("m2", external_id="ext-1"))
+    # And the same external_id in another namespace is a different key
+    store.insert_memory(a_memory("m3", namespace=OTHER, external_id="ext-1"))
+    assert ids([store.find_by_external_id(NS, "ext-1")]) == ["m1"]
+    assert ids([store.find_by_external_id(OTHER, "ext-1")]) == ["m3"]
+    assert store.find_by_external_id(NS, "ext-2") is None
+
+
+def test_supersede_swaps_the_active_row(store: MemoryRows) -> None:
+    # Given an active memory for a key
+    old = store.insert_memory(a_memory("m1", fact_key="city", content="Paris"))
+    # When it is superseded by a new version
+    retired = old.model_copy(update={"status": "superseded", "superseded_by_id": "m2", "status_changed_at": at(5)})
+    new = a_memory("m2", fact_key="city", minute=5, content="Lyon", supersedes_id="m1")
+    result = store.supersede(retired, new)
+    # Then both rows are stored and the new one is the active memory for the key
+    assert result == (retired, new)
+    assert store.get_memory(NS, "m1") == retired
+    assert store.get_memory(NS, "m2") == new
+    assert store.find_active_by_fact_key(NS, "city") == new
+
+
+def test_supersede_changes_nothing_when_the_new_key_is_taken(store: MemoryRows) -> None:
+    # Given the memory to supersede and a third active memory holding another key
+    old = store.insert_memory(a_memory("m1", fact_key="city"))
+    store.insert_memory(a_memory("m3", fact_key="home"))
+    # When the new version would take the third memory's key
+    retired = old.model_copy(update={"status": "superseded", "superseded_by_id": "m2"})
+    with pytest.raises(Conflict):
+        store.supersede(retired, a_memory("m2", fact_key="home"))
+    # Then the old row is unchanged and the new row was not stored
+    assert store.get_memory(NS, "m1") == old
+    assert store.get_memories(NS, ["m2"]) == []
+
+
+def test_supersede_changes_nothing_when_the_new_id_exists(store: MemoryRows) -> None:
+    # Given the memory to supersede and another memory using the new version's id
+    old = store.insert_memory(a_memory("m1", fact_key="city"))
+    existing = store.insert_memory(a_memory("m2", content="unrelated"))
+    # When the supersede runs
+    retired = old.model_copy(update={"status": "superseded", "superseded_by_id": "m2"})
+    with pytest.raises(Conflict):
+        store.supersede(retired, a_memory("m2", fact_key="city", content="Lyon"))
+    # Then both rows are as they were
+    assert store.get_memory(NS, "m1") == old
+    assert store.get_memory(NS, "m2") == existing
+
+
+def test_supersede_changes_nothing_when_the_old_row_stays_active(store: MemoryRows) -> None:
+    # Given an active memory for a key
+    old = store.insert_memory(a_memory("m1", fact_key="city"))
+    # When a new active version is stored while the old one is still marked active
+    with pytest.raises(Conflict):
+        store.supersede(old.model_copy(update={"content": "edited"}), a_memory("m2", fact_key="city"))
+    # Then nothing changed
+    assert store.get_memory(NS, "m1") == old
+    assert store.get_memories(NS, ["m2"]) == []
+
+
+def test_supersede_of_unknown_memory_raises_not_found(store: MemoryRows) -> None:
+    # Given an empty store / When a memory that was never stored is superseded
+    with pytest.raises(NotFound):
+        store.supersede(a_memory("m1", status="superseded"), a_memory("m2"))
+    # Then the new version was not stored either
+    assert store.get_memories(NS, ["m1", "m2"]) == []
+
+
+def test_delete_memory_row_removes_it_and_ignores_unknown_ids(store: MemoryRows) -> None:
+    # Given two memories
+    store.insert_memory(a_memory("m1"))
+    store.insert_memory(a_memory("m2"))
+    # When one is hard-deleted, and an unknown id too
+    store.delete_memory_row(NS, "m1")
+    store.delete_memory_row(NS, "nope")
+    # Then only the other one remains
+    with pytest.raises(NotFound):
+        store.get_memory(NS, "m1")
+    assert ids(store.iter_memories(NS)) == ["m2"]
+
+
+def test_list_memories_pages_newest_first(store: MemoryRows) -> None:
+    # Given five memories, two of them created at the same instant
+    for memory_id, minute in [("m1", 1), ("m2", 2), ("m3", 3), ("m4", 3), ("m5", 5)]:
+        store.insert_memory(a_memory(memory_id, minute=minute))
+    # When every page of two is fetched
+    pages = all_pages(lambda cursor: store.list_memories(NS, MemoryFilter(), limit=2, cursor=cursor))
+    # Then rows come newest first, ties by id descending, with no gap or repeat
+    assert pages == [["m5", "m4"], ["m3", "m2"], ["m1"]]
+
+
+def test_list_memories_last_full_page_has_no_cursor(store: MemoryRows) -> None:
+    # Given exactly two memories / When a page of two is fetched / Then there is no next page
+    store.insert_memory(a_memory("m1", minute=1))
+    store.insert_memory(a_memory("m2", minute=2))
+    page = store.list_memories(NS, MemoryFilter(), limit=2)
+    assert ids(page.items) == ["m2", "m1"]
+    assert page.next_cursor is None
+
+
+def test_list_memories_cursor_is_stable_under_inserts(store: MemoryRows) -> None:
+    # Given four memories and the first page of two
+    for n in (1, 2, 3, 4):
+        store.insert_memory(a_memory(f"m{n}", minute=n))
+    first = store.list_memories(NS, MemoryFilter(), limit=2)
+    # When a newer memory arrives before the next page is read
+    store.insert_memory(a_memory("m9", minute=9))
+    second = store.list_memories(NS, MemoryFilter(), limit=2, cursor=first.next_cursor)
+    # Then the next page continues where the first stopped
+    assert ids(first.items) == ["m4", "m3"]
+    assert ids(second.items) == ["m2", "m1"]
+    assert second.next_cursor is None
+
+
+def test_list_memories_rejects_a_malformed_cursor(store: MemoryRows) -> None:
+    # Given any store / When a cursor it did not make is passed / Then InvalidInput
+    for cursor in ("not-a-cursor", "", "W10"):
+        with pytest.raises(InvalidInput):
+            store.list_memories(NS, MemoryFilter(), cursor=cursor)
+
+
+def test_list_memories_filters(store: MemoryRows) -> None:
+    # Given memories that differ in type, status, layer, tags, pin and key
+    store.insert_memory(a_memory("fact", minute=1, tags=("work",)))
+    store.insert_memory(a_memory("pref", minute=2, type="preference", tags=("food", "work")))
+    store.insert_memory(a_memory("core", minute=3, layer="core", pinned=True, fact_key="id:name"))
+    store.insert_memory(a_memory("old", minute=4, type="note", status="superseded", fact_key="id:name", tags=("work",)))
+    store.insert_memory(a_memory("gone", minute=5, status="archived"))
+
+    def listed(**filters: Any) -> list[str]:
+        return ids(store.list_memories(NS, MemoryFilter(**filters)).items)
+
+    # When each filter is applied / Then only matching rows come back, newest first
+    assert listed() == ["core", "pref", "fact"]
+    assert listed(statuses=()) == ["gone", "old", "core", "pref", "fact"]  # empty: every status ("all")
+    assert listed(statuses=("superseded", "archived")) == ["gone", "old"]
+    assert listed(types=("preference", "identity")) == ["pref"]
+    assert listed(layer="core") == ["core"]
+    assert listed(tag="work") == ["pref", "fact"]
+    assert listed(tag="wor") == []
+    assert listed(pinned=True) == ["core"]
+    assert listed(pinned=False) == ["pref", "fact"]
+    assert listed(fact_key="id:name", statuses=("active", "superseded")) == ["old", "core"]
+    assert listed(tag="work", statuses=("active", "superseded"), types=("fact",)) == ["fact"]
+
+
+def test_list_memories_of_every_status_pages_across_statuses(store: MemoryRows) -> None:
+    # Given one memory in each status, interleaved in time, and one in another namespace
+    statuses = ["active", "superseded", "archived", "deleted", "expired", "active", "archived"]
+    for n, status in enumerate(statuses):
+        store.insert_memory(a_memory(f"m{n}", minute=n, status=status))
+    store.insert_memory(a_memory("other", namespace=OTHER, status="archived"))
+    # When every status is listed ("all" is the empty filter), two at a time
+    pages = all_pages(lambda cursor: store.list_memories(NS, MemoryFilter(statuses=()), limit=2, cursor=cursor))
+    # Then every row of the namespace comes back once, newest first, whatever its status
+    assert pages == [["m6", "m5"], ["m4", "m3"], ["m2", "m1"], ["m0"]]
+
+
+def test_list_memories_cursor_continues_with_filters(store: MemoryRows) -> None:
+    # Given tagged and untagged memories interleaved in time
+    for n in range(1, 8):
+        store.insert_memory(a_memory(f"m{n}", minute=n, tags=("even",) if n % 2 == 0 else ()))
+    # When the tagged ones are paged one at a time
+    pages = all_pages(lambda cursor: store.list_memories(NS, MemoryFilter(tag="even"), limit=1, cursor=cursor))
+    # Then each page holds the next tagged memory and nothing else
+    assert pages == [["m6"], ["m4"], ["m2"]]
+
+
+def test_iter_memories_is_oldest_first_and_filters_by_status(store: MemoryRows) -> None:
+    # Given memories in several statuses, inserted out of time order
+    store.insert_memory(a_memory("m3", minute=3, status="archived"))
+    store.insert_memory(a_memory("m1", minute=1))
+    store.insert_memory(a_memory("m2", minute=2, status="superseded"))
+    store.insert_memory(a_memory("m0", namespace=OTHER))
+    # When the namespace is iterated / Then every status comes, oldest first, only this namespace
+    assert ids(store.iter_memories(NS)) == ["m1", "m2", "m3"]
+    assert ids(store.iter_memories(NS, ["active", "archived"])) == ["m1", "m3"]
+    assert ids(store.iter_memories(NS, ["deleted"])) == []
+
+
+def test_count_memories(store: MemoryRows) -> None:
+    # Given memories of several statuses, types and layers
+    store.insert_memory(a_memory("m1", type="fact"))
+    store.insert_memory(a_memory("m2", type="preference", layer="core"))
+    store.insert_memory(a_memory("m3", type="preference", status="archived", layer="core"))
+    store.insert_memory(a_memory("m4", type="fact", status="deleted"))
+    store.insert_memory(a_memory("m5", namespace=OTHER))
+    # When they are counted
+    counts = store.count_memories(NS)
+    # Then statuses count every row, types and layers only active ones, every known key present
+    assert counts["status"] == {"active": 2, "superseded": 0, "archived": 1, "deleted": 1, "expired": 0}
+    assert {k: v for k, v in counts["type"].items() if v} == {"fact": 1, "preference": 1}
+    assert counts["type"]["identity"] == 0
+    assert counts["layer"] == {"fragment": 1, "event": 0, "core": 1}
+
+
+def test_memories_changed_before(store: MemoryRows) -> None:
+    # Given deleted/superseded memories whose status changed at various times
+    store.insert_memory(a_memory("late", status="deleted", status_changed_at=at(50)))
+    store.insert_memory(a_memory("early", status="deleted", status_changed_at=at(10)))
+    store.insert_memory(a_memory("implicit", minute=20, status="superseded"))  # falls back to updated_at
+    store.insert_memory(a_memory("archived", status="archived", status_changed_at=at(1)))
+    store.insert_memory(a_memory("active", status_changed_at=at(1)))
+    # When the sweep asks for rows changed before minute 40
+    found = store.memories_changed_before(NS, ["deleted", "superseded"], at(40))
+    # Then only those statuses, changed strictly before, oldest change first
+    assert ids(found) == ["early", "implicit"]
+    assert ids(store.memories_changed_before(NS, ["deleted", "superseded"], at(40), limit=1)) == ["early"]
+    assert store.memories_changed_before(NS, ["deleted"], at(10)) == []
+    assert store.memories_changed_before(OTHER, ["deleted"], at(100)) == []
+
+
+def test_memories_unseen_since(store: MemoryRows) -> None:
+    # Given active memories last seen at different times, one never seen
+    store.insert_memory(a_memory("seen-late", minute=1, last_seen_at=at(90)))
+    store.insert_memory(a_memory("seen-early", minute=1, last_seen_at=at(30)))
+    store.insert_memory(a_memory("never-seen", minute=20))
+    store.insert_memory(a_memory("archived", minute=1, status="archived"))
+    # When asking for those unseen since minute 60
+    found = store.memories_unseen_since(NS, at(60))
+    # Then active ones whose last sighting (or creation) is before it, oldest sighting first
+    assert ids(found) == ["never-seen", "seen-early"]
+    assert ids(store.memories_unseen_since(NS, at(60), limit=1)) == ["never-seen"]
+    assert store.memories_unseen_since(OTHER, at(60)) == []
+
+
+def test_memory_rows_are_isolated_by_namespace(store: MemoryRows) -> None:
+    # Given a memory in namespace A
+    memory = store.insert_memory(
+        a_memory("m1", fact_key="k", external_id="e", status_changed_at=at(0), tags=("t",), layer="core")
+    )
+    # When namespace B reads or writes by that id, key or listing
+    # Then B never sees or touches A's row
+    with pytest.raises(NotFound):
+        store.get_memory(OTHER, "m1")
+    with pytest.raises(NotFound):
+        store.update_memory(memory.model_copy(update={"namespace": OTHER, "content": "hijack"}))
+    store.delete_memory_row(OTHER, "m1")
+    assert store.get_memories(OTHER, ["m1"]) == []
+    assert store.find_active_by_fact_key(OTHER, "k") is None
+    assert store.find_by_external_id(OTHER, "e") is None
+    assert store.list_memories(OTHER, MemoryFilter(tag="t")).items == []
+    assert list(store.iter_memories(OTHER)) == []
+    assert sum(store.count_memories(OTHER)["status"].values()) == 0
+    assert store.memories_unseen_since(OTHER, at(60)) == []
+    assert store.get_memory(NS, "m1") == memory
