@@ -165,7 +165,7 @@ def test_vectors_rank_but_only_shared_words_vouch_for_a_fragment() -> None:
 
 def test_cleanup_takes_deleted_messages_out_of_the_conversation_index() -> None:
     from engram.bootstrap import build_container
-    from engram.services.library import MessageIn
+    from engram.services.messages import MessageIn
     from engram.settings import Settings
 
     # Given a month-old trip conversation and a fresh one, both indexed
@@ -173,10 +173,10 @@ def test_cleanup_takes_deleted_messages_out_of_the_conversation_index() -> None:
     settings = Settings(store="memory", search="memory", embedder="none", scheduler_enabled=False)
     container = build_container(settings, clock=clock)
     old = clock.now() - timedelta(days=30)
-    container.library.ingest(
+    container.messages.ingest(
         NS, [MessageIn(role="user", content="the trip to Kyoto", conversation_id="a", created_at=old)]
     )
-    container.library.ingest(NS, [MessageIn(role="user", content="the trip to Oslo", conversation_id="b")])
+    container.messages.ingest(NS, [MessageIn(role="user", content="the trip to Oslo", conversation_id="b")])
     container.conversations.index_new(NS)
     assert container.conversations.index.info(NS).documents == 2
     # When cleanup deletes messages past retention (14 days)
