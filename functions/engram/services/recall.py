@@ -35,7 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from engram.domain import fusion
 from engram.domain.errors import NotConfigured
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryRows, NoteRows, Reranker, SearchIndex
+from engram.domain.ports import (
+    ChatModel,
+    Clock,
+    Embedder,
+    MemoryRows,
+    NeighbourDensity,
+    NoteRows,
+    Reranker,
+    SearchIndex,
+)
 from engram.domain.recall_scoring import (
     dedup_memories,
     fuse_rrf,
@@ -80,6 +89,8 @@ class RecallConfig:
     repeat_decay: float
     dedup_jaccard: float
     diversity: float
+    # Weight of the hubness correction of vector scores (docs/recall.md, "Fusion"); 0 turns it off.
+    hubness: float
     rerank_candidates: int
     compress: bool
     compress_model: str
@@ -351,6 +362,7 @@ class RecallService:
         """One fused score per live candidate (adaptive, or by scores or ranks), and the evidence the
         relevance estimate reads (computed by the adaptive fusion whichever fusion ranks)."""
         cfg, by_id = run.cfg, pool.by_id
+        density = self._density(run, pool.vector_live) if cfg.fusion == "adaptive" else None
         fused, evidence = fusion.adaptive_fuse(
             tokenize(run.text),
             pool.keyword_live,
@@ -359,6 +371,8 @@ class RecallService:
             {mid: text_script(m.content) for mid, m in by_id.items()},
             keyword_weight=cfg.keyword_weight,
             vector_weight=cfg.vector_weight,
+            density=density,
+            hubness=cfg.hubness,
         )
         if cfg.fusion == "rrf":
             fused = fuse_rrf(
@@ -500,6 +514,23 @@ class RecallService:
         run.stages.lap("record_injection")
 
     # -- helpers ------------------------------------------------------------------------------
+    def _density(self, run: _Run, vector_live: Sequence[tuple[str, float]]) -> dict[str, float] | None:
+        """Neighbourhood density of the vector candidates, when the index can say (else no hubness correction)."""
+        if (
+            run.cfg.hubness <= 0
+            or len(vector_live) < fusion.MIN_BACKGROUND
+            or not isinstance(self._index, NeighbourDensity)
+        ):
+            return None
+        try:
+            ids = [m for m, _ in vector_live]
+            density = self._index.neighbour_density(run.namespace, ids, k=fusion.HUBNESS_NEIGHBOURS)
+            run.stages.ran.append("hubness")
+            return density
+        except Exception as exc:
+            run.stages.fail("hubness", exc)
+            return None
+
     def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
         """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
 
