@@ -482,6 +482,10 @@ class ChatUpstream(Protocol):
         headers: Mapping[str, str] | None = None,
     ) -> UpstreamReply: ...
 
+    async def aclose(self) -> None:
+        """Close the provider's client (app shutdown)."""
+        ...
+
 
 @runtime_checkable
 class JobQueue(Protocol):
