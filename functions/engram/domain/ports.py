@@ -471,7 +471,9 @@ class ChatUpstream(Protocol):
     """
 
     @property
-    def configured(self) -> bool: ...
+    def configured(self) -> bool:
+        """Whether a base URL (or region) is set: bootstrap routes the gateway only to configured ones."""
+        ...
 
     async def send(
         self,
