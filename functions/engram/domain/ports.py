@@ -398,6 +398,17 @@ class SearchIndex(Protocol):
 
 
 @runtime_checkable
+class NeighbourDensity(Protocol):
+    """A search index that can say how crowded a vector's neighbourhood is (optional; recall's hubness
+    correction, docs/recall.md). Indexes that keep no vectors at hand (OpenSearch) do not offer it."""
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        """For each of ``memory_ids`` with a vector in ``namespace``: its mean cosine to its ``k`` most
+        similar others among ``memory_ids``. Ids without a vector are left out."""
+        ...
+
+
+@runtime_checkable
 class Embedder(Protocol):
     """Texts -> unit-length vectors of ``dimension`` floats from model ``model_id``.
 

@@ -14,6 +14,9 @@ Two halves:
 
 The chat gateway injects fragments after the memories (``render``, within the patch's token budget) and
 calls ``mark_seen`` only once the upstream answered (services/chat.py).
+
+Over 400 lines on purpose: indexing and search share the index's document and cursor format, kept in
+one module; the scoring it reuses is in ``domain/fusion.py`` and ``domain/recall_scoring.py``.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from typing import Any, Protocol
 from engram.domain import fusion
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, ThreadRows
+from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
 from engram.services.gated_embedder import GatedEmbedder
-from engram.services.recall import recency_factor
 
 log = logging.getLogger(__name__)
 

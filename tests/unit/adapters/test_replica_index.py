@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from engram.adapters.search.document_log import LogRow, SearchLog, pack_vector, unpack_vector
+from engram.adapters.search.document_log import LogRow, SearchLog, pack_vector, unit_vectors, unpack_vector
 from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
+from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
 from engram.adapters.storage.snapshots import DirSnapshotStore
 from engram.domain.models import IndexedDoc
 
@@ -75,6 +77,46 @@ def test_vectors_are_kept_compactly_and_round_trip() -> None:
     back = unpack_vector(blob)
     norm = sum(v * v for v in vector) ** 0.5
     assert sum(a * b / norm for a, b in zip(back, vector, strict=True)) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_batch_of_log_vectors_decodes_like_one_at_a_time() -> None:
+    # Given packed vectors of two lengths (a model change mid-log) and an all-zero one
+    rng = np.random.default_rng(3)
+    raw = [rng.standard_normal(384), rng.standard_normal(8), np.zeros(384), rng.standard_normal(384)]
+    blobs = [pack_vector(v.tolist()) for v in raw]
+    # When they are decoded together
+    decoded = unit_vectors(blobs)
+    # Then each is its own blob as a unit float32 vector, in place (the zero one stays zero)
+    for blob, got in zip(blobs, decoded, strict=True):
+        one = np.frombuffer(blob, dtype="<f2").astype(np.float32)
+        norm = float(np.linalg.norm(one))
+        want = one / norm if norm > 0 else one
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    assert unit_vectors([]) == []
+
+
+def test_a_batch_write_replaces_earlier_versions_and_keeps_the_last_repeat(tmp_path: Path) -> None:
+    # Given an index with one document, and its vectors loaded
+    index = SqliteSearchIndex(tmp_path / "index.sqlite3", ann_persist=False)
+    unit = np.eye(4, dtype=np.float32)
+    index.write_prepared([PreparedDoc("a", "m1", "fact", "alpine lake", unit[0])])
+    assert ids(index.vector_search("a", unit[0].tolist(), k=5)) == ["m1"]
+    # When one batch rewrites it twice and adds another document
+    index.write_prepared(
+        [
+            PreparedDoc("a", "m1", "fact", "harbour crane", unit[1]),
+            PreparedDoc("a", "m2", "fact", "desert road", unit[2]),
+            PreparedDoc("a", "m1", "fact", "forest cabin", unit[3]),
+        ]
+    )
+    # Then only the last version of each is searchable, by keyword and by vector, and counted once
+    assert ids(index.keyword_search("a", "cabin")) == ["m1"]
+    assert ids(index.keyword_search("a", "alpine")) == [] and ids(index.keyword_search("a", "harbour")) == []
+    assert ids(index.keyword_search("a", "desert")) == ["m2"]
+    assert ids(index.vector_search("a", unit[3].tolist(), k=1)) == ["m1"]
+    assert index.info("a").documents == 2 and index.info("a").vectors == 2
+    index.close()
 
 
 def test_a_write_on_one_replica_is_found_on_the_other(shared_log: SearchLog, tmp_path: Path) -> None:

@@ -82,6 +82,22 @@ class SnapshotStore(Protocol):
 
 
 # -- compact vectors ------------------------------------------------------------------------------
+def unit_vectors(blobs: Sequence[bytes]) -> list[np.ndarray]:
+    """``pack_vector`` blobs as unit float32 vectors, decoded together (rows of one matrix per length)."""
+    out: list[np.ndarray] = [np.empty(0, np.float32)] * len(blobs)
+    by_length: dict[int, list[int]] = {}
+    for i, blob in enumerate(blobs):
+        by_length.setdefault(len(blob), []).append(i)
+    for positions in by_length.values():
+        matrix = np.frombuffer(b"".join(blobs[i] for i in positions), dtype="<f2").reshape(len(positions), -1)
+        matrix = matrix.astype(np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        np.divide(matrix, norms, out=matrix, where=norms > 0)
+        for i, row in zip(positions, matrix, strict=True):
+            out[i] = row
+    return out
+
+
 def pack_vector(vector: Sequence[float]) -> bytes:
     """A unit vector as float16 (half the size of float32; cosine changes by < 1e-3)."""
     arr = np.asarray(vector, dtype=np.float32).reshape(-1)

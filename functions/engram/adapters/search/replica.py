@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from engram.adapters.files import private_dir
 from engram.adapters.search.document_log import (
     OVERLAP_MS,
@@ -47,6 +45,7 @@ from engram.adapters.search.document_log import (
     SnapshotStore,
     namespace_key,
     pack_vector,
+    unit_vectors,
 )
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
 from engram.domain.errors import InvalidInput
@@ -125,6 +124,9 @@ class ReplicaSearchIndex:
         space = _Namespace(index=index, path=path, epoch=meta.epoch, applied=dict(restored[1]) if restored else {})
         if restored is None:
             self._prepare(index, meta)
+            # An empty vector cache now, so the whole log's vectors go into it as they are written instead
+            # of being read back from SQLite by the first search.
+            index.warm(namespace)
             rows = list(self._log.all_rows(namespace))
             self._apply(space, rows, meta)
             space.cursor = max((r.seq for r in rows), default=0)
@@ -166,7 +168,7 @@ class ReplicaSearchIndex:
 
     def _apply(self, space: _Namespace, rows: Sequence[LogRow], meta: LogMeta) -> None:
         applied = space.applied if space.applied is not None else {}
-        live: dict[str, PreparedDoc] = {}
+        live: dict[str, LogRow] = {}
         gone: list[tuple[str, str]] = []
         fresh = 0
         for row in sorted(rows, key=lambda r: r.seq):
@@ -179,17 +181,19 @@ class ReplicaSearchIndex:
                 live.pop(row.memory_id, None)
                 gone.append((row.namespace, row.memory_id))
                 continue
-            vector = None
-            if row.vector is not None and row.epoch == meta.epoch:
-                vector = np.frombuffer(row.vector, dtype="<f2").astype(np.float32)
-                norm = float(np.linalg.norm(vector))
-                if norm > 0:
-                    vector /= norm
-            live[row.memory_id] = PreparedDoc(row.namespace, row.memory_id, row.type, row.text, vector)
+            live[row.memory_id] = row
         for namespace, memory_id in gone:
             if memory_id not in live:
                 space.index.delete(namespace, memory_id)
-        space.index.write_prepared(list(live.values()))
+        # One float16 decode and normalization for every vector of the batch (a hydrate applies thousands).
+        usable = [r.vector is not None and r.epoch == meta.epoch for r in live.values()]
+        blobs = [r.vector for r, ok in zip(live.values(), usable, strict=True) if ok and r.vector is not None]
+        decoded = iter(unit_vectors(blobs))
+        docs = [
+            PreparedDoc(r.namespace, r.memory_id, r.type, r.text, next(decoded) if ok else None)
+            for r, ok in zip(live.values(), usable, strict=True)
+        ]
+        space.index.write_prepared(docs)
         space.changes_since_snapshot += fresh
 
     def _sync(self, namespace: str, space: _Namespace) -> None:
@@ -256,6 +260,11 @@ class ReplicaSearchIndex:
                     code="dimension_mismatch",
                 )
         return space.index.vector_search(namespace, vector, k=k, types=types)
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        with self._lock:
+            space = self._fresh(namespace)
+        return space.index.neighbour_density(namespace, memory_ids, k=k)
 
     def info(self, namespace: str | None = None) -> IndexInfo:
         with self._lock:
