@@ -21,6 +21,7 @@ one module; the scoring it reuses is in ``domain/fusion.py`` and ``domain/recall
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -271,6 +272,11 @@ class ConversationService:
         report.more = True
         return report
 
+    def forget(self, namespace: str, message_ids: Sequence[str]) -> None:
+        """Drop these messages' documents from the conversation index (cleanup deletes the messages)."""
+        for message_id in message_ids:
+            self._index.delete(namespace, message_id)
+
     def _model(self) -> str:
         """The embedding model the index holds vectors of ('' for keyword only). A conversation index
         built by another model is reset to this one: it is rebuilt from the messages (``index_new``)."""
@@ -322,11 +328,15 @@ class ConversationService:
             lambda mid: frozenset(tokenize(live[mid].content)),
             {mid: fusion.script_of(m.content) for mid, m in live.items()},
         )
+        # Relevance from the words a message shares with the question's topic (vectors rank, they do not
+        # vouch): with vectors the estimate let as many off-topic fragments through as on-topic ones
+        # (bench/README.md, "Recall of past conversations").
+        by_words = dataclasses.replace(evidence, has_vectors=False, vector_position=None)
         now = self._clock.now()
         floor = cfg.min_relevance if min_relevance is None else min_relevance
         scored: list[tuple[float, float, Message]] = []
         for mid, value in fused.items():
-            relevance = fusion.relevance(evidence, mid)
+            relevance = fusion.relevance(by_words, mid)
             if relevance < floor:
                 continue
             message = live[mid]
