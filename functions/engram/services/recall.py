@@ -525,11 +525,14 @@ class RecallService:
         try:
             ids = [m for m, _ in vector_live]
             density = self._index.neighbour_density(run.namespace, ids, k=fusion.HUBNESS_NEIGHBOURS)
-            run.stages.ran.append("hubness")
-            return density
         except Exception as exc:
             run.stages.fail("hubness", exc)
             return None
+        if not density:  # an index that keeps no vectors at hand (behind the guard: OpenSearch)
+            run.stages.skipped.append("hubness")
+            return None
+        run.stages.ran.append("hubness")
+        return density
 
     def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
         """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
