@@ -482,7 +482,9 @@ class ChatUpstream(Protocol):
     """
 
     @property
-    def configured(self) -> bool: ...
+    def configured(self) -> bool:
+        """Whether a base URL (or region) is set: bootstrap routes the gateway only to configured ones."""
+        ...
 
     async def send(
         self,
@@ -492,6 +494,10 @@ class ChatUpstream(Protocol):
         *,
         headers: Mapping[str, str] | None = None,
     ) -> UpstreamReply: ...
+
+    async def aclose(self) -> None:
+        """Close the provider's client (app shutdown)."""
+        ...
 
 
 @runtime_checkable
