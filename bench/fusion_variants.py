@@ -3,8 +3,10 @@
     python bench/fusion_variants.py [--strong-vectors] [--calibrate]
 
 Candidates come from bench/candidates.py (computed once, cached). Every variant re-ranks the same
-candidate lists; rows are scored on tuning and held-out separately (recall@5 / NDCG@10 over live
-memories). Variants are chosen on tuning; one is adopted only if it also wins on held-out.
+candidate lists (live memories only, as RecallService sees them after its store re-check) and then goes
+through the pipeline's own dedup and diversity stage, so a row is what recall would return; rows are
+scored on tuning and held-out separately (recall@5 / NDCG@10). Variants are chosen on tuning; one is
+adopted only if it also wins on held-out.
 
 ``--strong-vectors`` simulates a much stronger embedder (as Bedrock Titan/Cohere are for some
 queries): every labelled answer's cosine is raised by 2 standard deviations of its list, so the
@@ -25,11 +27,15 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
+import numpy as np  # noqa: E402
+from engram.adapters.search.inmemory import neighbour_density  # noqa: E402
 from engram.domain import fusion  # noqa: E402
+from engram.domain.recall_scoring import fold_text, fuse_scores, jaccard  # noqa: E402
 from engram.domain.text import tokenize  # noqa: E402
-from engram.services.recall import fuse_scores  # noqa: E402
+from engram.services.recall import RecallConfig  # noqa: E402
 
 from bench.candidates import Question, all_questions  # noqa: E402
+from tests.configs import config  # noqa: E402
 
 Ranker = Callable[[Question], list[str]]
 
@@ -48,43 +54,88 @@ def ranked(scores: dict[str, float]) -> list[str]:
     return [m for m, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def adaptive(q: Question, **params: float) -> tuple[dict[str, float], fusion.Evidence]:
+def live(q: Question) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The keyword and vector candidates that pass the store re-check (stale versions dropped)."""
+    return [(m, s) for m, s in q.keyword if m in q.live], [(m, s) for m, s in q.vector if m in q.live]
+
+
+def density(q: Question, k: int = fusion.HUBNESS_NEIGHBOURS) -> dict[str, float]:
+    """Neighbourhood density of the live vector candidates (what the index's ``neighbour_density`` gives)."""
+    ids = [m for m, _ in live(q)[1] if m in q.vectors]
+    if len(ids) < 2:
+        return {}
+    matrix = np.stack([q.vectors[m] / np.linalg.norm(q.vectors[m]) for m in ids])
+    return neighbour_density(ids, matrix, k)
+
+
+def adaptive(
+    q: Question, *, hub_k: int = fusion.HUBNESS_NEIGHBOURS, **params: float
+) -> tuple[dict[str, float], fusion.Evidence]:
+    keyword, vector = live(q)
     return fusion.adaptive_fuse(
         tokenize(q.query),
-        q.keyword,
-        q.vector,
+        keyword,
+        vector,
         lambda m: tokens(q.texts.get(m, "")),
         {m: script(t) for m, t in q.texts.items()},
-        **params,
+        density=density(q, hub_k) if params.get("hubness", 1.0) > 0 else None,
+        **params,  # type: ignore[arg-type]
     )
 
 
 def constant(q: Question, kw: float = 1.5, vec: float = 1.0) -> dict[str, float]:
     """The previous default: constant weights on max-normalized BM25 and min-max cosine."""
-    return fuse_scores([(fusion.max_normalized(q.keyword), kw if q.keyword else 0.0), (fusion.min_max(q.vector), vec)])
+    keyword, vector = live(q)
+    return fuse_scores([(fusion.max_normalized(keyword), kw if keyword else 0.0), (fusion.min_max(vector), vec)])
+
+
+DEFAULTS = config(RecallConfig)
+
+
+def pipeline(q: Question, fused: dict[str, float], diversity: float = DEFAULTS.diversity) -> list[str]:
+    """RecallService's stage after fusion: the head of the ranking, near-duplicates dropped, diversity."""
+    kept: list[str] = []
+    folds: set[str] = set()
+    seen: list[frozenset[str]] = []
+    for mid in ranked(fused)[:20]:
+        text = q.texts.get(mid, "")
+        fold, toks = fold_text(text), tokens(text)
+        if fold in folds or (len(toks) >= 3 and any(jaccard(toks, t) >= DEFAULTS.dedup_jaccard for t in seen)):
+            continue
+        folds.add(fold)
+        seen.append(toks)
+        kept.append(mid)
+    scores = fusion.diversify(kept, fused, lambda m: tokens(q.texts.get(m, "")), diversity)
+    return sorted(kept, key=lambda m: (-scores[m], m))
 
 
 def variants() -> dict[str, Ranker]:
     v: dict[str, Ranker] = {
         "bm25": lambda q: [m for m, _ in q.keyword],
         "vector": lambda q: [m for m, _ in q.vector],
-        "constant kw 1.5 : vec 1 (before)": lambda q: ranked(constant(q)),
-        "constant kw 0.5 : vec 1": lambda q: ranked(constant(q, 0.5)),
-        "constant kw 1.5, script-centred vectors": lambda q: ranked(adaptive(q, confidence_floor=-1.0)[0]),
-        "adaptive kw, no script correction": lambda q: ranked(adaptive(q, script_strength=0.0)[0]),
-        "adaptive (default)": lambda q: ranked(adaptive(q)[0]),
+        "vector, hubness-corrected": lambda q: ranked(dict(fusion.hubness_corrected(live(q)[1], density(q)))),
+        "constant kw 1.5 : vec 1 (before)": lambda q: pipeline(q, constant(q), 0.0),
+        "constant kw 0.5 : vec 1": lambda q: pipeline(q, constant(q, 0.5), 0.0),
+        "adaptive, no hubness correction (before)": lambda q: pipeline(q, adaptive(q, hubness=0.0)[0]),
+        "adaptive, no hubness, no diversity": lambda q: pipeline(q, adaptive(q, hubness=0.0)[0], 0.0),
+        "adaptive + hubness (default)": lambda q: pipeline(q, adaptive(q)[0]),
+        "adaptive + hubness, no diversity": lambda q: pipeline(q, adaptive(q)[0], 0.0),
+        "adaptive + hubness, diversity 0.5": lambda q: pipeline(q, adaptive(q)[0], 0.5),
+        "adaptive + hubness, no script correction": lambda q: pipeline(q, adaptive(q, script_strength=0.0)[0]),
+        "adaptive + hubness, script strength 0.5": lambda q: pipeline(q, adaptive(q, script_strength=0.5)[0]),
     }
-    for ref in (0.0, 3.0, 5.0):
-        v[f"adaptive, vector weight x standout/{ref:g}"] = lambda q, r=ref: ranked(adaptive(q, standout_ref=r)[0])
-    for floor, full in ((0.0, 1.0), (0.1, 0.4), (0.2, 0.5), (0.25, 0.45), (0.3, 0.5), (0.3, 0.7), (0.4, 0.7)):
-        for kw in (1.5, 2.0):
-            v[f"adaptive kw {kw}, confidence ramp {floor}-{full}"] = lambda q, a=floor, b=full, k=kw: ranked(
-                adaptive(q, keyword_weight=k, confidence_floor=a, confidence_full=b)[0]
-            )
-    for top in (1, 5):
-        v[f"adaptive, confidence from top {top}"] = lambda q, t=top: ranked(adaptive(q, confidence_top=t)[0])
-    for strength in (0.5, 0.75):
-        v[f"adaptive, script strength {strength}"] = lambda q, s=strength: ranked(adaptive(q, script_strength=s)[0])
+    for k in (5, 20):
+        v[f"adaptive + hubness k = {k}"] = lambda q, n=k: pipeline(q, adaptive(q, hub_k=n)[0])
+    for w in (0.25, 1.0):
+        v[f"adaptive + hubness weight {w}"] = lambda q, x=w: pipeline(q, adaptive(q, hubness=x)[0])
+    for ref in (0.0, 3.0):
+        v[f"adaptive + hubness, vector weight x standout/{ref:g}"] = lambda q, r=ref: pipeline(
+            q, adaptive(q, standout_ref=r)[0]
+        )
+    for floor, full in ((0.0, 1.0), (0.2, 0.5), (0.4, 0.7)):
+        v[f"adaptive + hubness, confidence ramp {floor}-{full}"] = lambda q, a=floor, b=full: pipeline(
+            q, adaptive(q, confidence_floor=a, confidence_full=b)[0]
+        )
     return v
 
 
@@ -113,15 +164,8 @@ def relevance_rows(questions: list[Question], depth: int = 10) -> list[tuple[Que
     """(question, memory, standout, coverage, relevant) for the top ``depth`` fused live candidates."""
     rows = []
     for q in questions:
-        live = [(m, s) for m, s in q.keyword if m in q.live], [(m, s) for m, s in q.vector if m in q.live]
-        fused, ev = fusion.adaptive_fuse(
-            tokenize(q.query),
-            live[0],
-            live[1],
-            lambda m, q=q: tokens(q.texts.get(m, "")),
-            {m: script(t) for m, t in q.texts.items()},
-        )
-        for mid in ranked(fused)[:depth]:
+        fused, ev = adaptive(q)
+        for mid in pipeline(q, fused)[:depth]:
             s = ev.vector_standout.get(mid, min(ev.vector_standout.values(), default=0.0))
             rows.append((q, mid, s, ev.coverage.get(mid, 0.0), mid in q.answers))
     return rows
@@ -129,8 +173,6 @@ def relevance_rows(questions: list[Question], depth: int = 10) -> list[tuple[Que
 
 def fit_logistic(x: list[list[float]], y: list[bool], steps: int = 300) -> list[float]:
     """Plain Newton-Raphson logistic regression with a little L2 (bias first)."""
-    import numpy as np
-
     xs = np.array([[1.0, *row] for row in x])
     ys = np.array(y, dtype=float)
     w = np.zeros(xs.shape[1])
@@ -180,7 +222,7 @@ def calibrate(questions: list[Question]) -> None:
     for r in rows:
         by_q[id(r[0])].append((p(r), r[4], len(by_q[id(r[0])])))
     qmap = {id(q): q for q in questions}
-    for floor in (0.0, 0.05, 0.1, 0.12, 0.15, 0.2, 0.3):
+    for floor in (0.0, 0.05, 0.1, 0.15, 0.2, 0.22, 0.25, 0.3):
         for split in ("tuning", "held-out"):
             hits = kept = total = 0.0
             n_no = 0

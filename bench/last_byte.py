@@ -171,6 +171,7 @@ def gateway(stack: ExitStack, upstream_url: str, *, store: Any, data_dir: Path, 
         chat_store_messages=persist,
         scheduler_enabled=False,
         log_level="WARNING",
+        rate_limit_chat_per_minute=0,  # one key sends every turn of the run
     )
     overrides: dict[str, Any] = {"index": InMemorySearchIndex(), "embedder": None, "queue": SentQueue()}
     if store is not None:

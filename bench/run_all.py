@@ -1,8 +1,10 @@
 """Every benchmark, one after another, then all their tables together (`make bench`).
 
-    python bench/run_all.py [--quick] [--only retrieval,bilingual,latency,gateway,last_byte,init,conversations]
-        [--full-latency]
+    python bench/run_all.py [--quick] [--full-latency]
+        [--only quality,retrieval,bilingual,latency,gateway,last_byte,init,conversations]
 
+- quality:   LoCoMo and the bilingual set in one run, BM25 vs vectors vs the pipeline per aggregate row, and
+  the gateway's injection (no_answer hits, answer memories injected, tokens per turn); ``--quick``: bilingual only
 - retrieval: LoCoMo recall@5/10, NDCG@10 (skipped with a note if the data file is missing);
   ``--quick`` asks only the first 20 questions per conversation
 - bilingual: the Chinese/English/mixed set
@@ -34,6 +36,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
     py = sys.executable
     sizes = "1000,10000,100000" if args.full_latency else "1000,10000"
     return {
+        "quality": [py, "bench/quality.py", *(["--no-locomo"] if args.quick else [])],
         "retrieval": [py, "bench/retrieval.py", *(["--limit", "20"] if args.quick else [])],
         "bilingual": [py, "bench/bilingual.py"],
         "latency": [py, "bench/latency.py", "--sizes", sizes, "--queries", "30" if args.quick else "60"],
@@ -67,7 +70,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated subset of: retrieval,bilingual,latency,gateway,last_byte,init,conversations",
+        help="comma-separated subset of: quality,retrieval,bilingual,latency,gateway,last_byte,init,conversations",
     )
     parser.add_argument("--quick", action="store_true", help="fewer questions and requests (a smoke run)")
     parser.add_argument("--full-latency", action="store_true", help="latency at 100k memories too")

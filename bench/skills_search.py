@@ -35,7 +35,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 
 from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
-from engram.adapters.storage.skills import LocalBlobStore, SqliteSkillStore  # noqa: E402
+from engram.adapters.storage.blobs import LocalBlobStore  # noqa: E402
+from engram.adapters.storage.skills import SqliteSkillStore  # noqa: E402
 from engram.services.gated_embedder import ClippedEmbedder  # noqa: E402
 from engram.services.skills import SkillService, rank_by_vector  # noqa: E402
 

@@ -176,7 +176,7 @@ class Settings(BaseSettings):
         0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
     )
     recall_min_relevance: float = Field(
-        0.15,
+        0.2,
         ge=0,
         le=1,
         description="Relevance floor (0-1, an estimated probability that the memory helps) for chat injection "
@@ -193,6 +193,13 @@ class Settings(BaseSettings):
         le=1,
         description="Penalty on a recalled memory's word overlap with memories ranked above it (0 = off), "
         "so templated near-duplicates do not fill every slot.",
+    )
+    recall_hubness: float = Field(
+        0.5,
+        ge=0,
+        le=2,
+        description="Hubness correction of vector scores: each cosine minus this times the memory's mean cosine "
+        "to its 10 nearest fellow candidates (0 = off; docs/recall.md).",
     )
     recall_rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused candidates the reranker sees.")
     recall_compress: bool = Field(

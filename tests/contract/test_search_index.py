@@ -19,7 +19,7 @@ from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc
-from engram.domain.ports import SearchIndex
+from engram.domain.ports import NeighbourDensity, SearchIndex
 
 
 def _replica_on_dynamodb(tmp: Path, stack: ExitStack) -> SearchIndex:
@@ -260,6 +260,25 @@ def test_vector_search_ranks_by_cosine(index: SearchIndex) -> None:
     assert hits[1].score == pytest.approx(0.7071, abs=1e-3)
     assert hits[2].score == pytest.approx(-1.0, abs=1e-5)
     assert ids(index.vector_search("a", (1.0, 0.0, 0.0), k=1)) == ["near"]
+
+
+def test_neighbour_density_is_the_mean_cosine_to_the_nearest_others(index: SearchIndex) -> None:
+    # Given three near-identical "templated" vectors, one loner, one memory without a vector, and another namespace
+    index.upsert(doc("t1", "x", vector=(1.0, 0.0, 0.0)))
+    index.upsert(doc("t2", "x", vector=(1.0, 0.1, 0.0)))
+    index.upsert(doc("t3", "x", vector=(1.0, 0.0, 0.1)))
+    index.upsert(doc("lone", "x", vector=(0.0, 0.0, 1.0)))
+    index.upsert(doc("plain", "no vector"))
+    index.upsert(doc("t1", "x", ns="b", vector=(0.0, 1.0, 0.0)))
+    assert isinstance(index, NeighbourDensity)
+    # When asking for the density among these candidates, 2 neighbours each
+    density = index.neighbour_density("a", ["t1", "t2", "t3", "lone", "plain", "gone"], k=2)
+    # Then the templated ones are crowded, the loner is not, and ids without a vector are left out
+    assert set(density) == {"t1", "t2", "t3", "lone"}
+    assert density["t1"] == pytest.approx((0.99504 + 0.99504) / 2, abs=1e-3)
+    assert min(density["t1"], density["t2"], density["t3"]) > 0.95 > 0.2 > density["lone"]
+    assert index.neighbour_density("a", ["t1"], k=2) == {}
+    assert index.neighbour_density("nobody", ["t1", "t2"], k=2) == {}
 
 
 def test_dimension_is_checked(index: SearchIndex) -> None:

@@ -144,14 +144,14 @@ def test_vectors_are_kept_per_skill_replaced_and_purged_with_it(skills: SkillSto
 
 @contextmanager
 def _local_blobs(tmp_path: Path) -> Iterator[Any]:
-    from engram.adapters.storage.skills import LocalBlobStore
+    from engram.adapters.storage.blobs import LocalBlobStore
 
     yield LocalBlobStore(tmp_path / "skills")
 
 
 @contextmanager
 def _memory_blobs(tmp_path: Path) -> Iterator[Any]:
-    from engram.adapters.storage.skills import InMemoryBlobStore
+    from engram.adapters.storage.blobs import InMemoryBlobStore
 
     yield InMemoryBlobStore()
 
@@ -160,7 +160,7 @@ def _memory_blobs(tmp_path: Path) -> Iterator[Any]:
 def _s3_blobs(tmp_path: Path) -> Iterator[Any]:
     pytest.importorskip("moto")
     import boto3
-    from engram.adapters.storage.skills import S3BlobStore
+    from engram.adapters.storage.blobs import S3BlobStore
     from moto import mock_aws
 
     with mock_aws():

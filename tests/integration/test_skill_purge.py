@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.adapters.storage.skills import LocalBlobStore, SqliteSkillStore
+from engram.adapters.storage.blobs import LocalBlobStore
+from engram.adapters.storage.skills import SqliteSkillStore
 from engram.services.cleanup import CleanupService, RetentionPolicy
 from engram.services.skills import SkillService, blob_key
 
@@ -37,8 +38,9 @@ def _local(tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
 def _aws(tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
     pytest.importorskip("moto")
     import boto3
+    from engram.adapters.storage.blobs import S3BlobStore
     from engram.adapters.storage.dynamodb import DynamoMemoryStore, create_table
-    from engram.adapters.storage.skills import DynamoSkillStore, S3BlobStore
+    from engram.adapters.storage.skills import DynamoSkillStore
     from moto import mock_aws
 
     with mock_aws():

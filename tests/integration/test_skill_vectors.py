@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from engram.adapters.embed.local import LocalEmbedder
-from engram.adapters.storage.skills import InMemoryBlobStore, InMemorySkillStore
+from engram.adapters.storage.blobs import InMemoryBlobStore
+from engram.adapters.storage.skills import InMemorySkillStore
 from engram.domain.errors import UpstreamUnavailable
 from engram.services.skills import SkillService
 

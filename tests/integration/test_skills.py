@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.adapters.storage.skills import InMemoryBlobStore, InMemorySkillStore, LocalBlobStore
+from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore
+from engram.adapters.storage.skills import InMemorySkillStore
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.skills import MAX_FILE_BYTES
 from engram.services.skills import SkillService

@@ -142,10 +142,47 @@ def test_the_index_follows_the_embedding_model() -> None:
     # Then the index is reset to it and every message is indexed again, with its vectors
     assert (again.indexed, again.vectors, again.restarted) == (8, 8, True)
     assert index.info(NS).dimension == 32
-    assert changed.search(NS, "Kyoto weather").fragments
+    assert changed.search(NS, "Kyoto in October").fragments
 
 
 def test_topic_query_drops_words_about_the_conversation() -> None:
     assert topic_query("what did we talk about regarding the trip last month?") == "trip"
     assert topic_query("上个月我们聊的京都旅行怎么样了") == "京都 都旅 旅行"
     assert topic_query("what did we talk about?") == "what did we talk about?"
+
+
+def test_vectors_rank_but_only_shared_words_vouch_for_a_fragment() -> None:
+    # Given only a trip conversation, indexed with vectors
+    store, service, _, _ = _world(HashEmbedder(64))
+    _say(store, "trip", TRIP)
+    service.index_new(NS)
+    # When an unrelated question comes (its nearest vectors are still trip messages)
+    off_topic = service.search(NS, "my python script crashes on import")
+    # Then nothing is recalled at the default floor, while the trip question is
+    assert off_topic.meta["counts"]["vector"] > 0 and off_topic.fragments == []
+    assert service.search(NS, "the trip to Kyoto in October").fragments
+
+
+def test_cleanup_takes_deleted_messages_out_of_the_conversation_index() -> None:
+    from engram.bootstrap import build_container
+    from engram.services.messages import MessageIn
+    from engram.settings import Settings
+
+    # Given a month-old trip conversation and a fresh one, both indexed
+    clock = ManualClock(datetime.now(UTC))
+    settings = Settings(store="memory", search="memory", embedder="none", scheduler_enabled=False)
+    container = build_container(settings, clock=clock)
+    old = clock.now() - timedelta(days=30)
+    container.messages.ingest(
+        NS, [MessageIn(role="user", content="the trip to Kyoto", conversation_id="a", created_at=old)]
+    )
+    container.messages.ingest(NS, [MessageIn(role="user", content="the trip to Oslo", conversation_id="b")])
+    container.conversations.index_new(NS)
+    assert container.conversations.index.info(NS).documents == 2
+    # When cleanup deletes messages past retention (14 days)
+    report = container.cleanup.run(NS)
+    # Then the old message's document is gone from the conversation index too
+    assert report.namespaces[0].messages == 1 and not report.namespaces[0].errors
+    assert container.conversations.index.info(NS).documents == 1
+    assert [f.thread_id for f in container.conversations.search(NS, "the trip").fragments] == ["b"]
+    container.close()

@@ -86,6 +86,34 @@ def test_script_centring_lets_another_language_through_only_in_mixed_lists() -> 
     assert fusion.script_centred(en, script) == en  # type: ignore[arg-type]
 
 
+def test_hubness_correction_lets_a_distinctive_memory_pass_a_crowded_one() -> None:
+    # Given a templated note ("hub", close to its many siblings) just above the answer, and eight others
+    vector = [("hub", 0.86), ("cat", 0.85)] + [(f"o{i}", 0.80 - 0.01 * i) for i in range(8)]
+    density = {"hub": 0.95, "cat": 0.70, **{f"o{i}": 0.80 for i in range(8)}}
+    # When the cosines are corrected by half the neighbourhood density
+    corrected = dict(fusion.hubness_corrected(vector, density))
+    # Then the distinctive memory leads
+    assert max(corrected, key=lambda m: corrected[m]) == "cat"
+    assert corrected["cat"] == pytest.approx(0.85 - 0.5 * 0.70)
+    # And so it does after fusion
+    scores, _ = fuse("who waits for me at home", [], vector, density=density)  # type: ignore[arg-type]
+    assert top(scores) == "cat"
+
+
+def test_hubness_correction_is_neutral_without_enough_densities() -> None:
+    vector = [("hub", 0.86), ("cat", 0.85), ("tea", 0.80)]
+    # Too few densities to judge, or the correction turned off: the cosines are left as they are
+    assert fusion.hubness_corrected(vector, {"hub": 0.95, "cat": 0.7}) == vector
+    many = {**{m: 0.8 for m, _ in vector}, **{f"x{i}": 0.8 for i in range(8)}}
+    assert fusion.hubness_corrected(vector, many, weight=0.0) == vector
+    # A hit without a density gets the median one: its order among equals does not change
+    assert [m for m, _ in fusion.hubness_corrected(vector, {k: v for k, v in many.items() if k != "tea"})] == [
+        "hub",
+        "cat",
+        "tea",
+    ]
+
+
 def test_relevance_is_a_probability_rising_with_standout_and_coverage() -> None:
     ev = fusion.Evidence(
         keyword_confidence=0.0,

@@ -12,10 +12,7 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import GlossaryTerm, IndexedDoc, Memory, SearchHit
-from engram.services.recall import (
-    RecallConfig,
-    RecallResult,
-    RecallService,
+from engram.domain.recall_scoring import (
     dedup_memories,
     fuse_rrf,
     fuse_scores,
@@ -24,9 +21,9 @@ from engram.services.recall import (
     is_live,
     normalize_scores,
     recency_factor,
-    render_prompt,
     repeat_factor,
 )
+from engram.services.recall import RecallConfig, RecallResult, RecallService, render_prompt
 
 from tests.configs import config
 from tests.fakes.embeddings_server import fake_vector
@@ -374,6 +371,30 @@ def test_failing_keyword_search_degrades_to_vector() -> None:
     result = w.service().recall("u", "allergic to peanuts")
     assert ids(result) == ["I am allergic to peanuts"]
     assert "keyword" in result.meta["degraded"]
+
+
+def test_hubness_correction_runs_when_the_index_can_and_degrades_when_it_fails() -> None:
+    class BrokenDensity(InMemorySearchIndex):
+        def neighbour_density(self, *a: Any, **k: Any) -> dict[str, float]:
+            raise RuntimeError("no vectors at hand")
+
+    def world(index: InMemorySearchIndex) -> World:
+        w = World()
+        w.index = index
+        for i in range(12):
+            w.add(f"note {i} about the garden and the weather")
+        w.add("I am allergic to peanuts")
+        return w
+
+    w = world(InMemorySearchIndex())
+    # With an index that offers neighbourhood densities (and enough vector candidates), the stage runs
+    result = w.service().recall("u", "allergic to peanuts")
+    assert "hubness" in result.meta["stages"] and ids(result)[0] == "I am allergic to peanuts"
+    # Turned off, it does not
+    assert "hubness" not in w.service(hubness=0.0).recall("u", "allergic to peanuts").meta["stages"]
+    # And an index whose densities fail only loses the correction, not the recall
+    degraded = world(BrokenDensity()).service().recall("u", "allergic to peanuts")
+    assert "hubness" in degraded.meta["degraded"] and ids(degraded)[0] == "I am allergic to peanuts"
 
 
 def test_reranker_reorders_and_failing_reranker_keeps_fused_order() -> None:

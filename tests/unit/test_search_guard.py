@@ -7,6 +7,7 @@ by a thin subclass (an unreachable OpenSearch raises ``UpstreamUnavailable`` jus
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -221,3 +222,44 @@ def test_a_looping_cause_chain_is_not_an_unavailable_index() -> None:
     # Then the check ends, and says no
     assert is_index_unavailable(first) is False
     assert is_index_unavailable(UpstreamUnavailable("x", code="index_unavailable")) is True
+
+
+def test_the_guard_passes_neighbour_densities_through_when_the_index_has_them() -> None:
+    class NoVectorsAtHand:
+        """Only the SearchIndex port (as OpenSearch): no ``neighbour_density``."""
+
+        def __init__(self) -> None:
+            self.inner = InMemorySearchIndex()
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "neighbour_density":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    when = datetime(2025, 1, 1, tzinfo=UTC)
+    docs = [
+        IndexedDoc(memory_id=f"m{i}", namespace=NS, text="x", type="fact", vector=(1.0, 0.1 * i, 0.0), created_at=when)
+        for i in range(3)
+    ]
+    # Given the guard over an index that keeps its vectors, and over one that does not
+    local = GuardedIndex(InMemorySearchIndex())
+    remote = GuardedIndex(NoVectorsAtHand())  # type: ignore[arg-type]
+    for index in (local, remote):
+        for d in docs:
+            index.upsert(d)
+    # Then recall's hubness correction gets densities from the first and none (not an error) from the second
+    assert set(local.neighbour_density(NS, ["m0", "m1", "m2"], k=1)) == {"m0", "m1", "m2"}
+    assert remote.neighbour_density(NS, ["m0", "m1", "m2"], k=1) == {}
+
+
+def test_recall_in_the_built_app_runs_the_hubness_correction_through_the_guard() -> None:
+    # Given the app's own wiring (every index call through the guard) and a dozen memories with vectors
+    c = _container(SwitchableIndex(), ManualClock())
+    for i in range(12):
+        c.memories.write(NS, MemoryWrite(content=f"note {i} about the garden and the weather"))
+    c.memories.write(NS, MemoryWrite(content="Alice is allergic to peanuts"))
+    # When recalling
+    result = c.recall.recall(NS, "allergic to peanuts", min_relevance=0.0)
+    # Then the densities came through the guard and corrected the vector scores
+    assert "hubness" in result.meta["stages"], result.meta
+    c.close()

@@ -209,6 +209,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         locks,
         repair=memories.repair_index,
         skills=skills,
+        conversations=conversations,
     )
     queue: JobQueue = (
         overrides.get("queue")

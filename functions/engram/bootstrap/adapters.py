@@ -46,14 +46,8 @@ def local_db_path(settings: Settings) -> Path:
 def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
     """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
     resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
-    from engram.adapters.storage.skills import (
-        DynamoSkillStore,
-        InMemoryBlobStore,
-        InMemorySkillStore,
-        LocalBlobStore,
-        S3BlobStore,
-        SqliteSkillStore,
-    )
+    from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
+    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore, SqliteSkillStore
 
     region = settings.aws_region or None
     data_dir = Path(settings.data_dir).expanduser()

@@ -8,6 +8,9 @@ shares a common word with the query, which pushed the right vector hit down. So 
 - a keyword weight scaled by *keyword confidence*: how much of the query (its informative tokens,
   weighted by rarity among the candidates) the best keyword hits contain. Exact rare-term matches
   (names, codes, numbers) cover most of the query -> full weight; an incidental common word -> ~0.
+- vector scores corrected for *hubness* (CSLS): a memory whose neighbourhood is crowded (templated
+  notes, generic sentences) is close to every query; each cosine loses half the memory's mean cosine to
+  its 10 nearest fellow candidates, so a distinctive memory that answers the query can pass it.
 - vector scores corrected for *script*: multilingual embedders score same-script text higher than
   other-script text of the same meaning, so each script group of the vector candidates is centred on
   its own median (when both groups are present) before min-max normalization.
@@ -31,6 +34,10 @@ Script = Literal["cjk", "latin", "mixed", "none"]
 
 # Fewer vector candidates than this and a hit's "standout" means nothing (no background to compare).
 MIN_BACKGROUND = 8
+# CSLS's neighbourhood size and weight (docs/recall.md, "Hubness"): cosine - 0.5 * mean cosine to the
+# memory's 10 nearest fellow candidates, i.e. the published 2 cos - r_d up to a per-query constant.
+HUBNESS_NEIGHBOURS = 10
+HUBNESS_WEIGHT = 0.5
 
 
 def script_of(text: str) -> Script:
@@ -84,6 +91,19 @@ def script_centred(
     centre: dict[Script, float] = {g: median(v) for g, v in big.items()}
     overall = median(centre.values())
     return [(mid, s - strength * (centre.get(script.get(mid, "none"), overall) - overall)) for mid, s in hits]
+
+
+def hubness_corrected(
+    hits: Sequence[tuple[str, float]], density: Mapping[str, float], weight: float = HUBNESS_WEIGHT
+) -> list[tuple[str, float]]:
+    """Cosines minus ``weight`` times each memory's neighbourhood density (CSLS, the cross-lingual
+    retrieval fix for "hub" documents that are near every query). A hit without a density gets the
+    median one (neutral). Unchanged when fewer than ``MIN_BACKGROUND`` densities are known."""
+    known = [density[m] for m, _ in hits if m in density]
+    if weight <= 0 or len(known) < MIN_BACKGROUND:
+        return list(hits)
+    neutral = median(known)
+    return [(mid, s - weight * density.get(mid, neutral)) for mid, s in hits]
 
 
 def max_normalized(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
@@ -141,15 +161,15 @@ class RelevanceModel:
     """Logistic model of P(relevant): ``sigmoid(bias + standout * s + coverage * c)``.
 
     Fitted by ``bench/fusion_variants.py --calibrate`` on the tuning questions (LoCoMo conv-26/conv-30 and
-    the bilingual set's two tuning people; expected calibration error 0.004 there, 0.010 on held-out);
+    the bilingual set's two tuning people; expected calibration error 0.009 there, 0.011 on held-out);
     ``keyword_*`` is the model used when there are no vectors (keyword-only recall).
     """
 
-    bias: float = -4.47
-    standout: float = 0.759
-    coverage: float = 2.115
-    keyword_bias: float = -3.07
-    keyword_coverage: float = 2.346
+    bias: float = -4.64
+    standout: float = 0.934
+    coverage: float = 2.026
+    keyword_bias: float = -2.98
+    keyword_coverage: float = 2.295
 
 
 DEFAULT_RELEVANCE = RelevanceModel()
@@ -200,6 +220,8 @@ def adaptive_fuse(
     doc_full: float = 0.4,
     script_strength: float = 1.0,
     standout_ref: float = 4.0,
+    density: Mapping[str, float] | None = None,
+    hubness: float = HUBNESS_WEIGHT,
 ) -> tuple[dict[str, float], Evidence]:
     """Fused scores in [0, 1] (weighted mean of normalized keyword and vector scores) and the evidence.
 
@@ -209,8 +231,9 @@ def adaptive_fuse(
     in this namespace and BM25's ranking among them carries the signal), else the best coverage among
     the top ``confidence_top`` hits ramped between ``confidence_floor`` and ``confidence_full`` (a handful
     of matches, where max-normalization would make a lone weak match look perfect). Vector side:
-    script-centred cosines, min-max normalized. ``tokens_of(id)`` gives a candidate's search tokens,
-    ``script_of_id`` its script.
+    cosines corrected for hubness (``density``: each candidate's neighbourhood density, see
+    ``hubness_corrected``; skipped when None), then script-centred, min-max normalized. ``tokens_of(id)``
+    gives a candidate's search tokens, ``script_of_id`` its script.
     """
     docs = {mid: tokens_of(mid) for mid in dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])}
     weights = token_weights(query_tokens, list(docs.values()))
@@ -220,6 +243,8 @@ def adaptive_fuse(
     else:
         best = [cov[m] for m, _ in keyword[:confidence_top]]
         confidence = keyword_confidence(best, confidence_floor, confidence_full)
+    if density:
+        vector = hubness_corrected(vector, density, hubness)
     centred = script_centred(vector, script_of_id, strength=script_strength)
     distinct = standout(centred)
     w_k = keyword_weight * confidence if keyword else 0.0

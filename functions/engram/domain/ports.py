@@ -398,6 +398,17 @@ class SearchIndex(Protocol):
 
 
 @runtime_checkable
+class NeighbourDensity(Protocol):
+    """A search index that can say how crowded a vector's neighbourhood is (optional; recall's hubness
+    correction, docs/recall.md). Indexes that keep no vectors at hand (OpenSearch) do not offer it."""
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        """For each of ``memory_ids`` with a vector in ``namespace``: its mean cosine to its ``k`` most
+        similar others among ``memory_ids``. Ids without a vector are left out."""
+        ...
+
+
+@runtime_checkable
 class Embedder(Protocol):
     """Texts -> unit-length vectors of ``dimension`` floats from model ``model_id``.
 
@@ -471,7 +482,9 @@ class ChatUpstream(Protocol):
     """
 
     @property
-    def configured(self) -> bool: ...
+    def configured(self) -> bool:
+        """Whether a base URL (or region) is set: bootstrap routes the gateway only to configured ones."""
+        ...
 
     async def send(
         self,
@@ -481,6 +494,10 @@ class ChatUpstream(Protocol):
         *,
         headers: Mapping[str, str] | None = None,
     ) -> UpstreamReply: ...
+
+    async def aclose(self) -> None:
+        """Close the provider's client (app shutdown)."""
+        ...
 
 
 @runtime_checkable

@@ -341,9 +341,8 @@ class ChatService:
     async def aclose(self) -> None:
         """Close the upstream HTTP clients (app shutdown)."""
         for upstream in (self._openai, self._anthropic, self._bedrock):
-            closer = getattr(upstream, "aclose", None)
-            if closer is not None:
-                await closer()
+            if upstream is not None:
+                await upstream.aclose()
 
     # -- models and usage --------------------------------------------------------------------------------
     async def models(self) -> dict[str, Any]:

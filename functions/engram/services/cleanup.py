@@ -126,8 +126,11 @@ class CleanupService:
         locks: NamespaceLocks | None = None,
         repair: Callable[[str], int] | None = None,
         skills: SkillService | None = None,
+        conversations: Any = None,
     ) -> None:
         self._store = store
+        # services.conversations.ConversationService: messages deleted here leave its index too.
+        self._conversations = conversations
         self._skills = skills
         self._repair = repair
         self._index = index
@@ -188,7 +191,9 @@ class CleanupService:
             except EngramError as exc:  # the index is still away: the record stays for the next run
                 result.errors.append({"error": exc.code, "op": "index_repair"})
         p = self._policy
-        result.messages = self._store.delete_messages_before(namespace, now - timedelta(days=p.messages_days))
+        messages_before = now - timedelta(days=p.messages_days)
+        self._forget_messages(namespace, messages_before, result)
+        result.messages = self._store.delete_messages_before(namespace, messages_before)
         result.usage = self._store.delete_usage_before(namespace, now - timedelta(days=p.usage_days))
         result.events = self._store.delete_events_before(namespace, now - timedelta(days=p.events_days))
         result.idempotency = self._store.delete_idempotency_before(namespace, now - timedelta(days=p.idempotency_days))
@@ -199,6 +204,23 @@ class CleanupService:
         result.threads_purged = threads.purge_deleted(namespace, older_than_days=p.hard_delete_days, now=now)
         if self._skills is not None:
             result.skills_purged, result.skill_files_purged = self._skills.purge_deleted(namespace, now=now)
+
+    def _forget_messages(self, namespace: str, before: datetime, result: NamespaceCleanup) -> None:
+        """Take the messages about to be deleted out of the conversation index (docs/conversations.md);
+        a failure leaves their documents there (recall re-checks every hit against the store)."""
+        if self._conversations is None:
+            return
+        after: str | None = None
+        while True:
+            page = self._store.list_messages(namespace, until=before, limit=_PAGE, after_id=after)
+            if not page:
+                return
+            try:
+                self._conversations.forget(namespace, [m.id for m in page])
+            except EngramError as exc:
+                result.errors.append({"error": exc.code, "op": "conversation_unindex"})
+                return
+            after = page[-1].id
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)

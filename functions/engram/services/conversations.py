@@ -14,10 +14,14 @@ Two halves:
 
 The chat gateway injects fragments after the memories (``render``, within the patch's token budget) and
 calls ``mark_seen`` only once the upstream answered (services/chat.py).
+
+Over 400 lines on purpose: indexing and search share the index's document and cursor format, kept in
+one module; the scoring it reuses is in ``domain/fusion.py`` and ``domain/recall_scoring.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -28,9 +32,9 @@ from typing import Any, Protocol
 from engram.domain import fusion
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, ThreadRows
+from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
 from engram.services.gated_embedder import GatedEmbedder
-from engram.services.recall import recency_factor
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +272,11 @@ class ConversationService:
         report.more = True
         return report
 
+    def forget(self, namespace: str, message_ids: Sequence[str]) -> None:
+        """Drop these messages' documents from the conversation index (cleanup deletes the messages)."""
+        for message_id in message_ids:
+            self._index.delete(namespace, message_id)
+
     def _model(self) -> str:
         """The embedding model the index holds vectors of ('' for keyword only). A conversation index
         built by another model is reset to this one: it is rebuilt from the messages (``index_new``)."""
@@ -319,11 +328,15 @@ class ConversationService:
             lambda mid: frozenset(tokenize(live[mid].content)),
             {mid: fusion.script_of(m.content) for mid, m in live.items()},
         )
+        # Relevance from the words a message shares with the question's topic (vectors rank, they do not
+        # vouch): with vectors the estimate let as many off-topic fragments through as on-topic ones
+        # (bench/README.md, "Recall of past conversations").
+        by_words = dataclasses.replace(evidence, has_vectors=False, vector_position=None)
         now = self._clock.now()
         floor = cfg.min_relevance if min_relevance is None else min_relevance
         scored: list[tuple[float, float, Message]] = []
         for mid, value in fused.items():
-            relevance = fusion.relevance(evidence, mid)
+            relevance = fusion.relevance(by_words, mid)
             if relevance < floor:
                 continue
             message = live[mid]

@@ -9,6 +9,10 @@ only touch memories it was shown. The answer is validated whole before anything 
 invalid item is dropped and reported, an over-long digest is cut at a sentence boundary, and the
 rest is applied once. A date is dreamt once per namespace unless forced; a run whose model call
 failed leaves no mark, so the next run tries again.
+
+Over 400 lines on purpose: gathering the day, validating the model's plan and applying it are one
+contract with the dream prompt (``services/prompts.py``); shared job plumbing lives in
+``services/job_runs.py`` and ``services/model_reply.py``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ written before this order existed (``{"ts", "id"}`` on ``created_at``) is read a
 
 ``backfill`` reads a namespace's whole history (everything stored before the regular cursor) in the
 same batches, with its own cursor, so it can stop and resume without applying a batch twice.
+
+Over 400 lines on purpose: the cursor, the batch claim and applying a batch are one exactly-once
+protocol, kept in one place; shared job plumbing lives in ``services/job_runs.py`` and
+``services/model_reply.py``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ The store is the source of truth; the search index mirrors active memories. An i
 loses a write: the row is kept, the failure is recorded in the store (an ``index_failed`` event for the
 memory and a per-namespace "index dirty" flag), and ``repair_index`` (run by the cleanup job, and queued
 when the index answers again) or `engram reindex` brings the mirror back in line.
+
+Over 400 lines on purpose: every write and its index sync (or the recorded failure) happen in one call,
+so the writes and the mirror's upkeep stay in one class. Request models and the same-wording rule live
+in ``domain/`` (``policies.py``, ``wording.py``).
 """
 
 from __future__ import annotations

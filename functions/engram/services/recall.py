@@ -9,7 +9,11 @@ One pipeline serves search, the chat gateway and MCP (docs/ARCHITECTURE.md, "Whe
           -> optional reranker -> score floor -> anti-repeat decay -> top k -> optional compression
 
 Every stage degrades instead of failing; ``RecallResult.meta`` says what ran, what degraded and how
-long each stage took. The pure scoring helpers below are unit-tested on their own.
+long each stage took. ``recall`` runs one method per stage; the pure scoring they call lives in
+``domain/recall_scoring.py`` and ``domain/fusion.py``, unit-tested on their own.
+
+Over 400 lines on purpose: the stages read in order in one class, beside the query-vector cache and
+the compression call they use; nothing else lives here.
 """
 
 from __future__ import annotations
@@ -17,17 +21,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
-import re
 import threading
 import time
-import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
-from functools import lru_cache
+from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,8 +35,28 @@ from pydantic import BaseModel, ConfigDict, Field
 from engram.domain import fusion
 from engram.domain.errors import NotConfigured
 from engram.domain.models import GlossaryTerm, Memory, SearchHit
-from engram.domain.ports import ChatModel, Clock, Embedder, MemoryRows, NoteRows, Reranker, SearchIndex
-from engram.domain.text import is_cjk, tokenize
+from engram.domain.ports import (
+    ChatModel,
+    Clock,
+    Embedder,
+    MemoryRows,
+    NeighbourDensity,
+    NoteRows,
+    Reranker,
+    SearchIndex,
+)
+from engram.domain.recall_scoring import (
+    dedup_memories,
+    fuse_rrf,
+    fuse_scores,
+    glossary_matches,
+    is_live,
+    select,
+    text_script,
+    token_set,
+    weigh,
+)
+from engram.domain.text import tokenize
 from engram.services.loop import run_sync
 from engram.services.search_guard import is_index_unavailable
 
@@ -69,6 +89,8 @@ class RecallConfig:
     repeat_decay: float
     dedup_jaccard: float
     diversity: float
+    # Weight of the hubness correction of vector scores (docs/recall.md, "Fusion"); 0 turns it off.
+    hubness: float
     rerank_candidates: int
     compress: bool
     compress_model: str
@@ -117,145 +139,6 @@ def render_prompt(result: RecallResult) -> str:
     return "\n".join(lines)
 
 
-# -- pure scoring helpers ---------------------------------------------------------------------
-def fuse_rrf(ranked_lists: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
-    """Weighted reciprocal-rank fusion, normalized so a document first in every list scores 1."""
-    total = sum(w for _, w in ranked_lists) / (k + 1)
-    scores: dict[str, float] = {}
-    if total <= 0:
-        return scores
-    for ids, weight in ranked_lists:
-        for rank, mid in enumerate(ids):
-            scores[mid] = scores.get(mid, 0.0) + weight / (k + rank + 1) / total
-    return scores
-
-
-def normalize_scores(hits: Sequence[SearchHit], *, floor_at_last: bool) -> dict[str, float]:
-    """Scores to [0, 1]: divided by the best (``floor_at_last=False``, BM25) or min-max over the
-    list (``True``, cosine: its raw range depends on the model)."""
-    pairs = [(h.memory_id, h.score) for h in hits]
-    return fusion.min_max(pairs) if floor_at_last else fusion.max_normalized(pairs)
-
-
-def fuse_scores(weighted: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
-    """Weighted sum of normalized scores, divided by the weight sum (a document best everywhere scores 1)."""
-    total = sum(w for _, w in weighted)
-    scores: dict[str, float] = {}
-    if total <= 0:
-        return scores
-    for normed, weight in weighted:
-        for mid, s in normed.items():
-            scores[mid] = scores.get(mid, 0.0) + weight * s / total
-    return scores
-
-
-def importance_factor(importance: float, weight: float) -> float:
-    """1 at importance 0.5; ``1 ± weight/2`` at the extremes."""
-    return 1.0 + weight * (importance - 0.5)
-
-
-def recency_factor(created_at: datetime, now: datetime, weight: float, half_life_days: float) -> float:
-    """``1 + weight`` for a brand-new memory, halving the bonus every ``half_life_days``."""
-    age_days = max(0.0, (now - created_at).total_seconds() / 86400.0)
-    return 1.0 + weight * math.pow(0.5, age_days / half_life_days)
-
-
-def repeat_factor(last_injected_at: datetime | None, now: datetime, window_minutes: int, decay: float) -> float:
-    """``decay`` for a memory injected within the last ``window_minutes``, else 1."""
-    if last_injected_at is None or window_minutes <= 0:
-        return 1.0
-    return decay if now - last_injected_at < timedelta(minutes=window_minutes) else 1.0
-
-
-def fold_text(text: str) -> str:
-    """Case, width, whitespace and punctuation folded away (``same_meaning_text`` in one key)."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(ch for ch in text if ch.isalnum())
-
-
-def jaccard(a: Set[str], b: Set[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
-@lru_cache(maxsize=16384)
-def _token_set(text: str) -> frozenset[str]:
-    return frozenset(tokenize(text))
-
-
-@lru_cache(maxsize=16384)
-def _script(text: str) -> fusion.Script:
-    return fusion.script_of(text)
-
-
-def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tuple[list[Memory], int]:
-    """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
-    kept: list[Memory] = []
-    seen_folds: set[str] = set()
-    kept_tokens: list[frozenset[str]] = []
-    dropped = 0
-    for memory in memories:
-        folded = fold_text(memory.content)
-        tokens = _token_set(memory.content)
-        if folded in seen_folds or (
-            jaccard_threshold < 1.0
-            and len(tokens) >= 3
-            and any(jaccard(tokens, t) >= jaccard_threshold for t in kept_tokens)
-        ):
-            dropped += 1
-            continue
-        seen_folds.add(folded)
-        kept_tokens.append(tokens)
-        kept.append(memory)
-    return kept, dropped
-
-
-def is_live(memory: Memory, namespace: str, now: datetime, types: Collection[str]) -> bool:
-    """Only active, unexpired memories of the namespace (and of the wanted types) may be recalled."""
-    if memory.namespace != namespace or memory.status != "active":
-        return False
-    if memory.expires_at is not None and memory.expires_at <= now:
-        return False
-    return not types or memory.type in types
-
-
-_WORDISH = re.compile(r"^[\w\s.\-+'#]+$", re.ASCII)
-
-
-def _latin_word_char(ch: str) -> bool:
-    return ch.isalnum() and not is_cjk(ch)
-
-
-def _occurs(needle: str, haystack: str, *, whole_word: bool) -> bool:
-    """``needle`` in ``haystack``; with ``whole_word`` not glued to Latin letters/digits (CJK may touch it)."""
-    start = haystack.find(needle)
-    while start != -1:
-        end = start + len(needle)
-        if not whole_word or (
-            (start == 0 or not _latin_word_char(haystack[start - 1]))
-            and (end == len(haystack) or not _latin_word_char(haystack[end]))
-        ):
-            return True
-        start = haystack.find(needle, start + 1)
-    return False
-
-
-def glossary_matches(query: str, terms: Sequence[GlossaryTerm]) -> list[GlossaryTerm]:
-    """Terms whose name or an alias occurs in the query (whole words for Latin script)."""
-    folded = unicodedata.normalize("NFKC", query).casefold()
-    out: list[GlossaryTerm] = []
-    for term in terms:
-        for name in (term.term, *term.aliases):
-            needle = unicodedata.normalize("NFKC", name).casefold().strip()
-            if not needle:
-                continue
-            if _occurs(needle, folded, whole_word=bool(_WORDISH.match(needle))):
-                out.append(term)
-                break
-    return out
-
-
 # -- the service ------------------------------------------------------------------------------
 class _Stages:
     """Collects what each stage did for ``meta``."""
@@ -277,6 +160,55 @@ class _Stages:
         log.warning("recall stage %s degraded: %s", stage, exc.__class__.__name__, exc_info=log.isEnabledFor(10))
         self.degraded[stage] = f"{exc.__class__.__name__}: {exc}"[:200]
         self.index_unavailable = self.index_unavailable or is_index_unavailable(exc)
+
+
+def _query_text(query: str, max_chars: int) -> str:
+    text = (query or "").strip()
+    # The end of a long turn is usually the question; keep it.
+    return text[-max_chars:] if len(text) > max_chars else text
+
+
+@dataclass
+class _Run:
+    """One recall in flight: its inputs, and what the stages report for ``meta``."""
+
+    namespace: str
+    text: str
+    types: tuple[str, ...]
+    k: int
+    now: datetime
+    cfg: RecallConfig
+    stages: _Stages = field(default_factory=_Stages)
+    counts: dict[str, int] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+
+    def meta(self, evidence: fusion.Evidence, floor: float) -> dict[str, Any]:
+        self.stages.timings["total"] = round((time.perf_counter() - self.started) * 1000, 3)
+        meta = {
+            "stages": self.stages.ran,
+            "skipped": self.stages.skipped,
+            "degraded": self.stages.degraded,
+            "fusion": self.cfg.fusion,
+            "keyword_confidence": round(evidence.keyword_confidence, 4),
+            "min_relevance": floor,
+            "timings_ms": self.stages.timings,
+            "counts": self.counts,
+        }
+        if self.stages.index_unavailable:
+            # The search index is asleep or unreachable: the caller says so (chat: x-engram-reason).
+            meta["index"] = "unavailable"
+        return meta
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """The live candidates (re-checked in the store) with their keyword and vector scores and ranks."""
+
+    by_id: dict[str, Memory]
+    keyword_live: list[tuple[str, float]]
+    vector_live: list[tuple[str, float]]
+    keyword_rank: dict[str, int]
+    vector_rank: dict[str, int]
 
 
 class RecallStore(MemoryRows, NoteRows, Protocol):
@@ -317,7 +249,7 @@ class RecallService:
     def _config(self) -> RecallConfig:
         return self._config_of()
 
-    def recall(  # noqa: C901, PLR0915 - split into stages next (issue 15 item 5)
+    def recall(
         self,
         namespace: str,
         query: str,
@@ -330,27 +262,46 @@ class RecallService:
     ) -> RecallResult:
         """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring)."""
         cfg = self._config
-        k = max(1, top_k or cfg.top_k)
-        stages = _Stages()
-        started = time.perf_counter()
-        now = self._clock.now()
-        text = (query or "").strip()
-        if len(text) > cfg.max_query_chars:
-            # The end of a long turn is usually the question; keep it.
-            text = text[-cfg.max_query_chars :]
-        wanted_types = tuple(dict.fromkeys(types))
-        counts: dict[str, int] = {}
+        run = _Run(
+            namespace=namespace,
+            text=_query_text(query, cfg.max_query_chars),
+            types=tuple(dict.fromkeys(types)),
+            k=max(1, top_k or cfg.top_k),
+            now=self._clock.now(),
+            cfg=cfg,
+        )
+        glossary, keyword_hits, vector_hits = self._search(run)
+        pool = self._live_candidates(run, keyword_hits, vector_hits)
+        fused, evidence = self._fuse(run, pool)
+        excluded = set(exclude_ids)
+        ranked = [mid for mid in sorted(fused, key=lambda m: (-fused[m], m)) if mid not in excluded]
+        run.counts["fused"] = len(fused)
+        run.counts["excluded"] = len(fused) - len(ranked)
+        run.stages.lap("fusion")
+        live, factor, weighted = self._weigh(run, pool, ranked, fused)
+        live, scores, reranked = self._rerank(run, live, factor, weighted)
+        floor = cfg.min_relevance if min_relevance is None else min_relevance
+        hits = self._select(run, pool, live, scores, reranked, evidence, floor)
+        hits = self._compress_hits(run, hits)
+        if record_injection and hits:
+            self._record_stage(run, hits)
+        run.counts["returned"] = len(hits)
+        return RecallResult(hits=hits, glossary_hits=glossary, meta=run.meta(evidence, floor))
 
+    # -- the stages, in order -----------------------------------------------------------------------
+    def _search(self, run: _Run) -> tuple[list[GlossaryTerm], list[SearchHit], list[SearchHit]]:
+        """Glossary terms of the query, keyword candidates and vector candidates (each degrades alone)."""
+        cfg, stages, text = run.cfg, run.stages, run.text
         # The query embedding (the slowest stage) runs on a helper thread while the glossary and the
         # keyword search run here; both release the GIL (C engine, SQLite).
         pending_vector: Future[tuple[Sequence[float], bool, float]] | None = None
         if text and self._embedder is not None:
-            pending_vector = self._embed_async(namespace, text)
+            pending_vector = self._embed_async(run.namespace, text)
 
         glossary: list[GlossaryTerm] = []
         if text:
             try:
-                glossary = glossary_matches(text, self._store.list_glossary(namespace))
+                glossary = glossary_matches(text, self._store.list_glossary(run.namespace))
                 stages.ran.append("glossary")
             except Exception as exc:
                 stages.fail("glossary", exc)
@@ -360,7 +311,7 @@ class RecallService:
         vector_hits: list[SearchHit] = []
         if text:
             try:
-                keyword_hits = self._index.keyword_search(namespace, text, k=cfg.candidates, types=wanted_types)
+                keyword_hits = self._index.keyword_search(run.namespace, text, k=cfg.candidates, types=run.types)
                 stages.ran.append("keyword")
             except Exception as exc:
                 stages.fail("keyword", exc)
@@ -368,175 +319,221 @@ class RecallService:
             if pending_vector is None:
                 stages.skipped.append("vector")
             else:
-                try:
-                    vector, cached, embed_ms = pending_vector.result()
-                    counts["embed_cached"] = int(cached)
-                    stages.lap("embed_wait")
-                    stages.timings["embed"] = round(embed_ms, 3)
-                    vector_hits = self._index.vector_search(namespace, vector, k=cfg.candidates, types=wanted_types)
-                    stages.ran.append("vector")
-                except Exception as exc:
-                    stages.fail("vector", exc)
-                stages.lap("vector")
-        counts["keyword"] = len(keyword_hits)
-        counts["vector"] = len(vector_hits)
+                vector_hits = self._vector_candidates(run, pending_vector)
+        run.counts["keyword"] = len(keyword_hits)
+        run.counts["vector"] = len(vector_hits)
+        return glossary, keyword_hits, vector_hits
 
-        keyword_rank = {h.memory_id: i + 1 for i, h in enumerate(keyword_hits)}
-        vector_rank = {h.memory_id: i + 1 for i, h in enumerate(vector_hits)}
+    def _vector_candidates(
+        self, run: _Run, pending_vector: Future[tuple[Sequence[float], bool, float]]
+    ) -> list[SearchHit]:
+        stages = run.stages
+        vector_hits: list[SearchHit] = []
+        try:
+            vector, cached, embed_ms = pending_vector.result()
+            run.counts["embed_cached"] = int(cached)
+            stages.lap("embed_wait")
+            stages.timings["embed"] = round(embed_ms, 3)
+            vector_hits = self._index.vector_search(run.namespace, vector, k=run.cfg.candidates, types=run.types)
+            stages.ran.append("vector")
+        except Exception as exc:
+            stages.fail("vector", exc)
+        stages.lap("vector")
+        return vector_hits
 
-        # Re-check every candidate against the store first (the index is only a mirror: a superseded or
-        # deleted memory may linger there), so stale documents shape neither the fusion nor the relevance.
+    def _live_candidates(self, run: _Run, keyword_hits: list[SearchHit], vector_hits: list[SearchHit]) -> _Pool:
+        """Every candidate re-checked against the store first (the index is only a mirror: a superseded or
+        deleted memory may linger there), so stale documents shape neither the fusion nor the relevance."""
         candidate_ids = list(dict.fromkeys([h.memory_id for h in keyword_hits] + [h.memory_id for h in vector_hits]))
-        found = self._store.get_memories(namespace, candidate_ids) if candidate_ids else []
-        by_id = {m.id: m for m in found if is_live(m, namespace, now, wanted_types)}
-        counts["stale"] = len(candidate_ids) - len(by_id)
-        keyword_live = [(h.memory_id, h.score) for h in keyword_hits if h.memory_id in by_id]
-        vector_live = [(h.memory_id, h.score) for h in vector_hits if h.memory_id in by_id]
-        stages.lap("fetch")
+        found = self._store.get_memories(run.namespace, candidate_ids) if candidate_ids else []
+        by_id = {m.id: m for m in found if is_live(m, run.namespace, run.now, run.types)}
+        run.counts["stale"] = len(candidate_ids) - len(by_id)
+        pool = _Pool(
+            by_id=by_id,
+            keyword_live=[(h.memory_id, h.score) for h in keyword_hits if h.memory_id in by_id],
+            vector_live=[(h.memory_id, h.score) for h in vector_hits if h.memory_id in by_id],
+            keyword_rank={h.memory_id: i + 1 for i, h in enumerate(keyword_hits)},
+            vector_rank={h.memory_id: i + 1 for i, h in enumerate(vector_hits)},
+        )
+        run.stages.lap("fetch")
+        return pool
 
+    def _fuse(self, run: _Run, pool: _Pool) -> tuple[dict[str, float], fusion.Evidence]:
+        """One fused score per live candidate (adaptive, or by scores or ranks), and the evidence the
+        relevance estimate reads (computed by the adaptive fusion whichever fusion ranks)."""
+        cfg, by_id = run.cfg, pool.by_id
+        density = self._density(run, pool.vector_live) if cfg.fusion == "adaptive" else None
         fused, evidence = fusion.adaptive_fuse(
-            tokenize(text),
-            keyword_live,
-            vector_live,
-            lambda mid: _token_set(by_id[mid].content),
-            {mid: _script(m.content) for mid, m in by_id.items()},
+            tokenize(run.text),
+            pool.keyword_live,
+            pool.vector_live,
+            lambda mid: token_set(by_id[mid].content),
+            {mid: text_script(m.content) for mid, m in by_id.items()},
             keyword_weight=cfg.keyword_weight,
             vector_weight=cfg.vector_weight,
+            density=density,
+            hubness=cfg.hubness,
         )
         if cfg.fusion == "rrf":
             fused = fuse_rrf(
                 [
-                    ([m for m, _ in keyword_live], cfg.keyword_weight if keyword_live else 0.0),
-                    ([m for m, _ in vector_live], cfg.vector_weight if vector_live else 0.0),
+                    ([m for m, _ in pool.keyword_live], cfg.keyword_weight if pool.keyword_live else 0.0),
+                    ([m for m, _ in pool.vector_live], cfg.vector_weight if pool.vector_live else 0.0),
                 ],
                 cfg.rrf_k,
             )
         elif cfg.fusion == "score":
             fused = fuse_scores(
                 [
-                    (fusion.max_normalized(keyword_live), cfg.keyword_weight if keyword_live else 0.0),
-                    (fusion.min_max(vector_live), cfg.vector_weight if vector_live else 0.0),
+                    (fusion.max_normalized(pool.keyword_live), cfg.keyword_weight if pool.keyword_live else 0.0),
+                    (fusion.min_max(pool.vector_live), cfg.vector_weight if pool.vector_live else 0.0),
                 ]
             )
-        excluded = set(exclude_ids)
-        ranked = [mid for mid in sorted(fused, key=lambda m: (-fused[m], m)) if mid not in excluded]
-        counts["fused"] = len(fused)
-        counts["excluded"] = len(fused) - len(ranked)
-        stages.lap("fusion")
+        return fused, evidence
 
-        # Weight the head by importance/recency, then drop near-duplicates.
-        pool_size = max(k * 4, cfg.rerank_candidates if self._reranker else 0, 20)
+    def _weigh(
+        self, run: _Run, pool: _Pool, ranked: list[str], fused: dict[str, float]
+    ) -> tuple[list[Memory], dict[str, float], dict[str, float]]:
+        """The head of the ranking weighted by importance and recency, near-duplicates dropped, then spread
+        out (diversity)."""
+        cfg, by_id = run.cfg, pool.by_id
+        pool_size = max(run.k * 4, cfg.rerank_candidates if self._reranker else 0, 20)
         live = [by_id[mid] for mid in ranked[:pool_size]]
-        factor = {
-            m.id: importance_factor(m.importance, cfg.importance_weight)
-            * recency_factor(m.created_at, now, cfg.recency_weight, cfg.recency_half_life_days)
-            for m in live
-        }
-        weighted = {m.id: fused[m.id] * factor[m.id] for m in live}
+        factor, weighted = weigh(
+            live,
+            fused,
+            run.now,
+            importance_weight=cfg.importance_weight,
+            recency_weight=cfg.recency_weight,
+            recency_half_life_days=cfg.recency_half_life_days,
+        )
         live.sort(key=lambda m: (-weighted[m.id], m.id))
-        live, counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard)
+        live, run.counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard)
         if cfg.diversity > 0:
             order = [m.id for m in live]
-            weighted.update(
-                fusion.diversify(order, weighted, lambda mid: _token_set(by_id[mid].content), cfg.diversity)
-            )
+            weighted.update(fusion.diversify(order, weighted, lambda mid: token_set(by_id[mid].content), cfg.diversity))
             live.sort(key=lambda m: (-weighted[m.id], m.id))
-        stages.lap("filter")
+        run.stages.lap("filter")
+        return live, factor, weighted
 
+    def _rerank(
+        self, run: _Run, live: list[Memory], factor: dict[str, float], weighted: dict[str, float]
+    ) -> tuple[list[Memory], dict[str, float], dict[str, float]]:
+        """The optional reranker over the head: its scores (times the factors) order the head, and its raw
+        score in [0, 1] becomes the relevance of what it scored."""
+        stages = run.stages
         scores = dict(weighted)
         reranked: dict[str, float] = {}
-        if self._reranker is not None and live:
-            head = live[: cfg.rerank_candidates]
-            try:
-                rerank_scores = self._reranker.rerank(text, [m.content for m in head])
-                if len(rerank_scores) != len(head):
-                    raise ValueError(f"reranker returned {len(rerank_scores)} scores for {len(head)} documents")
-                for m, r in zip(head, rerank_scores, strict=True):
-                    scores[m.id] = float(r) * factor[m.id]
-                    reranked[m.id] = min(1.0, max(0.0, float(r)))
-                head.sort(key=lambda m: (-scores[m.id], m.id))
-                live = head + live[len(head) :]
-                stages.ran.append("rerank")
-            except Exception as exc:
-                scores = dict(weighted)
-                reranked = {}
-                stages.fail("rerank", exc)
-            stages.lap("rerank")
-        else:
+        if self._reranker is None or not live:
             stages.skipped.append("rerank")
+            return live, scores, reranked
+        head = live[: run.cfg.rerank_candidates]
+        try:
+            rerank_scores = self._reranker.rerank(run.text, [m.content for m in head])
+            if len(rerank_scores) != len(head):
+                raise ValueError(f"reranker returned {len(rerank_scores)} scores for {len(head)} documents")
+            for m, r in zip(head, rerank_scores, strict=True):
+                scores[m.id] = float(r) * factor[m.id]
+                reranked[m.id] = min(1.0, max(0.0, float(r)))
+            head.sort(key=lambda m: (-scores[m.id], m.id))
+            live = head + live[len(head) :]
+            stages.ran.append("rerank")
+        except Exception as exc:
+            scores = dict(weighted)
+            reranked = {}
+            stages.fail("rerank", exc)
+        stages.lap("rerank")
+        return live, scores, reranked
 
-        # Relevance: the reranker's score where it ran, else the calibrated estimate (docs/recall.md).
-        floor = cfg.min_relevance if min_relevance is None else min_relevance
-        final: list[tuple[Memory, float, float]] = []
-        floored = irrelevant = 0
-        for m in live:
-            score = scores[m.id]
-            if score < cfg.min_score:
-                floored += 1
-                continue
-            relevance = reranked.get(m.id)
-            if relevance is None:
-                relevance = fusion.relevance(evidence, m.id)
-            if relevance < floor:
-                irrelevant += 1
-                continue
-            score *= repeat_factor(m.last_injected_at, now, cfg.repeat_window_minutes, cfg.repeat_decay)
-            final.append((m, score, relevance))
-        final.sort(key=lambda item: (-item[1], item[0].id))
-        final = final[:k]
-        counts["floored"] = floored
-        counts["below_min_relevance"] = irrelevant
+    def _select(
+        self,
+        run: _Run,
+        pool: _Pool,
+        live: list[Memory],
+        scores: dict[str, float],
+        reranked: dict[str, float],
+        evidence: fusion.Evidence,
+        floor: float,
+    ) -> list[RecallHit]:
+        """The floors, the anti-repeat decay and the top k. Relevance: the reranker's score where it ran,
+        else the calibrated estimate (docs/recall.md)."""
+        cfg = run.cfg
 
-        hits = [
+        def relevance_of(memory_id: str) -> float:
+            given = reranked.get(memory_id)
+            return fusion.relevance(evidence, memory_id) if given is None else given
+
+        selection = select(
+            live,
+            scores,
+            relevance_of,
+            run.now,
+            min_score=cfg.min_score,
+            min_relevance=floor,
+            repeat_window_minutes=cfg.repeat_window_minutes,
+            repeat_decay=cfg.repeat_decay,
+            k=run.k,
+        )
+        run.counts["floored"] = selection.floored
+        run.counts["below_min_relevance"] = selection.irrelevant
+        return [
             RecallHit(
                 memory=m,
                 score=round(s, 6),
                 relevance=round(r, 4),
-                keyword_rank=keyword_rank.get(m.id),
-                vector_rank=vector_rank.get(m.id),
+                keyword_rank=pool.keyword_rank.get(m.id),
+                vector_rank=pool.vector_rank.get(m.id),
             )
-            for m, s, r in final
+            for m, s, r in selection.hits
         ]
-        if (cfg.compress or cfg.compress_model) and self._compressor is not None and hits:
-            try:
-                lines = run_sync(
-                    self._compress(text, [h.memory.content for h in hits]),
-                    timeout=self._config.compress_timeout_s + 1,
-                )
-                hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
-                stages.ran.append("compress")
-            except Exception as exc:
-                stages.fail("compress", exc)
-            stages.lap("compress")
-        else:
+
+    def _compress_hits(self, run: _Run, hits: list[RecallHit]) -> list[RecallHit]:
+        """Optionally one short line per hit from the compression model (bounded in time)."""
+        cfg, stages = run.cfg, run.stages
+        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits):
             stages.skipped.append("compress")
+            return hits
+        try:
+            lines = run_sync(
+                self._compress(run.text, [h.memory.content for h in hits]),
+                timeout=self._config.compress_timeout_s + 1,
+            )
+            hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
+            stages.ran.append("compress")
+        except Exception as exc:
+            stages.fail("compress", exc)
+        stages.lap("compress")
+        return hits
 
-        if record_injection and hits:
-            try:
-                self._record_injection(namespace, [h.memory.id for h in hits], now)
-                stages.ran.append("record_injection")
-            except Exception as exc:
-                stages.fail("record_injection", exc)
-            stages.lap("record_injection")
-
-        counts["returned"] = len(hits)
-        stages.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
-        meta = {
-            "stages": stages.ran,
-            "skipped": stages.skipped,
-            "degraded": stages.degraded,
-            "fusion": cfg.fusion,
-            "keyword_confidence": round(evidence.keyword_confidence, 4),
-            "min_relevance": floor,
-            "timings_ms": stages.timings,
-            "counts": counts,
-        }
-        if stages.index_unavailable:
-            # The search index is asleep or unreachable: the caller says so (chat: x-engram-reason).
-            meta["index"] = "unavailable"
-        return RecallResult(hits=hits, glossary_hits=glossary, meta=meta)
+    def _record_stage(self, run: _Run, hits: list[RecallHit]) -> None:
+        try:
+            self._record_injection(run.namespace, [h.memory.id for h in hits], run.now)
+            run.stages.ran.append("record_injection")
+        except Exception as exc:
+            run.stages.fail("record_injection", exc)
+        run.stages.lap("record_injection")
 
     # -- helpers ------------------------------------------------------------------------------
+    def _density(self, run: _Run, vector_live: Sequence[tuple[str, float]]) -> dict[str, float] | None:
+        """Neighbourhood density of the vector candidates, when the index can say (else no hubness correction)."""
+        if (
+            run.cfg.hubness <= 0
+            or len(vector_live) < fusion.MIN_BACKGROUND
+            or not isinstance(self._index, NeighbourDensity)
+        ):
+            return None
+        try:
+            ids = [m for m, _ in vector_live]
+            density = self._index.neighbour_density(run.namespace, ids, k=fusion.HUBNESS_NEIGHBOURS)
+        except Exception as exc:
+            run.stages.fail("hubness", exc)
+            return None
+        if not density:  # an index that keeps no vectors at hand (behind the guard: OpenSearch)
+            run.stages.skipped.append("hubness")
+            return None
+        run.stages.ran.append("hubness")
+        return density
+
     def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
         """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
 

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
-from engram.domain.ports import SearchIndex
+from engram.domain.ports import NeighbourDensity, SearchIndex
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,13 @@ class GuardedIndex:
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
     ) -> list[SearchHit]:
         return self._call("vector_search", lambda: self._inner.vector_search(namespace, vector, k=k, types=types))
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        """The wrapped index's densities (recall's hubness correction), or none when it cannot say."""
+        inner = self._inner
+        if not isinstance(inner, NeighbourDensity):
+            return {}
+        return self._call("neighbour_density", lambda: inner.neighbour_density(namespace, memory_ids, k=k))
 
     def info(self, namespace: str | None = None) -> IndexInfo:
         return self._call("info", lambda: self._inner.info(namespace))

@@ -9,6 +9,9 @@ soft delete, resource files (README, "Skills"; rules in ``domain/skills.py``).
   resource files no other skill of the namespace uses), or the next lookup of the name does.
 - Resource files are stored once per content (key: namespace + SHA-256) in the ``BlobStore``, so each
   version's manifest keeps pointing at the bytes it had.
+
+Over 400 lines on purpose: one service per port (``SkillStore`` + ``BlobStore``) whose use cases share
+the version and file rules; the pure rules are in ``domain/skills.py``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Import is idempotent and validated row by row:
   is overwritten);
 - imported active memories are embedded and indexed in bounded batches, with progress;
 - a dry run makes the same checks and reports the same counts without writing anything.
+
+Over 400 lines on purpose: export and import are the two sides of one document format, kept in one
+module so they change together; foreign formats are converted elsewhere (``services/import_formats.py``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engram.adapters.aws_errors import translate
+from engram.adapters.storage.dynamodb.table import DynamoTable
 from engram.domain.errors import InvalidInput
 
 TTL_AFTER_WINDOW_SECONDS = 3600
@@ -33,31 +33,25 @@ class DynamoRateLimiter:
             import boto3
 
             client = boto3.client("dynamodb", region_name=region_name or None)
-        self._client = client
-        self._table = table_name
+        self._db = DynamoTable(client, table_name)  # errors translated by adapters/aws_errors.py
         self._now = now
 
     def hit(self, key: str, limit: int, window_seconds: int) -> float | None:
         now = self._now()
         start = int(now // window_seconds) * window_seconds
         end = start + window_seconds
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key={"PK": {"S": f"RATE#{key}"}, "SK": {"S": f"W#{start}"}},
-                UpdateExpression="ADD #n :one SET #ttl = :ttl",
-                ConditionExpression="attribute_not_exists(#n) OR #n < :limit",
-                ExpressionAttributeNames={"#n": "n", "#ttl": "ttl"},
-                ExpressionAttributeValues={
-                    ":one": {"N": "1"},
-                    ":limit": {"N": str(limit)},
-                    ":ttl": {"N": str(end + TTL_AFTER_WINDOW_SECONDS)},
-                },
-            )
-        except Exception as exc:
-            response = getattr(exc, "response", None)
-            code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-            if code == "ConditionalCheckFailedException":
-                return max(end - now, 0.001)
-            raise translate(exc, "DynamoDB rate limit counter") from exc
+        counted = self._db.update(
+            f"RATE#{key}",
+            f"W#{start}",
+            UpdateExpression="ADD #n :one SET #ttl = :ttl",
+            ConditionExpression="attribute_not_exists(#n) OR #n < :limit",
+            ExpressionAttributeNames={"#n": "n", "#ttl": "ttl"},
+            ExpressionAttributeValues={
+                ":one": {"N": "1"},
+                ":limit": {"N": str(limit)},
+                ":ttl": {"N": str(end + TTL_AFTER_WINDOW_SECONDS)},
+            },
+        )
+        if counted is None:  # the condition failed: the window is full
+            return max(end - now, 0.001)
         return None

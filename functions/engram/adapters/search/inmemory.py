@@ -37,6 +37,18 @@ def unit_vector(vector: Sequence[float]) -> np.ndarray:
     return arr / norm if norm > 0 else arr
 
 
+def neighbour_density(ids: Sequence[str], matrix: np.ndarray, k: int) -> dict[str, float]:
+    """Each row's mean cosine to its ``k`` most similar other rows (unit-length rows; docs/recall.md, "Hubness")."""
+    n = len(ids)
+    if n < 2 or k <= 0:
+        return {}
+    sims = matrix @ matrix.T
+    np.fill_diagonal(sims, -np.inf)
+    k = min(k, n - 1)
+    top = np.partition(sims, n - k, axis=1)[:, n - k :]
+    return {mid: float(v) for mid, v in zip(ids, top.mean(axis=1), strict=True)}
+
+
 @dataclass
 class _Doc:
     memory_id: str
@@ -152,6 +164,15 @@ class InMemorySearchIndex:
         scores = np.clip(matrix @ query, -1.0, 1.0)
         order = np.argsort(-scores, kind="stable")[:k]
         return [SearchHit(memory_id=rows[i].memory_id, score=float(scores[i])) for i in order]
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        with self._lock:
+            ns = self._namespaces.get(namespace)
+            docs = [ns.docs.get(mid) for mid in dict.fromkeys(memory_ids)] if ns is not None else []
+            rows = [(d.memory_id, d.vector) for d in docs if d is not None and d.vector is not None]
+        if not rows:
+            return {}
+        return neighbour_density([mid for mid, _ in rows], np.stack([v for _, v in rows]), k)
 
     def info(self, namespace: str | None = None) -> IndexInfo:
         with self._lock:

@@ -261,6 +261,11 @@ class ReplicaSearchIndex:
                 )
         return space.index.vector_search(namespace, vector, k=k, types=types)
 
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        with self._lock:
+            space = self._fresh(namespace)
+        return space.index.neighbour_density(namespace, memory_ids, k=k)
+
     def info(self, namespace: str | None = None) -> IndexInfo:
         with self._lock:
             names = [namespace] if namespace is not None else sorted(set(self._log.namespaces()) | set(self._spaces))

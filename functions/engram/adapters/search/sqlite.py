@@ -33,7 +33,7 @@ import numpy as np
 
 from engram.adapters.files import private_sqlite
 from engram.adapters.search.fts import BM25_B, RESCORE_DEPTH, fts_query, nskey, rescore_bm25
-from engram.adapters.search.inmemory import query_terms, unit_vector
+from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
@@ -337,6 +337,17 @@ class SqliteSearchIndex:
                 return []
             cache = self._load_cache(conn, namespace, dimension)
             return cache.search(query, k, types)
+
+    def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        with self._lock:
+            conn = self._db()
+            _, dimension = self._meta(conn)
+            if dimension is None:
+                return {}
+            cache = self._load_cache(conn, namespace, dimension)
+            ids = [mid for mid in dict.fromkeys(memory_ids) if mid in cache.rows]
+            matrix = cache.matrix[[cache.rows[mid] for mid in ids]] if ids else None
+        return neighbour_density(ids, matrix, k) if matrix is not None else {}
 
     def _load_cache(self, conn: sqlite3.Connection, namespace: str, dimension: int) -> VectorCache:
         generation = self._generation(conn, namespace)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from engram.domain.models import MemoryFilter, MemoryType
 from engram.entrypoints.http.openapi import CONFLICT
-from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, TagList, Text, Write, _c, write_body
+from engram.entrypoints.http.rest_shared import STRICT, WHOLE, IsoDatetime, Read, TagList, Text, Write, _c, write_body
 from engram.services.memories import MemoryPatch, MemoryWrite, parse_statuses
 
 router = APIRouter()
@@ -42,7 +42,7 @@ class SearchRequest(BaseModel):
     model_config = STRICT
 
     query: str = Field(min_length=1, max_length=8000)
-    top_k: int | None = Field(default=None, ge=1, le=50)
+    top_k: Annotated[int, Field(ge=1, le=50), WHOLE] | None = None
     types: list[MemoryType] = Field(default_factory=list)
     include_prompt: bool = False
     # Drop hits whose relevance (0-1) is below this; 0 keeps the full ranking (README: "Relevance").
@@ -55,9 +55,9 @@ class ConversationSearchRequest(BaseModel):
     query: str = Field(min_length=1, max_length=8000, pattern=r"\S")
     # The thread the caller is in: never searched (its history is already in view).
     exclude_thread: str | None = Field(default=None, min_length=1, max_length=200)
-    threads: int | None = Field(default=None, ge=1, le=10)
-    fragments: int | None = Field(default=None, ge=1, le=10)
-    neighbours: int | None = Field(default=None, ge=0, le=5)
+    threads: Annotated[int, Field(ge=1, le=10), WHOLE] | None = None
+    fragments: Annotated[int, Field(ge=1, le=10), WHOLE] | None = None
+    neighbours: Annotated[int, Field(ge=0, le=5), WHOLE] | None = None
     min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
     include_prompt: bool = False
 

@@ -40,6 +40,15 @@ def _not_a_number(value: Any) -> Any:
 
 # Strict mode would refuse the ISO string itself (it wants a datetime object); numbers are refused above.
 IsoDatetime = Annotated[datetime, Field(strict=False), BeforeValidator(_not_a_number)]
+
+
+def _whole_number(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# JSON Schema's "integer" includes 6.0; strict mode would refuse it. A string or 6.5 is still refused.
+# The bounds go before the validator, or the OpenAPI document loses them (minimum/maximum).
+WHOLE = BeforeValidator(_whole_number)
 Text = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, pattern=r"\S")]
 TagList = Annotated[list[Annotated[str, Field(max_length=MAX_TAG_CHARS)]], Field(max_length=MAX_TAGS)]
 

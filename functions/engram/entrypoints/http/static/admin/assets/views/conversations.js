@@ -133,7 +133,8 @@ export async function render(root, ctx) {
       card(null, h('label', { class: 'check' }, bin, ' Recycle bin'), list, more),
       detail));
   await load();
-  const selected = decodeURIComponent(window.location.hash.split('/').slice(1).join('/'));
+  let selected = window.location.hash.split('/').slice(1).join('/');
+  try { selected = decodeURIComponent(selected); } catch { /* a hand-typed hash: use it as it is */ }
   if (selected) {
     await open(selected);
     detail.scrollIntoView?.({ block: 'start' });

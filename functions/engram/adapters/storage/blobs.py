@@ -1,0 +1,89 @@
+"""``BlobStore`` adapters for skill resource files: in memory (tests), a directory of the data dir
+(local), the stack's S3 bucket (AWS). Each passes the blob half of ``tests/contract/test_skill_store.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engram.adapters.aws_errors import translate
+
+
+class InMemoryBlobStore:
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+
+    def put(self, key: str, data: bytes) -> None:
+        self._blobs[key] = bytes(data)
+
+    def get(self, key: str) -> bytes | None:
+        return self._blobs.get(key)
+
+    def delete(self, key: str) -> None:
+        self._blobs.pop(key, None)
+
+
+class LocalBlobStore:
+    """Files under a directory of the data dir (owner-only permissions); keys are safe relative paths."""
+
+    def __init__(self, root: str | Path) -> None:
+        self._root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        path = (self._root / key).resolve()
+        if self._root.resolve() not in path.parents:
+            raise ValueError(f"blob key {key!r} leaves the blob directory")
+        return path
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o600)
+        tmp.replace(path)
+
+    def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        return path.read_bytes() if path.is_file() else None
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+
+class S3BlobStore:
+    """Objects in the skills bucket of the stack (``ENGRAM_SKILLS_BUCKET``)."""
+
+    def __init__(self, bucket: str, client: Any | None = None, *, region_name: str | None = None) -> None:
+        self._client = client
+        self._region = region_name
+        self._bucket = bucket
+
+    @property
+    def _s3(self) -> Any:
+        if self._client is None:  # built on first use, like DynamoSkillStore's client
+            import boto3
+
+            self._client = boto3.client("s3", region_name=self._region or None)
+        return self._client
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=data)
+        except Exception as exc:
+            raise translate(exc, "S3 put_object") from exc
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            response = self._s3.get_object(Bucket=self._bucket, Key=key)
+        except Exception as exc:
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise translate(exc, "S3 get_object") from exc
+        return bytes(response["Body"].read())
+
+    def delete(self, key: str) -> None:
+        try:
+            self._s3.delete_object(Bucket=self._bucket, Key=key)  # an absent key is no error in S3
+        except Exception as exc:
+            raise translate(exc, "S3 delete_object") from exc

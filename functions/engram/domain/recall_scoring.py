@@ -1,0 +1,216 @@
+"""The pure scoring of recall (``services/recall.py`` runs the stages): fusion by ranks or scores, the
+importance, recency and anti-repeat factors, dedup, the liveness check, glossary matches and the final
+selection under the score and relevance floors. Query-adaptive fusion and relevance: ``domain/fusion.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from engram.domain import fusion
+from engram.domain.models import GlossaryTerm, Memory, SearchHit
+from engram.domain.text import is_cjk, tokenize
+
+
+def fuse_rrf(ranked_lists: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
+    """Weighted reciprocal-rank fusion, normalized so a document first in every list scores 1."""
+    total = sum(w for _, w in ranked_lists) / (k + 1)
+    scores: dict[str, float] = {}
+    if total <= 0:
+        return scores
+    for ids, weight in ranked_lists:
+        for rank, mid in enumerate(ids):
+            scores[mid] = scores.get(mid, 0.0) + weight / (k + rank + 1) / total
+    return scores
+
+
+def normalize_scores(hits: Sequence[SearchHit], *, floor_at_last: bool) -> dict[str, float]:
+    """Scores to [0, 1]: divided by the best (``floor_at_last=False``, BM25) or min-max over the
+    list (``True``, cosine: its raw range depends on the model)."""
+    pairs = [(h.memory_id, h.score) for h in hits]
+    return fusion.min_max(pairs) if floor_at_last else fusion.max_normalized(pairs)
+
+
+def fuse_scores(weighted: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
+    """Weighted sum of normalized scores, divided by the weight sum (a document best everywhere scores 1)."""
+    total = sum(w for _, w in weighted)
+    scores: dict[str, float] = {}
+    if total <= 0:
+        return scores
+    for normed, weight in weighted:
+        for mid, s in normed.items():
+            scores[mid] = scores.get(mid, 0.0) + weight * s / total
+    return scores
+
+
+def importance_factor(importance: float, weight: float) -> float:
+    """1 at importance 0.5; ``1 ± weight/2`` at the extremes."""
+    return 1.0 + weight * (importance - 0.5)
+
+
+def recency_factor(created_at: datetime, now: datetime, weight: float, half_life_days: float) -> float:
+    """``1 + weight`` for a brand-new memory, halving the bonus every ``half_life_days``."""
+    age_days = max(0.0, (now - created_at).total_seconds() / 86400.0)
+    return 1.0 + weight * math.pow(0.5, age_days / half_life_days)
+
+
+def repeat_factor(last_injected_at: datetime | None, now: datetime, window_minutes: int, decay: float) -> float:
+    """``decay`` for a memory injected within the last ``window_minutes``, else 1."""
+    if last_injected_at is None or window_minutes <= 0:
+        return 1.0
+    return decay if now - last_injected_at < timedelta(minutes=window_minutes) else 1.0
+
+
+def fold_text(text: str) -> str:
+    """Case, width, whitespace and punctuation folded away (``same_meaning_text`` in one key)."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def jaccard(a: Set[str], b: Set[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+@lru_cache(maxsize=16384)
+def token_set(text: str) -> frozenset[str]:
+    """The token set of a memory's text (cached: the same memories come back query after query)."""
+    return frozenset(tokenize(text))
+
+
+@lru_cache(maxsize=16384)
+def text_script(text: str) -> fusion.Script:
+    """The script of a memory's text (cached like ``token_set``)."""
+    return fusion.script_of(text)
+
+
+def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tuple[list[Memory], int]:
+    """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
+    kept: list[Memory] = []
+    seen_folds: set[str] = set()
+    kept_tokens: list[frozenset[str]] = []
+    dropped = 0
+    for memory in memories:
+        folded = fold_text(memory.content)
+        tokens = token_set(memory.content)
+        if folded in seen_folds or (
+            jaccard_threshold < 1.0
+            and len(tokens) >= 3
+            and any(jaccard(tokens, t) >= jaccard_threshold for t in kept_tokens)
+        ):
+            dropped += 1
+            continue
+        seen_folds.add(folded)
+        kept_tokens.append(tokens)
+        kept.append(memory)
+    return kept, dropped
+
+
+def is_live(memory: Memory, namespace: str, now: datetime, types: Collection[str]) -> bool:
+    """Only active, unexpired memories of the namespace (and of the wanted types) may be recalled."""
+    if memory.namespace != namespace or memory.status != "active":
+        return False
+    if memory.expires_at is not None and memory.expires_at <= now:
+        return False
+    return not types or memory.type in types
+
+
+_WORDISH = re.compile(r"^[\w\s.\-+'#]+$", re.ASCII)
+
+
+def _latin_word_char(ch: str) -> bool:
+    return ch.isalnum() and not is_cjk(ch)
+
+
+def _occurs(needle: str, haystack: str, *, whole_word: bool) -> bool:
+    """``needle`` in ``haystack``; with ``whole_word`` not glued to Latin letters/digits (CJK may touch it)."""
+    start = haystack.find(needle)
+    while start != -1:
+        end = start + len(needle)
+        if not whole_word or (
+            (start == 0 or not _latin_word_char(haystack[start - 1]))
+            and (end == len(haystack) or not _latin_word_char(haystack[end]))
+        ):
+            return True
+        start = haystack.find(needle, start + 1)
+    return False
+
+
+def glossary_matches(query: str, terms: Sequence[GlossaryTerm]) -> list[GlossaryTerm]:
+    """Terms whose name or an alias occurs in the query (whole words for Latin script)."""
+    folded = unicodedata.normalize("NFKC", query).casefold()
+    out: list[GlossaryTerm] = []
+    for term in terms:
+        for name in (term.term, *term.aliases):
+            needle = unicodedata.normalize("NFKC", name).casefold().strip()
+            if not needle:
+                continue
+            if _occurs(needle, folded, whole_word=bool(_WORDISH.match(needle))):
+                out.append(term)
+                break
+    return out
+
+
+def weigh(
+    memories: Sequence[Memory],
+    fused: Mapping[str, float],
+    now: datetime,
+    *,
+    importance_weight: float,
+    recency_weight: float,
+    recency_half_life_days: float,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each memory's importance x recency factor, and its fused score times that factor."""
+    factor = {
+        m.id: importance_factor(m.importance, importance_weight)
+        * recency_factor(m.created_at, now, recency_weight, recency_half_life_days)
+        for m in memories
+    }
+    return factor, {m.id: fused[m.id] * factor[m.id] for m in memories}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The hits kept, best first (memory, score, relevance), and how many each floor dropped."""
+
+    hits: list[tuple[Memory, float, float]]
+    floored: int
+    irrelevant: int
+
+
+def select(
+    ranked: Sequence[Memory],
+    scores: Mapping[str, float],
+    relevance_of: Callable[[str], float],
+    now: datetime,
+    *,
+    min_score: float,
+    min_relevance: float,
+    repeat_window_minutes: int,
+    repeat_decay: float,
+    k: int,
+) -> Selection:
+    """Drop hits under the score floor or the relevance floor, decay the ones injected moments ago,
+    and keep the best ``k``."""
+    final: list[tuple[Memory, float, float]] = []
+    floored = irrelevant = 0
+    for m in ranked:
+        score = scores[m.id]
+        if score < min_score:
+            floored += 1
+            continue
+        relevance = relevance_of(m.id)
+        if relevance < min_relevance:
+            irrelevant += 1
+            continue
+        score *= repeat_factor(m.last_injected_at, now, repeat_window_minutes, repeat_decay)
+        final.append((m, score, relevance))
+    final.sort(key=lambda item: (-item[1], item[0].id))
+    return Selection(final[:k], floored, irrelevant)
