@@ -7,7 +7,7 @@ import binascii
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar, get_args
+from typing import Any, TypeVar, get_args
 
 from engram.domain.errors import InvalidInput
 from engram.domain.models import (
@@ -68,6 +68,14 @@ def cut_page(rows: list[_T], limit: int, position: Callable[[_T], tuple[datetime
     if len(rows) <= limit:
         return Page(items=rows)
     return Page(items=rows[:limit], next_cursor=encode_cursor(*position(rows[limit - 1])))
+
+
+def cache_text(key: str, value: Any, *, ensure_ascii: bool = True) -> str:
+    """The JSON text a cache entry keeps; a value JSON cannot hold is ``InvalidInput``."""
+    try:
+        return json.dumps(value, ensure_ascii=ensure_ascii)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"cache value for {key!r} is not JSON-serializable") from exc
 
 
 def check_limit(limit: int) -> None:

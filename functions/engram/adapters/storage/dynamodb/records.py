@@ -7,10 +7,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import check_limit, to_iso
+from engram.adapters.storage.common import cache_text, check_limit, to_iso
 from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, DynamoStoreBase
 from engram.adapters.storage.dynamodb.table import epoch, fields, sort_key, to_model
-from engram.domain.errors import Conflict, InvalidInput
+from engram.domain.errors import Conflict
 from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
 
 
@@ -139,10 +139,7 @@ class DynamoRecords(DynamoStoreBase):
         return json.loads(item["value_json"])
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
-        try:
-            text = json.dumps(value, ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"cache value for {key!r} is not JSON-serializable") from exc
+        text = cache_text(key, value, ensure_ascii=False)
         item: dict[str, Any] = {
             "PK": self._pk(namespace),
             "SK": f"CACHE#{key}",

@@ -7,9 +7,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import check_limit
+from engram.adapters.storage.common import cache_text, check_limit
 from engram.adapters.storage.inmemory.base import InMemoryStoreBase, delete_where, newest_first, oldest_first
-from engram.domain.errors import Conflict, InvalidInput
+from engram.domain.errors import Conflict
 from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
 
 
@@ -90,10 +90,7 @@ class InMemoryRecords(InMemoryStoreBase):
         return json.loads(entry.value)
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
-        try:
-            text = json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"cache value for {key!r} is not JSON-serializable") from exc
+        text = cache_text(key, value)
         entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=utcnow())
         with self._lock:
             self._cache.setdefault(namespace, {})[key] = entry

@@ -8,10 +8,10 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import check_limit, to_iso
+from engram.adapters.storage.common import cache_text, check_limit, to_iso
 from engram.adapters.storage.sqlite.base import SqliteStoreBase
 from engram.adapters.storage.sqlite.tables import CACHE, EVENTS, IDEMPOTENCY, USAGE
-from engram.domain.errors import InvalidInput, UpstreamUnavailable
+from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
 
 
@@ -84,10 +84,7 @@ class SqliteRecords(SqliteStoreBase):
         return None if entry is None else json.loads(entry.value)
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
-        try:
-            text = json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"cache value for {key!r} is not JSON-serializable") from exc
+        text = cache_text(key, value)
         entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=utcnow())
         self._execute(CACHE.upsert_sql, CACHE.insert_params(entry))
 
