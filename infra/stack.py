@@ -136,6 +136,7 @@ class EngramStack(Stack):
                 "Dream": jobs.dream_function,
                 "Cleanup": jobs.cleanup_function,
             },
+            job_error_metrics={"Extract": "ExtractionErrors", "Dream": "DreamErrors"},
             rest_api=api.rest_api,
             email=cfg.alarm_email,
         )
