@@ -148,15 +148,12 @@ def monthly_cost(usage: Usage, backend: str, embedder: str = "bedrock") -> dict[
 
 
 ROWS = (  # backend, embedder, the README's name for it
-    ("opensearch-classic", "bedrock", "OpenSearch Serverless, classic (stack default)"),
-    ("opensearch-nextgen", "bedrock", "OpenSearch Serverless, NextGen (`collection_generation=nextgen`)"),
-    ("replica", "bedrock", "Replica (`search_backend=replica`, no OpenSearch)"),
-    (
-        "replica",
-        "local",
-        "Replica + local embedder (`search_backend=replica`, `embedder=local`: no Bedrock embeddings)",
-    ),
-)
+    ("replica", "bedrock", "Replica (a new deployment's default: no OpenSearch)"),
+    ("replica", "local", "Replica + local embedder (`embedder=local`: no Bedrock embeddings)"),
+    ("opensearch-nextgen", "bedrock", "OpenSearch Serverless, NextGen (`search_backend=opensearch`, "
+     "`collection_generation=nextgen`)"),
+    ("opensearch-classic", "bedrock", "OpenSearch Serverless, classic (`search_backend=opensearch`)"),
+)  # fmt: skip
 
 
 def table(profiles: tuple[Usage, ...] = PROFILES) -> str:

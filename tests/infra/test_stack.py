@@ -49,7 +49,8 @@ def layer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def synth(layer_dir: Path) -> tuple[EngramStack, Template]:
-    return _synth(layer_dir)
+    # The OpenSearch stack (a new deployment's default is the replica: the `replica` fixture below)
+    return _synth(layer_dir, search_backend="opensearch")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def template(synth: tuple[EngramStack, Template]) -> Template:
 def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
     return _synth(
         layer_dir,
+        search_backend="opensearch",
         timezone="Europe/Berlin",
         collection_generation="nextgen",
         reranker="bedrock",
@@ -692,11 +694,15 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
     assert [line for line in wanted if line.startswith("numpy")]
 
 
-def test_default_backend_ships_no_replica_layer(template: Template) -> None:
+def test_opensearch_backend_ships_no_replica_layer(template: Template) -> None:
     assert not [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
 
 
-def test_default_backend_is_opensearch(template: Template) -> None:
+def test_a_new_deployments_default_backend_is_the_replica() -> None:
+    assert EngramConfig().search_backend == "replica"
+
+
+def test_opensearch_backend_has_a_collection_and_no_snapshot_bucket(template: Template) -> None:
     assert _resources(template, "AWS::OpenSearchServerless::Collection")
     assert [k for k in _resources(template, "AWS::S3::Bucket") if not k.startswith("SkillFiles")] == []
     for fn in _resources(template, "AWS::Lambda::Function").values():
@@ -726,7 +732,7 @@ def _assert_nag_and_cfn_lint_clean(stack: EngramStack, template: Template, tmp_p
 
 @pytest.fixture(scope="module")
 def local_embedder(layer_dir: Path) -> tuple[EngramStack, Template]:
-    return _synth(layer_dir, embedder="local")
+    return _synth(layer_dir, embedder="local", search_backend="opensearch")
 
 
 @pytest.fixture(scope="module")
