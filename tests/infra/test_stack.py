@@ -880,3 +880,25 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
     deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
     assert len(deletes) == 5 and all(s in skill_statements for s in deletes)
     assert "SkillFilesBucket" in template.find_outputs("*")
+
+
+# -- the cost model (bench/cost.py) --------------------------------------------------------------------
+
+
+def _alarm_metrics(template: Template) -> int:
+    """Metrics the alarms read, as CloudWatch bills them (a metric-math alarm: each metric in it)."""
+    alarms = _alarms(template).values()
+    return sum(len([m for m in a["Metrics"] if "MetricStat" in m]) if "Metrics" in a else 1 for a in alarms)
+
+
+@pytest.mark.parametrize(
+    ("variant", "backend"), [("synth", "opensearch-classic"), ("custom", "opensearch-nextgen"), ("replica", "replica")]
+)
+def test_the_cost_model_bills_every_alarm_the_stack_creates(
+    variant: str, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Given the synthesized stack of each backend / Then bench/cost.py bills as many alarm metrics as it has
+    from bench.cost import ALARM_METRICS
+
+    _, template = request.getfixturevalue(variant)
+    assert _alarm_metrics(template) == ALARM_METRICS[backend], "update ALARM_METRICS in bench/cost.py"
