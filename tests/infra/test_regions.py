@@ -21,14 +21,6 @@ from infra.config import EngramConfig  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def layer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("layer")
-    (root / "python").mkdir()
-    (root / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
-    return root
-
-
 def _synth(layer_dir: Path, region: str, **config: Any) -> dict[str, Any]:
     cfg = EngramConfig(layer_dir=str(layer_dir), replica_layer_dir=str(layer_dir), **config)
     stack = EngramStack(cdk.App(), "Engram", config=cfg, env=cdk.Environment(region=region))

@@ -39,15 +39,6 @@ def _synth(layer_dir: Path, **config: Any) -> tuple[EngramStack, Template]:
 
 
 @pytest.fixture(scope="module")
-def layer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # A stand-in for layers/build (the real build is layers/build.py; tests need only the folder).
-    root = tmp_path_factory.mktemp("layer")
-    (root / "python").mkdir()
-    (root / "python" / "placeholder.txt").write_text("layer contents are built by layers/build.py\n")
-    return root
-
-
-@pytest.fixture(scope="module")
 def synth(layer_dir: Path) -> tuple[EngramStack, Template]:
     # The OpenSearch stack (a new deployment's default is the replica: the `replica` fixture below)
     return _synth(layer_dir, search_backend="opensearch")
