@@ -79,6 +79,7 @@ def start_gateway(
     recall_fails: bool = False,
     queue: Any = None,
     bedrock_runtime: Any = None,
+    clock: Any = None,
     **overrides: Any,
 ) -> Gateway:
     """A real gateway (in-memory store and index, keyword recall) against ``upstream``, stopped with ``stack``."""
@@ -87,7 +88,7 @@ def start_gateway(
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
     settings = gateway_settings(upstream, **overrides)
-    clock = SystemClock()  # the gateway runs over HTTP on the real clock; the store shares it
+    clock = clock or SystemClock()  # the gateway runs over HTTP on the real clock unless given one; the store shares it
     store, index = InMemoryMemoryStore(clock=clock), InMemorySearchIndex()
     real = build_container(
         settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime, clock=clock
