@@ -21,35 +21,10 @@ from engram.settings import Settings
 from tests.contract.conftest import STORE_FACTORIES
 from tests.fakes.clock import ManualClock
 from tests.fakes.embedder import HashEmbedder
+from tests.fakes.pausing_store import PausingStore
 
 NS = "alice"
 WAIT_S = 20.0
-
-
-class PausingStore:
-    """A store whose writes of memory rows, made on one chosen thread, wait at a gate: the moment
-    between what that thread read and what it writes, held open while other writers run."""
-
-    PAUSED = frozenset({"update_memory", "update_memories", "supersede", "record_injected", "record_seen"})
-
-    def __init__(self, inner: MemoryStore) -> None:
-        self._inner = inner
-        self.thread: threading.Thread | None = None
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in self.PAUSED:
-            return attr
-
-        def paused(*args: Any, **kwargs: Any) -> Any:
-            if threading.current_thread() is self.thread:
-                self.reached.set()
-                assert self.release.wait(WAIT_S), "the test never released the paused write"
-            return attr(*args, **kwargs)
-
-        return paused
 
 
 @pytest.fixture(params=list(STORE_FACTORIES))

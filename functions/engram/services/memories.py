@@ -564,7 +564,13 @@ class MemoryService:
                         raise
                     log.warning("embedding failed, indexing without vectors: %s", exc.code)
             for memory, vector in zip(chunk, vectors, strict=True):
-                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict)
+                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict, recheck=False)
+            # Memories retired while the batch was indexed (their unindex ran before our upsert) leave it.
+            stored = {m.id: m for m in self._store.get_memories(chunk[0].namespace, [m.id for m in chunk])}
+            for memory in chunk:
+                current = stored.get(memory.id)
+                if current is None or current.status != "active":
+                    self._unindex(current or memory)
             done += len(chunk)
             if progress is not None:
                 progress(len(chunk))
@@ -708,10 +714,18 @@ class MemoryService:
             return None, None if exc.code == "reindex_needed" else exc.code
 
     def _sync_index(
-        self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True, strict: bool = False
+        self,
+        memory: Memory,
+        vector: Sequence[float] | None,
+        *,
+        embed: bool = True,
+        strict: bool = False,
+        recheck: bool = True,
     ) -> None:
         """Mirror ``memory`` into the index. A failure is recorded for repair; with ``strict`` an
-        unavailable index raises instead (a reindex or repair must not report work it did not do)."""
+        unavailable index raises instead (a reindex or repair must not report work it did not do).
+        ``recheck``: read the row again after the write and take the document out if the memory was
+        retired meanwhile (batches do it once per batch instead: ``index_memories``)."""
         missing: str | None = None
         if vector is None and embed:
             vector, missing = self._try_embed(memory.content)
@@ -736,6 +750,16 @@ class MemoryService:
             return
         if missing is not None:
             self._index_failed(memory.namespace, memory.id, missing, "embed")
+        if recheck:
+            # An archive, delete or supersede that landed while this document was written unindexed
+            # before it: read the row after the write, so that the index keeps no retired memory.
+            try:
+                current = self._store.get_memory(memory.namespace, memory.id)
+            except NotFound:
+                current = None
+            if current is None or current.status != "active":
+                self._unindex(memory.model_copy(update={"index_ref": ref}))
+                return
         if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
 
             def set_ref(current: Memory) -> Memory | None:
