@@ -24,6 +24,7 @@ from engram.domain.models import (
     UsageRecord,
 )
 
+from tests.fakes.clock import ManualClock
 from tests.fakes.moto_aws import TABLE, dynamo_store
 
 NS = "alice"
@@ -32,7 +33,7 @@ T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 def store() -> Iterator[DynamoMemoryStore]:
-    with dynamo_store(message_ttl_days=14, log_ttl_days=30, idempotency_ttl_days=7) as adapter:
+    with dynamo_store(clock=ManualClock(T0), message_ttl_days=14, log_ttl_days=30, idempotency_ttl_days=7) as adapter:
         yield adapter
 
 
@@ -142,7 +143,7 @@ def test_throttling_becomes_upstream_rate_limited() -> None:
     import boto3
 
     client = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-    store = DynamoMemoryStore("t", client)
+    store = DynamoMemoryStore("t", client, clock=ManualClock())
     with Stubber(client) as stub:
         stub.add_client_error("get_item", service_error_code="ProvisionedThroughputExceededException")
         stub.add_client_error("get_item", service_error_code="ResourceNotFoundException")
@@ -159,7 +160,7 @@ def test_throttling_becomes_upstream_rate_limited() -> None:
 
 def test_table_name_is_required() -> None:
     with pytest.raises(InvalidInput):
-        DynamoMemoryStore("", client=object())
+        DynamoMemoryStore("", client=object(), clock=ManualClock())
 
 
 def test_a_row_written_before_versions_reads_as_version_1_and_is_replaced_only_once(store: DynamoMemoryStore) -> None:

@@ -92,13 +92,14 @@ class FlakyIndex(InMemorySearchIndex):
 
 
 class MemoryMachine(RuleBasedStateMachine):
-    # One store per test run; each example works in a namespace of its own (a store never mixes them).
+    # One store (and its clock) per test run; each example works in a namespace of its own (a store
+    # never mixes them), on the same clock, moved forward step by step.
     store: MemoryStore
+    clock: ManualClock
 
     def __init__(self) -> None:
         super().__init__()
         self.ns = new_id("ns")
-        self.clock = ManualClock()
         self.index = FlakyIndex()
         self.gate = PausingStore(self.store)
         gated: Any = self.gate  # the service writes through the gate; the checks read the store itself
@@ -383,8 +384,9 @@ class MemoryMachine(RuleBasedStateMachine):
 
 
 def _run(store_name: str, tmp_path: Path, profile: Any) -> None:
-    with STORE_FACTORIES[store_name](tmp_path) as store:
-        machine = type(f"MemoryMachine_{store_name}", (MemoryMachine,), {"store": store})
+    clock = ManualClock()
+    with STORE_FACTORIES[store_name](tmp_path, clock) as store:
+        machine = type(f"MemoryMachine_{store_name}", (MemoryMachine,), {"store": store, "clock": clock})
         machine.TestCase.settings = profile
         machine.TestCase().runTest()
 

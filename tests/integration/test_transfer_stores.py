@@ -24,7 +24,8 @@ from tests.contract.conftest import STORE_FACTORIES
 
 @pytest.fixture(params=list(STORE_FACTORIES))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
-    with STORE_FACTORIES[request.param](tmp_path) as adapter:
+    # The services below run on the real clock; the store shares it.
+    with STORE_FACTORIES[request.param](tmp_path, SystemClock()) as adapter:
         yield adapter
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from engram.bootstrap import Container, build_container
 from engram.domain.errors import Conflict
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import Clock, MemoryStore
 from engram.services.memories import MemoryPatch, MemoryWrite
 from engram.settings import Settings
 
@@ -27,10 +27,15 @@ NS = "alice"
 WAIT_S = 20.0
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture(params=list(STORE_FACTORIES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
-    factory: Callable[[Path], AbstractContextManager[MemoryStore]] = STORE_FACTORIES[request.param]
-    with factory(tmp_path) as adapter:
+def store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> Iterator[MemoryStore]:
+    factory: Callable[[Path, Clock], AbstractContextManager[MemoryStore]] = STORE_FACTORIES[request.param]
+    with factory(tmp_path, clock) as adapter:
         yield adapter
 
 
@@ -40,9 +45,9 @@ def paused(store: MemoryStore) -> PausingStore:
 
 
 @pytest.fixture
-def container(paused: PausingStore) -> Iterator[Container]:
+def container(paused: PausingStore, clock: ManualClock) -> Iterator[Container]:
     settings = Settings(store="memory", search="memory", embedder="none", scheduler_enabled=False)
-    built = build_container(settings, store=paused, embedder=HashEmbedder(), clock=ManualClock())
+    built = build_container(settings, store=paused, embedder=HashEmbedder(), clock=clock)
     try:
         yield built
     finally:

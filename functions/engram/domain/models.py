@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,10 +64,6 @@ def new_id(prefix: str) -> str:
     stamp = "".join(_CROCKFORD[(ms >> shift) & 31] for shift in range(45, -5, -5))
     tail = "".join(_CROCKFORD[(rand >> shift) & 31] for shift in range(75, -5, -5))
     return f"{prefix}_{stamp}{tail}".lower()
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Frozen(BaseModel):
