@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container
 from engram.domain.models import Memory
 from engram.services.import_formats import convert
-from engram.settings import Settings
 
 from tests.conftest import EngramServer
 from tests.fakes.clock import ManualClock
+from tests.integration.clocked_store import clocked_container
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "moving_in"
 NS = "default"
@@ -36,11 +36,7 @@ FILES = {
 
 @pytest.fixture(params=["memory", "sqlite"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Container, ManualClock]]:
-    clock = ManualClock(IMPORTED)
-    settings = Settings(store=request.param, search="memory", embedder="none", data_dir=tmp_path, timezone="UTC")
-    container = build_container(settings, clock=clock, embedder=None)
-    yield container, clock
-    container.close()
+    yield from clocked_container(request.param, tmp_path, IMPORTED)
 
 
 def _import(container: Container, file: str, namespace: str = NS) -> dict[str, Any]:
