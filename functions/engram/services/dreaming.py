@@ -48,6 +48,7 @@ from engram.domain.policies import (
     MAX_TAG_CHARS,
     MAX_TAGS,
     clean_content,
+    in_range,
     same_meaning_text,
     truncate_digest,
 )
@@ -149,11 +150,12 @@ def day_bounds(day: str, timezone: str) -> tuple[datetime, datetime]:
     """Start (inclusive) and end (exclusive) of a local calendar day, as aware datetimes."""
     try:
         parsed = Date.fromisoformat(day)
-    except ValueError as exc:
-        raise InvalidInput(f"date {day!r} is not YYYY-MM-DD", code="invalid_date") from exc
-    tz = ZoneInfo(timezone)
-    start = datetime.combine(parsed, time(0), tz)
-    end = datetime.combine(parsed + timedelta(days=1), time(0), tz)
+        tz = ZoneInfo(timezone)
+        start = datetime.combine(parsed, time(0), tz)
+        end = datetime.combine(parsed + timedelta(days=1), time(0), tz)
+        in_range(start), in_range(end)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInput(f"date {day!r} is not a YYYY-MM-DD day Engram can hold", code="invalid_date") from exc
     return start, end
 
 

@@ -56,6 +56,7 @@ REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB
 
 WriteAction = Literal["created", "seen", "superseded", "existing"]
 _REINDEX_READ = 500  # memories read per round of reindex_ids
+_MAX_CHAIN = 1000  # versions followed to find the active head of a chain without a key
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 
 
@@ -330,7 +331,7 @@ class MemoryService:
         if memory.status == "active":
             return memory
         now = self._clock.now()
-        holder = self._store.find_active_by_fact_key(namespace, memory.fact_key) if memory.fact_key else None
+        holder = self._holder_of(namespace, memory)
         revived = memory.model_copy(
             update={"status": "active", "status_changed_at": now, "updated_at": now, "superseded_by_id": None}
         )
@@ -350,6 +351,24 @@ class MemoryService:
         self._event(namespace, "restored", memory_id, {"replaced": holder.id} if holder else {})
         self._sync_index(revived, None)
         return revived
+
+    def _holder_of(self, namespace: str, memory: Memory) -> Memory | None:
+        """The active memory a restored version replaces: the holder of its fact_key, else (a chain without
+        a key, e.g. moved in from Pawwake) the active version its ``superseded_by_id`` links lead to."""
+        if memory.fact_key:
+            return self._store.find_active_by_fact_key(namespace, memory.fact_key)
+        seen = {memory.id}
+        later = memory.superseded_by_id
+        while later is not None and later not in seen and len(seen) <= _MAX_CHAIN:
+            seen.add(later)
+            try:
+                row = self._store.get_memory(namespace, later)
+            except NotFound:
+                return None
+            if row.status == "active":
+                return row
+            later = row.superseded_by_id
+        return None
 
     def _sync_reminder(self, memory: Memory, *, cleared: bool = False) -> None:
         """A new or changed ``remind_at`` (re)arms the memory's reminder; a cleared one cancels it

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 from pydantic_core import to_jsonable_python
 from starlette.requests import Request
 
@@ -24,7 +24,7 @@ from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden
 from engram.domain.models import Memory, MemoryLayer, MemoryType
-from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS
+from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS, instant_in_range
 from engram.services.memories import WriteResult
 
 PRINCIPAL_KEY = "engram.principal"  # where the gate leaves the Principal in the ASGI scope
@@ -81,6 +81,7 @@ Status = Literal["active", "superseded", "archived", "deleted", "expired", "all"
 RemindAt = Annotated[
     datetime,
     Field(description="When to remind, ISO 8601 with the user's UTC offset (e.g. `2026-05-01T09:00:00+02:00`)."),
+    AfterValidator(instant_in_range),
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
