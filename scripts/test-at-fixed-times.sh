@@ -10,8 +10,10 @@
 # Each run is Debian's `faketime` (libfaketime, scripts/install-faketime.sh) with an offset, so the
 # clock starts at the moment and runs on, and child processes share it. The process time zone (TZ)
 # and Engram's configured time zone (ENGRAM_TIMEZONE) are set per moment. libfaketime shifts the
-# monotonic clock by the same offset (harmless: only differences of it are used); leaving it alone
-# (FAKETIME_DONT_FAKE_MONOTONIC=1) makes every time.sleep fail with EINVAL in libfaketime 0.9.10.
+# monotonic clock too: leaving it alone (FAKETIME_DONT_FAKE_MONOTONIC=1) makes every time.sleep fail
+# with EINVAL in libfaketime 0.9.10. Shifted, it is not shifted for sem_clockwait, so a lock or event
+# wait never times out: a test whose point is such a timeout is marked `real_monotonic` and skipped
+# here (tests/conftest.py).
 # Exit status: 0 when every run passed, 1 when any failed or collected nothing (pytest's 5), 0 with a
 # loud message when faketime is missing outside CI.
 set -uo pipefail
