@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engram.domain.errors import Conflict, InvalidInput
+from engram.domain.errors import Conflict, InvalidInput, NotFound
 from engram.domain.models import (
     Candidate,
     DailyLog,
@@ -47,6 +47,8 @@ from engram.domain.models import (
     Message,
     Precious,
     Reminder,
+    Thread,
+    UsageRecord,
     new_id,
 )
 from engram.domain.policies import (
@@ -60,16 +62,29 @@ from engram.domain.policies import (
     in_range,
     normalize_fact_key,
 )
-from engram.domain.ports import CandidateRows, Clock, MemoryRows, MessageRows, NoteRows, ReminderRows
+from engram.domain.ports import (
+    AuditRows,
+    CandidateRows,
+    Clock,
+    MemoryRows,
+    MessageRows,
+    NoteRows,
+    ReminderRows,
+    ThreadRows,
+)
 from engram.services.memories import MemoryService
 from engram.services.messages import MessageIn
 from engram.services.notes import GlossaryIn
 from engram.services.skills import SkillService
 
 EXPORT_VERSION = 1
-KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
+KINDS = (
+    *("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills"),
+    *("threads", "usage"),
+)
 MAX_EXTERNAL_ID_CHARS = 200
 MAX_REASON_CHARS = 1000
+MAX_THREAD_TITLE_CHARS = 200  # the API's limit on a thread's title (PATCH /v1/threads/{id})
 MAX_PROBLEMS = 200  # problems listed in a report; the counts cover every row
 _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
@@ -77,7 +92,7 @@ _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
-class TransferStore(MemoryRows, CandidateRows, MessageRows, NoteRows, ReminderRows, Protocol):
+class TransferStore(MemoryRows, CandidateRows, MessageRows, ThreadRows, NoteRows, ReminderRows, AuditRows, Protocol):
     """Every row kind an export holds."""
 
 
@@ -96,6 +111,9 @@ class ExportDocument(BaseModel):
     daily_logs: list[dict[str, Any]] = Field(default_factory=list)
     # Skills with every version and their files' bytes (base64): services/skills.py, ``export``.
     skills: list[dict[str, Any]] = Field(default_factory=list)
+    # Threads (their titles and recycle-bin marks; the counts follow the messages) and the token usage log.
+    threads: list[dict[str, Any]] = Field(default_factory=list)
+    usage: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass
@@ -217,7 +235,21 @@ class TransferService:
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
             skills=self._skills.export(namespace) if self._skills is not None else [],
+            threads=[_dump(t) for t in self._all_threads(namespace)],
+            usage=[_dump(u) for u in sorted(self._store.list_usage(namespace), key=lambda u: (u.created_at, u.id))],
         ).model_dump()
+
+    def _all_threads(self, namespace: str) -> list[Thread]:
+        out: list[Thread] = []
+        for deleted in (False, True):
+            cursor = None
+            while True:
+                page = self._store.list_threads(namespace, deleted=deleted, limit=500, cursor=cursor)
+                out.extend(page.items)
+                if not page.next_cursor:
+                    break
+                cursor = page.next_cursor
+        return sorted(out, key=lambda t: t.id)
 
     def _memory_rows(self, namespace: str) -> list[dict[str, Any]]:
         """Every memory, each with its reminder's state (``reminder``) when it has one."""
@@ -278,6 +310,8 @@ class TransferService:
         run.rows("daily_logs", document.daily_logs, run.daily_log, step)
         if document.digest is not None:
             run.rows("digest", [document.digest], run.digest, step)
+        run.rows("threads", document.threads, run.thread, step)
+        run.rows("usage", document.usage, run.usage, step)
         if document.skills and self._skills is not None:
             skills = self._skills
 
@@ -307,6 +341,7 @@ class _Import:
         self.cycles: set[str] = set()  # the ids of rows whose supersede links go round in a circle
         self.row_number = 0
         self.file_message_ids: set[str] = set()
+        self.usage_ids: set[str] | None = None
         # A dry run checks everything a write would and remembers what it would have written, so
         # later rows of the same file see it (a duplicate in the file is a skip in both runs).
         self.dry_run = dry_run
@@ -403,10 +438,12 @@ class _Import:
             self._drop_link(row_id, f"source_message_ids {missing} name no message of the file or the namespace")
         return kept
 
-    def _arm(self, memory: Memory, state: Any) -> None:
-        """Arm the memory's reminder: the state the file carries, else pending (an imported reminder fires)."""
-        if memory.remind_at is None or self.dry_run:
-            return
+    def _reminder(self, memory: Memory, state: Any) -> Reminder | None:
+        """The memory's reminder: the state the file carries, else pending (an imported reminder fires)."""
+        state_at = state.get("remind_at") if isinstance(state, dict) else None
+        remind_at = memory.remind_at or state_at  # a cancelled reminder's memory has no remind_at any more
+        if remind_at is None:
+            return None
         status: Any = "pending"
         delivered: Any = None
         if isinstance(state, dict):
@@ -416,14 +453,13 @@ class _Import:
             {
                 "namespace": self.namespace,
                 "memory_id": memory.id,
-                "remind_at": memory.remind_at,
+                "remind_at": remind_at,
                 "status": status,
                 "delivered_at": delivered if status == "delivered" else None,
             }
         )
         _check_times(reminder, "reminder.")
-        self.store.put_reminder(reminder)
-        self.report.reminders_armed += 1
+        return reminder
 
     # -- helpers ------------------------------------------------------------------------------
     def _own_id(self, row: dict[str, Any], prefix: str) -> str:
@@ -482,10 +518,7 @@ class _Import:
         content = _text(row, "content")
         if skip := self._present("memory", old_id, self.memory_ids, self.memory_by_content, content):
             return skip
-        if isinstance(external_id, str) and len(external_id) > MAX_EXTERNAL_ID_CHARS:
-            raise _Refused("invalid_field", f"external_id is longer than {MAX_EXTERNAL_ID_CHARS} characters")
-        if isinstance(old_id, str) and old_id in self.cycles:
-            raise _Refused("supersede_cycle", "its supersede links go round in a circle back to it")
+        self._check_memory_row(old_id, external_id)
         fact_key = normalize_fact_key(row["fact_key"]) if row.get("fact_key") else None
         fields = {k: v for k, v in row.items() if k != "reminder"}
         memory = Memory.model_validate(
@@ -504,6 +537,7 @@ class _Import:
         memory = self._linked(memory, old_id if isinstance(old_id, str) else None)
         if self.foreign:
             memory = self._moved_in(memory)
+        reminder = self._reminder(memory, row.get("reminder"))
         if self.dry_run:
             self._plan_memory(memory)
         else:
@@ -516,7 +550,9 @@ class _Import:
                         "fact_key_taken", f"fact_key {fact_key!r} is held by active memory {holder.id}"
                     ) from exc
                 raise _Refused("conflict", exc.message) from exc
-        self._arm(memory, row.get("reminder"))
+        if reminder is not None and not self.dry_run:
+            self.store.put_reminder(reminder)  # armed: listed, and told in a chat turn once it is due
+            self.report.reminders_armed += 1
         self.memory_ids.add(memory.id)
         self.memory_by_content[memory.content] = memory.id
         if memory.external_id:
@@ -524,6 +560,12 @@ class _Import:
         if memory.status == "active":
             self.inserted_active.append(memory.id)
         return "created", memory.id, ""
+
+    def _check_memory_row(self, old_id: Any, external_id: Any) -> None:
+        if isinstance(external_id, str) and len(external_id) > MAX_EXTERNAL_ID_CHARS:
+            raise _Refused("invalid_field", f"external_id is longer than {MAX_EXTERNAL_ID_CHARS} characters")
+        if isinstance(old_id, str) and old_id in self.cycles:
+            raise _Refused("supersede_cycle", "its supersede links go round in a circle back to it")
 
     def _linked(self, memory: Memory, row_id: str | None) -> Memory:
         """The memory with its links resolved; a link to no row of the file or namespace is dropped (a
@@ -543,12 +585,16 @@ class _Import:
 
     def _moved_in(self, memory: Memory) -> Memory:
         """A memory from another system: seen now (unless the source kept its own last-seen time), and
-        expired on arrival when the source's own expiry has passed."""
+        expired on arrival when the source's own expiry has passed. An old version (superseded, archived)
+        changed status now, as far as retention goes: its hard delete counts from the move, so the first
+        cleanup does not erase the versions the person brought along."""
         update: dict[str, Any] = {}
         if memory.last_seen_at is None:
             update["last_seen_at"] = self.now
         if memory.status == "active" and memory.expires_at is not None and memory.expires_at <= self.now:
             update |= {"status": "expired", "status_changed_at": self.now}
+        elif memory.status != "active":
+            update["status_changed_at"] = self.now
         return memory.model_copy(update=update) if update else memory
 
     def _plan_memory(self, memory: Memory) -> None:
@@ -593,8 +639,9 @@ class _Import:
             update={
                 "content": checked.content,
                 "external_id": message.external_id or f"import:{message.id}",
-                # Stored now, whenever it was said: extraction reads imported history once.
-                "stored_at": self.clock.now(),
+                # From another system: stored now, whenever it was said, so extraction reads that history
+                # once. Engram's own export keeps its time (its memories came along: lossless restore).
+                "stored_at": message.stored_at if message.stored_at and not self.foreign else self.clock.now(),
             }
         )
         if self.dry_run:
@@ -711,6 +758,46 @@ class _Import:
         else:
             self.store.put_daily_log(log)
         return "created", day, ""
+
+    def thread(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        """A thread's title and recycle-bin mark, set on the thread its messages made (never over the
+        owner's own title); its counts follow the messages."""
+        thread_id = row.get("id")
+        if not isinstance(thread_id, str) or not thread_id:
+            raise _Refused("invalid_field", "a thread needs its id")
+        title, deleted = row.get("title"), row.get("deleted_at")
+        if title is not None and (not isinstance(title, str) or len(title) > MAX_THREAD_TITLE_CHARS):
+            raise _Refused("invalid_field", f"title must be text of at most {MAX_THREAD_TITLE_CHARS} characters")
+        checked = Thread.model_validate(
+            {**row, "namespace": self.namespace, "created_at": row.get("created_at") or self.now}
+        )
+        _check_times(checked)
+        try:
+            present = self.store.get_thread(self.namespace, thread_id)
+        except NotFound:
+            if self.dry_run:
+                return "created", thread_id, ""
+            raise _Refused("no_messages", "no message of the file or the namespace is in this thread") from None
+        if present.title or present.deleted_at or (title is None and deleted is None):
+            return "skipped", thread_id, "the thread has its own title" if present.title else "nothing to set"
+        if not self.dry_run:
+            self.store.update_thread(self.namespace, thread_id, title=title, deleted_at=checked.deleted_at)
+        return "created", thread_id, ""
+
+    def usage(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        """One usage log row, once (by its id)."""
+        if self.usage_ids is None:
+            self.usage_ids = {u.id for u in self.store.list_usage(self.namespace)}
+        record = UsageRecord.model_validate({**row, "namespace": self.namespace})
+        _check_times(record)
+        if min(record.input_tokens, record.output_tokens, record.cache_read_tokens, record.cache_write_tokens) < 0:
+            raise _Refused("invalid_field", "token counts cannot be negative")
+        if record.id in self.usage_ids:
+            return "skipped", record.id, "a usage row with this id is present"
+        if not self.dry_run:
+            self.store.append_usage(record)
+        self.usage_ids.add(record.id)
+        return "created", record.id, ""
 
     def digest(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
         content = row.get("content")

@@ -92,6 +92,36 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_messages(tmp_path:
         store.close()
 
 
+def test_memories_stored_before_versions_read_as_version_1(tmp_path: Path) -> None:
+    # Given a file of schema 5 (before memory versions) holding one memory
+    path = tmp_path / "engram.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for number, statements in enumerate(MIGRATIONS[:5], start=1):
+            for statement in statements:
+                db.execute(statement)
+            db.execute("INSERT INTO schema_version VALUES (?, '2025-03-01T12:00:00+00:00')", (number,))
+        db.execute(
+            "INSERT INTO memories (namespace, id, content, type, layer, importance, confidence, pinned, tags,"
+            " status, source, source_message_ids, seen_count, recall_count, created_at, updated_at)"
+            " VALUES ('alice', 'm1', 'tea', 'fact', 'fragment', 0.5, 0.8, 0, '[]', 'active', 'api', '[]', 2, 3, ?, ?)",
+            ("2025-03-01T12:00:00.000000+00:00", "2025-03-01T12:00:00.000000+00:00"),
+        )
+        db.commit()
+    # When the store opens it
+    store = SqliteMemoryStore(path, clock=CLOCK)
+    try:
+        # Then the memory reads at version 1, and a replace at that version moves it to 2 once
+        old = store.get_memory("alice", "m1")
+        assert (old.version, old.seen_count, old.recall_count) == (1, 2, 3)
+        assert store.update_memory(old.model_copy(update={"status": "archived"})).version == 2
+        with pytest.raises(Conflict):
+            store.update_memory(old.model_copy(update={"content": "stale"}))
+        assert store.get_memory("alice", "m1").status == "archived"
+    finally:
+        store.close()
+
+
 def test_nothing_touches_the_disk_before_first_use(tmp_path: Path) -> None:
     # Given a store built on a path that does not exist yet
     path = tmp_path / "later" / "engram.db"

@@ -208,6 +208,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "UPDATE messages SET stored_at = created_at",
         "CREATE INDEX messages_by_stored ON messages (namespace, stored_at, id)",
     ),
+    # 6: memory row versions (docs/ARCHITECTURE.md, "Write rules"); rows stored before read as version 1.
+    ("ALTER TABLE memories ADD COLUMN version INTEGER NOT NULL DEFAULT 1",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -22,7 +22,7 @@ from starlette.requests import Request
 
 from engram.bootstrap import Container
 from engram.domain.access import Principal
-from engram.domain.errors import EngramError, Forbidden
+from engram.domain.errors import EngramError, Forbidden, is_version_conflict
 from engram.domain.models import Memory, MemoryLayer, MemoryType
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS, instant_in_range
 from engram.services.memories import WriteResult
@@ -57,6 +57,14 @@ FactKey = Annotated[
     ),
 ]
 Type = Annotated[MemoryType, Field(description="Kind of memory (default `fact`).")]
+Version = Annotated[
+    int,
+    Field(
+        ge=1,
+        description="The memory's `version` as you last read it: the change is refused if the memory changed "
+        "since (then read it again). Leave out to change the memory as it is now.",
+    ),
+]
 Layer = Annotated[MemoryLayer, Field(description="`fragment` (default), `event` or `core` (always relevant).")]
 Importance = Annotated[float, Field(ge=0.0, le=1.0, description="How much this matters, 0-1 (default 0.5).")]
 Confidence = Annotated[float, Field(ge=0.0, le=1.0, description="How sure you are, 0-1 (default 0.8).")]
@@ -132,6 +140,8 @@ def model_errors(fn: _F) -> _F:
         try:
             return fn(*args, **kwargs)
         except EngramError as exc:
+            if is_version_conflict(exc):
+                raise ToolError(f"{exc.message}; read it again (memory_get) and decide on what it says now") from exc
             raise ToolError(exc.message) from exc
         except ValidationError as exc:
             first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
