@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram.domain.wire.cache_markers import CachePolicy, place_cache_control
-from engram.domain.wire.content import text_of
+from engram.domain.wire.cache_markers import CachePolicy, current_turn, place_cache_control
+from engram.domain.wire.content import text_of, without_scaffolding
 
 # -- volatile lines -------------------------------------------------------------------------------------
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")
@@ -196,29 +196,35 @@ class Injected:
 
 # -- the current user turn -------------------------------------------------------------------------------
 def last_user_text(body: dict[str, Any]) -> str | None:
-    """The text of the current user turn, or None when the last message is not a user's.
+    """The words of the current user turn, or None when the current turn is not a user's.
 
     Both wires keep text parts as ``{"type": "text", "text": ...}`` in a ``content`` list (or a plain
-    string), so one reader serves OpenAI chat completions and Anthropic messages alike.
+    string), so one reader serves OpenAI chat completions and Anthropic messages alike. The client's
+    scaffolding (``<system-reminder>`` blocks and the like) is left out: it is not what the user said.
     """
     messages = body.get("messages") or []
-    if not messages or messages[-1].get("role") != "user":
+    index = current_turn(messages)
+    if index is None or messages[index].get("role") != "user":
         return None
-    return text_of(messages[-1].get("content")).strip() or None
+    return without_scaffolding(text_of(messages[index].get("content"))) or None
 
 
 # -- OpenAI wire -----------------------------------------------------------------------------------------
 def inject_openai(
     body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = "", conversation_text: str = ""
 ) -> tuple[dict[str, Any], Injected]:
-    """A new body with the boot block after the client's system prompt and the patch in the last turn."""
+    """A new body with the boot block after the client's system prompt and the patch in the current turn
+    (the last user or tool message, before any system/developer messages the client sent after it)."""
     messages = [dict(m) for m in body.get("messages") or []]
     info = Injected()
-    last_role = messages[-1].get("role") if messages else None
-    can_patch = last_role in ("user", "tool")
+    turn = current_turn(messages)
+    turn_role = messages[turn].get("role") if turn is not None else None
+    can_patch = turn_role in ("user", "tool")
     lead = 0
     while lead < len(messages) and messages[lead].get("role") in ("system", "developer"):
         lead += 1
+    if turn is not None and lead > turn:  # nothing but system messages: none of them leads a conversation
+        lead = 0
     if can_patch:
         for msg in messages[:lead]:
             msg["content"], moved = _strip_volatile_content(msg.get("content"))
@@ -227,30 +233,38 @@ def inject_openai(
             kept = [m for m in messages[:lead] if m.get("content")]
             messages[:lead] = kept
             lead = len(kept)
+            turn = current_turn(messages)
     if boot_text:
         info.boot = True
-        if lead:
-            target = messages[lead - 1]
-            content = target.get("content")
-            if isinstance(content, list):
-                target["content"] = [*content, {"type": "text", "text": boot_text}]
-            else:
-                target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
-        else:
-            messages.insert(0, {"role": "system", "content": boot_text})
+        if _boot_openai(messages, lead, boot_text) and turn is not None:
+            turn += 1
     patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
-    if patch:
+    if patch and turn is not None:
         info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
         info.conversations = bool(conversation_text.strip())
-        last = messages[-1]
-        if last_role == "tool":
-            messages.append({"role": "user", "content": patch})
-        elif isinstance(last.get("content"), list):
-            last["content"] = [*last["content"], {"type": "text", "text": patch}]
+        current = messages[turn]
+        if turn_role == "tool":
+            messages.insert(turn + 1, {"role": "user", "content": patch})
+        elif isinstance(current.get("content"), list):
+            current["content"] = [*current["content"], {"type": "text", "text": patch}]
         else:
-            last["content"] = f"{last.get('content') or ''}\n\n{patch}"
+            current["content"] = f"{current.get('content') or ''}\n\n{patch}"
     return {**body, "messages": messages}, info
+
+
+def _boot_openai(messages: list[dict[str, Any]], lead: int, boot_text: str) -> bool:
+    """Append the boot block to the last of the ``lead`` system messages, or insert one; True if inserted."""
+    if not lead:
+        messages.insert(0, {"role": "system", "content": boot_text})
+        return True
+    target = messages[lead - 1]
+    content = target.get("content")
+    if isinstance(content, list):
+        target["content"] = [*content, {"type": "text", "text": boot_text}]
+    else:
+        target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
+    return False
 
 
 def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
@@ -286,7 +300,8 @@ def inject_anthropic(
     turn, and (with ``cache``) at most four ``cache_control`` markers, none on the patch."""
     info = Injected()
     messages = [{**m, "content": _blocks(m.get("content"))} for m in body.get("messages") or []]
-    can_patch = bool(messages) and messages[-1].get("role") == "user"
+    turn = current_turn(messages)
+    can_patch = turn is not None and messages[turn].get("role") == "user"
     system = _blocks(body.get("system"))
     if can_patch:
         system, info.volatile = _strip_volatile_blocks(system)
@@ -304,11 +319,17 @@ def inject_anthropic(
     if cache is not None:
         info.markers = place_cache_control(out, cache)
     patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
-    if patch:
+    if patch and turn is not None:
         info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
         info.conversations = bool(conversation_text.strip())
-        messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": patch}]
+        messages[turn]["content"] = [*messages[turn]["content"], {"type": "text", "text": patch}]
+        # The patch changes every turn: a client's breakpoint in the messages after it (a trailing system
+        # message) would only write cache entries no later request reads. Every breakpoint stays before it.
+        for later in messages[turn + 1 :]:
+            for block in later["content"]:
+                if isinstance(block, dict):
+                    block.pop("cache_control", None)
     return out, info
 
 

@@ -48,6 +48,14 @@ class CacheRequest(BaseModel):
     ttl_seconds: int | None = Field(default=None, ge=1, le=365 * 86400)
 
 
+# -- root ---------------------------------------------------------------------------------------
+@public.api_route("/", methods=["GET", "HEAD"], tags=["health"])
+def root(request: Request) -> dict[str, Any]:
+    """What this server is (no auth): clients probe the base URL before their first request (Claude
+    Code sends `HEAD /`), and a person opening it in a browser finds the way on."""
+    return {"name": "engram", "version": request.app.version, "docs": "/docs", "health": "/health", "admin": "/admin"}
+
+
 # -- health -----------------------------------------------------------------------------------
 @public.get("/health", tags=["health"])
 def health(request: Request) -> dict[str, Any]:
