@@ -1,7 +1,8 @@
 """The chat gateway use case: recall, inject, forward (streaming), store the exchange.
 
-``ChatService.handle`` takes a client request on either wire (OpenAI chat completions or Anthropic
-Messages) and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
+``ChatService.handle`` takes a client request on any of its doors (OpenAI chat completions, Anthropic
+Messages, or the OpenAI Responses API, translated to a chat request first: ``domain/wire/responses.py``)
+and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
 an async byte stream that passes upstream events on as they arrive. Nothing here fails the chat
 because of memory: recall, boot block, remember and persistence errors are logged and skipped.
 
@@ -31,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from engram.domain.errors import EngramError, NotConfigured, UpstreamUnavailable
 from engram.domain.ports import ChatUpstream, UpstreamReply
@@ -44,6 +45,7 @@ from engram.domain.wire.anthropic import (
 )
 from engram.domain.wire.cache_markers import CachePolicy
 from engram.domain.wire.content import text_of
+from engram.domain.wire.responses import chat_to_response, custom_tools, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
@@ -59,7 +61,7 @@ log = logging.getLogger(__name__)
 def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
     """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
     user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
-    if wire == "openai":
+    if wire != "anthropic":  # the Responses door's body is already a chat request here
         return thread_id_of(pinned, body.get("user"))
     metadata = body.get("metadata")
     return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
@@ -164,10 +166,13 @@ class ChatService:
         ex = Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
             body = parse_chat_request(raw, wire)
+            if wire == "responses":  # translated once; from here on it is a chat request (domain/wire/responses.py)
+                ex.custom_tools = custom_tools(body)
+                body = responses_to_chat(body)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
             ex.conversation = _thread_of(wire, body, conversation_id)
-            has_images = openai_has_images(body) if wire == "openai" else anthropic_has_images(body)
+            has_images = anthropic_has_images(body) if wire == "anthropic" else openai_has_images(body)
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
             )
@@ -197,16 +202,17 @@ class ChatService:
     def _convert(self, ex: Exchange) -> dict[str, Any]:
         assert ex.route is not None
         body, provider, model = ex.body, ex.route.provider, ex.route.model
-        if ex.wire == "openai" and provider in ("openai", "bedrock"):
+        if ex.wire != "anthropic" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
-            if body.get("stream") and ex.persist:  # usage is logged with the exchange
+            # usage is logged with the exchange, and a Response always reports it
+            if body.get("stream") and (ex.persist or ex.wire == "responses"):
                 opts = dict(body.get("stream_options") or {})
                 ex.client_wants_usage = bool(opts.get("include_usage"))
                 out["stream_options"] = {**opts, "include_usage": True}
             return out
         if ex.wire == "anthropic" and provider == "anthropic":
             return {**body, "model": model}
-        if ex.wire == "openai":
+        if ex.wire != "anthropic":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
         return anthropic_request_to_openai(body, model)
@@ -286,7 +292,7 @@ class ChatService:
 
     async def _whole(self, ex: Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
-        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
+        upstream_wire: Literal["openai", "anthropic"] = "anthropic" if ex.route.provider == "anthropic" else "openai"
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as exc:
@@ -301,13 +307,16 @@ class ChatService:
             message = ((data.get("choices") or [{}])[0]).get("message") or {}
             text = text_of(message.get("content"))
             usage = usage_from_openai(data.get("usage"))
-        if upstream_wire != ex.wire:
+        client_wire: Literal["openai", "anthropic"] = "anthropic" if ex.wire == "anthropic" else "openai"
+        if upstream_wire != client_wire:
             data = (
                 anthropic_response_to_openai(data, ex.route.requested)
-                if ex.wire == "openai"
+                if client_wire == "openai"
                 else openai_response_to_anthropic(data, ex.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
+        if ex.wire == "responses":
+            raw = json.dumps(chat_to_response(data, ex.route.requested, ex.custom_tools), ensure_ascii=False).encode()
         await self._record.settle(ex, text, usage)
         return ChatReply(status=200, headers=ex.headers(), body=raw)
 
@@ -321,6 +330,7 @@ class ChatService:
             ex.route.requested,
             ex.client_wants_usage,
             observe=ex.persist,
+            custom_tools=ex.custom_tools,
         )
 
         async def settle(text: str, usage: TokenUsage) -> None:

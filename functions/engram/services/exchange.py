@@ -36,7 +36,7 @@ from engram.services.routing import Route
 
 log = logging.getLogger(__name__)
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]  # the client's door
 Reason = Literal[
     "injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed", "index_unavailable"
 ]
@@ -74,6 +74,7 @@ class Exchange:
     user_text: str | None = None
     conversation: str = "default"
     agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
+    custom_tools: frozenset[str] = frozenset()  # Responses door: free-form tools, answered as custom_tool_call
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False
