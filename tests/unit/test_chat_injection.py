@@ -378,14 +378,24 @@ def test_claude_code_request_gets_the_patch_in_its_user_turn_after_every_breakpo
     assert count_cache_control(out) == info.markers == 3
     assert "cache_control" in out["messages"][1]["content"][-1]
     assert all("cache_control" not in b for b in user["content"])
-    # And without Engram's markers the client's own stay, and none follows the patch
+    # And without Engram's markers the client's own stay where they are, in front of the patch
     body = _claude_code_request(history)
-    body["messages"][-1]["content"] = [{"type": "text", "text": "agents", "cache_control": {"type": "ephemeral"}}]
     out, info = inject_anthropic(body, BOOT, "- Lin prefers window seats", None)
     user = out["messages"][-2]["content"]
     assert user[1]["cache_control"] == {"type": "ephemeral"} and user[-1]["text"].startswith("<engram-context>")
+    assert out["system"][2]["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
+    # And a client's marker on the system message after the user's turn (Claude Code 2.1.332 puts one
+    # there) moves onto the user's words, in front of the patch: the marker count stays
+    body = _claude_code_request(history)
+    del body["messages"][-2]["content"][1]["cache_control"]
+    marker = {"type": "ephemeral", "ttl": "1h"}
+    body["messages"][-1]["content"] = [{"type": "text", "text": "agents", "cache_control": marker}]
+    out, info = inject_anthropic(body, BOOT, "- Lin prefers window seats", None)
+    user = out["messages"][-2]["content"]
+    assert user[1]["cache_control"] == marker and "cache_control" not in user[-1]
     assert "cache_control" not in out["messages"][-1]["content"][0]
-    assert body["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}  # the client's body as sent
+    assert count_cache_control(out) == count_cache_control(body) == 2
+    assert body["messages"][-1]["content"][0]["cache_control"] == marker  # the client's body as sent
 
 
 def test_openai_patch_goes_into_the_user_turn_before_trailing_developer_messages() -> None:

@@ -323,14 +323,32 @@ def inject_anthropic(
         info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
         info.conversations = bool(conversation_text.strip())
+        _breakpoints_before(messages, turn)
         messages[turn]["content"] = [*messages[turn]["content"], {"type": "text", "text": patch}]
-        # The patch changes every turn: a client's breakpoint in the messages after it (a trailing system
-        # message) would only write cache entries no later request reads. Every breakpoint stays before it.
-        for later in messages[turn + 1 :]:
-            for block in later["content"]:
-                if isinstance(block, dict):
-                    block.pop("cache_control", None)
     return out, info
+
+
+def _breakpoints_before(messages: list[dict[str, Any]], turn: int) -> None:
+    """Move a client's cache breakpoint that sits after the current turn (Claude Code 2.1 marks the
+    system message it sends after the user's turn) onto the turn's last block, where the patch will
+    follow it: behind the patch, which changes every turn, it would only write entries no later request
+    reads; in front of it, it caches the conversation up to the user's words, which the next request
+    repeats. Engram's own markers never go there (``place_cache_control``): this is for the client's."""
+    moved: dict[str, Any] | None = None
+    for later in messages[turn + 1 :]:
+        for block in later["content"]:
+            if isinstance(block, dict) and "cache_control" in block:
+                moved = block.pop("cache_control")
+    if moved is None:
+        return
+    for block in reversed(messages[turn]["content"]):
+        if (
+            isinstance(block, dict)
+            and block.get("type") not in ("thinking", "redacted_thinking")
+            and (block.get("type") != "text" or block.get("text"))
+        ):
+            block.setdefault("cache_control", moved)
+            return
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
