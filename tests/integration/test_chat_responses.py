@@ -190,3 +190,56 @@ def test_agent_prefixed_responses_door(make_gateway) -> None:
         model="companion", input="hello"
     )
     assert reply.output_text == "ok"
+
+
+def test_native_responses_upstream_gets_the_request_as_sent_plus_memory(make_gateway) -> None:
+    # Given an OpenAI-compatible upstream that speaks the Responses API, and a memory the question needs
+    gw = make_gateway(upstream_responses_api=True)
+    gw.container.memories.write("default", MemoryWrite(content="Lin's staging host is kestrel-7 in Frankfurt."))
+    gw.upstream.script(
+        Reply(text="kestrel-7.", usage=Usage(input=40, output=3, cache_read=20)), Reply(text="Noted, blue.")
+    )
+    items = _codex_input("which host is staging on?")
+    items.insert(1, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"})
+    tools: list[Any] = [
+        {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+        {"type": "web_search", "external_web_access": False},
+    ]
+    # When the client streams through the Responses door
+    events = list(
+        client(gw).responses.create(
+            model="companion", instructions="Be brief.", input=items, tools=tools, stream=True, store=False
+        )
+    )
+    # Then the upstream's own events reach the client, ending with its response.completed
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "kestrel-7."
+    # And the upstream got a Responses request: reasoning item and hosted tool kept, the boot block
+    # after the instructions, the memory in the user's item
+    req = gw.upstream.last("/v1/responses")
+    sent = req.json
+    assert req.headers["authorization"] == "Bearer sk-upstream-secret-0001"
+    assert sent["model"] == "fake-chat" and sent["store"] is False and sent["tools"] == tools
+    assert sent["input"][1] == items[1] and sent["input"][:1] == items[:1]
+    assert sent["instructions"].startswith("Be brief.")
+    user = sent["input"][-1]
+    assert user["content"][0] == {"type": "input_text", "text": "which host is staging on?"}
+    assert user["content"][-1]["text"].startswith("<engram-context>") and "kestrel-7" in user["content"][-1]["text"]
+    # And the turn and its usage are stored
+    stored = gw.store.list_thread_messages("default", "codex-1").items
+    assert [m.content for m in stored] == ["which host is staging on?", "kestrel-7."]
+    usage = gw.container.usage.report("default", days=1)
+    assert "fake-chat" in json.dumps(usage)
+    # When not streaming, a "remember" goes the same way and the upstream's Response comes back as is
+    whole = client(gw).responses.create(model="companion", input="remember: my bike is blue")
+    assert whole.output_text == "Noted, blue." and whole.id == "resp_fake"
+    assert "my bike is blue" in _facts(gw)
+    assert gw.upstream.last("/v1/responses").json["input"][0]["role"] == "user"
+
+
+def test_native_responses_upstream_failure_event_ends_the_stream(make_gateway) -> None:
+    gw = make_gateway(upstream_responses_api=True)
+    gw.upstream.script(Reply(text="abcdef", chunks=6, drop_after=3))
+    events = list(client(gw, "cut-native").responses.create(model="companion", input="tell me", stream=True))
+    assert events[-1].type == "response.failed"
+    stored = gw.store.list_thread_messages("default", "cut-native").items
+    assert [m.content for m in stored] == ["tell me"] and stored[0].error

@@ -427,3 +427,30 @@ def test_openai_patch_goes_into_the_user_turn_before_trailing_developer_messages
     out, _ = inject_openai(tool_turn, "", "", "Reminders due now: - call mum")
     assert [m["role"] for m in out["messages"]] == ["user", "assistant", "tool", "user", "developer"]
     assert "call mum" in out["messages"][3]["content"]
+
+
+def test_responses_injection_for_an_upstream_that_speaks_it() -> None:
+    from engram.services.injection import inject_responses
+
+    # Given a string input: it becomes a user item carrying the patch; the boot block follows the instructions
+    out, info = inject_responses({"instructions": SYSTEM, "input": "hi"}, BOOT, "- m")
+    assert out["instructions"].startswith("You are a helpful assistant.\nBe kind.\n\n<engram-memory>")
+    assert out["input"][0]["content"].startswith("hi\n\n<engram-context>") and "10:32" in out["input"][0]["content"]
+    assert info.boot and info.patch and info.volatile
+    # Given tool outputs followed by a developer item: the patch is a user item right after the outputs
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run"}]},
+        {"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "x"},
+        {"type": "function_call", "call_id": "c", "name": "sh", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {"type": "message", "role": "developer", "content": "be brief"},
+    ]
+    out, info = inject_responses({"input": items}, "", "", "Reminders due now: - call mum")
+    kinds = [(i.get("type"), i.get("role")) for i in out["input"]]
+    assert kinds[3:] == [("function_call_output", None), ("message", "user"), ("message", "developer")]
+    assert "call mum" in out["input"][4]["content"][0]["text"] and out["input"][:4] == items[:4]
+    assert "instructions" not in out and info.reminders
+    # Given an answer prefill (the last item is the assistant's): nothing to patch
+    ended = [{"role": "user", "content": "q"}, {"type": "message", "role": "assistant", "content": "a"}]
+    out, info = inject_responses({"input": ended}, BOOT, "- m")
+    assert out["input"] == ended and not info.patch and info.boot

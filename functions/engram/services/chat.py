@@ -45,11 +45,11 @@ from engram.domain.wire.anthropic import (
 )
 from engram.domain.wire.cache_markers import CachePolicy
 from engram.domain.wire.content import text_of
-from engram.domain.wire.responses import chat_to_response, custom_tools, responses_to_chat
+from engram.domain.wire.responses import chat_to_response, custom_tools, response_text, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
-from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
-from engram.services.injection import Injected, inject_anthropic, inject_openai, last_user_text
+from engram.services.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.stream_relay import StreamTap, relay_stream
 from engram.services.threads import thread_id_of
@@ -86,6 +86,7 @@ class ChatConfig:
     cleanup_interval: timedelta
     retry_window: timedelta
     cache: CachePolicy | None  # None: no prompt-cache markers
+    responses_native: bool  # the OpenAI-compatible upstream takes `/responses` requests as they are
 
     @classmethod
     def from_settings(
@@ -112,6 +113,7 @@ class ChatConfig:
             cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
             retry_window=timedelta(minutes=s.chat_retry_window_minutes),
             cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
+            responses_native=s.upstream_responses_api,
         )
 
 
@@ -168,8 +170,9 @@ class ChatService:
         ex = Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
             body = parse_chat_request(raw, wire)
-            if wire == "responses":  # translated once; from here on it is a chat request (domain/wire/responses.py)
+            if wire == "responses":  # read as a chat request from here on (domain/wire/responses.py)
                 ex.custom_tools = custom_tools(body)
+                ex.responses = body
                 body = responses_to_chat(body)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
@@ -179,6 +182,8 @@ class ChatService:
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
             )
             ex.user_text = last_user_text(body)
+            # The Responses door goes to the upstream as it is when the upstream speaks that API too.
+            ex.native = ex.responses is not None and ex.route.provider == "openai" and self._config.responses_native
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
@@ -204,6 +209,8 @@ class ChatService:
     def _convert(self, ex: Exchange) -> dict[str, Any]:
         assert ex.route is not None
         body, provider, model = ex.body, ex.route.provider, ex.route.model
+        if ex.native and ex.responses is not None:
+            return {**ex.responses, "model": model}
         if ex.wire != "anthropic" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
             # usage is logged with the exchange, and a Response always reports it
@@ -237,7 +244,9 @@ class ChatService:
         )
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
-        if ex.route.provider == "anthropic":
+        if ex.native:
+            body, info = inject_responses(body, told.boot, told.recall, told.reminders, told.conversations)
+        elif ex.route.provider == "anthropic":
             body, info = inject_anthropic(
                 body, told.boot, told.recall, self._config.cache, told.reminders, told.conversations
             )
@@ -256,7 +265,9 @@ class ChatService:
     async def _forward(self, ex: Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
         assert ex.route is not None
         upstream = self._upstream_for(ex.route.provider)
-        path = "/v1/messages" if ex.route.provider == "anthropic" else "/chat/completions"
+        path = (
+            "/v1/messages" if ex.route.provider == "anthropic" else "/responses" if ex.native else "/chat/completions"
+        )
         headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
         if ex.route.provider != "anthropic":
             headers = {}
@@ -301,6 +312,10 @@ class ChatService:
             raise UpstreamUnavailable(
                 "the upstream sent a response that is not JSON", code="upstream_malformed"
             ) from exc
+        if ex.native:  # a Response from the upstream: passed on as it came
+            data = check_upstream_response(data, "responses")
+            await self._record.settle(ex, response_text(data), usage_from_responses(data.get("usage")))
+            return ChatReply(status=200, headers=ex.headers(), body=raw)
         data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
             text = answer_text(data.get("content") or [])
@@ -327,7 +342,7 @@ class ChatService:
     ) -> AsyncIterator[bytes]:
         assert ex.route is not None
         tap = StreamTap(
-            "anthropic" if ex.route.provider == "anthropic" else "openai",
+            "anthropic" if ex.route.provider == "anthropic" else "responses" if ex.native else "openai",
             ex.wire,
             ex.route.requested,
             ex.client_wants_usage,

@@ -82,6 +82,10 @@ class Exchange:
     conversation: str = "default"
     agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
     custom_tools: frozenset[str] = frozenset()  # Responses door: free-form tools, answered as custom_tool_call
+    # Responses door: the request as the client sent it, and whether it goes to the upstream as it is
+    # (an upstream that speaks the Responses API) rather than as the chat request in ``body``.
+    responses: dict[str, Any] | None = None
+    native: bool = False
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False

@@ -267,6 +267,69 @@ def _boot_openai(messages: list[dict[str, Any]], lead: int, boot_text: str) -> b
     return False
 
 
+# -- OpenAI Responses wire (an upstream that speaks it: ENGRAM_UPSTREAM_RESPONSES_API) ------------------
+_TOOL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+def _responses_role(item: Any) -> str:
+    """An input item's role for injection: a message's role, ``tool`` for a tool output, else ''."""
+    if not isinstance(item, dict):
+        return ""
+    if item.get("type") in _TOOL_OUTPUTS:
+        return "tool"
+    if item.get("type", "message") == "message":
+        return str(item.get("role") or "")
+    return ""
+
+
+def inject_responses(
+    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = "", conversation_text: str = ""
+) -> tuple[dict[str, Any], Injected]:
+    """A new Responses request: the boot block after the ``instructions`` (volatile lines moved out of
+    them), the patch in the current user item (past trailing system/developer items), or a user item of
+    its own after tool outputs. Every other item (reasoning, hosted tools) goes as the client sent it."""
+    info = Injected()
+    raw = body.get("input")
+    items: list[Any] = (
+        [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
+    )
+    turn = len(items) - 1
+    while turn >= 0 and _responses_role(items[turn]) in ("system", "developer"):
+        turn -= 1
+    role = _responses_role(items[turn]) if turn >= 0 else ""
+    can_patch = role in ("user", "tool")
+    instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else ""
+    if can_patch:
+        instructions, info.volatile = split_volatile(instructions or "")
+    if boot_text:
+        info.boot = True
+        instructions = f"{instructions}\n\n{boot_text}" if instructions else boot_text
+    out = {**body}
+    if instructions:
+        out["instructions"] = instructions
+    else:
+        out.pop("instructions", None)
+    patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
+    if patch:
+        info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
+        info.reminders = bool(reminder_text.strip())
+        info.conversations = bool(conversation_text.strip())
+        if role == "tool":
+            items.insert(
+                turn + 1, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": patch}]}
+            )
+        else:
+            item = dict(items[turn])
+            content = item.get("content")
+            if isinstance(content, list):
+                item["content"] = [*content, {"type": "input_text", "text": patch}]
+            else:
+                item["content"] = f"{content or ''}\n\n{patch}"
+            items[turn] = item
+    out["input"] = items
+    return out, info
+
+
 def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
     if isinstance(content, str):
         text, moved = split_volatile(content)

@@ -24,7 +24,7 @@ from engram.domain.wire.anthropic_stream import AnthropicToOpenAIStream, OpenAIT
 from engram.domain.wire.responses import ChatToResponsesStream, failed_event
 from engram.domain.wire.shapes import parse_upstream_event, upstream_error_message
 from engram.domain.wire.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
-from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,9 @@ class StreamTap:
         self.finished = False
         # The Responses door: the chat stream (converted from Anthropic first when needed) becomes
         # Responses events; the usage it reports is always asked for.
-        self._responses = ChatToResponsesStream(model, custom_tools) if client == "responses" else None
+        self._responses = (
+            ChatToResponsesStream(model, custom_tools) if client == "responses" and upstream != "responses" else None
+        )
         self._a2o = (
             AnthropicToOpenAIStream(model, include_usage=client_wants_usage or self._responses is not None)
             if (upstream == "anthropic" and client != "anthropic")
@@ -169,11 +171,27 @@ class StreamTap:
             return [] if self._converts else [event.raw]
         if not event.data:
             return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
-        if not self.observe and not self._converts:
+        if not self.observe and not self._converts and self.upstream != "responses":
             return self._pass(event)
         if self.upstream == "openai":
             return self._openai(event)
+        if self.upstream == "responses":
+            return self._responses_native(event)
         return self._anthropic(event)
+
+    def _responses_native(self, event: SseEvent) -> list[bytes]:
+        """An upstream's own Responses event, passed on as it came; its text and usage noted."""
+        data = parse_upstream_event(event.data, "responses")
+        kind = data["type"]
+        if kind in ("response.failed", "error"):
+            error = (data.get("response") or {}).get("error") if kind == "response.failed" else data
+            raise UpstreamUnavailable(f"upstream error: {upstream_error_message(error)}")
+        if kind == "response.output_text.delta":
+            self.text_parts.append(str(data.get("delta") or ""))
+        elif kind in ("response.completed", "response.incomplete"):
+            self.finished = True
+            self.usage = usage_from_responses((data.get("response") or {}).get("usage"))
+        return [event.raw]
 
     def _pass(self, event: SseEvent) -> list[bytes]:
         """Pure forwarding of well-formed events, the raw bytes unchanged."""

@@ -2,7 +2,9 @@
 answers the other way, as far as clients use it (Codex CLI, the OpenAI Agents SDK; README, "The
 Responses door").
 
-Engram serves ``POST /v1/responses`` by translating: the request becomes a chat-completions request
+Engram serves ``POST /v1/responses`` by translating, unless the OpenAI-compatible upstream speaks the
+Responses API itself (``ENGRAM_UPSTREAM_RESPONSES_API``; then the request goes as it is, with
+``services/injection.inject_responses``): the request becomes a chat-completions request
 (``responses_to_chat``) that goes through the gateway like any other (recall, injection, routing to an
 OpenAI-compatible, Anthropic or Bedrock upstream), and the answer comes back as a Response object
 (``chat_to_response``) or as Responses stream events (``ChatToResponsesStream``).
@@ -501,6 +503,17 @@ class ChatToResponsesStream:
         self.done = True
         status = "incomplete" if self._finish == "length" else "completed"
         return [*out, self._event(f"response.{status}", response=self._snapshot(status))]
+
+
+def response_text(response: dict[str, Any]) -> str:
+    """The answer text of a Response object: its message items' ``output_text`` parts."""
+    return "".join(
+        str(part.get("text") or "")
+        for item in response.get("output") or []
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in item.get("content") or []
+        if isinstance(part, dict) and part.get("type") == "output_text"
+    )
 
 
 def failed_event(code: str, message: str, sequence_number: int = 0) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from engram.domain.errors import InvalidInput, UpstreamUnavailable
 from engram.domain.shape import Schema, ShapeError, check_shape, depth_exceeds
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]  # "responses": an upstream's Responses API answers
 
 # Deeper than any real chat body (tool schemas included), far below Python's recursion limit.
 MAX_DEPTH = 100
@@ -311,6 +311,35 @@ ANTHROPIC_EVENT: Schema = {
 }
 
 
+RESPONSES_RESPONSE: Schema = {
+    "type": "object",
+    "required": ["output"],
+    "properties": {
+        "output": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": _STR_N,
+                    "content": {"type": ["array", "null"], "items": {"type": "object", "properties": {"text": _STR}}},
+                },
+            },
+        },
+        "usage": _OBJ_N,
+    },
+}
+RESPONSES_EVENT: Schema = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": _STR, "delta": _STR, "response": _OBJ_N},
+}
+_UPSTREAM = {
+    "openai": (OPENAI_RESPONSE, OPENAI_CHUNK),
+    "anthropic": (ANTHROPIC_RESPONSE, ANTHROPIC_EVENT),
+    "responses": (RESPONSES_RESPONSE, RESPONSES_EVENT),
+}
+
+
 class _TooDeep(ValueError):
     pass
 
@@ -357,7 +386,7 @@ def parse_chat_request(raw: bytes, wire: Literal["openai", "anthropic", "respons
 def check_upstream_response(data: Any, wire: Wire) -> dict[str, Any]:
     """A decoded non-stream upstream answer, checked; ``UpstreamUnavailable`` (502) when malformed."""
     try:
-        check_shape(data, OPENAI_RESPONSE if wire == "openai" else ANTHROPIC_RESPONSE)
+        check_shape(data, _UPSTREAM[wire][0])
     except ShapeError as exc:
         raise UpstreamUnavailable(f"the upstream sent a malformed response ({exc})", code="upstream_malformed") from exc
     assert isinstance(data, dict)
@@ -373,7 +402,7 @@ def parse_upstream_event(data: str, wire: Wire) -> dict[str, Any]:
             "the upstream sent a stream event that is not JSON", code="upstream_malformed"
         ) from exc
     try:
-        check_shape(value, OPENAI_CHUNK if wire == "openai" else ANTHROPIC_EVENT)
+        check_shape(value, _UPSTREAM[wire][1])
     except ShapeError as exc:
         raise UpstreamUnavailable(
             f"the upstream sent a malformed stream event ({exc})", code="upstream_malformed"
