@@ -90,6 +90,22 @@ def test_remember_again_after_deleting_stores_it_again(make_gateway: Any) -> Non
     assert [role for role, _ in _stored(gw)] == ["user", "assistant", "user", "assistant"]
 
 
+def test_remember_of_a_known_fact_then_deleted_is_remembered_again(make_gateway: Any) -> None:
+    # Given a fact remembered over REST, then said again in a chat ("remember: ..." finds the look-alike)
+    gw, clock = _gateway(make_gateway)
+    made = httpx.post(gw.url + "/v1/memories", json={"content": "my bike is blue"}, headers=AUTH)
+    assert made.status_code == 201, made.text
+    _say(gw, "remember: my bike is blue")
+    assert _active(gw) == ["my bike is blue"]
+    # When the person deletes it and says the same words a minute later
+    memory_id = made.json()["memory"]["id"]
+    assert httpx.delete(f"{gw.url}/v1/memories/{memory_id}", headers=AUTH).status_code == 200
+    clock.advance(minutes=1)
+    _say(gw, "remember: my bike is blue")
+    # Then it is remembered again
+    assert _active(gw) == ["my bike is blue"]
+
+
 def test_remind_again_after_cancelling_arms_a_new_reminder(make_gateway: Any) -> None:
     # Given a reminder asked for and then cancelled
     gw, clock = _gateway(make_gateway)
