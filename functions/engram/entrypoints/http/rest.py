@@ -49,7 +49,8 @@ class CacheRequest(BaseModel):
 
 
 # -- root ---------------------------------------------------------------------------------------
-@public.api_route("/", methods=["GET", "HEAD"], tags=["health"])
+@public.head("/", include_in_schema=False)  # one operation in the OpenAPI document, answered to both
+@public.get("/", tags=["health"])
 def root(request: Request) -> dict[str, Any]:
     """What this server is (no auth): clients probe the base URL before their first request (Claude
     Code sends `HEAD /`), and a person opening it in a browser finds the way on."""
