@@ -156,6 +156,23 @@ class Settings(BaseSettings):
     review_confidence: float = Field(
         0.76, ge=0, le=1, description="Extracted memories below this confidence go to the review queue."
     )
+    memory_min_importance: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Extracted memories the model rates below this importance are not written (neither memory "
+        'nor review candidate); writes you make (REST, MCP, "remember ...") never are. 0.3 drops what the '
+        "extraction prompt calls trivia (0.2) and keeps ordinary preferences (0.5); Aelios' "
+        "`MEMORY_MIN_IMPORTANCE` 0.55 would drop those too.",
+    )
+    empty_memory_min_chars: int = Field(
+        2,
+        ge=0,
+        le=50,
+        description="Cleanup deletes (soft, restorable for 30 days) active memories, pinned ones aside, with fewer "
+        "than this many letters or digits; 0 = never. Aelios' `EMPTY_MEMORY_MIN_CHARS` is 4, but three "
+        "Chinese characters can be a whole fact.",
+    )
 
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")

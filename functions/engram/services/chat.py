@@ -42,7 +42,7 @@ from engram.domain.wire.anthropic import (
     openai_request_to_anthropic,
     openai_response_to_anthropic,
 )
-from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.cache_markers import CachePolicy, reads_cache_control, strip_cache_control
 from engram.domain.wire.content import text_of
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
@@ -199,6 +199,8 @@ class ChatService:
         body, provider, model = ex.body, ex.route.provider, ex.route.model
         if ex.wire == "openai" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
+            if provider == "openai" and not reads_cache_control(model):
+                out = strip_cache_control(out)  # a marker only Claude reads (README, "Coming from Pawwake")
             if body.get("stream") and ex.persist:  # usage is logged with the exchange
                 opts = dict(body.get("stream_options") or {})
                 ex.client_wants_usage = bool(opts.get("include_usage"))
