@@ -277,6 +277,20 @@ class Settings(BaseSettings):
     chat_boot_cache_seconds: float = Field(
         30.0, ge=0, description="How long a namespace's rendered boot block is reused before it is rebuilt."
     )
+    boot_longtail: int = Field(
+        20,
+        ge=0,
+        le=200,
+        description="The boot package of REST `/v1/memory_boot` and MCP `memory_boot` lists this many active "
+        "memories by importance beyond the stable ones (its long tail); not in the chat boot block.",
+    )
+    boot_today_messages: int = Field(
+        20,
+        ge=0,
+        le=500,
+        description="The boot package of REST and MCP holds the last this many messages of today (in "
+        "`ENGRAM_TIMEZONE`), with today's count; not in the chat boot block.",
+    )
     chat_keepalive_seconds: float = Field(
         15.0, gt=0, description="SSE `: ping` interval while a streaming upstream has not answered yet."
     )

@@ -57,9 +57,18 @@ async def test_mcp_tools_as_aelios_documents_them(server: EngramServer) -> None:
         boot = await call(mcp, "memory_boot")
         assert boot["digest"]["content"] == "Lives in Singapore. Drinks tea."
         assert [g["term"] for g in boot["glossary"]] == ["Mochi"]
+        # And REST's /v1/memory_boot holds the same parts as MCP's (digest + log + precious + glossary +
+        # long tail + today's messages + statistics, as Aelios' boot package)
+        with server.client() as api:
+            rest = api.get("/v1/memory_boot").json()
+        assert set(rest) == set(boot) >= {"longtail", "today_messages", "today_count", "precious", "stats"}
+        assert [m["id"] for m in rest["longtail"]] == [m["id"] for m in boot["longtail"]]
 
         # memory_ingest (raw messages only), memory_recall (injectable text), memory_export
         await call(mcp, "memory_ingest", messages=[{"role": "user", "content": "Mochi knocked over my tea again"}])
+        boot = await call(mcp, "memory_boot")
+        assert [m["content"] for m in boot["today_messages"]] == ["Mochi knocked over my tea again"]
+        assert boot["today_count"] == 1
         recalled = await call(mcp, "memory_recall", query="who is Mochi")
         assert "Mochi" in recalled["text"]
         exported = await call(mcp, "memory_export")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.services.boot import BootLimits
 from engram.services.chat import ChatConfig
 from engram.services.cleanup import RetentionPolicy
 from engram.services.conversations import ConversationConfig
@@ -31,6 +32,7 @@ BUILDERS: dict[type, Callable[[Any], Any]] = {
     ConversationConfig: ConversationConfig.from_settings,
     ReminderConfig: ReminderConfig.from_settings,
     MemoryRules: MemoryRules.from_settings,
+    BootLimits: BootLimits.package,
     ChatConfig: lambda s: ChatConfig.from_settings(s, openai_configured=True, anthropic_configured=True),
 }
 

@@ -31,7 +31,7 @@ from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_o
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, SearchIndex
-from engram.services.boot import BootService
+from engram.services.boot import BootLimits, BootService
 from engram.services.candidates import CandidateService
 from engram.services.chat import ChatService
 from engram.services.cleanup import CleanupService, RetentionPolicy
@@ -157,7 +157,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     conversations: ConversationService = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
-    boot = BootService(store, local_day, stats, skills)
+    boot = BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings))
     candidates = CandidateService(store, memories, clock)
     transfer = TransferService(store, memories, clock, skills)
     reminders = ReminderService(
