@@ -277,6 +277,32 @@ class Settings(BaseSettings):
     chat_boot_cache_seconds: float = Field(
         30.0, ge=0, description="How long a namespace's rendered boot block is reused before it is rebuilt."
     )
+    history_rotate_turns: int = Field(
+        15,
+        ge=1,
+        le=200,
+        description='Server-kept history (README, "Server-kept history"): when a thread\'s verbatim window holds '
+        "twice this many turns, its oldest this many are folded into the thread's summary by a queued job.",
+    )
+    history_rotate_minutes: float = Field(
+        0.0,
+        ge=0,
+        description="Server-kept history: also fold the turns older than this many minutes (for chats of many "
+        "short messages); 0 = by turns only.",
+    )
+    history_budget_chars: int = Field(
+        24000,
+        ge=1000,
+        description="Server-kept history: at most this many characters of summary and verbatim turns are placed "
+        "before the new message (the window's oldest turns are left out above it).",
+    )
+    history_summary_max_chars: int = Field(
+        4000,
+        ge=200,
+        le=50000,
+        description="Server-kept history: the longest thread summary (the summary model is asked to stay within it; "
+        "an edit over it is refused).",
+    )
     boot_longtail: int = Field(
         20,
         ge=0,

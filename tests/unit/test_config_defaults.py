@@ -17,6 +17,7 @@ from engram.services.cleanup import RetentionPolicy
 from engram.services.conversations import ConversationConfig
 from engram.services.dreaming import DreamConfig
 from engram.services.extraction import ExtractionConfig
+from engram.services.history import HistoryConfig
 from engram.services.memories import MemoryRules
 from engram.services.recall import RecallConfig
 from engram.services.reminders import ReminderConfig
@@ -33,6 +34,7 @@ BUILDERS: dict[type, Callable[[Any], Any]] = {
     ReminderConfig: ReminderConfig.from_settings,
     MemoryRules: MemoryRules.from_settings,
     BootLimits: BootLimits.package,
+    HistoryConfig: HistoryConfig.from_settings,
     ChatConfig: lambda s: ChatConfig.from_settings(s, openai_configured=True, anthropic_configured=True),
 }
 

@@ -54,3 +54,8 @@ def test_an_unknown_argument_is_refused_with_the_accepted_ones() -> None:
 def test_one_argument_under_two_names_is_refused() -> None:
     with pytest.raises(ToolError, match="either type or kind"):
         translate("memory_upsert", {"type": "fact", "kind": "task", "fact_key": "a:b", "content": "x"}, UPSERT)
+
+
+def test_value_forms_are_read_only_where_they_mean_the_same() -> None:
+    # reminder_list's status is one value of its own: it is not turned into a list
+    assert translate("reminder_list", {"status": "missed"}, frozenset({"status"})) == {"status": "missed"}

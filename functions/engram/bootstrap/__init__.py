@@ -39,8 +39,10 @@ from engram.services.conversations import ConversationConfig, ConversationServic
 from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
+from engram.services.history import HistoryConfig, HistoryService
 from engram.services.job_runs import NamespaceLocks
 from engram.services.local_day import LocalDay
+from engram.services.loop import run_sync
 from engram.services.memories import MemoryRules, MemoryService
 from engram.services.messages import MessageService
 from engram.services.moving_in import MovingInService
@@ -102,6 +104,7 @@ class Container:
     usage: UsageReportService
     skills: SkillService
     threads: ThreadService
+    history: HistoryService
     reminders: ReminderService
     extraction: ExtractionService
     dreaming: DreamingService
@@ -178,6 +181,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
 
     extract_model = job_model("extract_model", lambda eff: eff.extract_model or eff.chat_model)
     dream_model = job_model("dream_model", lambda eff: eff.dream_model or eff.chat_model)
+    history = HistoryService(store, clock, extract_model, runtime.provider(HistoryConfig.from_settings))
     locks = NamespaceLocks()
     extraction = ExtractionService(
         store,
@@ -215,8 +219,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("queue")
         or build_queue(settings)
         # The inline queue runs reindex jobs, and the reindex service queues its continuations.
-        or _inline_queue(settings, cleanup, memories, lambda: reindex)
+        or _inline_queue(settings, cleanup, memories, lambda: reindex, history)
     )
+    history.attach_queue(queue)
     reindex = ReindexService(store, memories, embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
 
@@ -233,6 +238,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             queue=queue,
             reminders=reminders,
             conversations=conversations,
+            history=history,
         ),
         overrides.get("bedrock_runtime"),
     )
@@ -259,6 +265,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         usage=UsageReportService(store, clock),
         skills=skills,
         threads=ThreadService(store, clock),
+        history=history,
         reminders=reminders,
         extraction=extraction,
         dreaming=dreaming,
@@ -301,7 +308,11 @@ def _build_conversations(
 
 
 def _inline_queue(
-    settings: Settings, cleanup: CleanupService, memories: MemoryService, reindex: Callable[[], ReindexService]
+    settings: Settings,
+    cleanup: CleanupService,
+    memories: MemoryService,
+    reindex: Callable[[], ReindexService],
+    history: HistoryService,
 ) -> InlineJobQueue:
     """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``)."""
     return InlineJobQueue(
@@ -309,6 +320,7 @@ def _inline_queue(
             "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
             "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
             "reindex": lambda payload: reindex().run(payload["namespace"], payload["run_id"]),
+            "history": lambda payload: run_sync(history.rotate(payload["namespace"], payload["thread"])),
         },
         min_interval_seconds=settings.cleanup_min_interval_hours * 3600,
         throttled=("cleanup",),

@@ -71,13 +71,23 @@ def _layer(value: Any) -> Any:
     return CF_LAYERS.get(value.strip().lower(), value) if isinstance(value, str) else value
 
 
-# Converters by Engram's argument name, applied to the value whichever name it came under.
-VALUES: Mapping[str, Callable[[Any], Any]] = {"types": _listed, "status": _listed, "layer": _layer}
+# Converters per tool and Engram argument name, applied to the value whichever name it came under.
+_LAYER: Mapping[str, Callable[[Any], Any]] = {"layer": _layer}
+VALUES: Mapping[str, Mapping[str, Callable[[Any], Any]]] = {
+    "memory_list": {"types": _listed, "status": _listed, "layer": _layer},
+    "memory_search": {"types": _listed},
+    "memory_recall": {"types": _listed},
+    "memory_upsert": _LAYER,
+    "memory_remember": _LAYER,
+    "memory_update": _LAYER,
+    "memory_supersede": _LAYER,
+}
 
 
 def translate(tool: str, arguments: Mapping[str, Any], accepted: frozenset[str]) -> dict[str, Any]:
     """``arguments`` in Engram's names and forms for ``tool``; ``ToolError`` on an unknown or doubled one."""
     aliases = ALIASES.get(tool, {})
+    values = VALUES.get(tool, {})
     out: dict[str, Any] = {}
     given_as: dict[str, str] = {}
     unknown: list[str] = []
@@ -91,7 +101,7 @@ def translate(tool: str, arguments: Mapping[str, Any], accepted: frozenset[str])
         given_as[target] = name
         if name == "key":
             value = dotted_key(value)
-        out[target] = VALUES[target](value) if target in VALUES else value
+        out[target] = values[target](value) if target in values else value
     if unknown:
         raise ToolError(_unknown_message(tool, unknown, accepted, aliases))
     return out
