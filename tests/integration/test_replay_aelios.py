@@ -99,7 +99,7 @@ def test_rest_scripts_on_aelios_paths(server: EngramServer) -> None:
         assert body["items"][0]["memory"]["id"] == mid and "Acme" in body["prompt"]
         assert "rerank" in body["meta"]["skipped"]
         both = api.post("/v1/search/memories", json={"query": "x", "min_score": 0.1, "min_relevance": 0.2})
-        assert both.status_code == 422
+        assert both.status_code == 400
 
         # POST /v1/messages/ingest (raw chat), GET /v1/memory_boot, GET /api/memories/export
         ingested = api.post("/v1/messages/ingest", json={"messages": [{"role": "user", "content": "hello there"}]})

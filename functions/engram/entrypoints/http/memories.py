@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
+from engram.domain.errors import InvalidInput
 from engram.domain.models import MemoryFilter, MemoryType
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, IsoDatetime, Read, TagList, Text, Write, _c, write_body
@@ -52,14 +53,11 @@ class SearchRequest(BaseModel):
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)
     filter: bool = True
 
-    @model_validator(mode="after")
-    def _one_floor(self) -> SearchRequest:
-        if self.min_relevance is not None and self.min_score is not None:
-            raise ValueError("pass either min_relevance or min_score (its Aelios name), not both")
-        return self
-
     @property
     def floor(self) -> float:
+        """The relevance floor under either name; both is a rule beyond the schema (400, not 422)."""
+        if self.min_relevance is not None and self.min_score is not None:
+            raise InvalidInput("pass either min_relevance or min_score (its Aelios name), not both")
         return self.min_relevance if self.min_relevance is not None else (self.min_score or 0.0)
 
 
