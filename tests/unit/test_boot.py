@@ -20,7 +20,8 @@ PACKAGE = BootLimits.package(Settings.model_construct())
 
 
 def _boot(precious: int, terms: int) -> tuple[BootService, InMemoryMemoryStore]:
-    store, clock = InMemoryMemoryStore(), ManualClock()
+    clock = ManualClock()
+    store = InMemoryMemoryStore(clock=clock)
     start = clock.now()
     for i in range(precious):
         store.insert_precious(
