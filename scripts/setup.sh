@@ -49,4 +49,6 @@ fi
 # cannot install it, and those tests are then skipped.
 if [ "$MODE" = "test" ]; then
   run scripts/install-browser.sh
+  # The faked-time runs (scripts/test-at-fixed-times.sh) need Debian's faketime; skipped likewise.
+  run scripts/install-faketime.sh
 fi
