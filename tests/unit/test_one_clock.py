@@ -38,6 +38,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("domain/wire/anthropic.py", "time.time"): "`created` of an OpenAI response translated from Anthropic",
     ("domain/wire/anthropic_stream.py", "time.time"): "`created` of the OpenAI chunks of an Anthropic stream",
     ("domain/wire/converse.py", "time.time"): "`created` of OpenAI responses and chunks translated from Converse",
+    ("domain/wire/responses.py", "time.time"): "`created_at` of Responses translated from chat completions",
     ("services/chat.py", "time.time"): "`created` of each model in the `GET /v1/models` list",
     # The replica's sequence numbers: epoch milliseconds, strictly increasing per process, shared
     # with DynamoDB's TTL (docs/aws.md, "Search backends"); they order log rows, they are not stamps.

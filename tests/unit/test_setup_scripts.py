@@ -211,3 +211,14 @@ def test_without_faketime_the_runs_are_skipped_loudly_but_ci_fails(tmp_path: Pat
     # When it runs on CI / Then it fails
     on_ci = subprocess.run(run, env={**env, "CI": "true"}, capture_output=True, text=True, timeout=30)
     assert on_ci.returncode == 1 and "CI needs it" in on_ci.stderr
+
+
+def test_only_the_test_setup_installs_the_coding_clients(tmp_path: Path) -> None:
+    # The real CLIs of tests/clients are test tools: the deploy and local set-ups never install them
+    for mode in ("deploy", "local"):
+        result = _setup(mode, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "tests/clients" not in result.stdout
+    script = SETUP.read_text()
+    assert 'if [ "$MODE" = "test" ]; then\n  CLIENTS=tests/clients' in script
+    assert 'npm ci --prefix "$CLIENTS"' in script

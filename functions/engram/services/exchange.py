@@ -43,7 +43,7 @@ from engram.services.routing import Route
 
 log = logging.getLogger(__name__)
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]  # the client's door
 Reason = Literal[
     "injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed", "index_unavailable"
 ]
@@ -81,6 +81,11 @@ class Exchange:
     user_text: str | None = None
     conversation: str = "default"
     agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
+    custom_tools: frozenset[str] = frozenset()  # Responses door: free-form tools, answered as custom_tool_call
+    # Responses door: the request as the client sent it, and whether it goes to the upstream as it is
+    # (an upstream that speaks the Responses API) rather than as the chat request in ``body``.
+    responses: dict[str, Any] | None = None
+    native: bool = False
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False
