@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl
@@ -20,16 +20,17 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.bootstrap import Container, build_container
 from engram.domain.access import KeyRing
-from engram.domain.errors import Unauthorized
+from engram.domain.errors import EngramError, Unauthorized
 from engram.entrypoints.http import rest
 from engram.entrypoints.http.aliases import PathAliasMiddleware
 from engram.entrypoints.http.auth import token_from_headers
-from engram.entrypoints.http.errors import error_body, install_error_handlers
+from engram.entrypoints.http.errors import engram_error_response, error_body, install_error_handlers
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
 from engram.entrypoints.http.session import COOKIE_NAME
@@ -79,12 +80,14 @@ class BodyLimitMiddleware:
         timeout: float = 60.0,
         keys: KeyRing | None = None,
         open_paths: frozenset[str] = frozenset(),
+        door_refusal: Callable[[str, EngramError], Response | None] | None = None,
     ) -> None:
         self.app = app
         self.limit = limit
         self.timeout = timeout
         self.keys = keys
         self.open_paths = open_paths
+        self.door_refusal = door_refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -92,7 +95,7 @@ class BodyLimitMiddleware:
             return
         refused = self._unauthenticated(scope)
         if refused is not None:
-            await self._refuse(scope, send, refused)
+            await self._refuse(scope, receive, send, refused)
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
@@ -149,26 +152,12 @@ class BodyLimitMiddleware:
             return exc
         return None
 
-    @staticmethod
-    async def _refuse(scope: Scope, send: Send, exc: Unauthorized) -> None:
-        # In the door's shape: Anthropic's for /v1/messages (README, "Errors"), Engram's elsewhere.
-        if "/v1/messages" in scope["path"]:
-            payload: dict[str, object] = {
-                "type": "error",
-                "error": {"type": "authentication_error", "message": exc.message, "code": exc.code},
-            }
-        else:
-            payload = error_body(exc.message, "authentication_error", exc.code)
-        body = json.dumps(payload).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b"Bearer"),
-            # The body is not read: the connection cannot carry another request.
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, exc: Unauthorized) -> None:
+        # In the door's shape and headers for a chat door, Engram's elsewhere.
+        door = self.door_refusal(scope["path"], exc) if self.door_refusal is not None else None
+        response = door or engram_error_response(exc)
+        response.headers["connection"] = "close"  # the body is not read: the connection cannot carry another request
+        await response(scope, receive, send)
 
     async def _reject(self, send: Send) -> None:
         await self._reply(send, 413, f"request body is larger than {self.limit} bytes", "body_too_large")
@@ -251,6 +240,7 @@ def create_app(container: Container | None = None) -> FastAPI:
     install_error_handlers(app)
 
     app.include_router(rest.public)
+    door_refusal: Callable[[str, EngramError], Response | None] | None = None
     if settings.surface == "mcp":
         # The MCP function on AWS: only /mcp and /health.
         _install_mcp(app, container)
@@ -263,6 +253,7 @@ def create_app(container: Container | None = None) -> FastAPI:
         app.include_router(reminders.router)
         app.include_router(skills.router)
         chat.install(app, container)
+        door_refusal = chat.door_refusal
         job_routes.install(app, container)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         if settings.surface != "api":
@@ -276,6 +267,7 @@ def create_app(container: Container | None = None) -> FastAPI:
         timeout=settings.body_timeout,
         keys=container.keys,
         open_paths=frozenset(public_paths | {"/admin/login", "/admin/logout"}),
+        door_refusal=door_refusal,
     )
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
