@@ -18,6 +18,7 @@ from engram.bootstrap import build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
+from engram.services.jobs import JobRunner, JobServices
 from engram.settings import Settings
 
 from tests.fakes.moto_aws import dynamo_store
@@ -75,11 +76,24 @@ class RecordingService:
 
 @dataclass
 class FakeContainer:
+    """The parts of a container the job handlers reach: the store, and the job runner over the services."""
+
     store: Any
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
     settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
+
+    @property
+    def jobs(self) -> JobRunner:
+        services = JobServices(
+            extraction=self.extraction,
+            dreaming=self.dreaming,
+            cleanup=self.cleanup,
+            memories=self.extraction,
+            reindex=lambda: self.cleanup,
+        )
+        return JobRunner(services)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from engram.bootstrap.adapters import (
     build_skills,
     build_store,
     local_db_path,
+    search_snapshots,
     with_secret,
 )
 from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_owner_key, load_keys_file
@@ -40,6 +41,7 @@ from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.job_runs import NamespaceLocks
+from engram.services.jobs import JOBS, JobRunner, JobServices
 from engram.services.local_day import LocalDay
 from engram.services.memories import MemoryRules, MemoryService
 from engram.services.messages import MessageService
@@ -70,7 +72,6 @@ __all__ = [
     "index_model_mismatch",
     "load_keys_file",
     "local_db_path",
-    "snapshot_search",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class Container:
     dreaming: DreamingService
     cleanup: CleanupService
     reindex: ReindexService
+    jobs: JobRunner  # every job by name, and what follows a run (services/jobs.py)
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
     chat: ChatService  # the chat gateway
     _closers: Closers = field(default_factory=list)
@@ -211,12 +213,19 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         skills=skills,
         conversations=conversations,
     )
-    queue: JobQueue = (
-        overrides.get("queue")
-        or build_queue(settings)
-        # The inline queue runs reindex jobs, and the reindex service queues its continuations.
-        or _inline_queue(settings, cleanup, memories, lambda: reindex)
+    jobs = JobRunner(
+        JobServices(
+            extraction=extraction,
+            dreaming=dreaming,
+            cleanup=cleanup,
+            memories=memories,
+            reindex=lambda: reindex,
+            # The conversation index is a replica beside the memory index (docs/conversations.md).
+            snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
+        )
     )
+    # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
+    queue: JobQueue = overrides.get("queue") or build_queue(settings) or _inline_queue(settings, jobs)
     reindex = ReindexService(store, memories, embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
 
@@ -264,6 +273,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         dreaming=dreaming,
         cleanup=cleanup,
         reindex=reindex,
+        jobs=jobs,
         moving_in=MovingInService(transfer, extract_model),
         chat=chat,
         _closers=closers,
@@ -300,16 +310,11 @@ def _build_conversations(
     )
 
 
-def _inline_queue(
-    settings: Settings, cleanup: CleanupService, memories: MemoryService, reindex: Callable[[], ReindexService]
-) -> InlineJobQueue:
-    """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``)."""
+def _inline_queue(settings: Settings, jobs: JobRunner) -> InlineJobQueue:
+    """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``): the same runner as every job."""
     return InlineJobQueue(
-        {
-            "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
-            "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
-            "reindex": lambda payload: reindex().run(payload["namespace"], payload["run_id"]),
-        },
+        jobs.run,
+        JOBS,
         min_interval_seconds=settings.cleanup_min_interval_hours * 3600,
         throttled=("cleanup",),
     )
@@ -323,26 +328,6 @@ def queue_repairs_when_back(index: GuardedIndex, memories: MemoryService, queue:
             queue.enqueue("index_repair", {"namespace": namespace})
 
     index.on_recovered = recovered
-
-
-def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
-    """Write the ``replica`` index's snapshot of each namespace that changed by at least ``min_changes``
-    rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
-    if container.settings.search != "replica":
-        return 0  # and the replica module (numpy) is never imported where no replica runs
-    from engram.adapters.search.replica import ReplicaSearchIndex
-
-    written = 0
-    # The conversation index is a replica beside the memory index (docs/conversations.md).
-    for guarded in (container.index, container.conversations.index):
-        index = guarded.inner if isinstance(guarded, GuardedIndex) else guarded
-        if not isinstance(index, ReplicaSearchIndex):
-            continue
-        try:
-            written += index.snapshot_all(min_changes=min_changes)
-        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-            log.exception("writing the search snapshots failed")
-    return written
 
 
 def index_model_mismatch(container: Container) -> bool:

@@ -180,7 +180,7 @@ def test_inline_queue_runs_in_the_background_once_per_interval_per_namespace() -
     now = [1000.0]
     ran: list[str] = []
     queue = InlineJobQueue(
-        {"cleanup": lambda p: ran.append(p["namespace"])}, min_interval_seconds=24 * 3600, monotonic=lambda: now[0]
+        lambda job, p: ran.append(p["namespace"]), ["cleanup"], min_interval_seconds=24 * 3600, monotonic=lambda: now[0]
     )
     # When cleanup is queued twice for alice, once for bob, then again for alice a day later
     queue.enqueue("cleanup", {"namespace": "alice"})

@@ -13,20 +13,16 @@ once: after success it is kept as an idempotency key, and a redelivery is acknow
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord, utcnow
-from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
-from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, report_dict, tracer
+from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, run_job, tracer
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
 JOBS_NAMESPACE = "_jobs"
@@ -52,41 +48,22 @@ def _idempotency_key(record: SQSRecord) -> str:
     return f"sqs:{record.message_id}"
 
 
-# A reindex leaves this much of the invocation to the other records of the batch, and gets at least
-# MIN_SLICE_S (it always finishes its current batch of memories first).
-REINDEX_MARGIN_S = 90.0
-MIN_SLICE_S = 10.0
+# The jobs this queue carries (the others run on their own schedule).
+QUEUED_JOBS = ("cleanup", "index_repair", "reindex")
 
 
 @tracer.capture_method(capture_response=False)
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
-    container = get_container()
-    store = container.store
+    store = get_container().store
     key = _idempotency_key(record)
     if store.get_idempotency(JOBS_NAMESPACE, key) is not None:
         logger.info("message already processed", extra={"message_id": record.message_id})
         return {"skipped": True}
     job, payload = decode_job(record.body)
-    if job == "cleanup":
-        namespace = None if payload.get("all") else payload.get("namespace")
-        if not payload.get("all") and not namespace:
-            raise InvalidInput("cleanup job needs 'namespace' or 'all'")
-        report = report_dict(container.cleanup.run(namespace))
-        snapshot_search(container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
-    elif job == "index_repair":
-        namespace = payload.get("namespace")
-        if not isinstance(namespace, str) or not namespace:
-            raise InvalidInput("index_repair job needs 'namespace'")
-        report = {"job": job, "repaired": container.memories.repair_index(namespace), "errors": 0}
-    elif job == "reindex":
-        namespace, run_id = payload.get("namespace"), payload.get("run_id")
-        if not isinstance(namespace, str) or not isinstance(run_id, str) or not namespace or not run_id:
-            raise InvalidInput("reindex job needs 'namespace' and 'run_id'")
-        state = container.reindex.run(namespace, run_id, deadline=_deadline(lambda_context))
-        report = {"job": job, "state": state.get("state"), "done": state.get("done"), "errors": 0}
-        snapshot_search(container)
-    else:
+    if job not in QUEUED_JOBS:
         raise InvalidInput(f"the jobs queue got an unknown {job!r} job")
+    report = run_job(job, payload, lambda_context).report
+    namespace = None if payload.get("all") else payload.get("namespace")
     store.put_idempotency(
         IdempotencyRecord(
             namespace=JOBS_NAMESPACE,
@@ -95,17 +72,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             created_at=utcnow(),
         )
     )
-    metric = {"cleanup": "CleanupRuns", "index_repair": "IndexRepairRuns", "reindex": "ReindexRuns"}[job]
-    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
     return report
-
-
-def _deadline(context: LambdaContext | None) -> float | None:
-    """When a long job must stop (a ``time.monotonic()`` value), from the invocation's remaining time."""
-    if context is None:
-        return None
-    remaining = context.get_remaining_time_in_millis() / 1000
-    return time.monotonic() + max(MIN_SLICE_S, remaining - REINDEX_MARGIN_S)
 
 
 @logger.inject_lambda_context(log_event=False)
