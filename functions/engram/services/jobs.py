@@ -139,7 +139,12 @@ def _never_failed(report: Report) -> bool:
 
 
 def _a_namespace_failed(report: Report) -> bool:
-    return any(ns.get("status") == "failed" for ns in report.get("namespaces", []))
+    """A namespace's run failed: its status says so (dreaming), or it has errors (extraction: a batch
+    the model did not answer, a conversation index that failed; the next run resumes from its cursor)."""
+    return any(
+        ns.get("status") == "failed" or ("status" not in ns and bool(ns.get("errors")))
+        for ns in report.get("namespaces", [])
+    )
 
 
 # A job's body: the services, its payload, and when it must stop (a ``time.monotonic()`` value, or None).
@@ -179,7 +184,7 @@ class Job:
 JOBS: dict[str, Job] = {
     job.name: job
     for job in (
-        Job("extract", _extract, 1, "ExtractionRuns", "ExtractionErrors"),
+        Job("extract", _extract, 1, "ExtractionRuns", "ExtractionErrors", failed=_a_namespace_failed),
         Job("dream", _dream, 1, "DreamRuns", "DreamErrors", failed=_a_namespace_failed),
         Job("cleanup", _cleanup, CLEANUP_SNAPSHOT_CHANGES, "CleanupRuns"),
         Job("index_repair", _index_repair, None, "IndexRepairRuns"),

@@ -21,7 +21,7 @@ def build_scheduler(container: Container) -> Scheduler:
     def job(name: str, payload: dict[str, Any]) -> JobRunner:
         """A run of ``name`` through the container's job runner; False (retry soon) when it failed."""
 
-        async def run() -> object:
+        async def run() -> bool:
             result = await container.jobs.run_async(name, payload)
             return not result.failed
 
