@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ pytest.importorskip("aws_lambda_powertools")
 pytest.importorskip("moto")
 
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from engram.adapters.clock import SystemClock
 from engram.bootstrap import build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
@@ -83,6 +85,7 @@ class FakeContainer:
     dreaming: Any = None
     cleanup: Any = None
     settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
+    clock: Any = field(default_factory=SystemClock)
 
     @property
     def jobs(self) -> JobRunner:
@@ -181,3 +184,32 @@ def test_queue_and_consumer_agree_on_the_message_format() -> None:
     from engram.adapters.queue.sqs import encode_job
 
     assert cleanup.decode_job(encode_job("cleanup", {"namespace": "alice"})) == ("cleanup", {"namespace": "alice"})
+
+
+def test_two_deliveries_of_one_message_at_once_run_it_once(container: FakeContainer) -> None:
+    # Given a cleanup that is still running when SQS delivers the same message a second time
+    inside, second_done = threading.Event(), threading.Event()
+    service = container.cleanup
+
+    class SlowCleanup:
+        def run(self, namespace: str | None = None) -> Any:
+            if not inside.is_set():  # the first run waits for the duplicate; any later one does not
+                inside.set()
+                assert second_done.wait(10)
+            return service.run(namespace)
+
+    container.cleanup = SlowCleanup()
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    first = threading.Thread(target=cleanup.handler, args=(batch, LambdaContextStub()))
+    first.start()
+    assert inside.wait(10)
+    # When the duplicate is processed meanwhile
+    with pytest.raises(BatchProcessingError):
+        cleanup.handler(batch, LambdaContextStub())
+    second_done.set()
+    first.join(10)
+    # Then the duplicate failed back to the queue (retried later, then acknowledged) and the cleanup ran once
+    assert service.calls == [{"namespace": "alice"}]
+    assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
+    assert service.calls == [{"namespace": "alice"}]

@@ -18,9 +18,12 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from engram.domain.errors import InvalidInput
+from engram.domain.errors import Conflict, InvalidInput
+from engram.domain.models import IdempotencyRecord
+from engram.domain.ports import Clock, KeyValueRows
 from engram.services.loop import run_sync
 
 log = logging.getLogger("engram.jobs")
@@ -229,3 +232,60 @@ class JobRunner:
             except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
                 log.exception("writing the search snapshots after %s failed", job.name)
         return JobResult(job=job.name, report=report, failed=job.failed(report))
+
+
+# -- each queued message once -------------------------------------------------------------------
+
+# Idempotency keys of the jobs queue live in this namespace (retention deletes them after 7 days).
+JOBS_NAMESPACE = "_jobs"
+
+
+def run_once(
+    store: KeyValueRows,
+    clock: Clock,
+    key: str,
+    lease: timedelta,
+    run: Callable[[], Report],
+    keep: Mapping[str, Any] | None = None,
+) -> Report | None:
+    """Run ``run`` once for ``key`` however many deliveries of it arrive, at once or later (SQS delivers
+    at least once); ``None`` when it already ran. A delivery first claims the key with a conditional put
+    (the store's put-if-absent: of two at once, one wins); one that finds the claim held by a live run
+    raises ``Conflict`` so the queue retries it later. A failed run gives the claim up (the queue retries
+    the message); a claim older than ``lease`` (its process died) is taken over. A run that succeeds
+    keeps ``key`` (with ``keep`` and the report's error count) before it lets the claim go, and the
+    winner of a claim reads ``key`` again, so a late duplicate never runs it twice.
+
+    Why not Powertools' idempotency utility: its persistence layer writes its own item shape straight
+    to a DynamoDB table, outside the store's ports (no SQLite or in-memory store, no contract suite);
+    the store's conditional put gives the same guarantee on every store."""
+    if store.get_idempotency(JOBS_NAMESPACE, key) is not None:
+        return None
+    claim = f"{key}:claim"
+    now = clock.now()
+    mine = IdempotencyRecord(
+        namespace=JOBS_NAMESPACE, key=claim, value={"until": (now + lease).isoformat()}, created_at=now
+    )
+    if not store.put_idempotency(mine):
+        held = store.get_idempotency(JOBS_NAMESPACE, claim)
+        if held is not None and _lease_end(held) > now:
+            raise Conflict(f"job message {key!r} is being processed by another delivery", code="job_running")
+        store.delete_idempotency(JOBS_NAMESPACE, claim)  # its holder died: take the claim over
+        if not store.put_idempotency(mine):
+            raise Conflict(f"job message {key!r} is being processed by another delivery", code="job_running")
+    try:
+        if store.get_idempotency(JOBS_NAMESPACE, key) is not None:  # done meanwhile by the claim's last holder
+            return None
+        report = run()
+    except BaseException:
+        store.delete_idempotency(JOBS_NAMESPACE, claim)
+        raise
+    done = {**(keep or {}), "errors": report.get("errors", 0)}
+    store.put_idempotency(IdempotencyRecord(namespace=JOBS_NAMESPACE, key=key, value=done, created_at=clock.now()))
+    store.delete_idempotency(JOBS_NAMESPACE, claim)
+    return report
+
+
+def _lease_end(record: IdempotencyRecord) -> datetime:
+    until = (record.value or {}).get("until")
+    return datetime.fromisoformat(until) if isinstance(until, str) else record.created_at

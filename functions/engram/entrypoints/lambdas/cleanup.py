@@ -7,12 +7,14 @@ again after index writes failed) or ``{"job": "reindex", "payload": {"namespace"
 admin panel's and REST's reindex, services/reindex.py: it stops before this invocation's deadline and
 queues its own continuation). A failed record is reported
 back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
-once: after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed.
+once (``services/jobs.run_once``: a conditional put claims it, so two deliveries at once never both
+run; after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -21,11 +23,10 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.domain.errors import InvalidInput
-from engram.domain.models import IdempotencyRecord, utcnow
 from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, run_job, tracer
+from engram.services.jobs import JOBS_NAMESPACE, run_once
 
-# Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
-JOBS_NAMESPACE = "_jobs"
+__all__ = ["JOBS_NAMESPACE", "decode_job", "handler", "record_handler"]
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
@@ -50,28 +51,29 @@ def _idempotency_key(record: SQSRecord) -> str:
 
 # The jobs this queue carries (the others run on their own schedule).
 QUEUED_JOBS = ("cleanup", "index_repair", "reindex")
+# A claim on a message outlives the longest invocation (the function's 15-minute limit) before another
+# delivery may take it over.
+CLAIM_LEASE = timedelta(minutes=16)
 
 
 @tracer.capture_method(capture_response=False)
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
-    store = get_container().store
-    key = _idempotency_key(record)
-    if store.get_idempotency(JOBS_NAMESPACE, key) is not None:
-        logger.info("message already processed", extra={"message_id": record.message_id})
-        return {"skipped": True}
+    container = get_container()
     job, payload = decode_job(record.body)
     if job not in QUEUED_JOBS:
         raise InvalidInput(f"the jobs queue got an unknown {job!r} job")
-    report = run_job(job, payload, lambda_context).report
-    namespace = None if payload.get("all") else payload.get("namespace")
-    store.put_idempotency(
-        IdempotencyRecord(
-            namespace=JOBS_NAMESPACE,
-            key=key,
-            value={"job": job, "namespace": namespace or "*", "errors": report.get("errors", 0)},
-            created_at=utcnow(),
-        )
+    namespace = "*" if payload.get("all") else str(payload.get("namespace") or "*")
+    report = run_once(
+        container.store,
+        container.clock,
+        _idempotency_key(record),
+        CLAIM_LEASE,
+        lambda: run_job(job, payload, lambda_context).report,
+        keep={"job": job, "namespace": namespace},
     )
+    if report is None:
+        logger.info("message already processed", extra={"message_id": record.message_id})
+        return {"skipped": True}
     return report
 
 
