@@ -225,7 +225,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         )
     )
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
-    queue: JobQueue = overrides.get("queue") or build_queue(settings) or _inline_queue(settings, jobs)
+    queue: JobQueue = overrides.get("queue") or build_queue(settings) or InlineJobQueue(jobs.run, JOBS)
     reindex = ReindexService(store, memories, embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
 
@@ -307,16 +307,6 @@ def _build_conversations(
         clock,
         runtime.provider(ConversationConfig.from_settings),
         query_vector=recall.query_vector,
-    )
-
-
-def _inline_queue(settings: Settings, jobs: JobRunner) -> InlineJobQueue:
-    """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``): the same runner as every job."""
-    return InlineJobQueue(
-        jobs.run,
-        JOBS,
-        min_interval_seconds=settings.cleanup_min_interval_hours * 3600,
-        throttled=("cleanup",),
     )
 
 

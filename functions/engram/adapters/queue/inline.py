@@ -1,15 +1,14 @@
 """``JobQueue`` in process: each job runs in a background daemon thread (the local stand-in for SQS),
 through ``run(job, payload)`` (the container's job runner, services/jobs.py).
 
-A throttled job (cleanup) runs at most once per ``min_interval`` for the same namespace; no job runs
-twice at the same time for the same namespace. Extra requests are dropped, as a throttled queue would.
+No job runs twice at the same time for the same namespace: a request while one runs is dropped (the
+chat path's cleanup requests are throttled where they are made: services/exchange.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -21,23 +20,10 @@ Run = Callable[[str, dict[str, Any]], Any]
 
 
 class InlineJobQueue:
-    def __init__(
-        self,
-        run: Run,
-        jobs: Collection[str],
-        *,
-        min_interval_seconds: float = 24 * 3600,
-        monotonic: Callable[[], float] = time.monotonic,
-        throttled: Collection[str] | None = None,
-    ) -> None:
+    def __init__(self, run: Run, jobs: Collection[str]) -> None:
         self._run_job = run
         self._jobs = frozenset(jobs)
-        self._min_interval = min_interval_seconds
-        # Jobs the interval applies to (default: every job).
-        self._throttled = set(jobs) if throttled is None else set(throttled)
-        self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._started: dict[tuple[str, str], float] = {}
         self._threads: list[threading.Thread] = []
         self._running: dict[tuple[str, str], threading.Thread] = {}
 
@@ -45,15 +31,10 @@ class InlineJobQueue:
         if job not in self._jobs:
             raise InvalidInput(f"unknown job {job!r}", code="unknown_job")
         key = (job, str(payload.get("namespace", "")))
-        now = self._monotonic()
         with self._lock:
-            last = self._started.get(key)
-            if job in self._throttled and last is not None and now - last < self._min_interval:
-                return
             running = self._running.get(key)
             if running is not None and running.is_alive():
                 return
-            self._started[key] = now
             self._threads = [t for t in self._threads if t.is_alive()]
             thread = threading.Thread(target=self._run, args=(job, payload), name=f"job-{job}", daemon=True)
             self._threads.append(thread)
