@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.domain.errors import InvalidInput
 from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, run_job, tracer
-from engram.services.jobs import JOBS_NAMESPACE, run_once
+from engram.services.jobs import JOBS_NAMESPACE, job_named, run_once
 
 __all__ = ["JOBS_NAMESPACE", "decode_job", "handler", "record_handler"]
 
@@ -49,8 +49,6 @@ def _idempotency_key(record: SQSRecord) -> str:
     return f"sqs:{record.message_id}"
 
 
-# The jobs this queue carries (the others run on their own schedule).
-QUEUED_JOBS = ("cleanup", "index_repair", "reindex")
 # A claim on a message outlives the longest invocation (the function's 15-minute limit) before another
 # delivery may take it over.
 CLAIM_LEASE = timedelta(minutes=16)
@@ -60,8 +58,7 @@ CLAIM_LEASE = timedelta(minutes=16)
 def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     container = get_container()
     job, payload = decode_job(record.body)
-    if job not in QUEUED_JOBS:
-        raise InvalidInput(f"the jobs queue got an unknown {job!r} job")
+    job_named(job)  # an unknown job is refused before anything is claimed
     namespace = "*" if payload.get("all") else str(payload.get("namespace") or "*")
     report = run_once(
         container.store,
