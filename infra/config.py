@@ -85,10 +85,11 @@ class EngramConfig:
     retention_idempotency_days: int = FUNCTIONS.retention_idempotency_days
     memory_expire_unseen_days: int = FUNCTIONS.memory_expire_unseen_days
     hard_delete_after_days: int = FUNCTIONS.hard_delete_after_days
-    # Search backend: "opensearch" (an OpenSearch Serverless collection) or "replica" (no search
-    # service: each function keeps a private copy of the index in /tmp, synced from the table and a
-    # snapshot bucket; docs/aws.md, "Search backends").
-    search_backend: str = "opensearch"
+    # Search backend: "replica" (no search service: each function keeps a private copy of the index in
+    # /tmp, synced from the table and a snapshot bucket) or "opensearch" (an OpenSearch Serverless
+    # collection); docs/aws.md, "Search backends". The default of a NEW deployment: an existing one keeps
+    # the backend recorded in its engram.deploy.json (infra/deploy_settings.py).
+    search_backend: str = "replica"
     # OpenSearch Serverless: "classic" (standby off: ~1 OCU floor) or "nextgen" (collection group that
     # scales to zero after 10 idle minutes).
     collection_generation: str = "classic"
@@ -192,7 +193,7 @@ class EngramConfig:
             raw = node.try_get_context(f"engram:{f.name}")
             if raw is None:
                 continue
-            values[f.name] = _coerce(f.name, raw, f.default)
+            values[f.name] = coerce(f.name, raw, f.default)
         return cls(**values)
 
     def bedrock_model_ids(self) -> list[str]:
@@ -261,15 +262,27 @@ class EngramConfig:
         return env
 
 
-def _coerce(name: str, raw: Any, default: Any) -> Any:
+def coerce(name: str, raw: Any, default: Any) -> Any:
+    """``raw`` (a ``-c`` string or a value from engram.deploy.json) as the type of the setting's default."""
     if isinstance(default, bool):
         return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
     if isinstance(default, int):
-        return int(raw)
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"engram:{name} must be an integer, got {raw!r}") from None
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"engram:{name} must be a number, got {raw!r}") from None
     if isinstance(default, tuple):
         if isinstance(raw, str):
             return tuple(x.strip() for x in raw.split(",") if x.strip())
         return tuple(raw)
     if name == "extra_env":
-        return json.loads(raw) if isinstance(raw, str) else dict(raw)
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, dict):
+            raise ValueError(f"engram:extra_env must be a JSON object of ENGRAM_* names, got {raw!r}")
+        return dict(value)
     return str(raw)

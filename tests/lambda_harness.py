@@ -74,7 +74,7 @@ FAKE_CREDENTIALS = {
 
 def synth_template(**config: Any) -> dict[str, Any]:
     """The CloudFormation template ``cdk deploy`` would deploy, synthesized offline: cdk.json's context
-    (its ``engram:*`` settings and CDK feature flags), with ``config`` (``EngramConfig`` fields) on top.
+    (CDK's feature flags), the project's defaults (``EngramConfig``) and ``config`` (its fields) on top.
 
     The dependency layer is a placeholder folder (its contents do not change the template's
     resources or environment), like tests/infra/test_stack.py.

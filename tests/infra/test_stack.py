@@ -49,7 +49,8 @@ def layer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def synth(layer_dir: Path) -> tuple[EngramStack, Template]:
-    return _synth(layer_dir)
+    # The OpenSearch stack (a new deployment's default is the replica: the `replica` fixture below)
+    return _synth(layer_dir, search_backend="opensearch")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def template(synth: tuple[EngramStack, Template]) -> Template:
 def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
     return _synth(
         layer_dir,
+        search_backend="opensearch",
         timezone="Europe/Berlin",
         collection_generation="nextgen",
         reranker="bedrock",
@@ -692,11 +694,15 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
     assert [line for line in wanted if line.startswith("numpy")]
 
 
-def test_default_backend_ships_no_replica_layer(template: Template) -> None:
+def test_opensearch_backend_ships_no_replica_layer(template: Template) -> None:
     assert not [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
 
 
-def test_default_backend_is_opensearch(template: Template) -> None:
+def test_a_new_deployments_default_backend_is_the_replica() -> None:
+    assert EngramConfig().search_backend == "replica"
+
+
+def test_opensearch_backend_has_a_collection_and_no_snapshot_bucket(template: Template) -> None:
     assert _resources(template, "AWS::OpenSearchServerless::Collection")
     assert [k for k in _resources(template, "AWS::S3::Bucket") if not k.startswith("SkillFiles")] == []
     for fn in _resources(template, "AWS::Lambda::Function").values():
@@ -726,7 +732,7 @@ def _assert_nag_and_cfn_lint_clean(stack: EngramStack, template: Template, tmp_p
 
 @pytest.fixture(scope="module")
 def local_embedder(layer_dir: Path) -> tuple[EngramStack, Template]:
-    return _synth(layer_dir, embedder="local")
+    return _synth(layer_dir, embedder="local", search_backend="opensearch")
 
 
 @pytest.fixture(scope="module")
@@ -874,3 +880,25 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
     deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
     assert len(deletes) == 5 and all(s in skill_statements for s in deletes)
     assert "SkillFilesBucket" in template.find_outputs("*")
+
+
+# -- the cost model (bench/cost.py) --------------------------------------------------------------------
+
+
+def _alarm_metrics(template: Template) -> int:
+    """Metrics the alarms read, as CloudWatch bills them (a metric-math alarm: each metric in it)."""
+    alarms = _alarms(template).values()
+    return sum(len([m for m in a["Metrics"] if "MetricStat" in m]) if "Metrics" in a else 1 for a in alarms)
+
+
+@pytest.mark.parametrize(
+    ("variant", "backend"), [("synth", "opensearch-classic"), ("custom", "opensearch-nextgen"), ("replica", "replica")]
+)
+def test_the_cost_model_bills_every_alarm_the_stack_creates(
+    variant: str, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Given the synthesized stack of each backend / Then bench/cost.py bills as many alarm metrics as it has
+    from bench.cost import ALARM_METRICS
+
+    _, template = request.getfixturevalue(variant)
+    assert _alarm_metrics(template) == ALARM_METRICS[backend], "update ALARM_METRICS in bench/cost.py"
