@@ -25,12 +25,14 @@ ROOT = Path(__file__).resolve().parent
 def build(app: cdk.App, root: Path = ROOT) -> EngramStack:
     """The stack of this deployment: its settings file and the ``-c engram:*`` flags (written back)."""
     settings = resolve(app.node.get_all_context(), root)
+    # Model ids as the deploy region serves them (the CLI passes its region; infra/bedrock_models.py).
+    config = settings.config().for_region(os.environ.get("CDK_DEFAULT_REGION"))
     if settings.message():
         print(settings.message(), file=sys.stderr)
     stack = EngramStack(
         app,
         settings.stack_name,
-        config=settings.config(),
+        config=config,
         description="Engram: long-term memory for AI chat clients (gateway, MCP, REST, jobs)",
     )
     cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))

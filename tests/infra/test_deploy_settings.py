@@ -21,14 +21,6 @@ from infra.deploy_settings import SETTINGS_FILE, resolve  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def layer_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "layer"
-    (root / "python").mkdir(parents=True)
-    (root / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
-    return root
-
-
 def _template(root: Path, context: dict[str, Any]) -> dict[str, Any]:
     app = cdk.App(context=context)
     stack = build(app, root)

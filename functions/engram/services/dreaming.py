@@ -10,6 +10,14 @@ invalid item is dropped and reported, an over-long digest is cut at a sentence b
 rest is applied once. A date is dreamt once per namespace unless forced; a run whose model call
 failed leaves no mark, so the next run tries again.
 
+A namespace's run fails on its own (``status: failed``; the run's ``errors`` count and ``failed``
+list): the other namespaces' dreams are kept, the run returns its report (the Lambda invocation
+succeeds: its automatic retries never repeat what succeeded), and the job's error metric raises the
+owner's alarm (docs/aws.md, "Alarms"). The failed day is noted for that namespace (``RETRY``) and every
+later run dreams it again, for that namespace only, before giving up after ``MAX_DAY_ATTEMPTS`` nights:
+attempts are counted per night the run is for, so a retry the same night (the local scheduler's early
+retry) costs no attempt.
+
 Over 400 lines on purpose: gathering the day, validating the model's plan and applying it are one
 contract with the dream prompt (``services/prompts.py``); shared job plumbing lives in
 ``services/job_runs.py`` and ``services/model_reply.py``.
@@ -18,6 +26,7 @@ contract with the dream prompt (``services/prompts.py``); shared job plumbing li
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import unicodedata
@@ -55,7 +64,7 @@ from engram.domain.ports import (
     StoreAdmin,
 )
 from engram.services import prompts
-from engram.services.job_runs import NamespaceLocks, record_run
+from engram.services.job_runs import NamespaceLocks, failure_of, record_run
 from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 from engram.services.notes import NoteService
@@ -63,6 +72,8 @@ from engram.services.notes import NoteService
 log = logging.getLogger(__name__)
 
 _PAGE = 500
+RETRY = "dream:retry"  # cursor: {day: {"attempts": n, "night": the day the last counted run was for}}
+MAX_DAY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -118,13 +129,20 @@ class DreamReport:
 
     def to_dict(self) -> dict[str, Any]:
         keys = ("messages", "updated", "superseded", "archived", "protected", "excerpts", "dropped")
+        failed = [ns.namespace for ns in self.namespaces if ns.status == "failed" or _failures(ns)]
         return {
             "job": "dream",
             "date": self.date,
             **{k: sum(int(getattr(ns, k)) for ns in self.namespaces) for k in keys},
-            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "errors": sum(_failures(ns) for ns in self.namespaces),
+            "failed": list(dict.fromkeys(failed)),
             "namespaces": [asdict(ns) for ns in self.namespaces],
         }
+
+
+def _failures(ns: NamespaceDream) -> int:
+    """The failures of a namespace's run (a dropped or failing item of the plan is no failure of it)."""
+    return sum(1 for e in ns.errors if "item" not in e)
 
 
 def day_bounds(day: str, timezone: str) -> tuple[datetime, datetime]:
@@ -194,17 +212,23 @@ class DreamingService:
         namespaces = [namespace] if namespace else await asyncio.to_thread(self._store.list_namespaces)
         report = DreamReport(date=day)
         for ns in namespaces:
-            report.namespaces.append(await self._run_namespace(ns, day, force))
+            report.namespaces.append(await self._run_namespace(ns, day, force, night=day))
+            for earlier in await asyncio.to_thread(self._days_to_retry, ns, day):
+                report.namespaces.append(await self._run_namespace(ns, earlier, False, night=day))
         return report
 
-    async def _run_namespace(self, namespace: str, day: str, force: bool) -> NamespaceDream:
+    async def _run_namespace(self, namespace: str, day: str, force: bool, *, night: str) -> NamespaceDream:
         result = NamespaceDream(namespace=namespace, date=day)
         try:
             with self._locks.hold("dream", namespace):
                 await self._dream(namespace, day, force, result)
-        except EngramError as exc:
+        except Exception as exc:  # this namespace failed; the others dream, and a later run retries it
             result.status = "failed"
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+            result.errors.append(failure_of(exc, f"dreaming {day} failed", namespace))
+        try:
+            await asyncio.to_thread(self._note_outcome, namespace, day, night, result)
+        except Exception as exc:
+            result.errors.append(failure_of(exc, "noting the dream's retry state failed", namespace))
         detail = asdict(result)
         detail.pop("namespace")
         await asyncio.to_thread(record_run, self._store, self._clock, "dream", namespace, detail)
@@ -250,6 +274,36 @@ class DreamingService:
         await asyncio.to_thread(self._apply, namespace, day, plan, messages, context, result)
 
     # -- sync steps (run in a worker thread) -------------------------------------------------
+    def _retry_state(self, namespace: str) -> dict[str, dict[str, Any]]:
+        raw = self._store.get_cursor(namespace, RETRY)
+        state = json.loads(raw) if raw else {}
+        return state if isinstance(state, dict) else {}
+
+    def _days_to_retry(self, namespace: str, day: str) -> list[str]:
+        """The namespace's earlier failed days still to dream again (oldest first), ``day`` apart."""
+        return sorted(d for d in self._retry_state(namespace) if d != day)
+
+    def _note_outcome(self, namespace: str, day: str, night: str, result: NamespaceDream) -> None:
+        """Keep a failed day for the next runs (one attempt per ``night``), forget a day dreamt since."""
+        state = self._retry_state(namespace)
+        before = dict(state)
+        if result.status != "failed":
+            state.pop(day, None)
+        else:
+            entry = state.get(day) or {"attempts": 0, "night": None}
+            if entry.get("night") != night:
+                entry = {"attempts": int(entry.get("attempts", 0)) + 1, "night": night}
+            if entry["attempts"] >= MAX_DAY_ATTEMPTS:
+                log.warning("dreaming gives up on %s of %s after %d nights", day, namespace, entry["attempts"])
+                result.errors.append(
+                    {"error": "day_skipped", "message": f"gave up on {day} after {entry['attempts']} nights"}
+                )
+                state.pop(day, None)
+            else:
+                state[day] = entry
+        if state != before:
+            self._store.set_cursor(namespace, RETRY, json.dumps(state, sort_keys=True))
+
     def _day_messages(self, namespace: str, day: str) -> list[Message]:
         """The day's messages, oldest first; the latest ``max_messages`` when there are more."""
         start, end = day_bounds(day, self._config.timezone)
@@ -329,8 +383,8 @@ class DreamingService:
         """One failing step never stops the rest of the plan."""
         try:
             step(*args)
-        except EngramError as exc:
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        except EngramError as exc:  # this step only: reported, the plan goes on (no failure of the run)
+            result.errors.append({"error": exc.code, "message": exc.message[:300], "item": step.__name__.strip("_")})
 
     def _target(self, namespace: str, target_id: str, shown: set[str], result: NamespaceDream) -> Memory | None:
         if target_id not in shown:

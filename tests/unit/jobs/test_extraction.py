@@ -170,10 +170,14 @@ async def test_a_window_that_keeps_failing_is_skipped_after_max_attempts(env: En
     # Given a window the model never answers properly
     env.message("hello", at=ago(env, minutes=5))
     env.model.script(*["not json"] * 5)
-    # When extraction runs five times
-    results = [await extract(env) for _ in range(5)]
+    # When extraction runs five times, one scheduled interval (4 h) apart
+    results = []
+    for _ in range(5):
+        results.append(await extract(env))
+        env.clock.advance(hours=4)
     # Then the fifth gives up on it and later runs do not call the model again
     assert [r["skipped_batches"] for r in results] == [0, 0, 0, 0, 1]
+    assert results[-1]["namespaces"][0]["errors"][-1]["error"] == "window_skipped"
     await extract(env)
     assert len(env.model.calls) == 5
 
