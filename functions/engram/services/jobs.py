@@ -142,12 +142,10 @@ def _never_failed(report: Report) -> bool:
 
 
 def _a_namespace_failed(report: Report) -> bool:
-    """A namespace's run failed: its status says so (dreaming), or it has errors (extraction: a batch
-    the model did not answer, a conversation index that failed; the next run resumes from its cursor)."""
-    return any(
-        ns.get("status") == "failed" or ("status" not in ns and bool(ns.get("errors")))
-        for ns in report.get("namespaces", [])
-    )
+    """A namespace's run failed (the report's ``failed`` list; services/extraction.py and
+    services/dreaming.py say what a failure is): the run retries just those namespaces. The run itself
+    returns: a Lambda invocation must not raise for it (docs/aws.md, "Alarms")."""
+    return bool(report.get("failed"))
 
 
 # A job's body: the services, its payload, and when it must stop (a ``time.monotonic()`` value, or None).
