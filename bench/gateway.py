@@ -50,7 +50,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     import uvicorn
     from engram.adapters.search.inmemory import InMemorySearchIndex
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
-    from engram.bootstrap import build_container
+    from engram.bootstrap import Overrides, build_container
     from engram.domain.models import Digest
     from engram.entrypoints.http.app import create_app
     from engram.services.memories import MemoryWrite
@@ -72,7 +72,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
         log_level="WARNING",
         rate_limit_chat_per_minute=0,  # one key sends every request: measure the gateway, not the limit
     )  # type: ignore[call-arg]
-    container = build_container(settings, store=InMemoryMemoryStore(), index=InMemorySearchIndex())
+    container = build_container(settings, Overrides(store=InMemoryMemoryStore(), index=InMemorySearchIndex()))
     if recall:
         rng = random.Random(7)
         for i in range(1000):

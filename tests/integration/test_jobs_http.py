@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.entrypoints.http.app import create_app
 from engram.settings import Settings
 
@@ -191,7 +191,7 @@ def test_the_scheduler_runs_inside_the_server_only_when_enabled(tmp_path: Any) -
             scheduler_enabled=enabled,
         )
         container = build_container(
-            settings, extract_model=ScriptedChatModel(default='{"memories": []}'), dream_model=None
+            settings, Overrides(extract_model=ScriptedChatModel(default='{"memories": []}'), dream_model=None)
         )
         apps.append((create_app(container), container))
     # When each is served, Then only the first has a running scheduler with its jobs

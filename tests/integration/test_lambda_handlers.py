@@ -16,7 +16,7 @@ pytest.importorskip("moto")
 
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from engram.adapters.clock import SystemClock
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
@@ -135,7 +135,7 @@ def test_dream_handler_passes_date_force_and_namespace(container: FakeContainer)
 def test_job_handler_without_a_model_is_not_configured(container: FakeContainer, tmp_path: Path) -> None:
     # Given a deployment whose extraction has no model configured
     settings = Settings(store="memory", search="memory", embedder="none", data_dir=tmp_path, extract_model="")
-    built = build_container(settings, store=container.store)
+    built = build_container(settings, Overrides(store=container.store))
     container.extraction = built.extraction
     # Then the invocation fails loudly
     with pytest.raises(NotConfigured):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from engram.adapters.queue.inline import InlineJobQueue
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import InvalidInput, UpstreamUnavailable
 from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord, new_id
 from engram.settings import Settings
@@ -97,7 +97,7 @@ def _container_with(index: FlakyIndex, clock: ManualClock, tmp_store: str = "mem
     settings = Settings(
         store=tmp_store, search="memory", embedder="none", scheduler_enabled=False, search_retry_seconds=0
     )
-    return build_container(settings, index=index, clock=clock, embedder=HashEmbedder(), extract_model=None)
+    return build_container(settings, Overrides(index=index, clock=clock, embedder=HashEmbedder(), extract_model=None))
 
 
 def test_old_deleted_superseded_and_expired_rows_are_erased_vector_first() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import UpstreamUnavailable
 from engram.entrypoints.http.schedule import build_scheduler
 from engram.settings import Settings
@@ -20,7 +20,7 @@ async def test_the_daily_jobs_move_when_the_runtime_time_zone_changes(tmp_path: 
     clock = ManualClock(datetime(2026, 3, 10, 12, 0, tzinfo=UTC))
     settings = Settings(store="memory", search="memory", embedder="none", data_dir=tmp_path, timezone="UTC")
     model = ScriptedChatModel(default='{"memories": []}')
-    container = build_container(settings, clock=clock, extract_model=model, dream_model=model)
+    container = build_container(settings, Overrides(clock=clock, extract_model=model, dream_model=model))
     try:
         scheduler = build_scheduler(container)
         assert await scheduler.run_due() == []
