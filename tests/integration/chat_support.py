@@ -83,11 +83,13 @@ def start_gateway(
     **overrides: Any,
 ) -> Gateway:
     """A real gateway (in-memory store and index, keyword recall) against ``upstream``, stopped with ``stack``."""
+    from engram.adapters.clock import SystemClock
     from engram.adapters.search.inmemory import InMemorySearchIndex
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
     settings = gateway_settings(upstream, **overrides)
-    store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+    clock = clock or SystemClock()  # the gateway runs over HTTP on the real clock unless given one; the store shares it
+    store, index = InMemoryMemoryStore(clock=clock), InMemorySearchIndex()
     real = build_container(
         settings, Overrides(store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime, clock=clock)
     ).recall

@@ -15,7 +15,6 @@ pytest.importorskip("aws_lambda_powertools")
 pytest.importorskip("moto")
 
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
-from engram.adapters.clock import SystemClock
 from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
@@ -23,6 +22,7 @@ from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
 from engram.services.jobs import JobRunner, JobServices
 from engram.settings import Settings
 
+from tests.fakes.clock import ManualClock
 from tests.fakes.moto_aws import dynamo_store
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
@@ -85,7 +85,7 @@ class FakeContainer:
     dreaming: Any = None
     cleanup: Any = None
     settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
-    clock: Any = field(default_factory=SystemClock)
+    clock: ManualClock = field(default_factory=ManualClock)
 
     @property
     def jobs(self) -> JobRunner:
@@ -101,9 +101,11 @@ class FakeContainer:
 
 @pytest.fixture
 def container() -> Iterator[FakeContainer]:
-    with dynamo_store() as store:
+    clock = ManualClock()
+    with dynamo_store(clock=clock) as store:
         fake = FakeContainer(
             store=store,
+            clock=clock,
             extraction=RecordingService(is_async=True),
             dreaming=RecordingService(is_async=True),
             cleanup=RecordingService(),

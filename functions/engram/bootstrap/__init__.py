@@ -233,7 +233,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         clock=clock,
         keys=o.keys or build_keyring(settings),
         runtime=base.runtime,
-        limits=build_limits(settings, o.rate_limiter),
+        limits=build_limits(settings, clock, o.rate_limiter),
         queue=jobs.queue,
         memories=lib.memories,
         candidates=lib.candidates,
@@ -261,7 +261,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
 
 
 def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundation:
-    store = o.store or build_store(settings, closers)
+    clock = o.clock or SystemClock()
+    store = o.store or build_store(settings, closers, clock)
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(o.index or build_index(settings, closers), retry_seconds=settings.search_retry_seconds)
@@ -272,7 +273,7 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
         else None
     )
     runtime = RuntimeSettings(store, settings)
-    return _Foundation(o.clock or SystemClock(), store, index, raw_embedder, embedder, runtime)
+    return _Foundation(clock, store, index, raw_embedder, embedder, runtime)
 
 
 def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:

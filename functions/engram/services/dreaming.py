@@ -48,6 +48,7 @@ from engram.domain.policies import (
     MAX_TAG_CHARS,
     MAX_TAGS,
     clean_content,
+    in_range,
     same_meaning_text,
     truncate_digest,
 )
@@ -65,7 +66,7 @@ from engram.domain.ports import (
 )
 from engram.services import prompts
 from engram.services.job_runs import NamespaceLocks, failure_of, record_run
-from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
+from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite, is_protected
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 from engram.services.notes import NoteService
 
@@ -112,7 +113,8 @@ class NamespaceDream:
     updated: int = 0
     superseded: int = 0
     archived: int = 0
-    protected: int = 0
+    protected: int = 0  # pinned or core memories left as they are (docs/ARCHITECTURE.md, "Write rules")
+    proposed: int = 0  # changes to pinned or core memories filed in the review queue instead
     ignored: int = 0
     excerpts: int = 0
     excerpts_rejected: int = 0
@@ -128,7 +130,7 @@ class DreamReport:
     namespaces: list[NamespaceDream] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("messages", "updated", "superseded", "archived", "protected", "excerpts", "dropped")
+        keys = ("messages", "updated", "superseded", "archived", "protected", "proposed", "excerpts", "dropped")
         failed = [ns.namespace for ns in self.namespaces if ns.status == "failed" or _failures(ns)]
         return {
             "job": "dream",
@@ -149,11 +151,12 @@ def day_bounds(day: str, timezone: str) -> tuple[datetime, datetime]:
     """Start (inclusive) and end (exclusive) of a local calendar day, as aware datetimes."""
     try:
         parsed = Date.fromisoformat(day)
-    except ValueError as exc:
-        raise InvalidInput(f"date {day!r} is not YYYY-MM-DD", code="invalid_date") from exc
-    tz = ZoneInfo(timezone)
-    start = datetime.combine(parsed, time(0), tz)
-    end = datetime.combine(parsed + timedelta(days=1), time(0), tz)
+        tz = ZoneInfo(timezone)
+        start = datetime.combine(parsed, time(0), tz)
+        end = datetime.combine(parsed + timedelta(days=1), time(0), tz)
+        in_range(start), in_range(end)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInput(f"date {day!r} is not a YYYY-MM-DD day Engram can hold", code="invalid_date") from exc
     return start, end
 
 
@@ -394,9 +397,6 @@ class DreamingService:
         if memory.status != "active":
             result.ignored += 1
             return None
-        if memory.pinned:
-            result.protected += 1
-            return None
         return memory
 
     def _update(
@@ -410,29 +410,44 @@ class DreamingService:
         importance = target.importance if update.importance is None else update.importance
         confidence = target.confidence if update.confidence is None else update.confidence
         touched.add(target.id)
-        if not update.content or same_meaning_text(update.content, target.content):
+        rewrite = bool(update.content) and not same_meaning_text(update.content, target.content)
+        if is_protected(target):
+            # A pinned or core memory is never changed by the dream: a new wording goes to the owner's
+            # review queue (accepting it keeps the pin and layer), anything else is left as it is.
+            if rewrite:
+                self._memories.propose_change(target, self._rewrite(update, target, new_type, tags))
+                result.proposed += 1
+            else:
+                result.protected += 1
+            return
+        # At the version the dream read: a memory its owner changed since is left alone (reported).
+        if not rewrite:
             self._memories.update(
                 namespace,
                 target.id,
                 MemoryPatch(type=new_type, importance=importance, confidence=confidence, tags=tags),
+                version=target.version,
             )
             result.updated += 1
             return
         self._memories.supersede(
-            namespace,
-            target.id,
-            MemoryWrite(
-                content=update.content,
-                type=new_type,
-                layer=target.layer,
-                importance=importance,
-                confidence=confidence,
-                tags=tags,
-                source="dreaming",
-                source_message_ids=list(target.source_message_ids),
-            ),
+            namespace, target.id, self._rewrite(update, target, new_type, tags), version=target.version
         )
         result.superseded += 1
+
+    @staticmethod
+    def _rewrite(update: _Update, target: Memory, new_type: str, tags: list[str]) -> MemoryWrite:
+        """The new version of ``target`` the dream proposes."""
+        return MemoryWrite(
+            content=update.content or target.content,
+            type=new_type,
+            layer=target.layer,
+            importance=target.importance if update.importance is None else update.importance,
+            confidence=target.confidence if update.confidence is None else update.confidence,
+            tags=tags,
+            source="dreaming",
+            source_message_ids=list(target.source_message_ids),
+        )
 
     def _archive(
         self, namespace: str, archive: _Archive, shown: set[str], touched: set[str], result: NamespaceDream
@@ -440,10 +455,15 @@ class DreamingService:
         target = self._target(namespace, archive.target_id, shown, result)
         if target is None:
             return
+        if is_protected(target):  # never archived by a dream
+            result.protected += 1
+            return
         if target.id in touched:  # updated in the same plan: the update wins
             result.ignored += 1
             return
-        self._memories.set_status(namespace, target.id, "archived", reason=f"dream: {archive.reason}")
+        self._memories.set_status(
+            namespace, target.id, "archived", reason=f"dream: {archive.reason}", version=target.version
+        )
         result.archived += 1
 
     def _excerpts(self, namespace: str, excerpts: list[_Excerpt], result: NamespaceDream) -> None:

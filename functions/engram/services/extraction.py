@@ -499,9 +499,12 @@ class ExtractionService:
                 source_message_ids=sources,
             ),
             dedup=True,
+            automated=True,
         )
         if written.action == "superseded":
             result.superseded += 1
+        elif written.action == "proposed":
+            result.candidates += 1
         elif written.action == "created":
             result.created += 1
         else:
