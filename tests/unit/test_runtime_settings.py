@@ -134,7 +134,7 @@ def test_the_composed_services_follow_runtime_changes_without_a_restart() -> Non
 def test_a_provider_shared_by_threads_never_fails_nor_keeps_an_old_config() -> None:
     # Given a provider read by four threads while a fifth keeps changing the setting behind it,
     # with thread switches forced as often as the interpreter allows
-    runtime = RuntimeSettings(InMemoryMemoryStore(), Settings(store="memory"), ttl_seconds=0)
+    runtime = RuntimeSettings(InMemoryMemoryStore(clock=ManualClock()), Settings(store="memory"), ttl_seconds=0)
     top_k = runtime.provider(lambda s: ("config", s.recall_top_k))
     errors: list[BaseException] = []
     stop = threading.Event()
