@@ -265,7 +265,9 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
     store = o.store or build_store(settings, closers, clock)
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
-    index = GuardedIndex(o.index or build_index(settings, closers), retry_seconds=settings.search_retry_seconds)
+    index = GuardedIndex(
+        o.index or build_index(settings, closers), clock=clock, retry_seconds=settings.search_retry_seconds
+    )
     raw_embedder = build_embedder(settings) if isinstance(o.embedder, Unset) else o.embedder
     embedder = (
         GatedEmbedder(raw_embedder, index, max_tokens=settings.embedding_max_tokens)
@@ -381,7 +383,9 @@ def _build_conversations(
     """Recall of past conversations: its own index of the messages (the memory index's backend, beside
     it), gated on its own embedding model (docs/conversations.md)."""
     guarded = GuardedIndex(
-        index or build_index(settings, closers, conversations=True), retry_seconds=settings.search_retry_seconds
+        index or build_index(settings, closers, conversations=True),
+        clock=clock,
+        retry_seconds=settings.search_retry_seconds,
     )
     gate = (
         GatedEmbedder(raw_embedder, guarded, max_tokens=settings.embedding_max_tokens)
