@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.models import MemoryFilter
 from engram.entrypoints import cli
 from engram.settings import Settings
@@ -190,8 +191,8 @@ def test_cli_score_runs_the_extraction_model(
     model = ScriptedChatModel().script(json.dumps({"items": [{"i": 0, "type": "boundary", "importance": 1.0}]}))
     real_build = build_container
 
-    def with_model(settings: Settings, **overrides: Any) -> Any:
-        return real_build(settings, extract_model=model, **overrides)
+    def with_model(settings: Settings, overrides: Overrides | None = None) -> Any:
+        return real_build(settings, replace(overrides or Overrides(), extract_model=model))
 
     monkeypatch.setattr("engram.bootstrap.build_container", with_model)
     code = cli.main(["import", "--from", "text", str(FIXTURES / "notes.txt"), "--score", "--data-dir", str(data_dir)])
