@@ -86,6 +86,7 @@ class FakeContainer:
     cleanup: Any = None
     settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
     clock: ManualClock = field(default_factory=ManualClock)
+    history: Any = None
 
     @property
     def jobs(self) -> JobRunner:
@@ -95,6 +96,7 @@ class FakeContainer:
             cleanup=self.cleanup,
             memories=self.extraction,
             reindex=lambda: self.cleanup,
+            history=self.history,
         )
         return JobRunner(services)
 
@@ -215,3 +217,27 @@ def test_two_deliveries_of_one_message_at_once_run_it_once(container: FakeContai
     assert service.calls == [{"namespace": "alice"}]
     assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
     assert service.calls == [{"namespace": "alice"}]
+
+
+@dataclass
+class RecordingHistory:
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    async def rotate(self, namespace: str, thread: str) -> dict[str, Any]:
+        self.calls.append((namespace, thread))
+        return {"job": "history", "thread": thread, "folded": 2, "errors": 0}
+
+
+def test_a_history_rotation_job_runs_on_the_jobs_queue(container: FakeContainer) -> None:
+    # Given the chat path queued a rotation of one thread's kept history (services/history.py)
+    history = RecordingHistory()
+    container.history = history
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    batch["Records"][0]["body"] = json.dumps(
+        {"job": "history", "payload": {"namespace": "alice", "thread": "my-thread"}}
+    )
+    # When CleanupFunction processes it / Then the thread's rotation ran once, and the message is done
+    assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
+    assert history.calls == [("alice", "my-thread")]
+    assert container.store.get_idempotency(cleanup.JOBS_NAMESPACE, "sqs:" + batch["Records"][0]["messageId"])

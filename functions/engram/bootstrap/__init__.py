@@ -33,7 +33,7 @@ from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_o
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
-from engram.services.boot import BootService
+from engram.services.boot import BootLimits, BootService
 from engram.services.candidates import CandidateService
 from engram.services.chat import ChatService
 from engram.services.cleanup import CleanupService, RetentionPolicy
@@ -41,6 +41,7 @@ from engram.services.conversations import ConversationConfig, ConversationServic
 from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
+from engram.services.history import HistoryConfig, HistoryService
 from engram.services.job_runs import NamespaceLocks
 from engram.services.jobs import JOBS, JobRunner, JobServices
 from engram.services.local_day import LocalDay
@@ -106,6 +107,7 @@ class Container:
     usage: UsageReportService
     skills: SkillService
     threads: ThreadService
+    history: HistoryService  # server-kept history of clients that send only their newest message
     reminders: ReminderService
     extraction: ExtractionService
     dreaming: DreamingService
@@ -198,6 +200,7 @@ class _Jobs:
     reindex: ReindexService
     runner: JobRunner
     queue: JobQueue
+    history: HistoryService
 
 
 def build_container(settings: Settings | None = None, overrides: Overrides | None = None) -> Container:
@@ -221,6 +224,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
             queue=jobs.queue,
             reminders=lib.reminders,
             conversations=lib.conversations,
+            history=jobs.history,
         ),
         o.bedrock_runtime,
     )
@@ -248,6 +252,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         usage=UsageReportService(store, clock),
         skills=lib.skills,
         threads=ThreadService(store, clock),
+        history=jobs.history,
         reminders=lib.reminders,
         extraction=jobs.extraction,
         dreaming=jobs.dreaming,
@@ -301,7 +306,7 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
         transfer=TransferService(store, memories, clock, skills),
         recall=recall,
         conversations=conversations,
-        boot=BootService(store, local_day, stats, skills),
+        boot=BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings)),
         skills=skills,
         reminders=ReminderService(store, memories, clock, runtime.provider(ReminderConfig.from_settings)),
     )
@@ -317,6 +322,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
 
     extract_model = job_model(o.extract_model, lambda eff: eff.extract_model or eff.chat_model)
     dream_model = job_model(o.dream_model, lambda eff: eff.dream_model or eff.chat_model)
+    history = HistoryService(store, clock, extract_model, runtime.provider(HistoryConfig.from_settings))
     locks = NamespaceLocks()
     memories = lib.memories
     extraction = ExtractionService(
@@ -359,6 +365,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
             cleanup=cleanup,
             memories=memories,
             reindex=lambda: reindex,
+            history=history,
             # The conversation index is a replica beside the memory index (docs/conversations.md).
             snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
         )
@@ -367,7 +374,8 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
     queue: JobQueue = o.queue or build_queue(settings) or InlineJobQueue(runner.run, JOBS)
     reindex = ReindexService(store, memories, base.embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
-    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue)
+    history.attach_queue(queue)
+    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history)
 
 
 def _build_conversations(

@@ -54,6 +54,10 @@ class IndexRepair(Protocol):
     def repair_index(self, namespace: str) -> int: ...
 
 
+class History(Protocol):
+    async def rotate(self, namespace: str, thread: str) -> dict[str, Any]: ...
+
+
 class Reindex(Protocol):
     def run(self, namespace: str, run_id: str, *, deadline: float | None = None) -> dict[str, Any]: ...
 
@@ -67,6 +71,7 @@ class JobServices:
     cleanup: Cleanup
     memories: IndexRepair
     reindex: Callable[[], Reindex]  # late: the reindex service needs the queue, which needs the runner
+    history: History | None = None  # server-kept history (services/history.py)
     # Writes the replica index's snapshots of namespaces changed by at least n rows; returns how many.
     snapshot: Callable[[int], int] = lambda _min_changes: 0
 
@@ -137,6 +142,16 @@ def _reindex(s: JobServices, payload: Mapping[str, Any], deadline: float | None)
     return {"job": "reindex", "state": state.get("state"), "done": state.get("done"), "errors": 0}
 
 
+async def _history(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
+    """A thread's server-kept history is due a rotation (services/history.py)."""
+    needs = "'namespace' and 'thread'"
+    namespace = _required_str(payload, "namespace", "history", needs)
+    thread = _required_str(payload, "thread", "history", needs)
+    if s.history is None:
+        raise InvalidInput("history job: no history service")
+    return dict(await s.history.rotate(namespace, thread))
+
+
 def _never_failed(report: Report) -> bool:
     return False
 
@@ -190,6 +205,7 @@ JOBS: dict[str, Job] = {
         Job("cleanup", _cleanup, CLEANUP_SNAPSHOT_CHANGES, "CleanupRuns"),
         Job("index_repair", _index_repair, None, "IndexRepairRuns"),
         Job("reindex", _reindex, 1, "ReindexRuns"),
+        Job("history", _history, None, "HistoryRotations"),
     )
 }
 

@@ -179,6 +179,7 @@ class _Run:
     k: int
     now: datetime
     cfg: RecallConfig
+    refine: bool = True  # False: no reranker, no compression (REST `filter: false`, as Aelios)
     stages: _Stages = field(default_factory=_Stages)
     counts: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
@@ -260,8 +261,10 @@ class RecallService:
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
         min_relevance: float | None = None,
+        refine: bool = True,
     ) -> RecallResult:
-        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring)."""
+        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring);
+        ``refine=False`` leaves out the model stages (reranker, compression)."""
         cfg = self._config
         run = _Run(
             namespace=namespace,
@@ -270,6 +273,7 @@ class RecallService:
             k=max(1, top_k or cfg.top_k),
             now=self._clock.now(),
             cfg=cfg,
+            refine=refine,
         )
         glossary, keyword_hits, vector_hits = self._search(run)
         pool = self._live_candidates(run, keyword_hits, vector_hits)
@@ -425,7 +429,7 @@ class RecallService:
         stages = run.stages
         scores = dict(weighted)
         reranked: dict[str, float] = {}
-        if self._reranker is None or not live:
+        if self._reranker is None or not live or not run.refine:
             stages.skipped.append("rerank")
             return live, scores, reranked
         head = live[: run.cfg.rerank_candidates]
@@ -491,7 +495,7 @@ class RecallService:
     def _compress_hits(self, run: _Run, hits: list[RecallHit]) -> list[RecallHit]:
         """Optionally one short line per hit from the compression model (bounded in time)."""
         cfg, stages = run.cfg, run.stages
-        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits):
+        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits and run.refine):
             stages.skipped.append("compress")
             return hits
         try:

@@ -5,7 +5,8 @@ Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJo
 ``{"job": "index_repair", "payload": {"namespace": "..."}}`` (queued when the search index answers
 again after index writes failed) or ``{"job": "reindex", "payload": {"namespace", "run_id"}}`` (the
 admin panel's and REST's reindex, services/reindex.py: it stops before this invocation's deadline and
-queues its own continuation). A failed record is reported
+queues its own continuation) or ``{"job": "history", "payload": {"namespace", "thread"}}`` (a thread's
+server-kept history is due a rotation: services/history.py). A failed record is reported
 back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
 once (``services/jobs.run_once``: a conditional put claims it, so two deliveries at once never both
 run; after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed).
