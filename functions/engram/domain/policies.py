@@ -17,6 +17,12 @@ from engram.domain.models import DURABLE_TYPES, Memory
 from engram.domain.wording import salient_difference, same_wording
 
 MAX_CONTENT_CHARS = 4000
+# One thread id grammar wherever ids enter (the x-engram-thread header, ingest, MCP, merges;
+# docs/threads.md): 1-200 characters, no '/', no control character, not '.' or '..' — an id that
+# cannot be one URL path segment could be stored but never read, renamed, deleted or merged.
+MAX_THREAD_ID_CHARS = 200
+INVALID_THREAD_ID = "invalid_thread_id"
+THREAD_ID_BAD_CHARS = re.compile(r"[/\x00-\x1f\x7f]")
 MAX_TAGS = 20
 MAX_TAG_CHARS = 64
 # The digest rule, the same for REST, MCP and import (``clean_digest``): at most DIGEST_MAX_CHARS are
@@ -186,6 +192,33 @@ def in_range(when: datetime) -> datetime:
 
 
 DATE_OUT_OF_RANGE = "date_out_of_range"  # the error type of ``instant_in_range``: a 400 at the HTTP edge
+
+
+def thread_id_problem(value: str) -> str | None:
+    """Why ``value`` is not a thread id, or None."""
+    if not value or len(value) > MAX_THREAD_ID_CHARS:
+        return f"a thread id has 1-{MAX_THREAD_ID_CHARS} characters"
+    if value in (".", ".."):
+        return "a thread id cannot be '.' or '..'"
+    if THREAD_ID_BAD_CHARS.search(value):
+        return "a thread id cannot contain '/' or control characters"
+    return None
+
+
+def checked_thread_id(value: str) -> str:
+    """``value`` if it is a thread id, else InvalidInput (400 ``invalid_thread_id``) naming it."""
+    problem = thread_id_problem(value)
+    if problem is not None:
+        raise InvalidInput(f"invalid thread id {value[:80]!r}: {problem}", code=INVALID_THREAD_ID)
+    return value
+
+
+def thread_id_field(value: str) -> str:
+    """``checked_thread_id`` as a model validator: the HTTP edge answers 400 ``invalid_thread_id``."""
+    problem = thread_id_problem(value)
+    if problem is not None:
+        raise PydanticCustomError(INVALID_THREAD_ID, f"invalid thread id {value[:80]!r}: {problem}")
+    return value
 
 
 def instant_in_range(when: datetime) -> datetime:

@@ -11,11 +11,15 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from engram.domain.models import Message, MessageRole, new_id
-from engram.domain.policies import instant_in_range
+from engram.domain.policies import MAX_THREAD_ID_CHARS, instant_in_range, thread_id_field
 from engram.domain.ports import Clock, MessageRows
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_ERROR_CHARS = 500
+
+
+# A thread id wherever one enters (ingest, MCP, merges): the grammar of domain/policies.py, 400 else.
+ThreadId = Annotated[str, Field(min_length=1, max_length=MAX_THREAD_ID_CHARS), AfterValidator(thread_id_field)]
 
 
 class MessageIn(BaseModel):
@@ -25,7 +29,7 @@ class MessageIn(BaseModel):
 
     role: MessageRole
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
-    conversation_id: str = Field(default="default", min_length=1, max_length=200)
+    conversation_id: ThreadId = "default"
     id: str | None = Field(default=None, max_length=200)
     created_at: Annotated[datetime, AfterValidator(instant_in_range)] | None = None
     model: str | None = Field(default=None, max_length=200)

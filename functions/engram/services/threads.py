@@ -11,17 +11,22 @@ from datetime import datetime, timedelta
 
 from engram.domain.errors import Conflict, InvalidInput
 from engram.domain.models import Message, Page, Thread
+from engram.domain.policies import MAX_THREAD_ID_CHARS, THREAD_ID_BAD_CHARS, checked_thread_id
 from engram.domain.ports import Clock, ThreadRows
 
-MAX_THREAD_ID_CHARS = 200
 _PURGE_PAGE = 100
 
 
-def thread_id_of(*candidates: object) -> str:
-    """The first non-empty candidate (header, then the body's user field), cut to 200 chars; else ``default``."""
-    for value in candidates:
-        if isinstance(value, str) and value.strip():
-            return value.strip()[:MAX_THREAD_ID_CHARS]
+def thread_id_of(header: str | None, user_field: object) -> str:
+    """The thread of a chat request (docs/threads.md): the ``x-engram-thread`` header, which must be a
+    thread id (else InvalidInput, 400 ``invalid_thread_id``); else the body's user field, made to fit
+    (cut to 200 chars, '/' and control characters replaced by '_'; '.' and '..' ignored); else ``default``."""
+    if header is not None and header.strip():
+        return checked_thread_id(header.strip())
+    if isinstance(user_field, str) and user_field.strip():
+        fitted = THREAD_ID_BAD_CHARS.sub("_", user_field.strip()[:MAX_THREAD_ID_CHARS])
+        if fitted not in (".", ".."):
+            return fitted
     return "default"
 
 

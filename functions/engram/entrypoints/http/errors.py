@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from engram.domain import errors as e
-from engram.domain.policies import DATE_OUT_OF_RANGE
+from engram.domain.policies import DATE_OUT_OF_RANGE, INVALID_THREAD_ID
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,9 @@ def install_error_handlers(app: FastAPI) -> None:
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(p for p in first["loc"] if p not in ("body", "query", "path"))
         message = f"{where}: {first['msg']}" if where else str(first["msg"])
-        if first.get("type") == DATE_OUT_OF_RANGE:  # a valid date-time no store can hold: beyond the schema
-            return error_response(400, message, "invalid_request_error", DATE_OUT_OF_RANGE, details=details)
+        # Rules beyond the schema: a valid date-time no store can hold; a string that is no thread id.
+        if first.get("type") in (DATE_OUT_OF_RANGE, INVALID_THREAD_ID):
+            return error_response(400, message, "invalid_request_error", str(first["type"]), details=details)
         return error_response(422, message, "invalid_request_error", "invalid_request", details=details)
 
     @app.exception_handler(StarletteHTTPException)

@@ -12,7 +12,7 @@ from engram.domain.errors import InvalidInput
 from engram.domain.models import Thread
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
-from engram.services.threads import MAX_THREAD_ID_CHARS
+from engram.services.messages import ThreadId
 
 router = APIRouter(prefix="/v1", tags=["threads"])
 
@@ -26,7 +26,7 @@ class ThreadPatchRequest(BaseModel):
 class ThreadMergeRequest(BaseModel):
     model_config = STRICT
 
-    into: str = Field(min_length=1, max_length=MAX_THREAD_ID_CHARS, description="The thread that takes the messages.")
+    into: ThreadId = Field(description="The thread that takes the messages.")
 
 
 def _thread(thread: Thread) -> dict[str, Any]:
@@ -96,9 +96,7 @@ class SummaryRequest(BaseModel):
     model_config = STRICT
 
     summary: str | None = Field(default=None, max_length=50_000, description="The new summary; blank clears it.")
-    from_thread: str | None = Field(
-        default=None, min_length=1, max_length=MAX_THREAD_ID_CHARS, description="Start from this thread's summary."
-    )
+    from_thread: ThreadId | None = Field(default=None, description="Start from this thread's summary.")
 
 
 @router.get("/threads/{thread_id}/summary")

@@ -20,7 +20,7 @@ from engram.entrypoints.http.mcp.toolkit import (
     caller,
     drop_namespace,
 )
-from engram.services.messages import MessageIn
+from engram.services.messages import MessageIn, ThreadId
 
 
 def register(tools: Toolbox) -> None:
@@ -42,8 +42,8 @@ def register(tools: Toolbox) -> None:
         ctx: Context,
         query: Query,
         exclude_thread: Annotated[
-            str | None,
-            Field(min_length=1, max_length=200, description="The thread you are in: left out of the search."),
+            ThreadId | None,
+            Field(description="The thread you are in: left out of the search."),
         ] = None,
         threads: Annotated[int | None, Field(ge=1, le=10, description="At most this many threads.")] = None,
         fragments: Annotated[
@@ -89,7 +89,7 @@ def register(tools: Toolbox) -> None:
     @tool(READ_ONLY)
     def thread_messages(
         ctx: Context,
-        thread_id: Annotated[str, Field(min_length=1, max_length=200, description="A thread id from thread_list.")],
+        thread_id: Annotated[ThreadId, Field(description="A thread id from thread_list.")],
         limit: Annotated[int, Field(ge=1, le=200, description="Page size (default 50).")] = 50,
         cursor: Annotated[str, Field(max_length=500, description="`next_cursor` of the previous page.")] | None = None,
     ) -> dict[str, Any]:
