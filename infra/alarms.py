@@ -2,7 +2,9 @@
 
 - a dead-letter queue holds a message (a job run or cleanup message failed for good),
 - a job function reported errors,
-- the REST API answered 5xx to 5 % or more of its requests in 15 minutes (with at least 5 requests).
+- the REST API answered 5xx to 5 % or more of its requests in 15 minutes (with at least 5 requests),
+- the MCP Function URL did the same,
+- the API or MCP function reported errors (crashes, timeouts, out of memory: not the app's own 5xx).
 What each one means and what to do: docs/aws.md, "Alarms".
 """
 
@@ -33,6 +35,8 @@ class Alarms(Construct):
         dead_letter_queues: dict[str, sqs.IQueue],
         job_functions: dict[str, lambda_.IFunction],
         rest_api: apigw.RestApi,
+        http_functions: dict[str, lambda_.IFunction],
+        mcp_function: lambda_.IFunction,
         email: str = "",
     ):
         super().__init__(scope, construct_id)
@@ -57,22 +61,54 @@ class Alarms(Construct):
                 threshold=0,
                 description=f"Engram: the {name} job failed; its log group has the error (docs/aws.md, Alarms).",
             )
+        self._rate(
+            "Api5xxRate",
+            errors=rest_api.metric_server_error(period=API_PERIOD, statistic="Sum"),
+            requests=rest_api.metric_count(period=API_PERIOD, statistic="Sum"),
+            label="5xx share of API requests",
+            description="Engram: 5 % or more of API requests failed with 5xx in 15 minutes (upstream model "
+            "down, 502/504, or a function error); see the API function's log group (docs/aws.md, Alarms).",
+        )
+        # The Function URL's own metrics (AWS/Lambda Url5xxCount, UrlRequestCount), by function name.
+        self._rate(
+            "Mcp5xxRate",
+            errors=mcp_function.metric("Url5xxCount", period=API_PERIOD, statistic="Sum"),
+            requests=mcp_function.metric("UrlRequestCount", period=API_PERIOD, statistic="Sum"),
+            label="5xx share of MCP requests",
+            description="Engram: 5 % or more of MCP requests failed with 5xx in 15 minutes; see the MCP "
+            "function's log group (docs/aws.md, Alarms).",
+        )
+        for name, fn in http_functions.items():
+            self._add(
+                f"{name}FunctionErrors",
+                fn.metric_errors(period=PERIOD, statistic="Sum"),
+                threshold=0,
+                description=f"Engram: the {name} function crashed, timed out or ran out of memory; its log "
+                "group has the error (docs/aws.md, Alarms).",
+            )
+
+    def _rate(
+        self,
+        construct_id: str,
+        *,
+        errors: cloudwatch.IMetric,
+        requests: cloudwatch.IMetric,
+        label: str,
+        description: str,
+    ) -> None:
+        """Alarm when 5 % or more of at least ``API_MIN_REQUESTS`` requests in 15 minutes were errors."""
         rate = cloudwatch.MathExpression(
             expression=f"IF(requests >= {API_MIN_REQUESTS}, errors / requests, 0)",
-            using_metrics={
-                "errors": rest_api.metric_server_error(period=API_PERIOD, statistic="Sum"),
-                "requests": rest_api.metric_count(period=API_PERIOD, statistic="Sum"),
-            },
+            using_metrics={"errors": errors, "requests": requests},
             period=API_PERIOD,
-            label="5xx share of API requests",
+            label=label,
         )
         self._add(
-            "Api5xxRate",
+            construct_id,
             rate,
             threshold=API_5XX_RATE,
             operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            description="Engram: 5 % or more of API requests failed with 5xx in 15 minutes (upstream model "
-            "down, 502/504, or a function error); see the API function's log group (docs/aws.md, Alarms).",
+            description=description,
         )
 
     def _add(

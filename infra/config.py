@@ -25,6 +25,7 @@ SEARCH_BACKENDS = ("opensearch", "replica")
 EMBEDDERS = ("bedrock", "local")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
+_LAYER_ARN = re.compile(r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # Lambda refuses a synchronous invocation whose event exceeds 6 MB (6,291,456 bytes) before the app sees
 # it; the event also carries headers and the JSON-escaped body, so the body limit stays below 5.5 MiB.
@@ -115,6 +116,17 @@ class EngramConfig:
     revision: str = ""
     # Lambda Web Adapter public layer version (arn:aws:lambda:<region>:753240598075:layer:LambdaAdapterLayerX86:<v>).
     lwa_layer_version: int = 30
+    # A full Web Adapter layer ARN instead (a region the publisher does not serve yet, a mirrored layer).
+    lwa_layer_arn: str = ""
+    # API Gateway stage throttling for all clients together (requests per second, burst), so a leaked key
+    # or a loop cannot run up the bill before the per-key limits act.
+    api_throttle_rate: int = 25
+    api_throttle_burst: int = 50
+    # Reserved concurrency of the API and MCP functions (0: none, the account's pool); caps what runs at once.
+    api_reserved_concurrency: int = 0
+    # Create the region's API Gateway CloudWatch role (account-wide: one per account and region; the stack
+    # keeps it when deleted). false: the account already has one (`aws apigateway get-account`).
+    api_cloudwatch_role: bool = True
     # Where the dependency layer is built (layers/build.py); synth builds it when missing.
     layer_dir: str = "layers/build"
     # Where the replica backend's second layer (numpy) is built (layers/build.py --requirements
@@ -167,6 +179,15 @@ class EngramConfig:
                 f"ENGRAM_UPSTREAM_TIMEOUT (engram:upstream_timeout or extra_env) is {silent}: it must be below "
                 f"{API_IDLE_TIMEOUT_S} s, API Gateway's idle timeout, so a slow model gets Engram's 504"
             )
+        if self.lwa_layer_arn and not _LAYER_ARN.fullmatch(self.lwa_layer_arn):
+            raise ValueError(
+                f"lwa_layer_arn {self.lwa_layer_arn!r} is not a layer version ARN "
+                "(arn:aws:lambda:<region>:<account>:layer:<name>:<version>)"
+            )
+        if self.api_throttle_rate < 1 or self.api_throttle_burst < 1:
+            raise ValueError("api_throttle_rate and api_throttle_burst must be at least 1")
+        if self.api_reserved_concurrency < 0:
+            raise ValueError("api_reserved_concurrency must be 0 (none) or more")
         body = self._env_int("MAX_BODY_BYTES")
         if not 1024 <= body <= LAMBDA_MAX_BODY_BYTES:
             raise ValueError(

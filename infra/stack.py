@@ -83,6 +83,7 @@ class EngramStack(Stack):
             "Layers",
             layer_dir=_under_root(cfg.layer_dir),
             lwa_version=cfg.lwa_layer_version,
+            lwa_arn=cfg.lwa_layer_arn,
             replica_layer_dir=_under_root(cfg.replica_layer_dir) if snapshots is not None else None,
             embedder_layer_dir=_under_root(cfg.embedder_layer_dir) if cfg.embedder == "local" else None,
         )
@@ -110,22 +111,46 @@ class EngramStack(Stack):
         )
         http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
         http_layers = [*job_layers, layers.web_adapter]
-        api = Api(self, "Api", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
-        mcp = Mcp(self, "Mcp", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
+        api = Api(
+            self,
+            "Api",
+            environment=http_env,
+            layers=http_layers,
+            memory_size=cfg.api_memory_mb,
+            throttle_rate=cfg.api_throttle_rate,
+            throttle_burst=cfg.api_throttle_burst,
+            reserved_concurrency=cfg.api_reserved_concurrency,
+            cloudwatch_role=cfg.api_cloudwatch_role,
+        )
+        mcp = Mcp(
+            self,
+            "Mcp",
+            environment=http_env,
+            layers=http_layers,
+            memory_size=cfg.api_memory_mb,
+            reserved_concurrency=cfg.api_reserved_concurrency,
+        )
 
+        # Least privilege per function (docs/aws.md, "What each function may do"): every function reads and
+        # writes the table (an explicit action list) and reads the secret; the HTTP functions read
+        # snapshots, the jobs also write them; extraction and dreaming never touch skill files.
         functions: list[lambda_.Function] = [api.function, mcp.function, *jobs.functions]
+        http = [api.function, mcp.function]
         bedrock = self._bedrock_statements(cfg)
         for fn in functions:
-            storage.table.grant_read_write_data(fn)
+            storage.grant_data(fn)
             secrets.secret.grant_read(fn)
-            skill_files.grant(fn)
             jobs.cleanup_queue.grant_send_messages(fn)
             if search is not None:
                 search.grant_data_access(fn.role)  # type: ignore[arg-type]
             if snapshots is not None:
-                snapshots.grant(fn)
+                snapshots.grant(fn, write=fn not in http)
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
+        # Skill files: the HTTP functions read and upload them, and delete the files of a skill whose
+        # restore window ended when they meet it (services/skills.py purges lazily); cleanup purges them.
+        for fn in [*http, jobs.cleanup_function]:
+            skill_files.grant(fn)
         if search is not None:
             search.finalize(extra_principals=cfg.data_access_principals)
         alarms = Alarms(
@@ -138,6 +163,8 @@ class EngramStack(Stack):
                 "Cleanup": jobs.cleanup_function,
             },
             rest_api=api.rest_api,
+            http_functions={"Api": api.function, "Mcp": mcp.function},
+            mcp_function=mcp.function,
             email=cfg.alarm_email,
         )
 

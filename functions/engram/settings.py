@@ -60,6 +60,11 @@ class Settings(BaseSettings):
         description="Other requests (REST, MCP, `/v1/models`) per minute per key before 429; 0 = no limit. A key's "
         "`requests_per_minute` in the keys file overrides it. Counted in process locally, in DynamoDB on AWS.",
     )
+    root_path: str = Field(
+        "",
+        description="Path prefix a proxy serves Engram under and does not pass on (the AWS stack sets `/prod`, "
+        "API Gateway's stage): `/docs` and `/redoc` load the OpenAPI document from `<prefix>/openapi.json`.",
+    )
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         [],
         description="Reverse proxies (IP addresses or CIDR ranges, comma-separated) whose `X-Forwarded-For`, "
