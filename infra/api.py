@@ -121,6 +121,8 @@ class Api(Construct):
                 ),
             ),
         )
+        # CDK's own "Endpoint" output repeats the stack's ApiUrl output: one URL output is enough.
+        self.rest_api.node.try_remove_child("Endpoint")
         self.rest_api.root.add_method("ANY", integration)
         self.rest_api.root.add_resource("{proxy+}").add_method("ANY", integration)
         self.url = self.rest_api.url

@@ -104,6 +104,10 @@ class EngramConfig:
     # Lambda sizing.
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024
+    # search_backend=replica: the memories the functions' index should hold (the namespaces one function
+    # serves together). /tmp and, when more is needed, memory are sized for 1.5 times this; the functions
+    # warn and an alarm fires at 80 % of the ceiling it gives (infra/replica_sizing.py, docs/aws.md).
+    replica_expected_memories: int = 50_000
     log_level: str = FUNCTIONS.log_level
     # Seconds an upstream model may stay silent before Engram answers 504 (below API Gateway's 300).
     upstream_timeout: float = 270.0
@@ -186,6 +190,8 @@ class EngramConfig:
             )
         if self.api_throttle_rate < 1 or self.api_throttle_burst < 1:
             raise ValueError("api_throttle_rate and api_throttle_burst must be at least 1")
+        if not 0 < self.replica_expected_memories <= 2_000_000:
+            raise ValueError("replica_expected_memories must be 1-2,000,000 (beyond that: search_backend=opensearch)")
         if self.api_reserved_concurrency < 0:
             raise ValueError("api_reserved_concurrency must be 0 (none) or more")
         body = self._env_int("MAX_BODY_BYTES")
@@ -260,6 +266,11 @@ class EngramConfig:
             rerank_in = self.rerank_region or region
             resolve_model(self.rerank_model, rerank_in, setting="engram:rerank_region (or engram:rerank_model)")
         return replace(self, **changes)
+
+    @property
+    def index_dimension(self) -> int:
+        """Dimensions of the vectors the index holds (the local embedder's e5-small: 384)."""
+        return self.vector_dimension if self.embedder == "bedrock" else 384
 
     def bedrock_model_ids(self) -> list[str]:
         """Every Bedrock model id the functions may invoke (embeddings, jobs, chat, rerank)."""

@@ -12,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from infra import replica_sizing
 from infra.alarms import Alarms
 from infra.api import Api
 from infra.bedrock_models import PROFILE_PREFIXES
@@ -88,6 +89,16 @@ class EngramStack(Stack):
             embedder_layer_dir=_under_root(cfg.embedder_layer_dir) if cfg.embedder == "local" else None,
         )
         job_layers = [layers.dependencies, *layers.optional]
+        # The replica keeps the index in /tmp and memory: sized for the expected index (infra/replica_sizing.py).
+        api_memory, job_memory, ephemeral = cfg.api_memory_mb, cfg.job_memory_mb, 0
+        if snapshots is not None:
+            expected, dimension = cfg.replica_expected_memories, cfg.index_dimension
+            ephemeral = replica_sizing.ephemeral_mb(expected, dimension)
+            api_memory = max(api_memory, replica_sizing.memory_mb(expected, dimension))
+            job_memory = max(job_memory, replica_sizing.memory_mb(expected, dimension))
+            self.replica_ceiling = replica_sizing.ceiling(
+                ephemeral=ephemeral, memory=min(api_memory, job_memory), dimension=dimension
+            )
 
         env = {
             **cfg.function_env(),
@@ -105,7 +116,7 @@ class EngramStack(Stack):
             "Jobs",
             environment=env,
             layers=job_layers,
-            memory_size=cfg.job_memory_mb,
+            memory_size=job_memory,
             timezone=cfg.timezone,
             times=cfg.schedule_times(),
         )
@@ -116,7 +127,7 @@ class EngramStack(Stack):
             "Api",
             environment=http_env,
             layers=http_layers,
-            memory_size=cfg.api_memory_mb,
+            memory_size=api_memory,
             throttle_rate=cfg.api_throttle_rate,
             throttle_burst=cfg.api_throttle_burst,
             reserved_concurrency=cfg.api_reserved_concurrency,
@@ -127,9 +138,14 @@ class EngramStack(Stack):
             "Mcp",
             environment=http_env,
             layers=http_layers,
-            memory_size=cfg.api_memory_mb,
+            memory_size=api_memory,
             reserved_concurrency=cfg.api_reserved_concurrency,
         )
+
+        if ephemeral:
+            for fn in (api.function, mcp.function, *jobs.functions):
+                fn.node.default_child.add_property_override("EphemeralStorage", {"Size": ephemeral})  # type: ignore[union-attr]
+                fn.add_environment("ENGRAM_REPLICA_CEILING", str(self.replica_ceiling))
 
         # Least privilege per function (docs/aws.md, "What each function may do"): every function reads and
         # writes the table (an explicit action list) and reads the secret; the HTTP functions read

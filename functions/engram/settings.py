@@ -87,6 +87,13 @@ class Settings(BaseSettings):
         description="Where a `replica` search index keeps its private files (default: `/tmp/engram-replica` "
         "on Lambda, `<data dir>/replica` otherwise); each process uses its own subdirectory.",
     )
+    replica_ceiling: int = Field(
+        0,
+        ge=0,
+        description="The most memories a `replica` index of one process is sized for (the AWS stack sets it from "
+        "`engram:replica_expected_memories`; 0: no ceiling). From 80 % of it the replica logs a warning at every "
+        "load and snapshot; writes are never refused.",
+    )
     replica_sync_seconds: float = Field(
         1.0,
         ge=0,
