@@ -4,7 +4,8 @@
 - a job function reported errors,
 - the REST API answered 5xx to 5 % or more of its requests in 15 minutes (with at least 5 requests),
 - the MCP Function URL did the same,
-- the API or MCP function reported errors (crashes, timeouts, out of memory: not the app's own 5xx).
+- the API or MCP function reported errors (crashes, timeouts, out of memory: not the app's own 5xx),
+- (replica backend) a function's index nears the ceiling the stack is sized for.
 What each one means and what to do: docs/aws.md, "Alarms".
 """
 
@@ -15,12 +16,17 @@ from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 PERIOD = Duration.minutes(5)
+METRIC_NAMESPACE = "Engram"
+REPLICA_CEILING_METRIC = "ReplicaNearCeiling"
+# The start of the replica's warning (engram.adapters.search.replica.CEILING_MESSAGE; a test holds them equal).
+REPLICA_CEILING_MESSAGE = "replica index near its ceiling"
 API_PERIOD = Duration.minutes(15)
 API_5XX_RATE = 0.05
 API_MIN_REQUESTS = 5
@@ -37,6 +43,7 @@ class Alarms(Construct):
         rest_api: apigw.RestApi,
         http_functions: dict[str, lambda_.IFunction],
         mcp_function: lambda_.IFunction,
+        replica_log_groups: list[logs.ILogGroup] | None = None,
         email: str = "",
     ):
         super().__init__(scope, construct_id)
@@ -85,6 +92,32 @@ class Alarms(Construct):
                 threshold=0,
                 description=f"Engram: the {name} function crashed, timed out or ran out of memory; its log "
                 "group has the error (docs/aws.md, Alarms).",
+            )
+
+        # The replica's "near its ceiling" warning (adapters/search/replica.py), counted from every log group.
+        if replica_log_groups:
+            for i, group in enumerate(replica_log_groups):
+                logs.MetricFilter(
+                    self,
+                    f"ReplicaCeilingFilter{i}",
+                    log_group=group,
+                    metric_namespace=METRIC_NAMESPACE,
+                    metric_name=REPLICA_CEILING_METRIC,
+                    filter_pattern=logs.FilterPattern.literal(f'"{REPLICA_CEILING_MESSAGE}"'),
+                    metric_value="1",
+                )
+            self._add(
+                "ReplicaNearCeiling",
+                cloudwatch.Metric(
+                    namespace=METRIC_NAMESPACE,
+                    metric_name=REPLICA_CEILING_METRIC,
+                    period=Duration.hours(1),
+                    statistic="Sum",
+                ),
+                threshold=0,
+                description="Engram: a function's replica index holds 80 % or more of the memories the stack is "
+                "sized for; raise engram:replica_expected_memories or move to OpenSearch (docs/aws.md, Replica sizes "
+                "and ceiling). Writes are never refused.",
             )
 
     def _rate(

@@ -44,7 +44,8 @@ class Snapshots(Construct):
         ListBucket (on this bucket only) makes S3 answer a missing snapshot with 404, which the adapter
         reads as "no snapshot yet", instead of 403.
         """
-        actions = ["s3:GetObject", *(["s3:PutObject"] if write else [])]
+        # A snapshot over 64 MB is uploaded in parts; a failed upload is aborted (or expires after a day).
+        actions = ["s3:GetObject", *(["s3:PutObject", "s3:AbortMultipartUpload"] if write else [])]
         iam.Grant.add_to_principal(
             grantee=grantee, actions=actions, resource_arns=[self.bucket.arn_for_objects(f"{SNAPSHOT_PREFIX}*")]
         )

@@ -181,6 +181,7 @@ class EngramStack(Stack):
             rest_api=api.rest_api,
             http_functions={"Api": api.function, "Mcp": mcp.function},
             mcp_function=mcp.function,
+            replica_log_groups=[fn.log_group for fn in functions] if snapshots is not None else None,
             email=cfg.alarm_email,
         )
 

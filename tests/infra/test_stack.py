@@ -1014,6 +1014,34 @@ def test_table_actions_are_the_ones_the_adapters_call(template: Template) -> Non
     assert not {"dynamodb:Scan", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:DescribeStream"} & set(
         DATA_ACTIONS
     )
-    # And no S3 object-lock, tagging, ACL or multipart actions anywhere
+    # And no S3 object-lock, tagging or ACL actions anywhere (the jobs abort a failed multipart snapshot upload)
     s3 = {a for s in _policy_statements(template) for a in _as_list(s["Action"]) if a.startswith("s3:")}
-    assert s3 <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
+    assert s3 <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:AbortMultipartUpload"}
+
+
+def test_the_replica_is_sized_for_its_expected_index_and_alarms_near_the_ceiling(
+    replica: tuple[EngramStack, Template],
+) -> None:
+    from engram.adapters.search.replica import CEILING_MESSAGE
+
+    from infra.alarms import REPLICA_CEILING_MESSAGE
+    from infra.replica_sizing import ceiling, ephemeral_mb
+
+    # Given the replica backend at the default 50,000 expected memories (1024 dimensions)
+    stack, template = replica
+    # Then every function gets the /tmp that index needs and the ceiling it gives
+    disk = ephemeral_mb(50_000, 1024)
+    assert disk > 512
+    for fn in _engram_functions(template):
+        props = fn["Properties"]
+        assert props["EphemeralStorage"] == {"Size": disk} and props["MemorySize"] >= 1024
+        assert props["Environment"]["Variables"]["ENGRAM_REPLICA_CEILING"] == str(stack.replica_ceiling)
+    assert stack.replica_ceiling == ceiling(ephemeral=disk, memory=1024, dimension=1024)
+    # And the README names that ceiling
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"about {round(stack.replica_ceiling, -3):,} memories" in readme
+    # And a metric filter on each function's log group counts the replica's warning, which an alarm watches
+    assert REPLICA_CEILING_MESSAGE == CEILING_MESSAGE
+    filters = _resources(template, "AWS::Logs::MetricFilter").values()
+    assert len(filters) == 5 and all(CEILING_MESSAGE in f["Properties"]["FilterPattern"] for f in filters)
+    assert "ReplicaNearCeiling" in json.dumps(_alarms(template))
