@@ -178,6 +178,7 @@ class EngramStack(Stack):
                 "Dream": jobs.dream_function,
                 "Cleanup": jobs.cleanup_function,
             },
+            job_error_metrics={"Extract": "ExtractionErrors", "Dream": "DreamErrors"},
             rest_api=api.rest_api,
             http_functions={"Api": api.function, "Mcp": mcp.function},
             mcp_function=mcp.function,

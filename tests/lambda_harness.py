@@ -341,9 +341,11 @@ class Deployment:
 
     def store(self) -> Any:
         """A ``DynamoMemoryStore`` on the deployment's table, for reading what the functions wrote."""
+        from engram.adapters.clock import SystemClock
         from engram.adapters.storage.dynamodb import DynamoMemoryStore
 
-        return DynamoMemoryStore(self.table_name, self.moto.client("dynamodb"))
+        # The functions under test run on the real clock, so the reader does too.
+        return DynamoMemoryStore(self.table_name, self.moto.client("dynamodb"), clock=SystemClock())
 
     def function_env(self, function: Function) -> dict[str, str]:
         """The function's variables from the template, resolved against this deployment."""

@@ -22,12 +22,19 @@ class SpyRecall:
         types: Sequence[str] = (),
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
+        **options: Any,
     ) -> Any:
         self.calls.append(query)
         if self.fail:
             raise RuntimeError("recall is down")
         return self.inner.recall(
-            namespace, query, top_k=top_k, types=types, exclude_ids=exclude_ids, record_injection=record_injection
+            namespace,
+            query,
+            top_k=top_k,
+            types=types,
+            exclude_ids=exclude_ids,
+            record_injection=record_injection,
+            **options,
         )
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:

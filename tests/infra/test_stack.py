@@ -345,6 +345,22 @@ def test_alarms_cover_dlqs_job_errors_and_api_5xx_rate(template: Template) -> No
     assert "AlarmTopicArn" in template.find_outputs("*")
 
 
+def test_a_job_run_that_failed_for_a_namespace_alarms_on_its_error_metric(template: Template) -> None:
+    # Given the default stack (a failed namespace does not fail the invocation: issue 21, item 5)
+    alarms = _alarms(template)
+    env = _function(template, "engram.entrypoints.lambdas.extract.handler")["Properties"]["Environment"]["Variables"]
+    # Then each scheduled job's error metric, as Powertools writes it from that function, has an alarm
+    by_metric = {
+        a["MetricName"]: a for a in alarms.values() if a.get("Namespace") == env["POWERTOOLS_METRICS_NAMESPACE"]
+    }
+    assert set(by_metric) == {"ExtractionErrors", "DreamErrors"}
+    for alarm in by_metric.values():
+        assert alarm["Dimensions"] == [{"Name": "service", "Value": env["POWERTOOLS_SERVICE_NAME"]}]
+        assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300)
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
 def test_alarm_email_is_subscribed(custom: tuple[EngramStack, Template]) -> None:
     # Given -c engram:alarm_email=owner@example.com / Then the address is subscribed to the alarm topic
     _, template = custom

@@ -32,7 +32,7 @@ TRIP = ["We are planning a trip to Kyoto in October.", "Book the ryokan near Gio
 
 
 def _store_with_trip() -> InMemoryMemoryStore:
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=ManualClock(T0))
     for n, text in enumerate(TRIP):
         role = "user" if n % 2 == 0 else "assistant"
         at = T0 + timedelta(minutes=n)
@@ -43,7 +43,9 @@ def _store_with_trip() -> InMemoryMemoryStore:
 
 
 def _service(store: InMemoryMemoryStore, index: SearchIndex) -> ConversationService:
-    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), config(ConversationConfig))
+    return ConversationService(
+        store, GuardedIndex(index, clock=ManualClock(T0)), None, ManualClock(T0), config(ConversationConfig)
+    )
 
 
 def _found(service: ConversationService, query: str = "the Kyoto trip") -> list[str]:

@@ -31,7 +31,7 @@ from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_o
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, SearchIndex
-from engram.services.boot import BootService
+from engram.services.boot import BootLimits, BootService
 from engram.services.candidates import CandidateService
 from engram.services.chat import ChatService
 from engram.services.cleanup import CleanupService, RetentionPolicy
@@ -39,8 +39,10 @@ from engram.services.conversations import ConversationConfig, ConversationServic
 from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
+from engram.services.history import HistoryConfig, HistoryService
 from engram.services.job_runs import NamespaceLocks
 from engram.services.local_day import LocalDay
+from engram.services.loop import run_sync
 from engram.services.memories import MemoryRules, MemoryService
 from engram.services.messages import MessageService
 from engram.services.moving_in import MovingInService
@@ -102,6 +104,7 @@ class Container:
     usage: UsageReportService
     skills: SkillService
     threads: ThreadService
+    history: HistoryService
     reminders: ReminderService
     extraction: ExtractionService
     dreaming: DreamingService
@@ -127,11 +130,13 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     settings = with_secret(settings or load_settings())
     closers: Closers = []
     clock: Clock = overrides.get("clock") or SystemClock()
-    store: MemoryStore = overrides.get("store") or build_store(settings, closers)
+    store: MemoryStore = overrides.get("store") or build_store(settings, closers, clock)
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(
-        overrides.get("index") or build_index(settings, closers), retry_seconds=settings.search_retry_seconds
+        overrides.get("index") or build_index(settings, closers),
+        clock=clock,
+        retry_seconds=settings.search_retry_seconds,
     )
     raw_embedder = overrides["embedder"] if "embedder" in overrides else build_embedder(settings)
     embedder: GatedEmbedder | None = (
@@ -157,7 +162,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     conversations: ConversationService = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
-    boot = BootService(store, local_day, stats, skills)
+    boot = BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings))
     candidates = CandidateService(store, memories, clock)
     transfer = TransferService(store, memories, clock, skills)
     reminders = ReminderService(
@@ -178,6 +183,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
 
     extract_model = job_model("extract_model", lambda eff: eff.extract_model or eff.chat_model)
     dream_model = job_model("dream_model", lambda eff: eff.dream_model or eff.chat_model)
+    history = HistoryService(store, clock, extract_model, runtime.provider(HistoryConfig.from_settings))
     locks = NamespaceLocks()
     extraction = ExtractionService(
         store,
@@ -215,8 +221,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("queue")
         or build_queue(settings)
         # The inline queue runs reindex jobs, and the reindex service queues its continuations.
-        or _inline_queue(settings, cleanup, memories, lambda: reindex)
+        or _inline_queue(settings, clock, cleanup, memories, lambda: reindex, history)
     )
+    history.attach_queue(queue)
     reindex = ReindexService(store, memories, embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
 
@@ -233,6 +240,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             queue=queue,
             reminders=reminders,
             conversations=conversations,
+            history=history,
         ),
         overrides.get("bedrock_runtime"),
     )
@@ -244,7 +252,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         clock=clock,
         keys=keys,
         runtime=runtime,
-        limits=build_limits(settings, overrides.get("rate_limiter")),
+        limits=build_limits(settings, clock, overrides.get("rate_limiter")),
         queue=queue,
         memories=memories,
         candidates=candidates,
@@ -259,6 +267,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         usage=UsageReportService(store, clock),
         skills=skills,
         threads=ThreadService(store, clock),
+        history=history,
         reminders=reminders,
         extraction=extraction,
         dreaming=dreaming,
@@ -283,7 +292,9 @@ def _build_conversations(
     """Recall of past conversations: its own index of the messages (the memory index's backend, beside
     it), gated on its own embedding model (docs/conversations.md)."""
     guarded = GuardedIndex(
-        index or build_index(settings, closers, conversations=True), retry_seconds=settings.search_retry_seconds
+        index or build_index(settings, closers, conversations=True),
+        clock=clock,
+        retry_seconds=settings.search_retry_seconds,
     )
     gate = (
         GatedEmbedder(raw_embedder, guarded, max_tokens=settings.embedding_max_tokens)
@@ -301,7 +312,12 @@ def _build_conversations(
 
 
 def _inline_queue(
-    settings: Settings, cleanup: CleanupService, memories: MemoryService, reindex: Callable[[], ReindexService]
+    settings: Settings,
+    clock: Clock,
+    cleanup: CleanupService,
+    memories: MemoryService,
+    reindex: Callable[[], ReindexService],
+    history: HistoryService,
 ) -> InlineJobQueue:
     """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``)."""
     return InlineJobQueue(
@@ -309,7 +325,9 @@ def _inline_queue(
             "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
             "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
             "reindex": lambda payload: reindex().run(payload["namespace"], payload["run_id"]),
+            "history": lambda payload: run_sync(history.rotate(payload["namespace"], payload["thread"])),
         },
+        clock=clock,
         min_interval_seconds=settings.cleanup_min_interval_hours * 3600,
         throttled=("cleanup",),
     )

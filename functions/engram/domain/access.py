@@ -32,6 +32,7 @@ class Principal:
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
     agent: str | None = None
+    server_history: bool = False  # its chats get their thread's history from the server (services/history.py)
 
     def allows(self, scope: str) -> bool:
         if ALL in self.scopes or scope in self.scopes:
@@ -53,6 +54,7 @@ class ApiKey:
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
     agent: str | None = None
+    server_history: bool = False
 
     @staticmethod
     def create(
@@ -64,6 +66,7 @@ class ApiKey:
         chat_per_minute: int | None = None,
         requests_per_minute: int | None = None,
         agent: str | None = None,
+        server_history: bool = False,
     ) -> ApiKey:
         if len(secret) < 8:
             raise InvalidInput(f"key {name!r} is shorter than 8 characters", code="weak_key")
@@ -83,7 +86,10 @@ class ApiKey:
                 agent = agent_id(agent)
             except InvalidInput as exc:
                 raise InvalidInput(f"key {name!r}: {exc.message}", code=exc.code) from exc
+        if not isinstance(server_history, bool):
+            raise InvalidInput(f"key {name!r}: server_history must be true or false", code="bad_server_history")
         return ApiKey(
+            server_history=server_history,
             name=name,
             namespace=namespace,
             scopes=scope_set,
@@ -133,4 +139,5 @@ class KeyRing:
             chat_per_minute=match.chat_per_minute,
             requests_per_minute=match.requests_per_minute,
             agent=match.agent,
+            server_history=match.server_history,
         )

@@ -178,6 +178,7 @@ class _Run:
     k: int
     now: datetime
     cfg: RecallConfig
+    refine: bool = True  # False: no reranker, no compression (REST `filter: false`, as Aelios)
     stages: _Stages = field(default_factory=_Stages)
     counts: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
@@ -259,8 +260,10 @@ class RecallService:
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
         min_relevance: float | None = None,
+        refine: bool = True,
     ) -> RecallResult:
-        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring)."""
+        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring);
+        ``refine=False`` leaves out the model stages (reranker, compression)."""
         cfg = self._config
         run = _Run(
             namespace=namespace,
@@ -269,6 +272,7 @@ class RecallService:
             k=max(1, top_k or cfg.top_k),
             now=self._clock.now(),
             cfg=cfg,
+            refine=refine,
         )
         glossary, keyword_hits, vector_hits = self._search(run)
         pool = self._live_candidates(run, keyword_hits, vector_hits)
@@ -424,7 +428,7 @@ class RecallService:
         stages = run.stages
         scores = dict(weighted)
         reranked: dict[str, float] = {}
-        if self._reranker is None or not live:
+        if self._reranker is None or not live or not run.refine:
             stages.skipped.append("rerank")
             return live, scores, reranked
         head = live[: run.cfg.rerank_candidates]
@@ -490,7 +494,7 @@ class RecallService:
     def _compress_hits(self, run: _Run, hits: list[RecallHit]) -> list[RecallHit]:
         """Optionally one short line per hit from the compression model (bounded in time)."""
         cfg, stages = run.cfg, run.stages
-        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits):
+        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits and run.refine):
             stages.skipped.append("compress")
             return hits
         try:
@@ -584,12 +588,9 @@ class RecallService:
         return vector, False
 
     def _record_injection(self, namespace: str, ids: Sequence[str], now: datetime) -> None:
-        for memory in self._store.get_memories(namespace, ids):
-            if memory.status != "active":
-                continue
-            self._store.update_memory(
-                memory.model_copy(update={"last_injected_at": now, "recall_count": memory.recall_count + 1})
-            )
+        # An atomic increment of the counters alone: it cannot undo a concurrent archive or edit
+        # (docs/ARCHITECTURE.md, "Write rules").
+        self._store.record_injected(namespace, ids, now)
 
     async def _compress(self, query: str, contents: Sequence[str]) -> list[str]:
         assert self._compressor is not None

@@ -35,7 +35,11 @@ class FlakyIndex(InMemorySearchIndex):
 
 def backdate(env: Env, memory_id: str, **fields: Any) -> None:
     store = env.container.store
-    store.update_memory(store.get_memory(NS, memory_id).model_copy(update=fields))
+    # The last sighting is a counter: only record_seen moves it (docs/ARCHITECTURE.md, "Write rules").
+    if (seen_at := fields.pop("last_seen_at", None)) is not None:
+        store.record_seen(NS, memory_id, seen_at)
+    if fields:
+        store.update_memory(store.get_memory(NS, memory_id).model_copy(update=fields))
 
 
 def test_every_row_kind_is_deleted_after_its_period(env: Env) -> None:
@@ -176,18 +180,21 @@ def test_cleanup_is_requested_at_most_once_per_interval(env: Env) -> None:
 
 
 def test_inline_queue_runs_in_the_background_once_per_interval_per_namespace() -> None:
-    # Given an inline queue with a 24 h throttle and a fake monotonic clock
-    now = [1000.0]
+    # Given an inline queue with a 24 h throttle on a manual clock
+    clock = ManualClock()
     ran: list[str] = []
     queue = InlineJobQueue(
-        {"cleanup": lambda p: ran.append(p["namespace"])}, min_interval_seconds=24 * 3600, monotonic=lambda: now[0]
+        {"cleanup": lambda p: ran.append(p["namespace"])}, clock=clock, min_interval_seconds=24 * 3600
     )
     # When cleanup is queued twice for alice, once for bob, then again for alice a day later
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.enqueue("cleanup", {"namespace": "bob"})
     queue.join(5)
-    now[0] += 24 * 3600
+    clock.advance(hours=23, minutes=59)
+    queue.enqueue("cleanup", {"namespace": "alice"})  # still within the day: dropped
+    queue.join(5)
+    clock.advance(minutes=1)
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.join(5)
     # Then alice ran twice (a day apart) and bob once
@@ -210,3 +217,28 @@ def test_cleanup_records_a_run_event(env: Env) -> None:
     env.container.cleanup.run(NS)
     events = env.container.store.list_events(NS, kind="job.cleanup")
     assert len(events) == 1 and events[0].detail["messages"] == 0 and isinstance(events[0].created_at, datetime)
+
+
+def test_empty_and_near_empty_memories_are_swept_except_pinned(make_env: Any) -> None:
+    # Given memories with next to no text (Aelios' EMPTY_MEMORY_MIN_CHARS sweep), a pinned one among them,
+    # and short real facts (three Chinese characters are a whole fact)
+    env = make_env(empty_memory_min_chars=2)
+    dot = env.remember("…")
+    one = env.remember("a")
+    kept_pinned = env.remember("?", pinned=True)
+    fact = env.remember("爱吃辣")
+    ok = env.remember("OK")
+    # When cleanup runs
+    result = env.container.cleanup.run(NS).to_dict()
+    # Then only the unpinned near-empty ones are deleted (soft: restorable), and they left the index
+    assert result["emptied"] == 2
+    store = env.container.store
+    assert {store.get_memory(NS, m.id).status for m in (dot, one)} == {"deleted"}
+    assert {m.id for m in env.active()} == {kept_pinned.id, fact.id, ok.id}
+
+
+def test_the_empty_sweep_is_off_at_zero(make_env: Any) -> None:
+    env = make_env(empty_memory_min_chars=0)
+    env.remember("a")
+    assert env.container.cleanup.run(NS).to_dict()["emptied"] == 0
+    assert len(env.active()) == 1

@@ -91,13 +91,16 @@ def install(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
-    sessions = AdminSessions(password, container.store, settings.default_namespace, proxies=proxies)
+    sessions = AdminSessions(
+        password, container.store, settings.default_namespace, clock=container.clock, proxies=proxies
+    )
     app.state.admin_sessions = sessions
     app.add_middleware(AdminHeadersMiddleware)
     limits = container.limits
     limiter = LoginLimiter(
         attempts=LOGIN_ATTEMPTS,
         window=LOGIN_WINDOW_S,
+        clock=container.clock,
         shared=lambda client: limits.login(client, attempts=LOGIN_ATTEMPTS, window_seconds=LOGIN_WINDOW_S),
         shared_reset=lambda client: limits.login_succeeded(client, window_seconds=LOGIN_WINDOW_S),
     )
