@@ -6,13 +6,12 @@ and S3 uploads it in 16 MB parts, so its size costs disk, never memory.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_errors import translate
-from engram.adapters.files import private_dir, private_file
+from engram.adapters.files import write_private
 
 if TYPE_CHECKING:  # the document log needs numpy, which only the replica's functions have
     from engram.adapters.search.document_log import ByteSink, ByteSource
@@ -41,12 +40,7 @@ class DirSnapshotStore:
         return True
 
     def put_stream(self, key: str, stream: ByteSource) -> None:
-        path = self._path(key)
-        private_dir(path.parent)
-        tmp = private_file(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
-        with tmp.open("wb") as out:
-            shutil.copyfileobj(stream, out, CHUNK)
-        os.replace(tmp, path)
+        write_private(self._path(key), lambda out: shutil.copyfileobj(stream, out, CHUNK))
 
 
 class S3SnapshotStore:
