@@ -22,13 +22,24 @@ class SpyRecall:
         types: Sequence[str] = (),
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
+        budget_tokens: int | None = None,
     ) -> Any:
         self.calls.append(query)
         if self.fail:
             raise RuntimeError("recall is down")
         return self.inner.recall(
-            namespace, query, top_k=top_k, types=types, exclude_ids=exclude_ids, record_injection=record_injection
+            namespace,
+            query,
+            top_k=top_k,
+            types=types,
+            exclude_ids=exclude_ids,
+            record_injection=record_injection,
+            budget_tokens=budget_tokens,
         )
+
+    @property
+    def config(self) -> Any:
+        return self.inner.config
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:
         vector: Sequence[float] = self.inner.query_vector(namespace, text)

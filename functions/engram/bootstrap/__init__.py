@@ -147,7 +147,6 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
     stats = NamespaceStats(store, local_day)
     notes = NoteService(store, clock)
-    messages = MessageService(store, clock)
     recall: RecallService = overrides.get("recall") or build_recall(
         settings, runtime, store, index, embedder, clock, overrides.get("compress_model")
     )
@@ -157,6 +156,8 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     conversations: ConversationService = overrides.get("conversations") or _build_conversations(
         settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
     )
+    # A stored turn is keyword-indexed for the other threads at once (docs/conversations.md).
+    messages = MessageService(store, clock, on_stored=conversations.index_stored)
     boot = BootService(store, local_day, stats, skills)
     candidates = CandidateService(store, memories, clock)
     transfer = TransferService(store, memories, clock, skills)

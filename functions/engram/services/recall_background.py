@@ -1,0 +1,80 @@
+"""The reference background's vectors for recall's relevance in small namespaces (``domain/background.py``).
+
+Embedded once per process and embedding model: on a helper thread the first time a namespace has fewer
+vector candidates than recall fetches, or at start-up (``RecallService.warm``; docs/recall.md,
+"Relevance at every size"). Until they are there, and for ``RETRY_S`` after a failure, recall goes on
+without the padding: its relevance in a small namespace is then conservative (low), never inflated.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+import time
+from collections.abc import Sequence
+
+from engram.domain.background import BACKGROUND_TEXTS
+from engram.domain.fusion import Script, script_of
+from engram.domain.ports import Embedder
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 60.0
+
+
+def dot(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine of two unit vectors (the ``Embedder`` port returns unit length); plain Python: the API
+    function ships no numpy."""
+    return float(sum(map(operator.mul, a, b)))
+
+
+class BackgroundVectors:
+    def __init__(self, embedder: Embedder, texts: Sequence[str] = BACKGROUND_TEXTS) -> None:
+        self._embedder = embedder
+        self._texts = tuple(texts)
+        self._scripts: tuple[Script, ...] = tuple(script_of(t) for t in self._texts)
+        self._lock = threading.Lock()
+        self._model = ""
+        self._vectors: list[tuple[float, ...]] | None = None
+        self._failed_at = 0.0
+        self._warming: threading.Thread | None = None
+
+    def vectors(self, *, wait: bool = True) -> list[tuple[float, ...]] | None:
+        """The background's vectors by the embedder's current model, or ``None`` while they cannot be had.
+        Without ``wait`` a missing set is embedded on a helper thread and this call does not wait for it
+        (the chat path: the first turn of a process must not pay a hundred embeddings)."""
+        model = str(self._embedder.model_id)
+        ready = self._vectors
+        if ready is not None and self._model == model:
+            return ready
+        if not wait:
+            with self._lock:
+                if self._warming is None or not self._warming.is_alive():
+                    self._warming = threading.Thread(target=self.vectors, name="recall-background", daemon=True)
+                    self._warming.start()
+            return None
+        with self._lock:
+            if self._vectors is not None and self._model == model:
+                return self._vectors
+            if self._failed_at and time.monotonic() - self._failed_at < RETRY_S:
+                return None
+            try:
+                vectors = [tuple(v) for v in self._embedder.embed_documents(list(self._texts))]
+            except Exception as exc:
+                log.warning("recall background not embedded (%s): small-namespace relevance is conservative", exc)
+                self._failed_at = time.monotonic()
+                return None
+            if len(vectors) != len(self._texts):
+                self._failed_at = time.monotonic()
+                return None
+            self._vectors, self._model, self._failed_at = vectors, model, 0.0
+            return vectors
+
+    def cosines(self, query_vector: Sequence[float], *, wait: bool = False) -> list[tuple[float, Script]] | None:
+        """The query's cosine to each background sentence, with the sentence's script (``None`` while the
+        background is being embedded, unless ``wait``)."""
+        vectors = self.vectors(wait=wait)
+        if vectors is None or not vectors or len(vectors[0]) != len(query_vector):
+            return None
+        return [(dot(query_vector, v), s) for v, s in zip(vectors, self._scripts, strict=True)]
