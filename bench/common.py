@@ -57,7 +57,7 @@ class Pipeline:
         self, *, embed: bool = True, db_path: Path | None = None, reranker: Any | None = None, **config: Any
     ) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="engram-bench-")
-        self.store = InMemoryMemoryStore()
+        self.store = InMemoryMemoryStore(clock=SystemClock())
         self.index = SqliteSearchIndex(db_path or Path(self.tmp.name) / "bench.db")
         self.embedder = CachedEmbedder() if embed else None
         # Every bench memory has the same importance; recency is neutral unless created_at says otherwise.

@@ -132,15 +132,16 @@ def cost_rows(messages: list[Message], turns: int) -> list[tuple[str, float, flo
 
 
 def build(conv: dict[str, Any], tmp: Path, embed: bool) -> tuple[ConversationService, SqliteMemoryStore]:
-    store = SqliteMemoryStore(tmp / f"{conv['id']}-{embed}.db")
+    last = max(m.created_at for m in conv["messages"])
+    clock = FixedClock(last + timedelta(days=30))  # the store and the service share it
+    store = SqliteMemoryStore(tmp / f"{conv['id']}-{embed}.db", clock=clock)
     for m in conv["messages"]:
         store.insert_message(m)
     index = GuardedIndex(SqliteSearchIndex(tmp / f"{conv['id']}-{embed}-conv.db"))
     cached = CachedEmbedder() if embed else None
     gate = GatedEmbedder(cached, index) if cached is not None else None  # type: ignore[arg-type]
-    last = max(m.created_at for m in conv["messages"])
     config = conversation_config(ConversationConfig, threads=2, fragments=2, neighbours=1, min_relevance=0.0)
-    service = ConversationService(store, index, gate, FixedClock(last + timedelta(days=30)), config)
+    service = ConversationService(store, index, gate, clock, config)
     while service.index_new(conv["id"], max_messages=100_000).more:
         pass
     return service, store

@@ -33,6 +33,14 @@ S3_PUT = 0.005 / 1000
 S3_GET = 0.0004 / 1000
 S3_GB_MONTH = 0.023
 SECRET_MONTH = 0.40
+DDB_PITR_GB_MONTH = 0.20  # point-in-time recovery (the table has it on), per GB of table
+ALARM_METRIC_MONTH = 0.10  # a standard-resolution alarm, per metric it reads (a metric-math alarm: each)
+CUSTOM_METRIC_MONTH = 0.30  # a custom metric, prorated by the hours it receives data
+LOGS_INGEST_GB = 0.50  # CloudWatch Logs ingestion
+LOGS_GB_MONTH = 0.03  # CloudWatch Logs storage (the stack keeps a month)
+XRAY_TRACE = 5.00 / 1e6  # traces recorded (tracing is on; one person's traffic is all sampled)
+SQS_REQUEST = 0.40 / 1e6
+SCHEDULER_INVOCATION = 1.00 / 1e6
 TITAN_EMBED_1K_TOKENS = 0.00002  # Titan Text Embeddings v2
 NOVA_LITE_IN_1K = 0.00006  # the jobs' default model
 NOVA_LITE_OUT_1K = 0.00024
@@ -53,6 +61,19 @@ EXTRACT_OUT_TOKENS = 300
 DREAM_PROMPT_TOKENS = 2500
 DREAM_OUT_TOKENS = 800
 JOB_SECONDS = 6.0  # an extract/dream run, mostly waiting for the model
+# CloudWatch: what the stack's alarms read (tests/unit/test_cost_table.py counts them in the synthesized
+# template), the custom metrics the job handlers publish per run (Powertools, plus a ColdStart each), and
+# the log lines of a turn (platform START/END/REPORT, the app's request line, the API access log) and a job.
+ALARM_METRICS = {"opensearch-classic": 9, "opensearch-nextgen": 9, "replica": 9}
+JOB_METRICS = {"extract": 3, "dream": 3, "cleanup": 2}  # runs and errors (cleanup: runs), ColdStart
+LOG_KB_PER_TURN = 4.0
+LOG_KB_PER_JOB = 10.0
+# The cleanup queue's event source mapping long-polls even when idle: 5 pollers, one 20 s poll each.
+SQS_IDLE_POLLS_MONTH = 5 * 3 * 60 * HOURS_PER_MONTH
+# A snapshot is written after each extract and dream run that changed it; the bucket keeps the newest
+# version and every older one for 7 days (infra/snapshots.py).
+SNAPSHOT_KB_PER_MEMORY = 2.3
+SNAPSHOT_OLD_DAYS = 7
 BACKENDS = ("opensearch-classic", "opensearch-nextgen", "replica")
 EMBEDDERS = ("bedrock", "local")
 # The local embedder (embedder=local) on one full vCPU, from bench/lambda_embed.py pinned to one CPU
@@ -98,6 +119,19 @@ def local_embedding_seconds(usage: Usage, *, cold_starts: float, model_loads: fl
     return cpu * stretch
 
 
+def monitoring_cost(usage: Usage, backend: str, *, jobs: float, turns: float) -> float:
+    """Alarms, the jobs' custom metrics, logs and X-Ray traces a month."""
+    runs_per_day = {"extract": EXTRACT_RUNS / DAYS_PER_MONTH, "dream": 1.0, "cleanup": 1.0 + usage.sessions_per_day}
+    metric_hours = sum(JOB_METRICS[job] * min(24.0, runs) for job, runs in runs_per_day.items()) * DAYS_PER_MONTH
+    log_gb = (turns * LOG_KB_PER_TURN + jobs * LOG_KB_PER_JOB) / 1e6
+    return (
+        ALARM_METRICS[backend] * ALARM_METRIC_MONTH
+        + metric_hours / HOURS_PER_MONTH * CUSTOM_METRIC_MONTH
+        + log_gb * (LOGS_INGEST_GB + LOGS_GB_MONTH)
+        + (turns + jobs) * XRAY_TRACE
+    )
+
+
 def monthly_cost(usage: Usage, backend: str, embedder: str = "bedrock") -> dict[str, float]:
     """Dollars per month by part for ``usage`` on ``backend`` (one of ``BACKENDS``) with ``embedder``."""
     if backend not in BACKENDS:
@@ -122,7 +156,7 @@ def monthly_cost(usage: Usage, backend: str, embedder: str = "bedrock") -> dict[
             turns * (RECALL_RRU + (REPLICA_SYNC_RRU if replica else 0)) * DDB_RRU
             + turns * TURN_WRU * DDB_WRU
             + new_memories * (MEMORY_WRITE_WRU + (REPLICA_DOC_WRU if replica else 0)) * DDB_WRU
-            + usage.memories * ITEM_KB_PER_MEMORY / 1e6 * DDB_GB_MONTH
+            + usage.memories * ITEM_KB_PER_MEMORY / 1e6 * (DDB_GB_MONTH + DDB_PITR_GB_MONTH)
         ),
         "secrets": SECRET_MONTH,
         "bedrock": (
@@ -133,6 +167,8 @@ def monthly_cost(usage: Usage, backend: str, embedder: str = "bedrock") -> dict[
             * (DREAM_PROMPT_TOKENS / 1000 * NOVA_LITE_IN_1K + DREAM_OUT_TOKENS / 1000 * NOVA_LITE_OUT_1K)
         ),
         "search": 0.0,
+        "monitoring": monitoring_cost(usage, backend, jobs=jobs, turns=turns),
+        "queues": SQS_IDLE_POLLS_MONTH * SQS_REQUEST + (jobs + turns) * SQS_REQUEST + jobs * SCHEDULER_INVOCATION,
     }
     index_gb = usage.memories * 6e-6  # ~6 KB per memory with a 1024-dim vector and its text
     if backend == "opensearch-classic":
@@ -141,22 +177,20 @@ def monthly_cost(usage: Usage, backend: str, embedder: str = "bedrock") -> dict[
         awake_h = DAYS_PER_MONTH * usage.sessions_per_day * (usage.session_minutes / 60 + NEXTGEN_IDLE_TAIL_H)
         cost["search"] = NEXTGEN_AWAKE_OCU * OCU_HOUR * awake_h + index_gb * AOSS_GB_MONTH
     else:
-        snapshot_gb = usage.memories * 2.3e-6 * 2  # the newest snapshot and a week of older versions
+        versions = 1 + (EXTRACT_RUNS + DAYS_PER_MONTH) / DAYS_PER_MONTH * SNAPSHOT_OLD_DAYS
+        snapshot_gb = usage.memories * SNAPSHOT_KB_PER_MEMORY / 1e6 * versions
         cost["search"] = (jobs * (S3_PUT + S3_GET)) + cold_starts * S3_GET + snapshot_gb * S3_GB_MONTH
     cost["total"] = sum(cost.values())
     return cost
 
 
 ROWS = (  # backend, embedder, the README's name for it
-    ("opensearch-classic", "bedrock", "OpenSearch Serverless, classic (stack default)"),
-    ("opensearch-nextgen", "bedrock", "OpenSearch Serverless, NextGen (`collection_generation=nextgen`)"),
-    ("replica", "bedrock", "Replica (`search_backend=replica`, no OpenSearch)"),
-    (
-        "replica",
-        "local",
-        "Replica + local embedder (`search_backend=replica`, `embedder=local`: no Bedrock embeddings)",
-    ),
-)
+    ("replica", "bedrock", "Replica (a new deployment's default: no OpenSearch)"),
+    ("replica", "local", "Replica + local embedder (`embedder=local`: no Bedrock embeddings)"),
+    ("opensearch-nextgen", "bedrock", "OpenSearch Serverless, NextGen (`search_backend=opensearch`, "
+     "`collection_generation=nextgen`)"),
+    ("opensearch-classic", "bedrock", "OpenSearch Serverless, classic (`search_backend=opensearch`)"),
+)  # fmt: skip
 
 
 def table(profiles: tuple[Usage, ...] = PROFILES) -> str:
@@ -188,7 +222,7 @@ def main() -> None:
         print(table())
         return
     usage = replace(PROFILES[1], name="yours", **given)
-    parts = ("lambda", "api_gateway", "dynamodb", "bedrock", "secrets", "search", "total")
+    parts = ("lambda", "api_gateway", "dynamodb", "bedrock", "secrets", "search", "monitoring", "queues", "total")
     print("| backend | " + " | ".join(parts) + " |")
     print("|---" * (len(parts) + 1) + "|")
     for backend in BACKENDS:

@@ -48,6 +48,7 @@ def _serve_upstream() -> None:
 
 def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     import uvicorn
+    from engram.adapters.clock import SystemClock
     from engram.adapters.search.inmemory import InMemorySearchIndex
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
     from engram.bootstrap import build_container
@@ -72,7 +73,10 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
         log_level="WARNING",
         rate_limit_chat_per_minute=0,  # one key sends every request: measure the gateway, not the limit
     )  # type: ignore[call-arg]
-    container = build_container(settings, store=InMemoryMemoryStore(), index=InMemorySearchIndex())
+    clock = SystemClock()  # one clock for the store and the container
+    container = build_container(
+        settings, store=InMemoryMemoryStore(clock=clock), index=InMemorySearchIndex(), clock=clock
+    )
     if recall:
         rng = random.Random(7)
         for i in range(1000):

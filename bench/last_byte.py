@@ -90,6 +90,7 @@ def empty_table(endpoint: str, client: Any) -> None:
 
 def dynamo_store(endpoint: str) -> tuple[Any, SerializedClient]:
     import boto3
+    from engram.adapters.clock import SystemClock
     from engram.adapters.storage.dynamodb import DynamoMemoryStore
 
     client = boto3.client(
@@ -101,12 +102,15 @@ def dynamo_store(endpoint: str) -> tuple[Any, SerializedClient]:
     )
     empty_table(endpoint, client)
     counting = SerializedClient(client, serialize=False)  # counts calls; moto's server takes them concurrently
-    return DynamoMemoryStore(TABLE, counting), counting
+    return DynamoMemoryStore(TABLE, counting, clock=SystemClock()), counting
 
 
 def operation_ms(store: Any, n: int = 30) -> dict[str, float]:
     """p50 of each kind of write a turn makes, one at a time: what the waits above are made of."""
-    from engram.domain.models import Message, UsageRecord, new_id, utcnow
+    from engram.adapters.clock import SystemClock
+    from engram.domain.models import Message, UsageRecord, new_id
+
+    utcnow = SystemClock().now
 
     def usage(i: int) -> None:
         store.append_usage(

@@ -91,7 +91,7 @@ def build(
 ) -> tuple[RecallService, SqliteSearchIndex, InMemoryMemoryStore]:
     words = vocabulary(5000, rng)
     weights = [1.0 / (i + 1) for i in range(len(words))]  # Zipf-like
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=SystemClock())
     index = SqliteSearchIndex(tmp / f"latency-{size}.db")
     vectors = np.random.default_rng(size).standard_normal((size, dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -37,12 +37,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.adapters.search.document_log import SEQ, LogRow, pack_vector  # noqa: E402
 from engram.adapters.search.replica import ReplicaSearchIndex  # noqa: E402
 from engram.adapters.search.replica_log import SqliteSearchLog  # noqa: E402
 from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.snapshots import DirSnapshotStore  # noqa: E402
-from engram.domain.models import IndexedDoc, utcnow  # noqa: E402
+from engram.domain.models import IndexedDoc  # noqa: E402
 
 from bench.latency import QUERIES, vocabulary  # noqa: E402
 
@@ -177,7 +178,7 @@ def main() -> None:
                         text=text,
                         type="fact",
                         vector=tuple(vectors[i].tolist()),
-                        created_at=utcnow(),
+                        created_at=SystemClock().now(),
                     )
                     for i, text in enumerate(texts)
                 ]

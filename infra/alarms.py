@@ -1,7 +1,9 @@
 """CloudWatch alarms a self-hoster needs, all notifying one SNS topic (optionally by e-mail).
 
 - a dead-letter queue holds a message (a job run or cleanup message failed for good),
-- a job function reported errors,
+- a job function reported errors (the invocation failed),
+- a job run failed for a namespace (its error metric: the invocation itself succeeds, so the run of every
+  other namespace is kept and Lambda's retries never repeat it; the next run retries that namespace),
 - the REST API answered 5xx to 5 % or more of its requests in 15 minutes (with at least 5 requests).
 What each one means and what to do: docs/aws.md, "Alarms".
 """
@@ -19,6 +21,11 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 PERIOD = Duration.minutes(5)
+# Where the job functions' Powertools metrics go (their POWERTOOLS_METRICS_NAMESPACE and _SERVICE_NAME,
+# set in infra/config.py; tests/infra/test_stack.py holds them equal). A job's error metric counts the
+# failures of one run (docs/aws.md, Alarms).
+METRICS_NAMESPACE = "Engram"
+METRICS_SERVICE = "engram"
 API_PERIOD = Duration.minutes(15)
 API_5XX_RATE = 0.05
 API_MIN_REQUESTS = 5
@@ -32,6 +39,7 @@ class Alarms(Construct):
         *,
         dead_letter_queues: dict[str, sqs.IQueue],
         job_functions: dict[str, lambda_.IFunction],
+        job_error_metrics: dict[str, str],
         rest_api: apigw.RestApi,
         email: str = "",
     ):
@@ -56,6 +64,20 @@ class Alarms(Construct):
                 fn.metric_errors(period=PERIOD, statistic="Sum"),
                 threshold=0,
                 description=f"Engram: the {name} job failed; its log group has the error (docs/aws.md, Alarms).",
+            )
+        for name, metric_name in job_error_metrics.items():
+            self._add(
+                f"{name}RunFailed",
+                cloudwatch.Metric(
+                    namespace=METRICS_NAMESPACE,
+                    metric_name=metric_name,
+                    dimensions_map={"service": METRICS_SERVICE},
+                    period=PERIOD,
+                    statistic="Sum",
+                ),
+                threshold=0,
+                description=f"Engram: a {name} run failed for a namespace (model unreachable, an unreadable answer, "
+                "a window skipped); the next run retries it; the function's log has the error (docs/aws.md, Alarms).",
             )
         rate = cloudwatch.MathExpression(
             expression=f"IF(requests >= {API_MIN_REQUESTS}, errors / requests, 0)",

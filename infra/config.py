@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from constructs import Node
 from engram.settings import Settings
 
+from infra.bedrock_models import resolve_model
 from infra.search import COLLECTION_NAME_MAX
 
 VECTOR_DIMENSIONS = (256, 512, 1024)
@@ -85,10 +87,11 @@ class EngramConfig:
     retention_idempotency_days: int = FUNCTIONS.retention_idempotency_days
     memory_expire_unseen_days: int = FUNCTIONS.memory_expire_unseen_days
     hard_delete_after_days: int = FUNCTIONS.hard_delete_after_days
-    # Search backend: "opensearch" (an OpenSearch Serverless collection) or "replica" (no search
-    # service: each function keeps a private copy of the index in /tmp, synced from the table and a
-    # snapshot bucket; docs/aws.md, "Search backends").
-    search_backend: str = "opensearch"
+    # Search backend: "replica" (no search service: each function keeps a private copy of the index in
+    # /tmp, synced from the table and a snapshot bucket) or "opensearch" (an OpenSearch Serverless
+    # collection); docs/aws.md, "Search backends". The default of a NEW deployment: an existing one keeps
+    # the backend recorded in its engram.deploy.json (infra/deploy_settings.py).
+    search_backend: str = "replica"
     # OpenSearch Serverless: "classic" (standby off: ~1 OCU floor) or "nextgen" (collection group that
     # scales to zero after 10 idle minutes).
     collection_generation: str = "classic"
@@ -150,6 +153,14 @@ class EngramConfig:
         if self.alarm_email and not _EMAIL.match(self.alarm_email):
             raise ValueError(f"alarm_email is not an e-mail address: {self.alarm_email!r}")
         self.schedule_times()  # validates the effective (context or extra_env) times
+        zone = self.function_env()["ENGRAM_TIMEZONE"]
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"ENGRAM_TIMEZONE (engram:timezone or extra_env) is {zone!r}: not an IANA time zone name "
+                "(e.g. Europe/Berlin, America/New_York, UTC); the schedules would not deploy"
+            ) from None
         silent = self.function_env()["ENGRAM_UPSTREAM_TIMEOUT"]
         if not 0 < float(silent) < API_IDLE_TIMEOUT_S:
             raise ValueError(
@@ -192,8 +203,42 @@ class EngramConfig:
             raw = node.try_get_context(f"engram:{f.name}")
             if raw is None:
                 continue
-            values[f.name] = _coerce(f.name, raw, f.default)
+            values[f.name] = coerce(f.name, raw, f.default)
         return cls(**values)
+
+    def for_region(self, region: str | None) -> EngramConfig:
+        """This config with every Bedrock model id resolved for ``region`` (infra/bedrock_models.py).
+
+        ``None`` (a synth without a region) keeps the ids as given; a model the region does not serve
+        stops the synth with the setting to change.
+        """
+        if not region:
+            return self
+
+        def named(value: str, setting: str) -> str:
+            if not value.startswith("bedrock/"):
+                return value
+            return "bedrock/" + resolve_model(value.removeprefix("bedrock/"), region, setting=setting)
+
+        changes: dict[str, Any] = {
+            "extract_model": named(self.extract_model, "engram:extract_model"),
+            "dream_model": named(self.dream_model, "engram:dream_model"),
+            "chat_model": named(self.chat_model, "engram:chat_model"),
+            "vision_model": named(self.vision_model, "engram:vision_model"),
+            "bedrock_models": tuple(
+                resolve_model(m, region, setting="engram:bedrock_models") for m in self.bedrock_models
+            ),
+            "extra_env": {
+                k: named(v, f"extra_env {k}") if k.endswith("_MODEL") else v for k, v in self.extra_env.items()
+            },
+        }
+        if self.embedder == "bedrock":
+            changes["embedding_model"] = resolve_model(self.embedding_model, region, setting="engram:embedding_model")
+        if self.reranker == "bedrock":
+            # The Rerank API takes a foundation model in its own region: only validated, never a profile.
+            rerank_in = self.rerank_region or region
+            resolve_model(self.rerank_model, rerank_in, setting="engram:rerank_region (or engram:rerank_model)")
+        return replace(self, **changes)
 
     def bedrock_model_ids(self) -> list[str]:
         """Every Bedrock model id the functions may invoke (embeddings, jobs, chat, rerank)."""
@@ -261,15 +306,27 @@ class EngramConfig:
         return env
 
 
-def _coerce(name: str, raw: Any, default: Any) -> Any:
+def coerce(name: str, raw: Any, default: Any) -> Any:
+    """``raw`` (a ``-c`` string or a value from engram.deploy.json) as the type of the setting's default."""
     if isinstance(default, bool):
         return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
     if isinstance(default, int):
-        return int(raw)
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"engram:{name} must be an integer, got {raw!r}") from None
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"engram:{name} must be a number, got {raw!r}") from None
     if isinstance(default, tuple):
         if isinstance(raw, str):
             return tuple(x.strip() for x in raw.split(",") if x.strip())
         return tuple(raw)
     if name == "extra_env":
-        return json.loads(raw) if isinstance(raw, str) else dict(raw)
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, dict):
+            raise ValueError(f"engram:extra_env must be a JSON object of ENGRAM_* names, got {raw!r}")
+        return dict(value)
     return str(raw)

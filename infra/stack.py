@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Aws, CfnOutput, Fn, RemovalPolicy, Stack
+from aws_cdk import Aws, CfnOutput, Fn, RemovalPolicy, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from infra.alarms import Alarms
 from infra.api import Api
+from infra.bedrock_models import PROFILE_PREFIXES
 from infra.config import EngramConfig
 from infra.functions import ROOT
 from infra.jobs import Jobs
-from infra.layer import Layers
+from infra.layer import Layers, require_supported_region
 from infra.mcp import Mcp
 from infra.nag import add_suppressions
 from infra.search import Search
@@ -26,13 +27,10 @@ from infra.skill_files import SkillFiles
 from infra.snapshots import Snapshots
 from infra.storage import Storage
 
-# Cross-region inference profile ids start with a geography ("us.anthropic...", "global.amazon...").
-_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "jp.", "au.", "ca.", "global.")
-
 
 def bedrock_model_arns(model_id: str, *, region: str = Aws.REGION) -> list[str]:
     """ARNs that InvokeModel needs for ``model_id`` (a foundation model or an inference profile)."""
-    if model_id.startswith(_PROFILE_PREFIXES):
+    if model_id.startswith(PROFILE_PREFIXES):
         base = model_id.split(".", 1)[1]
         return [
             f"arn:{Aws.PARTITION}:bedrock:{region}:{Aws.ACCOUNT_ID}:inference-profile/{model_id}",
@@ -58,7 +56,10 @@ class EngramStack(Stack):
         **kwargs: object,
     ):
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
-        cfg = config or EngramConfig.from_context(self.node)
+        # Model ids for the deploy region when the stack has one (app.py resolves them for the CLI's region).
+        region = None if Token.is_unresolved(self.region) else self.region
+        require_supported_region(region)
+        cfg = (config or EngramConfig.from_context(self.node)).for_region(region)
         self.config = cfg
 
         storage = Storage(self, "Storage", removal_policy=table_removal_policy)
@@ -136,6 +137,7 @@ class EngramStack(Stack):
                 "Dream": jobs.dream_function,
                 "Cleanup": jobs.cleanup_function,
             },
+            job_error_metrics={"Extract": "ExtractionErrors", "Dream": "DreamErrors"},
             rest_api=api.rest_api,
             email=cfg.alarm_email,
         )

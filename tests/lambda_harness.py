@@ -74,7 +74,7 @@ FAKE_CREDENTIALS = {
 
 def synth_template(**config: Any) -> dict[str, Any]:
     """The CloudFormation template ``cdk deploy`` would deploy, synthesized offline: cdk.json's context
-    (its ``engram:*`` settings and CDK feature flags), with ``config`` (``EngramConfig`` fields) on top.
+    (CDK's feature flags), the project's defaults (``EngramConfig``) and ``config`` (its fields) on top.
 
     The dependency layer is a placeholder folder (its contents do not change the template's
     resources or environment), like tests/infra/test_stack.py.
@@ -341,9 +341,11 @@ class Deployment:
 
     def store(self) -> Any:
         """A ``DynamoMemoryStore`` on the deployment's table, for reading what the functions wrote."""
+        from engram.adapters.clock import SystemClock
         from engram.adapters.storage.dynamodb import DynamoMemoryStore
 
-        return DynamoMemoryStore(self.table_name, self.moto.client("dynamodb"))
+        # The functions under test run on the real clock, so the reader does too.
+        return DynamoMemoryStore(self.table_name, self.moto.client("dynamodb"), clock=SystemClock())
 
     def function_env(self, function: Function) -> dict[str, str]:
         """The function's variables from the template, resolved against this deployment."""

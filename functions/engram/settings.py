@@ -280,6 +280,13 @@ class Settings(BaseSettings):
     chat_store_messages: bool = Field(
         True, description="Store each exchange (last user message + reply) for the extraction job."
     )
+    chat_retry_window_minutes: float = Field(
+        10.0,
+        ge=0,
+        le=1440,
+        description="A repeated chat request is a retry of the first (stored once) only within this many minutes "
+        "and while what it wrote is still there; otherwise it is a new turn (0: every request is a new turn).",
+    )
     chat_default_max_tokens: int = Field(
         4096, ge=1, description="`max_tokens` sent to Claude when an OpenAI-wire client sets none."
     )

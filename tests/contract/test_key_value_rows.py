@@ -17,6 +17,7 @@ from tests.contract.rows import (
     T0,
     at,
 )
+from tests.fakes.clock import ManualClock
 
 
 def test_the_store_implements_key_value_rows(store: KeyValueRows) -> None:
@@ -62,12 +63,13 @@ def test_cursors(store: KeyValueRows) -> None:
     assert store.get_cursor(OTHER, "extraction") is None
 
 
-def test_cache(store: KeyValueRows) -> None:
-    # Given a JSON value cached without expiry, one expiring later and one already expired
+def test_cache(store: KeyValueRows, clock: ManualClock) -> None:
+    # Given a JSON value cached without expiry, one expiring later and one already expired (the
+    # store's clock decides, never the wall clock)
     value = {"answer": [1, 2.5, "三"], "nested": {"ok": True, "none": None}}
     store.put_cache(NS, "forever", value)
-    store.put_cache(NS, "later", "soon", expires_at=datetime.now(UTC) + timedelta(hours=1))
-    store.put_cache(NS, "stale", "old", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    store.put_cache(NS, "later", "soon", expires_at=clock.now() + timedelta(hours=1))
+    store.put_cache(NS, "stale", "old", expires_at=clock.now() - timedelta(seconds=1))
     # Then live entries read back equal, the expired one is absent
     assert store.get_cache(NS, "forever") == value
     assert store.get_cache(NS, "later") == "soon"
@@ -85,6 +87,23 @@ def test_cache(store: KeyValueRows) -> None:
     store.delete_cache(OTHER, "later")
     assert store.get_cache(NS, "forever") is None
     assert store.get_cache(NS, "later") == "soon"
+
+
+def test_cache_expiry_follows_the_store_clock_not_the_wall_clock(store: KeyValueRows, clock: ManualClock) -> None:
+    # Given a clock far from the wall clock (years before or after it) and an entry that lives two hours
+    for start in (datetime(2001, 1, 1, 23, 30, tzinfo=UTC), datetime(2099, 12, 31, 23, 30, tzinfo=UTC)):
+        clock.set(start)
+        store.put_cache(NS, "seen", ["m1"], expires_at=start + timedelta(hours=2))
+        # When the clock has moved less than two hours / Then it is there
+        clock.advance(hours=1, minutes=59)
+        assert store.get_cache(NS, "seen") == ["m1"], start
+        # When the clock reaches the expiry (across midnight, a month's and a year's end) / Then it is gone
+        clock.advance(minutes=1)
+        assert store.get_cache(NS, "seen") is None, start
+        # And putting it again makes it live again, stamped by the same clock
+        store.put_cache(NS, "seen", ["m2"], expires_at=clock.now() + timedelta(minutes=5))
+        assert store.get_cache(NS, "seen") == ["m2"]
+        store.delete_cache(NS, "seen")
 
 
 def test_cache_rejects_values_that_are_not_json(store: KeyValueRows) -> None:

@@ -56,6 +56,7 @@ def test_memory_round_trips_every_field(store: MemoryRows) -> None:
         status_changed_at=at(3),
         expires_at=at(60 * 24 * 180),
         index_ref="doc-1",
+        version=3,
     )
     # When it is inserted and read back
     returned = store.insert_memory(memory)
@@ -82,14 +83,126 @@ def test_insert_memory_with_existing_id_conflicts(store: MemoryRows) -> None:
     assert store.get_memory(NS, "m1").content == "content of m1"
 
 
-def test_update_memory_replaces_the_row(store: MemoryRows) -> None:
-    # Given a stored memory
-    original = store.insert_memory(a_memory("m1", tags=("a",)))
-    # When it is updated
-    changed = original.model_copy(update={"content": "new", "tags": ("b", "c"), "seen_count": 4})
-    store.update_memory(changed)
-    # Then the next read sees the change
-    assert store.get_memory(NS, "m1") == changed
+def test_update_memory_replaces_the_row_at_the_next_version(store: MemoryRows) -> None:
+    # Given a stored memory (version 1)
+    original = store.insert_memory(a_memory("m1", tags=("a",), fact_key="k", remind_at=at(9)))
+    assert original.version == 1
+    # When it is updated, a field cleared among the changes
+    changed = original.model_copy(update={"content": "new", "tags": ("b", "c"), "remind_at": None})
+    returned = store.update_memory(changed)
+    # Then the next read sees the change, one version on
+    assert returned == changed.model_copy(update={"version": 2})
+    assert store.get_memory(NS, "m1") == returned
+
+
+def test_update_memory_at_a_stale_version_conflicts_and_writes_nothing(store: MemoryRows) -> None:
+    # Given a memory read by two writers, and the first one's update stored
+    read = store.insert_memory(a_memory("m1"))
+    first = store.update_memory(read.model_copy(update={"status": "archived", "status_changed_at": at(3)}))
+    # When the second writer replaces the row it read (version 1)
+    with pytest.raises(Conflict) as caught:
+        store.update_memory(read.model_copy(update={"content": "stale edit"}))
+    # Then it is refused as a version conflict and the first writer's row stays
+    assert caught.value.code == "version_conflict"
+    assert store.get_memory(NS, "m1") == first
+
+
+def test_a_replace_never_writes_the_counters(store: MemoryRows) -> None:
+    # Given a memory read, then recalled and seen by others
+    read = store.insert_memory(a_memory("m1", seen_count=1, last_seen_at=at(1)))
+    store.record_injected(NS, ["m1"], at(5))
+    store.record_seen(NS, "m1", at(6))
+    # When the row read before is replaced (counters as read, and a try to set one)
+    store.update_memory(read.model_copy(update={"content": "edited", "recall_count": 0, "seen_count": 99}))
+    # Then the content changed and the counters are the store's own
+    stored = store.get_memory(NS, "m1")
+    assert stored.content == "edited"
+    assert (stored.recall_count, stored.last_injected_at) == (1, at(5))
+    assert (stored.seen_count, stored.last_seen_at) == (2, at(6))
+    assert stored.version == 2
+
+
+def test_record_injected_counts_each_memory_and_touches_nothing_else(store: MemoryRows) -> None:
+    # Given an active and an archived memory
+    active = store.insert_memory(a_memory("m1", fact_key="k"))
+    archived = store.insert_memory(a_memory("m2", status="archived"))
+    # When both are recorded as injected twice, an unknown id and a repeated id among them
+    store.record_injected(NS, ["m1", "m2", "nope", "m1"], at(5))
+    store.record_injected(NS, ["m1", "m2"], at(7))
+    # Then each counts two injections, and nothing else of the rows changed (version, status included)
+    for before in (active, archived):
+        after = store.get_memory(NS, before.id)
+        assert (after.recall_count, after.last_injected_at) == (2, at(7))
+        assert after.model_copy(update={"recall_count": 0, "last_injected_at": None}) == before
+    assert store.get_memories(NS, ["nope"]) == []
+
+
+def test_record_seen_counts_a_sighting_and_returns_the_row(store: MemoryRows) -> None:
+    # Given an active and an archived memory
+    active = store.insert_memory(a_memory("m1", seen_count=1, last_seen_at=at(1)))
+    store.insert_memory(a_memory("m2", status="archived", status_changed_at=at(2)))
+    # When each is seen
+    seen = store.record_seen(NS, "m1", at(8))
+    seen_archived = store.record_seen(NS, "m2", at(9))
+    # Then the counters moved, the rest did not, and the returned row is the stored one
+    assert seen == active.model_copy(update={"seen_count": 2, "last_seen_at": at(8)})
+    assert store.get_memory(NS, "m1") == seen
+    assert (seen_archived.status, seen_archived.seen_count, seen_archived.version) == ("archived", 1, 1)
+    assert store.get_memory(NS, "m2") == seen_archived
+    # And an unknown id is NotFound
+    with pytest.raises(NotFound):
+        store.record_seen(NS, "nope", at(9))
+
+
+def test_record_seen_keeps_a_sighting_for_the_retention_sweep(store: MemoryRows) -> None:
+    # Given an old active memory, unseen since minute 0
+    store.insert_memory(a_memory("m1"))
+    assert ids(store.memories_unseen_since(NS, at(10))) == ["m1"]
+    # When it is seen at minute 20 / Then it is no longer unseen before minute 10
+    store.record_seen(NS, "m1", at(20))
+    assert store.memories_unseen_since(NS, at(10)) == []
+
+
+def test_update_memories_swaps_a_fact_key_in_one_transaction(store: MemoryRows) -> None:
+    # Given an old version (superseded) and the active holder of its key
+    old = store.insert_memory(a_memory("m1", fact_key="city", status="superseded", superseded_by_id="m2"))
+    holder = store.insert_memory(a_memory("m2", fact_key="city", supersedes_id="m1"))
+    # When the old one is revived and the holder superseded together
+    retired = holder.model_copy(update={"status": "superseded", "superseded_by_id": "m1"})
+    revived = old.model_copy(update={"status": "active", "superseded_by_id": None})
+    result = store.update_memories([retired, revived])
+    # Then both are stored one version on, and the revived one holds the key
+    assert result == [retired.model_copy(update={"version": 2}), revived.model_copy(update={"version": 2})]
+    assert store.get_memory(NS, "m1") == result[1]
+    assert store.get_memory(NS, "m2") == result[0]
+    assert store.find_active_by_fact_key(NS, "city") == result[1]
+
+
+def test_update_memories_writes_nothing_when_one_row_moved_on(store: MemoryRows) -> None:
+    # Given an old version and the holder of its key, and the holder changed after it was read
+    old = store.insert_memory(a_memory("m1", fact_key="city", status="superseded"))
+    holder = store.insert_memory(a_memory("m2", fact_key="city"))
+    moved = store.update_memory(holder.model_copy(update={"content": "edited meanwhile"}))
+    # When the swap runs on the holder as first read
+    retired = holder.model_copy(update={"status": "superseded", "superseded_by_id": "m1"})
+    with pytest.raises(Conflict) as caught:
+        store.update_memories([retired, old.model_copy(update={"status": "active"})])
+    # Then nothing changed: the holder keeps the key, the old row stays superseded
+    assert caught.value.code == "version_conflict"
+    assert store.get_memory(NS, "m2") == moved
+    assert store.get_memory(NS, "m1") == old
+    assert store.find_active_by_fact_key(NS, "city") == moved
+
+
+def test_update_memories_writes_nothing_when_the_key_would_be_held_twice(store: MemoryRows) -> None:
+    # Given an old version and the active holder of its key
+    old = store.insert_memory(a_memory("m1", fact_key="city", status="superseded"))
+    holder = store.insert_memory(a_memory("m2", fact_key="city"))
+    # When the old one is revived without retiring the holder / Then Conflict, and nothing changed
+    with pytest.raises(Conflict):
+        store.update_memories([holder.model_copy(update={"content": "x"}), old.model_copy(update={"status": "active"})])
+    assert store.get_memory(NS, "m1") == old
+    assert store.get_memory(NS, "m2") == holder
 
 
 def test_update_unknown_memory_raises_not_found(store: MemoryRows) -> None:
@@ -165,9 +278,9 @@ def test_supersede_swaps_the_active_row(store: MemoryRows) -> None:
     retired = old.model_copy(update={"status": "superseded", "superseded_by_id": "m2", "status_changed_at": at(5)})
     new = a_memory("m2", fact_key="city", minute=5, content="Lyon", supersedes_id="m1")
     result = store.supersede(retired, new)
-    # Then both rows are stored and the new one is the active memory for the key
-    assert result == (retired, new)
-    assert store.get_memory(NS, "m1") == retired
+    # Then both rows are stored (the old one a version on) and the new one is the active memory for the key
+    assert result == (retired.model_copy(update={"version": 2}), new)
+    assert store.get_memory(NS, "m1") == result[0]
     assert store.get_memory(NS, "m2") == new
     assert store.find_active_by_fact_key(NS, "city") == new
 
@@ -209,6 +322,30 @@ def test_supersede_changes_nothing_when_the_old_row_stays_active(store: MemoryRo
     assert store.get_memories(NS, ["m2"]) == []
 
 
+def test_supersede_at_a_stale_version_conflicts_and_stores_nothing(store: MemoryRows) -> None:
+    # Given an active memory read, then archived by another writer
+    read = store.insert_memory(a_memory("m1", fact_key="city"))
+    archived = store.update_memory(read.model_copy(update={"status": "archived"}))
+    # When the memory as first read is superseded
+    retired = read.model_copy(update={"status": "superseded", "superseded_by_id": "m2"})
+    with pytest.raises(Conflict) as caught:
+        store.supersede(retired, a_memory("m2", fact_key="city", supersedes_id="m1"))
+    # Then nothing changed and the new version was not stored
+    assert caught.value.code == "version_conflict"
+    assert store.get_memory(NS, "m1") == archived
+    assert store.get_memories(NS, ["m2"]) == []
+
+
+def test_supersede_returns_the_old_row_one_version_on(store: MemoryRows) -> None:
+    # Given an active memory / When it is superseded
+    old = store.insert_memory(a_memory("m1", fact_key="city"))
+    retired = old.model_copy(update={"status": "superseded", "superseded_by_id": "m2"})
+    stored_old, new = store.supersede(retired, a_memory("m2", fact_key="city"))
+    # Then the old row is at version 2, the new one at 1
+    assert (stored_old.version, new.version) == (2, 1)
+    assert store.get_memory(NS, "m1") == stored_old
+
+
 def test_supersede_of_unknown_memory_raises_not_found(store: MemoryRows) -> None:
     # Given an empty store / When a memory that was never stored is superseded
     with pytest.raises(NotFound):
@@ -222,12 +359,26 @@ def test_delete_memory_row_removes_it_and_ignores_unknown_ids(store: MemoryRows)
     store.insert_memory(a_memory("m1"))
     store.insert_memory(a_memory("m2"))
     # When one is hard-deleted, and an unknown id too
-    store.delete_memory_row(NS, "m1")
-    store.delete_memory_row(NS, "nope")
+    assert store.delete_memory_row(NS, "m1") is True
+    assert store.delete_memory_row(NS, "nope") is False
     # Then only the other one remains
     with pytest.raises(NotFound):
         store.get_memory(NS, "m1")
     assert ids(store.iter_memories(NS)) == ["m2"]
+
+
+def test_delete_memory_row_at_a_version_spares_a_row_that_moved_on(store: MemoryRows) -> None:
+    # Given a deleted memory with an external id, read by the retention sweep, then restored by its owner
+    read = store.insert_memory(a_memory("m1", status="deleted", external_id="ext-1"))
+    restored = store.update_memory(read.model_copy(update={"status": "active"}))
+    # When the sweep hard-deletes the row it read / Then version conflict, and the row stays
+    with pytest.raises(Conflict) as caught:
+        store.delete_memory_row(NS, "m1", version=read.version)
+    assert caught.value.code == "version_conflict"
+    assert store.get_memory(NS, "m1") == restored
+    # And at the current version it goes, freeing its external id
+    assert store.delete_memory_row(NS, "m1", version=restored.version) is True
+    store.insert_memory(a_memory("m2", external_id="ext-1"))
 
 
 def test_list_memories_pages_newest_first(store: MemoryRows) -> None:

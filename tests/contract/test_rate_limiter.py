@@ -5,28 +5,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from engram.adapters.ratelimit.inprocess import InProcessRateLimiter
 from engram.domain.ports import RateLimiter
 
-
-class Clock:
-    def __init__(self, t: float = 1_800_000_010.0) -> None:  # 10 s into a minute
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from tests.fakes.clock import ManualClock
 
 
-@contextmanager
-def _inprocess(clock: Clock) -> Iterator[RateLimiter]:
-    yield InProcessRateLimiter(now=clock)
+def clock_at(t: float = 1_800_000_010.0) -> ManualClock:  # default: 10 s into a minute
+    """The limiters' windows follow the injected clock, moved by the tests (never slept)."""
+    return ManualClock(datetime.fromtimestamp(t, UTC))
 
 
 @contextmanager
-def _dynamodb(clock: Clock) -> Iterator[RateLimiter]:
+def _inprocess(clock: ManualClock) -> Iterator[RateLimiter]:
+    yield InProcessRateLimiter(clock=clock)
+
+
+@contextmanager
+def _dynamodb(clock: ManualClock) -> Iterator[RateLimiter]:
     pytest.importorskip("moto")
     import boto3
     from engram.adapters.ratelimit.dynamodb import DynamoRateLimiter
@@ -38,23 +38,23 @@ def _dynamodb(clock: Clock) -> Iterator[RateLimiter]:
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
         # moto is not thread-safe; DynamoDB serializes conditional writes itself (tests/fakes/moto_aws.py)
-        yield DynamoRateLimiter(TABLE, SerializedClient(client), now=clock)
+        yield DynamoRateLimiter(TABLE, SerializedClient(client), clock=clock)
 
 
-LIMITERS: dict[str, Callable[[Clock], AbstractContextManager[RateLimiter]]] = {
+LIMITERS: dict[str, Callable[[ManualClock], AbstractContextManager[RateLimiter]]] = {
     "inprocess": _inprocess,
     "dynamodb": _dynamodb,
 }
 
 
 @pytest.fixture(params=list(LIMITERS))
-def clocked(request: pytest.FixtureRequest) -> Iterator[tuple[RateLimiter, Clock]]:
-    clock = Clock()
+def clocked(request: pytest.FixtureRequest) -> Iterator[tuple[RateLimiter, ManualClock]]:
+    clock = clock_at()
     with LIMITERS[request.param](clock) as limiter:
         yield limiter, clock
 
 
-def test_a_window_allows_the_limit_then_says_when_it_ends(clocked: tuple[RateLimiter, Clock]) -> None:
+def test_a_window_allows_the_limit_then_says_when_it_ends(clocked: tuple[RateLimiter, ManualClock]) -> None:
     limiter, clock = clocked
     # When a key sends four requests within one minute against a limit of three
     answers = [limiter.hit("k:chat", 3, 60) for _ in range(4)]
@@ -65,11 +65,11 @@ def test_a_window_allows_the_limit_then_says_when_it_ends(clocked: tuple[RateLim
     assert limiter.hit("k:requests", 3, 60) is None
     assert limiter.hit("other:chat", 3, 60) is None
     # When the next window starts, Then the key may send again
-    clock.t += 50
+    clock.advance(seconds=50)
     assert limiter.hit("k:chat", 3, 60) is None
 
 
-def test_concurrent_hits_allow_exactly_the_limit(clocked: tuple[RateLimiter, Clock]) -> None:
+def test_concurrent_hits_allow_exactly_the_limit(clocked: tuple[RateLimiter, ManualClock]) -> None:
     limiter, _ = clocked
     results: list[Any] = []
     lock = threading.Lock()
@@ -98,7 +98,7 @@ def test_the_dynamodb_counter_expires_with_ttl() -> None:
     with mocked_aws():
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
-        DynamoRateLimiter(TABLE, client, now=Clock(1_800_000_010.0)).hit("k:chat", 3, 60)
+        DynamoRateLimiter(TABLE, client, clock=clock_at(1_800_000_010.0)).hit("k:chat", 3, 60)
         item = client.get_item(TableName=TABLE, Key={"PK": {"S": "RATE#k:chat"}, "SK": {"S": "W#1800000000"}})["Item"]
     # One item per key and window, counted, removed by DynamoDB's TTL an hour after the window
     assert item["n"] == {"N": "1"} and item["ttl"] == {"N": str(1_800_000_060 + 3600)}

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from engram.domain.ports import Clock
+
 REGION = "us-east-1"
 TABLE = "engram-test"
 
@@ -67,15 +69,15 @@ def mocked_aws() -> Iterator[None]:
 
 
 @contextmanager
-def dynamo_store(tmp_path: Path | None = None, **options: Any) -> Iterator[Any]:
-    """A ``DynamoMemoryStore`` on a fresh moto table (``tmp_path`` unused; registry signature)."""
+def dynamo_store(tmp_path: Path | None = None, *, clock: Clock, **options: Any) -> Iterator[Any]:
+    """A ``DynamoMemoryStore`` on a fresh moto table and ``clock`` (``tmp_path`` unused; registry signature)."""
     import boto3
     from engram.adapters.storage.dynamodb import DynamoMemoryStore, create_table
 
     with mocked_aws():
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
-        yield DynamoMemoryStore(TABLE, SerializedClient(client), **options)
+        yield DynamoMemoryStore(TABLE, SerializedClient(client), clock=clock, **options)
 
 
 @contextmanager

@@ -39,17 +39,9 @@ def _synth(layer_dir: Path, **config: Any) -> tuple[EngramStack, Template]:
 
 
 @pytest.fixture(scope="module")
-def layer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # A stand-in for layers/build (the real build is layers/build.py; tests need only the folder).
-    root = tmp_path_factory.mktemp("layer")
-    (root / "python").mkdir()
-    (root / "python" / "placeholder.txt").write_text("layer contents are built by layers/build.py\n")
-    return root
-
-
-@pytest.fixture(scope="module")
 def synth(layer_dir: Path) -> tuple[EngramStack, Template]:
-    return _synth(layer_dir)
+    # The OpenSearch stack (a new deployment's default is the replica: the `replica` fixture below)
+    return _synth(layer_dir, search_backend="opensearch")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +53,7 @@ def template(synth: tuple[EngramStack, Template]) -> Template:
 def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
     return _synth(
         layer_dir,
+        search_backend="opensearch",
         timezone="Europe/Berlin",
         collection_generation="nextgen",
         reranker="bedrock",
@@ -317,6 +310,22 @@ def test_alarms_cover_dlqs_job_errors_and_api_5xx_rate(template: Template) -> No
     template.resource_count_is("AWS::SNS::Subscription", 0)
     template.has_resource_properties("AWS::SNS::TopicPolicy", {"PolicyDocument": Match.object_like({})})
     assert "AlarmTopicArn" in template.find_outputs("*")
+
+
+def test_a_job_run_that_failed_for_a_namespace_alarms_on_its_error_metric(template: Template) -> None:
+    # Given the default stack (a failed namespace does not fail the invocation: issue 21, item 5)
+    alarms = _alarms(template)
+    env = _function(template, "engram.entrypoints.lambdas.extract.handler")["Properties"]["Environment"]["Variables"]
+    # Then each scheduled job's error metric, as Powertools writes it from that function, has an alarm
+    by_metric = {
+        a["MetricName"]: a for a in alarms.values() if a.get("Namespace") == env["POWERTOOLS_METRICS_NAMESPACE"]
+    }
+    assert set(by_metric) == {"ExtractionErrors", "DreamErrors"}
+    for alarm in by_metric.values():
+        assert alarm["Dimensions"] == [{"Name": "service", "Value": env["POWERTOOLS_SERVICE_NAME"]}]
+        assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300)
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+        assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def test_alarm_email_is_subscribed(custom: tuple[EngramStack, Template]) -> None:
@@ -692,11 +701,15 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
     assert [line for line in wanted if line.startswith("numpy")]
 
 
-def test_default_backend_ships_no_replica_layer(template: Template) -> None:
+def test_opensearch_backend_ships_no_replica_layer(template: Template) -> None:
     assert not [k for k in _resources(template, "AWS::Lambda::LayerVersion") if k.startswith("LayersReplica")]
 
 
-def test_default_backend_is_opensearch(template: Template) -> None:
+def test_a_new_deployments_default_backend_is_the_replica() -> None:
+    assert EngramConfig().search_backend == "replica"
+
+
+def test_opensearch_backend_has_a_collection_and_no_snapshot_bucket(template: Template) -> None:
     assert _resources(template, "AWS::OpenSearchServerless::Collection")
     assert [k for k in _resources(template, "AWS::S3::Bucket") if not k.startswith("SkillFiles")] == []
     for fn in _resources(template, "AWS::Lambda::Function").values():
@@ -726,7 +739,7 @@ def _assert_nag_and_cfn_lint_clean(stack: EngramStack, template: Template, tmp_p
 
 @pytest.fixture(scope="module")
 def local_embedder(layer_dir: Path) -> tuple[EngramStack, Template]:
-    return _synth(layer_dir, embedder="local")
+    return _synth(layer_dir, embedder="local", search_backend="opensearch")
 
 
 @pytest.fixture(scope="module")
@@ -874,3 +887,25 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
     deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
     assert len(deletes) == 5 and all(s in skill_statements for s in deletes)
     assert "SkillFilesBucket" in template.find_outputs("*")
+
+
+# -- the cost model (bench/cost.py) --------------------------------------------------------------------
+
+
+def _alarm_metrics(template: Template) -> int:
+    """Metrics the alarms read, as CloudWatch bills them (a metric-math alarm: each metric in it)."""
+    alarms = _alarms(template).values()
+    return sum(len([m for m in a["Metrics"] if "MetricStat" in m]) if "Metrics" in a else 1 for a in alarms)
+
+
+@pytest.mark.parametrize(
+    ("variant", "backend"), [("synth", "opensearch-classic"), ("custom", "opensearch-nextgen"), ("replica", "replica")]
+)
+def test_the_cost_model_bills_every_alarm_the_stack_creates(
+    variant: str, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Given the synthesized stack of each backend / Then bench/cost.py bills as many alarm metrics as it has
+    from bench.cost import ALARM_METRICS
+
+    _, template = request.getfixturevalue(variant)
+    assert _alarm_metrics(template) == ALARM_METRICS[backend], "update ALARM_METRICS in bench/cost.py"

@@ -79,18 +79,30 @@ def start_gateway(
     recall_fails: bool = False,
     queue: Any = None,
     bedrock_runtime: Any = None,
+    clock: Any = None,
     **overrides: Any,
 ) -> Gateway:
     """A real gateway (in-memory store and index, keyword recall) against ``upstream``, stopped with ``stack``."""
+    from engram.adapters.clock import SystemClock
     from engram.adapters.search.inmemory import InMemorySearchIndex
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
     settings = gateway_settings(upstream, **overrides)
-    store, index = InMemoryMemoryStore(), InMemorySearchIndex()
-    real = build_container(settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime).recall
+    clock = clock or SystemClock()  # the gateway runs over HTTP on the real clock unless given one; the store shares it
+    store, index = InMemoryMemoryStore(clock=clock), InMemorySearchIndex()
+    real = build_container(
+        settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime, clock=clock
+    ).recall
     spy = SpyRecall(real, fail=recall_fails)
     container = build_container(
-        settings, store=store, index=index, embedder=None, recall=spy, queue=queue, bedrock_runtime=bedrock_runtime
+        settings,
+        store=store,
+        index=index,
+        embedder=None,
+        recall=spy,
+        queue=queue,
+        bedrock_runtime=bedrock_runtime,
+        clock=clock,
     )
     stack.callback(container.close)
     app = create_app(container)

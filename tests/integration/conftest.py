@@ -17,11 +17,12 @@ ADMIN_PASSWORD = "correct horse battery staple"
 
 @pytest.fixture(scope="session")
 def stack_template() -> dict[str, Any]:
-    """The CDK app's template, synthesized once per session (offline)."""
+    """The CDK app's OpenSearch template, synthesized once per session (offline); the replica backend (a new
+    deployment's default) has its own harness tests (test_lambda_replica.py)."""
     pytest.importorskip("aws_cdk")
     from tests.lambda_harness import cached_template
 
-    return cached_template()
+    return cached_template(search_backend="opensearch")
 
 
 @pytest.fixture(scope="session")

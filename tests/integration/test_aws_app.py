@@ -144,7 +144,7 @@ def test_cleanup_lambda_runs_the_real_cleanup_on_dynamodb(aws_env: dict[str, str
     # Given the CleanupFunction building its container from the environment, and a 30-day-old message
     from datetime import timedelta
 
-    from engram.domain.models import Message, utcnow
+    from engram.domain.models import Message
     from engram.entrypoints.lambdas import cleanup, runtime
 
     from tests.integration.test_lambda_handlers import LambdaContextStub
@@ -153,7 +153,11 @@ def test_cleanup_lambda_runs_the_real_cleanup_on_dynamodb(aws_env: dict[str, str
     try:
         store = runtime.get_container().store
         old = Message(
-            id="msg_old", namespace="default", role="user", content="hi", created_at=utcnow() - timedelta(days=30)
+            id="msg_old",
+            namespace="default",
+            role="user",
+            content="hi",
+            created_at=runtime.get_container().clock.now() - timedelta(days=30),
         )
         store.insert_message(old)
         batch = json.loads((EVENTS / "sqs_cleanup_batch.json").read_text())

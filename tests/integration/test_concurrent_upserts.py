@@ -18,7 +18,7 @@ from engram.adapters.clock import SystemClock
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.errors import Conflict
 from engram.domain.models import Memory
-from engram.domain.ports import MemoryStore
+from engram.domain.ports import Clock, MemoryStore
 from engram.services.memories import MemoryRules, MemoryService, MemoryWrite, WriteResult
 
 from tests.configs import config
@@ -32,8 +32,8 @@ WRITERS = 8
 
 @pytest.fixture(params=["sqlite", "dynamodb"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
-    factory: Callable[[Path], AbstractContextManager[MemoryStore]] = STORE_FACTORIES[request.param]
-    with factory(tmp_path) as adapter:
+    factory: Callable[[Path, Clock], AbstractContextManager[MemoryStore]] = STORE_FACTORIES[request.param]
+    with factory(tmp_path, SystemClock()) as adapter:  # the services below run on the real clock too
         yield adapter
 
 

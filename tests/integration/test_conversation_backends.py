@@ -32,7 +32,7 @@ TRIP = ["We are planning a trip to Kyoto in October.", "Book the ryokan near Gio
 
 
 def _store_with_trip() -> InMemoryMemoryStore:
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=ManualClock(T0))
     for n, text in enumerate(TRIP):
         role = "user" if n % 2 == 0 else "assistant"
         at = T0 + timedelta(minutes=n)

@@ -18,6 +18,7 @@ from engram.entrypoints import cli
 from engram.services.conversations import CURSOR as CONVERSATION_CURSOR
 from engram.services.migrate import CURSOR, MigrationService
 
+from tests.fakes.clock import ManualClock
 from tests.fakes.moto_aws import TABLE, dynamo_store
 
 NS = "alice"
@@ -26,7 +27,7 @@ T0 = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def store() -> Iterator[Any]:
-    with dynamo_store() as s:
+    with dynamo_store(clock=ManualClock(T0)) as s:
         yield s
 
 
@@ -137,6 +138,6 @@ def test_engram_migrate_command(
 def test_stores_that_upgrade_themselves_have_nothing_to_migrate() -> None:
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
-    service = MigrationService(InMemoryMemoryStore())
+    service = MigrationService(InMemoryMemoryStore(clock=ManualClock()))
     assert not service.needed
     assert service.backfill_message_indexes(NS).supported is False

@@ -24,6 +24,7 @@ from engram.domain.models import (
     UsageRecord,
 )
 
+from tests.fakes.clock import ManualClock
 from tests.fakes.moto_aws import TABLE, dynamo_store
 
 NS = "alice"
@@ -32,7 +33,7 @@ T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 def store() -> Iterator[DynamoMemoryStore]:
-    with dynamo_store(message_ttl_days=14, log_ttl_days=30, idempotency_ttl_days=7) as adapter:
+    with dynamo_store(clock=ManualClock(T0), message_ttl_days=14, log_ttl_days=30, idempotency_ttl_days=7) as adapter:
         yield adapter
 
 
@@ -142,7 +143,7 @@ def test_throttling_becomes_upstream_rate_limited() -> None:
     import boto3
 
     client = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-    store = DynamoMemoryStore("t", client)
+    store = DynamoMemoryStore("t", client, clock=ManualClock())
     with Stubber(client) as stub:
         stub.add_client_error("get_item", service_error_code="ProvisionedThroughputExceededException")
         stub.add_client_error("get_item", service_error_code="ResourceNotFoundException")
@@ -159,4 +160,50 @@ def test_throttling_becomes_upstream_rate_limited() -> None:
 
 def test_table_name_is_required() -> None:
     with pytest.raises(InvalidInput):
-        DynamoMemoryStore("", client=object())
+        DynamoMemoryStore("", client=object(), clock=ManualClock())
+
+
+def test_a_row_written_before_versions_reads_as_version_1_and_is_replaced_only_once(store: DynamoMemoryStore) -> None:
+    # Given a memory item as an older Engram wrote it: no version attribute
+    store.insert_memory(a_memory("m1", fact_key="k:v"))
+    store._db.client.update_item(
+        TableName=TABLE, Key=store._db.key(f"NS#{NS}", "MEM#m1"), UpdateExpression="REMOVE version"
+    )
+    read = store.get_memory(NS, "m1")
+    assert read.version == 1
+    # When two writers replace the row they both read at version 1
+    first = store.update_memory(read.model_copy(update={"status": "archived"}))
+    with pytest.raises(Conflict) as caught:
+        store.update_memory(read.model_copy(update={"content": "stale"}))
+    # Then the first one landed (version 2, the key freed), the second was refused
+    assert caught.value.code == "version_conflict"
+    assert store.get_memory(NS, "m1") == first
+    assert first.version == 2
+    assert store.find_active_by_fact_key(NS, "k:v") is None
+
+
+def test_record_seen_moves_the_sweep_key_of_active_rows_only(store: DynamoMemoryStore) -> None:
+    # Given an active and an archived memory
+    store.insert_memory(a_memory("m1"))
+    store.insert_memory(a_memory("m2", status="archived", status_changed_at=T0 + timedelta(minutes=1)))
+    # When both are seen an hour later
+    later = T0 + timedelta(hours=1)
+    store.record_seen(NS, "m1", later)
+    store.record_seen(NS, "m2", later)
+    # Then the active row sweeps by its sighting, the archived one still by its status change
+    items = {i["SK"]: i for i in raw_items(store)}
+    assert items["MEM#m1"]["GSI2SK"] == f"{later.isoformat(timespec='microseconds')}#m1"
+    assert items["MEM#m2"]["GSI2SK"].startswith("2025-03-01T12:01:00")
+    # And counters are increments of those attributes alone
+    assert (items["MEM#m1"]["seen_count"], items["MEM#m1"]["version"]) == (1, 1)
+
+
+def test_bookkeeping_is_one_update_per_row_never_a_put(store: DynamoMemoryStore) -> None:
+    # Given two memories
+    store.insert_memory(a_memory("m1"))
+    store.insert_memory(a_memory("m2"))
+    store._db.client.calls.clear()
+    # When a recall records both as injected
+    store.record_injected(NS, ["m1", "m2"], T0)
+    # Then two UpdateItem calls (ADD / SET on the counters) did it, nothing read or replaced the rows
+    assert store._db.client.calls == ["update_item", "update_item"]

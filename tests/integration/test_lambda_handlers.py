@@ -20,6 +20,7 @@ from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
 from engram.settings import Settings
 
+from tests.fakes.clock import ManualClock
 from tests.fakes.moto_aws import dynamo_store
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
@@ -80,13 +81,16 @@ class FakeContainer:
     dreaming: Any = None
     cleanup: Any = None
     settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
+    clock: ManualClock = field(default_factory=ManualClock)
 
 
 @pytest.fixture
 def container() -> Iterator[FakeContainer]:
-    with dynamo_store() as store:
+    clock = ManualClock()
+    with dynamo_store(clock=clock) as store:
         fake = FakeContainer(
             store=store,
+            clock=clock,
             extraction=RecordingService(is_async=True),
             dreaming=RecordingService(is_async=True),
             cleanup=RecordingService(),

@@ -114,8 +114,9 @@ def test_pawwake_memories_layers_merges_and_conversations(data_dir: Path, capsys
         assert stored[merged].status == "superseded" and stored[merged].superseded_by_id == birthday.id
     assert "refused memories[6]: invalid_field: importance must be 1..10, got 42" in out
     assert "refused memories[7]: invalid_field: layer must be 1 (fragment), 2 (event) or 3 (core), got 9" in out
-    assert "refused conversations[0].messages[2]: invalid_row: role" in out
-    assert "embedding (1)" in out and "conversations.title (1)" in out and "(top level) version (1)" in out
+    assert "refused conversations[0].messages[2] pawwake-msg-102: invalid_row: role" in out
+    assert "embedding (1)" in out and "conversations.title (1)" in out
+    assert "(top level) version" not in out  # describes the file, loses nothing
     container = build_container(Settings(data_dir=data_dir, embedder="none"))
     try:
         messages = container.store.list_messages("default", limit=10)

@@ -26,7 +26,10 @@ OWN = b"only the old skill has this"
 def _local(tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
     from engram.adapters.storage.sqlite import SqliteMemoryStore
 
-    skills, store = SqliteSkillStore(tmp_path / "skills.db"), SqliteMemoryStore(tmp_path / "engram.sqlite3")
+    skills, store = (
+        SqliteSkillStore(tmp_path / "skills.db"),
+        SqliteMemoryStore(tmp_path / "engram.sqlite3", clock=ManualClock()),
+    )
     try:
         yield store, skills, LocalBlobStore(tmp_path / "skills")
     finally:
@@ -49,7 +52,7 @@ def _aws(tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="engram-skill-files")
         yield (
-            DynamoMemoryStore("engram", dynamodb),
+            DynamoMemoryStore("engram", dynamodb, clock=ManualClock()),
             DynamoSkillStore("engram", dynamodb),
             S3BlobStore("engram-skill-files", s3),
         )

@@ -162,7 +162,7 @@ def test_the_cleanup_job_erases_threads_binned_longer_than_the_grace() -> None:
 
     # Given two binned threads, one binned 31 days before the cleanup and one 29 days before
     clock = ManualClock()
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=clock)
     threads = ThreadService(store, clock)
     for thread in ("old", "recent"):
         store.insert_message(

@@ -2,87 +2,104 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import SESSION_SECONDS, AdminSessions, LoginLimiter
+from engram.services.runtime_settings import SYSTEM_NAMESPACE
 from engram.settings import Settings
 from starlette.requests import HTTPConnection
 
+from tests.fakes.clock import ManualClock
 
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0) -> None:
-        self.t = t
 
-    def __call__(self) -> float:
-        return self.t
+def clock_at(t: float = 1_800_000_000.0) -> ManualClock:
+    return ManualClock(datetime.fromtimestamp(t, UTC))
+
+
+def _sessions(password: str | None, store: InMemoryMemoryStore | None = None) -> AdminSessions:
+    """Sessions and their store on one manual clock."""
+    clock = ManualClock()
+    return AdminSessions(password, store or InMemoryMemoryStore(clock=clock), "default", clock=clock)
 
 
 def test_token_expires_after_12_hours() -> None:
     # Given a session issued now
-    clock = Clock()
-    sessions = AdminSessions("pw-123456", InMemoryMemoryStore(), "default", now=clock)
+    clock = clock_at()
+    sessions = AdminSessions("pw-123456", InMemoryMemoryStore(clock=clock), "default", clock=clock)
     token, expires = sessions.issue()
-    assert expires == clock.t + SESSION_SECONDS == clock.t + 12 * 3600
+    assert expires == 1_800_000_000 + SESSION_SECONDS == 1_800_000_000 + 12 * 3600
     # When time passes, Then it is valid until the 12 h mark and not after
-    clock.t += SESSION_SECONDS - 1
+    clock.advance(seconds=SESSION_SECONDS - 1)
     assert sessions.verify(token) is not None
-    clock.t += 1
+    clock.advance(seconds=1)
     assert sessions.verify(token) is None
 
 
 def test_processes_sharing_a_store_accept_each_others_cookies_until_the_password_changes() -> None:
     # Given two processes on one store with the same password
-    store = InMemoryMemoryStore()
-    first = AdminSessions("pw-123456", store, "default")
-    second = AdminSessions("pw-123456", store, "default")
+    store = InMemoryMemoryStore(clock=ManualClock())
+    first = _sessions("pw-123456", store)
+    second = _sessions("pw-123456", store)
     token, _ = first.issue()
     # Then the second accepts the first's cookie (shared stored salt)
     assert second.verify(token) is not None
     # When the password changes, Then old cookies are void
-    assert AdminSessions("another-pw", store, "default").verify(token) is None
+    assert _sessions("another-pw", store).verify(token) is None
     # And without a password nothing verifies
-    assert AdminSessions(None, store, "default").verify(token) is None
+    assert _sessions(None, store).verify(token) is None
 
 
 def test_revoked_token_is_refused_everywhere() -> None:
-    store = InMemoryMemoryStore()
-    sessions = AdminSessions("pw-123456", store, "default")
-    token, _ = sessions.issue()
+    clock = clock_at()
+    store = InMemoryMemoryStore(clock=clock)
+    sessions = AdminSessions("pw-123456", store, "default", clock=clock)
+    token, expires = sessions.issue()
     # When it is revoked by one process
     sessions.revoke(token)
-    # Then no process accepts it
-    assert AdminSessions("pw-123456", store, "default").verify(token) is None
+    # Then no process accepts it, until the moment it would have expired anyway (the revocation
+    # entry expires on the same clock as the cookie)
+    other = AdminSessions("pw-123456", store, "default", clock=clock)
+    assert other.verify(token) is None
+    clock.advance(seconds=SESSION_SECONDS - 1)
+    assert other.verify(token) is None
+    assert store.get_cache(SYSTEM_NAMESPACE, f"admin_revoked:{token.split('.')[0]}") is True
+    clock.advance(seconds=1)
+    assert store.get_cache(SYSTEM_NAMESPACE, f"admin_revoked:{token.split('.')[0]}") is None
+    assert other.verify(token) is None and expires == 1_800_000_000 + SESSION_SECONDS
 
 
 def test_password_check_is_exact() -> None:
-    sessions = AdminSessions("pw-123456", InMemoryMemoryStore(), "default")
+    sessions = _sessions("pw-123456")
     assert sessions.check_password("pw-123456")
     assert not sessions.check_password("pw-1234567")
     assert not sessions.check_password("")
-    assert not AdminSessions(None, InMemoryMemoryStore(), "default").check_password("")
+    assert not _sessions(None).check_password("")
 
 
 def test_limiter_allows_five_per_minute_per_client() -> None:
     # Given a limiter of 5 attempts per 60 s
-    clock = Clock(0.0)
-    limiter = LoginLimiter(5, 60.0, now=clock)
+    start = clock_at(0.0).now()
+    clock = ManualClock(start)
+    limiter = LoginLimiter(5, 60.0, clock=clock)
     # When a client tries once a second, Then the 6th attempt waits until the first leaves the window
     allowed = []
     for second in range(5):
-        clock.t = float(second)
+        clock.set(start + timedelta(seconds=second))
         allowed.append(limiter.hit("a"))
     assert allowed == [None] * 5
     assert limiter.hit("a") == 56.0
     assert limiter.hit("b") is None
     # When the window slides past the first attempt, Then one more is allowed
-    clock.t = 60.0
+    clock.set(start + timedelta(seconds=60))
     assert limiter.hit("a") is None
     assert limiter.hit("a") is not None
 
 
 def test_limiter_memory_is_bounded() -> None:
-    limiter = LoginLimiter(1, 60.0, max_clients=3, now=Clock(0.0))
+    limiter = LoginLimiter(1, 60.0, max_clients=3, clock=clock_at(0.0))
     for ip in ("1", "2", "3", "4"):
         limiter.hit(ip)
     # The oldest client was forgotten, the newest are still limited
@@ -125,7 +142,7 @@ def test_trusted_proxies_must_be_addresses_or_ranges() -> None:
 
 
 def test_a_success_clears_the_count() -> None:
-    limiter = LoginLimiter(2, 60.0, now=Clock(0.0))
+    limiter = LoginLimiter(2, 60.0, clock=clock_at(0.0))
     assert limiter.hit("a") is None and limiter.hit("a") is None
     limiter.reset("a")
     assert limiter.hit("a") is None
@@ -137,8 +154,6 @@ def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block(
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
     from engram.services.reindex import ReindexService
 
-    from tests.fakes.clock import ManualClock
-
     class HeldQueue:
         def __init__(self) -> None:
             self.jobs: list[dict[str, str]] = []
@@ -148,7 +163,8 @@ def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block(
 
     # Given alice's reindex queued and not yet run
     queue = HeldQueue()
-    service = ReindexService(InMemoryMemoryStore(), memories=None, embedder=None, clock=ManualClock(), queue=queue)
+    clock = ManualClock()
+    service = ReindexService(InMemoryMemoryStore(clock=clock), memories=None, embedder=None, clock=clock, queue=queue)
     alice = service.start("alice")
     # When bob starts one and polls, Then he gets his own run and never alice's
     bob = service.start("bob")

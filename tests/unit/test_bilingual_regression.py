@@ -38,7 +38,7 @@ World = tuple[RecallService, SqliteSearchIndex, Any, dict]
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     persona = next(p for p in json.loads(DATA.read_text(encoding="utf-8"))["personas"] if p["id"] == PERSONA)
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=Clock())
     index = SqliteSearchIndex(Path(tmp_path_factory.mktemp("bilingual")) / "e.db")
     embedder = LocalEmbedder()
     vectors = embedder.embed_documents([m["text"] for m in persona["memories"]])

@@ -16,7 +16,8 @@ NS = "u1"
 
 
 def _boot(precious: int, terms: int) -> tuple[BootService, InMemoryMemoryStore]:
-    store, clock = InMemoryMemoryStore(), ManualClock()
+    clock = ManualClock()
+    store = InMemoryMemoryStore(clock=clock)
     start = clock.now()
     for i in range(precious):
         store.insert_precious(

@@ -18,18 +18,18 @@ from tests.configs import config as cfg
 from tests.fakes.clock import ManualClock
 from tests.fakes.embedder import HashEmbedder
 
-# Near the real time: the stores expire cache entries (the seen marks) by the wall clock.
-T0 = (datetime.now(UTC) - timedelta(days=30)).replace(hour=9, minute=0, second=0, microsecond=0)
+# A fixed day: the store expires the seen marks by the same clock as the service (docs/ARCHITECTURE.md, "One clock").
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 NS = "alice"
 
 
 def _world(
     embedder: object = None, **config: object
 ) -> tuple[InMemoryMemoryStore, ConversationService, ManualClock, GuardedIndex]:
-    store = InMemoryMemoryStore()
+    clock = ManualClock(T0 + timedelta(days=30))
+    store = InMemoryMemoryStore(clock=clock)
     index = GuardedIndex(InMemorySearchIndex())
     gate = GatedEmbedder(embedder, index) if embedder is not None else None  # type: ignore[arg-type]
-    clock = ManualClock(T0 + timedelta(days=30))
     service = ConversationService(store, index, gate, clock, cfg(ConversationConfig, **config))  # type: ignore[arg-type]
     return store, service, clock, index
 

@@ -89,9 +89,9 @@ class World:
     """A store and an index kept in sync the way MemoryService does it."""
 
     def __init__(self) -> None:
-        self.store = InMemoryMemoryStore()
-        self.index = InMemorySearchIndex()
         self.clock = FixedClock()
+        self.store = InMemoryMemoryStore(clock=self.clock)
+        self.index = InMemorySearchIndex()
         self.n = 0
 
     def add(self, content: str, *, ns: str = "u", index: bool = True, **fields: Any) -> Memory:

@@ -18,6 +18,7 @@ from engram.domain.models import IndexedDoc, Memory
 from engram.services.recall import RecallConfig, RecallService
 
 from tests.configs import config
+from tests.fakes.clock import ManualClock
 
 MEMORIES = {
     "peanut": "我对花生过敏，吃了会起疹子",
@@ -54,7 +55,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RecallService, dict[str, str]]]:
-    store = InMemoryMemoryStore()
+    clock = ManualClock(datetime(2025, 2, 1, tzinfo=UTC))
+    store = InMemoryMemoryStore(clock=clock)
     index = SqliteSearchIndex(Path(tmp_path_factory.mktemp("regression")) / "e.db")
     embedder = LocalEmbedder()
     when = datetime(2025, 1, 1, tzinfo=UTC)
@@ -70,11 +72,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RecallSe
         )
         key_of[memory.id] = key
 
-    class Clock:
-        def now(self) -> datetime:
-            return datetime(2025, 2, 1, tzinfo=UTC)
-
-    yield RecallService(store, index, embedder, None, None, Clock(), config(RecallConfig, min_relevance=0.0)), key_of
+    yield RecallService(store, index, embedder, None, None, clock, config(RecallConfig, min_relevance=0.0)), key_of
     index.close()
 
 

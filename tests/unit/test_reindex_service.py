@@ -31,13 +31,16 @@ class RecordingQueue:
         self.jobs.append((job, payload))
 
 
+CLOCK = ManualClock()  # the store and every container share it; no test here moves it
+
+
 def _container(store: Any, index: Any, embedder: Any, **overrides: Any) -> Any:
     # No wait after an index failure (15 s in a real process): the tests retry at once.
     settings = Settings(
         store="memory", search="memory", embedder="none", scheduler_enabled=False, search_retry_seconds=0
     )
     return build_container(
-        settings, store=store, index=index, embedder=embedder, clock=ManualClock(), extract_model=None, **overrides
+        settings, store=store, index=index, embedder=embedder, clock=CLOCK, extract_model=None, **overrides
     )
 
 
@@ -48,7 +51,7 @@ def _fill(container: Any, namespace: str, count: int) -> None:
 
 def test_a_run_started_on_one_instance_reports_progress_on_another() -> None:
     # Given two instances over one store and index, with 40 memories
-    store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+    store, index = InMemoryMemoryStore(clock=CLOCK), InMemorySearchIndex()
     first = _container(store, index, HashEmbedder(dimension=8))
     second = _container(store, index, HashEmbedder(dimension=8))
     _fill(first, "alice", 40)
@@ -66,7 +69,7 @@ def test_a_run_started_on_one_instance_reports_progress_on_another() -> None:
 
 def test_a_run_stops_at_its_deadline_and_its_continuation_finishes_it() -> None:
     # Given 70 memories and a queue that only records (the jobs queue on AWS)
-    store, index, queue = InMemoryMemoryStore(), InMemorySearchIndex(), RecordingQueue()
+    store, index, queue = InMemoryMemoryStore(clock=CLOCK), InMemorySearchIndex(), RecordingQueue()
     c = _container(store, index, HashEmbedder(dimension=8), queue=queue)
     _fill(c, "alice", 70)
     started = c.reindex.start("alice")
@@ -85,7 +88,7 @@ def test_a_run_stops_at_its_deadline_and_its_continuation_finishes_it() -> None:
 
 
 def test_a_second_start_while_running_returns_the_running_one() -> None:
-    store, queue = InMemoryMemoryStore(), RecordingQueue()
+    store, queue = InMemoryMemoryStore(clock=CLOCK), RecordingQueue()
     c = _container(store, InMemorySearchIndex(), None, queue=queue)
     _fill(c, "alice", 3)
     first = c.reindex.start("alice")
@@ -97,7 +100,7 @@ def test_a_second_start_while_running_returns_the_running_one() -> None:
 
 def test_a_model_change_rebuilds_every_namespace_and_vectors_come_back_everywhere() -> None:
     # Given memories of two namespaces indexed with an old model
-    store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+    store, index = InMemoryMemoryStore(clock=CLOCK), InMemorySearchIndex()
     old = _container(store, index, HashEmbedder(dimension=4))
     _fill(old, "alice", 5)
     _fill(old, "bob", 3)
@@ -130,7 +133,7 @@ def test_an_unavailable_index_ends_the_run_with_an_error_and_keeps_the_repair_fl
                 raise UpstreamUnavailable("asleep")
             return super().upsert(doc)
 
-    store, index = InMemoryMemoryStore(), DownIndex()
+    store, index = InMemoryMemoryStore(clock=CLOCK), DownIndex()
     c = _container(store, index, None)
     _fill(c, "alice", 3)
     index.down = True
@@ -152,7 +155,7 @@ def test_an_unavailable_index_ends_the_run_with_an_error_and_keeps_the_repair_fl
 
 
 def test_the_cli_rebuild_reports_each_namespace(capsys: pytest.CaptureFixture[str]) -> None:
-    store, index = InMemoryMemoryStore(), InMemorySearchIndex()
+    store, index = InMemoryMemoryStore(clock=CLOCK), InMemorySearchIndex()
     c = _container(store, index, HashEmbedder(dimension=8))
     _fill(c, "alice", 4)
     _fill(c, "bob", 2)

@@ -8,6 +8,8 @@ from engram.domain.errors import InvalidInput
 from engram.services.runtime_settings import SETTINGS_KEY, SYSTEM_NAMESPACE, RuntimeSettings
 from engram.settings import Settings
 
+from tests.fakes.clock import ManualClock
+
 
 class Tick:
     def __init__(self) -> None:
@@ -18,7 +20,7 @@ class Tick:
 
 
 def test_only_allowlisted_names_and_valid_values_are_accepted() -> None:
-    runtime = RuntimeSettings(InMemoryMemoryStore(), Settings(store="memory"))
+    runtime = RuntimeSettings(InMemoryMemoryStore(clock=ManualClock()), Settings(store="memory"))
     # Secrets, adapters and unknown names are refused
     for name, value in (("admin_password", "x"), ("store", "memory"), ("api_key", "k"), ("nope", 1)):
         with pytest.raises(InvalidInput):
@@ -37,7 +39,7 @@ def test_only_allowlisted_names_and_valid_values_are_accepted() -> None:
 
 def test_other_processes_see_a_change_within_the_ttl() -> None:
     # Given two processes sharing a store
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=ManualClock())
     tick = Tick()
     writer = RuntimeSettings(store, Settings(store="memory"), ttl_seconds=5, monotonic=tick)
     reader = RuntimeSettings(store, Settings(store="memory"), ttl_seconds=5, monotonic=tick)
@@ -57,7 +59,7 @@ def test_other_processes_see_a_change_within_the_ttl() -> None:
 
 def test_bad_stored_values_are_ignored_not_fatal() -> None:
     # Given a row edited by hand with one bad and one good value
-    store = InMemoryMemoryStore()
+    store = InMemoryMemoryStore(clock=ManualClock())
     store.put_cache(SYSTEM_NAMESPACE, SETTINGS_KEY, {"recall_top_k": -4, "timezone": "Europe/Paris", "store": "x"})
     runtime = RuntimeSettings(store, Settings(store="memory"))
     # Then the good value applies and the rest is ignored
@@ -67,7 +69,7 @@ def test_bad_stored_values_are_ignored_not_fatal() -> None:
 
 
 def test_describe_lists_groups_bounds_and_defaults() -> None:
-    runtime = RuntimeSettings(InMemoryMemoryStore(), Settings(store="memory", recall_top_k=6))
+    runtime = RuntimeSettings(InMemoryMemoryStore(clock=ManualClock()), Settings(store="memory", recall_top_k=6))
     runtime.update({"recall_top_k": 2})
     items = {i["name"]: i for i in runtime.describe()}
     assert items["recall_top_k"] | {"description": ""} == {

@@ -127,7 +127,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     settings = with_secret(settings or load_settings())
     closers: Closers = []
     clock: Clock = overrides.get("clock") or SystemClock()
-    store: MemoryStore = overrides.get("store") or build_store(settings, closers)
+    store: MemoryStore = overrides.get("store") or build_store(settings, closers, clock)
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(
@@ -245,7 +245,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         clock=clock,
         keys=keys,
         runtime=runtime,
-        limits=build_limits(settings, overrides.get("rate_limiter")),
+        limits=build_limits(settings, clock, overrides.get("rate_limiter")),
         queue=queue,
         memories=memories,
         candidates=candidates,

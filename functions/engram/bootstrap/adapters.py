@@ -70,17 +70,18 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     return SkillService(store, blobs, clock, embedder)
 
 
-def build_store(settings: Settings, closers: Closers) -> MemoryStore:
+def build_store(settings: Settings, closers: Closers, clock: Clock) -> MemoryStore:
+    """The store of ``settings``, on the container's one clock (docs/ARCHITECTURE.md, "One clock")."""
     if settings.store == "memory":
         from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
-        return InMemoryMemoryStore()
+        return InMemoryMemoryStore(clock=clock)
     if settings.store == "sqlite":
         from engram.adapters.storage.sqlite import SqliteMemoryStore
 
         path = local_db_path(settings)
         private_dir(path.parent)
-        sqlite_store = SqliteMemoryStore(path)
+        sqlite_store = SqliteMemoryStore(path, clock=clock)
         closers.append(sqlite_store.close)
         return sqlite_store
     if settings.store == "dynamodb":
@@ -94,6 +95,7 @@ def build_store(settings: Settings, closers: Closers) -> MemoryStore:
             message_ttl_days=settings.retention_messages_days,
             log_ttl_days=settings.retention_events_days,
             idempotency_ttl_days=settings.retention_idempotency_days,
+            clock=clock,
         )
     raise NotConfigured(f"store {settings.store!r} is not available in this build")
 
@@ -206,18 +208,18 @@ def build_embedder(settings: Settings) -> Embedder | None:
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
-def build_limits(settings: Settings, limiter: RateLimiter | None = None) -> RequestLimits:
+def build_limits(settings: Settings, clock: Clock, limiter: RateLimiter | None = None) -> RequestLimits:
     """Per-key request limits: counters in process locally, in the DynamoDB table on AWS (every Lambda
     instance shares them)."""
     if limiter is None:
         if settings.store == "dynamodb" and settings.table_name:
             from engram.adapters.ratelimit.dynamodb import DynamoRateLimiter
 
-            limiter = DynamoRateLimiter(settings.table_name, region_name=settings.aws_region or None)
+            limiter = DynamoRateLimiter(settings.table_name, region_name=settings.aws_region or None, clock=clock)
         else:
             from engram.adapters.ratelimit.inprocess import InProcessRateLimiter
 
-            limiter = InProcessRateLimiter()
+            limiter = InProcessRateLimiter(clock=clock)
     return RequestLimits(
         limiter,
         chat_per_minute=settings.rate_limit_chat_per_minute,

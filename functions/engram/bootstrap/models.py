@@ -201,6 +201,7 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         memories=parts.memories,
         clock=parts.clock,
         cleanup_interval=lambda: config().cleanup_interval,
+        retry_window=lambda: config().retry_window,
         queue=parts.queue,
         reminders=parts.reminders,
         conversations=parts.conversations,

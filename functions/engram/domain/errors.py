@@ -27,6 +27,20 @@ class Conflict(EngramError):
     code = "conflict"
 
 
+# The code of a Conflict raised because a row changed since it was read (docs/ARCHITECTURE.md, "Write rules").
+VERSION_CONFLICT = "version_conflict"
+
+
+def version_conflict(memory_id: str, read: int, stored: int | None = None) -> Conflict:
+    """The row ``memory_id`` is no longer at version ``read`` (it is at ``stored``, when known)."""
+    now = f" (it is now at version {stored})" if stored is not None else ""
+    return Conflict(f"memory {memory_id} changed since version {read} was read{now}", code=VERSION_CONFLICT)
+
+
+def is_version_conflict(exc: EngramError) -> bool:
+    return isinstance(exc, Conflict) and exc.code == VERSION_CONFLICT
+
+
 class InvalidInput(EngramError):
     code = "invalid_input"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,10 +66,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{stamp}{tail}".lower()
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -102,6 +98,14 @@ class Memory(Frozen):
     expires_at: datetime | None = None
     # Where the search index keeps this memory's document, if the index assigns its own ids.
     index_ref: str | None = None
+    # How many times the row was replaced (docs/ARCHITECTURE.md, "Write rules"): a replace is
+    # conditional on the version it read and stores version + 1. Rows from before versions read as 1.
+    version: int = Field(default=1, ge=1)
+
+
+# The bookkeeping of a memory: changed only by the store's atomic increments (``record_injected``,
+# ``record_seen``), never by a replace of the row, and never counted in its ``version``.
+MEMORY_COUNTERS: tuple[str, ...] = ("seen_count", "last_seen_at", "recall_count", "last_injected_at")
 
 
 class Candidate(Frozen):

@@ -7,8 +7,10 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
+
+from pydantic_core import PydanticCustomError
 
 from engram.domain.errors import InvalidInput
 from engram.domain.models import DURABLE_TYPES, Memory
@@ -164,9 +166,35 @@ def clean_digest(text: str) -> str:
     return truncate_digest(text)
 
 
+def in_range(when: datetime) -> datetime:
+    """``when`` if every store can hold it (it converts to UTC within years 1..9999), else ``ValueError``:
+    ``9999-12-31T23:59:59-14:00`` is year 10000 in UTC. Request models, the MCP tools and the import
+    check their date-times with it, so such a value is a 400 naming the field, never a 500."""
+    if when.tzinfo is None:
+        return when
+    try:
+        when.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"{when.isoformat()} is out of range (years 1..9999 in UTC)") from exc
+    return when
+
+
+DATE_OUT_OF_RANGE = "date_out_of_range"  # the error type of ``instant_in_range``: a 400 at the HTTP edge
+
+
+def instant_in_range(when: datetime) -> datetime:
+    """``in_range`` as a model validator: its error type (``DATE_OUT_OF_RANGE``) is a rule beyond the
+    schema (a valid date-time no store can hold), so the HTTP edge answers 400 naming the field."""
+    try:
+        return in_range(when)
+    except ValueError as exc:
+        raise PydanticCustomError(DATE_OUT_OF_RANGE, str(exc)) from exc
+
+
 def expires_by_retention(memory: Memory, now: datetime, unseen_days: int) -> bool:
-    """Non-pinned memories other than identity/persona expire after ``unseen_days`` without a sighting."""
-    if memory.status != "active" or memory.pinned or memory.type in DURABLE_TYPES:
+    """Memories expire after ``unseen_days`` without a sighting, except pinned ones, ``core``-layer ones and
+    identity/persona ones (imported or not: an import counts as a sighting, services/transfer.py)."""
+    if memory.status != "active" or memory.pinned or memory.layer == "core" or memory.type in DURABLE_TYPES:
         return False
     last = memory.last_seen_at or memory.created_at
     return now - last > timedelta(days=unseen_days)

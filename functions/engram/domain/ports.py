@@ -48,12 +48,47 @@ from engram.domain.skills import Skill, SkillVector, SkillVersion
 class MemoryRows(Protocol):
     """Memories. At most one ``active`` memory per (namespace, fact_key): ``insert_memory`` raises
     ``Conflict`` if the key is taken, ``supersede`` swaps the two rows atomically; ``insert_memory``
-    with an ``external_id`` already used in the namespace raises ``Conflict``."""
+    with an ``external_id`` already used in the namespace raises ``Conflict``.
 
-    def insert_memory(self, memory: Memory) -> Memory: ...
+    Write rules (docs/ARCHITECTURE.md, "Write rules"):
+    - Versions. A row carries ``version`` (rows stored before versions existed read as 1). Every write
+      that replaces a row (``update_memory``, ``update_memories``, the old row of ``supersede``, a
+      ``delete_memory_row`` given a version) is conditional on the stored row still being at the
+      ``version`` of the ``Memory`` passed in — the one the caller read — and stores it at
+      ``version + 1``. If the row moved on, nothing is written and ``Conflict`` with code
+      ``version_conflict`` is raised (``NotFound`` if the row is gone). The returned rows are the
+      arguments at their new version.
+    - Counters. ``seen_count``, ``last_seen_at``, ``recall_count`` and ``last_injected_at``
+      (``models.MEMORY_COUNTERS``) change only through ``record_injected`` and ``record_seen``: atomic
+      increments of those attributes alone, which never change the version, the status or the content.
+      A replace never writes them (the stored counters stay as they are; the returned row holds the
+      caller's), so a replace and a bump never undo each other. ``insert_memory`` stores them as given.
+    - Transactions. ``supersede`` and ``update_memories`` write all their rows or none.
+    """
+
+    def insert_memory(self, memory: Memory) -> Memory:
+        """Store a new row as given (its version and counters included; new rows start at version 1)."""
+        ...
 
     def update_memory(self, memory: Memory) -> Memory:
-        """Replace the row with the same (namespace, id); ``NotFound`` if absent."""
+        """Replace the row with the same (namespace, id), read at ``memory.version``; ``NotFound`` if
+        absent, ``Conflict`` (``version_conflict``) if it changed since, ``Conflict`` if the new row
+        takes a fact_key or external_id another row holds."""
+        ...
+
+    def update_memories(self, memories: Sequence[Memory]) -> list[Memory]:
+        """Replace several rows in one transaction, each as ``update_memory`` would (all or none). The
+        uniqueness rules hold for the state after all of them (a row that frees a fact_key and the one
+        that takes it can go together: ``restore`` revives an old version and supersedes the holder)."""
+        ...
+
+    def record_injected(self, namespace: str, memory_ids: Sequence[str], at: datetime) -> None:
+        """``recall_count + 1`` and ``last_injected_at = at`` on each memory that exists (unknown ids are
+        skipped): one atomic increment per row, whatever its status."""
+        ...
+
+    def record_seen(self, namespace: str, memory_id: str, at: datetime) -> Memory:
+        """``seen_count + 1`` and ``last_seen_at = at``, atomically; the row after it. ``NotFound`` if absent."""
         ...
 
     def get_memory(self, namespace: str, memory_id: str) -> Memory: ...
@@ -75,11 +110,13 @@ class MemoryRows(Protocol):
         ...
 
     def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
-        """Atomically store ``old`` (now superseded) and insert ``new`` (active). Both or neither."""
+        """Atomically replace ``old`` (now superseded; read at ``old.version``) and insert ``new``
+        (active). Both or neither."""
         ...
 
-    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
-        """Hard-delete the row (retention only). Unknown ids are ignored."""
+    def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
+        """Hard-delete the row (retention only); ``False`` for an unknown id. With ``version``, only the
+        row still at that version (else ``Conflict``, ``version_conflict``, and the row stays)."""
         ...
 
     def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:

@@ -113,7 +113,8 @@ def cmd_dream(args: argparse.Namespace) -> int:
             args,
             f"dream {day}: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'no namespaces'}; "
             f"{r.get('superseded', 0)} updated (new versions), {r.get('updated', 0)} retagged, "
-            f"{r.get('archived', 0)} archived, {r.get('protected', 0)} pinned kept, "
+            f"{r.get('archived', 0)} archived, {r.get('protected', 0)} pinned/core kept, "
+            f"{r.get('proposed', 0)} proposed for review, "
             f"{r.get('excerpts', 0)} excerpts, {r.get('dropped', 0)} invalid items dropped; "
             f"{r.get('errors', 0)} errors",
             r,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engram.domain.errors import Conflict
-from engram.domain.models import Candidate, MemoryType, Page, new_id
+from engram.domain.errors import Conflict, NotFound
+from engram.domain.models import Candidate, Memory, MemoryType, Page, new_id
 from engram.domain.policies import clean_content, clean_tags, normalize_fact_key
 from engram.domain.ports import CandidateRows, Clock
 from engram.services.memories import MemoryService, MemoryWrite, WriteResult
@@ -58,8 +58,14 @@ class CandidateService:
     def approve(
         self, namespace: str, candidate_id: str, *, content: str | None = None, note: str | None = None
     ) -> tuple[Candidate, WriteResult]:
-        """Turn the candidate into a memory (an upsert when it has a fact key)."""
+        """Turn the candidate into a memory: a new version of the memory it targets while that one is
+        active (keeping its pin and layer: how a change automation proposed to a pinned or core memory
+        lands), else an upsert when it has a fact key, else a new memory."""
         candidate = self._pending(namespace, candidate_id)
+        target = self._live_target(namespace, candidate)
+        if target is not None:
+            result = self._memories.supersede(namespace, target.id, self._as_write(candidate, content, target))
+            return self._decide(candidate, "approved", result.memory.id, note, target=target.id), result
         result = self._memories.write(namespace, self._as_write(candidate, content))
         return self._decide(candidate, "approved", result.memory.id, note), result
 
@@ -75,9 +81,7 @@ class CandidateService:
         candidate = self._pending(namespace, candidate_id)
         target = self._memories.get(namespace, target_id)
         if content:
-            result = self._memories.supersede(
-                namespace, target.id, self._as_write(candidate, content, keep_key=target.fact_key)
-            )
+            result = self._memories.supersede(namespace, target.id, self._as_write(candidate, content, target))
         else:
             result = WriteResult(self._memories.mark_seen(namespace, target.id), "seen", reason="merged candidate")
         return self._decide(candidate, "merged", result.memory.id, note, target=target.id), result
@@ -88,9 +92,7 @@ class CandidateService:
         """Replace ``target_id`` by the candidate's text (a new version of the target)."""
         candidate = self._pending(namespace, candidate_id)
         target = self._memories.get(namespace, target_id)
-        result = self._memories.supersede(
-            namespace, target.id, self._as_write(candidate, content, keep_key=target.fact_key)
-        )
+        result = self._memories.supersede(namespace, target.id, self._as_write(candidate, content, target))
         return self._decide(candidate, "approved", result.memory.id, note, target=target.id), result
 
     # -- internals --------------------------------------------------------------------------
@@ -100,11 +102,23 @@ class CandidateService:
             raise Conflict(f"candidate {candidate_id} was already {candidate.status}")
         return candidate
 
-    def _as_write(self, candidate: Candidate, content: str | None, keep_key: str | None = None) -> MemoryWrite:
+    def _live_target(self, namespace: str, candidate: Candidate) -> Memory | None:
+        if candidate.target_memory_id is None:
+            return None
+        try:
+            target = self._memories.get(namespace, candidate.target_memory_id)
+        except NotFound:
+            return None
+        return target if target.status == "active" else None
+
+    def _as_write(self, candidate: Candidate, content: str | None, target: Memory | None = None) -> MemoryWrite:
+        """The memory an accepted candidate writes; a new version of ``target`` keeps its fact key, pin and layer."""
         return MemoryWrite(
             content=content or candidate.content,
             type=candidate.type,
-            fact_key=keep_key or candidate.fact_key,
+            fact_key=(target.fact_key if target else None) or candidate.fact_key,
+            layer=target.layer if target else "fragment",
+            pinned=target.pinned if target else False,
             importance=candidate.importance,
             confidence=max(candidate.confidence, 0.9),  # the owner vouched for it
             tags=list(candidate.tags),

@@ -82,6 +82,7 @@ class ChatConfig:
     store_messages: bool
     default_max_tokens: int
     cleanup_interval: timedelta
+    retry_window: timedelta
     cache: CachePolicy | None  # None: no prompt-cache markers
 
     @classmethod
@@ -107,6 +108,7 @@ class ChatConfig:
             store_messages=s.chat_store_messages,
             default_max_tokens=s.chat_default_max_tokens,
             cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
+            retry_window=timedelta(minutes=s.chat_retry_window_minutes),
             cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
         )
 

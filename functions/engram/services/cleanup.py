@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from engram.domain.errors import EngramError
+from engram.domain.errors import Conflict, EngramError, NotFound
 from engram.domain.policies import expires_by_retention
 from engram.domain.ports import (
     AuditRows,
@@ -31,6 +31,7 @@ from engram.domain.ports import (
     ThreadRows,
 )
 from engram.services.job_runs import NamespaceLocks, record_run
+from engram.services.memories import record_index_failure
 from engram.services.skills import SkillService
 from engram.services.threads import ThreadService
 
@@ -224,17 +225,24 @@ class CleanupService:
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)
+        handled: set[str] = set()  # a listing may lag the writes (DynamoDB indexes): each row once per run
         while True:
             page = self._store.memories_unseen_since(namespace, before, limit=_PAGE)
-            doomed = [m for m in page if expires_by_retention(m, now, self._policy.memory_unseen_days)]
+            doomed = [
+                m for m in page if m.id not in handled and expires_by_retention(m, now, self._policy.memory_unseen_days)
+            ]
             for memory in doomed:
+                handled.add(memory.id)
+                try:  # at the version read: a memory edited, archived or restored since is left for the next run
+                    self._store.update_memory(
+                        memory.model_copy(update={"status": "expired", "status_changed_at": now, "updated_at": now})
+                    )
+                except (Conflict, NotFound):
+                    continue
                 try:
                     self._index.delete(namespace, memory.id, memory.index_ref)
-                except EngramError as exc:  # the row still expires; the hard delete retries the vector
+                except EngramError as exc:  # the row has expired; the hard delete retries the vector
                     result.errors.append({"error": exc.code, "memory_id": memory.id, "op": "unindex"})
-                self._store.update_memory(
-                    memory.model_copy(update={"status": "expired", "status_changed_at": now, "updated_at": now})
-                )
                 result.expired += 1
             # Pinned/durable memories stay in the page; stop when nothing in it could expire.
             if len(page) < _PAGE or not doomed:
@@ -259,7 +267,13 @@ class CleanupService:
                     result.kept_for_retry += 1
                     result.errors.append({"error": exc.code, "memory_id": memory.id, "op": "hard_delete"})
                     continue
-                self._store.delete_memory_row(namespace, memory.id)
+                try:  # only the row as read: one restored meanwhile stays
+                    self._store.delete_memory_row(namespace, memory.id, version=memory.version)
+                except Conflict as exc:
+                    failed.add(memory.id)
+                    # Its document may have been written by the restore before the delete above.
+                    record_index_failure(self._store, namespace, memory.id, exc.code, "upsert", now)
+                    continue
                 result.hard_deleted += 1
             if len(failed) >= _PAGE:  # a whole page keeps failing: leave the rest for the next run
                 return

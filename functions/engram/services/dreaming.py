@@ -10,6 +10,14 @@ invalid item is dropped and reported, an over-long digest is cut at a sentence b
 rest is applied once. A date is dreamt once per namespace unless forced; a run whose model call
 failed leaves no mark, so the next run tries again.
 
+A namespace's run fails on its own (``status: failed``; the run's ``errors`` count and ``failed``
+list): the other namespaces' dreams are kept, the run returns its report (the Lambda invocation
+succeeds: its automatic retries never repeat what succeeded), and the job's error metric raises the
+owner's alarm (docs/aws.md, "Alarms"). The failed day is noted for that namespace (``RETRY``) and every
+later run dreams it again, for that namespace only, before giving up after ``MAX_DAY_ATTEMPTS`` nights:
+attempts are counted per night the run is for, so a retry the same night (the local scheduler's early
+retry) costs no attempt.
+
 Over 400 lines on purpose: gathering the day, validating the model's plan and applying it are one
 contract with the dream prompt (``services/prompts.py``); shared job plumbing lives in
 ``services/job_runs.py`` and ``services/model_reply.py``.
@@ -18,6 +26,7 @@ contract with the dream prompt (``services/prompts.py``); shared job plumbing li
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import unicodedata
@@ -39,6 +48,7 @@ from engram.domain.policies import (
     MAX_TAG_CHARS,
     MAX_TAGS,
     clean_content,
+    in_range,
     same_meaning_text,
     truncate_digest,
 )
@@ -55,14 +65,16 @@ from engram.domain.ports import (
     StoreAdmin,
 )
 from engram.services import prompts
-from engram.services.job_runs import NamespaceLocks, record_run
-from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite
+from engram.services.job_runs import NamespaceLocks, failure_of, record_run
+from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite, is_protected
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 from engram.services.notes import NoteService
 
 log = logging.getLogger(__name__)
 
 _PAGE = 500
+RETRY = "dream:retry"  # cursor: {day: {"attempts": n, "night": the day the last counted run was for}}
+MAX_DAY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,8 @@ class NamespaceDream:
     updated: int = 0
     superseded: int = 0
     archived: int = 0
-    protected: int = 0
+    protected: int = 0  # pinned or core memories left as they are (docs/ARCHITECTURE.md, "Write rules")
+    proposed: int = 0  # changes to pinned or core memories filed in the review queue instead
     ignored: int = 0
     excerpts: int = 0
     excerpts_rejected: int = 0
@@ -117,25 +130,33 @@ class DreamReport:
     namespaces: list[NamespaceDream] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("messages", "updated", "superseded", "archived", "protected", "excerpts", "dropped")
+        keys = ("messages", "updated", "superseded", "archived", "protected", "proposed", "excerpts", "dropped")
+        failed = [ns.namespace for ns in self.namespaces if ns.status == "failed" or _failures(ns)]
         return {
             "job": "dream",
             "date": self.date,
             **{k: sum(int(getattr(ns, k)) for ns in self.namespaces) for k in keys},
-            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "errors": sum(_failures(ns) for ns in self.namespaces),
+            "failed": list(dict.fromkeys(failed)),
             "namespaces": [asdict(ns) for ns in self.namespaces],
         }
+
+
+def _failures(ns: NamespaceDream) -> int:
+    """The failures of a namespace's run (a dropped or failing item of the plan is no failure of it)."""
+    return sum(1 for e in ns.errors if "item" not in e)
 
 
 def day_bounds(day: str, timezone: str) -> tuple[datetime, datetime]:
     """Start (inclusive) and end (exclusive) of a local calendar day, as aware datetimes."""
     try:
         parsed = Date.fromisoformat(day)
-    except ValueError as exc:
-        raise InvalidInput(f"date {day!r} is not YYYY-MM-DD", code="invalid_date") from exc
-    tz = ZoneInfo(timezone)
-    start = datetime.combine(parsed, time(0), tz)
-    end = datetime.combine(parsed + timedelta(days=1), time(0), tz)
+        tz = ZoneInfo(timezone)
+        start = datetime.combine(parsed, time(0), tz)
+        end = datetime.combine(parsed + timedelta(days=1), time(0), tz)
+        in_range(start), in_range(end)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInput(f"date {day!r} is not a YYYY-MM-DD day Engram can hold", code="invalid_date") from exc
     return start, end
 
 
@@ -194,17 +215,23 @@ class DreamingService:
         namespaces = [namespace] if namespace else await asyncio.to_thread(self._store.list_namespaces)
         report = DreamReport(date=day)
         for ns in namespaces:
-            report.namespaces.append(await self._run_namespace(ns, day, force))
+            report.namespaces.append(await self._run_namespace(ns, day, force, night=day))
+            for earlier in await asyncio.to_thread(self._days_to_retry, ns, day):
+                report.namespaces.append(await self._run_namespace(ns, earlier, False, night=day))
         return report
 
-    async def _run_namespace(self, namespace: str, day: str, force: bool) -> NamespaceDream:
+    async def _run_namespace(self, namespace: str, day: str, force: bool, *, night: str) -> NamespaceDream:
         result = NamespaceDream(namespace=namespace, date=day)
         try:
             with self._locks.hold("dream", namespace):
                 await self._dream(namespace, day, force, result)
-        except EngramError as exc:
+        except Exception as exc:  # this namespace failed; the others dream, and a later run retries it
             result.status = "failed"
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+            result.errors.append(failure_of(exc, f"dreaming {day} failed", namespace))
+        try:
+            await asyncio.to_thread(self._note_outcome, namespace, day, night, result)
+        except Exception as exc:
+            result.errors.append(failure_of(exc, "noting the dream's retry state failed", namespace))
         detail = asdict(result)
         detail.pop("namespace")
         await asyncio.to_thread(record_run, self._store, self._clock, "dream", namespace, detail)
@@ -250,6 +277,36 @@ class DreamingService:
         await asyncio.to_thread(self._apply, namespace, day, plan, messages, context, result)
 
     # -- sync steps (run in a worker thread) -------------------------------------------------
+    def _retry_state(self, namespace: str) -> dict[str, dict[str, Any]]:
+        raw = self._store.get_cursor(namespace, RETRY)
+        state = json.loads(raw) if raw else {}
+        return state if isinstance(state, dict) else {}
+
+    def _days_to_retry(self, namespace: str, day: str) -> list[str]:
+        """The namespace's earlier failed days still to dream again (oldest first), ``day`` apart."""
+        return sorted(d for d in self._retry_state(namespace) if d != day)
+
+    def _note_outcome(self, namespace: str, day: str, night: str, result: NamespaceDream) -> None:
+        """Keep a failed day for the next runs (one attempt per ``night``), forget a day dreamt since."""
+        state = self._retry_state(namespace)
+        before = dict(state)
+        if result.status != "failed":
+            state.pop(day, None)
+        else:
+            entry = state.get(day) or {"attempts": 0, "night": None}
+            if entry.get("night") != night:
+                entry = {"attempts": int(entry.get("attempts", 0)) + 1, "night": night}
+            if entry["attempts"] >= MAX_DAY_ATTEMPTS:
+                log.warning("dreaming gives up on %s of %s after %d nights", day, namespace, entry["attempts"])
+                result.errors.append(
+                    {"error": "day_skipped", "message": f"gave up on {day} after {entry['attempts']} nights"}
+                )
+                state.pop(day, None)
+            else:
+                state[day] = entry
+        if state != before:
+            self._store.set_cursor(namespace, RETRY, json.dumps(state, sort_keys=True))
+
     def _day_messages(self, namespace: str, day: str) -> list[Message]:
         """The day's messages, oldest first; the latest ``max_messages`` when there are more."""
         start, end = day_bounds(day, self._config.timezone)
@@ -329,8 +386,8 @@ class DreamingService:
         """One failing step never stops the rest of the plan."""
         try:
             step(*args)
-        except EngramError as exc:
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        except EngramError as exc:  # this step only: reported, the plan goes on (no failure of the run)
+            result.errors.append({"error": exc.code, "message": exc.message[:300], "item": step.__name__.strip("_")})
 
     def _target(self, namespace: str, target_id: str, shown: set[str], result: NamespaceDream) -> Memory | None:
         if target_id not in shown:
@@ -339,9 +396,6 @@ class DreamingService:
         memory = self._store.get_memory(namespace, target_id)
         if memory.status != "active":
             result.ignored += 1
-            return None
-        if memory.pinned:
-            result.protected += 1
             return None
         return memory
 
@@ -356,29 +410,44 @@ class DreamingService:
         importance = target.importance if update.importance is None else update.importance
         confidence = target.confidence if update.confidence is None else update.confidence
         touched.add(target.id)
-        if not update.content or same_meaning_text(update.content, target.content):
+        rewrite = bool(update.content) and not same_meaning_text(update.content, target.content)
+        if is_protected(target):
+            # A pinned or core memory is never changed by the dream: a new wording goes to the owner's
+            # review queue (accepting it keeps the pin and layer), anything else is left as it is.
+            if rewrite:
+                self._memories.propose_change(target, self._rewrite(update, target, new_type, tags))
+                result.proposed += 1
+            else:
+                result.protected += 1
+            return
+        # At the version the dream read: a memory its owner changed since is left alone (reported).
+        if not rewrite:
             self._memories.update(
                 namespace,
                 target.id,
                 MemoryPatch(type=new_type, importance=importance, confidence=confidence, tags=tags),
+                version=target.version,
             )
             result.updated += 1
             return
         self._memories.supersede(
-            namespace,
-            target.id,
-            MemoryWrite(
-                content=update.content,
-                type=new_type,
-                layer=target.layer,
-                importance=importance,
-                confidence=confidence,
-                tags=tags,
-                source="dreaming",
-                source_message_ids=list(target.source_message_ids),
-            ),
+            namespace, target.id, self._rewrite(update, target, new_type, tags), version=target.version
         )
         result.superseded += 1
+
+    @staticmethod
+    def _rewrite(update: _Update, target: Memory, new_type: str, tags: list[str]) -> MemoryWrite:
+        """The new version of ``target`` the dream proposes."""
+        return MemoryWrite(
+            content=update.content or target.content,
+            type=new_type,
+            layer=target.layer,
+            importance=target.importance if update.importance is None else update.importance,
+            confidence=target.confidence if update.confidence is None else update.confidence,
+            tags=tags,
+            source="dreaming",
+            source_message_ids=list(target.source_message_ids),
+        )
 
     def _archive(
         self, namespace: str, archive: _Archive, shown: set[str], touched: set[str], result: NamespaceDream
@@ -386,10 +455,15 @@ class DreamingService:
         target = self._target(namespace, archive.target_id, shown, result)
         if target is None:
             return
+        if is_protected(target):  # never archived by a dream
+            result.protected += 1
+            return
         if target.id in touched:  # updated in the same plan: the update wins
             result.ignored += 1
             return
-        self._memories.set_status(namespace, target.id, "archived", reason=f"dream: {archive.reason}")
+        self._memories.set_status(
+            namespace, target.id, "archived", reason=f"dream: {archive.reason}", version=target.version
+        )
         result.archived += 1
 
     def _excerpts(self, namespace: str, excerpts: list[_Excerpt], result: NamespaceDream) -> None:

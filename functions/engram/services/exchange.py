@@ -6,9 +6,16 @@ assistant's messages, the token usage, an explicit "remember ..." started beside
 the reminders the turn claimed, and the once-a-day cleanup enqueue. Each write logs its own failure
 and the reply goes out regardless: memory never fails a chat.
 
-A retry of the same turn is not stored twice: the stored rows are keyed by the conversation so far
-(``exchange_key``: namespace, conversation id and every message of the request), so the retry's user
-turn is recognised as the one already stored and only its answer is added.
+A retry of the same turn is not stored twice, and a repeat that is not a retry is a new turn
+(``ExchangeRecorder.turn_of``). The request is named by the conversation so far (``exchange_key``:
+namespace, conversation id and every message of the request); its first sighting opens a turn (a fresh
+id that names the stored messages and the "remember ..." memory) and notes it under the key for the
+retry window (``ENGRAM_CHAT_RETRY_WINDOW_MINUTES``). The same request within that window whose first
+attempt is still reflected in the store (its "remember ..." memory not deleted or archived since, its
+reminder not cancelled) is a retry: it reuses the turn, so its user turn is the one already stored and
+only its answer is added. Anything else — later than the window (the next day's "remind me tomorrow at
+9 ..."), after the memory was deleted or the reminder cancelled, a new conversation in thread
+``default`` that opens with the same words — is a new turn with its own messages.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
-from engram.domain.ports import AuditRows, Clock, JobQueue, KeyValueRows
+from engram.domain.ports import AuditRows, Clock, JobQueue, KeyValueRows, MemoryRows
 from engram.domain.wire.usage import TokenUsage
 from engram.services.conversations import ConversationService
 from engram.services.memories import MemoryService
@@ -85,7 +92,8 @@ class Exchange:
     pending: list[asyncio.Future[None]] = field(default_factory=list)
     settled: bool = False
     forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
-    key: str = ""  # the exchange's idempotency key, computed once (``exchange_key``)
+    key: str = ""  # the request's retry key, computed once (``exchange_key``)
+    turn: str = ""  # the turn this request belongs to (``ExchangeRecorder.turn_of``): names its stored rows
     # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
     reminders: list[str] = field(default_factory=list)
     reminder_owner: str = ""
@@ -102,7 +110,7 @@ class Exchange:
 
 
 def exchange_key(ex: Exchange) -> str:
-    """Same namespace, conversation, earlier turns and last user message -> same key (retries)."""
+    """Same namespace, conversation, earlier turns and last user message -> same key (a retry candidate)."""
     if not ex.key:
         messages = ex.body.get("messages") or []
         material = json.dumps(
@@ -116,8 +124,9 @@ def exchange_key(ex: Exchange) -> str:
     return ex.key
 
 
-class ExchangeStore(AuditRows, KeyValueRows, Protocol):
-    """What an exchange writes besides messages: usage, and the once-a-day cleanup mark."""
+class ExchangeStore(AuditRows, KeyValueRows, MemoryRows, Protocol):
+    """What an exchange writes besides messages: usage, the turn marks, the once-a-day cleanup mark; and
+    the memory a "remember ..." wrote (whether a repeat is still a retry)."""
 
 
 class ExchangeRecorder:
@@ -131,6 +140,7 @@ class ExchangeRecorder:
         memories: MemoryService,
         clock: Clock,
         cleanup_interval: Callable[[], timedelta],
+        retry_window: Callable[[], timedelta],
         queue: JobQueue | None = None,
         reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
@@ -140,9 +150,57 @@ class ExchangeRecorder:
         self._memories = memories  # services.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
         self._cleanup_interval = cleanup_interval
+        self._retry_window = retry_window
         self._queue = queue
         self._reminders = reminders  # services.reminders.ReminderService
         self._conversations = conversations  # services.conversations.ConversationService
+
+    # -- the turn ------------------------------------------------------------------------------------
+    def turn_of(self, ex: Exchange) -> str:
+        """The turn of this request, decided once: the earlier attempt's turn when this is a retry of it
+        (same request within the retry window, its first attempt still reflected in the store), else a
+        new turn, noted under the request's key for the window."""
+        if ex.turn:
+            return ex.turn
+        key = exchange_key(ex)
+        now = self._clock.now()
+        window = self._retry_window()
+        mark = f"gateway:turn:{key}"
+        prior = self._store.get_cache(ex.namespace, mark)
+        if isinstance(prior, dict) and self._is_retry_of(ex, prior, now, window):
+            ex.turn = str(prior["turn"])
+            return ex.turn
+        ex.turn = f"{key[:16]}{new_id('t')[2:]}"
+        if window > timedelta(0):
+            record = {"turn": ex.turn, "at": now.isoformat()}
+            self._store.put_cache(ex.namespace, mark, record, expires_at=now + window)
+        return ex.turn
+
+    def _is_retry_of(self, ex: Exchange, prior: dict[str, Any], now: datetime, window: timedelta) -> bool:
+        """Whether ``prior`` (the first attempt's note) makes this request its retry: within the window
+        by the service's clock (the store's expiry is only housekeeping), and nothing the first attempt
+        wrote has been undone since (its "remember ..." memory deleted, archived or superseded, its
+        reminder cancelled)."""
+        try:
+            turn, at = str(prior["turn"]), datetime.fromisoformat(str(prior["at"]))
+        except (KeyError, ValueError):
+            return False
+        if not timedelta(0) <= now - at <= window:
+            return False
+        if not self._asks_to_remember(ex):
+            return True
+        kept = self._store.find_by_external_id(ex.namespace, "gw-rem-" + turn)
+        if kept is None:  # the first attempt has not written it yet (still running): the same turn
+            return True
+        if kept.status != "active":
+            return False
+        return kept.type != "task" or kept.remind_at is not None  # a cancelled reminder clears remind_at
+
+    def _asks_to_remember(self, ex: Exchange) -> bool:
+        text = ex.user_text or ""
+        if explicit_remember(text) is not None:
+            return True
+        return self._reminders is not None and self._reminders.request_in(text) is not None
 
     # -- during the request -------------------------------------------------------------------------
     async def claim_reminders(self, ex: Exchange) -> str:
@@ -196,21 +254,20 @@ class ExchangeRecorder:
             return
         from engram.services.memories import MemoryWrite
 
-        key = "gw-rem-" + exchange_key(ex)
         request = MemoryWrite(
             content=fact,
             type="task" if when is not None else "fact",
             source="chat",
             importance=0.8,
             confidence=0.95,
-            external_id=key,
             remind_at=when,
         )
 
         def write() -> None:
             try:
+                named = request.model_copy(update={"external_id": "gw-rem-" + self.turn_of(ex)})
                 # A reminder is its own memory: merged into a look-alike it would not fire again.
-                self._memories.write(ex.namespace, request, dedup=when is None)
+                self._memories.write(ex.namespace, named, dedup=when is None)
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 
@@ -225,6 +282,12 @@ class ExchangeRecorder:
         logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(ex)
+        if ex.persist and not ex.settled and ex.user_text:
+            try:
+                await asyncio.to_thread(self.turn_of, ex)
+            except Exception:  # the store is away: name the turn by the request, as a retry would
+                log.warning("deciding the turn of an exchange failed", exc_info=True)
+                ex.turn = ex.turn or exchange_key(ex)
         reminders = self.settle_reminders(ex, delivered=error is None)
         fragments = self.settle_fragments(ex, seen=error is None)
         if not ex.persist or ex.settled:
@@ -296,14 +359,14 @@ class ExchangeRecorder:
         at: datetime,
         error: str | None = None,
     ) -> None:
-        """One side of the exchange under a key that a retry of the same turn repeats (``exchange_key``)."""
+        """One side of the exchange under its turn's id, which a retry of the same turn repeats (``turn_of``)."""
         assert ex.route is not None
         model = ex.route.requested if role == "user" else ex.route.model
         message = MessageIn(
             role=role,
             content=content[:_MAX_STORED_CHARS],
             conversation_id=ex.conversation,
-            id=f"gw-{exchange_key(ex)}-{role[0]}",
+            id=f"gw-{self.turn_of(ex)}-{role[0]}",
             created_at=at,
             model=model[:200],
             error=error,

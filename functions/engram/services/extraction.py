@@ -12,6 +12,14 @@ The order is the order messages were *stored* in (``Message.stored_at``), not th
 history imported or ingested with old timestamps comes after the cursor and is read once. A cursor
 written before this order existed (``{"ts", "id"}`` on ``created_at``) is read as the same position.
 
+A namespace's run fails on its own (``status: failed``, the error in its report and in the run's
+``errors`` count): the other namespaces' runs are kept, the run as a whole returns its report (the
+Lambda invocation succeeds, so Lambda's automatic retries never repeat the namespaces that succeeded
+nor count a batch's attempt again), the job's error metric raises the owner's alarm (docs/aws.md,
+"Alarms"), and the next run retries just that namespace: its cursor did not move. An item the model
+proposed that cannot be stored is no failure of the run: it is counted in ``rejected`` and listed with
+its ``item``.
+
 ``backfill`` reads a namespace's whole history (everything stored before the regular cursor) in the
 same batches, with its own cursor, so it can stop and resume without applying a batch twice.
 
@@ -49,7 +57,7 @@ from engram.domain.wording import same_wording
 from engram.services import prompts
 from engram.services.candidates import CandidateService
 from engram.services.conversations import ConversationService
-from engram.services.job_runs import NamespaceLocks, record_run
+from engram.services.job_runs import NamespaceLocks, failure_of, record_run
 from engram.services.memories import MemoryService, MemoryWrite
 from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 
@@ -76,6 +84,7 @@ class ExtractionConfig:
     max_tokens: int
     max_message_chars: int
     review_confidence: float
+    interval_hours: int  # how often the job runs: a batch's attempts are counted once per interval
     max_attempts: int = 5  # not a setting
 
     @classmethod
@@ -87,6 +96,7 @@ class ExtractionConfig:
             max_tokens=settings.extract_max_tokens,
             max_message_chars=settings.extract_max_message_chars,
             review_confidence=settings.review_confidence,
+            interval_hours=settings.extract_interval_hours,
         )
 
 
@@ -106,6 +116,7 @@ class Extracted:
 @dataclass
 class NamespaceExtraction:
     namespace: str
+    status: str = "ok"  # ok | failed (a failure below; the next run retries this namespace)
     messages: int = 0
     batches: int = 0
     created: int = 0
@@ -117,6 +128,15 @@ class NamespaceExtraction:
     conversation_messages: int = 0  # messages indexed for conversation recall
     more: bool = False
     errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def fail(self, error: dict[str, Any]) -> None:
+        """A failure of this namespace's run (not of one proposed item): reported, retried next run."""
+        self.status = "failed"
+        self.errors.append(error)
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for e in self.errors if "item" not in e)
 
 
 @dataclass
@@ -141,7 +161,8 @@ class ExtractionReport:
         return {
             "job": "extract",
             **{k: self.total(k) for k in keys},
-            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "errors": sum(ns.failures for ns in self.namespaces),
+            "failed": [ns.namespace for ns in self.namespaces if ns.status == "failed"],
             "namespaces": [asdict(ns) for ns in self.namespaces],
         }
 
@@ -258,8 +279,8 @@ class ExtractionService:
         try:
             with self._locks.hold("extract", namespace):
                 await self._extract(namespace, until, result)
-        except EngramError as exc:
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        except Exception as exc:  # this namespace failed; the others run, and the next run retries it
+            result.fail(failure_of(exc, "extraction failed", namespace))
         await asyncio.to_thread(record_run, self._store, self._clock, "extract", namespace, _detail(result))
         return result
 
@@ -278,7 +299,7 @@ class ExtractionService:
         except Exception as exc:  # the next run resumes from the conversation cursor
             code = exc.code if isinstance(exc, EngramError) else "conversation_index_failed"
             log.warning("indexing messages for conversation recall failed for %s: %s", namespace, code)
-            result.errors.append({"error": code, "message": str(exc)[:300], "stage": "conversation_index"})
+            result.fail({"error": code, "message": str(exc)[:300], "stage": "conversation_index"})
 
     async def _extract(self, namespace: str, until: datetime, result: NamespaceExtraction) -> None:
         fetch = functools.partial(self._next_batch, namespace, until)
@@ -304,8 +325,8 @@ class ExtractionService:
                 fetch = functools.partial(self._backfill_batch, namespace, end)
                 while await self._batches(namespace, fetch, BACKFILL, result, 1_000_000, progress):
                     pass
-        except EngramError as exc:
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+        except Exception as exc:  # resumable: the backfill cursor is where the last applied batch left it
+            result.fail(failure_of(exc, "extraction backfill failed", namespace))
         await asyncio.to_thread(record_run, self._store, self._clock, "extract", namespace, _detail(result))
         return result
 
@@ -374,7 +395,7 @@ class ExtractionService:
             except Exception as exc:  # any model failure: keep the cursor, try again next run
                 code = exc.code if isinstance(exc, EngramError) else "model_error"
                 log.warning("extraction model call failed for %s: %s", namespace, code)
-                result.errors.append({"error": code, "message": str(exc)[:300], "first_message_id": batch[0].id})
+                result.fail({"error": code, "message": str(exc)[:300], "first_message_id": batch[0].id})
                 if cursor_name == CURSOR:
                     await asyncio.to_thread(self._note_failure, namespace, batch, result)
                 return False  # the backfill stops here and resumes at this batch next time
@@ -433,9 +454,9 @@ class ExtractionService:
             for item in items:
                 try:
                     self._route(namespace, item, batch, result)
-                except EngramError as exc:
+                except EngramError as exc:  # this item only: reported, the run goes on
                     result.rejected += 1
-                    result.errors.append({"error": exc.code, "message": exc.message[:300]})
+                    result.errors.append({"error": exc.code, "message": exc.message[:300], "item": item.content[:80]})
         else:
             result.skipped_batches += 1  # applied before (another run, or a crash before the cursor moved)
         self._store.set_cursor(namespace, cursor_name, _position(batch[-1]).dump())
@@ -477,9 +498,12 @@ class ExtractionService:
                 source_message_ids=sources,
             ),
             dedup=True,
+            automated=True,
         )
         if written.action == "superseded":
             result.superseded += 1
+        elif written.action == "proposed":
+            result.candidates += 1
         elif written.action == "created":
             result.created += 1
         else:
@@ -491,18 +515,25 @@ class ExtractionService:
 
     def _note_failure(self, namespace: str, batch: list[Message], result: NamespaceExtraction) -> None:
         """Count failures of the same batch; after ``max_attempts`` skip it so one bad window
-        cannot stall a namespace forever."""
+        cannot stall a namespace forever. One attempt per scheduled interval (``interval_hours``,
+        at whole UTC hours like the schedules): a retry within it (a manual run, the local
+        scheduler's early retry) costs no attempt."""
         raw = self._store.get_cursor(namespace, FAILURES)
         state = json.loads(raw) if raw else {}
-        count = int(state.get("count", 0)) + 1 if state.get("first") == batch[0].id else 1
+        slot = int(self._clock.now().timestamp() // (self._config.interval_hours * 3600))
+        same = state.get("first") == batch[0].id
+        if same and state.get("slot") == slot:
+            return
+        count = int(state.get("count", 0)) + 1 if same else 1
         if count < self._config.max_attempts:
-            self._store.set_cursor(namespace, FAILURES, json.dumps({"first": batch[0].id, "count": count}))
+            state = {"first": batch[0].id, "count": count, "slot": slot}
+            self._store.set_cursor(namespace, FAILURES, json.dumps(state))
             return
         log.warning("extraction skips %d messages of %s after %d failed attempts", len(batch), namespace, count)
         self._store.set_cursor(namespace, CURSOR, _position(batch[-1]).dump())
         self._store.set_cursor(namespace, FAILURES, "")
         result.skipped_batches += 1
-        result.errors.append({"error": "window_skipped", "message": f"gave up after {count} attempts"})
+        result.fail({"error": "window_skipped", "message": f"gave up after {count} attempts"})
 
 
 def _position(message: Message) -> _Cursor:

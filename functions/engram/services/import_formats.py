@@ -5,6 +5,13 @@ What the converter cannot read (a row that is not an object, a memory without te
 its reason; fields Engram has no place for are counted in ``dropped_fields``, never silently lost from the
 report. Foreign ids become ``external_id`` (and, prefixed with the format, the memory's id, so the version
 links between rows of one file survive). Where a row has no id, identical content is the duplicate test.
+
+The shapes read are the ones each system's exporter writes (README, "Moving in"): Aelios' default
+(Vectorize) export ``{"data": [{"id", "content", "metadata": {...}}], "meta"}`` and its D1 fallback (the
+full record in ``metadata``: ``fact_key``, ``seen_count``, ``last_seen_at``, version links, ...);
+Pawwake's backup (schema 5: ``backup_id``, ``merged_from``, ``superseded_by``, ``source_session``,
+``source_message_ids``, ``remind_at`` / ``reminder_delivered_at``; older files with ``id`` still read);
+mem0's ``Memory.get_all()`` and the platform client's ``get_all()`` (``expiration_date``, ``immutable``).
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ _SEEN = ("remind_at", "last_seen_at", "last_injected_at")
 _TIMES = (*_SEEN, "created_at", "updated_at", "status_changed_at", "expires_at")
 AELIOS_FIELDS = (
     *("type", "fact_key", "layer", "importance", "confidence", "pinned", "tags", "status"),
-    *("seen_count", "recall_count", "supersedes_id", "superseded_by_id"),
+    *("seen_count", "recall_count", "supersedes_id", "superseded_by_id", "source_message_ids"),
     *_TIMES,
 )
+# Aelios metadata that only describes the export itself (the namespace it came from, the vector's id, a
+# search score): read and not reported as lost.
+AELIOS_BOOKKEEPING = ("namespace", "vector_id", "score")
 
 
 class _Skip(Exception):
@@ -179,9 +189,12 @@ def _aelios_row(item: dict[str, Any], conv: Converted) -> Row:
     for link in ("supersedes_id", "superseded_by_id"):
         if link in out:
             out[link] = _engram_id("aelios", _source_id(out[link]))
+    if "source_message_ids" in out:
+        ids = out["source_message_ids"] if isinstance(out["source_message_ids"], list) else []
+        out["source_message_ids"] = [i for i in (_engram_id("aelios", _source_id(x)) for x in ids) if i]
     _put_times(out, meta, {t: t for t in _TIMES}, conv)
     _put_times(out, item, {t: t for t in ("created_at", "updated_at") if t not in out}, conv)
-    conv.dropped.update(f"metadata.{key}" for key in meta if key not in AELIOS_FIELDS)
+    conv.dropped.update(f"metadata.{key}" for key in meta if key not in (*AELIOS_FIELDS, *AELIOS_BOOKKEEPING))
     conv.dropped.update(key for key in item if key not in ("id", "content", "metadata", "created_at", "updated_at"))
     return Row("memories", "", out)
 
@@ -189,11 +202,20 @@ def _aelios_row(item: dict[str, Any], conv: Converted) -> Row:
 def _aelios(raw: Any) -> Converted:
     conv = Converted("aelios")
     _each_row(conv, raw, ("data", "memories"), _aelios_row)
+    if isinstance(raw, dict):
+        conv.dropped.update(f"(top level) {key}" for key in raw if key not in ("data", "memories", "meta"))
     return conv
 
 
+# The top-level fields of a Pawwake backup that describe the file itself.
+_PAWWAKE_META = ("schema_version", "version", "source_database_id", "total", "exported_at")
 _PAWWAKE_MEMORY = {
     "id",
+    "backup_id",
+    "source_session",
+    "source_message_ids",
+    "reminder_delivered_at",
+    "source_content_intact",
     "content",
     "importance",
     "layer",
@@ -215,13 +237,18 @@ _PAWWAKE_MEMORY = {
 }
 
 
-def _pawwake_memory(item: dict[str, Any], conv: Converted, merged_into: dict[str, str]) -> Row:
-    out = _memory_base("pawwake", item, "content")
+def _pawwake_id(item: dict[str, Any]) -> str | None:
+    """A Pawwake row's id: ``backup_id`` in a schema-5 backup, ``id`` in older files."""
+    return _source_id(item.get("backup_id", item.get("id")))
+
+
+def _pawwake_memory(item: dict[str, Any], conv: Converted, links: _PawwakeLinks) -> Row:
+    out = _memory_base("pawwake", {**item, "id": item.get("backup_id", item.get("id"))}, "content")
     title = item.get("title")
     if isinstance(title, str) and title.strip() and title.strip() not in out["content"]:
         # Engram has no title: the text keeps it as its first line
         out["content"] = f"{title.strip()}\n{out['content'].strip()}"
-    source_id = _source_id(item.get("id"))
+    source_id = _pawwake_id(item)
     if (external := _source_id(item.get("external_id"))) is not None:
         out["external_id"] = external
     _pawwake_weight(item, out)
@@ -231,6 +258,11 @@ def _pawwake_memory(item: dict[str, Any], conv: Converted, merged_into: dict[str
     out["tags"] = list(tags) if isinstance(tags, list) else []
     if isinstance(item.get("event_date"), str) and item["event_date"].strip():
         out["tags"].append(f"event_date:{item['event_date'].strip()[:40]}")
+    if (session := _source_id(item.get("source_session"))) is not None:
+        out["tags"].append(f"session:{session[:40]}")
+    if isinstance(item.get("source_message_ids"), list):
+        ids = (_engram_id("pawwake-msg", _source_id(m)) for m in item["source_message_ids"])
+        out["source_message_ids"] = [i for i in ids if i]
     _put_times(
         out,
         item,
@@ -244,7 +276,11 @@ def _pawwake_memory(item: dict[str, Any], conv: Converted, merged_into: dict[str
     )
     if isinstance(item.get("access_count"), int) and item["access_count"] >= 0:
         out["seen_count"] = item["access_count"]
-    _pawwake_chain(item, out, source_id, merged_into)
+    delivered: dict[str, Any] = {}
+    _put_times(delivered, item, {"reminder_delivered_at": "delivered_at"}, conv)
+    if delivered:
+        out["reminder"] = {"status": "delivered", **delivered}
+    _pawwake_chain(item, out, source_id, links)
     conv.dropped.update(key for key in item if key not in _PAWWAKE_MEMORY)
     return Row("memories", "", out)
 
@@ -265,17 +301,18 @@ def _pawwake_weight(item: dict[str, Any], out: dict[str, Any]) -> None:
             out["type"] = "event"
 
 
-def _pawwake_chain(
-    item: dict[str, Any], out: dict[str, Any], source_id: str | None, merged_into: dict[str, str]
-) -> None:
-    """The version links: what replaced this memory (or what it was merged into) and what it replaced."""
+def _pawwake_chain(item: dict[str, Any], out: dict[str, Any], source_id: str | None, links: _PawwakeLinks) -> None:
+    """The version links: what replaced this memory (``superseded_by``, or the memory it was merged into)
+    and what it replaced (its own ``supersedes``, else the first row superseded by or merged into it)."""
     later = _source_id(item.get("superseded_by_id", item.get("superseded_by")))
     if later is None and source_id is not None:
-        later = merged_into.get(source_id)  # merged into another memory: that one replaces it
+        later = links.merged_into.get(source_id)  # merged into another memory: that one replaces it
     if later is not None:
         out["superseded_by_id"] = _engram_id("pawwake", later)
         out["status"] = "superseded"  # Pawwake archives what it merged; Engram keeps it in the chain
     earlier = _source_id(item.get("supersedes_id", item.get("supersedes")))
+    if earlier is None and source_id is not None:
+        earlier = links.replaced.get(source_id)
     if earlier is not None:
         out["supersedes_id"] = _engram_id("pawwake", earlier)
 
@@ -297,6 +334,8 @@ def _pawwake_message(item: Any, session: Any, conv: Converted) -> dict[str, Any]
     source_id = _source_id(item.get("id"))
     if source_id is not None:
         out["external_id"] = f"pawwake:{source_id}"
+        if (engram_id := _engram_id("pawwake-msg", source_id)) is not None:
+            out["id"] = engram_id  # the id a memory's source_message_ids name
     else:
         key = _message_key(session_id, item.get("role"), item.get("created_at"), item.get("content"))
         out["external_id"] = f"pawwake:{key}"
@@ -308,26 +347,39 @@ def _pawwake_message(item: Any, session: Any, conv: Converted) -> dict[str, Any]
 
 def _pawwake(raw: Any) -> Converted:
     conv = Converted("pawwake")
-    merged_into = _pawwake_merges(raw)
-    _each_row(conv, raw, ("memories", "data"), lambda item, c: _pawwake_memory(item, c, merged_into))
+    links = _pawwake_links(raw)
+    _each_row(conv, raw, ("memories", "data"), lambda item, c: _pawwake_memory(item, c, links))
     _pawwake_conversations(raw, conv)
     if isinstance(raw, dict):
         for key in raw:
-            if key not in ("memories", "data", "conversations", "messages"):
+            if key not in ("memories", "data", "conversations", "messages", *_PAWWAKE_META):
                 conv.dropped[f"(top level) {key}"] += 1
     return conv
 
 
-def _pawwake_merges(raw: Any) -> dict[str, str]:
-    """Source id -> the id of the memory it was merged into (from each memory's ``merged_from``)."""
+@dataclass
+class _PawwakeLinks:
+    merged_into: dict[str, str] = field(default_factory=dict)  # source id -> the memory it was merged into
+    replaced: dict[str, str] = field(default_factory=dict)  # id -> the first row it replaced
+
+
+def _pawwake_links(raw: Any) -> _PawwakeLinks:
+    """The version links of the whole file, both ways (a row names only what replaced it, or what was
+    merged into it)."""
     rows, _ = _rows_of(raw, "memories", "data")
-    merged_into: dict[str, str] = {}
+    links = _PawwakeLinks()
     for item in rows:
-        if isinstance(item, dict) and isinstance(item.get("merged_from"), list):
-            for source in item["merged_from"]:
-                if (src := _source_id(source)) is not None and (dst := _source_id(item.get("id"))) is not None:
-                    merged_into.setdefault(src, dst)
-    return merged_into
+        if not isinstance(item, dict) or (own := _pawwake_id(item)) is None:
+            continue
+        merged = item.get("merged_from")
+        for source in merged if isinstance(merged, list) else []:
+            if (src := _source_id(source)) is not None:
+                links.merged_into.setdefault(src, own)
+                links.replaced.setdefault(own, src)
+        later = _source_id(item.get("superseded_by_id", item.get("superseded_by")))
+        if later is not None:
+            links.replaced.setdefault(later, own)
+    return links
 
 
 def _pawwake_conversations(raw: Any, conv: Converted) -> None:
@@ -352,7 +404,10 @@ def _pawwake_conversations(raw: Any, conv: Converted) -> None:
                 conv.refuse("messages", label, exc.code, exc.reason)
 
 
-_MEM0_FIELDS = ("id", "memory", "categories", "created_at", "updated_at", "metadata", "user_id")
+_MEM0_FIELDS = (
+    *("id", "memory", "categories", "created_at", "updated_at", "metadata", "user_id"),
+    *("expiration_date", "immutable", "hash"),  # hash: mem0's digest of the text (Engram has its own test)
+)
 
 
 def _mem0_row(item: dict[str, Any], conv: Converted) -> Row:
@@ -360,7 +415,11 @@ def _mem0_row(item: dict[str, Any], conv: Converted) -> Row:
     categories = item.get("categories")
     if isinstance(categories, list):
         out["tags"] = [c for c in categories if isinstance(c, str)]
-    _put_times(out, item, {"created_at": "created_at", "updated_at": "updated_at"}, conv)
+    _put_times(
+        out, item, {"created_at": "created_at", "updated_at": "updated_at", "expiration_date": "expires_at"}, conv
+    )
+    if item.get("immutable") is True:  # mem0 lets nothing change it: pinned, so automation never does
+        out["pinned"] = True
     if isinstance(meta := item.get("metadata"), dict):
         conv.dropped.update(f"metadata.{key}" for key in meta)
     conv.dropped.update(key for key in item if key not in _MEM0_FIELDS)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from engram.domain.errors import Conflict
+from engram.domain.errors import Conflict, EngramError
 from engram.domain.models import MemoryEvent, new_id
 from engram.domain.ports import AuditRows, Clock
 
@@ -42,20 +42,34 @@ class NamespaceLocks:
             lock.release()
 
 
+def failure_of(exc: Exception, what: str, namespace: str) -> dict[str, Any]:
+    """The report entry of a namespace's run that failed with ``exc`` (logged here: an unexpected
+    exception with its traceback). The run goes on with the next namespace (docs/aws.md, "Alarms")."""
+    if isinstance(exc, EngramError):
+        log.warning("%s for %s: %s", what, namespace, exc.code)
+        return {"error": exc.code, "message": exc.message[:300]}
+    log.exception("%s for %s", what, namespace)
+    return {"error": "internal_error", "message": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def record_run(store: AuditRows, clock: Clock, job: str, namespace: str, detail: dict[str, Any]) -> None:
-    """Log the one-line summary of a job run and keep it as an event row (``GET /v1/jobs``)."""
+    """Log the one-line summary of a job run and keep it as an event row (``GET /v1/jobs``). A record
+    that cannot be written is logged, never raised: the run's work is done and must not be repeated."""
     counts = " ".join(f"{k}={v}" for k, v in detail.items() if isinstance(v, int | float | bool) or v is None)
     errors = detail.get("errors") or []
     log.info("%s ns=%s %s errors=%d", job, namespace, counts, len(errors))
-    store.append_event(
-        MemoryEvent(
-            id=new_id("evt"),
-            namespace=namespace,
-            kind=event_kind(job),
-            detail=detail,
-            created_at=clock.now(),
+    try:
+        store.append_event(
+            MemoryEvent(
+                id=new_id("evt"),
+                namespace=namespace,
+                kind=event_kind(job),
+                detail=detail,
+                created_at=clock.now(),
+            )
         )
-    )
+    except Exception:
+        log.warning("the record of a %s run of %s could not be written", job, namespace, exc_info=True)
 
 
 def last_runs(store: AuditRows, namespace: str, limit: int = 20) -> list[dict[str, Any]]:

@@ -23,9 +23,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound
+from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound, is_version_conflict, version_conflict
 from engram.domain.models import (
     MEMORY_STATUSES,
+    Candidate,
     IndexedDoc,
     Memory,
     MemoryEvent,
@@ -43,7 +44,16 @@ from engram.domain.policies import (
     decide_upsert,
     normalize_fact_key,
 )
-from engram.domain.ports import AuditRows, Clock, Embedder, KeyValueRows, MemoryRows, ReminderRows, SearchIndex
+from engram.domain.ports import (
+    AuditRows,
+    CandidateRows,
+    Clock,
+    Embedder,
+    KeyValueRows,
+    MemoryRows,
+    ReminderRows,
+    SearchIndex,
+)
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
 from engram.services.search_guard import is_index_unavailable
 
@@ -54,9 +64,11 @@ INDEX_REPAIRED = "index:repaired"  # cursor: index_failed events up to this time
 REPAIR_EVENTS = 1000  # more failures than this since the last repair: reindex the whole namespace
 REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB indexes: ~1 s)
 
-WriteAction = Literal["created", "seen", "superseded", "existing"]
+WriteAction = Literal["created", "seen", "superseded", "existing", "proposed"]
 _REINDEX_READ = 500  # memories read per round of reindex_ids
+_MAX_CHAIN = 1000  # versions followed to find the active head of a chain without a key
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
+_VERSION_ATTEMPTS = 8  # fresh reads of a row other writers keep changing, before a clean 409
 
 
 class MemoryWrite(BaseModel):
@@ -112,6 +124,7 @@ class WriteResult:
     action: WriteAction
     previous: Memory | None = None  # the superseded row, when action == "superseded"
     reason: str = ""
+    candidate: Candidate | None = None  # the review candidate, when action == "proposed"
 
     @property
     def created(self) -> bool:
@@ -132,8 +145,15 @@ class MemoryRules:
         return cls(dedup_cosine=s.dedup_cosine)
 
 
-class MemoriesStore(MemoryRows, ReminderRows, AuditRows, KeyValueRows, Protocol):
-    """Memories with their reminders, events and the index-repair bookkeeping."""
+class MemoriesStore(MemoryRows, CandidateRows, ReminderRows, AuditRows, KeyValueRows, Protocol):
+    """Memories with their reminders, events, the index-repair bookkeeping, and the review queue
+    (where automation's changes to a protected memory go)."""
+
+
+def is_protected(memory: Memory) -> bool:
+    """A memory automation may not change on its own: pinned, or in the ``core`` layer. Extraction's and
+    dreaming's changes to it go to the review queue (README, "Review queue")."""
+    return memory.pinned or memory.layer == "core"
 
 
 class MemoryService:
@@ -160,14 +180,18 @@ class MemoryService:
         return self._rules_of()
 
     # -- writes -----------------------------------------------------------------------------
-    def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False) -> WriteResult:
+    def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False, automated: bool = False) -> WriteResult:
         """Remember ``req``: idempotent by ``external_id``; with ``fact_key`` an upsert (same
         wording -> seen, changed -> supersede); without a key create.
 
         ``dedup`` is for machine-written texts (extraction, "remember ..." in a chat, MCP
         memory_remember): a near-duplicate (same wording, or cosine >= ``dedup_cosine`` with the same
         numbers, names, places and negation; ``domain/wording.py``) is marked seen instead: the
-        memory holding the key, or without a key an active memory of the same type."""
+        memory holding the key, or without a key an active memory of the same type.
+
+        ``automated`` is for jobs (extraction): a change to a protected memory (pinned or core,
+        ``is_protected``) is not applied but proposed for review, a candidate targeting it (action
+        ``proposed``); an ordinary memory is superseded as usual."""
         content = clean_content(req.content)
         tags = clean_tags(req.tags)
         fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
@@ -178,7 +202,7 @@ class MemoryService:
                 return WriteResult(existing, "existing", reason="external_id seen before")
 
         if fact_key:
-            return self._upsert_retrying(namespace, req, content, tags, fact_key, dedup=dedup)
+            return self._upsert_retrying(namespace, req, content, tags, fact_key, dedup=dedup, automated=automated)
         vector: list[float] | None = None
         if dedup:
             vector = self._embed_document(content)
@@ -188,17 +212,24 @@ class MemoryService:
         return self._create(namespace, req, content, tags, None, vector)
 
     def _upsert_retrying(
-        self, namespace: str, req: MemoryWrite, content: str, tags: tuple[str, ...], fact_key: str, *, dedup: bool
+        self,
+        namespace: str,
+        req: MemoryWrite,
+        content: str,
+        tags: tuple[str, ...],
+        fact_key: str,
+        *,
+        dedup: bool,
+        automated: bool,
     ) -> WriteResult:
         """Upsert by key; when a concurrent writer changed the key between our read and our write
         (the store refuses a second active row), read again and decide again. Each lost round means
         another writer's version landed, so a few rounds settle any burst; a clean Conflict after."""
         lost: Conflict | None = None
         for attempt in range(_KEY_ATTEMPTS):
-            if attempt:
-                time.sleep(random.uniform(0, 0.005 * attempt))  # let the winner finish; spread the retries
+            _back_off(attempt)
             try:
-                return self._upsert(namespace, req, content, tags, fact_key, dedup=dedup)
+                return self._upsert(namespace, req, content, tags, fact_key, dedup=dedup, automated=automated)
             except Conflict as exc:
                 if req.external_id and (prior := self._store.find_by_external_id(namespace, req.external_id)):
                     return WriteResult(prior, "existing", reason="external_id seen before")
@@ -210,7 +241,15 @@ class MemoryService:
         ) from lost
 
     def _upsert(
-        self, namespace: str, req: MemoryWrite, content: str, tags: tuple[str, ...], fact_key: str, *, dedup: bool
+        self,
+        namespace: str,
+        req: MemoryWrite,
+        content: str,
+        tags: tuple[str, ...],
+        fact_key: str,
+        *,
+        dedup: bool,
+        automated: bool,
     ) -> WriteResult:
         vector: list[float] | None = None
         current = self._store.find_active_by_fact_key(namespace, fact_key)
@@ -230,6 +269,11 @@ class MemoryService:
             return self._create(namespace, req, content, tags, fact_key, vector)
         if decision.action == "seen":
             return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
+        if automated and is_protected(current):
+            candidate = self.propose_change(current, req)
+            return WriteResult(
+                current, "proposed", reason="protected memory: change proposed for review", candidate=candidate
+            )
         new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
         old, new = self._swap(current, new, reason=decision.reason)
         self._sync_index(new, vector)
@@ -258,27 +302,84 @@ class MemoryService:
         self._sync_reminder(memory)
         return WriteResult(memory, "created", reason="new memory")
 
-    def supersede(self, namespace: str, old_id: str, req: MemoryWrite) -> WriteResult:
-        """Replace ``old_id`` by a new version (explicit correction). The new row keeps the old
-        row's fact_key unless ``req`` names one."""
-        old = self._store.get_memory(namespace, old_id)
-        if old.status != "active":
-            raise Conflict(f"memory {old_id} is {old.status}; only an active memory can be superseded")
+    def propose_change(self, target: Memory, req: MemoryWrite) -> Candidate:
+        """File ``req`` in the review queue as a new version of ``target`` (a protected memory that
+        automation may not change on its own); the owner's accept supersedes it keeping its pin and
+        layer (``services/candidates.py``). A pending candidate for the same target with the same
+        wording is returned instead of filing a second one."""
         content = clean_content(req.content)
-        tags = clean_tags(req.tags) if req.tags else old.tags
-        fact_key = normalize_fact_key(req.fact_key) if req.fact_key else old.fact_key
-        if fact_key and fact_key != old.fact_key:
-            taken = self._store.find_active_by_fact_key(namespace, fact_key)
-            if taken is not None:
-                raise Conflict(f"fact_key {fact_key!r} is already used by active memory {taken.id}")
-        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=old.id)
-        old, new = self._swap(old, new, reason="explicit supersede")
-        self._sync_index(new, None)
-        self._sync_reminder(new)
-        return WriteResult(new, "superseded", previous=old, reason="explicit supersede")
+        for pending in self._store.list_candidates(target.namespace, "pending", limit=200).items:
+            if pending.target_memory_id == target.id and same_wording(pending.content, content):
+                return pending
+        candidate = Candidate(
+            id=new_id("cand"),
+            namespace=target.namespace,
+            content=content,
+            type=req.type,
+            fact_key=target.fact_key,
+            importance=req.importance,
+            confidence=req.confidence,
+            tags=clean_tags(req.tags),
+            source=req.source,
+            source_message_ids=tuple(req.source_message_ids),
+            target_memory_id=target.id,
+            created_at=self._clock.now(),
+        )
+        self._event(target.namespace, "proposed", target.id, {"candidate": candidate.id, "source": req.source})
+        return self._store.insert_candidate(candidate)
 
-    def update(self, namespace: str, memory_id: str, patch: MemoryPatch) -> Memory:
-        memory = self._store.get_memory(namespace, memory_id)
+    def supersede(self, namespace: str, old_id: str, req: MemoryWrite, *, version: int | None = None) -> WriteResult:
+        """Replace ``old_id`` by a new version (explicit correction). The new row keeps the old
+        row's fact_key unless ``req`` names one. With ``version`` (the one the caller read), a memory
+        that changed since is refused (``Conflict``, ``version_conflict``); without, a lost race is
+        retried from a fresh read (docs/ARCHITECTURE.md, "Write rules")."""
+        for attempt in range(_VERSION_ATTEMPTS):
+            _back_off(attempt)
+            old = self._read_at(namespace, old_id, version)
+            if old.status != "active":
+                raise Conflict(f"memory {old_id} is {old.status}; only an active memory can be superseded")
+            content = clean_content(req.content)
+            tags = clean_tags(req.tags) if req.tags else old.tags
+            fact_key = normalize_fact_key(req.fact_key) if req.fact_key else old.fact_key
+            if fact_key and fact_key != old.fact_key:
+                taken = self._store.find_active_by_fact_key(namespace, fact_key)
+                if taken is not None:
+                    raise Conflict(f"fact_key {fact_key!r} is already used by active memory {taken.id}")
+            new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=old.id)
+            try:
+                old, new = self._swap(old, new, reason="explicit supersede")
+            except Conflict as exc:
+                if version is not None or not is_version_conflict(exc):
+                    raise
+                continue
+            self._sync_index(new, None)
+            self._sync_reminder(new)
+            return WriteResult(new, "superseded", previous=old, reason="explicit supersede")
+        raise _kept_changing(old_id)
+
+    def update(self, namespace: str, memory_id: str, patch: MemoryPatch, *, version: int | None = None) -> Memory:
+        """Edit in place (``version``: as ``supersede``)."""
+
+        fields: list[str] = []
+
+        def change(memory: Memory) -> Memory | None:
+            changes = self._patch_changes(namespace, memory, patch)
+            fields[:] = sorted(changes)
+            if not changes:
+                return None
+            return memory.model_copy(update={**changes, "updated_at": self._clock.now()})
+
+        memory, updated = self._replace(namespace, memory_id, change, version=version)
+        if updated is memory:
+            return memory
+        self._event(namespace, "updated", memory_id, {"fields": fields})
+        if updated.status == "active":
+            self._sync_index(updated, None)
+        if updated.remind_at != memory.remind_at:
+            self._sync_reminder(updated, cleared=updated.remind_at is None)
+        return updated
+
+    def _patch_changes(self, namespace: str, memory: Memory, patch: MemoryPatch) -> dict[str, Any]:
         changes: dict[str, Any] = {}
         fields = patch.model_fields_set
         if "content" in fields and patch.content is not None:
@@ -298,58 +399,106 @@ class MemoryService:
                 if value is None and name != "remind_at":
                     raise InvalidInput(f"{name} cannot be null", code="invalid_field")
                 changes[name] = value
-        if not changes:
-            return memory
-        changes["updated_at"] = self._clock.now()
-        updated = self._store.update_memory(memory.model_copy(update=changes))
-        self._event(namespace, "updated", memory_id, {"fields": sorted(k for k in changes if k != "updated_at")})
-        if updated.status == "active":
-            self._sync_index(updated, None)
-        if "remind_at" in changes and changes["remind_at"] != memory.remind_at:
-            self._sync_reminder(updated, cleared=changes["remind_at"] is None)
-        return updated
+        return changes
 
     def set_status(
-        self, namespace: str, memory_id: str, status: Literal["archived", "deleted"], reason: str = ""
+        self,
+        namespace: str,
+        memory_id: str,
+        status: Literal["archived", "deleted"],
+        reason: str = "",
+        *,
+        version: int | None = None,
     ) -> Memory:
-        memory = self._store.get_memory(namespace, memory_id)
-        if memory.status == status:
-            return memory
-        now = self._clock.now()
-        updated = self._store.update_memory(
-            memory.model_copy(update={"status": status, "status_changed_at": now, "updated_at": now})
-        )
-        self._event(namespace, status, memory_id, {"reason": reason} if reason else {})
-        self._unindex(memory)
+        """Archive or (softly) delete (``version``: as ``supersede``)."""
+
+        def change(memory: Memory) -> Memory | None:
+            if memory.status == status:
+                return None
+            now = self._clock.now()
+            return memory.model_copy(update={"status": status, "status_changed_at": now, "updated_at": now})
+
+        memory, updated = self._replace(namespace, memory_id, change, version=version)
+        if updated is not memory:
+            self._event(namespace, status, memory_id, {"reason": reason} if reason else {})
+            self._unindex(memory)
         return updated
 
-    def restore(self, namespace: str, memory_id: str) -> Memory:
-        """Make a superseded, archived, deleted or expired memory active again. If another active
-        memory holds its fact_key, that one is superseded by the restored version."""
-        memory = self._store.get_memory(namespace, memory_id)
-        if memory.status == "active":
-            return memory
-        now = self._clock.now()
-        holder = self._store.find_active_by_fact_key(namespace, memory.fact_key) if memory.fact_key else None
-        revived = memory.model_copy(
-            update={"status": "active", "status_changed_at": now, "updated_at": now, "superseded_by_id": None}
-        )
-        if holder is not None:
-            old = holder.model_copy(
-                update={
-                    "status": "superseded",
-                    "superseded_by_id": memory.id,
-                    "status_changed_at": now,
-                    "updated_at": now,
-                }
+    def restore(self, namespace: str, memory_id: str, *, version: int | None = None) -> Memory:
+        """Make a superseded, archived, deleted or expired memory active again. The active memory it
+        replaces (the holder of its fact_key, or the active head of its chain: ``_holder_of``) is
+        superseded by the restored version, in the same transaction (``version``: as ``supersede``)."""
+        for attempt in range(_VERSION_ATTEMPTS):
+            _back_off(attempt)
+            memory = self._read_at(namespace, memory_id, version)
+            if memory.status == "active":
+                return memory
+            now = self._clock.now()
+            holder = self._holder_of(namespace, memory)
+            revived = memory.model_copy(
+                update={"status": "active", "status_changed_at": now, "updated_at": now, "superseded_by_id": None}
             )
-            # supersede() inserts the new row; the revived row exists, so swap via two updates in order.
-            self._store.update_memory(old)
-            self._unindex(holder)
-        revived = self._store.update_memory(revived)
-        self._event(namespace, "restored", memory_id, {"replaced": holder.id} if holder else {})
-        self._sync_index(revived, None)
-        return revived
+            rows = [revived]
+            if holder is not None:
+                retired = {"status": "superseded", "superseded_by_id": memory.id, "status_changed_at": now}
+                rows.insert(0, holder.model_copy(update={**retired, "updated_at": now}))
+            try:
+                revived = self._store.update_memories(rows)[-1]
+            except Conflict:
+                # Lost a race: the row or the holder of its key changed since it was read. The next
+                # round reads both again (and refuses a row no longer at the caller's ``version``).
+                continue
+            if holder is not None:
+                self._unindex(holder)
+            self._event(namespace, "restored", memory_id, {"replaced": holder.id} if holder else {})
+            self._sync_index(revived, None)
+            return revived
+        raise _kept_changing(memory_id)
+
+    def _read_at(self, namespace: str, memory_id: str, version: int | None) -> Memory:
+        """The memory, refused (``version_conflict``) if it is no longer at the ``version`` the caller read."""
+        memory = self._store.get_memory(namespace, memory_id)
+        if version is not None and memory.version != version:
+            raise version_conflict(memory_id, version, memory.version)
+        return memory
+
+    def _replace(
+        self, namespace: str, memory_id: str, change: Callable[[Memory], Memory | None], *, version: int | None
+    ) -> tuple[Memory, Memory]:
+        """Read the row, ``change`` it and write it back at the version read: (as read, as written; the
+        same object when ``change`` found nothing to do). With ``version`` (what a person or a job read
+        before deciding) a row that moved on is refused; without, a lost race is retried from a fresh
+        read (docs/ARCHITECTURE.md, "Write rules")."""
+        for attempt in range(_VERSION_ATTEMPTS):
+            _back_off(attempt)
+            memory = self._read_at(namespace, memory_id, version)
+            changed = change(memory)
+            if changed is None:
+                return memory, memory
+            try:
+                return memory, self._store.update_memory(changed)
+            except Conflict as exc:
+                if version is not None or not is_version_conflict(exc):
+                    raise
+        raise _kept_changing(memory_id)
+
+    def _holder_of(self, namespace: str, memory: Memory) -> Memory | None:
+        """The active memory a restored version replaces: the holder of its fact_key, else (a chain without
+        a key, e.g. moved in from Pawwake) the active version its ``superseded_by_id`` links lead to."""
+        if memory.fact_key:
+            return self._store.find_active_by_fact_key(namespace, memory.fact_key)
+        seen = {memory.id}
+        later = memory.superseded_by_id
+        while later is not None and later not in seen and len(seen) <= _MAX_CHAIN:
+            seen.add(later)
+            try:
+                row = self._store.get_memory(namespace, later)
+            except NotFound:
+                return None
+            if row.status == "active":
+                return row
+            later = row.superseded_by_id
+        return None
 
     def _sync_reminder(self, memory: Memory, *, cleared: bool = False) -> None:
         """A new or changed ``remind_at`` (re)arms the memory's reminder; a cleared one cancels it
@@ -434,7 +583,13 @@ class MemoryService:
                         raise
                     log.warning("embedding failed, indexing without vectors: %s", exc.code)
             for memory, vector in zip(chunk, vectors, strict=True):
-                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict)
+                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict, recheck=False)
+            # Memories retired while the batch was indexed (their unindex ran before our upsert) leave it.
+            stored = {m.id: m for m in self._store.get_memories(chunk[0].namespace, [m.id for m in chunk])}
+            for memory in chunk:
+                current = stored.get(memory.id)
+                if current is None or current.status != "active":
+                    self._unindex(current or memory)
             done += len(chunk)
             if progress is not None:
                 progress(len(chunk))
@@ -531,13 +686,18 @@ class MemoryService:
         return old, new
 
     def _mark_seen(self, memory: Memory, tags: Sequence[str]) -> Memory:
-        now = self._clock.now()
-        merged_tags = tuple(dict.fromkeys((*memory.tags, *tags)))
-        updated = self._store.update_memory(
-            memory.model_copy(update={"seen_count": memory.seen_count + 1, "last_seen_at": now, "tags": merged_tags})
-        )
+        """Count a sighting (an atomic increment that never changes the row otherwise); tags it did
+        not have are then added by a versioned replace."""
+        seen = self._store.record_seen(memory.namespace, memory.id, self._clock.now())
+        if any(tag not in seen.tags for tag in tags):
+
+            def add_tags(current: Memory) -> Memory | None:
+                merged = tuple(dict.fromkeys((*current.tags, *tags)))
+                return current.model_copy(update={"tags": merged}) if merged != current.tags else None
+
+            seen = self._replace(memory.namespace, memory.id, add_tags, version=None)[1]
         self._event(memory.namespace, "seen", memory.id, {})
-        return updated
+        return seen
 
     def _find_twin(self, namespace: str, content: str, type_: str, vector: list[float] | None) -> Memory | None:
         try:
@@ -573,10 +733,18 @@ class MemoryService:
             return None, None if exc.code == "reindex_needed" else exc.code
 
     def _sync_index(
-        self, memory: Memory, vector: Sequence[float] | None, *, embed: bool = True, strict: bool = False
+        self,
+        memory: Memory,
+        vector: Sequence[float] | None,
+        *,
+        embed: bool = True,
+        strict: bool = False,
+        recheck: bool = True,
     ) -> None:
         """Mirror ``memory`` into the index. A failure is recorded for repair; with ``strict`` an
-        unavailable index raises instead (a reindex or repair must not report work it did not do)."""
+        unavailable index raises instead (a reindex or repair must not report work it did not do).
+        ``recheck``: read the row again after the write and take the document out if the memory was
+        retired meanwhile (batches do it once per batch instead: ``index_memories``)."""
         missing: str | None = None
         if vector is None and embed:
             vector, missing = self._try_embed(memory.content)
@@ -601,9 +769,22 @@ class MemoryService:
             return
         if missing is not None:
             self._index_failed(memory.namespace, memory.id, missing, "embed")
+        if recheck:
+            # An archive, delete or supersede that landed while this document was written unindexed
+            # before it: read the row after the write, so that the index keeps no retired memory.
+            try:
+                current = self._store.get_memory(memory.namespace, memory.id)
+            except NotFound:
+                current = None
+            if current is None or current.status != "active":
+                self._unindex(memory.model_copy(update={"index_ref": ref}))
+                return
         if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
-            current = self._store.get_memory(memory.namespace, memory.id)
-            self._store.update_memory(current.model_copy(update={"index_ref": ref}))
+
+            def set_ref(current: Memory) -> Memory | None:
+                return current.model_copy(update={"index_ref": ref}) if current.index_ref != ref else None
+
+            self._replace(memory.namespace, memory.id, set_ref, version=None)
 
     def _unindex(self, memory: Memory) -> None:
         try:
@@ -622,18 +803,7 @@ class MemoryService:
             log.warning("could not record the index failure of %s: %s", memory_id, exc.code)
 
     def _record_index_failure(self, namespace: str, memory_id: str, code: str, op: str) -> None:
-        now = self._clock.now()
-        self._store.append_event(
-            MemoryEvent(
-                id=new_id("evt"),
-                namespace=namespace,
-                kind="index_failed",
-                memory_id=memory_id,
-                detail={"error": code, "op": op},
-                created_at=now,
-            )
-        )
-        self._store.put_cache(namespace, INDEX_DIRTY, {"at": now.isoformat()})
+        record_index_failure(self._store, namespace, memory_id, code, op, self._clock.now())
 
     def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
         self._store.append_event(
@@ -646,3 +816,38 @@ class MemoryService:
                 created_at=self._clock.now(),
             )
         )
+
+
+class IndexRepairRecords(AuditRows, KeyValueRows, Protocol):
+    """Where a missed index write is recorded for ``MemoryService.repair_index``."""
+
+
+def record_index_failure(
+    store: IndexRepairRecords, namespace: str, memory_id: str, code: str, op: str, now: datetime
+) -> None:
+    """Record what the index misses, in the store, so that ``MemoryService.repair_index`` finds it."""
+    store.append_event(
+        MemoryEvent(
+            id=new_id("evt"),
+            namespace=namespace,
+            kind="index_failed",
+            memory_id=memory_id,
+            detail={"error": code, "op": op},
+            created_at=now,
+        )
+    )
+    store.put_cache(namespace, INDEX_DIRTY, {"at": now.isoformat()})
+
+
+def _back_off(attempt: int) -> None:
+    """Before another round of a write that lost a race: let the winner finish; spread the retries."""
+    if attempt:
+        time.sleep(random.uniform(0, 0.005 * attempt))
+
+
+def _kept_changing(memory_id: str) -> Conflict:
+    return Conflict(
+        f"memory {memory_id} was changed by other writes at the same time {_VERSION_ATTEMPTS} times in a row; "
+        "try again",
+        code="version_conflict",
+    )

@@ -7,11 +7,12 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from engram.domain.models import Message, MessageRole, new_id
+from engram.domain.policies import instant_in_range
 from engram.domain.ports import Clock, MessageRows
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class MessageIn(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     conversation_id: str = Field(default="default", min_length=1, max_length=200)
     id: str | None = Field(default=None, max_length=200)
-    created_at: datetime | None = None
+    created_at: Annotated[datetime, AfterValidator(instant_in_range)] | None = None
     model: str | None = Field(default=None, max_length=200)
     error: str | None = Field(
         default=None, max_length=MAX_ERROR_CHARS, description="why this turn got no answer (upstream failure)"

@@ -120,7 +120,7 @@ class MovingInService:
         memories = [r for r in rows if r.kind == "memories"]
         messages = [r for r in rows if r.kind == "messages"]
         document = ExportDocument(memories=[r.data for r in memories], messages=[r.data for r in messages])
-        report = self._transfer.import_(namespace, document, progress=progress, dry_run=dry_run)
+        report = self._transfer.import_(namespace, document, progress=progress, dry_run=dry_run, foreign=True)
         sources = {"memories": memories, "messages": messages}
         for problem in report["problems"]:
             listed = sources.get(problem["kind"], [])

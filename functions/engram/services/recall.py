@@ -661,12 +661,9 @@ class RecallService:
         return vector, False
 
     def _record_injection(self, namespace: str, ids: Sequence[str], now: datetime) -> None:
-        for memory in self._store.get_memories(namespace, ids):
-            if memory.status != "active":
-                continue
-            self._store.update_memory(
-                memory.model_copy(update={"last_injected_at": now, "recall_count": memory.recall_count + 1})
-            )
+        # An atomic increment of the counters alone: it cannot undo a concurrent archive or edit
+        # (docs/ARCHITECTURE.md, "Write rules").
+        self._store.record_injected(namespace, ids, now)
 
     async def _compress(self, query: str, contents: Sequence[str]) -> list[str]:
         assert self._compressor is not None

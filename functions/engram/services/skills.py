@@ -417,7 +417,7 @@ class SkillService:
                     version.get("restored_from") if isinstance(version.get("restored_from"), int) else None,
                 )
             )
-        agents = tuple(agent_id(a) for a in row.get("agents") or [] if isinstance(a, str))
+        agents = _exported_agents(row.get("agents"))
         if dry_run:
             return "created", name
         for n, (content, description, tags, files, restored_from) in enumerate(plan, start=1):
@@ -533,3 +533,14 @@ def version_json(version: SkillVersion, *, content: bool = True) -> dict[str, An
     if not content:
         data.pop("content", None)
     return data
+
+
+def _exported_agents(value: Any) -> tuple[str, ...]:
+    """The agents of an exported skill, held to the API's limit (``allocate``: at most ``MAX_AGENTS``)."""
+    raw = value or []
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise InvalidInput("agents must be a list of agent ids")
+    agents = tuple(dict.fromkeys(agent_id(a) for a in raw))
+    if len(agents) > MAX_AGENTS:
+        raise InvalidInput(f"a skill can be allocated to at most {MAX_AGENTS} agents, this one names {len(agents)}")
+    return agents

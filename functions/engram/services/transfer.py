@@ -10,6 +10,15 @@ Import is idempotent and validated row by row:
   other rows (versions, candidates, message links) point at the row that is there;
 - a day's log or the digest is imported only where the namespace has none (nothing of the owner's
   is overwritten);
+- links between memories (``supersedes_id``, ``superseded_by_id``) and to messages (``source_message_ids``)
+  must name a row of the file or of the namespace: a link to anything else is dropped and reported
+  (``links_dropped``); rows whose supersede links form a cycle are refused;
+- a memory's reminder is armed with its state (``reminder`` on an exported memory row: pending,
+  delivered or cancelled, and when it was delivered); a ``remind_at`` without one arms a pending
+  reminder, so an imported reminder is listed and told when it comes due;
+- date-times a store cannot hold (``9999-12-31T23:59:59-14:00``) refuse their row, naming the field;
+- a memory moving in from another system (``foreign``) counts as seen at import time unless the source
+  kept its own last-seen time, and comes in ``expired`` if the source's own expiry has passed;
 - imported active memories are embedded and indexed in bounded batches, with progress;
 - a dry run makes the same checks and reports the same counts without writing anything.
 
@@ -23,11 +32,12 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date as Date
+from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engram.domain.errors import Conflict, InvalidInput
+from engram.domain.errors import Conflict, InvalidInput, NotFound
 from engram.domain.models import (
     Candidate,
     DailyLog,
@@ -36,6 +46,9 @@ from engram.domain.models import (
     Memory,
     Message,
     Precious,
+    Reminder,
+    Thread,
+    UsageRecord,
     new_id,
 )
 from engram.domain.policies import (
@@ -46,18 +59,32 @@ from engram.domain.policies import (
     clean_content,
     clean_digest,
     clean_tags,
+    in_range,
     normalize_fact_key,
 )
-from engram.domain.ports import CandidateRows, Clock, MemoryRows, MessageRows, NoteRows
+from engram.domain.ports import (
+    AuditRows,
+    CandidateRows,
+    Clock,
+    MemoryRows,
+    MessageRows,
+    NoteRows,
+    ReminderRows,
+    ThreadRows,
+)
 from engram.services.memories import MemoryService
 from engram.services.messages import MessageIn
 from engram.services.notes import GlossaryIn
 from engram.services.skills import SkillService
 
 EXPORT_VERSION = 1
-KINDS = ("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills")
+KINDS = (
+    *("memories", "candidates", "messages", "precious", "glossary", "daily_logs", "digest", "skills"),
+    *("threads", "usage"),
+)
 MAX_EXTERNAL_ID_CHARS = 200
 MAX_REASON_CHARS = 1000
+MAX_THREAD_TITLE_CHARS = 200  # the API's limit on a thread's title (PATCH /v1/threads/{id})
 MAX_PROBLEMS = 200  # problems listed in a report; the counts cover every row
 _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
@@ -65,7 +92,7 @@ _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
-class TransferStore(MemoryRows, CandidateRows, MessageRows, NoteRows, Protocol):
+class TransferStore(MemoryRows, CandidateRows, MessageRows, ThreadRows, NoteRows, ReminderRows, AuditRows, Protocol):
     """Every row kind an export holds."""
 
 
@@ -84,6 +111,9 @@ class ExportDocument(BaseModel):
     daily_logs: list[dict[str, Any]] = Field(default_factory=list)
     # Skills with every version and their files' bytes (base64): services/skills.py, ``export``.
     skills: list[dict[str, Any]] = Field(default_factory=list)
+    # Threads (their titles and recycle-bin marks; the counts follow the messages) and the token usage log.
+    threads: list[dict[str, Any]] = Field(default_factory=list)
+    usage: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass
@@ -95,20 +125,27 @@ class ImportReport:
     refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     problems: list[dict[str, Any]] = field(default_factory=list)
     indexed: int = 0
+    links_dropped: int = 0
+    reminders_armed: int = 0
 
     def note(self, outcome: str, kind: str, row: int | None, row_id: str | None, code: str, reason: str) -> None:
         getattr(self, outcome)[kind] += 1
+        self.listing(kind, row, row_id, outcome, code, reason)
+
+    def listing(self, kind: str, row: int | None, row_id: str | None, outcome: str, code: str, reason: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
             entry = {"kind": kind, "row": row, "id": row_id, "outcome": outcome, "code": code, "reason": reason[:300]}
             self.problems.append(entry)
 
     def to_dict(self) -> dict[str, Any]:
-        listed = sum(self.skipped.values()) + sum(self.refused.values())
+        listed = sum(self.skipped.values()) + sum(self.refused.values()) + self.links_dropped
         return {
             "created": self.created,
             "skipped": self.skipped,
             "refused": self.refused,
             "indexed": self.indexed,
+            "links_dropped": self.links_dropped,
+            "reminders_armed": self.reminders_armed,
             "problems": self.problems,
             "problems_not_listed": max(listed - len(self.problems), 0),
         }
@@ -156,6 +193,16 @@ def _text(row: dict[str, Any], name: str) -> str:
     return clean_content(value or "")
 
 
+def _check_times(row: BaseModel, prefix: str = "") -> None:
+    """Refuse a row with a date-time no store can hold, naming the field (``policies.in_range``)."""
+    for name, value in row:
+        if isinstance(value, datetime):
+            try:
+                in_range(value)
+            except ValueError as exc:
+                raise _Refused("invalid_date", f"{prefix}{name}: {exc}") from exc
+
+
 def _tags(row: dict[str, Any]) -> tuple[str, ...]:
     value = row.get("tags") or []
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
@@ -178,7 +225,7 @@ class TransferService:
         return ExportDocument(
             namespace=namespace,
             exported_at=self._clock.now().isoformat(),
-            memories=[_dump(m) for m in self._store.iter_memories(namespace)],
+            memories=self._memory_rows(namespace),
             candidates=[
                 _dump(c) for c in sorted(_all_candidates(self._store, namespace), key=lambda c: (c.created_at, c.id))
             ],
@@ -188,7 +235,38 @@ class TransferService:
             digest=_dump(digest) if digest else None,
             daily_logs=[_dump(d) for d in self._store.list_daily_logs(namespace, limit=100_000)],
             skills=self._skills.export(namespace) if self._skills is not None else [],
+            threads=[_dump(t) for t in self._all_threads(namespace)],
+            usage=[_dump(u) for u in sorted(self._store.list_usage(namespace), key=lambda u: (u.created_at, u.id))],
         ).model_dump()
+
+    def _all_threads(self, namespace: str) -> list[Thread]:
+        out: list[Thread] = []
+        for deleted in (False, True):
+            cursor = None
+            while True:
+                page = self._store.list_threads(namespace, deleted=deleted, limit=500, cursor=cursor)
+                out.extend(page.items)
+                if not page.next_cursor:
+                    break
+                cursor = page.next_cursor
+        return sorted(out, key=lambda t: t.id)
+
+    def _memory_rows(self, namespace: str) -> list[dict[str, Any]]:
+        """Every memory, each with its reminder's state (``reminder``) when it has one."""
+        reminders: dict[str, Reminder] = {}
+        for status in ("pending", "delivered", "cancelled"):
+            reminders.update((r.memory_id, r) for r in self._store.list_reminders(namespace, status, limit=1_000_000))
+        rows = []
+        for memory in self._store.iter_memories(namespace):
+            row = _dump(memory)
+            if (reminder := reminders.get(memory.id)) is not None:
+                row["reminder"] = {
+                    "remind_at": reminder.remind_at.isoformat(),
+                    "status": reminder.status,
+                    "delivered_at": reminder.delivered_at.isoformat() if reminder.delivered_at else None,
+                }
+            rows.append(row)
+        return rows
 
     def _all_precious(self, namespace: str) -> list[Precious]:
         return self._store.list_precious(namespace, limit=1_000_000)
@@ -211,12 +289,16 @@ class TransferService:
         *,
         progress: ProgressFactory | None = None,
         dry_run: bool = False,
+        foreign: bool = False,
     ) -> dict[str, Any]:
         """Import ``document`` into ``namespace``; returns the report (``ImportReport.to_dict``).
 
         With ``dry_run`` nothing is written: the report says what a real run would create, skip and refuse.
+        ``foreign``: the rows come from another system (``services/moving_in.py``): importing counts as
+        seeing them, and their own expiry applies.
         """
-        run = _Import(self._store, self._clock, namespace, dry_run=dry_run)
+        run = _Import(self._store, self._clock, namespace, dry_run=dry_run, foreign=foreign)
+        run.survey(document.memories)
         total = sum(len(getattr(document, k)) for k in KINDS if k != "digest") + int(document.digest is not None)
         step = progress("import", total) if progress else (lambda n: None)
         # Messages and memories first: candidates and notes refer to them.
@@ -228,6 +310,8 @@ class TransferService:
         run.rows("daily_logs", document.daily_logs, run.daily_log, step)
         if document.digest is not None:
             run.rows("digest", [document.digest], run.digest, step)
+        run.rows("threads", document.threads, run.thread, step)
+        run.rows("usage", document.usage, run.usage, step)
         if document.skills and self._skills is not None:
             skills = self._skills
 
@@ -245,10 +329,19 @@ class TransferService:
 class _Import:
     """One import run: what the namespace already holds, the id map, the report."""
 
-    def __init__(self, store: TransferStore, clock: Clock, namespace: str, *, dry_run: bool = False) -> None:
+    def __init__(
+        self, store: TransferStore, clock: Clock, namespace: str, *, dry_run: bool = False, foreign: bool = False
+    ) -> None:
         self.store = store
         self.clock = clock
         self.namespace = namespace
+        self.foreign = foreign
+        self.now = clock.now()
+        self.file_memory_ids: set[str] = set()  # the memory ids the file holds (links may point at them)
+        self.cycles: set[str] = set()  # the ids of rows whose supersede links go round in a circle
+        self.row_number = 0
+        self.file_message_ids: set[str] = set()
+        self.usage_ids: set[str] | None = None
         # A dry run checks everything a write would and remembers what it would have written, so
         # later rows of the same file see it (a duplicate in the file is a skip in both runs).
         self.dry_run = dry_run
@@ -283,6 +376,7 @@ class _Import:
         """Run ``handle`` on each row; it returns (outcome, row id, reason) or raises ``_Refused``."""
         for number, row in enumerate(rows):
             row_id = row.get("id") if isinstance(row.get("id"), str) else None
+            self.row_number = number
             try:
                 outcome, row_id, reason = handle(row)
             except _Refused as exc:
@@ -297,6 +391,75 @@ class _Import:
                 else:
                     self.report.note(outcome, kind, number, row_id, "already_present", reason)
             step(1)
+
+    def survey(self, rows: list[dict[str, Any]]) -> None:
+        """What the file's memories are (links may point forward) and which of them form supersede cycles."""
+        later: dict[str, str] = {}
+        for row in rows:
+            own = row.get("id")
+            if isinstance(own, str):
+                self.file_memory_ids.add(own)
+                if isinstance(row.get("superseded_by_id"), str):
+                    later[own] = row["superseded_by_id"]
+        for row in rows:  # "A supersedes B" is "B superseded by A"
+            own, earlier = row.get("id"), row.get("supersedes_id")
+            if isinstance(own, str) and isinstance(earlier, str):
+                later.setdefault(earlier, own)
+        for start in later:
+            seen: list[str] = []
+            node: str | None = start
+            while node is not None and node not in seen:
+                seen.append(node)
+                node = later.get(node)
+            if node is not None:  # came back to a row of this walk: the loop from there on is a cycle
+                self.cycles.update(seen[seen.index(node) :])
+
+    def _link(self, target: str | None, what: str, row_id: str | None) -> str | None:
+        """``target`` when it names a memory of the file or the namespace, else ``None`` (reported)."""
+        if target is None:
+            return None
+        resolved = self._ref(target)
+        if resolved in self.file_memory_ids or resolved in self.memory_ids or target in self.file_memory_ids:
+            return resolved
+        self._drop_link(row_id, f"{what} {target} names no memory of the file or the namespace: dropped")
+        return None
+
+    def _drop_link(self, row_id: str | None, reason: str) -> None:
+        self.report.links_dropped += 1
+        self.report.listing("memories", self.row_number, row_id, "link_dropped", "dangling_link", reason)
+
+    def _message_links(self, ids: tuple[str, ...], row_id: str | None) -> tuple[str, ...]:
+        """The source messages that exist (in the file, already mapped, or in the namespace)."""
+        wanted = [self._ref(i) or i for i in ids]
+        known = {m.id for m in self.store.get_messages(self.namespace, wanted)} if wanted else set()
+        kept = tuple(i for i in wanted if i in known or i in self.file_message_ids)
+        if len(kept) < len(wanted):
+            missing = ", ".join(i for i in wanted if i not in kept)[:200]
+            self._drop_link(row_id, f"source_message_ids {missing} name no message of the file or the namespace")
+        return kept
+
+    def _reminder(self, memory: Memory, state: Any) -> Reminder | None:
+        """The memory's reminder: the state the file carries, else pending (an imported reminder fires)."""
+        state_at = state.get("remind_at") if isinstance(state, dict) else None
+        remind_at = memory.remind_at or state_at  # a cancelled reminder's memory has no remind_at any more
+        if remind_at is None:
+            return None
+        status: Any = "pending"
+        delivered: Any = None
+        if isinstance(state, dict):
+            status = state.get("status") if state.get("status") in ("pending", "delivered", "cancelled") else "pending"
+            delivered = state.get("delivered_at") or None
+        reminder = Reminder.model_validate(
+            {
+                "namespace": self.namespace,
+                "memory_id": memory.id,
+                "remind_at": remind_at,
+                "status": status,
+                "delivered_at": delivered if status == "delivered" else None,
+            }
+        )
+        _check_times(reminder, "reminder.")
+        return reminder
 
     # -- helpers ------------------------------------------------------------------------------
     def _own_id(self, row: dict[str, Any], prefix: str) -> str:
@@ -355,12 +518,12 @@ class _Import:
         content = _text(row, "content")
         if skip := self._present("memory", old_id, self.memory_ids, self.memory_by_content, content):
             return skip
-        if isinstance(external_id, str) and len(external_id) > MAX_EXTERNAL_ID_CHARS:
-            raise _Refused("invalid_field", f"external_id is longer than {MAX_EXTERNAL_ID_CHARS} characters")
+        self._check_memory_row(old_id, external_id)
         fact_key = normalize_fact_key(row["fact_key"]) if row.get("fact_key") else None
+        fields = {k: v for k, v in row.items() if k != "reminder"}
         memory = Memory.model_validate(
             {
-                **row,
+                **fields,
                 **self._stamps(row, "created_at", "updated_at"),
                 "id": self._own_id(row, "mem"),
                 "namespace": self.namespace,
@@ -370,13 +533,11 @@ class _Import:
                 "index_ref": None,
             }
         )
-        memory = memory.model_copy(
-            update={
-                "supersedes_id": self._ref(memory.supersedes_id),
-                "superseded_by_id": self._ref(memory.superseded_by_id),
-                "source_message_ids": tuple(self._ref(i) or i for i in memory.source_message_ids),
-            }
-        )
+        _check_times(memory)
+        memory = self._linked(memory, old_id if isinstance(old_id, str) else None)
+        if self.foreign:
+            memory = self._moved_in(memory)
+        reminder = self._reminder(memory, row.get("reminder"))
         if self.dry_run:
             self._plan_memory(memory)
         else:
@@ -389,6 +550,9 @@ class _Import:
                         "fact_key_taken", f"fact_key {fact_key!r} is held by active memory {holder.id}"
                     ) from exc
                 raise _Refused("conflict", exc.message) from exc
+        if reminder is not None and not self.dry_run:
+            self.store.put_reminder(reminder)  # armed: listed, and told in a chat turn once it is due
+            self.report.reminders_armed += 1
         self.memory_ids.add(memory.id)
         self.memory_by_content[memory.content] = memory.id
         if memory.external_id:
@@ -396,6 +560,38 @@ class _Import:
         if memory.status == "active":
             self.inserted_active.append(memory.id)
         return "created", memory.id, ""
+
+    def _check_memory_row(self, old_id: Any, external_id: Any) -> None:
+        if isinstance(external_id, str) and len(external_id) > MAX_EXTERNAL_ID_CHARS:
+            raise _Refused("invalid_field", f"external_id is longer than {MAX_EXTERNAL_ID_CHARS} characters")
+        if isinstance(old_id, str) and old_id in self.cycles:
+            raise _Refused("supersede_cycle", "its supersede links go round in a circle back to it")
+
+    def _linked(self, memory: Memory, row_id: str | None) -> Memory:
+        """The memory with its links resolved; a link to no row of the file or namespace is dropped (a
+        version that lost its successor that way is archived: nothing in Engram replaces it)."""
+        later = self._link(memory.superseded_by_id, "superseded_by_id", row_id)
+        status = memory.status
+        if memory.superseded_by_id is not None and later is None and status == "superseded":
+            status = "archived"
+        return memory.model_copy(
+            update={
+                "supersedes_id": self._link(memory.supersedes_id, "supersedes_id", row_id),
+                "superseded_by_id": later,
+                "status": status,
+                "source_message_ids": self._message_links(memory.source_message_ids, row_id),
+            }
+        )
+
+    def _moved_in(self, memory: Memory) -> Memory:
+        """A memory from another system: seen now (unless the source kept its own last-seen time), and
+        expired on arrival when the source's own expiry has passed."""
+        update: dict[str, Any] = {}
+        if memory.last_seen_at is None:
+            update["last_seen_at"] = self.now
+        if memory.status == "active" and memory.expires_at is not None and memory.expires_at <= self.now:
+            update |= {"status": "expired", "status_changed_at": self.now}
+        return memory.model_copy(update=update) if update else memory
 
     def _plan_memory(self, memory: Memory) -> None:
         """The checks ``insert_memory`` makes, without the write (dry run)."""
@@ -433,12 +629,15 @@ class _Import:
         message = Message.model_validate(
             {**row, **self._stamps(row, "created_at"), "id": self._own_id(row, "msg"), "namespace": self.namespace}
         )
+        _check_times(message)
+        self.file_message_ids.add(message.id)
         message = message.model_copy(
             update={
                 "content": checked.content,
                 "external_id": message.external_id or f"import:{message.id}",
-                # Stored now, whenever it was said: extraction reads imported history once.
-                "stored_at": self.clock.now(),
+                # From another system: stored now, whenever it was said, so extraction reads that history
+                # once. Engram's own export keeps its time (its memories came along: lossless restore).
+                "stored_at": message.stored_at if message.stored_at and not self.foreign else self.clock.now(),
             }
         )
         if self.dry_run:
@@ -469,6 +668,7 @@ class _Import:
                 "tags": _tags(row),
             }
         )
+        _check_times(candidate)
         candidate = candidate.model_copy(
             update={
                 "target_memory_id": self._ref(candidate.target_memory_id),
@@ -498,6 +698,7 @@ class _Import:
                 "tags": _tags(row),
             }
         )
+        _check_times(note)
         note = note.model_copy(update={"source_message_ids": tuple(self._ref(i) or i for i in note.source_message_ids)})
         return self._insert(self.store.insert_precious, note, self.precious_ids, self.precious_by_content)
 
@@ -523,6 +724,7 @@ class _Import:
                 "definition": checked.definition.strip(),
             }
         )
+        _check_times(term)
         if not self.dry_run:
             self.store.put_glossary_term(term)
         self.term_ids.add(term.id)
@@ -538,6 +740,7 @@ class _Import:
         if not isinstance(day, str):
             raise _Refused("invalid_date", "date must be YYYY-MM-DD")
         log = DailyLog.model_validate({**row, **self._stamps(row, "created_at"), "namespace": self.namespace})
+        _check_times(log)
         if len(log.title) > LOG_TITLE_CHARS or len(log.summary) > LOG_SUMMARY_CHARS:
             raise _Refused("invalid_field", f"title or summary over {LOG_TITLE_CHARS} / {LOG_SUMMARY_CHARS} characters")
         if len(log.sections) > LOG_SECTIONS or any(
@@ -551,6 +754,46 @@ class _Import:
         else:
             self.store.put_daily_log(log)
         return "created", day, ""
+
+    def thread(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        """A thread's title and recycle-bin mark, set on the thread its messages made (never over the
+        owner's own title); its counts follow the messages."""
+        thread_id = row.get("id")
+        if not isinstance(thread_id, str) or not thread_id:
+            raise _Refused("invalid_field", "a thread needs its id")
+        title, deleted = row.get("title"), row.get("deleted_at")
+        if title is not None and (not isinstance(title, str) or len(title) > MAX_THREAD_TITLE_CHARS):
+            raise _Refused("invalid_field", f"title must be text of at most {MAX_THREAD_TITLE_CHARS} characters")
+        checked = Thread.model_validate(
+            {**row, "namespace": self.namespace, "created_at": row.get("created_at") or self.now}
+        )
+        _check_times(checked)
+        try:
+            present = self.store.get_thread(self.namespace, thread_id)
+        except NotFound:
+            if self.dry_run:
+                return "created", thread_id, ""
+            raise _Refused("no_messages", "no message of the file or the namespace is in this thread") from None
+        if present.title or present.deleted_at or (title is None and deleted is None):
+            return "skipped", thread_id, "the thread has its own title" if present.title else "nothing to set"
+        if not self.dry_run:
+            self.store.update_thread(self.namespace, thread_id, title=title, deleted_at=checked.deleted_at)
+        return "created", thread_id, ""
+
+    def usage(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
+        """One usage log row, once (by its id)."""
+        if self.usage_ids is None:
+            self.usage_ids = {u.id for u in self.store.list_usage(self.namespace)}
+        record = UsageRecord.model_validate({**row, "namespace": self.namespace})
+        _check_times(record)
+        if min(record.input_tokens, record.output_tokens, record.cache_read_tokens, record.cache_write_tokens) < 0:
+            raise _Refused("invalid_field", "token counts cannot be negative")
+        if record.id in self.usage_ids:
+            return "skipped", record.id, "a usage row with this id is present"
+        if not self.dry_run:
+            self.store.append_usage(record)
+        self.usage_ids.add(record.id)
+        return "created", record.id, ""
 
     def digest(self, row: dict[str, Any]) -> tuple[str, str | None, str]:
         content = row.get("content")

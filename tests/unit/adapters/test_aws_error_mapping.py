@@ -20,6 +20,8 @@ from engram.adapters.storage.dynamodb import DynamoMemoryStore
 from engram.adapters.storage.skills import DynamoSkillStore
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 
+from tests.fakes.clock import ManualClock
+
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/q"
 
 
@@ -28,11 +30,11 @@ def _client(service: str) -> Any:
 
 
 def _dynamo_store(client: Any) -> None:
-    DynamoMemoryStore("t", client).get_digest("alice")
+    DynamoMemoryStore("t", client, clock=ManualClock()).get_digest("alice")
 
 
 def _rate_limiter(client: Any) -> None:
-    DynamoRateLimiter("t", client).hit("k", 10, 60)
+    DynamoRateLimiter("t", client, clock=ManualClock()).hit("k", 10, 60)
 
 
 def _search_log(client: Any) -> None:

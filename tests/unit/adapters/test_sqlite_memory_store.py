@@ -8,13 +8,17 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from engram.adapters.storage.common import to_iso
 from engram.adapters.storage.sqlite import SCHEMA_VERSION, SqliteMemoryStore
 from engram.adapters.storage.sqlite import memories as sqlite_memories
 from engram.adapters.storage.sqlite.schema import MIGRATIONS
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Memory, MemoryFilter
 
+from tests.fakes.clock import ManualClock
+
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+CLOCK = ManualClock(T0)  # the store stamps its migrations with it
 
 
 def a_memory(memory_id: str, minute: int = 0) -> Memory:
@@ -25,12 +29,12 @@ def a_memory(memory_id: str, minute: int = 0) -> Memory:
 def test_rows_survive_a_restart(tmp_path: Path) -> None:
     # Given a store that wrote a memory and a cursor, then closed
     path = tmp_path / "data" / "engram.db"
-    first = SqliteMemoryStore(path)
+    first = SqliteMemoryStore(path, clock=CLOCK)
     memory = first.insert_memory(a_memory("m1"))
     first.set_cursor("alice", "extraction", "msg1")
     first.close()
     # When the file is opened again
-    second = SqliteMemoryStore(path)
+    second = SqliteMemoryStore(path, clock=CLOCK)
     try:
         # Then everything is still there
         assert second.get_memory("alice", "m1") == memory
@@ -44,17 +48,19 @@ def test_schema_version_is_recorded_once(tmp_path: Path) -> None:
     # Given a store opened twice on the same file
     path = tmp_path / "engram.db"
     for _ in range(2):
-        store = SqliteMemoryStore(path)
+        store = SqliteMemoryStore(path, clock=CLOCK)
         store.ping()
         store.close()
     # When the file is inspected
     with closing(sqlite3.connect(path)) as db:
         versions = [row[0] for row in db.execute("SELECT version FROM schema_version ORDER BY version")]
+        stamps = {row[0] for row in db.execute("SELECT applied_at FROM schema_version")}
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         (journal_mode,) = db.execute("PRAGMA journal_mode").fetchone()
     # Then every migration was applied exactly once, in WAL mode, leaving ``search_*`` to the index
     assert SCHEMA_VERSION >= 1
     assert versions == list(range(1, SCHEMA_VERSION + 1))
+    assert stamps == {to_iso(T0)}  # stamped by the store's clock, not the wall clock
     assert {"memories", "messages", "candidates", "schema_version"} <= set(tables)
     assert not [name for name in tables if name.startswith("search_")]
     assert journal_mode == "wal"
@@ -75,7 +81,7 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_messages(tmp_path:
         )
         db.commit()
     # When the store opens it
-    store = SqliteMemoryStore(path)
+    store = SqliteMemoryStore(path, clock=CLOCK)
     try:
         # Then the old message reads back with no error, and a new one keeps its note
         (old,) = store.list_messages("alice")
@@ -86,10 +92,40 @@ def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_messages(tmp_path:
         store.close()
 
 
+def test_memories_stored_before_versions_read_as_version_1(tmp_path: Path) -> None:
+    # Given a file of schema 5 (before memory versions) holding one memory
+    path = tmp_path / "engram.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for number, statements in enumerate(MIGRATIONS[:5], start=1):
+            for statement in statements:
+                db.execute(statement)
+            db.execute("INSERT INTO schema_version VALUES (?, '2025-03-01T12:00:00+00:00')", (number,))
+        db.execute(
+            "INSERT INTO memories (namespace, id, content, type, layer, importance, confidence, pinned, tags,"
+            " status, source, source_message_ids, seen_count, recall_count, created_at, updated_at)"
+            " VALUES ('alice', 'm1', 'tea', 'fact', 'fragment', 0.5, 0.8, 0, '[]', 'active', 'api', '[]', 2, 3, ?, ?)",
+            ("2025-03-01T12:00:00.000000+00:00", "2025-03-01T12:00:00.000000+00:00"),
+        )
+        db.commit()
+    # When the store opens it
+    store = SqliteMemoryStore(path, clock=CLOCK)
+    try:
+        # Then the memory reads at version 1, and a replace at that version moves it to 2 once
+        old = store.get_memory("alice", "m1")
+        assert (old.version, old.seen_count, old.recall_count) == (1, 2, 3)
+        assert store.update_memory(old.model_copy(update={"status": "archived"})).version == 2
+        with pytest.raises(Conflict):
+            store.update_memory(old.model_copy(update={"content": "stale"}))
+        assert store.get_memory("alice", "m1").status == "archived"
+    finally:
+        store.close()
+
+
 def test_nothing_touches_the_disk_before_first_use(tmp_path: Path) -> None:
     # Given a store built on a path that does not exist yet
     path = tmp_path / "later" / "engram.db"
-    store = SqliteMemoryStore(path)
+    store = SqliteMemoryStore(path, clock=CLOCK)
     # Then the file appears only once the store is used
     assert not path.exists()
     store.ping()
@@ -100,7 +136,7 @@ def test_nothing_touches_the_disk_before_first_use(tmp_path: Path) -> None:
 def test_timestamps_are_stored_as_utc_iso_text(tmp_path: Path) -> None:
     # Given a memory created in UTC+02:00
     path = tmp_path / "engram.db"
-    store = SqliteMemoryStore(path)
+    store = SqliteMemoryStore(path, clock=CLOCK)
     local = datetime(2025, 3, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))
     store.insert_memory(a_memory("m1").model_copy(update={"created_at": local}))
     store.close()
@@ -114,7 +150,7 @@ def test_timestamps_are_stored_as_utc_iso_text(tmp_path: Path) -> None:
 def test_iter_memories_crosses_chunk_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given more memories than one chunk holds
     monkeypatch.setattr(sqlite_memories, "ITER_CHUNK", 2)
-    store = SqliteMemoryStore(tmp_path / "engram.db")
+    store = SqliteMemoryStore(tmp_path / "engram.db", clock=CLOCK)
     for n in range(5):
         store.insert_memory(a_memory(f"m{n}", minute=n))
     # When they are iterated / Then every one comes once, oldest first
@@ -125,7 +161,7 @@ def test_iter_memories_crosses_chunk_boundaries(tmp_path: Path, monkeypatch: pyt
 def test_listings_use_the_indexes(tmp_path: Path) -> None:
     # Given a store with its schema
     path = tmp_path / "engram.db"
-    store = SqliteMemoryStore(path)
+    store = SqliteMemoryStore(path, clock=CLOCK)
     store.ping()
     store.close()
     # When the planner explains the hot queries
@@ -149,7 +185,7 @@ def test_listings_use_the_indexes(tmp_path: Path) -> None:
 
 def test_a_closed_store_reports_unavailable(tmp_path: Path) -> None:
     # Given a closed store
-    store = SqliteMemoryStore(tmp_path / "engram.db")
+    store = SqliteMemoryStore(tmp_path / "engram.db", clock=CLOCK)
     store.insert_memory(a_memory("m1"))
     store.close()
     # When it is pinged or read / Then it says it cannot be used
@@ -161,7 +197,7 @@ def test_a_closed_store_reports_unavailable(tmp_path: Path) -> None:
 
 def test_a_broken_uniqueness_rule_is_a_conflict_without_sqlite_internals(tmp_path: Path) -> None:
     # Given a store with an active keyed memory, one with an external id, and one plain row
-    store = SqliteMemoryStore(tmp_path / "engram.db")
+    store = SqliteMemoryStore(tmp_path / "engram.db", clock=CLOCK)
     try:
         store.insert_memory(a_memory("m1").model_copy(update={"fact_key": "home:city"}))
         store.insert_memory(a_memory("m2").model_copy(update={"external_id": "x1"}))

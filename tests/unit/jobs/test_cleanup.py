@@ -35,7 +35,11 @@ class FlakyIndex(InMemorySearchIndex):
 
 def backdate(env: Env, memory_id: str, **fields: Any) -> None:
     store = env.container.store
-    store.update_memory(store.get_memory(NS, memory_id).model_copy(update=fields))
+    # The last sighting is a counter: only record_seen moves it (docs/ARCHITECTURE.md, "Write rules").
+    if (seen_at := fields.pop("last_seen_at", None)) is not None:
+        store.record_seen(NS, memory_id, seen_at)
+    if fields:
+        store.update_memory(store.get_memory(NS, memory_id).model_copy(update=fields))
 
 
 def test_every_row_kind_is_deleted_after_its_period(env: Env) -> None:

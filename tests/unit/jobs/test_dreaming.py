@@ -133,10 +133,46 @@ async def test_pinned_memories_are_never_archived_or_rewritten(sg: Env) -> None:
     )
     # When the dream runs
     result = await dream(sg)
-    # Then the pinned memory is untouched and counted as protected
-    assert result["protected"] == 2 and result["archived"] == 0 and result["superseded"] == 0
+    # Then the pinned memory is untouched: the archive is refused, the rewrite waits for review
+    assert result["protected"] == 1 and result["proposed"] == 1
+    assert result["archived"] == 0 and result["superseded"] == 0
     kept = sg.container.store.get_memory(NS, pinned.id)
     assert kept.status == "active" and kept.content == "The user's daughter is called Mia"
+    (candidate,) = sg.container.store.list_candidates(NS).items
+    assert (candidate.content, candidate.target_memory_id) == ("The user has a daughter", pinned.id)
+
+
+async def test_a_core_memory_rewrite_waits_for_review_and_accepting_keeps_the_layer(sg: Env) -> None:
+    # Given a core-layer memory (not pinned) the model wants to rewrite, and an ordinary one
+    core = sg.remember("The user is allergic to peanuts", type="fact", layer="core", fact_key="health:allergy")
+    plain = sg.remember("The user likes green tea", type="preference")
+    sg.message("no more peanuts, and now I prefer black tea", at=datetime(2026, 3, 10, 3, 0, tzinfo=UTC))
+    sg.model.script(
+        plan(
+            memories_to_update=[
+                {"target_id": core.id, "content": "The user is allergic to peanuts and cashews"},
+                {"target_id": plain.id, "content": "The user prefers black tea"},
+            ]
+        )
+    )
+    # When the dream runs
+    result = await dream(sg)
+    # Then the ordinary memory is superseded as before, the core one only proposed
+    assert result["superseded"] == 1 and result["proposed"] == 1
+    assert sg.container.store.get_memory(NS, plain.id).status == "superseded"
+    assert sg.container.store.get_memory(NS, core.id) == core
+    (candidate,) = sg.container.candidates.list_candidates(NS).items
+    assert (candidate.target_memory_id, candidate.source) == (core.id, "dreaming")
+    # When the owner accepts the proposal
+    _, written = sg.container.candidates.approve(NS, candidate.id)
+    # Then the new version is in the core layer, holds the key and supersedes the old one
+    new = sg.container.store.get_memory(NS, written.memory.id)
+    assert (new.content, new.layer, new.fact_key) == (
+        "The user is allergic to peanuts and cashews",
+        "core",
+        "health:allergy",
+    )
+    assert new.supersedes_id == core.id and sg.container.store.get_memory(NS, core.id).status == "superseded"
 
 
 async def test_the_model_may_only_touch_memories_it_was_shown(make_env: Any) -> None:

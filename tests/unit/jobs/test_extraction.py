@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from engram.domain.errors import UpstreamTimeout, UpstreamUnavailable
 from engram.domain.policies import cosine
 from engram.services.job_runs import last_runs
@@ -170,10 +171,14 @@ async def test_a_window_that_keeps_failing_is_skipped_after_max_attempts(env: En
     # Given a window the model never answers properly
     env.message("hello", at=ago(env, minutes=5))
     env.model.script(*["not json"] * 5)
-    # When extraction runs five times
-    results = [await extract(env) for _ in range(5)]
+    # When extraction runs five times, one scheduled interval (4 h) apart
+    results = []
+    for _ in range(5):
+        results.append(await extract(env))
+        env.clock.advance(hours=4)
     # Then the fifth gives up on it and later runs do not call the model again
     assert [r["skipped_batches"] for r in results] == [0, 0, 0, 0, 1]
+    assert results[-1]["namespaces"][0]["errors"][-1]["error"] == "window_skipped"
     await extract(env)
     assert len(env.model.calls) == 5
 
@@ -280,6 +285,45 @@ async def test_same_key_changed_supersedes_and_keeps_the_chain(env: Env) -> None
     assert current.content == "The user lives in Lisbon" and current.supersedes_id == holder.id
     chain = env.container.memories.versions(NS, current.id)
     assert [m.status for m in chain] == ["superseded", "active"]
+
+
+@pytest.mark.parametrize("protection", [{"pinned": True}, {"layer": "core"}], ids=["pinned", "core"])
+async def test_a_change_to_a_pinned_or_core_memory_goes_to_review_and_accepting_keeps_pin_and_layer(
+    env: Env, protection: dict[str, Any]
+) -> None:
+    # Given a pinned (or core-layer) keyed memory
+    holder = env.remember("The user lives in Berlin", fact_key="profile:city", **protection)
+    env.message("I moved to Lisbon last month", at=ago(env, minutes=5))
+    env.model.script(reply(mem("The user lives in Lisbon", fact_key="profile:city", confidence=0.95)))
+    # When extraction finds a changed value for its key
+    result = await extract(env)
+    # Then the memory is untouched and the change waits in the review queue, aimed at it
+    assert result["superseded"] == 0 and result["candidates"] == 1
+    assert env.container.store.get_memory(NS, holder.id) == holder
+    (candidate,) = env.container.candidates.list_candidates(NS).items
+    assert (candidate.content, candidate.target_memory_id) == ("The user lives in Lisbon", holder.id)
+    # When the owner accepts it
+    _, written = env.container.candidates.approve(NS, candidate.id)
+    # Then the new version replaces the memory and keeps its pin and layer
+    new = env.container.store.find_active_by_fact_key(NS, "profile:city")
+    assert new is not None and new.id == written.memory.id and new.supersedes_id == holder.id
+    assert (new.content, new.pinned, new.layer) == ("The user lives in Lisbon", holder.pinned, holder.layer)
+    assert env.container.store.get_memory(NS, holder.id).status == "superseded"
+
+
+async def test_the_same_proposed_change_twice_is_one_candidate(env: Env) -> None:
+    # Given a pinned keyed memory and a change to it proposed once
+    env.remember("The user lives in Berlin", fact_key="profile:city", pinned=True)
+    env.message("I moved to Lisbon last month", at=ago(env, minutes=9))
+    env.model.script(reply(mem("The user lives in Lisbon", fact_key="profile:city")))
+    await extract(env)
+    # When a later run extracts the same change again
+    env.message("Lisbon is lovely", at=env.clock.now())
+    env.clock.advance(minutes=1)
+    env.model.script(reply(mem("The user lives in Lisbon", fact_key="profile:city")))
+    await extract(env)
+    # Then one candidate waits
+    assert len(env.container.candidates.list_candidates(NS).items) == 1
 
 
 async def test_no_key_near_identical_same_type_is_seen_other_type_is_created(env: Env) -> None:

@@ -8,12 +8,11 @@ when the count is below the limit; a failed condition means the window is full.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from engram.adapters.storage.dynamodb.table import DynamoTable
 from engram.domain.errors import InvalidInput
+from engram.domain.ports import Clock
 
 TTL_AFTER_WINDOW_SECONDS = 3600
 
@@ -25,7 +24,7 @@ class DynamoRateLimiter:
         client: Any | None = None,
         *,
         region_name: str | None = None,
-        now: Callable[[], float] = time.time,
+        clock: Clock,
     ) -> None:
         if not table_name:
             raise InvalidInput("DynamoRateLimiter needs a table name (ENGRAM_TABLE_NAME)")
@@ -34,10 +33,10 @@ class DynamoRateLimiter:
 
             client = boto3.client("dynamodb", region_name=region_name or None)
         self._db = DynamoTable(client, table_name)  # errors translated by adapters/aws_errors.py
-        self._now = now
+        self._clock = clock  # windows follow the container's clock (docs/ARCHITECTURE.md, "One clock")
 
     def hit(self, key: str, limit: int, window_seconds: int) -> float | None:
-        now = self._now()
+        now = self._clock.now().timestamp()
         start = int(now // window_seconds) * window_seconds
         end = start + window_seconds
         counted = self._db.update(

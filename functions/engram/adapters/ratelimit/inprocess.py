@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable
+
+from engram.domain.ports import Clock
 
 
 class InProcessRateLimiter:
-    def __init__(self, *, max_keys: int = 100_000, now: Callable[[], float] = time.time) -> None:
-        self._now = now
+    def __init__(self, *, clock: Clock, max_keys: int = 100_000) -> None:
+        self._clock = clock  # windows follow the container's clock (docs/ARCHITECTURE.md, "One clock")
         self._max_keys = max_keys
         self._lock = threading.Lock()
         self._windows: OrderedDict[str, tuple[int, int]] = OrderedDict()  # key -> (window start, count)
 
     def hit(self, key: str, limit: int, window_seconds: int) -> float | None:
-        now = self._now()
+        now = self._clock.now().timestamp()
         start = int(now // window_seconds) * window_seconds
         with self._lock:
             window, count = self._windows.pop(key, (start, 0))

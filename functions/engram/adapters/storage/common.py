@@ -107,3 +107,8 @@ def memory_matches(memory: Memory, filters: MemoryFilter) -> bool:
         and (filters.pinned is None or memory.pinned == filters.pinned)
         and (filters.fact_key is None or memory.fact_key == filters.fact_key)
     )
+
+
+def replaced(memory: Memory) -> Memory:
+    """``memory`` as a replace stores it: one version on (docs/ARCHITECTURE.md, "Write rules")."""
+    return memory.model_copy(update={"version": memory.version + 1})

@@ -86,10 +86,12 @@ def install(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
-    sessions = AdminSessions(password, container.store, settings.default_namespace, proxies=proxies)
+    sessions = AdminSessions(
+        password, container.store, settings.default_namespace, clock=container.clock, proxies=proxies
+    )
     app.state.admin_sessions = sessions
     app.add_middleware(AdminHeadersMiddleware)
-    app.include_router(_panel(sessions, proxies, LoginLimiter(attempts=5, window=60.0)))
+    app.include_router(_panel(sessions, proxies, LoginLimiter(attempts=5, window=60.0, clock=container.clock)))
     app.include_router(_admin_api(container))
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from engram.domain import errors as e
+from engram.domain.policies import DATE_OUT_OF_RANGE
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ def install_error_handlers(app: FastAPI) -> None:
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(p for p in first["loc"] if p not in ("body", "query", "path"))
         message = f"{where}: {first['msg']}" if where else str(first["msg"])
+        if first.get("type") == DATE_OUT_OF_RANGE:  # a valid date-time no store can hold: beyond the schema
+            return error_response(400, message, "invalid_request_error", DATE_OUT_OF_RANGE, details=details)
         return error_response(422, message, "invalid_request_error", "invalid_request", details=details)
 
     @app.exception_handler(StarletteHTTPException)

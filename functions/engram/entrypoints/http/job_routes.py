@@ -9,9 +9,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from engram.bootstrap import Container
 from engram.domain.access import Principal
+from engram.domain.policies import DATE_OUT_OF_RANGE
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.schedule import install_schedule
@@ -39,7 +41,9 @@ class DreamRequest(BaseModel):
     @classmethod
     def _a_real_day(cls, value: str | None) -> str | None:
         if value is not None:
-            datetime.date.fromisoformat(value)  # ValueError -> 422 naming the field
+            day = datetime.date.fromisoformat(value)  # ValueError -> 400 naming the field
+            if day == datetime.date.max:  # the day after it, where the dream's window ends, cannot be held
+                raise PydanticCustomError(DATE_OUT_OF_RANGE, f"{value} is out of range (the last day is 9999-12-30)")
         return value
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from engram.domain.models import MemoryFilter, MemoryType
+from engram.domain.errors import InvalidInput
+from engram.domain.models import Memory, MemoryFilter, MemoryType
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, IsoDatetime, Read, TagList, Text, Write, _c, write_body
 from engram.services.memories import MemoryPatch, MemoryWrite, parse_statuses
@@ -26,8 +27,23 @@ class MemoryCreateRequest(MemoryWrite):
     remind_at: IsoDatetime | None = None
 
 
+# The version a client read (README, "Editing at the same time"): a write given one is refused with 409
+# `version_conflict` when the memory changed since; without one the write applies to the current row.
+Version = Annotated[int, Field(ge=1, description="The memory's `version` as you read it (or send `If-Match`).")]
+IfMatch = Annotated[
+    str | None,
+    Header(description='The `ETag` of the memory as you read it (`"<version>"`); 409 if it changed since.'),
+]
+VersionQuery = Annotated[
+    int | None, Query(ge=1, description="The memory's `version` as you read it (or send `If-Match`).")
+]
+
+
 class SupersedeRequest(MemoryCreateRequest):
-    """A new version for an existing memory; `fact_key` defaults to the old one's."""
+    """A new version for an existing memory; `fact_key` defaults to the old one's. `version`: the
+    old memory's version as you read it."""
+
+    version: Version | None = None
 
 
 class MemoryPatchRequest(MemoryPatch):
@@ -36,6 +52,41 @@ class MemoryPatchRequest(MemoryPatch):
     content: Text | None = None
     tags: TagList | None = None
     remind_at: IsoDatetime | None = None
+    version: Version | None = None
+
+
+def etag(memory: Memory) -> str:
+    """A memory's entity tag: its version, quoted (RFC 9110 strong validator)."""
+    return f'"{memory.version}"'
+
+
+def expected_version(if_match: str | None, version: int | None) -> int | None:
+    """The version a write is conditional on, from ``If-Match`` and/or a ``version`` field (which must
+    agree); ``None`` when neither is given (or ``If-Match: *``)."""
+    from_header: int | None = None
+    if if_match is not None and if_match.strip() != "*":
+        tag = if_match.strip().removeprefix("W/").strip('"')
+        if not tag.isdigit() or int(tag) < 1:
+            raise InvalidInput(
+                f'If-Match must be one ETag of this memory, like "3" (got {if_match[:40]!r})', code="invalid_if_match"
+            )
+        from_header = int(tag)
+    if from_header is not None and version is not None and from_header != version:
+        raise InvalidInput("If-Match and version name different versions", code="invalid_if_match")
+    return from_header if from_header is not None else version
+
+
+def _version_of_bodiless_call(if_match: IfMatch = None, version: VersionQuery = None) -> int | None:
+    return expected_version(if_match, version)
+
+
+# What a write without a body (DELETE, /archive, /restore) is conditional on: If-Match or ?version=.
+ExpectedVersion = Annotated[int | None, Depends(_version_of_bodiless_call)]
+
+
+def _tagged(response: Response, memory: Memory) -> dict[str, Any]:
+    response.headers["ETag"] = etag(memory)
+    return dict(memory.model_dump(mode="json"))
 
 
 class SearchRequest(BaseModel):
@@ -97,37 +148,56 @@ def list_memories(
 
 
 @router.get("/memories/{memory_id}", tags=["memories"])
-def get_memory(request: Request, memory_id: str, who: Read) -> dict[str, Any]:
-    return dict(_c(request).memories.get(who.namespace, memory_id).model_dump(mode="json"))
+def get_memory(request: Request, response: Response, memory_id: str, who: Read) -> dict[str, Any]:
+    """One memory, with its `version` (also its `ETag`): send it back with an edit to be told (409)
+    when the memory changed in between."""
+    return _tagged(response, _c(request).memories.get(who.namespace, memory_id))
 
 
 @router.patch("/memories/{memory_id}", tags=["memories"], responses=CONFLICT)
-def patch_memory(request: Request, memory_id: str, body: MemoryPatchRequest, who: Write) -> dict[str, Any]:
+def patch_memory(
+    request: Request,
+    response: Response,
+    memory_id: str,
+    body: MemoryPatchRequest,
+    who: Write,
+    if_match: IfMatch = None,
+) -> dict[str, Any]:
     """Edit in place (no new version): content, type, fact_key, layer, importance, confidence,
-    pinned, tags, remind_at."""
-    return dict(_c(request).memories.update(who.namespace, memory_id, body).model_dump(mode="json"))
+    pinned, tags, remind_at. With `If-Match` or `version`: 409 `version_conflict` if the memory changed since."""
+    version = expected_version(if_match, body.version)
+    return _tagged(response, _c(request).memories.update(who.namespace, memory_id, body, version=version))
 
 
-@router.delete("/memories/{memory_id}", tags=["memories"])
-def delete_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+@router.delete("/memories/{memory_id}", tags=["memories"], responses=CONFLICT)
+def delete_memory(
+    request: Request, response: Response, memory_id: str, who: Write, version: ExpectedVersion
+) -> dict[str, Any]:
     """Soft delete (restorable; hard-deleted by retention after 30 days)."""
-    return dict(_c(request).memories.set_status(who.namespace, memory_id, "deleted").model_dump(mode="json"))
+    return _tagged(response, _c(request).memories.set_status(who.namespace, memory_id, "deleted", version=version))
 
 
-@router.post("/memories/{memory_id}/archive", tags=["memories"])
-def archive_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
-    return dict(_c(request).memories.set_status(who.namespace, memory_id, "archived").model_dump(mode="json"))
+@router.post("/memories/{memory_id}/archive", tags=["memories"], responses=CONFLICT)
+def archive_memory(
+    request: Request, response: Response, memory_id: str, who: Write, version: ExpectedVersion
+) -> dict[str, Any]:
+    return _tagged(response, _c(request).memories.set_status(who.namespace, memory_id, "archived", version=version))
 
 
 @router.post("/memories/{memory_id}/restore", tags=["memories"], responses=CONFLICT)
-def restore_memory(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
+def restore_memory(
+    request: Request, response: Response, memory_id: str, who: Write, version: ExpectedVersion
+) -> dict[str, Any]:
     """Make a superseded, archived or deleted version active again (it replaces the current holder of its key)."""
-    return dict(_c(request).memories.restore(who.namespace, memory_id).model_dump(mode="json"))
+    return _tagged(response, _c(request).memories.restore(who.namespace, memory_id, version=version))
 
 
 @router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201, responses=CONFLICT)
-def supersede_memory(request: Request, memory_id: str, body: SupersedeRequest, who: Write) -> dict[str, Any]:
-    return write_body(_c(request).memories.supersede(who.namespace, memory_id, body))
+def supersede_memory(
+    request: Request, memory_id: str, body: SupersedeRequest, who: Write, if_match: IfMatch = None
+) -> dict[str, Any]:
+    version = expected_version(if_match, body.version)
+    return write_body(_c(request).memories.supersede(who.namespace, memory_id, body, version=version))
 
 
 @router.get("/memories/{memory_id}/versions", tags=["memories"])

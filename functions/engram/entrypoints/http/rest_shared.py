@@ -7,11 +7,11 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from engram.bootstrap import Container
 from engram.domain.access import Principal
-from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS
+from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS, instant_in_range
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.state import container_of
 from engram.services.memories import WriteResult
@@ -39,7 +39,7 @@ def _not_a_number(value: Any) -> Any:
 
 
 # Strict mode would refuse the ISO string itself (it wants a datetime object); numbers are refused above.
-IsoDatetime = Annotated[datetime, Field(strict=False), BeforeValidator(_not_a_number)]
+IsoDatetime = Annotated[datetime, Field(strict=False), BeforeValidator(_not_a_number), AfterValidator(instant_in_range)]
 
 
 def _whole_number(value: Any) -> Any:

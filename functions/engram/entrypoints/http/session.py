@@ -15,9 +15,7 @@ import hmac
 import logging
 import secrets
 import threading
-import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +25,7 @@ from starlette.responses import Response
 
 from engram.domain.access import ALL, Principal
 from engram.domain.errors import Forbidden
-from engram.domain.ports import KeyValueRows
+from engram.domain.ports import Clock, KeyValueRows
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.services.runtime_settings import SYSTEM_NAMESPACE
 
@@ -52,14 +50,14 @@ class AdminSessions:
         store: KeyValueRows,
         namespace: str,
         *,
+        clock: Clock,
         proxies: TrustedProxies | None = None,
-        now: Callable[[], float] = time.time,
     ) -> None:
         self._password = password or None
         self.proxies = proxies or TrustedProxies()
         self._store = store
         self.namespace = namespace
-        self._now = now
+        self._clock = clock  # cookie expiry and revocations (docs/ARCHITECTURE.md, "One clock")
         self._key: bytes | None = None
         self._lock = threading.Lock()
 
@@ -79,7 +77,7 @@ class AdminSessions:
     # -- tokens ---------------------------------------------------------------------------------
     def issue(self) -> tuple[str, int]:
         """A new session token and its expiry (unix seconds)."""
-        expires = int(self._now()) + SESSION_SECONDS
+        expires = int(self._clock.now().timestamp()) + SESSION_SECONDS
         payload = f"{_b64(secrets.token_bytes(16))}.{expires}"
         return f"{payload}.{self._sign(payload)}", expires
 
@@ -94,7 +92,7 @@ class AdminSessions:
         if not hmac.compare_digest(self._sign(f"{sid}.{expires_text}"), signature):
             return None
         expires = int(expires_text)
-        if expires <= self._now():
+        if expires <= self._clock.now().timestamp():
             return None
         try:
             if self._store.get_cache(SYSTEM_NAMESPACE, f"admin_revoked:{sid}") is not None:
@@ -194,19 +192,19 @@ class LoginLimiter:
         attempts: int = 5,
         window: float = 60.0,
         *,
+        clock: Clock,
         max_clients: int = 10_000,
-        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self._attempts = attempts
         self._window = window
         self._max_clients = max_clients
-        self._now = now
+        self._clock = clock  # the window follows the container's clock
         self._hits: OrderedDict[str, deque[float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def hit(self, client: str) -> float | None:
         """Record an attempt; returns None when allowed, else the seconds until the next is allowed."""
-        now = self._now()
+        now = self._clock.now().timestamp()
         with self._lock:
             hits = self._hits.pop(client, None) or deque()
             while hits and now - hits[0] >= self._window:

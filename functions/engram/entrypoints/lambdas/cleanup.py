@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.bootstrap import snapshot_search
 from engram.domain.errors import InvalidInput
-from engram.domain.models import IdempotencyRecord, utcnow
+from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
 from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, report_dict, tracer
 
@@ -92,7 +92,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             namespace=JOBS_NAMESPACE,
             key=key,
             value={"job": job, "namespace": namespace or "*", "errors": report.get("errors", 0)},
-            created_at=utcnow(),
+            created_at=container.clock.now(),
         )
     )
     metric = {"cleanup": "CleanupRuns", "index_repair": "IndexRepairRuns", "reindex": "ReindexRuns"}[job]

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from engram.adapters.storage.common import cut_page, decode_cursor
 from engram.adapters.storage.dynamodb.table import DynamoTable, epoch, sort_key
 from engram.domain.models import Page
+from engram.domain.ports import Clock
 
 NAMESPACES_PK = "NAMESPACES"
 
@@ -27,6 +28,7 @@ class DynamoStoreBase:
     _log_ttl: timedelta
     _idempotency_ttl: timedelta
     _known_namespaces: set[str]
+    _clock: Clock  # decides cache expiry and stamps (docs/ARCHITECTURE.md, "One clock")
 
     @staticmethod
     def _pk(namespace: str) -> str:

@@ -12,12 +12,18 @@ from engram.adapters.storage.common import (
     check_limit,
     empty_memory_counts,
     memory_matches,
+    replaced,
     to_iso,
 )
 from engram.adapters.storage.dynamodb.base import DynamoStoreBase, cursor_sort_key
 from engram.adapters.storage.dynamodb.table import Cancelled, fields, sort_key, to_model
-from engram.domain.errors import Conflict, InvalidInput, NotFound
-from engram.domain.models import MEMORY_STATUSES, Candidate, Memory, MemoryFilter, Page
+from engram.domain.errors import VERSION_CONFLICT, Conflict, EngramError, InvalidInput, NotFound, version_conflict
+from engram.domain.models import MEMORY_COUNTERS, MEMORY_STATUSES, Candidate, Memory, MemoryFilter, Page
+
+# What a replace leaves alone: the key, the version (it adds one) and the counters (docs/ARCHITECTURE.md,
+# "Write rules"; the counters move only by record_injected / record_seen).
+_NOT_REPLACED = frozenset({"PK", "SK", "version", *MEMORY_COUNTERS})
+_RETRIES = 4  # rounds of record_seen (or a hard delete) while the row changes under it
 
 
 def _sweep_at(memory: Memory) -> datetime:
@@ -123,16 +129,117 @@ class DynamoMemories(DynamoStoreBase):
         self._write_memories(operations, f"memory {memory.id} already exists, or its fact_key/external_id is taken")
         return memory
 
+    @staticmethod
+    def _at_version(memory: Memory) -> str:
+        """The condition "the row exists and is still at the version ``memory`` was read at" (names
+        ``#ver``, value ``:ver``); a row written before versions existed has none and reads as 1."""
+        if memory.version == 1:
+            return "attribute_exists(PK) AND (attribute_not_exists(#ver) OR #ver = :ver)"
+        return "attribute_exists(PK) AND #ver = :ver"
+
+    def _replace_update(self, memory: Memory) -> dict[str, Any]:
+        """UpdateItem arguments (no table, no key) that replace the row read at ``memory.version``:
+        every attribute but the counters set or removed, the version one on."""
+        names = {"#ver": "version"}
+        values: dict[str, Any] = {":ver": memory.version, ":next": memory.version + 1}
+        sets = ["#ver = :next"]
+        for n, (name, value) in enumerate(self._memory_item(memory).items()):
+            if name not in _NOT_REPLACED:
+                names[f"#a{n}"], values[f":a{n}"] = name, value
+                sets.append(f"#a{n} = :a{n}")
+        gone = [name for name in Memory.model_fields if name not in _NOT_REPLACED and getattr(memory, name) is None]
+        names.update({f"#r{n}": name for n, name in enumerate(gone)})
+        expression = "SET " + ", ".join(sets)
+        if gone:
+            expression += " REMOVE " + ", ".join(f"#r{n}" for n in range(len(gone)))
+        return {
+            "UpdateExpression": expression,
+            "ConditionExpression": self._at_version(memory),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": self._db.ser(values),
+        }
+
+    def _replace_operation(self, memory: Memory) -> dict[str, Any]:
+        key = self._db.key(self._pk(memory.namespace), f"MEM#{memory.id}")
+        return {"Update": {"TableName": self._db.name, "Key": key, **self._replace_update(memory)}}
+
+    def _why_not_replaced(self, memories: Sequence[Memory], conflict: str) -> EngramError:
+        """Why a replace of ``memories`` wrote nothing: a row gone, a row moved on, or a key taken."""
+        for memory in memories:
+            current = self._read_memory(memory.namespace, memory.id)
+            if current is None:
+                return NotFound(f"memory {memory.id} not found")
+            if current.version != memory.version:
+                return version_conflict(memory.id, memory.version, current.version)
+        return Conflict(conflict)
+
     def update_memory(self, memory: Memory) -> Memory:
-        current = self._read_memory(memory.namespace, memory.id)
-        if current is None:
-            raise NotFound(f"memory {memory.id} not found")
-        operations = [
-            self._put_memory_operation(memory, exists=True),
-            *self._lock_operations(memory.namespace, [current], [memory]),
-        ]
-        self._write_memories(operations, f"memory {memory.id}: its fact_key or external_id is taken")
-        return memory
+        return self.update_memories([memory])[0]
+
+    def update_memories(self, memories: Sequence[Memory]) -> list[Memory]:
+        if not memories:
+            return []
+        namespace = memories[0].namespace
+        if any(m.namespace != namespace for m in memories):
+            raise InvalidInput("update_memories needs every memory in the same namespace")
+        current = [self._read_memory(namespace, m.id) for m in memories]
+        for memory, row in zip(memories, current, strict=True):
+            if row is None:
+                raise NotFound(f"memory {memory.id} not found")
+            if row.version != memory.version:
+                raise version_conflict(memory.id, memory.version, row.version)
+        locks = self._lock_operations(namespace, current, memories)
+        conflict = "its fact_key or external_id is taken"
+        if len(memories) == 1 and not locks:  # a plain replace: one UpdateItem, not a transaction
+            key = self._pk(namespace), f"MEM#{memories[0].id}"
+            if self._db.update(*key, **self._replace_update(memories[0])) is None:
+                raise self._why_not_replaced(memories, conflict)
+            return [replaced(memories[0])]
+        try:
+            self._db.transact([*(self._replace_operation(m) for m in memories), *locks])
+        except Cancelled as exc:
+            raise self._why_not_replaced(memories, conflict) from exc
+        return [replaced(m) for m in memories]
+
+    def record_injected(self, namespace: str, memory_ids: Sequence[str], at: datetime) -> None:
+        pk = self._pk(namespace)
+        for memory_id in dict.fromkeys(memory_ids):
+            self._db.update(  # None (condition failed): the row is gone, nothing to count
+                pk,
+                f"MEM#{memory_id}",
+                UpdateExpression="ADD recall_count :one SET last_injected_at = :at",
+                ConditionExpression="attribute_exists(PK)",
+                ExpressionAttributeValues={":one": {"N": "1"}, ":at": {"S": to_iso(at)}},
+            )
+
+    def record_seen(self, namespace: str, memory_id: str, at: datetime) -> Memory:
+        # An active row's sweep key (GSI2) is its last sighting, so it moves with it; any other
+        # status keeps the key of its status change. Each try is one UpdateItem conditioned on the status.
+        pk, sk = self._pk(namespace), f"MEM#{memory_id}"
+        values = {":one": {"N": "1"}, ":at": {"S": to_iso(at)}, ":active": {"S": "active"}}
+        for _ in range(_RETRIES):
+            response = self._db.update(
+                pk,
+                sk,
+                UpdateExpression="ADD seen_count :one SET last_seen_at = :at, GSI2SK = :sweep",
+                ConditionExpression="attribute_exists(PK) AND #st = :active",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={**values, ":sweep": {"S": sort_key(at, memory_id)}},
+                ReturnValues="ALL_NEW",
+            ) or self._db.update(
+                pk,
+                sk,
+                UpdateExpression="ADD seen_count :one SET last_seen_at = :at",
+                ConditionExpression="attribute_exists(PK) AND #st <> :active",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+            if response is not None:
+                return to_model(Memory, self._db.des(response["Attributes"]))
+            if self._read_memory(namespace, memory_id) is None:
+                break
+        raise NotFound(f"memory {memory_id} not found")
 
     def get_memory(self, namespace: str, memory_id: str) -> Memory:
         memory = self._read_memory(namespace, memory_id)
@@ -198,23 +305,56 @@ class DynamoMemories(DynamoStoreBase):
         current = self._read_memory(old.namespace, old.id)
         if current is None:
             raise NotFound(f"memory {old.id} not found")
+        if current.version != old.version:
+            raise version_conflict(old.id, old.version, current.version)
         self._register(new.namespace)
         operations = [
-            self._put_memory_operation(old, exists=True),
+            self._replace_operation(old),
             self._put_memory_operation(new, exists=False),
             *self._lock_operations(old.namespace, [current], [old, new]),
         ]
-        self._write_memories(operations, f"cannot supersede {old.id} with {new.id}: id or key taken")
-        return old, new
+        try:
+            self._db.transact(operations)
+        except Cancelled as exc:
+            raise self._why_not_replaced([old], f"cannot supersede {old.id} with {new.id}: id or key taken") from exc
+        return replaced(old), new
 
-    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
-        current = self._read_memory(namespace, memory_id)
-        if current is None:
-            return
+    def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         pk = self._pk(namespace)
-        self._db.delete(pk, f"MEM#{memory_id}")
-        for sk, owner in self._locks(current).items():
-            self._db.delete(pk, sk, "memory_id = :owner", ExpressionAttributeValues={":owner": {"S": owner}})
+        for _ in range(_RETRIES):
+            current = self._read_memory(namespace, memory_id)
+            if current is None:
+                return False
+            if version is not None and current.version != version:
+                raise version_conflict(memory_id, version, current.version)
+            # The row and its locks go together, and only the row as read (its locks are the ones freed).
+            row = {
+                "Delete": {
+                    "TableName": self._db.name,
+                    "Key": self._db.key(pk, f"MEM#{memory_id}"),
+                    "ConditionExpression": self._at_version(current),
+                    "ExpressionAttributeNames": {"#ver": "version"},
+                    "ExpressionAttributeValues": {":ver": {"N": str(current.version)}},
+                }
+            }
+            locks = [
+                {
+                    "Delete": {
+                        "TableName": self._db.name,
+                        "Key": self._db.key(pk, sk),
+                        "ConditionExpression": "attribute_not_exists(PK) OR memory_id = :owner",
+                        "ExpressionAttributeValues": {":owner": {"S": owner}},
+                    }
+                }
+                for sk, owner in self._locks(current).items()
+            ]
+            try:
+                self._db.transact([row, *locks])
+                return True
+            except Cancelled:
+                if version is not None:
+                    raise self._why_not_replaced([current], f"memory {memory_id}: a lock it held moved") from None
+        raise Conflict(f"memory {memory_id} kept changing while it was deleted", code=VERSION_CONFLICT)
 
     def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
         counts = empty_memory_counts()

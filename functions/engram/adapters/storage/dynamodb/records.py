@@ -11,7 +11,7 @@ from engram.adapters.storage.common import cache_text, check_limit, to_iso
 from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, DynamoStoreBase
 from engram.adapters.storage.dynamodb.table import epoch, fields, sort_key, to_model
 from engram.domain.errors import Conflict
-from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
+from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord
 
 
 class DynamoRecords(DynamoStoreBase):
@@ -125,7 +125,7 @@ class DynamoRecords(DynamoStoreBase):
                 "namespace": namespace,
                 "name": name,
                 "value": value,
-                "updated_at": to_iso(utcnow()),
+                "updated_at": to_iso(self._clock.now()),
             }
         )
 
@@ -134,7 +134,7 @@ class DynamoRecords(DynamoStoreBase):
         if item is None:
             return None
         expires_at = item.get("expires_at")
-        if expires_at is not None and datetime.fromisoformat(expires_at) <= utcnow():
+        if expires_at is not None and datetime.fromisoformat(expires_at) <= self._clock.now():
             return None
         return json.loads(item["value_json"])
 
@@ -147,7 +147,7 @@ class DynamoRecords(DynamoStoreBase):
             "namespace": namespace,
             "key": key,
             "value_json": text,
-            "updated_at": to_iso(utcnow()),
+            "updated_at": to_iso(self._clock.now()),
         }
         if expires_at is not None:
             item |= {"expires_at": to_iso(expires_at), "ttl": epoch(expires_at)}

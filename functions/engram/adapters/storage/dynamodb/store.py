@@ -11,6 +11,7 @@ from engram.adapters.storage.dynamodb.records import DynamoRecords
 from engram.adapters.storage.dynamodb.table import DynamoTable
 from engram.adapters.storage.dynamodb.upgrade import DynamoUpgrades
 from engram.domain.errors import InvalidInput
+from engram.domain.ports import Clock
 
 
 class DynamoMemoryStore(DynamoMemories, DynamoUpgrades, DynamoNotes, DynamoRecords):
@@ -25,6 +26,7 @@ class DynamoMemoryStore(DynamoMemories, DynamoUpgrades, DynamoNotes, DynamoRecor
         message_ttl_days: int = 14,
         log_ttl_days: int = 30,
         idempotency_ttl_days: int = 7,
+        clock: Clock,
     ) -> None:
         if not table_name:
             raise InvalidInput("DynamoMemoryStore needs a table name (ENGRAM_TABLE_NAME)")
@@ -37,3 +39,4 @@ class DynamoMemoryStore(DynamoMemories, DynamoUpgrades, DynamoNotes, DynamoRecor
         self._log_ttl = timedelta(days=log_ttl_days)
         self._idempotency_ttl = timedelta(days=idempotency_ttl_days)
         self._known_namespaces = set()
+        self._clock = clock

@@ -24,6 +24,7 @@ from engram.domain.models import (
     Thread,
     UsageRecord,
 )
+from engram.domain.ports import Clock
 
 Row = TypeVar("Row", Memory, Candidate, Message, Precious, MemoryEvent, UsageRecord)
 
@@ -61,7 +62,8 @@ def latest(a: datetime | None, b: datetime | None) -> datetime | None:
 class InMemoryStoreBase:
     """Dicts keyed by namespace, then by id; one re-entrant lock makes every call atomic."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock) -> None:
+        self._clock = clock  # decides cache expiry and stamps (docs/ARCHITECTURE.md, "One clock")
         self._lock = threading.RLock()
         self._memories: dict[str, dict[str, Memory]] = {}
         self._candidates: dict[str, dict[str, Candidate]] = {}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from engram.adapters.storage.common import check_limit, empty_memory_counts, memory_matches
+from engram.adapters.storage.common import check_limit, empty_memory_counts, memory_matches, replaced
 from engram.adapters.storage.inmemory.base import InMemoryStoreBase, oldest_first, page
-from engram.domain.errors import Conflict, InvalidInput, NotFound
-from engram.domain.models import Candidate, Memory, MemoryFilter, Page
+from engram.domain.errors import Conflict, InvalidInput, NotFound, version_conflict
+from engram.domain.models import MEMORY_COUNTERS, Candidate, Memory, MemoryFilter, Page
 
 
 class InMemoryMemories(InMemoryStoreBase):
@@ -36,13 +36,48 @@ class InMemoryMemories(InMemoryStoreBase):
             rows[memory.id] = memory
             return memory
 
+    def _checked_replace(self, memory: Memory, rows: dict[str, Memory]) -> Memory:
+        """The row to store for a replace of ``memory`` (read at its version): the stored counters
+        kept, one version on. The caller holds the lock."""
+        current = rows.get(memory.id)
+        if current is None:
+            raise NotFound(f"memory {memory.id} not found")
+        if current.version != memory.version:
+            raise version_conflict(memory.id, memory.version, current.version)
+        counters = {name: getattr(current, name) for name in MEMORY_COUNTERS}
+        return memory.model_copy(update={**counters, "version": memory.version + 1})
+
     def update_memory(self, memory: Memory) -> Memory:
+        return self.update_memories([memory])[0]
+
+    def update_memories(self, memories: Sequence[Memory]) -> list[Memory]:
         with self._lock:
-            self.get_memory(memory.namespace, memory.id)
-            rows = self._memories[memory.namespace]
-            self._check_memory_unique(memory, rows)
-            rows[memory.id] = memory
-            return memory
+            after: dict[str, dict[str, Memory]] = {}
+            for memory in memories:
+                rows = after.setdefault(memory.namespace, dict(self._memories.get(memory.namespace, {})))
+                rows[memory.id] = self._checked_replace(memory, rows)
+            # Check every row against the state after all the replaces before touching anything.
+            for memory in memories:
+                self._check_memory_unique(memory, after[memory.namespace])
+            for namespace, rows in after.items():
+                self._memories[namespace] = rows
+            return [replaced(memory) for memory in memories]
+
+    def record_injected(self, namespace: str, memory_ids: Sequence[str], at: datetime) -> None:
+        with self._lock:
+            rows = self._memories.get(namespace, {})
+            for memory_id in dict.fromkeys(memory_ids):
+                if (memory := rows.get(memory_id)) is not None:
+                    rows[memory_id] = memory.model_copy(
+                        update={"recall_count": memory.recall_count + 1, "last_injected_at": at}
+                    )
+
+    def record_seen(self, namespace: str, memory_id: str, at: datetime) -> Memory:
+        with self._lock:
+            memory = self.get_memory(namespace, memory_id)
+            seen = memory.model_copy(update={"seen_count": memory.seen_count + 1, "last_seen_at": at})
+            self._memories[namespace][memory_id] = seen
+            return seen
 
     def get_memory(self, namespace: str, memory_id: str) -> Memory:
         with self._lock:
@@ -82,21 +117,28 @@ class InMemoryMemories(InMemoryStoreBase):
         if old.namespace != new.namespace:
             raise InvalidInput("supersede needs both memories in the same namespace")
         with self._lock:
-            self.get_memory(old.namespace, old.id)
-            rows = self._memories[old.namespace]
+            rows = self._memories.get(old.namespace, {})
+            stored_old = self._checked_replace(old, rows)
             if new.id in rows:
                 raise Conflict(f"memory {new.id} already exists")
             # Check both rows against the state after the swap before touching anything.
-            after = {**rows, old.id: old, new.id: new}
+            after = {**rows, old.id: stored_old, new.id: new}
             self._check_memory_unique(old, after)
             self._check_memory_unique(new, after)
-            rows[old.id] = old
+            rows[old.id] = stored_old
             rows[new.id] = new
-            return old, new
+            return replaced(old), new
 
-    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
+    def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         with self._lock:
-            self._memories.get(namespace, {}).pop(memory_id, None)
+            rows = self._memories.get(namespace, {})
+            current = rows.get(memory_id)
+            if current is None:
+                return False
+            if version is not None and current.version != version:
+                raise version_conflict(memory_id, version, current.version)
+            del rows[memory_id]
+            return True
 
     def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
         counts = empty_memory_counts()

@@ -10,7 +10,7 @@ from typing import Any
 from engram.adapters.storage.common import cache_text, check_limit
 from engram.adapters.storage.inmemory.base import InMemoryStoreBase, delete_where, newest_first, oldest_first
 from engram.domain.errors import Conflict
-from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
+from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord
 
 
 class InMemoryRecords(InMemoryStoreBase):
@@ -85,13 +85,15 @@ class InMemoryRecords(InMemoryStoreBase):
     def get_cache(self, namespace: str, key: str) -> Any | None:
         with self._lock:
             entry = self._cache.get(namespace, {}).get(key)
-        if entry is None or (entry.expires_at is not None and entry.expires_at <= utcnow()):
+        if entry is None or (entry.expires_at is not None and entry.expires_at <= self._clock.now()):
             return None
         return json.loads(entry.value)
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
         text = cache_text(key, value)
-        entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=utcnow())
+        entry = CacheEntry(
+            namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=self._clock.now()
+        )
         with self._lock:
             self._cache.setdefault(namespace, {})[key] = entry
 

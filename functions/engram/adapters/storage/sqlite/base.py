@@ -24,14 +24,16 @@ from engram.adapters.storage.sqlite.tables import (
 )
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Page
+from engram.domain.ports import Clock
 
 
 class SqliteStoreBase:
     """One connection to the SQLite file at ``path`` (parent directories are created on first use),
     opened and migrated on first use, and the statements every part of the store runs through it."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, clock: Clock) -> None:
         self._path = Path(path)
+        self._clock = clock  # decides cache expiry and stamps (docs/ARCHITECTURE.md, "One clock")
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._closed = False
@@ -57,7 +59,7 @@ class SqliteStoreBase:
                 db.row_factory = sqlite3.Row
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
-                migrate(db)
+                migrate(db, self._clock.now())
             except BaseException:
                 db.close()
                 raise

@@ -2,15 +2,38 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import check_limit, empty_memory_counts, to_iso
+from engram.adapters.storage.common import check_limit, empty_memory_counts, replaced, to_iso
 from engram.adapters.storage.sqlite.base import SqliteStoreBase
-from engram.adapters.storage.sqlite.tables import CANDIDATES, ITER_CHUNK, MEMORIES, marks
-from engram.domain.errors import InvalidInput, NotFound
-from engram.domain.models import Candidate, Memory, MemoryFilter, Page
+from engram.adapters.storage.sqlite.tables import CANDIDATES, IDS_PER_QUERY, ITER_CHUNK, MEMORIES, marks
+from engram.domain.errors import InvalidInput, NotFound, version_conflict
+from engram.domain.models import MEMORY_COUNTERS, Candidate, Memory, MemoryFilter, Page
+
+# A replace writes every column but the key, the counters and the version, at the version it read
+# (docs/ARCHITECTURE.md, "Write rules").
+_REPLACED = tuple(c for c in MEMORIES.columns if c not in ("namespace", "id", "version", *MEMORY_COUNTERS))
+_REPLACE_SQL = (
+    f"UPDATE memories SET {', '.join(f'{c} = ?' for c in _REPLACED)}, version = version + 1"
+    " WHERE namespace = ? AND id = ? AND version = ?"
+)
+
+
+def _replace(db: sqlite3.Connection, memory: Memory) -> Memory:
+    """Replace the row read at ``memory.version``, inside the caller's session or transaction."""
+    row = MEMORIES.row(memory)
+    params = [*(row[c] for c in _REPLACED), memory.namespace, memory.id, memory.version]
+    if db.execute(_REPLACE_SQL, params).rowcount == 0:
+        found = db.execute(
+            "SELECT version FROM memories WHERE namespace = ? AND id = ?", (memory.namespace, memory.id)
+        ).fetchone()
+        if found is None:
+            raise NotFound(f"memory {memory.id} not found")
+        raise version_conflict(memory.id, memory.version, found[0])
+    return replaced(memory)
 
 
 def memory_filter_sql(filters: MemoryFilter) -> tuple[str, list[Any]]:
@@ -42,9 +65,35 @@ class SqliteMemories(SqliteStoreBase):
         return memory
 
     def update_memory(self, memory: Memory) -> Memory:
-        if self._execute(MEMORIES.update_sql, MEMORIES.update_params(memory)) == 0:
-            raise NotFound(f"memory {memory.id} not found")
-        return memory
+        with self._session() as db:
+            return _replace(db, memory)
+
+    def update_memories(self, memories: Sequence[Memory]) -> list[Memory]:
+        # In the given order: a row that frees a fact_key goes before the one that takes it.
+        with self._transaction() as db:
+            return [_replace(db, memory) for memory in memories]
+
+    def record_injected(self, namespace: str, memory_ids: Sequence[str], at: datetime) -> None:
+        unique_ids = list(dict.fromkeys(memory_ids))
+        with self._session() as db:
+            for start in range(0, len(unique_ids), IDS_PER_QUERY):
+                chunk = unique_ids[start : start + IDS_PER_QUERY]
+                db.execute(
+                    "UPDATE memories SET recall_count = recall_count + 1, last_injected_at = ?"
+                    f" WHERE namespace = ? AND id IN ({marks(len(chunk))})",
+                    [to_iso(at), namespace, *chunk],
+                )
+
+    def record_seen(self, namespace: str, memory_id: str, at: datetime) -> Memory:
+        with self._session() as db:
+            row = db.execute(
+                "UPDATE memories SET seen_count = seen_count + 1, last_seen_at = ?"
+                " WHERE namespace = ? AND id = ? RETURNING *",
+                (to_iso(at), namespace, memory_id),
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"memory {memory_id} not found")
+        return MEMORIES.load(row)
 
     def get_memory(self, namespace: str, memory_id: str) -> Memory:
         memory = self._select_one(MEMORIES, "namespace = ? AND id = ?", (namespace, memory_id))
@@ -88,13 +137,25 @@ class SqliteMemories(SqliteStoreBase):
             raise InvalidInput("supersede needs both memories in the same namespace")
         with self._transaction() as db:
             # The old row goes first: it frees the fact_key the new row takes.
-            if db.execute(MEMORIES.update_sql, MEMORIES.update_params(old)).rowcount == 0:
-                raise NotFound(f"memory {old.id} not found")
+            stored_old = _replace(db, old)
             db.execute(MEMORIES.insert_sql, MEMORIES.insert_params(new))
-        return old, new
+        return stored_old, new
 
-    def delete_memory_row(self, namespace: str, memory_id: str) -> None:
-        self._execute("DELETE FROM memories WHERE namespace = ? AND id = ?", (namespace, memory_id))
+    def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
+        with self._session() as db:
+            sql = "DELETE FROM memories WHERE namespace = ? AND id = ?"
+            params: list[Any] = [namespace, memory_id]
+            if version is not None:
+                sql += " AND version = ?"
+                params.append(version)
+            if db.execute(sql, params).rowcount:
+                return True
+            found = db.execute(
+                "SELECT version FROM memories WHERE namespace = ? AND id = ?", (namespace, memory_id)
+            ).fetchone()
+        if found is None:
+            return False
+        raise version_conflict(memory_id, version or 0, found[0])
 
     def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
         counts = empty_memory_counts()

@@ -12,7 +12,7 @@ from engram.adapters.storage.common import cache_text, check_limit, to_iso
 from engram.adapters.storage.sqlite.base import SqliteStoreBase
 from engram.adapters.storage.sqlite.tables import CACHE, EVENTS, IDEMPOTENCY, USAGE
 from engram.domain.errors import UpstreamUnavailable
-from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord, utcnow
+from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord
 
 
 class SqliteRecords(SqliteStoreBase):
@@ -79,13 +79,15 @@ class SqliteRecords(SqliteStoreBase):
         entry = self._select_one(
             CACHE,
             "namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
-            (namespace, key, to_iso(utcnow())),
+            (namespace, key, to_iso(self._clock.now())),
         )
         return None if entry is None else json.loads(entry.value)
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
         text = cache_text(key, value)
-        entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=utcnow())
+        entry = CacheEntry(
+            namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=self._clock.now()
+        )
         self._execute(CACHE.upsert_sql, CACHE.insert_params(entry))
 
     def delete_cache(self, namespace: str, key: str) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 from engram.adapters.storage.common import to_iso
-from engram.domain.models import utcnow
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: every row kind of the MemoryStore port.
@@ -208,6 +208,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "UPDATE messages SET stored_at = created_at",
         "CREATE INDEX messages_by_stored ON messages (namespace, stored_at, id)",
     ),
+    # 6: memory row versions (docs/ARCHITECTURE.md, "Write rules"); rows stored before read as version 1.
+    ("ALTER TABLE memories ADD COLUMN version INTEGER NOT NULL DEFAULT 1",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -224,11 +226,12 @@ def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     db.execute("COMMIT")
 
 
-def migrate(db: sqlite3.Connection) -> None:
+def migrate(db: sqlite3.Connection, now: datetime) -> None:
+    """Apply the migrations not applied yet, each stamped ``now`` (the store's clock)."""
     db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)")
     with immediate(db):
         (current,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
         for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
             for statement in statements:
                 db.execute(statement)
-            db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, to_iso(utcnow())))
+            db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, to_iso(now)))

@@ -59,7 +59,8 @@ class Table(Generic[M]):
         )
         self._update_order = (*values, *key)
 
-    def _row(self, obj: M) -> dict[str, Any]:
+    def row(self, obj: M) -> dict[str, Any]:
+        """The column values of ``obj``."""
         as_json = obj.model_dump(mode="json", include=set(self.json_fields))
         row: dict[str, Any] = {}
         for column in self.columns:
@@ -71,11 +72,11 @@ class Table(Generic[M]):
         return row
 
     def insert_params(self, obj: M) -> list[Any]:
-        row = self._row(obj)
+        row = self.row(obj)
         return [row[c] for c in self.columns]
 
     def update_params(self, obj: M) -> list[Any]:
-        row = self._row(obj)
+        row = self.row(obj)
         return [row[c] for c in self._update_order]
 
     def load(self, row: sqlite3.Row) -> M:

@@ -31,6 +31,7 @@ from engram.entrypoints.http.mcp.toolkit import (
     TopK,
     Type,
     Types,
+    Version,
     aware,
     caller,
     drop_namespace,
@@ -224,6 +225,7 @@ def _register_writes(tools: Toolbox) -> None:
         confidence: Confidence | None = None,
         pinned: bool | None = None,
         tags: Tags | None = None,
+        version: Version | None = None,
     ) -> dict[str, Any]:
         """Edit a memory in place (no new version): fix a typo, re-tag, pin/unpin, change importance.
         Only the fields you pass change. When a fact itself changed, use memory_supersede instead."""
@@ -241,7 +243,7 @@ def _register_writes(tools: Toolbox) -> None:
         given = {k: v for k, v in fields.items() if v is not None}
         if not given:
             raise ToolError("nothing to change: pass at least one field besides id")
-        return {"memory": memory_json(c.memories.update(who.namespace, id, MemoryPatch(**given)))}
+        return {"memory": memory_json(c.memories.update(who.namespace, id, MemoryPatch(**given), version=version))}
 
     @tool(WRITES)
     def memory_supersede(
@@ -255,6 +257,7 @@ def _register_writes(tools: Toolbox) -> None:
         confidence: Confidence = 0.8,
         pinned: bool = False,
         tags: Tags | None = None,
+        version: Version | None = None,
     ) -> dict[str, Any]:
         """Replace an outdated or wrong memory with a corrected version. The old one becomes
         `superseded` (restorable with memory_restore); the new one keeps its fact_key unless you pass one."""
@@ -270,25 +273,25 @@ def _register_writes(tools: Toolbox) -> None:
             tags=tags or [],
             source="mcp",
         )
-        return written_json(c.memories.supersede(who.namespace, id, req))
+        return written_json(c.memories.supersede(who.namespace, id, req, version=version))
 
     @tool(WRITES)
-    def memory_archive(ctx: Context, id: MemoryId) -> dict[str, Any]:
+    def memory_archive(ctx: Context, id: MemoryId, version: Version | None = None) -> dict[str, Any]:
         """Archive a memory that is no longer relevant but should not be forgotten: it leaves recall
         and default listings; memory_restore brings it back."""
         who = caller(ctx, WRITE)
-        return {"memory": memory_json(c.memories.set_status(who.namespace, id, "archived"))}
+        return {"memory": memory_json(c.memories.set_status(who.namespace, id, "archived", version=version))}
 
     @tool(WRITES)
-    def memory_restore(ctx: Context, id: MemoryId) -> dict[str, Any]:
+    def memory_restore(ctx: Context, id: MemoryId, version: Version | None = None) -> dict[str, Any]:
         """Make an archived, deleted or superseded memory active again (it replaces the current holder
         of its fact_key, if any)."""
         who = caller(ctx, WRITE)
-        return {"memory": memory_json(c.memories.restore(who.namespace, id))}
+        return {"memory": memory_json(c.memories.restore(who.namespace, id, version=version))}
 
     @tool(DESTROYS)
-    def memory_delete(ctx: Context, id: MemoryId) -> dict[str, Any]:
+    def memory_delete(ctx: Context, id: MemoryId, version: Version | None = None) -> dict[str, Any]:
         """Delete a memory that is wrong or that the user asked you to forget. Soft delete: restorable
         with memory_restore for 30 days, then removed for good."""
         who = caller(ctx, WRITE)
-        return {"memory": memory_json(c.memories.set_status(who.namespace, id, "deleted"))}
+        return {"memory": memory_json(c.memories.set_status(who.namespace, id, "deleted", version=version))}

@@ -16,15 +16,15 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 from pydantic_core import to_jsonable_python
 from starlette.requests import Request
 
 from engram.bootstrap import Container
 from engram.domain.access import Principal
-from engram.domain.errors import EngramError, Forbidden
+from engram.domain.errors import EngramError, Forbidden, is_version_conflict
 from engram.domain.models import Memory, MemoryLayer, MemoryType
-from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS
+from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS, instant_in_range
 from engram.services.memories import WriteResult
 
 PRINCIPAL_KEY = "engram.principal"  # where the gate leaves the Principal in the ASGI scope
@@ -57,6 +57,14 @@ FactKey = Annotated[
     ),
 ]
 Type = Annotated[MemoryType, Field(description="Kind of memory (default `fact`).")]
+Version = Annotated[
+    int,
+    Field(
+        ge=1,
+        description="The memory's `version` as you last read it: the change is refused if the memory changed "
+        "since (then read it again). Leave out to change the memory as it is now.",
+    ),
+]
 Layer = Annotated[MemoryLayer, Field(description="`fragment` (default), `event` or `core` (always relevant).")]
 Importance = Annotated[float, Field(ge=0.0, le=1.0, description="How much this matters, 0-1 (default 0.5).")]
 Confidence = Annotated[float, Field(ge=0.0, le=1.0, description="How sure you are, 0-1 (default 0.8).")]
@@ -81,6 +89,7 @@ Status = Literal["active", "superseded", "archived", "deleted", "expired", "all"
 RemindAt = Annotated[
     datetime,
     Field(description="When to remind, ISO 8601 with the user's UTC offset (e.g. `2026-05-01T09:00:00+02:00`)."),
+    AfterValidator(instant_in_range),
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -131,6 +140,8 @@ def model_errors(fn: _F) -> _F:
         try:
             return fn(*args, **kwargs)
         except EngramError as exc:
+            if is_version_conflict(exc):
+                raise ToolError(f"{exc.message}; read it again (memory_get) and decide on what it says now") from exc
             raise ToolError(exc.message) from exc
         except ValidationError as exc:
             first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}

@@ -17,13 +17,16 @@ export function onUnauthorized(fn) {
   listeners.add(fn);
 }
 
-export async function api(path, { method = 'GET', body, query, quiet401 = false } = {}) {
+// ``ifMatch``: the version of the row as the panel shows it; the server answers 409 version_conflict
+// when the row changed since (README, "Editing at the same time"), instead of overwriting that change.
+export async function api(path, { method = 'GET', body, query, quiet401 = false, ifMatch } = {}) {
   const url = new URL(path.replace(/^\//, ''), ROOT);
   for (const [key, value] of Object.entries(query || {})) {
     if (value === undefined || value === null || value === '') continue;
     for (const v of [value].flat()) url.searchParams.append(key, String(v));
   }
   const init = { method, credentials: 'same-origin', headers: { accept: 'application/json' } };
+  if (ifMatch !== undefined && ifMatch !== null) init.headers['if-match'] = `"${ifMatch}"`;
   if (body !== undefined) {
     init.headers['content-type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -49,7 +52,7 @@ export async function api(path, { method = 'GET', body, query, quiet401 = false 
 }
 
 export const get = (path, query) => api(path, { query });
-export const post = (path, body) => api(path, { method: 'POST', body });
-export const patch = (path, body) => api(path, { method: 'PATCH', body });
+export const post = (path, body, opts = {}) => api(path, { method: 'POST', body, ...opts });
+export const patch = (path, body, opts = {}) => api(path, { method: 'PATCH', body, ...opts });
 export const put = (path, body) => api(path, { method: 'PUT', body });
-export const del = (path) => api(path, { method: 'DELETE' });
+export const del = (path, opts = {}) => api(path, { method: 'DELETE', ...opts });

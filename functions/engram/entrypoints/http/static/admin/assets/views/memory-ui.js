@@ -29,8 +29,12 @@ export function memoryCard(m, { onChange, score = null } = {}) {
       const updated = await fn();
       toast(done);
       refresh(updated);
-    } catch (err) { toast(err.message, 'error'); }
+    } catch (err) {
+      if (!(await changedElsewhere(err, m.id, refresh))) toast(err.message, 'error');
+    }
   };
+  // Every change is sent with the version this card shows: a change made meanwhile is never overwritten.
+  const at = { ifMatch: m.version };
   const actions = h('div', { class: 'actions' });
   if (m.status === 'active') {
     actions.append(
@@ -38,27 +42,36 @@ export function memoryCard(m, { onChange, score = null } = {}) {
         const saved = await editDialog(m);
         if (saved) { toast('Memory saved'); refresh(saved); }
       }, { kind: 'ghost small', iconName: 'edit' }),
-      button(m.pinned ? 'Unpin' : 'Pin', () => run(() => patch(`v1/memories/${m.id}`, { pinned: !m.pinned }),
+      button(m.pinned ? 'Unpin' : 'Pin', () => run(() => patch(`v1/memories/${m.id}`, { pinned: !m.pinned }, at),
         m.pinned ? 'Unpinned' : 'Pinned'), { kind: 'ghost small', iconName: 'pin' }),
     );
   }
   actions.append(button('Versions', () => versionsDialog(m.id, refresh), { kind: 'ghost small', iconName: 'history' }));
   if (m.status === 'active') {
     actions.append(
-      button('Archive', () => run(() => post(`v1/memories/${m.id}/archive`), 'Archived'),
+      button('Archive', () => run(() => post(`v1/memories/${m.id}/archive`, undefined, at), 'Archived'),
         { kind: 'ghost small', iconName: 'archive' }),
       button('Delete', async () => {
         const ok = await confirmDialog('Delete this memory?',
           'It leaves recall now and can be restored for 30 days.', { confirm: 'Delete', danger: true });
-        if (ok) await run(() => del(`v1/memories/${m.id}`), 'Deleted');
+        if (ok) await run(() => del(`v1/memories/${m.id}`, at), 'Deleted');
       }, { kind: 'ghost small danger-text', iconName: 'trash' }),
     );
   } else {
-    actions.append(button('Restore', () => run(() => post(`v1/memories/${m.id}/restore`), 'Restored'),
+    actions.append(button('Restore', () => run(() => post(`v1/memories/${m.id}/restore`, undefined, at), 'Restored'),
       { kind: 'ghost small', iconName: 'restore' }));
   }
   el.append(h('p', { class: 'content' }, m.content), memoryMeta(m, { score }), actions);
   return el;
+}
+
+// A 409 version_conflict: the memory changed since the panel showed it. Show the current version
+// instead of the error; ``true`` if that is what happened.
+async function changedElsewhere(err, memoryId, refresh) {
+  if (err.code !== 'version_conflict') return false;
+  toast('Changed elsewhere since you opened it: showing the current version. Nothing was overwritten.', 'error');
+  try { refresh(await get(`v1/memories/${memoryId}`)); } catch { /* the toast already said it */ }
+  return true;
 }
 
 export function editDialog(memory) {
@@ -107,9 +120,14 @@ export function editDialog(memory) {
               if (before !== after) changes[k] = v;
             }
             if (changes.fact_key === null) delete changes.fact_key;
-            close(Object.keys(changes).length ? await patch(`v1/memories/${m.id}`, changes) : m);
+            close(Object.keys(changes).length ? await patch(`v1/memories/${m.id}`, changes, { ifMatch: m.version }) : m);
           }
-        } catch (err) { error.textContent = err.message; error.hidden = false; }
+        } catch (err) {
+          error.textContent = err.code === 'version_conflict'
+            ? 'This memory was changed elsewhere since you opened it. Close, look at the current version, and edit again.'
+            : err.message;
+          error.hidden = false;
+        }
       }, { kind: 'primary' }));
     setTimeout(() => content.focus(), 0);
   }, { wide: true });
@@ -131,7 +149,7 @@ export function versionsDialog(memoryId, onChange) {
           v.fact_key ? h('code', { class: 'meta-item key' }, v.fact_key) : null,
           v.status !== 'active' ? button('Restore this version', async () => {
             try {
-              const restored = await post(`v1/memories/${v.id}/restore`);
+              const restored = await post(`v1/memories/${v.id}/restore`, undefined, { ifMatch: v.version });
               toast('Version restored');
               if (onChange) onChange(restored);
               await load();

@@ -1,0 +1,21 @@
+"""A container on a real store (in-memory and SQLite) with a manual clock, for the import and export tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from engram.bootstrap import Container, build_container
+from engram.settings import Settings
+
+from tests.fakes.clock import ManualClock
+
+
+def clocked_container(store: str, data_dir: Path, start: datetime) -> Iterator[tuple[Container, ManualClock]]:
+    """A container on ``store`` whose clock starts at ``start`` (UTC time zone, no embedder)."""
+    clock = ManualClock(start)
+    settings = Settings(store=store, search="memory", embedder="none", data_dir=data_dir, timezone="UTC")
+    container = build_container(settings, clock=clock, embedder=None)
+    yield container, clock
+    container.close()
