@@ -62,9 +62,7 @@ class Pipeline:
         self.embedder = CachedEmbedder() if embed else None
         # Every bench memory has the same importance; recency is neutral unless created_at says otherwise.
         self.config = recall_config(RecallConfig, **config)
-        self.service = RecallService(
-            self.store, self.index, self.embedder, reranker, None, SystemClock(), self.config
-        )
+        self.service = RecallService(self.store, self.index, self.embedder, reranker, None, SystemClock(), self.config)
         self._n = 0
 
     def add_memories(
