@@ -63,7 +63,7 @@ def measure(turns: int, keyword_now: bool) -> tuple[list[float], list[float], in
     """Store ms per turn, delay ms from the end of the write to the first search that finds it, misses."""
     with tempfile.TemporaryDirectory(prefix="engram-xwin-") as tmp:
         clock = Clock()
-        store = SqliteMemoryStore(Path(tmp) / "store.db")
+        store = SqliteMemoryStore(Path(tmp) / "store.db", clock=clock)
         index = GuardedIndex(SqliteSearchIndex(Path(tmp) / "conv.db"))
         conversations = ConversationService(
             store, index, None, clock, service_config(ConversationConfig, min_relevance=0.0)

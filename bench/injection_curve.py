@@ -8,9 +8,9 @@ at or above its floor, best first, while their lines fit in its budget, exactly 
 "top 5" rows are the previous rule (the floor, then the 5 best). Answerable turns count the share of
 their answer memories injected; unanswerable turns (``no_answer`` questions, and every question asked
 in a namespace that does not hold its answer) count the memories injected, all of them stray.
-The default is chosen on the tuning rows only: the configuration with the highest answer share whose
-stray memories stay <= ``MAX_STRAYS`` per unanswerable turn on average, on the full sets and at every
-namespace size.
+The default is chosen on the tuning rows only (``choose``): the highest answer share on the full sets
+whose stray memories stay <= ``MAX_STRAYS`` per unanswerable turn on average there, and at every
+namespace size no more than ``MAX_STRAYS`` or than the previous rule already had.
 """
 
 from __future__ import annotations
@@ -115,16 +115,21 @@ def groups(turns: Sequence[Turn], split: str) -> dict[str, list[Turn]]:
     return out
 
 
-def choose(turns: Sequence[Turn]) -> tuple[Config, bool]:
-    """The tuning-chosen default: the best answer share (all tuning turns pooled) among the configurations
-    whose stray memories stay <= ``MAX_STRAYS`` in every tuning row; and whether it reaches ``GOAL_SHARE``."""
-    rows = groups(turns, "tuning")
-    pooled = [t for t in turns if t.split == "tuning"]
+def choose(turns: Sequence[Turn], before: Config) -> tuple[Config, bool]:
+    """The tuning-chosen default: the best mean answer share over the full sets (each set counted once:
+    the size rows are drawn from them) among the configurations whose stray memories stay <= ``MAX_STRAYS``
+    per unanswerable turn on the full sets, and at every namespace size <= ``MAX_STRAYS`` or no more than
+    ``before`` had there (injecting more must not bring strays back); and whether it reaches ``GOAL_SHARE``."""
+    rows = {name: ts for name, ts in groups(turns, "tuning").items() if any(not t.answers for t in ts)}
+    limit = {
+        name: max(MAX_STRAYS, measure(ts, before).strays) if "size" in name else MAX_STRAYS for name, ts in rows.items()
+    }
+    full = [ts for name, ts in groups(turns, "tuning").items() if name.endswith(" full")]
     best: tuple[float, Config] | None = None
     for config in configs():
-        if any(measure(ts, config).strays > MAX_STRAYS for ts in rows.values() if any(not t.answers for t in ts)):
+        if any(measure(ts, config).strays > limit[name] + 1e-9 for name, ts in rows.items()):
             continue
-        share = measure(pooled, config).share
+        share = sum(measure(ts, config).share for ts in full) / max(1, len(full))
         # Ties: the smaller budget, then the higher floor (fewer tokens, fewer strays).
         key = (round(share, 4), -(config.budget or 0), config.floor)
         if best is None or key > (round(best[0], 4), -(best[1].budget or 0), best[1].floor):
@@ -134,11 +139,11 @@ def choose(turns: Sequence[Turn]) -> tuple[Config, bool]:
 
 
 def report(turns: Sequence[Turn], current: Config) -> Config:
-    chosen, reached = choose(turns)
+    chosen, reached = choose(turns, current)
     print("\nInjection curve: answer memories injected (answerable turns) / stray memories per unanswerable turn")
     print(
-        f"(tuning rows choose the default: best share with <= {MAX_STRAYS:g} stray per unanswerable turn "
-        "in every row)\n"
+        f"(tuning rows choose the default: best share on the full sets with <= {MAX_STRAYS:g} stray per "
+        "unanswerable turn, and at each size no more strays than the previous rule or 1)\n"
     )
     for split in ("tuning", "held-out"):
         rows = groups(turns, split)
@@ -152,7 +157,7 @@ def report(turns: Sequence[Turn], current: Config) -> Config:
             cells = []
             for name in names:
                 p = measure(rows[name], config)
-                cells.append(f"{p.share:.0%} / {p.strays:.2f}")
+                cells.append(f"{p.share:.0%} / " + (f"{p.strays:.2f}" if p.unanswerable else "—"))
             print(f"| {config.label()}{marks} | " + " | ".join(cells) + f" | {measure(full, config).tokens:.0f} |")
     verdict = "reaches" if reached else "does NOT reach"
     print(

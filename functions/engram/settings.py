@@ -176,14 +176,14 @@ class Settings(BaseSettings):
         0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
     )
     recall_min_relevance: float = Field(
-        0.2,
+        0.15,
         ge=0,
         le=1,
         description="Relevance floor (0-1, an estimated probability that the memory helps) for chat injection "
         "and MCP memory_recall; search takes its own `min_relevance` (default 0).",
     )
     recall_budget_tokens: int = Field(
-        0,
+        120,
         ge=0,
         le=4000,
         description="Token budget of the memories injected per chat turn: every memory above "

@@ -21,6 +21,9 @@ from engram.domain.ports import Embedder
 log = logging.getLogger(__name__)
 
 RETRY_S = 60.0
+# Off the request path the background is embedded PACE_BATCH sentences at a time, PACE_S apart.
+PACE_BATCH = 4
+PACE_S = 0.05
 
 
 def dot(a: Sequence[float], b: Sequence[float]) -> float:
@@ -35,6 +38,7 @@ class BackgroundVectors:
         self._texts = tuple(texts)
         self._scripts: tuple[Script, ...] = tuple(script_of(t) for t in self._texts)
         self._lock = threading.Lock()
+        self._fill_lock = threading.Lock()
         self._model = ""
         self._vectors: list[tuple[float, ...]] | None = None
         self._failed_at = 0.0
@@ -42,25 +46,35 @@ class BackgroundVectors:
 
     def vectors(self, *, wait: bool = True) -> list[tuple[float, ...]] | None:
         """The background's vectors by the embedder's current model, or ``None`` while they cannot be had.
-        Without ``wait`` a missing set is embedded on a helper thread and this call does not wait for it
-        (the chat path: the first turn of a process must not pay a hundred embeddings)."""
-        model = str(self._embedder.model_id)
+        Without ``wait`` a missing set is embedded on a helper thread, a few sentences at a time with a
+        pause between (``PACE_S``) so the writes and queries of the moment keep the model and the CPU,
+        and this call does not wait for it (the first chat turn of a process must not pay for it)."""
         ready = self._vectors
-        if ready is not None and self._model == model:
+        if ready is not None and self._model == str(self._embedder.model_id):
             return ready
         if not wait:
             with self._lock:
                 if self._warming is None or not self._warming.is_alive():
-                    self._warming = threading.Thread(target=self.vectors, name="recall-background", daemon=True)
+                    self._warming = threading.Thread(target=self._fill, args=(True,), name="recall-background")
+                    self._warming.daemon = True
                     self._warming.start()
             return None
-        with self._lock:
+        return self._fill(paced=False)
+
+    def _fill(self, paced: bool) -> list[tuple[float, ...]] | None:
+        model = str(self._embedder.model_id)
+        with self._fill_lock:
             if self._vectors is not None and self._model == model:
                 return self._vectors
             if self._failed_at and time.monotonic() - self._failed_at < RETRY_S:
                 return None
+            vectors: list[tuple[float, ...]] = []
             try:
-                vectors = [tuple(v) for v in self._embedder.embed_documents(list(self._texts))]
+                for start in range(0, len(self._texts), PACE_BATCH):
+                    chunk = list(self._texts[start : start + PACE_BATCH])
+                    vectors += [tuple(v) for v in self._embedder.embed_documents(chunk)]
+                    if paced:
+                        time.sleep(PACE_S)
             except Exception as exc:
                 log.warning("recall background not embedded (%s): small-namespace relevance is conservative", exc)
                 self._failed_at = time.monotonic()
