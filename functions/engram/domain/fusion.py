@@ -36,6 +36,9 @@ Script = Literal["cjk", "latin", "mixed", "none"]
 MIN_BACKGROUND = 8
 # CSLS's neighbourhood size and weight (docs/recall.md, "Hubness"): cosine - 0.5 * mean cosine to the
 # memory's 10 nearest fellow candidates, i.e. the published 2 cos - r_d up to a per-query constant.
+# A list shorter than MIN_BACKGROUND with no reference background to pad it: its best hit's relevance
+# is at most this (below ``ENGRAM_RECALL_SURE_RELEVANCE``'s default, so injected as less certain).
+UNPADDED_CAP = 0.45
 HUBNESS_NEIGHBOURS = 10
 HUBNESS_WEIGHT = 0.5
 
@@ -149,6 +152,9 @@ class Evidence:
     coverage: Mapping[str, float]
     vector_standout: Mapping[str, float]
     has_vectors: bool = False
+    # Min-max position in a vector list too short to judge and not padded (the reference background not
+    # embedded yet): a stopgap estimate capped at ``UNPADDED_CAP`` (``relevance``).
+    vector_position: Mapping[str, float] | None = None
     # Keyword-only recall over fewer than ``MIN_BACKGROUND`` matches: too little to calibrate against.
     thin_keyword: bool = False
 
@@ -178,6 +184,10 @@ def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAUL
     In a small namespace the standout is measured against the padded background (``adaptive_fuse``), so
     the same model holds at every size (bench/README.md, "Namespace size")."""
     cov = evidence.coverage.get(memory_id, 0.0)
+    if evidence.vector_position is not None:
+        # No background yet (the first seconds of a process): the best of a handful is "maybe", never sure.
+        x = model.keyword_bias + model.keyword_coverage * cov
+        return max(UNPADDED_CAP * evidence.vector_position.get(memory_id, 0.0), 1.0 / (1.0 + math.exp(-x)))
     if evidence.has_vectors:
         s = evidence.vector_standout.get(memory_id)
         if s is None:  # below the vector candidates: at most as distinct as the last of them
@@ -277,6 +287,7 @@ def adaptive_fuse(
         coverage=cov,
         vector_standout=distinct,
         has_vectors=bool(vector),
+        vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND and len(padded) == len(vector) else None,
         thin_keyword=not vector and len(keyword) < MIN_BACKGROUND,
     )
     return fused, evidence

@@ -350,7 +350,7 @@ class ConversationService:
         # Relevance from the words a message shares with the question's topic (vectors rank, they do not
         # vouch): with vectors the estimate let as many off-topic fragments through as on-topic ones
         # (bench/README.md, "Recall of past conversations").
-        by_words = dataclasses.replace(evidence, has_vectors=False)
+        by_words = dataclasses.replace(evidence, has_vectors=False, vector_position=None)
         now = self._clock.now()
         floor = cfg.min_relevance if min_relevance is None else min_relevance
         scored: list[tuple[float, float, Message]] = []

@@ -3,7 +3,7 @@
 Embedded once per process and embedding model: on a helper thread the first time a namespace has fewer
 vector candidates than recall fetches, or at start-up (``RecallService.warm``; docs/recall.md,
 "Relevance at every size"). Until they are there, and for ``RETRY_S`` after a failure, recall goes on
-without the padding: its relevance in a small namespace is then conservative (low), never inflated.
+without the padding: a small namespace's best hit is then at most "maybe" (``fusion.UNPADDED_CAP``).
 """
 
 from __future__ import annotations
