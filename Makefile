@@ -1,5 +1,5 @@
 # The two quick-start commands: `make run` and `make test`. Both set up everything they need.
-.PHONY: run test lint typecheck bench setup-local setup-test
+.PHONY: run test test-faked-time lint typecheck bench setup-local setup-test
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,6 +9,10 @@ run: setup-local
 
 test: setup-test lint typecheck
 	$(PY) -m pytest -m "not slow and not aws" $(ARGS)
+
+# The unit and contract suites at fixed faked moments (CI runs this after `make test`).
+test-faked-time: setup-test
+	ENGRAM_VENV=$(VENV) scripts/test-at-fixed-times.sh $(ARGS)
 
 lint:
 	$(VENV)/bin/ruff check functions tests bench infra app.py

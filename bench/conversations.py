@@ -137,7 +137,7 @@ def build(conv: dict[str, Any], tmp: Path, embed: bool) -> tuple[ConversationSer
     store = SqliteMemoryStore(tmp / f"{conv['id']}-{embed}.db", clock=clock)
     for m in conv["messages"]:
         store.insert_message(m)
-    index = GuardedIndex(SqliteSearchIndex(tmp / f"{conv['id']}-{embed}-conv.db"))
+    index = GuardedIndex(SqliteSearchIndex(tmp / f"{conv['id']}-{embed}-conv.db"), clock=clock)
     cached = CachedEmbedder() if embed else None
     gate = GatedEmbedder(cached, index) if cached is not None else None  # type: ignore[arg-type]
     config = conversation_config(ConversationConfig, threads=2, fragments=2, neighbours=1, min_relevance=0.0)

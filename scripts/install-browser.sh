@@ -11,23 +11,10 @@ if [ -x "$CHROMIUM" ]; then
   exit 0
 fi
 
-cannot() {
-  echo "install-browser: $1." >&2
-  if [ -n "${ENGRAM_REQUIRE_BROWSER:-}" ]; then
-    exit 1
-  fi
-  echo "install-browser: skipped; the admin panel's browser tests will be skipped (install Chromium at $CHROMIUM to run them)." >&2
-  exit 0
-}
-
-command -v apt-get >/dev/null 2>&1 || cannot "no apt-get here (not Debian/Ubuntu)"
-if [ "$(id -u)" = "0" ]; then
-  SUDO=""
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  SUDO="sudo -n"
-else
-  cannot "installing Chromium with apt-get needs root (run: sudo scripts/install-browser.sh)"
-fi
+STEP=install-browser PACKAGE=Chromium REQUIRED="${ENGRAM_REQUIRE_BROWSER:-}"
+SKIPPED="the admin panel's browser tests will be skipped (install Chromium at $CHROMIUM to run them)"
+. "${0%/*}/apt-common.sh"
+apt_rights
 
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-liberation

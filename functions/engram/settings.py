@@ -236,6 +236,11 @@ class Settings(BaseSettings):
         "", description="OpenAI-compatible upstream base URL (e.g. `https://api.openai.com/v1`)."
     )
     upstream_api_key: SecretStr | None = Field(None, description="Key for the OpenAI-compatible upstream.")
+    upstream_responses_api: bool = Field(
+        False,
+        description="The OpenAI-compatible upstream speaks the Responses API (`POST /responses`, as OpenAI does): "
+        "`/v1/responses` requests go to it as they are (reasoning items, hosted tools kept), not as chat completions.",
+    )
     anthropic_base_url: str = Field(
         "", description="Anthropic Messages API base URL (e.g. `https://api.anthropic.com`)."
     )

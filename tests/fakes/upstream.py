@@ -1,4 +1,5 @@
-"""A scripted fake LLM provider on loopback: OpenAI chat completions and Anthropic Messages wires.
+"""A scripted fake LLM provider on loopback: OpenAI chat completions, OpenAI Responses and Anthropic
+Messages wires.
 
 Tests (and ``bench/gateway.py``) start one per session/module, script replies per test and assert on
 the recorded requests::
@@ -177,7 +178,12 @@ class FakeUpstream:
             data = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fake"} for m in self.models]}
             await _send_json(send, 200, data)
             return
-        if scope["method"] != "POST" or path not in ("/v1/chat/completions", "/chat/completions", "/v1/messages"):
+        if scope["method"] != "POST" or path not in (
+            "/v1/chat/completions",
+            "/chat/completions",
+            "/v1/messages",
+            "/v1/responses",
+        ):
             await _send_json(send, 404, {"error": {"message": f"no route {path}", "type": "not_found"}})
             return
         reply = self._next()
@@ -194,12 +200,19 @@ class FakeUpstream:
                 await _send_json(send, reply.status, err or {"error": {"message": "scripted failure"}})
             return
         anthropic = path == "/v1/messages"
+        responses = path == "/v1/responses"
         model = reply.model or (body or {}).get("model") or "fake"
         if not (body or {}).get("stream"):
             if reply.body is not None:
                 await _send_raw(send, 200, reply.body, b"application/json")
                 return
-            data = _anthropic_message(reply, model) if anthropic else _openai_completion(reply, model)
+            data = (
+                _anthropic_message(reply, model)
+                if anthropic
+                else _responses_object(reply, model, "completed")
+                if responses
+                else _openai_completion(reply, model)
+            )
             if reply.drop_after is not None:  # promise the whole body, send half of it, hang up
                 raw = json.dumps(data).encode()
                 headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
@@ -208,7 +221,13 @@ class FakeUpstream:
                 raise _Dropped("scripted drop")
             await _send_json(send, 200, data)
             return
-        events = _anthropic_events(reply, model) if anthropic else _openai_events(reply, model, body or {})
+        events = (
+            _anthropic_events(reply, model)
+            if anthropic
+            else _responses_events(reply, model)
+            if responses
+            else _openai_events(reply, model, body or {})
+        )
         if reply.splice is not None:
             at, raw_event = reply.splice
             events.insert(at, raw_event)
@@ -383,4 +402,73 @@ def _anthropic_events(r: Reply, model: str) -> list[bytes]:
         )
     )
     out.append(_sse({"type": "message_stop"}, "message_stop"))
+    return out
+
+
+# -- OpenAI Responses wire -----------------------------------------------------------------------
+def _responses_output(r: Reply) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if r.reasoning:
+        out.append({"id": "rs_fake", "type": "reasoning", "summary": [{"type": "summary_text", "text": r.reasoning}]})
+    if r.text:
+        content = [{"type": "output_text", "text": r.text, "annotations": []}]
+        out.append(
+            {"id": "msg_fake", "type": "message", "status": "completed", "role": "assistant", "content": content}
+        )
+    for t in r.tool_calls:
+        out.append(
+            {
+                "id": f"fc_{t.id}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": t.id,
+                "name": t.name,
+                "arguments": t.arguments,
+            }
+        )
+    return out
+
+
+def _responses_object(r: Reply, model: str, status: str) -> dict[str, Any]:
+    usage = {
+        "input_tokens": r.usage.input,
+        "input_tokens_details": {"cached_tokens": r.usage.cache_read},
+        "output_tokens": r.usage.output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": r.usage.input + r.usage.output,
+    }
+    output = _responses_output(r) if status == "completed" else []
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": model,
+        "output": output,
+        "usage": usage if status == "completed" else None,
+    }
+
+
+def _responses_events(r: Reply, model: str) -> list[bytes]:
+    seq = iter(range(1, 10_000))
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return _sse({"type": kind, "sequence_number": next(seq), **fields}, kind)
+
+    out = [event("response.created", response=_responses_object(r, model, "in_progress"))]
+    for index, item in enumerate(_responses_output(r)):
+        out.append(event("response.output_item.added", output_index=index, item={**item, "status": "in_progress"}))
+        if item["type"] == "message":
+            for piece in _split(r.text, r.chunks):
+                out.append(
+                    event(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                    )
+                )
+        out.append(event("response.output_item.done", output_index=index, item=item))
+    out.append(event("response.completed", response=_responses_object(r, model, "completed")))
     return out

@@ -1,10 +1,12 @@
-"""A container on a real store (in-memory and SQLite) with a manual clock, for the import and export tests."""
+"""A container on a real store (in-memory and SQLite) with a manual clock, for the import and export tests;
+what of two exports must be equal."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from engram.bootstrap import Container, build_container
 from engram.settings import Settings
@@ -19,3 +21,10 @@ def clocked_container(store: str, data_dir: Path, start: datetime) -> Iterator[t
     container = build_container(settings, clock=clock, embedder=None)
     yield container, clock
     container.close()
+
+
+def comparable(document: dict[str, Any]) -> dict[str, Any]:
+    """An export without what names the copy (namespace, export time) or the index (``index_ref``)."""
+    out = {k: v for k, v in document.items() if k not in ("namespace", "exported_at")}
+    out["memories"] = [{k: v for k, v in m.items() if k != "index_ref"} for m in out["memories"]]
+    return out

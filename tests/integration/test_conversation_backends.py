@@ -43,7 +43,9 @@ def _store_with_trip() -> InMemoryMemoryStore:
 
 
 def _service(store: InMemoryMemoryStore, index: SearchIndex) -> ConversationService:
-    return ConversationService(store, GuardedIndex(index), None, ManualClock(T0), config(ConversationConfig))
+    return ConversationService(
+        store, GuardedIndex(index, clock=ManualClock(T0)), None, ManualClock(T0), config(ConversationConfig)
+    )
 
 
 def _found(service: ConversationService, query: str = "the Kyoto trip") -> list[str]:

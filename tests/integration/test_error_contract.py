@@ -20,8 +20,10 @@ from tests.servers import app_routes
 __all__ = ["make_gateway", "upstream"]
 
 ADMIN_PASSWORD = "correct-horse-battery-staple-77"
-# Public on purpose: health, the OpenAPI docs, and the admin panel's page, assets and cookie login.
+# Public on purpose: the root (what this server is), health, the OpenAPI docs, and the admin panel's
+# page, assets and cookie login.
 PUBLIC = {
+    "/",
     "/health",
     "/openapi.json",
     "/docs",

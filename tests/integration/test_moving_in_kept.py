@@ -17,10 +17,11 @@ import pytest
 from engram.bootstrap import Container
 from engram.domain.models import Memory
 from engram.services.import_formats import convert
+from engram.services.transfer import ExportDocument
 
 from tests.conftest import EngramServer
 from tests.fakes.clock import ManualClock
-from tests.integration.clocked_store import clocked_container
+from tests.integration.clocked_store import clocked_container, comparable
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "moving_in"
 NS = "default"
@@ -71,6 +72,21 @@ def test_an_import_counts_as_seeing_and_survives_the_first_cleanup(
     for memory in _all(container).values():
         if memory.pinned or memory.layer == "core" or memory.type in ("identity", "persona"):
             assert memory.status != "expired", memory
+
+
+@pytest.mark.parametrize("file", sorted(FILES))
+def test_what_moved_in_exports_and_imports_again_unchanged(world: tuple[Container, ManualClock], file: str) -> None:
+    # Given a file moved in and cleaned up
+    container, clock = world
+    _import(container, file)
+    container.cleanup.run(NS)
+    exported = container.transfer.export(NS)
+    # When Engram's export of it is imported into another namespace a day later and exported again
+    clock.advance(days=1)
+    report = container.transfer.import_("copy", ExportDocument.model_validate(exported))
+    assert sum(report["refused"].values()) == 0 and report["links_dropped"] == 0, report["problems"]
+    # Then nothing changed: links, reminders and their state, last-seen times and expiry included
+    assert comparable(container.transfer.export("copy")) == comparable(exported)
 
 
 def test_a_source_s_own_last_seen_and_expiry_are_kept(world: tuple[Container, ManualClock]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from engram.bootstrap import Container
@@ -19,7 +18,7 @@ from engram.services.notes import GlossaryIn
 from engram.services.transfer import ExportDocument
 
 from tests.fakes.clock import ManualClock
-from tests.integration.clocked_store import clocked_container
+from tests.integration.clocked_store import clocked_container, comparable
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
@@ -79,12 +78,6 @@ def _fill(c: Container, clock: ManualClock, ns: str) -> None:
     c.candidates.propose(ns, "Might adopt a second cat", type="fact", source="extraction")
 
 
-def _comparable(document: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in document.items() if k not in ("namespace", "exported_at")}
-    out["memories"] = [{k: v for k, v in m.items() if k != "index_ref"} for m in out["memories"]]
-    return out
-
-
 def test_export_import_export_is_lossless(world: tuple[Container, ManualClock]) -> None:
     container, clock = world
     _fill(container, clock, "home")
@@ -100,7 +93,7 @@ def test_export_import_export_is_lossless(world: tuple[Container, ManualClock]) 
     assert sum(report["refused"].values()) == 0, report["problems"]
     second = container.transfer.export("restored")
     # Then the two exports are the same, row for row
-    assert _comparable(second) == _comparable(first)
+    assert comparable(second) == comparable(first)
     # And the restored reminders are live: the pending one is listed
     assert [r["content"] for r in container.reminders.list("restored", "upcoming")] == ["Dentist"]
 

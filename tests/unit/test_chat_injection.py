@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from engram.domain.wire.cache_markers import count_cache_control
+from engram.domain.wire.content import text_of
 from engram.services.injection import (
     BootData,
     CachePolicy,
@@ -270,3 +271,186 @@ def test_past_conversation_fragments_ride_in_the_patch_after_the_memories_and_le
     openai, openai_info = inject_openai(body, BOOT, "- memory", "", fragments)
     assert openai_info.conversations and openai["messages"][-1]["content"].endswith("</engram-context>")
     assert "Earlier conversations" in openai["messages"][-1]["content"]
+
+
+# -- the current user turn as coding clients send it (issue: Claude Code 2.1, Codex) -------------------
+REMINDER = (
+    "<system-reminder>\nAs you answer the user's questions, you can use the following context:\n"
+    "# claudeMd\nCodebase and user instructions are shown below.\n</system-reminder>"
+)
+
+
+def _claude_code_request(history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A Claude Code 2.1 ``claude -p`` request, trimmed: three system blocks (the last one marked), tools,
+    the user's turn led by a <system-reminder> block, and a system message *after* the user's turn."""
+    return {
+        "model": "claude-opus-4-8",
+        "stream": True,
+        "max_tokens": 64000,
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "metadata": {"user_id": json.dumps({"device_id": "d1", "session_id": "s1"})},
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332;"},
+            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+            {
+                "type": "text",
+                "text": "You are an interactive agent that helps users with software engineering tasks.",
+                "cache_control": {"type": "ephemeral", "ttl": "5m"},
+            },
+        ],
+        "tools": [
+            {"name": name, "description": name, "input_schema": {"type": "object", "properties": {}}}
+            for name in ("Agent", "Bash", "Edit", "Read", "Write")
+        ],
+        "messages": [
+            *(history or []),
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": REMINDER},
+                    {
+                        "type": "text",
+                        "text": "I am planning a trip to Lisbon in October",
+                        "cache_control": {"type": "ephemeral"},
+                    },
+                ],
+            },
+            {"role": "system", "content": "Available agent types for the Agent tool: general-purpose, Explore"},
+        ],
+    }
+
+
+def test_the_user_turn_before_a_trailing_system_message_is_the_current_turn_without_scaffolding() -> None:
+    # Given Claude Code 2.1's request: [user (system-reminder + words), system]
+    body = _claude_code_request()
+    # When reading the current user turn, Then it is the user's own words, the reminder left out
+    assert last_user_text(body) == "I am planning a trip to Lisbon in October"
+    # And an OpenAI request with trailing developer/system messages reads the same way
+    openai_body = {
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"},
+            {"role": "user", "content": "remember: my bike is blue"},
+            {"role": "developer", "content": "Be terse."},
+            {"role": "system", "content": "Tools: none."},
+        ]
+    }
+    assert last_user_text(openai_body) == "remember: my bike is blue"
+    # And a turn that is only scaffolding, or ends with the assistant, has no user words
+    only = {"messages": [{"role": "user", "content": REMINDER}, {"role": "system", "content": "s"}]}
+    assert last_user_text(only) is None
+    assert (
+        last_user_text({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}) is None
+    )
+    assert last_user_text({"messages": [{"role": "system", "content": "s"}]}) is None
+
+
+def test_scaffolding_is_left_out_of_the_words_only_as_whole_blocks() -> None:
+    from engram.domain.wire.content import without_scaffolding
+
+    assert without_scaffolding(f"{REMINDER}\nhello <system-reminder>x</system-reminder> there") == "hello  there"
+    # A tag the user typed without its end stays (it is their text), and unknown tags stay
+    assert without_scaffolding("what does <system-reminder> do?") == "what does <system-reminder> do?"
+    assert without_scaffolding("<b>bold</b> claim") == "<b>bold</b> claim"
+
+
+def test_claude_code_request_gets_the_patch_in_its_user_turn_after_every_breakpoint() -> None:
+    # Given a Claude Code 2.1 request in its second turn
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": REMINDER}, {"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]},
+    ]
+    body = _claude_code_request(history)
+    original = copy.deepcopy(body)
+    # When injecting with Engram's markers
+    out, info = inject_anthropic(body, BOOT, "- Lin prefers window seats", CachePolicy())
+    # Then the patch is the last block of the user's turn, not appended after the system message
+    user, trailing = out["messages"][-2], out["messages"][-1]
+    assert info.patch and user["role"] == "user"
+    assert user["content"][-1]["text"].startswith("<engram-context>") and "window seats" in user["content"][-1]["text"]
+    assert trailing["role"] == "system" and text_of(trailing["content"]) == original["messages"][-1]["content"]
+    # And the scaffolding and the user's words are forwarded untouched (the client's marker replaced by ours)
+    assert user["content"][0] == {"type": "text", "text": REMINDER}
+    assert user["content"][1]["text"] == "I am planning a trip to Lisbon in October"
+    # And the markers: last tool, system anchor, tail on the previous reply; nothing on or after the patch
+    assert count_cache_control(out) == info.markers == 3
+    assert "cache_control" in out["messages"][1]["content"][-1]
+    assert all("cache_control" not in b for b in user["content"])
+    # And without Engram's markers the client's own stay where they are, in front of the patch
+    body = _claude_code_request(history)
+    out, info = inject_anthropic(body, BOOT, "- Lin prefers window seats", None)
+    user = out["messages"][-2]["content"]
+    assert user[1]["cache_control"] == {"type": "ephemeral"} and user[-1]["text"].startswith("<engram-context>")
+    assert out["system"][2]["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
+    # And a client's marker on the system message after the user's turn (Claude Code 2.1.332 puts one
+    # there) moves onto the user's words, in front of the patch: the marker count stays
+    body = _claude_code_request(history)
+    del body["messages"][-2]["content"][1]["cache_control"]
+    marker = {"type": "ephemeral", "ttl": "1h"}
+    body["messages"][-1]["content"] = [{"type": "text", "text": "agents", "cache_control": marker}]
+    out, info = inject_anthropic(body, BOOT, "- Lin prefers window seats", None)
+    user = out["messages"][-2]["content"]
+    assert user[1]["cache_control"] == marker and "cache_control" not in user[-1]
+    assert "cache_control" not in out["messages"][-1]["content"][0]
+    assert count_cache_control(out) == count_cache_control(body) == 2
+    assert body["messages"][-1]["content"][0]["cache_control"] == marker  # the client's body as sent
+
+
+def test_openai_patch_goes_into_the_user_turn_before_trailing_developer_messages() -> None:
+    # Given an OpenAI request whose user turn is followed by developer and system messages
+    body = {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "where do I live?"},
+            {"role": "developer", "content": "Answer in one line."},
+        ]
+    }
+    # When injecting
+    out, info = inject_openai(body, BOOT, "- Lin lives in Porto")
+    # Then the boot block follows the leading system prompt, the patch sits in the user turn
+    roles = [m["role"] for m in out["messages"]]
+    assert roles == ["system", "user", "developer"] and info.patch and info.boot
+    assert out["messages"][0]["content"].endswith("</engram-memory>")
+    assert out["messages"][1]["content"].startswith("where do I live?\n\n<engram-context>")
+    assert "Porto" in out["messages"][1]["content"] and out["messages"][2] == body["messages"][2]
+    # And after tool results followed by a developer message, the patch is a user message before it
+    tool_turn = {
+        "messages": [
+            {"role": "user", "content": "run it"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "sh"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "developer", "content": "Be brief."},
+        ]
+    }
+    out, _ = inject_openai(tool_turn, "", "", "Reminders due now: - call mum")
+    assert [m["role"] for m in out["messages"]] == ["user", "assistant", "tool", "user", "developer"]
+    assert "call mum" in out["messages"][3]["content"]
+
+
+def test_responses_injection_for_an_upstream_that_speaks_it() -> None:
+    from engram.services.injection import inject_responses
+
+    # Given a string input: it becomes a user item carrying the patch; the boot block follows the instructions
+    out, info = inject_responses({"instructions": SYSTEM, "input": "hi"}, BOOT, "- m")
+    assert out["instructions"].startswith("You are a helpful assistant.\nBe kind.\n\n<engram-memory>")
+    assert out["input"][0]["content"].startswith("hi\n\n<engram-context>") and "10:32" in out["input"][0]["content"]
+    assert info.boot and info.patch and info.volatile
+    # Given tool outputs followed by a developer item: the patch is a user item right after the outputs
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run"}]},
+        {"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "x"},
+        {"type": "function_call", "call_id": "c", "name": "sh", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {"type": "message", "role": "developer", "content": "be brief"},
+    ]
+    out, info = inject_responses({"input": items}, "", "", "Reminders due now: - call mum")
+    kinds = [(i.get("type"), i.get("role")) for i in out["input"]]
+    assert kinds[3:] == [("function_call_output", None), ("message", "user"), ("message", "developer")]
+    assert "call mum" in out["input"][4]["content"][0]["text"] and out["input"][:4] == items[:4]
+    assert "instructions" not in out and info.reminders
+    # Given an answer prefill (the last item is the assistant's): nothing to patch
+    ended = [{"role": "user", "content": "q"}, {"type": "message", "role": "assistant", "content": "a"}]
+    out, info = inject_responses({"input": ended}, BOOT, "- m")
+    assert out["input"] == ended and not info.patch and info.boot

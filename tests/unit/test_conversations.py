@@ -28,7 +28,7 @@ def _world(
 ) -> tuple[InMemoryMemoryStore, ConversationService, ManualClock, GuardedIndex]:
     clock = ManualClock(T0 + timedelta(days=30))
     store = InMemoryMemoryStore(clock=clock)
-    index = GuardedIndex(InMemorySearchIndex())
+    index = GuardedIndex(InMemorySearchIndex(), clock=clock)
     gate = GatedEmbedder(embedder, index) if embedder is not None else None  # type: ignore[arg-type]
     service = ConversationService(store, index, gate, clock, cfg(ConversationConfig, **config))  # type: ignore[arg-type]
     return store, service, clock, index

@@ -34,6 +34,7 @@ def test_errors_propagate() -> None:
         run_sync(boom())
 
 
+@pytest.mark.real_monotonic
 def test_a_timeout_cancels_the_coroutine() -> None:
     cancelled = threading.Event()
 

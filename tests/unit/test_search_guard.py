@@ -68,7 +68,10 @@ def test_the_guard_fails_fast_while_the_index_is_away_then_one_call_probes() -> 
     # Given a guarded index that is unreachable
     inner, tick = SwitchableIndex(), Ticker()
     recovered: list[bool] = []
-    guard = GuardedIndex(inner, retry_seconds=15, monotonic=tick, on_recovered=lambda: recovered.append(True))
+    clock = ManualClock()
+    guard = GuardedIndex(
+        inner, clock=clock, retry_seconds=15, monotonic=tick, on_recovered=lambda: recovered.append(True)
+    )
     inner.error = UpstreamUnavailable("connect refused")
     assert guard.describe() == {"status": "unknown"}
     # When it is called: the real call fails and marks it unavailable
@@ -81,6 +84,7 @@ def test_the_guard_fails_fast_while_the_index_is_away_then_one_call_probes() -> 
     assert fast.value.code == "index_unavailable" and inner.calls == 1
     state = guard.describe()
     assert state["status"] == "unavailable" and state["error"] == "upstream_unavailable" and state["retry_in_s"] == 15
+    assert state["since"] == clock.now().isoformat()  # stamped by the injected clock
     # When the wait is over and the index is back, the next call probes it and closes the guard
     tick.now += 15
     inner.error = None
@@ -91,7 +95,7 @@ def test_the_guard_fails_fast_while_the_index_is_away_then_one_call_probes() -> 
 def test_refused_requests_trip_the_guard_but_bad_input_does_not() -> None:
     # Given a guarded index
     inner = SwitchableIndex()
-    guard = GuardedIndex(inner, retry_seconds=15)
+    guard = GuardedIndex(inner, clock=ManualClock(), retry_seconds=15)
     # When the index rejects a request as invalid, Then that says nothing about its availability
     inner.error = InvalidInput("bad query")
     with pytest.raises(InvalidInput):
@@ -242,8 +246,8 @@ def test_the_guard_passes_neighbour_densities_through_when_the_index_has_them() 
         for i in range(3)
     ]
     # Given the guard over an index that keeps its vectors, and over one that does not
-    local = GuardedIndex(InMemorySearchIndex())
-    remote = GuardedIndex(NoVectorsAtHand())  # type: ignore[arg-type]
+    local = GuardedIndex(InMemorySearchIndex(), clock=ManualClock())
+    remote = GuardedIndex(NoVectorsAtHand(), clock=ManualClock())  # type: ignore[arg-type]
     for index in (local, remote):
         for d in docs:
             index.upsert(d)

@@ -131,7 +131,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(
-        overrides.get("index") or build_index(settings, closers), retry_seconds=settings.search_retry_seconds
+        overrides.get("index") or build_index(settings, closers),
+        clock=clock,
+        retry_seconds=settings.search_retry_seconds,
     )
     raw_embedder = overrides["embedder"] if "embedder" in overrides else build_embedder(settings)
     embedder: GatedEmbedder | None = (
@@ -216,7 +218,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("queue")
         or build_queue(settings)
         # The inline queue runs reindex jobs, and the reindex service queues its continuations.
-        or _inline_queue(settings, cleanup, memories, lambda: reindex)
+        or _inline_queue(settings, clock, cleanup, memories, lambda: reindex)
     )
     reindex = ReindexService(store, memories, embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
@@ -284,7 +286,9 @@ def _build_conversations(
     """Recall of past conversations: its own index of the messages (the memory index's backend, beside
     it), gated on its own embedding model (docs/conversations.md)."""
     guarded = GuardedIndex(
-        index or build_index(settings, closers, conversations=True), retry_seconds=settings.search_retry_seconds
+        index or build_index(settings, closers, conversations=True),
+        clock=clock,
+        retry_seconds=settings.search_retry_seconds,
     )
     gate = (
         GatedEmbedder(raw_embedder, guarded, max_tokens=settings.embedding_max_tokens)
@@ -302,7 +306,11 @@ def _build_conversations(
 
 
 def _inline_queue(
-    settings: Settings, cleanup: CleanupService, memories: MemoryService, reindex: Callable[[], ReindexService]
+    settings: Settings,
+    clock: Clock,
+    cleanup: CleanupService,
+    memories: MemoryService,
+    reindex: Callable[[], ReindexService],
 ) -> InlineJobQueue:
     """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``)."""
     return InlineJobQueue(
@@ -311,6 +319,7 @@ def _inline_queue(
             "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
             "reindex": lambda payload: reindex().run(payload["namespace"], payload["run_id"]),
         },
+        clock=clock,
         min_interval_seconds=settings.cleanup_min_interval_hours * 3600,
         throttled=("cleanup",),
     )

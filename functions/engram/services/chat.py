@@ -1,7 +1,8 @@
 """The chat gateway use case: recall, inject, forward (streaming), store the exchange.
 
-``ChatService.handle`` takes a client request on either wire (OpenAI chat completions or Anthropic
-Messages) and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
+``ChatService.handle`` takes a client request on any of its doors (OpenAI chat completions, Anthropic
+Messages, or the OpenAI Responses API, translated to a chat request first: ``domain/wire/responses.py``)
+and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
 an async byte stream that passes upstream events on as they arrive. Nothing here fails the chat
 because of memory: recall, boot block, remember and persistence errors are logged and skipped.
 
@@ -31,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from engram.domain.errors import EngramError, NotConfigured, UpstreamUnavailable
 from engram.domain.ports import ChatUpstream, UpstreamReply
@@ -44,10 +45,11 @@ from engram.domain.wire.anthropic import (
 )
 from engram.domain.wire.cache_markers import CachePolicy
 from engram.domain.wire.content import text_of
+from engram.domain.wire.responses import chat_to_response, custom_tools, response_text, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
-from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
-from engram.services.injection import Injected, inject_anthropic, inject_openai, last_user_text
+from engram.services.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.stream_relay import StreamTap, relay_stream
 from engram.services.threads import thread_id_of
@@ -59,7 +61,7 @@ log = logging.getLogger(__name__)
 def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
     """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
     user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
-    if wire == "openai":
+    if wire != "anthropic":  # the Responses door's body is already a chat request here
         return thread_id_of(pinned, body.get("user"))
     metadata = body.get("metadata")
     return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
@@ -84,6 +86,7 @@ class ChatConfig:
     cleanup_interval: timedelta
     retry_window: timedelta
     cache: CachePolicy | None  # None: no prompt-cache markers
+    responses_native: bool  # the OpenAI-compatible upstream takes `/responses` requests as they are
 
     @classmethod
     def from_settings(
@@ -110,6 +113,7 @@ class ChatConfig:
             cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
             retry_window=timedelta(minutes=s.chat_retry_window_minutes),
             cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
+            responses_native=s.upstream_responses_api,
         )
 
 
@@ -166,14 +170,20 @@ class ChatService:
         ex = Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
             body = parse_chat_request(raw, wire)
+            if wire == "responses":  # read as a chat request from here on (domain/wire/responses.py)
+                ex.custom_tools = custom_tools(body)
+                ex.responses = body
+                body = responses_to_chat(body)
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
             ex.conversation = _thread_of(wire, body, conversation_id)
-            has_images = openai_has_images(body) if wire == "openai" else anthropic_has_images(body)
+            has_images = anthropic_has_images(body) if wire == "anthropic" else openai_has_images(body)
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
             )
             ex.user_text = last_user_text(body)
+            # The Responses door goes to the upstream as it is when the upstream speaks that API too.
+            ex.native = ex.responses is not None and ex.route.provider == "openai" and self._config.responses_native
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
@@ -199,16 +209,19 @@ class ChatService:
     def _convert(self, ex: Exchange) -> dict[str, Any]:
         assert ex.route is not None
         body, provider, model = ex.body, ex.route.provider, ex.route.model
-        if ex.wire == "openai" and provider in ("openai", "bedrock"):
+        if ex.native and ex.responses is not None:
+            return {**ex.responses, "model": model}
+        if ex.wire != "anthropic" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
-            if body.get("stream") and ex.persist:  # usage is logged with the exchange
+            # usage is logged with the exchange, and a Response always reports it
+            if body.get("stream") and (ex.persist or ex.wire == "responses"):
                 opts = dict(body.get("stream_options") or {})
                 ex.client_wants_usage = bool(opts.get("include_usage"))
                 out["stream_options"] = {**opts, "include_usage": True}
             return out
         if ex.wire == "anthropic" and provider == "anthropic":
             return {**body, "model": model}
-        if ex.wire == "openai":
+        if ex.wire != "anthropic":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
         return anthropic_request_to_openai(body, model)
@@ -231,7 +244,9 @@ class ChatService:
         )
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
-        if ex.route.provider == "anthropic":
+        if ex.native:
+            body, info = inject_responses(body, told.boot, told.recall, told.reminders, told.conversations)
+        elif ex.route.provider == "anthropic":
             body, info = inject_anthropic(
                 body, told.boot, told.recall, self._config.cache, told.reminders, told.conversations
             )
@@ -250,7 +265,9 @@ class ChatService:
     async def _forward(self, ex: Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
         assert ex.route is not None
         upstream = self._upstream_for(ex.route.provider)
-        path = "/v1/messages" if ex.route.provider == "anthropic" else "/chat/completions"
+        path = (
+            "/v1/messages" if ex.route.provider == "anthropic" else "/responses" if ex.native else "/chat/completions"
+        )
         headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
         if ex.route.provider != "anthropic":
             headers = {}
@@ -288,13 +305,17 @@ class ChatService:
 
     async def _whole(self, ex: Exchange, raw: bytes) -> ChatReply:
         assert ex.route is not None
-        upstream_wire: Wire = "anthropic" if ex.route.provider == "anthropic" else "openai"
+        upstream_wire: Literal["openai", "anthropic"] = "anthropic" if ex.route.provider == "anthropic" else "openai"
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             raise UpstreamUnavailable(
                 "the upstream sent a response that is not JSON", code="upstream_malformed"
             ) from exc
+        if ex.native:  # a Response from the upstream: passed on as it came
+            data = check_upstream_response(data, "responses")
+            await self._record.settle(ex, response_text(data), usage_from_responses(data.get("usage")))
+            return ChatReply(status=200, headers=ex.headers(), body=raw)
         data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
             text = answer_text(data.get("content") or [])
@@ -303,13 +324,16 @@ class ChatService:
             message = ((data.get("choices") or [{}])[0]).get("message") or {}
             text = text_of(message.get("content"))
             usage = usage_from_openai(data.get("usage"))
-        if upstream_wire != ex.wire:
+        client_wire: Literal["openai", "anthropic"] = "anthropic" if ex.wire == "anthropic" else "openai"
+        if upstream_wire != client_wire:
             data = (
                 anthropic_response_to_openai(data, ex.route.requested)
-                if ex.wire == "openai"
+                if client_wire == "openai"
                 else openai_response_to_anthropic(data, ex.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
+        if ex.wire == "responses":
+            raw = json.dumps(chat_to_response(data, ex.route.requested, ex.custom_tools), ensure_ascii=False).encode()
         await self._record.settle(ex, text, usage)
         return ChatReply(status=200, headers=ex.headers(), body=raw)
 
@@ -318,11 +342,12 @@ class ChatService:
     ) -> AsyncIterator[bytes]:
         assert ex.route is not None
         tap = StreamTap(
-            "anthropic" if ex.route.provider == "anthropic" else "openai",
+            "anthropic" if ex.route.provider == "anthropic" else "responses" if ex.native else "openai",
             ex.wire,
             ex.route.requested,
             ex.client_wants_usage,
             observe=ex.persist,
+            custom_tools=ex.custom_tools,
         )
 
         async def settle(text: str, usage: TokenUsage) -> None:

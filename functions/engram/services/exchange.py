@@ -43,7 +43,7 @@ from engram.services.routing import Route
 
 log = logging.getLogger(__name__)
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]  # the client's door
 Reason = Literal[
     "injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed", "index_unavailable"
 ]
@@ -81,6 +81,11 @@ class Exchange:
     user_text: str | None = None
     conversation: str = "default"
     agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
+    custom_tools: frozenset[str] = frozenset()  # Responses door: free-form tools, answered as custom_tool_call
+    # Responses door: the request as the client sent it, and whether it goes to the upstream as it is
+    # (an upstream that speaks the Responses API) rather than as the chat request in ``body``.
+    responses: dict[str, Any] | None = None
+    native: bool = False
     persist: bool = True
     reason: Reason = "disabled"
     injected: bool = False
@@ -94,6 +99,7 @@ class Exchange:
     forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
     key: str = ""  # the request's retry key, computed once (``exchange_key``)
     turn: str = ""  # the turn this request belongs to (``ExchangeRecorder.turn_of``): names its stored rows
+    turn_note: dict[str, Any] = field(default_factory=dict)  # what a repeat reads to tell a retry (``turn_of``)
     # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
     reminders: list[str] = field(default_factory=list)
     reminder_owner: str = ""
@@ -172,9 +178,19 @@ class ExchangeRecorder:
             return ex.turn
         ex.turn = f"{key[:16]}{new_id('t')[2:]}"
         if window > timedelta(0):
-            record = {"turn": ex.turn, "at": now.isoformat()}
-            self._store.put_cache(ex.namespace, mark, record, expires_at=now + window)
+            ex.turn_note = {"turn": ex.turn, "at": now.isoformat()}
+            self._store.put_cache(ex.namespace, mark, ex.turn_note, expires_at=now + window)
         return ex.turn
+
+    def _note_remembered(self, ex: Exchange, memory_id: str) -> None:
+        """Note on the turn which memory its "remember ..." wrote or found (a look-alike it merged into has
+        another external id), so a repeat is a retry only while that memory is still there."""
+        if not ex.turn_note:
+            return
+        at = datetime.fromisoformat(str(ex.turn_note["at"]))
+        ex.turn_note = {**ex.turn_note, "memory": memory_id}
+        mark = f"gateway:turn:{exchange_key(ex)}"
+        self._store.put_cache(ex.namespace, mark, ex.turn_note, expires_at=at + self._retry_window())
 
     def _is_retry_of(self, ex: Exchange, prior: dict[str, Any], now: datetime, window: timedelta) -> bool:
         """Whether ``prior`` (the first attempt's note) makes this request its retry: within the window
@@ -189,9 +205,16 @@ class ExchangeRecorder:
             return False
         if not self._asks_to_remember(ex):
             return True
-        kept = self._store.find_by_external_id(ex.namespace, "gw-rem-" + turn)
-        if kept is None:  # the first attempt has not written it yet (still running): the same turn
-            return True
+        if noted := prior.get("memory"):  # the memory the first attempt wrote, or the look-alike it found
+            found = self._store.get_memories(ex.namespace, [str(noted)])
+            if not found:  # gone for good
+                return False
+            kept = found[0]
+        else:
+            kept_or_none = self._store.find_by_external_id(ex.namespace, "gw-rem-" + turn)
+            if kept_or_none is None:  # the first attempt has not written it yet (still running)
+                return True
+            kept = kept_or_none
         if kept.status != "active":
             return False
         return kept.type != "task" or kept.remind_at is not None  # a cancelled reminder clears remind_at
@@ -267,7 +290,8 @@ class ExchangeRecorder:
             try:
                 named = request.model_copy(update={"external_id": "gw-rem-" + self.turn_of(ex)})
                 # A reminder is its own memory: merged into a look-alike it would not fire again.
-                self._memories.write(ex.namespace, named, dedup=when is None)
+                written = self._memories.write(ex.namespace, named, dedup=when is None)
+                self._note_remembered(ex, written.memory.id)
             except Exception:
                 log.warning("storing an explicit remember request failed", exc_info=True)
 

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram.domain.wire.cache_markers import CachePolicy, place_cache_control
-from engram.domain.wire.content import text_of
+from engram.domain.wire.cache_markers import CachePolicy, current_turn, place_cache_control
+from engram.domain.wire.content import text_of, without_scaffolding
 
 # -- volatile lines -------------------------------------------------------------------------------------
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}")
@@ -196,29 +196,35 @@ class Injected:
 
 # -- the current user turn -------------------------------------------------------------------------------
 def last_user_text(body: dict[str, Any]) -> str | None:
-    """The text of the current user turn, or None when the last message is not a user's.
+    """The words of the current user turn, or None when the current turn is not a user's.
 
     Both wires keep text parts as ``{"type": "text", "text": ...}`` in a ``content`` list (or a plain
-    string), so one reader serves OpenAI chat completions and Anthropic messages alike.
+    string), so one reader serves OpenAI chat completions and Anthropic messages alike. The client's
+    scaffolding (``<system-reminder>`` blocks and the like) is left out: it is not what the user said.
     """
     messages = body.get("messages") or []
-    if not messages or messages[-1].get("role") != "user":
+    index = current_turn(messages)
+    if index is None or messages[index].get("role") != "user":
         return None
-    return text_of(messages[-1].get("content")).strip() or None
+    return without_scaffolding(text_of(messages[index].get("content"))) or None
 
 
 # -- OpenAI wire -----------------------------------------------------------------------------------------
 def inject_openai(
     body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = "", conversation_text: str = ""
 ) -> tuple[dict[str, Any], Injected]:
-    """A new body with the boot block after the client's system prompt and the patch in the last turn."""
+    """A new body with the boot block after the client's system prompt and the patch in the current turn
+    (the last user or tool message, before any system/developer messages the client sent after it)."""
     messages = [dict(m) for m in body.get("messages") or []]
     info = Injected()
-    last_role = messages[-1].get("role") if messages else None
-    can_patch = last_role in ("user", "tool")
+    turn = current_turn(messages)
+    turn_role = messages[turn].get("role") if turn is not None else None
+    can_patch = turn_role in ("user", "tool")
     lead = 0
     while lead < len(messages) and messages[lead].get("role") in ("system", "developer"):
         lead += 1
+    if turn is not None and lead > turn:  # nothing but system messages: none of them leads a conversation
+        lead = 0
     if can_patch:
         for msg in messages[:lead]:
             msg["content"], moved = _strip_volatile_content(msg.get("content"))
@@ -227,30 +233,101 @@ def inject_openai(
             kept = [m for m in messages[:lead] if m.get("content")]
             messages[:lead] = kept
             lead = len(kept)
+            turn = current_turn(messages)
     if boot_text:
         info.boot = True
-        if lead:
-            target = messages[lead - 1]
-            content = target.get("content")
-            if isinstance(content, list):
-                target["content"] = [*content, {"type": "text", "text": boot_text}]
-            else:
-                target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
+        if _boot_openai(messages, lead, boot_text) and turn is not None:
+            turn += 1
+    patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
+    if patch and turn is not None:
+        info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
+        info.reminders = bool(reminder_text.strip())
+        info.conversations = bool(conversation_text.strip())
+        current = messages[turn]
+        if turn_role == "tool":
+            messages.insert(turn + 1, {"role": "user", "content": patch})
+        elif isinstance(current.get("content"), list):
+            current["content"] = [*current["content"], {"type": "text", "text": patch}]
         else:
-            messages.insert(0, {"role": "system", "content": boot_text})
+            current["content"] = f"{current.get('content') or ''}\n\n{patch}"
+    return {**body, "messages": messages}, info
+
+
+def _boot_openai(messages: list[dict[str, Any]], lead: int, boot_text: str) -> bool:
+    """Append the boot block to the last of the ``lead`` system messages, or insert one; True if inserted."""
+    if not lead:
+        messages.insert(0, {"role": "system", "content": boot_text})
+        return True
+    target = messages[lead - 1]
+    content = target.get("content")
+    if isinstance(content, list):
+        target["content"] = [*content, {"type": "text", "text": boot_text}]
+    else:
+        target["content"] = f"{content}\n\n{boot_text}" if content else boot_text
+    return False
+
+
+# -- OpenAI Responses wire (an upstream that speaks it: ENGRAM_UPSTREAM_RESPONSES_API) ------------------
+_TOOL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+def _responses_role(item: Any) -> str:
+    """An input item's role for injection: a message's role, ``tool`` for a tool output, else ''."""
+    if not isinstance(item, dict):
+        return ""
+    if item.get("type") in _TOOL_OUTPUTS:
+        return "tool"
+    if item.get("type", "message") == "message":
+        return str(item.get("role") or "")
+    return ""
+
+
+def inject_responses(
+    body: dict[str, Any], boot_text: str, recall_text: str, reminder_text: str = "", conversation_text: str = ""
+) -> tuple[dict[str, Any], Injected]:
+    """A new Responses request: the boot block after the ``instructions`` (volatile lines moved out of
+    them), the patch in the current user item (past trailing system/developer items), or a user item of
+    its own after tool outputs. Every other item (reasoning, hosted tools) goes as the client sent it."""
+    info = Injected()
+    raw = body.get("input")
+    items: list[Any] = (
+        [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
+    )
+    turn = len(items) - 1
+    while turn >= 0 and _responses_role(items[turn]) in ("system", "developer"):
+        turn -= 1
+    role = _responses_role(items[turn]) if turn >= 0 else ""
+    can_patch = role in ("user", "tool")
+    instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else ""
+    if can_patch:
+        instructions, info.volatile = split_volatile(instructions or "")
+    if boot_text:
+        info.boot = True
+        instructions = f"{instructions}\n\n{boot_text}" if instructions else boot_text
+    out = {**body}
+    if instructions:
+        out["instructions"] = instructions
+    else:
+        out.pop("instructions", None)
     patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
     if patch:
         info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
         info.conversations = bool(conversation_text.strip())
-        last = messages[-1]
-        if last_role == "tool":
-            messages.append({"role": "user", "content": patch})
-        elif isinstance(last.get("content"), list):
-            last["content"] = [*last["content"], {"type": "text", "text": patch}]
+        if role == "tool":
+            items.insert(
+                turn + 1, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": patch}]}
+            )
         else:
-            last["content"] = f"{last.get('content') or ''}\n\n{patch}"
-    return {**body, "messages": messages}, info
+            item = dict(items[turn])
+            content = item.get("content")
+            if isinstance(content, list):
+                item["content"] = [*content, {"type": "input_text", "text": patch}]
+            else:
+                item["content"] = f"{content or ''}\n\n{patch}"
+            items[turn] = item
+    out["input"] = items
+    return out, info
 
 
 def _strip_volatile_content(content: Any) -> tuple[Any, list[str]]:
@@ -286,7 +363,8 @@ def inject_anthropic(
     turn, and (with ``cache``) at most four ``cache_control`` markers, none on the patch."""
     info = Injected()
     messages = [{**m, "content": _blocks(m.get("content"))} for m in body.get("messages") or []]
-    can_patch = bool(messages) and messages[-1].get("role") == "user"
+    turn = current_turn(messages)
+    can_patch = turn is not None and messages[turn].get("role") == "user"
     system = _blocks(body.get("system"))
     if can_patch:
         system, info.volatile = _strip_volatile_blocks(system)
@@ -304,12 +382,36 @@ def inject_anthropic(
     if cache is not None:
         info.markers = place_cache_control(out, cache)
     patch = render_patch(info.volatile, recall_text, reminder_text, conversation_text) if can_patch else ""
-    if patch:
+    if patch and turn is not None:
         info.patch = bool(recall_text.strip() or reminder_text.strip() or conversation_text.strip())
         info.reminders = bool(reminder_text.strip())
         info.conversations = bool(conversation_text.strip())
-        messages[-1]["content"] = [*messages[-1]["content"], {"type": "text", "text": patch}]
+        _breakpoints_before(messages, turn)
+        messages[turn]["content"] = [*messages[turn]["content"], {"type": "text", "text": patch}]
     return out, info
+
+
+def _breakpoints_before(messages: list[dict[str, Any]], turn: int) -> None:
+    """Move a client's cache breakpoint that sits after the current turn (Claude Code 2.1 marks the
+    system message it sends after the user's turn) onto the turn's last block, where the patch will
+    follow it: behind the patch, which changes every turn, it would only write entries no later request
+    reads; in front of it, it caches the conversation up to the user's words, which the next request
+    repeats. Engram's own markers never go there (``place_cache_control``): this is for the client's."""
+    moved: dict[str, Any] | None = None
+    for later in messages[turn + 1 :]:
+        for block in later["content"]:
+            if isinstance(block, dict) and "cache_control" in block:
+                moved = block.pop("cache_control")
+    if moved is None:
+        return
+    for block in reversed(messages[turn]["content"]):
+        if (
+            isinstance(block, dict)
+            and block.get("type") not in ("thinking", "redacted_thinking")
+            and (block.get("type") != "text" or block.get("text"))
+        ):
+            block.setdefault("cache_control", moved)
+            return
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -21,12 +21,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from engram.domain.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
-from engram.domain.ports import NeighbourDensity, SearchIndex
+from engram.domain.ports import Clock, NeighbourDensity, SearchIndex
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,15 @@ class GuardedIndex:
         self,
         inner: SearchIndex,
         *,
+        clock: Clock,
         retry_seconds: float = 15.0,
         monotonic: Callable[[], float] = time.monotonic,
         on_recovered: Callable[[], None] | None = None,
     ) -> None:
         self._inner = inner
         self._retry = retry_seconds
-        self._monotonic = monotonic
+        self._monotonic = monotonic  # the retry back-off: a duration inside this process
+        self._clock = clock  # stamps `since` (docs/ARCHITECTURE.md, "One clock")
         self._lock = threading.Lock()
         self._state: State = "unknown"
         self._since: datetime | None = None
@@ -124,7 +126,7 @@ class GuardedIndex:
             self._retry_at = self._monotonic() + self._retry
             self._error = str(getattr(exc, "code", type(exc).__name__))
             if was != "unavailable":
-                self._since = datetime.now(UTC)
+                self._since = self._clock.now()
         if was != "unavailable":
             log.warning(
                 "search index unavailable (%s on %s): recall goes on without it, writes are kept and "

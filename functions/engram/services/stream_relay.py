@@ -21,13 +21,14 @@ import anyio
 from engram.domain.errors import EngramError, UpstreamTimeout, UpstreamUnavailable
 from engram.domain.ports import UpstreamReply
 from engram.domain.wire.anthropic_stream import AnthropicToOpenAIStream, OpenAIToAnthropicStream
+from engram.domain.wire.responses import ChatToResponsesStream, failed_event
 from engram.domain.wire.shapes import parse_upstream_event, upstream_error_message
 from engram.domain.wire.sse import SSE_DONE, SSE_PING, SseEvent, SseParser, sse_bytes
-from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai
+from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
 
 log = logging.getLogger(__name__)
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]
 
 CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
 
@@ -109,6 +110,8 @@ def relay_events(tap: StreamTap, events: list[SseEvent], closing: list[bytes]) -
 def error_event(wire: Wire, exc: EngramError) -> list[bytes]:
     """The SSE error event for a failure after the stream began (status can no longer change)."""
     kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+    if wire == "responses":
+        return [failed_event(exc.code, exc.message)]
     if wire == "anthropic":
         payload = {"type": "error", "error": {"type": "api_error", "message": exc.message, "code": exc.code}}
         return [sse_bytes(payload, "error")]
@@ -129,7 +132,14 @@ class StreamTap:
     """Per-event pass-through or conversion to the client's wire, noting reply text and usage."""
 
     def __init__(
-        self, upstream: str, client: Wire, model: str, client_wants_usage: bool, *, observe: bool = True
+        self,
+        upstream: str,
+        client: Wire,
+        model: str,
+        client_wants_usage: bool,
+        *,
+        observe: bool = True,
+        custom_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.upstream = upstream
         self.observe = observe
@@ -139,12 +149,18 @@ class StreamTap:
         self.usage = TokenUsage()
         self._anthropic_usage: dict[str, Any] = {}
         self.finished = False
+        # The Responses door: the chat stream (converted from Anthropic first when needed) becomes
+        # Responses events; the usage it reports is always asked for.
+        self._responses = (
+            ChatToResponsesStream(model, custom_tools) if client == "responses" and upstream != "responses" else None
+        )
         self._a2o = (
-            AnthropicToOpenAIStream(model, include_usage=client_wants_usage)
-            if (upstream == "anthropic" and client == "openai")
+            AnthropicToOpenAIStream(model, include_usage=client_wants_usage or self._responses is not None)
+            if (upstream == "anthropic" and client != "anthropic")
             else None
         )
         self._o2a = OpenAIToAnthropicStream(model) if (upstream == "openai" and client == "anthropic") else None
+        self._converts = self._a2o is not None or self._o2a is not None or self._responses is not None
 
     @property
     def text(self) -> str:
@@ -152,14 +168,30 @@ class StreamTap:
 
     def feed(self, event: SseEvent) -> list[bytes]:
         if event.is_comment:
-            return [event.raw] if self._a2o is None and self._o2a is None else []
+            return [] if self._converts else [event.raw]
         if not event.data:
             return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
-        if not self.observe and self._a2o is None and self._o2a is None:
+        if not self.observe and not self._converts and self.upstream != "responses":
             return self._pass(event)
         if self.upstream == "openai":
             return self._openai(event)
+        if self.upstream == "responses":
+            return self._responses_native(event)
         return self._anthropic(event)
+
+    def _responses_native(self, event: SseEvent) -> list[bytes]:
+        """An upstream's own Responses event, passed on as it came; its text and usage noted."""
+        data = parse_upstream_event(event.data, "responses")
+        kind = data["type"]
+        if kind in ("response.failed", "error"):
+            error = (data.get("response") or {}).get("error") if kind == "response.failed" else data
+            raise UpstreamUnavailable(f"upstream error: {upstream_error_message(error)}")
+        if kind == "response.output_text.delta":
+            self.text_parts.append(str(data.get("delta") or ""))
+        elif kind in ("response.completed", "response.incomplete"):
+            self.finished = True
+            self.usage = usage_from_responses((data.get("response") or {}).get("usage"))
+        return [event.raw]
 
     def _pass(self, event: SseEvent) -> list[bytes]:
         """Pure forwarding of well-formed events, the raw bytes unchanged."""
@@ -179,6 +211,8 @@ class StreamTap:
     def _openai(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
             self.finished = True
+            if self._responses is not None:
+                return self._responses.finish()
             return self._o2a.finish() if self._o2a is not None else [event.raw]
         data = parse_upstream_event(event.data, "openai")
         if data.get("error"):
@@ -190,6 +224,8 @@ class StreamTap:
                 self.text_parts.append(piece)
         if data.get("usage"):
             self.usage = usage_from_openai(data["usage"])
+        if self._responses is not None:
+            return self._responses.feed(data)
         if self._o2a is not None:
             return self._o2a.feed(data)
         if not choices and data.get("usage") and not self.client_wants_usage:
@@ -211,5 +247,17 @@ class StreamTap:
             self.finished = True
             self.usage = usage_from_anthropic(self._anthropic_usage)
         if self._a2o is not None:
-            return self._a2o.feed(event.event, data)
+            pieces = self._a2o.feed(event.event, data)
+            return pieces if self._responses is None else self._chat_to_responses(pieces)
         return [event.raw]
+
+    def _chat_to_responses(self, pieces: list[bytes]) -> list[bytes]:
+        """Chat chunks (converted from Anthropic events) on to the Responses converter."""
+        assert self._responses is not None
+        out: list[bytes] = []
+        for event in SseParser().feed(b"".join(pieces)):
+            if event.data == "[DONE]":
+                out += self._responses.finish()
+            elif event.data:
+                out += self._responses.feed(event.json())
+        return out

@@ -585,12 +585,16 @@ class _Import:
 
     def _moved_in(self, memory: Memory) -> Memory:
         """A memory from another system: seen now (unless the source kept its own last-seen time), and
-        expired on arrival when the source's own expiry has passed."""
+        expired on arrival when the source's own expiry has passed. An old version (superseded, archived)
+        changed status now, as far as retention goes: its hard delete counts from the move, so the first
+        cleanup does not erase the versions the person brought along."""
         update: dict[str, Any] = {}
         if memory.last_seen_at is None:
             update["last_seen_at"] = self.now
         if memory.status == "active" and memory.expires_at is not None and memory.expires_at <= self.now:
             update |= {"status": "expired", "status_changed_at": self.now}
+        elif memory.status != "active":
+            update["status_changed_at"] = self.now
         return memory.model_copy(update=update) if update else memory
 
     def _plan_memory(self, memory: Memory) -> None:

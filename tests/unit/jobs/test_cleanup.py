@@ -180,18 +180,21 @@ def test_cleanup_is_requested_at_most_once_per_interval(env: Env) -> None:
 
 
 def test_inline_queue_runs_in_the_background_once_per_interval_per_namespace() -> None:
-    # Given an inline queue with a 24 h throttle and a fake monotonic clock
-    now = [1000.0]
+    # Given an inline queue with a 24 h throttle on a manual clock
+    clock = ManualClock()
     ran: list[str] = []
     queue = InlineJobQueue(
-        {"cleanup": lambda p: ran.append(p["namespace"])}, min_interval_seconds=24 * 3600, monotonic=lambda: now[0]
+        {"cleanup": lambda p: ran.append(p["namespace"])}, clock=clock, min_interval_seconds=24 * 3600
     )
     # When cleanup is queued twice for alice, once for bob, then again for alice a day later
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.enqueue("cleanup", {"namespace": "bob"})
     queue.join(5)
-    now[0] += 24 * 3600
+    clock.advance(hours=23, minutes=59)
+    queue.enqueue("cleanup", {"namespace": "alice"})  # still within the day: dropped
+    queue.join(5)
+    clock.advance(minutes=1)
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.join(5)
     # Then alice ran twice (a day apart) and bob once

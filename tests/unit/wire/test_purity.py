@@ -9,8 +9,8 @@ import pytest
 
 ENGRAM = Path(__file__).resolve().parents[3] / "functions" / "engram"
 WIRE = ENGRAM / "domain" / "wire"
-# What a translation may use: data, JSON, encodings, the wall clock for ``created`` stamps.
-STDLIB = {"__future__", "base64", "binascii", "collections", "dataclasses", "json", "time", "typing"}
+# What a translation may use: data, JSON, encodings, regular expressions, the wall clock for ``created`` stamps.
+STDLIB = {"__future__", "base64", "binascii", "collections", "dataclasses", "json", "re", "time", "typing"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from engram.domain.errors import InvalidInput
+from engram.domain.ports import Clock
 
 log = logging.getLogger(__name__)
 
@@ -24,15 +24,15 @@ class InlineJobQueue:
         self,
         handlers: dict[str, Handler],
         *,
+        clock: Clock,
         min_interval_seconds: float = 24 * 3600,
-        monotonic: Callable[[], float] = time.monotonic,
         throttled: Collection[str] | None = None,
     ) -> None:
         self._handlers = dict(handlers)
         self._min_interval = min_interval_seconds
         # Jobs the interval applies to (default: every job).
         self._throttled = set(handlers) if throttled is None else set(throttled)
-        self._monotonic = monotonic
+        self._clock = clock  # the throttle's window (docs/ARCHITECTURE.md, "One clock")
         self._lock = threading.Lock()
         self._started: dict[tuple[str, str], float] = {}
         self._threads: list[threading.Thread] = []
@@ -43,7 +43,7 @@ class InlineJobQueue:
         if handler is None:
             raise InvalidInput(f"unknown job {job!r}", code="unknown_job")
         key = (job, str(payload.get("namespace", "")))
-        now = self._monotonic()
+        now = self._clock.now().timestamp()
         with self._lock:
             last = self._started.get(key)
             if job in self._throttled and last is not None and now - last < self._min_interval:

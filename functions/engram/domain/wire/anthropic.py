@@ -176,6 +176,9 @@ def anthropic_request_to_openai(body: dict[str, Any], model: str) -> dict[str, A
     for msg in body.get("messages") or []:
         role = msg.get("role")
         content = msg.get("content")
+        if role == "system":  # Claude Code 2.1 puts system messages after the user's turn
+            messages.append({"role": "system", "content": text_of(content)})
+            continue
         if isinstance(content, str):
             messages.append({"role": role, "content": content})
             continue

@@ -15,7 +15,8 @@ The positions, at most four (Claude's limit):
 - the bridge: the previous request's tail, two messages earlier, when the new turn added at least
   ``lookback`` blocks (Claude only looks back about 20 blocks from a marker for an earlier cache entry).
 
-The current user turn, which carries the per-turn memory patch, is never marked.
+The current user turn, which carries the per-turn memory patch, is never marked, nor are the system
+messages some clients send after it (they follow the patch).
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ def _last_cacheable(blocks: Sequence[Any], cacheable: Callable[[Any], bool]) -> 
     return None
 
 
+TRAILING_ROLES = frozenset({"system", "developer"})
+
+
+def current_turn(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """The index of the message the current turn ends with: the last one past the system/developer
+    messages a client puts after it (Claude Code 2.1 sends ``[..., user, system]``); None if none."""
+    index = len(messages) - 1
+    while index >= 0 and messages[index].get("role") in TRAILING_ROLES:
+        index -= 1
+    return index if index >= 0 else None
+
+
 def plan_markers(
     *,
     tools: int,
@@ -81,9 +94,11 @@ def plan_markers(
     a marker may sit on (or right after) that block on this wire."""
     tail: tuple[int, int] | None = None
     bridge: tuple[int, int] | None = None
-    n = len(messages)
-    # The current turn is the last message (a user turn); the tail is the message before it.
-    if n >= 2 and messages[-1].get("role") == "user":
+    # The current turn is the last user message (system messages after it aside); the tail is the
+    # message before it. Messages after the current turn follow the per-turn patch: never marked.
+    turn = current_turn(messages)
+    n = -1 if turn is None else turn + 1
+    if n >= 2 and messages[n - 1].get("role") == "user":
         index = _last_cacheable(messages[n - 2]["content"], cacheable)
         if index is not None:
             tail = (n - 2, index)

@@ -3,7 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+# Wrappers coding clients put around what they add to the user's turn (README, "Recall and injection"):
+# Claude Code's <system-reminder> blocks (context, CLAUDE.md, todo state) and local-command echoes,
+# Codex's <environment_context> and <user_instructions>. Whole blocks only: a tag the user typed
+# without its closing tag stays text.
+SCAFFOLDING_TAGS = (
+    "system-reminder",
+    "local-command-caveat",
+    "local-command-stdout",
+    "local-command-stderr",
+    "environment_context",
+    "user_instructions",
+)
+_SCAFFOLDING = re.compile(r"<(" + "|".join(SCAFFOLDING_TAGS) + r")(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
 
 
 def text_of(content: Any) -> str:
@@ -14,6 +29,15 @@ def text_of(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""
+
+
+def without_scaffolding(text: str) -> str:
+    """``text`` without the client's scaffolding blocks (``SCAFFOLDING_TAGS``), trimmed: the words the
+    user wrote, which recall, "remember" detection and storage read. The request itself is forwarded
+    with the blocks untouched."""
+    if "<" not in text:
+        return text.strip()
+    return _SCAFFOLDING.sub("", text).strip()
 
 
 def tool_arguments(raw: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from engram.domain.errors import InvalidInput, UpstreamUnavailable
 from engram.domain.shape import Schema, ShapeError, check_shape, depth_exceeds
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]  # "responses": an upstream's Responses API answers
 
 # Deeper than any real chat body (tool schemas included), far below Python's recursion limit.
 MAX_DEPTH = 100
@@ -151,6 +151,57 @@ ANTHROPIC_REQUEST: Schema = {
     },
 }
 
+_RESPONSES_PART: Schema = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "examples": ["input_text", "output_text", "input_image"]},
+        "text": _STR,
+        "image_url": _STR_N,
+    },
+}
+_RESPONSES_ITEM: Schema = {
+    "type": "object",
+    "properties": {
+        "type": {
+            "type": "string",
+            "examples": ["message", "function_call", "function_call_output", "reasoning", "custom_tool_call"],
+        },
+        "role": {"type": "string", "examples": ["user", "assistant", "system", "developer"]},
+        "content": {"type": ["string", "array", "null"], "items": _RESPONSES_PART},
+        "call_id": _STR_N,
+        "name": _STR_N,
+        "arguments": {"type": ["string", "object", "null"]},
+        "output": {"type": ["string", "array", "null"], "items": _RESPONSES_PART},
+        "input": _STR_N,
+    },
+}
+RESPONSES_REQUEST: Schema = {
+    "type": "object",
+    "required": ["input"],
+    "properties": {
+        "model": _STR_N,
+        "input": {"type": ["string", "array"], "items": _RESPONSES_ITEM},
+        "instructions": _STR_N,
+        "stream": _BOOL_N,
+        "store": _BOOL_N,
+        "max_output_tokens": _INT_N,
+        "temperature": _NUM_N,
+        "top_p": _NUM_N,
+        "user": _STR_N,
+        "previous_response_id": _STR_N,
+        "parallel_tool_calls": _BOOL_N,
+        "text": _OBJ_N,
+        "tools": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "properties": {"type": _STR, "name": _STR, "description": _STR_N, "parameters": _OBJ_N},
+            },
+        },
+        "tool_choice": {"type": ["string", "object", "null"], "properties": {"type": _STR, "name": _STR}},
+    },
+}
+
 # -- upstream answers ------------------------------------------------------------------------------
 _OPENAI_ANSWER_CALL: Schema = {
     "type": "object",
@@ -260,6 +311,35 @@ ANTHROPIC_EVENT: Schema = {
 }
 
 
+RESPONSES_RESPONSE: Schema = {
+    "type": "object",
+    "required": ["output"],
+    "properties": {
+        "output": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": _STR_N,
+                    "content": {"type": ["array", "null"], "items": {"type": "object", "properties": {"text": _STR}}},
+                },
+            },
+        },
+        "usage": _OBJ_N,
+    },
+}
+RESPONSES_EVENT: Schema = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": _STR, "delta": _STR, "response": _OBJ_N},
+}
+_UPSTREAM = {
+    "openai": (OPENAI_RESPONSE, OPENAI_CHUNK),
+    "anthropic": (ANTHROPIC_RESPONSE, ANTHROPIC_EVENT),
+    "responses": (RESPONSES_RESPONSE, RESPONSES_EVENT),
+}
+
+
 class _TooDeep(ValueError):
     pass
 
@@ -275,9 +355,17 @@ def _decode(raw: bytes | str) -> Any:
     return value
 
 
-def parse_chat_request(raw: bytes, wire: Wire) -> dict[str, Any]:
+_REQUESTS: dict[str, tuple[Schema, str]] = {
+    "openai": (OPENAI_REQUEST, "messages"),
+    "anthropic": (ANTHROPIC_REQUEST, "messages"),
+    "responses": (RESPONSES_REQUEST, "input"),
+}
+
+
+def parse_chat_request(raw: bytes, wire: Literal["openai", "anthropic", "responses"]) -> dict[str, Any]:
     """The client's chat body, checked: JSON, an object, not absurdly deep, and every field Engram
     reads of the right type. Raises ``InvalidInput`` (400) with the first offending path."""
+    schema, required = _REQUESTS[wire]
     try:
         body = _decode(raw)
     except _TooDeep as exc:
@@ -285,10 +373,11 @@ def parse_chat_request(raw: bytes, wire: Wire) -> dict[str, Any]:
     except ValueError as exc:
         raise InvalidInput("request body is not valid JSON", code="invalid_json") from exc
     try:
-        check_shape(body, OPENAI_REQUEST if wire == "openai" else ANTHROPIC_REQUEST)
+        check_shape(body, schema)
     except ShapeError as exc:
-        if exc.where == "messages" and exc.problem == "is required":
-            raise InvalidInput("request body needs a 'messages' list", code="invalid_request") from exc
+        if exc.where == required and exc.problem == "is required":
+            what = "an 'input' string or list" if required == "input" else "a 'messages' list"
+            raise InvalidInput(f"request body needs {what}", code="invalid_request") from exc
         raise InvalidInput(f"invalid request: {exc}", code="invalid_request") from exc
     assert isinstance(body, dict)  # the schema's root type
     return body
@@ -297,7 +386,7 @@ def parse_chat_request(raw: bytes, wire: Wire) -> dict[str, Any]:
 def check_upstream_response(data: Any, wire: Wire) -> dict[str, Any]:
     """A decoded non-stream upstream answer, checked; ``UpstreamUnavailable`` (502) when malformed."""
     try:
-        check_shape(data, OPENAI_RESPONSE if wire == "openai" else ANTHROPIC_RESPONSE)
+        check_shape(data, _UPSTREAM[wire][0])
     except ShapeError as exc:
         raise UpstreamUnavailable(f"the upstream sent a malformed response ({exc})", code="upstream_malformed") from exc
     assert isinstance(data, dict)
@@ -313,7 +402,7 @@ def parse_upstream_event(data: str, wire: Wire) -> dict[str, Any]:
             "the upstream sent a stream event that is not JSON", code="upstream_malformed"
         ) from exc
     try:
-        check_shape(value, OPENAI_CHUNK if wire == "openai" else ANTHROPIC_EVENT)
+        check_shape(value, _UPSTREAM[wire][1])
     except ShapeError as exc:
         raise UpstreamUnavailable(
             f"the upstream sent a malformed stream event ({exc})", code="upstream_malformed"

@@ -48,6 +48,15 @@ def usage_from_anthropic(u: Any) -> TokenUsage:
     return TokenUsage(_count(u.get("input_tokens")) + read + write, _count(u.get("output_tokens")), read, write)
 
 
+def usage_from_responses(u: Any) -> TokenUsage:
+    """The Responses API's ``usage``: ``input_tokens`` counts every prompt token, cached ones included."""
+    if not isinstance(u, dict):
+        return TokenUsage()
+    details = u.get("input_tokens_details")
+    read = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return TokenUsage(_count(u.get("input_tokens")), _count(u.get("output_tokens")), read, 0)
+
+
 def usage_from_converse(u: Any) -> TokenUsage:
     """Bedrock Converse's ``inputTokens`` leaves out cache reads and writes: they are added back."""
     if not isinstance(u, dict):

@@ -1,8 +1,10 @@
-"""The chat gateway's HTTP surface: OpenAI and Anthropic wires, guide-dog, models and usage.
+"""The chat gateway's HTTP surface: OpenAI chat completions, Anthropic Messages and OpenAI Responses
+wires, guide-dog, models and usage.
 
 One mapping table for errors (``errors.status_for``), rendered in the client's wire: OpenAI-style
-``{"error": {...}}`` or Anthropic-style ``{"type": "error", "error": {...}}``. An upstream error status
-and body are passed through unchanged. Every chat response carries the ``x-engram-*`` headers.
+``{"error": {...}}`` (chat completions and Responses) or Anthropic-style
+``{"type": "error", "error": {...}}``. An upstream error status and body are passed through unchanged.
+Every chat response carries the ``x-engram-*`` headers.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from starlette.responses import StreamingResponse
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
 from engram.domain.skills import agent_id
-from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST
+from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST, RESPONSES_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
@@ -130,7 +132,7 @@ _SSE_EVENT = {
 
 def _chat_doc(wire: Wire) -> dict[str, Any]:
     """The OpenAPI body and answers of a chat door (the handler reads the raw body itself)."""
-    shape = OPENAI_REQUEST if wire == "openai" else ANTHROPIC_REQUEST
+    shape = {"openai": OPENAI_REQUEST, "anthropic": ANTHROPIC_REQUEST, "responses": RESPONSES_REQUEST}[wire]
     answer = {"type": "object"}
     upstream = "The upstream's own error status and body, passed through unchanged."
     return {
@@ -175,6 +177,16 @@ async def messages(request: Request) -> Response:
     return await _chat(request, "anthropic")
 
 
+@router.post(
+    "/v1/responses",
+    tags=["chat"],
+    summary="OpenAI Responses API with memory (Codex CLI, the OpenAI Agents SDK)",
+    openapi_extra=_chat_doc("responses"),
+)
+async def responses(request: Request) -> Response:
+    return await _chat(request, "responses")
+
+
 # The same doors under a base URL that names the agent, for clients that cannot send headers
 # (`http://host/agents/codex/v1`, `ANTHROPIC_BASE_URL=http://host/agents/claude-code`).
 _AGENT = "An agent id: the skills allocated to it are listed in the boot block (an `x-engram-agent` header wins)."
@@ -198,6 +210,16 @@ async def agent_chat_completions(request: Request, agent: Annotated[str, Path(de
 )
 async def agent_messages(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
     return await _chat(request, "anthropic", path_agent=agent)
+
+
+@router.post(
+    "/agents/{agent}/v1/responses",
+    tags=["chat"],
+    summary="OpenAI Responses API with memory, as the agent named in the path",
+    openapi_extra=_chat_doc("responses"),
+)
+async def agent_responses(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
+    return await _chat(request, "responses", path_agent=agent)
 
 
 @router.post(

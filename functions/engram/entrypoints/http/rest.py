@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from engram.bootstrap import Container
 from engram.domain.errors import NotFound
 from engram.entrypoints.http import candidates, memories, notes, transfer
-from engram.entrypoints.http.rest_shared import STRICT, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
+from engram.entrypoints.http.rest_shared import STRICT, WHOLE, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
 from engram.services.messages import MessageIn
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,16 @@ class CacheRequest(BaseModel):
     model_config = STRICT
 
     value: Any
-    ttl_seconds: int | None = Field(default=None, ge=1, le=365 * 86400)
+    ttl_seconds: Annotated[int, Field(ge=1, le=365 * 86400), WHOLE] | None = None
+
+
+# -- root ---------------------------------------------------------------------------------------
+@public.head("/", include_in_schema=False)  # one operation in the OpenAPI document, answered to both
+@public.get("/", tags=["health"])
+def root(request: Request) -> dict[str, Any]:
+    """What this server is (no auth): clients probe the base URL before their first request (Claude
+    Code sends `HEAD /`), and a person opening it in a browser finds the way on."""
+    return {"name": "engram", "version": request.app.version, "docs": "/docs", "health": "/health", "admin": "/admin"}
 
 
 # -- health -----------------------------------------------------------------------------------
