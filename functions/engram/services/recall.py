@@ -278,7 +278,7 @@ class RecallService:
         # which texts another one recently sent.
         self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
-        self._background = BackgroundVectors(embedder) if embedder is not None else None
+        self._background = BackgroundVectors(embedder, clock) if embedder is not None else None
 
     @property
     def config(self) -> RecallConfig:

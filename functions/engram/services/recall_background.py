@@ -2,7 +2,7 @@
 
 Embedded once per process and embedding model: on a helper thread the first time a namespace has fewer
 vector candidates than recall fetches, or at start-up (``RecallService.warm``; docs/recall.md,
-"Relevance at every size"). Until they are there, and for ``RETRY_S`` after a failure, recall goes on
+"Relevance at every size"). Until they are there, and for ``RETRY`` after a failure, recall goes on
 without the padding: a small namespace's best hit is then at most "maybe" (``fusion.UNPADDED_CAP``).
 """
 
@@ -13,14 +13,15 @@ import operator
 import threading
 import time
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from engram.domain.background import BACKGROUND_TEXTS
 from engram.domain.fusion import Script, script_of
-from engram.domain.ports import Embedder
+from engram.domain.ports import Clock, Embedder
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 60.0
+RETRY = timedelta(seconds=60)
 # Off the request path the background is embedded PACE_BATCH sentences at a time, PACE_S apart.
 PACE_BATCH = 4
 PACE_S = 0.05
@@ -33,15 +34,16 @@ def dot(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 class BackgroundVectors:
-    def __init__(self, embedder: Embedder, texts: Sequence[str] = BACKGROUND_TEXTS) -> None:
+    def __init__(self, embedder: Embedder, clock: Clock, texts: Sequence[str] = BACKGROUND_TEXTS) -> None:
         self._embedder = embedder
+        self._clock = clock
         self._texts = tuple(texts)
         self._scripts: tuple[Script, ...] = tuple(script_of(t) for t in self._texts)
         self._lock = threading.Lock()
         self._fill_lock = threading.Lock()
         self._model = ""
         self._vectors: list[tuple[float, ...]] | None = None
-        self._failed_at = 0.0
+        self._failed_at: datetime | None = None
         self._warming: threading.Thread | None = None
 
     def vectors(self, *, wait: bool = True) -> list[tuple[float, ...]] | None:
@@ -66,7 +68,7 @@ class BackgroundVectors:
         with self._fill_lock:
             if self._vectors is not None and self._model == model:
                 return self._vectors
-            if self._failed_at and time.monotonic() - self._failed_at < RETRY_S:
+            if self._failed_at is not None and self._clock.now() - self._failed_at < RETRY:
                 return None
             vectors: list[tuple[float, ...]] = []
             try:
@@ -77,12 +79,12 @@ class BackgroundVectors:
                         time.sleep(PACE_S)
             except Exception as exc:
                 log.warning("recall background not embedded (%s): small-namespace relevance is conservative", exc)
-                self._failed_at = time.monotonic()
+                self._failed_at = self._clock.now()
                 return None
             if len(vectors) != len(self._texts):
-                self._failed_at = time.monotonic()
+                self._failed_at = self._clock.now()
                 return None
-            self._vectors, self._model, self._failed_at = vectors, model, 0.0
+            self._vectors, self._model, self._failed_at = vectors, model, None
             return vectors
 
     def cosines(self, query_vector: Sequence[float], *, wait: bool = False) -> list[tuple[float, Script]] | None:
