@@ -887,6 +887,90 @@ class OpenSearchProxy:
         self.stop()
 
 
+class HoldingDynamoProxy:
+    """A front for the moto server's DynamoDB that one instance's SDK talks to
+    (``AWS_ENDPOINT_URL_DYNAMODB``): it passes every call through, except that once ``arm()``ed it holds
+    the first write to a memory row (PutItem, UpdateItem or TransactWriteItems on a ``MEM#`` item) until
+    ``release()``: that instance paused between what it read and what it writes, while others write."""
+
+    WRITES = frozenset({"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"})
+
+    def __init__(self, target: str) -> None:
+        self.target = target.rstrip("/")
+        self.held = threading.Event()  # set when a write is being held
+        self.operations: list[str] = []  # every call passed, by operation name
+        self._armed = False
+        self._release = threading.Event()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def arm(self) -> None:
+        self._armed = True
+
+    def release(self) -> None:
+        self._release.set()
+
+    def _hold(self, operation: str, body: bytes) -> bool:
+        with self._lock:
+            if self._armed and operation in self.WRITES and b'"MEM#' in body:
+                self._armed = False
+                return True
+            return False
+
+    def _answer(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
+        operation = (headers.get("X-Amz-Target") or "").rpartition(".")[2]
+        self.operations.append(operation)
+        if self._hold(operation, body):
+            self.held.set()
+            self._release.wait(60)
+        skip = {"host", "content-length", "accept-encoding", "connection"}
+        forwarded = {k: v for k, v in headers.items() if k.lower() not in skip}
+        upstream = httpx.post(self.target + path, content=body, headers=forwarded, timeout=30)
+        kept = {k: v for k, v in upstream.headers.items() if k.lower().startswith(("x-amz", "content-type"))}
+        return upstream.status_code, upstream.content, kept
+
+    def start(self) -> HoldingDynamoProxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, payload, headers = proxy._answer(self.path, self.headers, body)
+                with contextlib.suppress(OSError):
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> HoldingDynamoProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 # -- putting it together ------------------------------------------------------------------------------------
 
 

@@ -156,6 +156,23 @@ class Settings(BaseSettings):
     review_confidence: float = Field(
         0.76, ge=0, le=1, description="Extracted memories below this confidence go to the review queue."
     )
+    memory_min_importance: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Extracted memories the model rates below this importance are not written (neither memory "
+        'nor review candidate); writes you make (REST, MCP, "remember ...") never are. 0.3 drops what the '
+        "extraction prompt calls trivia (0.2) and keeps ordinary preferences (0.5); Aelios' "
+        "`MEMORY_MIN_IMPORTANCE` 0.55 would drop those too.",
+    )
+    empty_memory_min_chars: int = Field(
+        2,
+        ge=0,
+        le=50,
+        description="Cleanup deletes (soft, restorable for 30 days) active memories, pinned ones aside, with fewer "
+        "than this many letters or digits; 0 = never. Aelios' `EMPTY_MEMORY_MIN_CHARS` is 4, but three "
+        "Chinese characters can be a whole fact.",
+    )
 
     # -- recall ---------------------------------------------------------------------------
     recall_top_k: int = Field(5, ge=1, le=50, description="Memories injected per turn (and default search top_k).")
@@ -278,6 +295,46 @@ class Settings(BaseSettings):
     )
     chat_boot_cache_seconds: float = Field(
         30.0, ge=0, description="How long a namespace's rendered boot block is reused before it is rebuilt."
+    )
+    history_rotate_turns: int = Field(
+        15,
+        ge=1,
+        le=200,
+        description='Server-kept history (README, "Server-kept history"): when a thread\'s verbatim window holds '
+        "twice this many turns, its oldest this many are folded into the thread's summary by a queued job.",
+    )
+    history_rotate_minutes: float = Field(
+        0.0,
+        ge=0,
+        description="Server-kept history: also fold the turns older than this many minutes (for chats of many "
+        "short messages); 0 = by turns only.",
+    )
+    history_budget_chars: int = Field(
+        24000,
+        ge=1000,
+        description="Server-kept history: at most this many characters of summary and verbatim turns are placed "
+        "before the new message (the window's oldest turns are left out above it).",
+    )
+    history_summary_max_chars: int = Field(
+        4000,
+        ge=200,
+        le=50000,
+        description="Server-kept history: the longest thread summary (the summary model is asked to stay within it; "
+        "an edit over it is refused).",
+    )
+    boot_longtail: int = Field(
+        20,
+        ge=0,
+        le=200,
+        description="The boot package of REST `/v1/memory_boot` and MCP `memory_boot` lists this many active "
+        "memories by importance beyond the stable ones (its long tail); not in the chat boot block.",
+    )
+    boot_today_messages: int = Field(
+        20,
+        ge=0,
+        le=500,
+        description="The boot package of REST and MCP holds the last this many messages of today (in "
+        "`ENGRAM_TIMEZONE`), with today's count; not in the chat boot block.",
     )
     chat_keepalive_seconds: float = Field(
         15.0, gt=0, description="SSE `: ping` interval while a streaming upstream has not answered yet."

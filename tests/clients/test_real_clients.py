@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply
+from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, ToolCall
 from tests.servers import child_process, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -311,6 +311,26 @@ def test_codex_remembers_stores_and_recalls_through_the_responses_door(tmp_path:
         assert body["messages"][0]["role"] in ("system", "developer")
         assert any(t["function"]["name"] == "exec_command" for t in body["tools"])
         assert thread(url, "codex")[-1] == ("assistant", "Thursday evening.")
+
+
+def test_codex_runs_a_tool_the_model_calls_and_sends_its_output_back(tmp_path: Path, upstream: FakeUpstream) -> None:
+    client_binary("codex")
+    with engram_serve(upstream, tmp_path / "data") as url:
+        # Given a model that first calls Codex's shell tool, then answers
+        call = ToolCall(name="exec_command", arguments=json.dumps({"cmd": "echo engram-tool-ok"}), id="call_1")
+        upstream.script(Reply(text="", tool_calls=(call,)), Reply(text="The command printed engram-tool-ok."))
+        # When Codex runs the turn through the Responses door
+        done = _codex(tmp_path, url, "run echo engram-tool-ok", "codex-tools")
+        assert "The command printed engram-tool-ok." in done.stdout
+        # Then the call went to Codex as a function_call item, it ran it, and its output came back as a tool
+        # message after the assistant's call (the whole conversation resent: store = false)
+        sent = requests_to(upstream, "/v1/chat/completions")
+        assert len(sent) == 2
+        *_, asked, result = sent[-1].json["messages"]
+        assert asked["tool_calls"][0]["id"] == "call_1" and asked["tool_calls"][0]["function"]["name"] == "exec_command"
+        assert result["role"] == "tool" and result["tool_call_id"] == "call_1" and "engram-tool-ok" in result["content"]
+        # And the user's turn is in the thread
+        assert thread(url, "codex-tools")[0] == ("user", "run echo engram-tool-ok")
 
 
 # -- the README table -----------------------------------------------------------------------------

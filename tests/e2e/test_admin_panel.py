@@ -625,6 +625,44 @@ def _ingest_thread(owner: httpx.Client, thread: str, texts: list[str], start_min
     owner.post("/v1/ingest/messages", json={"messages": messages}).raise_for_status()
 
 
+def test_conversations_view_edits_clears_and_copies_a_kept_summary(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
+    # Given two threads, one with a kept summary (server-kept history)
+    _ingest_thread(owner_api, "kyoto", ["we fly on May 3", "noted"], 0)
+    _ingest_thread(owner_api, "oslo", ["new plans", "ok"], 5)
+    owner_api.put("/v1/threads/kyoto/summary", json={"summary": "Trip to Kyoto, flying May 3."}).raise_for_status()
+    login(page)
+    page.locator("#tabs a[data-tab=conversations]").click()
+    # When the kyoto thread's summary is opened, edited and saved
+    page.locator("#thread-list .thread", has_text="kyoto").get_by_role("button", name="Open").click()
+    page.locator("#thread-detail").get_by_role("button", name="Summary").click()
+    box = page.locator("dialog[open]").get_by_role("textbox", name="Summary text")
+    expect(box).to_have_value("Trip to Kyoto, flying May 3.")
+    box.fill("Trip to Kyoto, flying May 4.")
+    page.locator("dialog[open]").get_by_role("button", name="Save").click()
+    # Then it is stored
+    expect(page.locator(".toast").last).to_contain_text("Summary saved")
+    assert owner_api.get("/v1/threads/kyoto/summary").json()["summary"] == "Trip to Kyoto, flying May 4."
+    # When the oslo thread starts from kyoto's summary
+    page.locator("#thread-list .thread", has_text="oslo").get_by_role("button", name="Open").click()
+    expect(page.locator("#thread-title")).to_have_text("oslo")
+    page.locator("#thread-detail").get_by_role("button", name="Summary").click()
+    page.locator("dialog[open]").get_by_label("Copy from conversation").select_option("kyoto")
+    page.locator("dialog[open]").get_by_role("button", name="Save").click()
+    expect(page.locator(".toast").last).to_contain_text("Summary saved")
+    assert owner_api.get("/v1/threads/oslo/summary").json()["summary"] == "Trip to Kyoto, flying May 4."
+    # When kyoto's is emptied, Then it is cleared
+    page.locator("#thread-list .thread", has_text="kyoto").get_by_role("button", name="Open").click()
+    expect(page.locator("#thread-title")).to_have_text("kyoto")
+    page.locator("#thread-detail").get_by_role("button", name="Summary").click()
+    page.locator("dialog[open]").get_by_role("textbox", name="Summary text").fill("")
+    page.locator("dialog[open]").get_by_role("button", name="Save").click()
+    expect(page.locator(".toast").last).to_contain_text("Summary saved")
+    assert owner_api.get("/v1/threads/kyoto/summary").json()["summary"] == ""
+    assert page.console_errors == []  # type: ignore[attr-defined]
+
+
 def test_conversations_view_reads_renames_merges_deletes_and_restores(
     browser: Any, page: Any, panel_server: EngramServer, owner_api: httpx.Client
 ) -> None:

@@ -22,7 +22,7 @@ class SpyRecall:
         types: Sequence[str] = (),
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
-        budget_tokens: int | None = None,
+        **options: Any,
     ) -> Any:
         self.calls.append(query)
         if self.fail:
@@ -34,7 +34,7 @@ class SpyRecall:
             types=types,
             exclude_ids=exclude_ids,
             record_injection=record_injection,
-            budget_tokens=budget_tokens,
+            **options,
         )
 
     @property

@@ -89,6 +89,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/threads/{thread_id}"): W,
     ("POST", "/v1/threads/{thread_id}/restore"): W,
     ("POST", "/v1/threads/{thread_id}/merge"): W,
+    ("GET", "/v1/threads/{thread_id}/summary"): R,
+    ("PUT", "/v1/threads/{thread_id}/summary"): W,
+    ("DELETE", "/v1/threads/{thread_id}/summary"): W,
     ("GET", "/v1/reminders"): R,
     ("POST", "/v1/reminders/{memory_id}/snooze"): W,
     ("POST", "/v1/reminders/{memory_id}/cancel"): W,
@@ -152,6 +155,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "reminder_list": (R, {"status": "missed"}),
     "thread_list": (R, {}),
     "thread_messages": (R, {"thread_id": "matrix-thread"}),
+    "thread_summary": (R, {"thread_id": "matrix-thread"}),
+    "thread_summary_set": (W, {"thread_id": "matrix-thread", "summary": "a summary"}),
     "reminder_snooze": (W, {"memory_id": "@MEM", "until": "2099-01-01T09:00:00+00:00"}),
     "reminder_cancel": (W, {"memory_id": "@MEM"}),
     "memory_ingest": (W, {"messages": [{"role": "user", "content": "matrix message"}]}),
@@ -334,9 +339,10 @@ def test_another_namespace_never_reaches_these_rows(world: dict[str, Any]) -> No
         # Given bob (every scope, namespace `bob`); When he calls the route on the victim's ids
         resp = _call(client, method, _url(path, world["params"]), OTHER_KEY, BODIES.get((method, path)))
         # Then a path id of theirs does not exist for him, and nothing of theirs is in any answer
-        if "{key}" in path or "{agent}" in path:
+        if "{key}" in path or "{agent}" in path or path.endswith("/summary"):
             # a cache key is a name in the caller's own key space: bob reads and writes his own; an agent
-            # id names which of his own skills his chats list
+            # id names which of his own skills his chats list; a thread's summary is kept per namespace (a
+            # thread id he names is his own thread, existing or not)
             assert resp.status_code < 500, f"{method} {path}: {resp.status_code} {resp.text}"
         elif "{" in path:
             assert resp.status_code in (404, 422), f"{method} {path}: {resp.status_code} {resp.text}"

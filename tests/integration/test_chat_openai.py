@@ -268,3 +268,26 @@ def test_upstream_keys_are_never_logged(make_gateway, caplog) -> None:
     c.chat.completions.create(model="companion", messages=[{"role": "user", "content": "y"}], stream=True).close()
     # Then no log line carries the gateway's upstream key
     assert all(UPSTREAM_KEY not in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(("model", "kept"), [("fake-chat", False), ("openrouter/anthropic/claude-sonnet-4.5", True)])
+def test_client_cache_control_reaches_only_a_claude_upstream(make_gateway, model: str, kept: bool) -> None:
+    # Given a client that marks its prompt for Claude's cache (Pawwake's non-Claude rule), and a gateway
+    # whose chat model is `model` on the OpenAI-compatible upstream
+    gw = make_gateway(chat_model=model)
+    gw.upstream.script(Reply(text="ok"))
+    marker = {"type": "ephemeral"}
+    body = {
+        "model": "companion",
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "You are kind.", "cache_control": marker}]},
+            {"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": marker}]},
+        ],
+    }
+    # When it is sent
+    reply = httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=10)
+    assert reply.status_code == 200, reply.text
+    # Then a non-Claude model gets no cache_control anywhere; a Claude one behind a router gets the client's
+    sent = gw.upstream.last("/v1/chat/completions").json
+    assert ("cache_control" in json.dumps(sent)) is kept
+    assert "hello" in json.dumps(sent) and sent["model"] == model

@@ -171,3 +171,27 @@ def test_queue_and_consumer_agree_on_the_message_format() -> None:
     from engram.adapters.queue.sqs import encode_job
 
     assert cleanup.decode_job(encode_job("cleanup", {"namespace": "alice"})) == ("cleanup", {"namespace": "alice"})
+
+
+@dataclass
+class RecordingHistory:
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    async def rotate(self, namespace: str, thread: str) -> dict[str, Any]:
+        self.calls.append((namespace, thread))
+        return {"job": "history", "thread": thread, "folded": 2, "errors": 0}
+
+
+def test_a_history_rotation_job_runs_on_the_jobs_queue(container: FakeContainer) -> None:
+    # Given the chat path queued a rotation of one thread's kept history (services/history.py)
+    history = RecordingHistory()
+    container.history = history  # type: ignore[attr-defined]
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    batch["Records"][0]["body"] = json.dumps(
+        {"job": "history", "payload": {"namespace": "alice", "thread": "my-thread"}}
+    )
+    # When CleanupFunction processes it / Then the thread's rotation ran once, and the message is done
+    assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
+    assert history.calls == [("alice", "my-thread")]
+    assert container.store.get_idempotency(cleanup.JOBS_NAMESPACE, "sqs:" + batch["Records"][0]["messageId"])

@@ -8,6 +8,8 @@ the job handlers in warm processes; see tests/lambda_harness.py for what is real
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -23,6 +25,7 @@ pytest.importorskip("aws_lambda_powertools")
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.lambda_harness import (
     INIT_LIMIT_S,
+    HoldingDynamoProxy,
     Invocation,
     LambdaStack,
     OpenSearchProxy,
@@ -143,6 +146,56 @@ def test_two_instances_see_each_others_writes(make_stack: Callable[..., LambdaSt
     # And the search was hybrid: Titan embeddings through Bedrock's wire, kNN in the collection
     meta = found.json()["meta"]
     assert "vector" in meta["stages"] and meta["counts"]["vector"] >= 1, meta
+
+
+def _until_searchable(instance: Any, key: str, query: str, memory_id: str, within_s: float = 60.0) -> None:
+    """Wait until the collection serves the memory (a search index may lag the store's writes)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        found = instance.invoke("POST", "/v1/search/memories", key=key, json_body={"query": query})
+        if memory_id in [hit["memory"]["id"] for hit in found.json()["items"]]:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{memory_id} never became searchable: {instance.output()}")
+
+
+def test_a_recall_bump_held_on_one_instance_never_undoes_an_archive_on_the_other(
+    make_stack: Callable[..., LambdaStack], session_upstream: FakeUpstream
+) -> None:
+    # Given two warm instances on one table; A's DynamoDB calls pass a proxy that can hold one write
+    stack = make_stack(ENGRAM_RECALL_MIN_RELEVANCE="0")  # one memory in the namespace: no relevance floor
+    key, store = stack.deployment.owner_key, stack.deployment.store()
+    with HoldingDynamoProxy(stack.deployment.moto.url) as proxy:
+        a, b = start_instances(
+            [stack.instance(name="a", AWS_ENDPOINT_URL_DYNAMODB=proxy.url), stack.instance(name="b")]
+        )
+        for instance in (a, b):  # the collection answers each instance before the test writes through it
+            instance.invoke("POST", "/v1/search/memories", key=key, json_body={"query": "warm up"})
+        made = b.invoke("POST", "/v1/memories", key=key, json_body={"content": "My cat is called Miso"})
+        assert made.status == 201, made.text
+        memory_id = made.json()["memory"]["id"]
+        session_upstream.default = Reply(text="Miso, of course.")
+        _until_searchable(a, key, "what is my cat called?", memory_id)
+        # When A's chat turn recalls the memory and is held at its bookkeeping write
+        proxy.arm()
+        turn: list[Invocation] = []
+        chat_on_a = threading.Thread(
+            target=lambda: turn.append(
+                a.invoke("POST", "/v1/chat/completions", key=key, json_body=chat("what is my cat called?"))
+            )
+        )
+        chat_on_a.start()
+        assert proxy.held.wait(60), "instance A never wrote to the memory row"
+        # And B archives the memory meanwhile
+        archived = b.invoke("POST", f"/v1/memories/{memory_id}/archive", key=key)
+        assert archived.status == 200, archived.text
+        proxy.release()
+        chat_on_a.join(60)
+    # Then A's turn was answered with the memory, and the memory stays archived with the recall counted
+    assert turn and turn[0].status == 200, turn
+    stored = store.get_memory("default", memory_id)
+    assert stored.status == "archived"
+    assert stored.recall_count == 1
 
 
 @pytest.mark.parametrize("opensearch", ["closed", "waking"])

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engram.services.boot import BootLimits
 from engram.services.chat import ChatConfig
 from engram.services.cleanup import RetentionPolicy
 from engram.services.conversations import ConversationConfig
 from engram.services.dreaming import DreamConfig
 from engram.services.extraction import ExtractionConfig
+from engram.services.history import HistoryConfig
 from engram.services.memories import MemoryRules
 from engram.services.recall import RecallConfig
 from engram.services.reminders import ReminderConfig
@@ -31,6 +33,8 @@ BUILDERS: dict[type, Callable[[Any], Any]] = {
     ConversationConfig: ConversationConfig.from_settings,
     ReminderConfig: ReminderConfig.from_settings,
     MemoryRules: MemoryRules.from_settings,
+    BootLimits: BootLimits.package,
+    HistoryConfig: HistoryConfig.from_settings,
     ChatConfig: lambda s: ChatConfig.from_settings(s, openai_configured=True, anthropic_configured=True),
 }
 

@@ -31,7 +31,7 @@ from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_o
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, SearchIndex
-from engram.services.boot import BootService
+from engram.services.boot import BootLimits, BootService
 from engram.services.candidates import CandidateService
 from engram.services.chat import ChatService
 from engram.services.cleanup import CleanupService, RetentionPolicy
@@ -39,8 +39,10 @@ from engram.services.conversations import ConversationConfig, ConversationServic
 from engram.services.dreaming import DreamConfig, DreamingService
 from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
+from engram.services.history import HistoryConfig, HistoryService
 from engram.services.job_runs import NamespaceLocks
 from engram.services.local_day import LocalDay
+from engram.services.loop import run_sync
 from engram.services.memories import MemoryRules, MemoryService
 from engram.services.messages import MessageService
 from engram.services.moving_in import MovingInService
@@ -102,6 +104,7 @@ class Container:
     usage: UsageReportService
     skills: SkillService
     threads: ThreadService
+    history: HistoryService
     reminders: ReminderService
     extraction: ExtractionService
     dreaming: DreamingService
@@ -160,7 +163,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
     )
     # A stored turn is keyword-indexed for the other threads at once (docs/conversations.md).
     messages = MessageService(store, clock, on_stored=conversations.index_stored)
-    boot = BootService(store, local_day, stats, skills)
+    boot = BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings))
     candidates = CandidateService(store, memories, clock)
     transfer = TransferService(store, memories, clock, skills)
     reminders = ReminderService(
@@ -181,6 +184,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
 
     extract_model = job_model("extract_model", lambda eff: eff.extract_model or eff.chat_model)
     dream_model = job_model("dream_model", lambda eff: eff.dream_model or eff.chat_model)
+    history = HistoryService(store, clock, extract_model, runtime.provider(HistoryConfig.from_settings))
     locks = NamespaceLocks()
     extraction = ExtractionService(
         store,
@@ -218,8 +222,9 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         overrides.get("queue")
         or build_queue(settings)
         # The inline queue runs reindex jobs, and the reindex service queues its continuations.
-        or _inline_queue(settings, clock, cleanup, memories, lambda: reindex)
+        or _inline_queue(settings, clock, cleanup, memories, lambda: reindex, history)
     )
+    history.attach_queue(queue)
     reindex = ReindexService(store, memories, embedder, clock, queue)
     queue_repairs_when_back(index, memories, queue)
 
@@ -236,6 +241,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
             queue=queue,
             reminders=reminders,
             conversations=conversations,
+            history=history,
         ),
         overrides.get("bedrock_runtime"),
     )
@@ -262,6 +268,7 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         usage=UsageReportService(store, clock),
         skills=skills,
         threads=ThreadService(store, clock),
+        history=history,
         reminders=reminders,
         extraction=extraction,
         dreaming=dreaming,
@@ -311,6 +318,7 @@ def _inline_queue(
     cleanup: CleanupService,
     memories: MemoryService,
     reindex: Callable[[], ReindexService],
+    history: HistoryService,
 ) -> InlineJobQueue:
     """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``)."""
     return InlineJobQueue(
@@ -318,6 +326,7 @@ def _inline_queue(
             "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
             "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
             "reindex": lambda payload: reindex().run(payload["namespace"], payload["run_id"]),
+            "history": lambda payload: run_sync(history.rotate(payload["namespace"], payload["thread"])),
         },
         clock=clock,
         min_interval_seconds=settings.cleanup_min_interval_hours * 3600,

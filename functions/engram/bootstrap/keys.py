@@ -67,6 +67,7 @@ def load_keys_file(path: Path) -> list[ApiKey]:
                 chat_per_minute=entry.get("chat_per_minute"),
                 requests_per_minute=entry.get("requests_per_minute"),
                 agent=entry.get("agent"),
+                server_history=entry.get("server_history", False),
             )
         )
     return out

@@ -20,6 +20,7 @@ from engram.services.boot import BootService
 from engram.services.chat import ChatConfig, ChatService
 from engram.services.conversations import ConversationService
 from engram.services.exchange import ExchangeRecorder
+from engram.services.history import HistoryService
 from engram.services.memories import MemoryService
 from engram.services.messages import MessageService
 from engram.services.recall import RecallConfig, RecallService
@@ -159,6 +160,7 @@ class ChatParts:
     queue: JobQueue
     reminders: ReminderService
     conversations: ConversationService
+    history: HistoryService
 
 
 def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None) -> ChatService:
@@ -208,7 +210,13 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
     )
     context = TurnContextSource(boot=parts.boot, recall=parts.recall, record=record, conversations=parts.conversations)
     return ChatService(
-        openai=openai, anthropic=anthropic, context=context, record=record, config=config, bedrock=bedrock
+        openai=openai,
+        anthropic=anthropic,
+        context=context,
+        record=record,
+        config=config,
+        bedrock=bedrock,
+        history=parts.history,
     )
 
 

@@ -15,6 +15,26 @@ SCOPES: frozenset[str] = frozenset(
 )
 ALL = "*"
 
+# Namespaces whose name starts with this are Engram's own (runtime settings, panel-logout revocations,
+# the session salt live in "__engram__"): no key may be given one, and no request may act in one
+# (README, section Keys).
+INTERNAL_NAMESPACE_PREFIX = "__"
+
+
+def is_internal_namespace(namespace: str) -> bool:
+    return namespace.startswith(INTERNAL_NAMESPACE_PREFIX)
+
+
+def refuse_internal(principal: Principal) -> Principal:
+    """The auth layer's check on every route (REST, chat, panel, MCP): no request acts in an internal
+    namespace, whatever key or session it carries."""
+    if is_internal_namespace(principal.namespace):
+        raise Forbidden(
+            f"namespace {principal.namespace!r} is internal to Engram: no key may address it",
+            code="reserved_namespace",
+        )
+    return principal
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -32,6 +52,7 @@ class Principal:
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
     agent: str | None = None
+    server_history: bool = False  # its chats get their thread's history from the server (services/history.py)
 
     def allows(self, scope: str) -> bool:
         if ALL in self.scopes or scope in self.scopes:
@@ -53,6 +74,7 @@ class ApiKey:
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
     agent: str | None = None
+    server_history: bool = False
 
     @staticmethod
     def create(
@@ -64,6 +86,7 @@ class ApiKey:
         chat_per_minute: int | None = None,
         requests_per_minute: int | None = None,
         agent: str | None = None,
+        server_history: bool = False,
     ) -> ApiKey:
         if len(secret) < 8:
             raise InvalidInput(f"key {name!r} is shorter than 8 characters", code="weak_key")
@@ -73,6 +96,12 @@ class ApiKey:
             raise InvalidInput(f"key {name!r} has unknown scopes: {sorted(unknown)}", code="unknown_scope")
         if not namespace or len(namespace) > 128:
             raise InvalidInput(f"key {name!r} needs a namespace of 1-128 characters", code="bad_namespace")
+        if is_internal_namespace(namespace):
+            raise InvalidInput(
+                f"key {name!r}: namespace {namespace!r} is reserved for Engram's own data "
+                f"(names starting with {INTERNAL_NAMESPACE_PREFIX!r}); give the key another namespace",
+                code="reserved_namespace",
+            )
         for field, limit in (("chat_per_minute", chat_per_minute), ("requests_per_minute", requests_per_minute)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
                 raise InvalidInput(f"key {name!r}: {field} must be a whole number >= 0 (0: no limit)", code="bad_limit")
@@ -83,7 +112,10 @@ class ApiKey:
                 agent = agent_id(agent)
             except InvalidInput as exc:
                 raise InvalidInput(f"key {name!r}: {exc.message}", code=exc.code) from exc
+        if not isinstance(server_history, bool):
+            raise InvalidInput(f"key {name!r}: server_history must be true or false", code="bad_server_history")
         return ApiKey(
+            server_history=server_history,
             name=name,
             namespace=namespace,
             scopes=scope_set,
@@ -133,4 +165,5 @@ class KeyRing:
             chat_per_minute=match.chat_per_minute,
             requests_per_minute=match.requests_per_minute,
             agent=match.agent,
+            server_history=match.server_history,
         )

@@ -63,6 +63,12 @@ def clean_content(raw: str) -> str:
     return text
 
 
+def too_short(content: str, least: int) -> bool:
+    """Fewer than ``least`` letters or digits (any script: a CJK character counts as one): an empty or
+    near-empty memory, swept by cleanup (``ENGRAM_EMPTY_MEMORY_MIN_CHARS``)."""
+    return sum(1 for ch in content if ch.isalnum()) < least
+
+
 def clean_tags(tags: Sequence[str]) -> tuple[str, ...]:
     out: list[str] = []
     for tag in tags:

@@ -43,12 +43,13 @@ from engram.domain.wire.anthropic import (
     openai_request_to_anthropic,
     openai_response_to_anthropic,
 )
-from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.cache_markers import CachePolicy, reads_cache_control, strip_cache_control
 from engram.domain.wire.content import text_of
 from engram.domain.wire.responses import chat_to_response, custom_tools, response_text, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
 from engram.services.exchange import Exchange, ExchangeRecorder, Wire
+from engram.services.history import HistoryService, place_history
 from engram.services.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
 from engram.services.stream_relay import StreamTap, relay_stream
@@ -139,7 +140,9 @@ class ChatService:
         record: ExchangeRecorder,
         config: ChatConfig | Callable[[], ChatConfig],
         bedrock: ChatUpstream | None = None,
+        history: HistoryService | None = None,
     ) -> None:
+        self._history = history
         self._openai = openai
         self._anthropic = anthropic
         # Bedrock takes the OpenAI wire (its adapter converts to Converse), so past routing it is
@@ -166,6 +169,7 @@ class ChatService:
         memory_off: bool = False,
         forward_headers: Mapping[str, str] | None = None,
         agent: str | None = None,
+        server_history: bool = False,
     ) -> ChatReply:
         ex = Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
         try:
@@ -177,6 +181,11 @@ class ChatService:
             ex.body = body
             ex.persist = self._config.store_messages and not guide_dog
             ex.conversation = _thread_of(wire, body, conversation_id)
+            kept = None
+            # The chat doors only: a Responses client chains its own turns (previous_response_id).
+            if server_history and not guide_dog and wire in ("openai", "anthropic"):
+                body, kept = await self._with_history(ex, body)
+                ex.body = body
             has_images = anthropic_has_images(body) if wire == "anthropic" else openai_has_images(body)
             ex.route = route(
                 str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
@@ -188,10 +197,28 @@ class ChatService:
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
                 self._record.remember(ex)
-            return await self._forward(ex, upstream_body, forward_headers or {})
+            reply = await self._forward(ex, upstream_body, forward_headers or {})
+            if kept is not None:
+                reply.headers["x-engram-history"] = kept
+            return reply
         except EngramError as exc:
             await self._record.settle_failed(ex, exc)
             return ChatReply(status=0, headers=ex.headers(), error=exc)
+
+    async def _with_history(self, ex: Exchange, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """The thread's kept history before the client's message (services/history.py) and the
+        ``x-engram-history`` header value (turns placed; ``unavailable`` when it could not be read)."""
+        if self._history is None:
+            return body, "off"
+        try:
+            kept = await asyncio.to_thread(self._history.load, ex.namespace, ex.conversation)
+            if kept.rotate_due:
+                await asyncio.to_thread(self._history.request_rotation, ex.namespace, ex.conversation)
+        except EngramError:
+            # Memory never fails a chat; the header says this turn went without its history.
+            log.warning("server-kept history unavailable; the turn goes on without it", exc_info=True)
+            return body, "unavailable"
+        return place_history(ex.wire, body, kept), str(len(kept.turns))
 
     def _to_upstream(self, ex: Exchange) -> dict[str, Any]:
         assert ex.route is not None
@@ -213,6 +240,8 @@ class ChatService:
             return {**ex.responses, "model": model}
         if ex.wire != "anthropic" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
+            if provider == "openai" and not reads_cache_control(model):
+                out = strip_cache_control(out)  # a marker only Claude reads (README, "Coming from Pawwake")
             # usage is logged with the exchange, and a Response always reports it
             if body.get("stream") and (ex.persist or ex.wire == "responses"):
                 opts = dict(body.get("stream_options") or {})

@@ -2,7 +2,8 @@
 
 Per namespace: messages, usage rows, events and idempotency keys older than their periods are
 deleted; active memories unseen for ``memory_expire_unseen_days`` expire (never pinned, identity or
-persona ones); memories deleted, superseded or expired for longer than ``hard_delete_after_days``
+persona ones); active memories with next to no text (``ENGRAM_EMPTY_MEMORY_MIN_CHARS``) are deleted;
+memories deleted, superseded or expired for longer than ``hard_delete_after_days``
 are erased — the search document first, and when that fails the row stays for the next run, so
 the index never keeps a vector whose row is gone. Index writes that failed since the last run are
 repaired first (``MemoryService.repair_index``). Skills deleted longer ago than their restore window
@@ -18,7 +19,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from engram.domain.errors import Conflict, EngramError, NotFound
-from engram.domain.policies import expires_by_retention
+from engram.domain.models import Memory, MemoryFilter
+from engram.domain.policies import expires_by_retention, too_short
 from engram.domain.ports import (
     AuditRows,
     Clock,
@@ -56,6 +58,7 @@ class RetentionPolicy:
     memory_unseen_days: int
     hard_delete_days: int
     min_interval_hours: float
+    empty_min_chars: int  # active memories with fewer letters or digits are deleted; 0 = never
 
     @classmethod
     def from_settings(cls, settings: Any) -> RetentionPolicy:
@@ -67,6 +70,7 @@ class RetentionPolicy:
             memory_unseen_days=settings.memory_expire_unseen_days,
             hard_delete_days=settings.hard_delete_after_days,
             min_interval_hours=settings.cleanup_min_interval_hours,
+            empty_min_chars=settings.empty_memory_min_chars,
         )
 
 
@@ -78,6 +82,7 @@ class NamespaceCleanup:
     events: int = 0
     idempotency: int = 0
     expired: int = 0
+    emptied: int = 0
     hard_deleted: int = 0
     threads_purged: int = 0
     skills_purged: int = 0
@@ -98,6 +103,7 @@ class CleanupReport:
             "events",
             "idempotency",
             "expired",
+            "emptied",
             "hard_deleted",
             "threads_purged",
             "skills_purged",
@@ -199,6 +205,7 @@ class CleanupService:
         result.events = self._store.delete_events_before(namespace, now - timedelta(days=p.events_days))
         result.idempotency = self._store.delete_idempotency_before(namespace, now - timedelta(days=p.idempotency_days))
         self._expire(namespace, now, result)
+        self._sweep_empty(namespace, now, result)
         self._hard_delete(namespace, now, result)
         # Threads in the recycle bin go after the same grace as deleted memories (docs/threads.md).
         threads = ThreadService(self._store, self._clock)
@@ -233,19 +240,46 @@ class CleanupService:
             ]
             for memory in doomed:
                 handled.add(memory.id)
-                try:  # at the version read: a memory edited, archived or restored since is left for the next run
-                    self._store.update_memory(
-                        memory.model_copy(update={"status": "expired", "status_changed_at": now, "updated_at": now})
-                    )
-                except (Conflict, NotFound):
-                    continue
-                try:
-                    self._index.delete(namespace, memory.id, memory.index_ref)
-                except EngramError as exc:  # the row has expired; the hard delete retries the vector
-                    result.errors.append({"error": exc.code, "memory_id": memory.id, "op": "unindex"})
-                result.expired += 1
+                if self._retire(memory, "expired", now, result):
+                    result.expired += 1
             # Pinned/durable memories stay in the page; stop when nothing in it could expire.
             if len(page) < _PAGE or not doomed:
+                return
+
+    def _retire(self, memory: Memory, status: str, now: datetime, result: NamespaceCleanup) -> bool:
+        """Move ``memory`` to ``status`` at the version read (one edited, archived or restored since is
+        left for the next run: ``False``), then take it out of the index (a failure is left for the hard
+        delete, which retries the vector)."""
+        try:
+            self._store.update_memory(
+                memory.model_copy(update={"status": status, "status_changed_at": now, "updated_at": now})
+            )
+        except (Conflict, NotFound):
+            return False
+        try:
+            self._index.delete(memory.namespace, memory.id, memory.index_ref)
+        except EngramError as exc:
+            result.errors.append({"error": exc.code, "memory_id": memory.id, "op": "unindex"})
+        return True
+
+    def _sweep_empty(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
+        """Delete (soft: restorable, then erased by the hard delete) active memories with fewer than
+        ``empty_min_chars`` letters or digits, pinned ones aside (Aelios' empty-memory sweep)."""
+        least = self._policy.empty_min_chars
+        if least <= 0:
+            return
+        cursor: str | None = None
+        while True:
+            page = self._store.list_memories(namespace, MemoryFilter(), limit=_PAGE, cursor=cursor)
+            for memory in page.items:
+                if (
+                    not memory.pinned
+                    and too_short(memory.content, least)
+                    and self._retire(memory, "deleted", now, result)
+                ):
+                    result.emptied += 1
+            cursor = page.next_cursor
+            if cursor is None:
                 return
 
     def _hard_delete(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:

@@ -84,6 +84,7 @@ class ExtractionConfig:
     max_tokens: int
     max_message_chars: int
     review_confidence: float
+    min_importance: float  # below it an extracted memory is dropped (README, "Coming from Aelios")
     interval_hours: int  # how often the job runs: a batch's attempts are counted once per interval
     max_attempts: int = 5  # not a setting
 
@@ -96,6 +97,7 @@ class ExtractionConfig:
             max_tokens=settings.extract_max_tokens,
             max_message_chars=settings.extract_max_message_chars,
             review_confidence=settings.review_confidence,
+            min_importance=settings.memory_min_importance,
             interval_hours=settings.extract_interval_hours,
         )
 
@@ -124,6 +126,7 @@ class NamespaceExtraction:
     superseded: int = 0
     candidates: int = 0
     rejected: int = 0
+    unimportant: int = 0  # rated below ENGRAM_MEMORY_MIN_IMPORTANCE: not written
     skipped_batches: int = 0
     conversation_messages: int = 0  # messages indexed for conversation recall
     more: bool = False
@@ -155,6 +158,7 @@ class ExtractionReport:
             "superseded",
             "candidates",
             "rejected",
+            "unimportant",
             "skipped_batches",
             "conversation_messages",
         )
@@ -466,6 +470,9 @@ class ExtractionService:
 
     def _route(self, namespace: str, item: Extracted, batch: list[Message], result: NamespaceExtraction) -> None:
         sources = item.source_message_ids or [m.id for m in batch]
+        if item.importance < self._config.min_importance:
+            result.unimportant += 1
+            return
         if item.confidence < self._config.review_confidence:
             if self._pending_twin(namespace, item.content):
                 result.seen += 1

@@ -66,6 +66,8 @@ REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB
 
 WriteAction = Literal["created", "seen", "superseded", "existing", "proposed"]
 _REINDEX_READ = 500  # memories read per round of reindex_ids
+MAX_LIST_OFFSET = 10_000  # offset paging reads the rows it skips; beyond this, page by cursor
+_SKIP_PAGE = 200  # rows read per step of an offset skip
 _MAX_CHAIN = 1000  # versions followed to find the active head of a chain without a key
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 _VERSION_ATTEMPTS = 8  # fresh reads of a row other writers keep changing, before a clean 409
@@ -522,8 +524,19 @@ class MemoryService:
         return self._store.get_memory(namespace, memory_id)
 
     def list_memories(
-        self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None
+        self, namespace: str, filters: MemoryFilter, *, limit: int = 50, cursor: str | None = None, offset: int = 0
     ) -> Page[Memory]:
+        """One page of memories, newest first: after ``cursor``, or after the first ``offset`` of them
+        (offset paging, as cf-agent-memory's tools page; the store pages by cursor, so the skipped rows
+        are read, up to ``MAX_LIST_OFFSET``)."""
+        if offset > MAX_LIST_OFFSET:
+            raise InvalidInput(f"offset is at most {MAX_LIST_OFFSET}; page with next_cursor beyond it")
+        while offset > 0:
+            skipped = self._store.list_memories(namespace, filters, limit=min(offset, _SKIP_PAGE), cursor=cursor)
+            offset -= len(skipped.items)
+            cursor = skipped.next_cursor
+            if cursor is None:
+                return Page(items=[], next_cursor=None)
         return self._store.list_memories(namespace, filters, limit=limit, cursor=cursor)
 
     def versions(self, namespace: str, memory_id: str) -> list[Memory]:

@@ -214,6 +214,7 @@ class _Run:
     k: int
     now: datetime
     cfg: RecallConfig
+    refine: bool = True  # False: no reranker, no compression (REST `filter: false`, as Aelios)
     stages: _Stages = field(default_factory=_Stages)
     counts: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
@@ -304,10 +305,12 @@ class RecallService:
         record_injection: bool = False,
         min_relevance: float | None = None,
         budget_tokens: int | None = None,
+        refine: bool = True,
     ) -> RecallResult:
         """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring); with
         ``budget_tokens`` (> 0) instead every memory above the floor, best first, while its line fits in
-        that many tokens (at most ``BUDGET_MAX_HITS``), those below ``sure_relevance`` marked tentative."""
+        that many tokens (at most ``BUDGET_MAX_HITS``), those below ``sure_relevance`` marked tentative;
+        ``refine=False`` leaves out the model stages (reranker, compression)."""
         cfg = self._config
         budget = budget_tokens if budget_tokens and budget_tokens > 0 and top_k is None else None
         run = _Run(
@@ -318,6 +321,7 @@ class RecallService:
             now=self._clock.now(),
             cfg=cfg,
             budget=budget,
+            refine=refine,
         )
         glossary, keyword_hits, vector_hits = self._search(run)
         pool = self._live_candidates(run, keyword_hits, vector_hits)
@@ -477,7 +481,7 @@ class RecallService:
         stages = run.stages
         scores = dict(weighted)
         reranked: dict[str, float] = {}
-        if self._reranker is None or not live:
+        if self._reranker is None or not live or not run.refine:
             stages.skipped.append("rerank")
             return live, scores, reranked
         head = live[: run.cfg.rerank_candidates]
@@ -548,7 +552,7 @@ class RecallService:
     def _compress_hits(self, run: _Run, hits: list[RecallHit]) -> list[RecallHit]:
         """Optionally one short line per hit from the compression model (bounded in time)."""
         cfg, stages = run.cfg, run.stages
-        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits):
+        if not ((cfg.compress or cfg.compress_model) and self._compressor is not None and hits and run.refine):
             stages.skipped.append("compress")
             return hits
         try:

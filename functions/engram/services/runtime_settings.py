@@ -65,6 +65,7 @@ ALLOWLIST: tuple[RuntimeSetting, ...] = (
     RuntimeSetting("conversation_recall_min_relevance", "Past conversations", "Relevance floor"),
     RuntimeSetting("dedup_cosine", "Memory rules", "Duplicate threshold (cosine)"),
     RuntimeSetting("review_confidence", "Memory rules", "Review below confidence"),
+    RuntimeSetting("memory_min_importance", "Memory rules", "Extracted memories: least importance"),
     RuntimeSetting("timezone", "Time", "Time zone"),
 )
 

@@ -217,3 +217,28 @@ def test_cleanup_records_a_run_event(env: Env) -> None:
     env.container.cleanup.run(NS)
     events = env.container.store.list_events(NS, kind="job.cleanup")
     assert len(events) == 1 and events[0].detail["messages"] == 0 and isinstance(events[0].created_at, datetime)
+
+
+def test_empty_and_near_empty_memories_are_swept_except_pinned(make_env: Any) -> None:
+    # Given memories with next to no text (Aelios' EMPTY_MEMORY_MIN_CHARS sweep), a pinned one among them,
+    # and short real facts (three Chinese characters are a whole fact)
+    env = make_env(empty_memory_min_chars=2)
+    dot = env.remember("…")
+    one = env.remember("a")
+    kept_pinned = env.remember("?", pinned=True)
+    fact = env.remember("爱吃辣")
+    ok = env.remember("OK")
+    # When cleanup runs
+    result = env.container.cleanup.run(NS).to_dict()
+    # Then only the unpinned near-empty ones are deleted (soft: restorable), and they left the index
+    assert result["emptied"] == 2
+    store = env.container.store
+    assert {store.get_memory(NS, m.id).status for m in (dot, one)} == {"deleted"}
+    assert {m.id for m in env.active()} == {kept_pinned.id, fact.id, ok.id}
+
+
+def test_the_empty_sweep_is_off_at_zero(make_env: Any) -> None:
+    env = make_env(empty_memory_min_chars=0)
+    env.remember("a")
+    assert env.container.cleanup.run(NS).to_dict()["emptied"] == 0
+    assert len(env.active()) == 1

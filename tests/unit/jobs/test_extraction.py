@@ -420,3 +420,22 @@ async def test_a_batch_of_only_system_and_tool_rows_needs_no_model_call(env: Env
     result = await extract(env)
     # Then the window is passed without asking the model
     assert env.model.calls == [] and result["messages"] == 2 and result["batches"] == 1
+
+
+async def test_extracted_memories_below_the_least_importance_are_not_written(make_env: Any) -> None:
+    # Given ENGRAM_MEMORY_MIN_IMPORTANCE 0.3 (Aelios' MEMORY_MIN_IMPORTANCE) and a reply with trivia
+    env = make_env(memory_min_importance=0.3)
+    env.message("I had toast, and by the way my sister is called Lena")
+    env.model.script(
+        reply(
+            mem("The user had toast this morning", importance=0.2),
+            mem("The user's sister is called Lena", importance=0.6),
+            mem("The user may like jam", importance=0.1, confidence=0.4),
+        )
+    )
+    # When extraction runs
+    result = await extract(env)
+    # Then the trivia is neither a memory nor a review candidate
+    assert (result["created"], result["unimportant"], result["candidates"]) == (1, 2, 0)
+    assert [m.content for m in env.active()] == ["The user's sister is called Lena"]
+    assert env.container.store.list_candidates(NS, "pending").items == []

@@ -167,6 +167,34 @@ def count_cache_control(body: dict[str, Any]) -> int:
     return count
 
 
+# -- OpenAI chat completions: markers only Claude reads ------------------------------------------------
+def reads_cache_control(model: str) -> bool:
+    """Whether an OpenAI-compatible upstream's model takes ``cache_control`` parts: Claude behind a
+    router (OpenRouter's ``anthropic/claude-*``) does; other models may refuse the field or lose context."""
+    return "claude" in model.lower()
+
+
+def strip_cache_control(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat request without the client's ``cache_control`` fields (top level, messages, content
+    parts, tools); the client's body is left as it was."""
+
+    def clean(item: Any) -> Any:
+        return {k: v for k, v in item.items() if k != "cache_control"} if isinstance(item, dict) else item
+
+    out: dict[str, Any] = clean(body)
+    messages = []
+    for message in body.get("messages") or []:
+        message = clean(message)
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            message["content"] = [clean(part) for part in message["content"]]
+        messages.append(message)
+    if "messages" in body:
+        out["messages"] = messages
+    if isinstance(body.get("tools"), list):
+        out["tools"] = [clean(tool) for tool in body["tools"]]
+    return out
+
+
 # -- Bedrock Converse: cachePoint ------------------------------------------------------------------------
 def supports_prompt_cache(model_id: str) -> bool:
     """Anthropic Claude on Bedrock (``anthropic.claude-*``, also behind ``us.``/``eu.``/``global.`` inference

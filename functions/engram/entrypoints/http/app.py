@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engram import __version__
 from engram.bootstrap import Container, build_container
 from engram.entrypoints.http import rest
+from engram.entrypoints.http.aliases import PathAliasMiddleware
 from engram.entrypoints.http.errors import error_body, install_error_handlers
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
@@ -208,6 +209,7 @@ def create_app(container: Container | None = None) -> FastAPI:
     install_openapi(app, public_paths={route.path for route in rest.public.routes if isinstance(route, APIRoute)})
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, timeout=settings.body_timeout)
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
     return app
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from fastapi import Request
 
-from engram.domain.access import Principal
+from engram.domain.access import Principal, refuse_internal
 from engram.entrypoints.http.state import container_of
 from engram.services.ratelimit import Kind
 
@@ -33,7 +33,7 @@ def authenticate(request: Request, kind: Kind = "requests") -> Principal:
     sessions = getattr(request.app.state, "admin_sessions", None)
     session_principal = sessions.principal(request) if token is None and sessions is not None else None
     container = container_of(request)
-    principal: Principal = session_principal or container.keys.authenticate(token)
+    principal: Principal = refuse_internal(session_principal or container.keys.authenticate(token))
     container.limits.check(principal, kind)
     request.state.principal = principal
     return principal

@@ -109,6 +109,7 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
             agent=agent,
             memory_off=request.headers.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers={k: v for k, v in request.headers.items() if k.startswith("anthropic-")},
+            server_history=_server_history(request.headers.get("x-engram-history"), principal.server_history),
         )
     except Exception:
         # A bug, not a client or upstream fault; still answered in the door's shape with its headers.
@@ -121,6 +122,17 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
             reply.stream, status_code=reply.status, headers=reply.headers, media_type=reply.media_type
         )
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
+
+
+def _server_history(header: str | None, key_default: bool) -> bool:
+    """Whether the server places the thread's kept history (README, "Server-kept history"): the
+    ``x-engram-history`` header (`on` / `off`), else the key's ``server_history``."""
+    value = (header or "").strip().lower()
+    if value in ("on", "1", "true", "server", "keep"):
+        return True
+    if value in ("off", "0", "false", "client"):
+        return False
+    return key_default
 
 
 # One server-sent event as OpenAPI 3.2 describes `text/event-stream` items: its fields, data as text.

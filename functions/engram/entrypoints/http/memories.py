@@ -97,7 +97,18 @@ class SearchRequest(BaseModel):
     types: list[MemoryType] = Field(default_factory=list)
     include_prompt: bool = False
     # Drop hits whose relevance (0-1) is below this; 0 keeps the full ranking (README: "Relevance").
-    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+    min_relevance: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Aelios' names (README, "Coming from Aelios"): `min_score` is min_relevance; `filter: false` skips
+    # the model stages (reranker, compression).
+    min_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    filter: bool = True
+
+    @property
+    def floor(self) -> float:
+        """The relevance floor under either name; both is a rule beyond the schema (400, not 422)."""
+        if self.min_relevance is not None and self.min_score is not None:
+            raise InvalidInput("pass either min_relevance or min_score (its Aelios name), not both")
+        return self.min_relevance if self.min_relevance is not None else (self.min_score or 0.0)
 
 
 class ConversationSearchRequest(BaseModel):
@@ -218,11 +229,17 @@ def memory_events(request: Request, memory_id: str, who: Read) -> dict[str, Any]
 @router.post("/search/memories", tags=["search"])
 def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[str, Any]:
     """Hybrid recall: keyword (CJK-aware) + vectors, fused; each hit has a `relevance` in [0, 1] and
-    `min_relevance` drops the hits below it. `include_prompt` adds the injectable text."""
+    `min_relevance` (or `min_score`) drops the hits below it. `filter: false` skips the reranker and
+    compression. `include_prompt` adds the injectable text."""
     from engram.services.recall import render_prompt
 
     result = _c(request).recall.recall(
-        who.namespace, body.query, top_k=body.top_k, types=tuple(body.types), min_relevance=body.min_relevance
+        who.namespace,
+        body.query,
+        top_k=body.top_k,
+        types=tuple(body.types),
+        min_relevance=body.floor,
+        refine=body.filter,
     )
     out: dict[str, Any] = {
         "items": [

@@ -121,7 +121,9 @@ def put_digest(request: Request, body: DigestRequest, who: Write) -> dict[str, A
 
 @router.get("/memory_boot", tags=["boot"])
 def get_boot(request: Request, who: Read) -> dict[str, Any]:
-    """The cold-boot package: digest, yesterday's log, stable memories, precious notes, glossary, stats."""
+    """The cold-boot package: digest, yesterday's log, stable memories, the long tail (the next memories
+    by importance), precious notes, glossary, today's latest messages and count, stats (the same as MCP
+    `memory_boot`)."""
     return _jsonable(_c(request).boot.package(who.namespace))
 
 

@@ -1,4 +1,5 @@
-"""REST for threads (`/v1/threads...`, docs/threads.md): list, read, rename, recycle bin, merge."""
+"""REST for threads (`/v1/threads...`, docs/threads.md): list, read, rename, recycle bin, merge; the summary
+of a thread's server-kept history (services/history.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
+from engram.domain.errors import InvalidInput
 from engram.domain.models import Thread
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
@@ -87,3 +89,38 @@ def merge_thread(request: Request, thread_id: str, body: ThreadMergeRequest, who
     this thread is gone afterwards. Returns the merged thread and how many messages moved."""
     thread, moved = _c(request).threads.merge(who.namespace, thread_id, body.into)
     return {"thread": _thread(thread), "moved": moved}
+
+
+# -- server-kept history: the thread's summary (README, "Server-kept history") ------------------------
+class SummaryRequest(BaseModel):
+    model_config = STRICT
+
+    summary: str | None = Field(default=None, max_length=50_000, description="The new summary; blank clears it.")
+    from_thread: str | None = Field(
+        default=None, min_length=1, max_length=MAX_THREAD_ID_CHARS, description="Start from this thread's summary."
+    )
+
+
+@router.get("/threads/{thread_id}/summary")
+def get_summary(request: Request, thread_id: str, who: Read) -> dict[str, Any]:
+    """The thread's kept summary (older turns folded by rotations) and where it ends; a thread that has
+    none (or does not exist yet) has an empty one."""
+    return _c(request).history.state(who.namespace, thread_id).to_dict()
+
+
+@router.put("/threads/{thread_id}/summary")
+def put_summary(request: Request, thread_id: str, body: SummaryRequest, who: Write) -> dict[str, Any]:
+    """Edit the summary (`{summary}`), or start this thread from another's (`{from_thread}`); the
+    verbatim turns are unchanged. The thread need not exist yet."""
+    history = _c(request).history
+    if (body.summary is None) == (body.from_thread is None):
+        raise InvalidInput("pass either summary or from_thread", code="summary_or_from_thread")
+    if body.from_thread is not None:
+        return history.copy_summary(who.namespace, thread_id, body.from_thread).to_dict()
+    return history.set_summary(who.namespace, thread_id, body.summary or "").to_dict()
+
+
+@router.delete("/threads/{thread_id}/summary")
+def delete_summary(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
+    """Clear the summary (the turns folded into it stay out of the window)."""
+    return _c(request).history.clear(who.namespace, thread_id).to_dict()

@@ -5,7 +5,8 @@ Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJo
 ``{"job": "index_repair", "payload": {"namespace": "..."}}`` (queued when the search index answers
 again after index writes failed) or ``{"job": "reindex", "payload": {"namespace", "run_id"}}`` (the
 admin panel's and REST's reindex, services/reindex.py: it stops before this invocation's deadline and
-queues its own continuation). A failed record is reported
+queues its own continuation) or ``{"job": "history", "payload": {"namespace", "thread"}}`` (a thread's
+server-kept history is due a rotation: services/history.py). A failed record is reported
 back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
 once: after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed.
 """
@@ -27,6 +28,7 @@ from engram.domain.errors import InvalidInput
 from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
 from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, report_dict, tracer
+from engram.services.loop import run_sync
 
 # Idempotency keys of the queue live in this namespace (retention deletes them after 7 days).
 JOBS_NAMESPACE = "_jobs"
@@ -85,6 +87,11 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         state = container.reindex.run(namespace, run_id, deadline=_deadline(lambda_context))
         report = {"job": job, "state": state.get("state"), "done": state.get("done"), "errors": 0}
         snapshot_search(container)
+    elif job == "history":
+        namespace, thread = payload.get("namespace"), payload.get("thread")
+        if not isinstance(namespace, str) or not isinstance(thread, str) or not namespace or not thread:
+            raise InvalidInput("history job needs 'namespace' and 'thread'")
+        report = run_sync(container.history.rotate(namespace, thread))
     else:
         raise InvalidInput(f"the jobs queue got an unknown {job!r} job")
     store.put_idempotency(
@@ -95,7 +102,12 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             created_at=container.clock.now(),
         )
     )
-    metric = {"cleanup": "CleanupRuns", "index_repair": "IndexRepairRuns", "reindex": "ReindexRuns"}[job]
+    metric = {
+        "cleanup": "CleanupRuns",
+        "index_repair": "IndexRepairRuns",
+        "reindex": "ReindexRuns",
+        "history": "HistoryRotations",
+    }[job]
     metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
     return report
 

@@ -10,8 +10,9 @@ first (host allowlist, API key -> Principal, 401 JSON before any MCP handling); 
 principal from the ASGI scope, so a key only ever touches its own namespace.
 
 Error mapping (the MCP row of the house table): Engram errors a model can fix (not found, conflict,
-invalid input, missing scope, too long) -> ``ToolError`` with the message; argument-schema failures
-and unknown tools -> the SDK's own tool errors; anything else -> the SDK's generic
+invalid input, missing scope, too long) -> ``ToolError`` with the message; an argument no tool takes
+-> a ``ToolError`` listing the accepted ones (``compat``: other systems' names are read as Engram's);
+argument-schema failures and unknown tools -> the SDK's own tool errors; anything else -> the SDK's generic
 "Error executing tool X" (logged with its traceback); the server keeps running.
 """
 
@@ -20,11 +21,11 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI
-from mcp.server.mcpserver import MCPServer
 
 from engram import __version__
 from engram.bootstrap import Container
 from engram.entrypoints.http.mcp import conversations, memories, notes, overview, reminders, skills
+from engram.entrypoints.http.mcp.compat import StrictServer
 from engram.entrypoints.http.mcp.gate import McpGate, security_settings
 from engram.entrypoints.http.mcp.toolkit import Toolbox
 
@@ -47,12 +48,13 @@ Engram is the user's long-term memory, shared across chat windows, clients and m
 TOOL_MODULES = (memories, notes, conversations, reminders, overview, skills)
 
 
-def build_server(container: Container) -> MCPServer:
-    """An MCPServer whose tools call ``container``'s services."""
+def build_server(container: Container) -> StrictServer:
+    """An MCP server whose tools call ``container``'s services (``StrictServer``: other systems' argument
+    names read as Engram's, unknown ones refused; ``compat``)."""
     # MCPServer() calls logging.basicConfig(); logging belongs to the entry point, so undo it.
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
-    server: MCPServer = MCPServer(
+    server = StrictServer(
         "engram", title="Engram memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
     root.handlers[:] = root_handlers

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from engram.entrypoints.http.mcp.toolkit import (
@@ -100,3 +101,34 @@ def register(tools: Toolbox) -> None:
             for m in page.items
         ]
         return {"items": items, "next_cursor": page.next_cursor}
+
+    # -- the summary of a thread's server-kept history (README, "Server-kept history") ------------
+    @tool(READ_ONLY)
+    def thread_summary(
+        ctx: Context,
+        thread_id: Annotated[str, Field(min_length=1, max_length=200, description="A thread id.")],
+    ) -> dict[str, Any]:
+        """The running summary the server keeps of a thread's older turns (for clients that send only
+        their newest message); empty when none was written yet."""
+        who = caller(ctx, READ)
+        return c.history.state(who.namespace, thread_id).to_dict()
+
+    @tool(WRITES)
+    def thread_summary_set(
+        ctx: Context,
+        thread_id: Annotated[str, Field(min_length=1, max_length=200, description="The thread to change.")],
+        summary: Annotated[str, Field(max_length=50_000, description="The new summary; empty clears it.")]
+        | None = None,
+        from_thread: Annotated[
+            str, Field(min_length=1, max_length=200, description="Start this thread from that thread's summary.")
+        ]
+        | None = None,
+    ) -> dict[str, Any]:
+        """Edit or clear a thread's kept summary, or start a (new) thread from another thread's summary.
+        Pass exactly one of summary or from_thread."""
+        who = caller(ctx, WRITE)
+        if (summary is None) == (from_thread is None):
+            raise ToolError("pass exactly one of summary or from_thread")
+        if from_thread is not None:
+            return c.history.copy_summary(who.namespace, thread_id, from_thread).to_dict()
+        return c.history.set_summary(who.namespace, thread_id, summary or "").to_dict()

@@ -11,8 +11,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engram.domain.access import KeyRing, Principal
-from engram.domain.errors import RateLimited, Unauthorized
+from engram.domain.access import KeyRing, Principal, refuse_internal
+from engram.domain.errors import Forbidden, RateLimited, Unauthorized
 from engram.entrypoints.http.auth import token_from
 from engram.entrypoints.http.errors import engram_error_response, error_response
 from engram.entrypoints.http.mcp.toolkit import PRINCIPAL_KEY
@@ -104,10 +104,10 @@ class McpGate:
                 return
             token = query_token
         try:
-            principal: Principal = self.keys.authenticate(token)
+            principal: Principal = refuse_internal(self.keys.authenticate(token))
             if self.limits is not None:
                 self.limits.check(principal, "requests")
-        except (Unauthorized, RateLimited) as exc:
+        except (Unauthorized, Forbidden, RateLimited) as exc:
             await engram_error_response(exc)(scope, receive, send)
             return
         if scope["method"] == "GET":

@@ -38,7 +38,7 @@ from engram.entrypoints.http.mcp.toolkit import (
     memory_json,
     written_json,
 )
-from engram.services.memories import MemoryPatch, MemoryWrite, parse_statuses
+from engram.services.memories import MAX_LIST_OFFSET, MemoryPatch, MemoryWrite, parse_statuses
 
 
 def register(tools: Toolbox) -> None:
@@ -117,6 +117,9 @@ def _register_reads(tools: Toolbox) -> None:
         fact_key: FactKey | None = None,
         limit: Annotated[int, Field(ge=1, le=200, description="Page size (default 50).")] = 50,
         cursor: Annotated[str, Field(max_length=500, description="`next_cursor` of the previous page.")] | None = None,
+        offset: Annotated[
+            int, Field(ge=0, le=MAX_LIST_OFFSET, description="Skip this many first (instead of a cursor).")
+        ] = 0,
     ) -> dict[str, Any]:
         """List memories by filter (newest first), one page at a time; pass `next_cursor` back for the
         next page. Use it to browse (e.g. all pinned memories, or archived ones); to find memories by
@@ -130,8 +133,13 @@ def _register_reads(tools: Toolbox) -> None:
             pinned=pinned,
             fact_key=fact_key,
         )
-        page = c.memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor)
-        return {"items": [memory_json(m) for m in page.items], "next_cursor": page.next_cursor}
+        if offset and cursor:
+            raise ToolError("pass either cursor or offset, not both")
+        page = c.memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor, offset=offset)
+        out: dict[str, Any] = {"items": [memory_json(m) for m in page.items], "next_cursor": page.next_cursor}
+        if page.next_cursor:
+            out["next_offset"] = offset + len(page.items)
+        return out
 
     @tool(READ_ONLY)
     def memory_get(

@@ -18,7 +18,8 @@ def register(tools: Toolbox) -> None:
     @tool(READ_ONLY)
     def memory_boot(ctx: Context) -> dict[str, Any]:
         """The cold-boot package for a new session: digest, yesterday's log, pinned/identity/persona
-        memories, precious notes, glossary and stats. Call once at the start of a session."""
+        memories, the long tail (the next memories by importance), precious notes, glossary, today's
+        latest messages and stats. Call once at the start of a session."""
         who = caller(ctx, READ)
         return dict(drop_namespace(jsonable(c.boot.package(who.namespace))))
 

@@ -1,7 +1,8 @@
 // Conversations: the threads of every client (docs/threads.md) — list, read (oldest first, a page at a
-// time), rename, merge into another thread, delete to the recycle bin and restore. Message text is
+// time), rename, merge into another thread, delete to the recycle bin and restore; read, edit, clear or copy
+// the summary of its server-kept history (README, "Server-kept history"). Message text is
 // inserted as text nodes (dom.js), never parsed as HTML.
-import { del, get, patch, post } from '../api.js';
+import { del, get, patch, post, put } from '../api.js';
 import { button, card, chip, confirmDialog, empty, field, fmtAgo, fmtDate, h, openDialog, select, toast } from '../dom.js';
 
 const PAGE = 50;
@@ -103,6 +104,26 @@ export async function render(root, ctx) {
         window.location.hash = `conversations/${encodeURIComponent(into)}`;
       } catch (err) { toast(err.message, 'error'); }
     };
+    const summary = async () => {
+      let kept;
+      try { kept = await get(path(id, '/summary')); } catch (err) { toast(err.message, 'error'); return; }
+      const others = ((await get('v1/threads', { limit: 200 })).items || []).filter((t) => t.id !== id);
+      const choice = await openDialog('Kept summary', ({ body, footer, close }) => {
+        const text = h('textarea', { rows: 8, name: 'summary', maxlength: 50000, placeholder: 'No summary yet.' });
+        text.value = kept.summary || '';
+        const from = select([['', '—'], ...others.map((t) => [t.id, titleOf(t)])]);
+        from.setAttribute('aria-label', 'Copy from conversation');
+        body.append(
+          h('p', { class: 'muted small' }, 'For clients that send only their newest message: the older turns of this conversation, folded by rotations. '
+            + `${plural(kept.rotations || 0, 'rotation')} so far.`),
+          field('Summary text', text, 'Edit it, or empty it to clear it.'),
+          field('Or copy the summary of', from));
+        footer.append(button('Cancel', () => close(null), { kind: 'ghost' }),
+          button('Save', () => close(from.value ? { from_thread: from.value } : { summary: text.value }), { kind: 'primary' }));
+      });
+      if (!choice) return;
+      try { await put(path(id, '/summary'), choice); toast('Summary saved'); } catch (err) { toast(err.message, 'error'); }
+    };
     const remove = async () => {
       if (!await confirmDialog('Delete this conversation?', `“${titleOf(thread)}” goes to the recycle bin, where you can restore it until cleanup erases it (30 days by default).`, { confirm: 'Delete', danger: true })) return;
       try { await del(path(id)); toast('Moved to the recycle bin'); window.location.hash = 'conversations'; } catch (err) { toast(err.message, 'error'); }
@@ -114,6 +135,7 @@ export async function render(root, ctx) {
       thread.deleted_at ? h('p', { class: 'callout warn' }, `In the recycle bin since ${fmtDate(thread.deleted_at)}.`) : null,
       h('div', { class: 'actions' },
         button('Rename', rename, { kind: 'ghost small', iconName: 'edit' }),
+        button('Summary', summary, { kind: 'ghost small' }),
         thread.deleted_at ? button('Restore', () => restore(id), { kind: 'ghost small', iconName: 'restore' }) : [
           button('Merge into…', merge, { kind: 'ghost small', iconName: 'merge' }),
           button('Delete', remove, { kind: 'ghost small danger-text', iconName: 'trash' })]),

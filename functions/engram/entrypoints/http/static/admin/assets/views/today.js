@@ -84,7 +84,7 @@ export async function render(root, ctx) {
         h('p', { class: 'muted' }, now.toLocaleDateString(undefined, { weekday: 'long', month: 'long', day: 'numeric' }))),
       button('Refresh', () => { window.dispatchEvent(new HashChangeEvent('hashchange')); }, { kind: 'ghost small', iconName: 'refresh' })),
     h('div', { class: 'stats' },
-      stat('messages today', boot.today_messages ?? stats.messages_today),
+      stat('messages today', boot.today_count ?? stats.messages_today),
       stat('to review', stats.pending_candidates, { href: '#review', tone: stats.pending_candidates ? 'attention' : '' }),
       stat('active memories', active, { href: '#memories' }),
       stat('precious notes', stats.precious, { href: '#more' }),
