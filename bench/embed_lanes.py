@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
-from engram.bootstrap import build_container  # noqa: E402
+from engram.bootstrap import Overrides, build_container  # noqa: E402
 from engram.services.memories import MemoryWrite  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
@@ -65,7 +65,7 @@ def run(label: str, *, priority: bool, max_tokens: int, writes: int, chars: int,
             embedding_max_tokens=max_tokens,
         )
         embedder = LocalEmbedder(num_threads=1, instances=settings.embedding_instances or 2, query_priority=priority)
-        container = build_container(settings, embedder=embedder)
+        container = build_container(settings, Overrides(embedder=embedder))
         try:
             for i in range(200):
                 text = f"Reader fact {i}: likes {rng.choice(['tea', 'coffee', 'hiking', 'jazz', 'rain'])} number {i}"

@@ -51,7 +51,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     from engram.adapters.clock import SystemClock
     from engram.adapters.search.inmemory import InMemorySearchIndex
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
-    from engram.bootstrap import build_container
+    from engram.bootstrap import Overrides, build_container
     from engram.domain.models import Digest
     from engram.entrypoints.http.app import create_app
     from engram.services.memories import MemoryWrite
@@ -75,7 +75,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     )  # type: ignore[call-arg]
     clock = SystemClock()  # one clock for the store and the container
     container = build_container(
-        settings, store=InMemoryMemoryStore(clock=clock), index=InMemorySearchIndex(), clock=clock
+        settings, Overrides(store=InMemoryMemoryStore(clock=clock), index=InMemorySearchIndex(), clock=clock)
     )
     if recall:
         rng = random.Random(7)

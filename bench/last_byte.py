@@ -156,7 +156,7 @@ def operation_ms(store: Any, n: int = 30) -> dict[str, float]:
 
 def gateway(stack: ExitStack, upstream_url: str, *, store: Any, data_dir: Path, persist: bool) -> str:
     from engram.adapters.search.inmemory import InMemorySearchIndex
-    from engram.bootstrap import build_container
+    from engram.bootstrap import Overrides, build_container
     from engram.entrypoints.http.app import create_app
     from engram.settings import Settings
 
@@ -180,7 +180,7 @@ def gateway(stack: ExitStack, upstream_url: str, *, store: Any, data_dir: Path, 
     overrides: dict[str, Any] = {"index": InMemorySearchIndex(), "embedder": None, "queue": SentQueue()}
     if store is not None:
         overrides["store"] = store
-    container = build_container(settings, **overrides)
+    container = build_container(settings, Overrides(**overrides))
     stack.callback(container.close)
     return stack.enter_context(serve_app(create_app(container)))
 

@@ -76,7 +76,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., EngramServer]]:
     """Start real Engram servers (SQLite + local embedder by default); all stop at teardown."""
     from contextlib import ExitStack
 
-    from engram.bootstrap import build_container
+    from engram.bootstrap import Overrides, build_container
     from engram.entrypoints.http.app import create_app
     from engram.settings import Settings
 
@@ -93,7 +93,7 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., EngramServer]]:
         settings.setdefault("search", os.environ.get("ENGRAM_TEST_SEARCH", "local"))
         settings.setdefault("scheduler_enabled", False)  # jobs run only when a test asks for them
         config = Settings(data_dir=data_dir, keys_file=write_keys(data_dir / "keys.json"), **settings)
-        container = build_container(config, **overrides)
+        container = build_container(config, Overrides(**overrides))
         stack.callback(container.close)
         url = stack.enter_context(serve_app(create_app(container)))
         return EngramServer(url=url, container=container, data_dir=data_dir)

@@ -37,6 +37,18 @@ def test_idempotency_keys_are_put_once(store: KeyValueRows) -> None:
     assert store.get_idempotency(NS, "unknown") is None
 
 
+def test_a_deleted_idempotency_key_can_be_put_again(store: KeyValueRows) -> None:
+    # Given a stored key
+    store.put_idempotency(IdempotencyRecord(namespace=NS, key="claim", value={"n": 1}, created_at=T0))
+    # When it is deleted (and an unknown key too: no error)
+    store.delete_idempotency(NS, "claim")
+    store.delete_idempotency(NS, "never-stored")
+    # Then it is gone and the next put of it wins
+    assert store.get_idempotency(NS, "claim") is None
+    assert store.put_idempotency(IdempotencyRecord(namespace=NS, key="claim", value={"n": 2}, created_at=T0)) is True
+    assert store.get_idempotency(NS, "claim") is not None
+
+
 def test_delete_idempotency_before(store: KeyValueRows) -> None:
     # Given an old and a new key, and an old one in another namespace
     store.put_idempotency(IdempotencyRecord(namespace=NS, key="old", created_at=at(0)))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.entrypoints.http.app import create_app
 from engram.settings import Settings
 
@@ -91,18 +91,20 @@ def start_gateway(
     clock = clock or SystemClock()  # the gateway runs over HTTP on the real clock unless given one; the store shares it
     store, index = InMemoryMemoryStore(clock=clock), InMemorySearchIndex()
     real = build_container(
-        settings, store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime, clock=clock
+        settings, Overrides(store=store, index=index, embedder=None, bedrock_runtime=bedrock_runtime, clock=clock)
     ).recall
     spy = SpyRecall(real, fail=recall_fails)
     container = build_container(
         settings,
-        store=store,
-        index=index,
-        embedder=None,
-        recall=spy,
-        queue=queue,
-        bedrock_runtime=bedrock_runtime,
-        clock=clock,
+        Overrides(
+            store=store,
+            index=index,
+            embedder=None,
+            recall=spy,
+            queue=queue,
+            bedrock_runtime=bedrock_runtime,
+            clock=clock,
+        ),
     )
     stack.callback(container.close)
     app = create_app(container)

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -18,7 +18,7 @@ def clocked_container(store: str, data_dir: Path, start: datetime) -> Iterator[t
     """A container on ``store`` whose clock starts at ``start`` (UTC time zone, no embedder)."""
     clock = ManualClock(start)
     settings = Settings(store=store, search="memory", embedder="none", data_dir=data_dir, timezone="UTC")
-    container = build_container(settings, clock=clock, embedder=None)
+    container = build_container(settings, Overrides(clock=clock, embedder=None))
     yield container, clock
     container.close()
 

@@ -196,8 +196,8 @@ async def test_reindex_is_a_job_on_the_queue_that_continues_itself_and_reports_o
         # Then the response came back with the run queued on the jobs queue, not running in this process
         assert started.json()["state"] == "running" and started.json()["done"] == 0
     # When the jobs function consumes the queue, with time for one batch per invocation
-    monkeypatch.setattr(cleanup, "MIN_SLICE_S", 0.0)
-    monkeypatch.setattr(cleanup, "REINDEX_MARGIN_S", 900.0)
+    monkeypatch.setattr(runtime, "MIN_SLICE_S", 0.0)
+    monkeypatch.setattr(runtime, "REINDEX_MARGIN_S", 900.0)
     runtime.set_container_factory(None)
     invocations = 0
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.models import Message, new_id
 from engram.entrypoints import cli, job_commands
 from engram.entrypoints.console import settings_from
@@ -42,7 +42,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedChatModel:
     model = ScriptedChatModel()
 
     def container(args: Any) -> Any:
-        return build_container(settings_from(args), extract_model=model, dream_model=model)
+        return build_container(settings_from(args), Overrides(extract_model=model, dream_model=model))
 
     monkeypatch.setattr(job_commands, "_container", container)
     return model

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("aws_lambda_powertools")
 
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import Message, new_id
 from engram.entrypoints.lambdas import extract, runtime
@@ -31,7 +31,7 @@ from tests.integration.test_lambda_handlers import LambdaContextStub
 def world(tmp_path: Path) -> Iterator[tuple[Container, ScriptedChatModel, ManualClock]]:
     model, clock = ScriptedChatModel(), ManualClock()
     settings = Settings(store="memory", search="memory", embedder="none", data_dir=tmp_path, scheduler_enabled=False)
-    container = build_container(settings, embedder=None, clock=clock, extract_model=model, dream_model=model)
+    container = build_container(settings, Overrides(embedder=None, clock=clock, extract_model=model, dream_model=model))
     runtime.set_container_factory(lambda: container)
     yield container, model, clock
     runtime.set_container_factory(None)

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.entrypoints.http.app import create_app
 from engram.settings import Settings
 
@@ -191,7 +191,7 @@ def test_the_scheduler_runs_inside_the_server_only_when_enabled(tmp_path: Any) -
             scheduler_enabled=enabled,
         )
         container = build_container(
-            settings, extract_model=ScriptedChatModel(default='{"memories": []}'), dream_model=None
+            settings, Overrides(extract_model=ScriptedChatModel(default='{"memories": []}'), dream_model=None)
         )
         apps.append((create_app(container), container))
     # When each is served, Then only the first has a running scheduler with its jobs
@@ -205,3 +205,21 @@ def test_the_scheduler_runs_inside_the_server_only_when_enabled(tmp_path: Any) -
             else:
                 assert scheduler is None
         container.close()
+
+
+def test_a_run_now_writes_the_replica_snapshot_like_a_scheduled_run(
+    make_server: Callable[..., EngramServer], model: ScriptedChatModel
+) -> None:
+    # Given a server on the replica index and a model that extracts one fact
+    server = make_server(search="replica", embedder="none", replica_sync_seconds=0, overrides={"extract_model": model})
+    with server.client() as owner:
+        ingest(owner, "I keep bees on the roof")
+        fact = {"content": "The user keeps bees on the roof", "type": "fact", "importance": 0.8, "confidence": 0.95}
+        model.script(memories_reply(fact))
+        # When the owner runs extraction now over REST
+        resp = owner.post("/v1/jobs/extract")
+        assert resp.status_code == 200 and resp.json()["created"] == 1, resp.text
+    # Then the run wrote the snapshot of the changed namespace, as the scheduled run does:
+    # nothing is left changed since the last snapshot
+    assert (server.data_dir / "snapshots").is_dir()
+    assert server.container.jobs.snapshot() == 0

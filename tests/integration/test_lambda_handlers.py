@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +15,11 @@ pytest.importorskip("aws_lambda_powertools")
 pytest.importorskip("moto")
 
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
+from engram.services.jobs import JobRunner, JobServices
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -76,12 +78,27 @@ class RecordingService:
 
 @dataclass
 class FakeContainer:
+    """The parts of a container the job handlers reach: the store, and the job runner over the services."""
+
     store: Any
     extraction: Any = None
     dreaming: Any = None
     cleanup: Any = None
     settings: Settings = field(default_factory=lambda: Settings(store="memory", search="memory", embedder="none"))
     clock: ManualClock = field(default_factory=ManualClock)
+    history: Any = None
+
+    @property
+    def jobs(self) -> JobRunner:
+        services = JobServices(
+            extraction=self.extraction,
+            dreaming=self.dreaming,
+            cleanup=self.cleanup,
+            memories=self.extraction,
+            reindex=lambda: self.cleanup,
+            history=self.history,
+        )
+        return JobRunner(services)
 
 
 @pytest.fixture
@@ -122,7 +139,7 @@ def test_dream_handler_passes_date_force_and_namespace(container: FakeContainer)
 def test_job_handler_without_a_model_is_not_configured(container: FakeContainer, tmp_path: Path) -> None:
     # Given a deployment whose extraction has no model configured
     settings = Settings(store="memory", search="memory", embedder="none", data_dir=tmp_path, extract_model="")
-    built = build_container(settings, store=container.store)
+    built = build_container(settings, Overrides(store=container.store))
     container.extraction = built.extraction
     # Then the invocation fails loudly
     with pytest.raises(NotConfigured):
@@ -173,6 +190,35 @@ def test_queue_and_consumer_agree_on_the_message_format() -> None:
     assert cleanup.decode_job(encode_job("cleanup", {"namespace": "alice"})) == ("cleanup", {"namespace": "alice"})
 
 
+def test_two_deliveries_of_one_message_at_once_run_it_once(container: FakeContainer) -> None:
+    # Given a cleanup that is still running when SQS delivers the same message a second time
+    inside, second_done = threading.Event(), threading.Event()
+    service = container.cleanup
+
+    class SlowCleanup:
+        def run(self, namespace: str | None = None) -> Any:
+            if not inside.is_set():  # the first run waits for the duplicate; any later one does not
+                inside.set()
+                assert second_done.wait(10)
+            return service.run(namespace)
+
+    container.cleanup = SlowCleanup()
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    first = threading.Thread(target=cleanup.handler, args=(batch, LambdaContextStub()))
+    first.start()
+    assert inside.wait(10)
+    # When the duplicate is processed meanwhile
+    with pytest.raises(BatchProcessingError):
+        cleanup.handler(batch, LambdaContextStub())
+    second_done.set()
+    first.join(10)
+    # Then the duplicate failed back to the queue (retried later, then acknowledged) and the cleanup ran once
+    assert service.calls == [{"namespace": "alice"}]
+    assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
+    assert service.calls == [{"namespace": "alice"}]
+
+
 @dataclass
 class RecordingHistory:
     calls: list[tuple[str, str]] = field(default_factory=list)
@@ -185,7 +231,7 @@ class RecordingHistory:
 def test_a_history_rotation_job_runs_on_the_jobs_queue(container: FakeContainer) -> None:
     # Given the chat path queued a rotation of one thread's kept history (services/history.py)
     history = RecordingHistory()
-    container.history = history  # type: ignore[attr-defined]
+    container.history = history
     batch = event("sqs_cleanup_batch.json")
     batch["Records"] = batch["Records"][:1]
     batch["Records"][0]["body"] = json.dumps(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from engram.adapters.embed.local import LocalEmbedder
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.models import Message, new_id
 from engram.domain.policies import cosine
 from engram.services.memories import MemoryWrite
@@ -55,7 +55,7 @@ def e5() -> LocalEmbedder:
 @pytest.fixture
 def container(tmp_path: Path, e5: LocalEmbedder) -> Iterator[Container]:
     settings = Settings(store="sqlite", search="local", data_dir=tmp_path, scheduler_enabled=False)
-    built = build_container(settings, embedder=e5, clock=ManualClock(), extract_model=ScriptedChatModel())
+    built = build_container(settings, Overrides(embedder=e5, clock=ManualClock(), extract_model=ScriptedChatModel()))
     yield built
     built.close()
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.models import MemoryFilter
 from engram.entrypoints import cli
 from engram.settings import Settings
@@ -167,14 +168,31 @@ def test_text_scoring_asks_the_model_in_batches_and_keeps_defaults_when_it_fails
     assert conv.scoring == {"scored": 2, "failed": SCORE_BATCH - 2 + 3}
 
 
+def test_a_fenced_scoring_answer_is_read_like_a_bare_one() -> None:
+    import asyncio
+
+    from engram.services.import_formats import convert
+    from engram.services.moving_in import score
+
+    # Given a model that answers the scoring call in a code fence after a sentence
+    conv = convert("text", "I never eat peanuts\nI like tea")
+    answer = {"items": [{"i": 0, "type": "boundary", "importance": 0.9}, {"i": 1, "type": "preference"}]}
+    model = ScriptedChatModel().script(f"Sure:\n```json\n{json.dumps(answer)}\n```")
+    # When the text is scored
+    asyncio.run(score(conv, model))
+    # Then both lines are scored from the fenced JSON
+    assert conv.scoring == {"scored": 2, "failed": 0}
+    assert (conv.rows[0].data["type"], conv.rows[0].data["importance"]) == ("boundary", 0.9)
+
+
 def test_cli_score_runs_the_extraction_model(
     data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = ScriptedChatModel().script(json.dumps({"items": [{"i": 0, "type": "boundary", "importance": 1.0}]}))
     real_build = build_container
 
-    def with_model(settings: Settings, **overrides: Any) -> Any:
-        return real_build(settings, extract_model=model, **overrides)
+    def with_model(settings: Settings, overrides: Overrides | None = None) -> Any:
+        return real_build(settings, replace(overrides or Overrides(), extract_model=model))
 
     monkeypatch.setattr("engram.bootstrap.build_container", with_model)
     code = cli.main(["import", "--from", "text", str(FIXTURES / "notes.txt"), "--score", "--data-dir", str(data_dir)])

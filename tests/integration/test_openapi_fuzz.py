@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.entrypoints.http.app import create_app
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status
@@ -64,7 +64,7 @@ def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             chat_allow_model_passthrough=True,
             aws_region="us-east-1",
         )
-        container = build_container(settings, bedrock_runtime=FakeBedrockRuntime())
+        container = build_container(settings, Overrides(bedrock_runtime=FakeBedrockRuntime()))
         stack.callback(container.close)
         yield stack.enter_context(serve_app(create_app(container)))
 

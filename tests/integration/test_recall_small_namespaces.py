@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from engram.adapters.embed.local import LocalEmbedder
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.services.memories import MemoryWrite
 from engram.settings import Settings
 
@@ -36,7 +36,7 @@ def e5() -> LocalEmbedder:
 @pytest.fixture
 def container(tmp_path: Path, e5: LocalEmbedder) -> Iterator[Container]:
     settings = Settings(store="sqlite", search="local", data_dir=tmp_path, scheduler_enabled=False)
-    built = build_container(settings, embedder=e5, clock=ManualClock())
+    built = build_container(settings, Overrides(embedder=e5, clock=ManualClock()))
     assert built.recall.warm()  # the reference background, as after start-up
     yield built
     built.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engram.bootstrap import build_container, snapshot_search
+from engram.bootstrap import build_container
 from engram.services.memories import MemoryWrite
 from engram.settings import Settings
 
@@ -50,7 +50,7 @@ def test_two_processes_share_memories_through_their_replicas(tmp_path: Path) -> 
         assert _found(side, "viola") == []
     # And a third process started from A's snapshot sees the same
     a.memories.write("alice", MemoryWrite(content="Alice bakes sourdough"))
-    assert snapshot_search(a) == 1
+    assert a.jobs.snapshot() == 1
     assert (tmp_path / "snapshots").is_dir()
     c = build_container(_settings(tmp_path))
     assert _found(c, "sourdough") == ["Alice bakes sourdough"]

@@ -104,13 +104,11 @@ def test_each_job_handler_runs_three_times_in_one_process(
 
 
 def test_the_cli_runners_run_three_times_in_one_process(container: Any, upstream: FakeUpstream) -> None:
-    from engram.entrypoints.job_runner import run_dreaming, run_extraction
-
     for n in range(3):
         day = say(container, f"I picked up hobby number {n}")
         upstream.script(extraction_reply(n), dream_reply(day))
-        extracted = run_extraction(container, namespace=NS)
-        dreamt = run_dreaming(container, date=day, force=True, namespace=NS)
+        extracted = container.jobs.run("extract", {"namespace": NS}).report
+        dreamt = container.jobs.run("dream", {"date": day, "force": True, "namespace": NS}).report
         assert extracted["errors"] == 0 and extracted["created"] == 1, (n, extracted)
         assert dreamt["errors"] == 0, (n, dreamt)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.errors import Conflict
 from engram.domain.ports import Clock, MemoryStore
 from engram.services.memories import MemoryPatch, MemoryWrite
@@ -47,7 +47,7 @@ def paused(store: MemoryStore) -> PausingStore:
 @pytest.fixture
 def container(paused: PausingStore, clock: ManualClock) -> Iterator[Container]:
     settings = Settings(store="memory", search="memory", embedder="none", scheduler_enabled=False)
-    built = build_container(settings, store=paused, embedder=HashEmbedder(), clock=clock)
+    built = build_container(settings, Overrides(store=paused, embedder=HashEmbedder(), clock=clock))
     try:
         yield built
     finally:

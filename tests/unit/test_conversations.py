@@ -164,14 +164,14 @@ def test_vectors_rank_but_only_shared_words_vouch_for_a_fragment() -> None:
 
 
 def test_cleanup_takes_deleted_messages_out_of_the_conversation_index() -> None:
-    from engram.bootstrap import build_container
+    from engram.bootstrap import Overrides, build_container
     from engram.services.messages import MessageIn
     from engram.settings import Settings
 
     # Given a month-old trip conversation and a fresh one, both indexed
     clock = ManualClock(datetime.now(UTC))
     settings = Settings(store="memory", search="memory", embedder="none", scheduler_enabled=False)
-    container = build_container(settings, clock=clock)
+    container = build_container(settings, Overrides(clock=clock))
     old = clock.now() - timedelta(days=30)
     container.messages.ingest(
         NS, [MessageIn(role="user", content="the trip to Kyoto", conversation_id="a", created_at=old)]

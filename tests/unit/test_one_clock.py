@@ -54,7 +54,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("services/search_guard.py", "time.monotonic"): "retry back-off while the search index is unavailable",
     ("services/runtime_settings.py", "time.monotonic"): "re-read interval of the runtime settings row (5 s)",
     ("services/reindex.py", "time.monotonic"): "the deadline of a reindex slice (the Lambda's remaining time)",
-    ("entrypoints/lambdas/cleanup.py", "time.monotonic"): "that deadline, from the invocation's remaining time",
+    ("entrypoints/lambdas/runtime.py", "time.monotonic"): "that deadline, from the invocation's remaining time",
     ("entrypoints/console.py", "time.monotonic"): "the CLI progress bar's rate and redraw interval",
     # Latency measurement: reported in headers, logs and recall stages, decided nothing.
     ("services/recall.py", "time.perf_counter"): "recall stage timings",

@@ -474,6 +474,17 @@ def test_compression_sets_lines_and_failure_keeps_content() -> None:
     assert off.calls == 0  # off by default
 
 
+def test_a_fenced_compression_answer_is_read_like_a_bare_one() -> None:
+    # Given a compression model that wraps its JSON in a code fence and a sentence (Anthropic models do)
+    w = World()
+    w.add("I am allergic to peanuts and also to shellfish since childhood")
+    fenced = 'Here you go:\n```json\n{"lines": ["Allergic to peanuts and shellfish."]}\n```'
+    result = w.service(compressor=ScriptedCompressor(reply=fenced), compress=True).recall("u", "peanuts")
+    # Then its line is used, as a bare JSON answer would be
+    assert result.hits[0].text == "Allergic to peanuts and shellfish."
+    assert "compress" not in result.meta.get("degraded", [])
+
+
 async def test_compression_works_when_called_from_an_event_loop_thread() -> None:
     # Given recall called synchronously from inside a running event loop
     w = World()

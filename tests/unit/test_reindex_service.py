@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import UpstreamUnavailable
 from engram.services.memories import INDEX_DIRTY, MemoryWrite
 from engram.services.reindex import STATE_KEY
@@ -40,7 +40,8 @@ def _container(store: Any, index: Any, embedder: Any, **overrides: Any) -> Any:
         store="memory", search="memory", embedder="none", scheduler_enabled=False, search_retry_seconds=0
     )
     return build_container(
-        settings, store=store, index=index, embedder=embedder, clock=CLOCK, extract_model=None, **overrides
+        settings,
+        Overrides(store=store, index=index, embedder=embedder, clock=CLOCK, extract_model=None, **overrides),
     )
 
 

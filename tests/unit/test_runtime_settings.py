@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.errors import InvalidInput
@@ -126,3 +129,46 @@ def test_the_composed_services_follow_runtime_changes_without_a_restart() -> Non
         assert container.memories._rules.dedup_cosine == 0.8
     finally:
         container.close()
+
+
+def test_a_provider_shared_by_threads_never_fails_nor_keeps_an_old_config() -> None:
+    # Given a provider read by four threads while a fifth keeps changing the setting behind it,
+    # with thread switches forced as often as the interpreter allows
+    runtime = RuntimeSettings(InMemoryMemoryStore(clock=ManualClock()), Settings(store="memory"), ttl_seconds=0)
+    top_k = runtime.provider(lambda s: ("config", s.recall_top_k))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                name, value = top_k()
+                assert name == "config" and 1 <= value <= 20
+        except BaseException as exc:  # any failure in a reader fails the test below
+            errors.append(exc)
+            stop.set()
+
+    def change() -> None:
+        try:
+            for n in range(1000):
+                runtime.update({"recall_top_k": 1 + n % 20})
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read) for _ in range(4)] + [threading.Thread(target=change)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(switch)
+    # Then no reader failed, and the provider gives the last value set, not one memoized from before
+    assert errors == []
+    runtime.update({"recall_top_k": 7})
+    assert top_k() == ("config", 7)
+    assert runtime.get("recall_top_k") == 7

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.services.gated_embedder import GatedEmbedder
@@ -114,7 +114,9 @@ def test_building_the_container_asks_nothing_of_the_index() -> None:
     inner.error = UpstreamUnavailable("asleep")
     settings = Settings(store="memory", search="memory", embedder="none", scheduler_enabled=False)
     # When the container is built with an embedder
-    container = build_container(settings, index=inner, embedder=HashEmbedder(dimension=8), extract_model=None)
+    container = build_container(
+        settings, Overrides(index=inner, embedder=HashEmbedder(dimension=8), extract_model=None)
+    )
     # Then the index was not called; the model check waits for first use
     assert inner.calls == 0
     assert container.embedder is not None and container.embedder.state == "unknown"
@@ -140,7 +142,9 @@ def _container(index: SwitchableIndex, clock: ManualClock) -> Any:
     settings = Settings(
         store="memory", search="memory", embedder="none", scheduler_enabled=False, search_retry_seconds=0
     )
-    return build_container(settings, index=index, clock=clock, embedder=HashEmbedder(dimension=8), extract_model=None)
+    return build_container(
+        settings, Overrides(index=index, clock=clock, embedder=HashEmbedder(dimension=8), extract_model=None)
+    )
 
 
 def test_writes_while_the_index_is_away_are_kept_and_repaired_when_it_answers_again() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from engram.bootstrap import build_container
+from engram.bootstrap import Overrides, build_container
 from engram.services.transfer import ExportDocument
 from engram.settings import Settings
 
@@ -31,7 +31,7 @@ def test_import_embeds_in_bounded_batches_with_progress(tmp_path: Path) -> None:
     # Given an export of 150 memories (100 active, 50 archived)
     embedder = RecordingEmbedder()
     settings = Settings(store="memory", search="memory", embedder="none", data_dir=tmp_path, scheduler_enabled=False)
-    container = build_container(settings, embedder=embedder)
+    container = build_container(settings, Overrides(embedder=embedder))
     rows = [
         {
             "id": f"mem_{i:03d}",

@@ -10,7 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,23 @@ def private_sqlite(path: Path) -> Path:
     return path
 
 
-def open_private(path: Path) -> int:
-    """A new owner-only file opened for writing (a file descriptor; the caller closes it)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+def write_private(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Replace ``path`` with ``data`` (bytes, or a function writing to the open file) atomically and
+    owner-only from the first byte: a temporary file unique to this writer (``mkstemp``: mode 0600,
+    never shared by two writers of one path, in this process or another) in the same directory, then
+    a rename. A reader sees the old file or the new one, never a part; no temporary file outlives a failure."""
+    private_dir(path.parent)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def tighten(path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from engram.adapters.clock import SystemClock
@@ -25,12 +26,13 @@ from engram.bootstrap.adapters import (
     build_skills,
     build_store,
     local_db_path,
+    search_snapshots,
     with_secret,
 )
 from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_owner_key, load_keys_file
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
-from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, SearchIndex
+from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.boot import BootLimits, BootService
 from engram.services.candidates import CandidateService
 from engram.services.chat import ChatService
@@ -41,8 +43,8 @@ from engram.services.extraction import ExtractionConfig, ExtractionService
 from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.history import HistoryConfig, HistoryService
 from engram.services.job_runs import NamespaceLocks
+from engram.services.jobs import JOBS, JobRunner, JobServices
 from engram.services.local_day import LocalDay
-from engram.services.loop import run_sync
 from engram.services.memories import MemoryRules, MemoryService
 from engram.services.messages import MessageService
 from engram.services.moving_in import MovingInService
@@ -64,7 +66,9 @@ __all__ = [
     "LOCAL_CONVERSATIONS_NAME",
     "LOCAL_DB_NAME",
     "LOCAL_KEYS_NAME",
+    "UNSET",
     "Container",
+    "Overrides",
     "RuntimeChatModel",
     "build_container",
     "build_keyring",
@@ -72,7 +76,6 @@ __all__ = [
     "index_model_mismatch",
     "load_keys_file",
     "local_db_path",
-    "snapshot_search",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,12 +107,13 @@ class Container:
     usage: UsageReportService
     skills: SkillService
     threads: ThreadService
-    history: HistoryService
+    history: HistoryService  # server-kept history of clients that send only their newest message
     reminders: ReminderService
     extraction: ExtractionService
     dreaming: DreamingService
     cleanup: CleanupService
     reindex: ReindexService
+    jobs: JobRunner  # every job by name, and what follows a run (services/jobs.py)
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
     chat: ChatService  # the chat gateway
     _closers: Closers = field(default_factory=list)
@@ -123,86 +127,222 @@ class Container:
         self._closers.clear()
 
 
-def build_container(settings: Settings | None = None, **overrides: Any) -> Container:
-    """Build the object graph. ``overrides`` replace adapters (tests pass fakes: ``store=...``;
-    ``bedrock_runtime=...`` replaces the boto3 bedrock-runtime client of the gateway and the jobs;
-    ``extract_model`` / ``dream_model`` / ``compress_model`` replace the models Engram calls itself)."""
+class Unset(Enum):
+    """An override not given (``None`` may be a value: no embedder, no model)."""
+
+    UNSET = "unset"
+
+
+UNSET = Unset.UNSET
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """The parts a test or a host replaces; every field left out is built from the settings. A
+    frozen dataclass: a mistyped name is a ``TypeError``, never silently ignored."""
+
+    clock: Clock | None = None
+    store: MemoryStore | None = None
+    index: SearchIndex | None = None
+    conversation_index: SearchIndex | None = None  # the index of past conversations
+    embedder: Embedder | Unset | None = UNSET  # None: no embedder
+    keys: KeyRing | None = None
+    queue: JobQueue | None = None
+    rate_limiter: RateLimiter | None = None
+    bedrock_runtime: Any = None  # a boto3 bedrock-runtime client for the gateway and the jobs
+    extract_model: ChatModel | Unset | None = UNSET  # None: extraction not configured
+    dream_model: ChatModel | Unset | None = UNSET  # None: dreaming not configured
+    compress_model: ChatModel | None = None  # recall compression
+    recall: RecallService | None = None
+    skills: SkillService | None = None
+    conversations: ConversationService | None = None
+    chat: ChatService | None = None
+
+
+@dataclass(frozen=True)
+class _Foundation:
+    """The adapters and what every service shares."""
+
+    clock: Clock
+    store: MemoryStore
+    index: GuardedIndex
+    raw_embedder: Embedder | None
+    embedder: GatedEmbedder | None
+    runtime: RuntimeSettings[Settings]
+
+
+@dataclass(frozen=True)
+class _Library:
+    """The use cases over the owner's rows, recall and the boot package."""
+
+    memories: MemoryService
+    candidates: CandidateService
+    notes: NoteService
+    messages: MessageService
+    local_day: LocalDay
+    stats: NamespaceStats
+    transfer: TransferService
+    recall: RecallService
+    conversations: ConversationService
+    boot: BootService
+    skills: SkillService
+    reminders: ReminderService
+
+
+@dataclass(frozen=True)
+class _Jobs:
+    """The background jobs, their runner and the queue."""
+
+    extract_model: ChatModel | None
+    extraction: ExtractionService
+    dreaming: DreamingService
+    cleanup: CleanupService
+    reindex: ReindexService
+    runner: JobRunner
+    queue: JobQueue
+    history: HistoryService
+
+
+def build_container(settings: Settings | None = None, overrides: Overrides | None = None) -> Container:
+    """Build the object graph from the settings; ``overrides`` replace parts (tests pass fakes)."""
     settings = with_secret(settings or load_settings())
+    o = overrides or Overrides()
     closers: Closers = []
-    clock: Clock = overrides.get("clock") or SystemClock()
-    store: MemoryStore = overrides.get("store") or build_store(settings, closers, clock)
+    base = _foundation(settings, o, closers)
+    lib = _library(settings, o, base, closers)
+    jobs = _jobs(settings, o, base, lib)
+    chat = o.chat or build_chat(
+        settings,
+        ChatParts(
+            runtime=base.runtime,
+            store=base.store,
+            messages=lib.messages,
+            memories=lib.memories,
+            recall=lib.recall,
+            boot=lib.boot,
+            clock=base.clock,
+            queue=jobs.queue,
+            reminders=lib.reminders,
+            conversations=lib.conversations,
+            history=jobs.history,
+        ),
+        o.bedrock_runtime,
+    )
+    store, clock = base.store, base.clock
+    return Container(
+        settings=settings,
+        store=store,
+        index=base.index,
+        embedder=base.embedder,
+        clock=clock,
+        keys=o.keys or build_keyring(settings),
+        runtime=base.runtime,
+        limits=build_limits(settings, clock, o.rate_limiter),
+        queue=jobs.queue,
+        memories=lib.memories,
+        candidates=lib.candidates,
+        notes=lib.notes,
+        messages=lib.messages,
+        local_day=lib.local_day,
+        stats=lib.stats,
+        transfer=lib.transfer,
+        recall=lib.recall,
+        conversations=lib.conversations,
+        boot=lib.boot,
+        usage=UsageReportService(store, clock),
+        skills=lib.skills,
+        threads=ThreadService(store, clock),
+        history=jobs.history,
+        reminders=lib.reminders,
+        extraction=jobs.extraction,
+        dreaming=jobs.dreaming,
+        cleanup=jobs.cleanup,
+        reindex=jobs.reindex,
+        jobs=jobs.runner,
+        moving_in=MovingInService(lib.transfer, jobs.extract_model),
+        chat=chat,
+        _closers=closers,
+    )
+
+
+def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundation:
+    clock = o.clock or SystemClock()
+    store = o.store or build_store(settings, closers, clock)
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(
-        overrides.get("index") or build_index(settings, closers),
-        clock=clock,
-        retry_seconds=settings.search_retry_seconds,
+        o.index or build_index(settings, closers), clock=clock, retry_seconds=settings.search_retry_seconds
     )
-    raw_embedder = overrides["embedder"] if "embedder" in overrides else build_embedder(settings)
-    embedder: GatedEmbedder | None = (
+    raw_embedder = build_embedder(settings) if isinstance(o.embedder, Unset) else o.embedder
+    embedder = (
         GatedEmbedder(raw_embedder, index, max_tokens=settings.embedding_max_tokens)
         if raw_embedder is not None
         else None
     )
-    keys: KeyRing = overrides.get("keys") or build_keyring(settings)
-
     runtime = RuntimeSettings(store, settings)
-    rules = runtime.provider(MemoryRules.from_settings)
-    memories = MemoryService(store, index, embedder, clock, rules)
+    return _Foundation(clock, store, index, raw_embedder, embedder, runtime)
+
+
+def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:
+    store, clock, runtime = base.store, base.clock, base.runtime
+    memories = MemoryService(store, base.index, base.embedder, clock, runtime.provider(MemoryRules.from_settings))
     local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
     stats = NamespaceStats(store, local_day)
-    notes = NoteService(store, clock)
-    recall: RecallService = overrides.get("recall") or build_recall(
-        settings, runtime, store, index, embedder, clock, overrides.get("compress_model")
-    )
+    recall = o.recall or build_recall(settings, runtime, store, base.index, base.embedder, clock, o.compress_model)
     # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
-    skill_embedder = ClippedEmbedder(raw_embedder, settings.embedding_max_tokens) if raw_embedder is not None else None
-    skills: SkillService = overrides.get("skills") or build_skills(settings, clock, closers, skill_embedder)
-    conversations: ConversationService = overrides.get("conversations") or _build_conversations(
-        settings, runtime, store, raw_embedder, clock, recall, overrides.get("conversation_index"), closers
+    raw = base.raw_embedder
+    skill_embedder = ClippedEmbedder(raw, settings.embedding_max_tokens) if raw is not None else None
+    skills = o.skills or build_skills(settings, clock, closers, skill_embedder)
+    conversations = o.conversations or _build_conversations(
+        settings, runtime, store, raw, clock, recall, o.conversation_index, closers
     )
-    # A stored turn is keyword-indexed for the other threads at once (docs/conversations.md).
-    messages = MessageService(store, clock, on_stored=conversations.index_stored)
-    boot = BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings))
-    candidates = CandidateService(store, memories, clock)
-    transfer = TransferService(store, memories, clock, skills)
-    reminders = ReminderService(
-        store,
-        memories,
-        clock,
-        runtime.provider(ReminderConfig.from_settings),
+    return _Library(
+        memories=memories,
+        candidates=CandidateService(store, memories, clock),
+        notes=NoteService(store, clock),
+        # A stored turn is keyword-indexed for the other threads at once (docs/conversations.md).
+        messages=MessageService(store, clock, on_stored=conversations.index_stored),
+        local_day=local_day,
+        stats=stats,
+        transfer=TransferService(store, memories, clock, skills),
+        recall=recall,
+        conversations=conversations,
+        boot=BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings)),
+        skills=skills,
+        reminders=ReminderService(store, memories, clock, runtime.provider(ReminderConfig.from_settings)),
     )
 
-    # The jobs: their models follow the runtime settings (admin panel); the upstream stays the environment's.
-    upstreams = ModelUpstreams(bedrock_runtime=overrides.get("bedrock_runtime"))
 
-    def job_model(kind: str, name: Callable[[Settings], str]) -> ChatModel | None:
-        if kind in overrides:
-            model: ChatModel | None = overrides[kind]
-            return model
-        return runtime_model(settings, runtime, name, upstreams)
+def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) -> _Jobs:
+    store, clock, index, runtime = base.store, base.clock, base.index, base.runtime
+    # The jobs' models follow the runtime settings (admin panel); the upstream stays the environment's.
+    upstreams = ModelUpstreams(bedrock_runtime=o.bedrock_runtime)
 
-    extract_model = job_model("extract_model", lambda eff: eff.extract_model or eff.chat_model)
-    dream_model = job_model("dream_model", lambda eff: eff.dream_model or eff.chat_model)
+    def job_model(given: ChatModel | Unset | None, name: Callable[[Settings], str]) -> ChatModel | None:
+        return runtime_model(settings, runtime, name, upstreams) if isinstance(given, Unset) else given
+
+    extract_model = job_model(o.extract_model, lambda eff: eff.extract_model or eff.chat_model)
+    dream_model = job_model(o.dream_model, lambda eff: eff.dream_model or eff.chat_model)
     history = HistoryService(store, clock, extract_model, runtime.provider(HistoryConfig.from_settings))
     locks = NamespaceLocks()
+    memories = lib.memories
     extraction = ExtractionService(
         store,
         memories,
-        candidates,
+        lib.candidates,
         extract_model,
         clock,
         runtime.provider(ExtractionConfig.from_settings),
         locks,
         index,
-        conversations,
+        lib.conversations,
     )
     dreaming = DreamingService(
         store,
         memories,
-        notes,
+        lib.notes,
         index,
-        embedder,
+        base.embedder,
         dream_model,
         clock,
         runtime.provider(DreamConfig.from_settings),
@@ -215,69 +355,28 @@ def build_container(settings: Settings | None = None, **overrides: Any) -> Conta
         RetentionPolicy.from_settings(settings),
         locks,
         repair=memories.repair_index,
-        skills=skills,
-        conversations=conversations,
+        skills=lib.skills,
+        conversations=lib.conversations,
     )
-    queue: JobQueue = (
-        overrides.get("queue")
-        or build_queue(settings)
-        # The inline queue runs reindex jobs, and the reindex service queues its continuations.
-        or _inline_queue(settings, clock, cleanup, memories, lambda: reindex, history)
-    )
-    history.attach_queue(queue)
-    reindex = ReindexService(store, memories, embedder, clock, queue)
-    queue_repairs_when_back(index, memories, queue)
-
-    chat: ChatService = overrides.get("chat") or build_chat(
-        settings,
-        ChatParts(
-            runtime=runtime,
-            store=store,
-            messages=messages,
+    conversations = lib.conversations
+    runner = JobRunner(
+        JobServices(
+            extraction=extraction,
+            dreaming=dreaming,
+            cleanup=cleanup,
             memories=memories,
-            recall=recall,
-            boot=boot,
-            clock=clock,
-            queue=queue,
-            reminders=reminders,
-            conversations=conversations,
+            reindex=lambda: reindex,
             history=history,
-        ),
-        overrides.get("bedrock_runtime"),
+            # The conversation index is a replica beside the memory index (docs/conversations.md).
+            snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
+        )
     )
-    return Container(
-        settings=settings,
-        store=store,
-        index=index,
-        embedder=embedder,
-        clock=clock,
-        keys=keys,
-        runtime=runtime,
-        limits=build_limits(settings, clock, overrides.get("rate_limiter")),
-        queue=queue,
-        memories=memories,
-        candidates=candidates,
-        notes=notes,
-        messages=messages,
-        local_day=local_day,
-        stats=stats,
-        transfer=transfer,
-        recall=recall,
-        conversations=conversations,
-        boot=boot,
-        usage=UsageReportService(store, clock),
-        skills=skills,
-        threads=ThreadService(store, clock),
-        history=history,
-        reminders=reminders,
-        extraction=extraction,
-        dreaming=dreaming,
-        cleanup=cleanup,
-        reindex=reindex,
-        moving_in=MovingInService(transfer, extract_model),
-        chat=chat,
-        _closers=closers,
-    )
+    # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
+    queue: JobQueue = o.queue or build_queue(settings) or InlineJobQueue(runner.run, JOBS)
+    reindex = ReindexService(store, memories, base.embedder, clock, queue)
+    queue_repairs_when_back(index, memories, queue)
+    history.attach_queue(queue)
+    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history)
 
 
 def _build_conversations(
@@ -312,28 +411,6 @@ def _build_conversations(
     )
 
 
-def _inline_queue(
-    settings: Settings,
-    clock: Clock,
-    cleanup: CleanupService,
-    memories: MemoryService,
-    reindex: Callable[[], ReindexService],
-    history: HistoryService,
-) -> InlineJobQueue:
-    """The in-process job queue of `engram serve` (``ENGRAM_QUEUE=inline``)."""
-    return InlineJobQueue(
-        {
-            "cleanup": lambda payload: cleanup.run(payload.get("namespace")),
-            "index_repair": lambda payload: memories.repair_index(payload["namespace"]),
-            "reindex": lambda payload: reindex().run(payload["namespace"], payload["run_id"]),
-            "history": lambda payload: run_sync(history.rotate(payload["namespace"], payload["thread"])),
-        },
-        clock=clock,
-        min_interval_seconds=settings.cleanup_min_interval_hours * 3600,
-        throttled=("cleanup",),
-    )
-
-
 def queue_repairs_when_back(index: GuardedIndex, memories: MemoryService, queue: JobQueue) -> None:
     """When the index answers again, queue a repair of the namespaces whose writes failed meanwhile."""
 
@@ -342,26 +419,6 @@ def queue_repairs_when_back(index: GuardedIndex, memories: MemoryService, queue:
             queue.enqueue("index_repair", {"namespace": namespace})
 
     index.on_recovered = recovered
-
-
-def snapshot_search(container: Container, *, min_changes: int = 1) -> int:
-    """Write the ``replica`` index's snapshot of each namespace that changed by at least ``min_changes``
-    rows since its last one (the jobs call it; docs/aws.md). Other indexes: 0."""
-    if container.settings.search != "replica":
-        return 0  # and the replica module (numpy) is never imported where no replica runs
-    from engram.adapters.search.replica import ReplicaSearchIndex
-
-    written = 0
-    # The conversation index is a replica beside the memory index (docs/conversations.md).
-    for guarded in (container.index, container.conversations.index):
-        index = guarded.inner if isinstance(guarded, GuardedIndex) else guarded
-        if not isinstance(index, ReplicaSearchIndex):
-            continue
-        try:
-            written += index.snapshot_all(min_changes=min_changes)
-        except Exception:  # a snapshot only speeds up cold starts: never fail the job for it
-            log.exception("writing the search snapshots failed")
-    return written
 
 
 def index_model_mismatch(container: Container) -> bool:

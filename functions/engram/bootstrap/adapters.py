@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from engram.domain.ports import (
     SkillStore,
 )
 from engram.services.ratelimit import RequestLimits
+from engram.services.search_guard import GuardedIndex
 from engram.services.skills import SkillService
 from engram.settings import Settings
 
@@ -236,6 +237,25 @@ def build_queue(settings: Settings) -> JobQueue | None:
     if not settings.cleanup_queue_url:
         raise NotConfigured("ENGRAM_QUEUE=sqs needs ENGRAM_CLEANUP_QUEUE_URL")
     return SqsJobQueue(settings.cleanup_queue_url, region_name=settings.aws_region or None)
+
+
+def search_snapshots(settings: Settings, indexes: Callable[[], Iterable[SearchIndex]]) -> Callable[[int], int]:
+    """What writes the ``replica`` index's snapshots after a job: of each namespace changed by at least
+    ``min_changes`` rows since its last one (docs/aws.md); returns how many. Other indexes: nothing."""
+
+    def snapshot(min_changes: int) -> int:
+        if settings.search != "replica":
+            return 0  # and the replica module (numpy) is never imported where no replica runs
+        from engram.adapters.search.replica import ReplicaSearchIndex
+
+        written = 0
+        for guarded in indexes():
+            index = guarded.inner if isinstance(guarded, GuardedIndex) else guarded
+            if isinstance(index, ReplicaSearchIndex):
+                written += index.snapshot_all(min_changes=min_changes)
+        return written
+
+    return snapshot
 
 
 def with_secret(settings: Settings) -> Settings:

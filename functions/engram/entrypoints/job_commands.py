@@ -1,4 +1,5 @@
-"""`engram extract`, `engram dream`, `engram cleanup`: run one job now and print what it did."""
+"""`engram extract`, `engram dream`, `engram cleanup`: run one job now (through the container's job runner,
+services/jobs.py, one namespace at a time for the progress bar) and print what it did."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 from engram import bootstrap
 from engram.bootstrap import Container
 from engram.entrypoints.console import Progress, settings_from
-from engram.entrypoints.job_runner import run_dreaming, run_extraction
 from engram.services.extraction import ExtractionReport
 from engram.services.loop import run_sync
 
@@ -76,7 +76,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
         bar = Progress(len(namespaces), "extract")
         parts = []
         for ns in namespaces:
-            parts.append(run_extraction(container, namespace=ns))
+            parts.append(container.jobs.run("extract", {"namespace": ns}).report)
             bar()
         bar.close()
         r = _merge("extract", parts)
@@ -101,7 +101,8 @@ def cmd_dream(args: argparse.Namespace) -> int:
         bar = Progress(len(namespaces), "dream")
         parts = []
         for ns in namespaces:
-            parts.append(run_dreaming(container, date=args.date, force=args.force, namespace=ns))
+            payload = {"date": args.date, "force": args.force, "namespace": ns}
+            parts.append(container.jobs.run("dream", payload).report)
             bar()
         bar.close()
         r = _merge("dream", parts)
@@ -129,7 +130,10 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     try:
         namespaces = _namespaces(container, args)
         bar = Progress(len(namespaces), "cleanup")
-        parts = [container.cleanup.run(ns, progress=bar).to_dict() for ns in namespaces]
+        parts = []
+        for ns in namespaces:
+            parts.append(container.jobs.run("cleanup", {"namespace": ns}).report)
+            bar()
         bar.close()
         r = _merge("cleanup", parts)
         _print(

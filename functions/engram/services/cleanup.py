@@ -24,7 +24,6 @@ from engram.domain.policies import expires_by_retention, too_short
 from engram.domain.ports import (
     AuditRows,
     Clock,
-    JobQueue,
     KeyValueRows,
     MemoryRows,
     MessageRows,
@@ -40,7 +39,6 @@ from engram.services.threads import ThreadService
 log = logging.getLogger(__name__)
 
 _PAGE = 500
-LAST_RUN = "cleanup:last_run"
 HARD_DELETE_STATUSES = ("deleted", "superseded", "expired")
 
 
@@ -57,7 +55,6 @@ class RetentionPolicy:
     idempotency_days: int
     memory_unseen_days: int
     hard_delete_days: int
-    min_interval_hours: float
     empty_min_chars: int  # active memories with fewer letters or digits are deleted; 0 = never
 
     @classmethod
@@ -69,7 +66,6 @@ class RetentionPolicy:
             idempotency_days=settings.retention_idempotency_days,
             memory_unseen_days=settings.memory_expire_unseen_days,
             hard_delete_days=settings.hard_delete_after_days,
-            min_interval_hours=settings.cleanup_min_interval_hours,
             empty_min_chars=settings.empty_memory_min_chars,
         )
 
@@ -145,15 +141,10 @@ class CleanupService:
         self._policy = policy
         self._locks = locks or NamespaceLocks()
 
-    def run(self, namespace: str | None = None, progress: Any = None) -> CleanupReport:
-        """Clean every namespace (or one); ``progress(n)`` is called once per namespace done."""
+    def run(self, namespace: str | None = None) -> CleanupReport:
+        """Clean every namespace (or one)."""
         namespaces = [namespace] if namespace else self._namespaces()
-        report = CleanupReport()
-        for ns in namespaces:
-            report.namespaces.append(self._run_namespace(ns))
-            if progress is not None:
-                progress(1)
-        return report
+        return CleanupReport(namespaces=[self._run_namespace(ns) for ns in namespaces])
 
     def _namespaces(self) -> list[str]:
         """The store's namespaces, and those that only have skills (an agent that never chats)."""
@@ -161,21 +152,6 @@ class CleanupService:
         if self._skills is not None:
             found.update(self._skills.namespaces())
         return sorted(found)
-
-    def request(self, queue: JobQueue | None, namespace: str) -> bool:
-        """Queue a cleanup of ``namespace`` unless one ran within ``min_interval_hours`` (the chat
-        path calls this on every turn; it costs one cursor read). ``True`` if queued."""
-        if queue is None or not self.due(namespace):
-            return False
-        queue.enqueue("cleanup", {"namespace": namespace})
-        return True
-
-    def due(self, namespace: str) -> bool:
-        raw = self._store.get_cursor(namespace, LAST_RUN)
-        if not raw:
-            return True
-        last = datetime.fromisoformat(raw)
-        return self._clock.now() - last >= timedelta(hours=self._policy.min_interval_hours)
 
     def _run_namespace(self, namespace: str) -> NamespaceCleanup:
         result = NamespaceCleanup(namespace=namespace)
@@ -191,7 +167,6 @@ class CleanupService:
 
     def _clean(self, namespace: str, result: NamespaceCleanup) -> None:
         now = self._clock.now()
-        self._store.set_cursor(namespace, LAST_RUN, now.isoformat())
         if self._repair is not None:
             try:
                 result.index_repaired = self._repair(namespace)

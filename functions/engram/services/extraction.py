@@ -464,7 +464,8 @@ class ExtractionService:
         else:
             result.skipped_batches += 1  # applied before (another run, or a crash before the cursor moved)
         self._store.set_cursor(namespace, cursor_name, _position(batch[-1]).dump())
-        self._store.set_cursor(namespace, FAILURES, "")
+        if cursor_name == CURSOR:  # the failure count is the regular job's: a backfill batch leaves it
+            self._store.set_cursor(namespace, FAILURES, "")
         result.batches += 1
         result.messages += len(batch)
 

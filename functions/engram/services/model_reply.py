@@ -1,5 +1,6 @@
-"""Reading what a model answered in a job (extraction, dreaming): the first JSON object of the reply and
-lenient readers of its fields (a wrong type becomes empty or the default, never an exception)."""
+"""Reading what a model answered (extraction, dreaming, scoring on moving in, recall compression): the
+first JSON object of the reply and lenient readers of its fields (a wrong type becomes empty or the
+default, never an exception)."""
 
 from __future__ import annotations
 

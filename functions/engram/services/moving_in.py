@@ -8,28 +8,21 @@ file's lines can be scored first (type and importance) by a chat model.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from engram.domain.errors import EngramError, NotConfigured
 from engram.domain.models import MEMORY_TYPES
 from engram.domain.ports import ChatModel
+from engram.services import prompts
 from engram.services.import_formats import Converted, Row
+from engram.services.model_reply import parse_json_object
 from engram.services.transfer import MAX_PROBLEMS, ExportDocument, ProgressFactory, TransferService
 
 SCORE_BATCH = 20  # lines per scoring call
 
 
 # -- scoring (text) --------------------------------------------------------------------------------
-_SCORE_PROMPT = (
-    "You sort a user's notes about themselves into a memory system. For each numbered line, give its "
-    "type (one of: " + ", ".join(MEMORY_TYPES) + ") and importance from 0.0 (trivia) to 1.0 (essential, "
-    'e.g. health, identity, firm rules). Answer with one JSON object: {"items": [{"i": <number>, '
-    '"type": "...", "importance": 0.5}]}.'
-)
-
-
 async def score(conv: Converted, model: ChatModel | None, progress: Callable[[int], None] | None = None) -> None:
     """Ask ``model`` for each memory's type and importance, ``SCORE_BATCH`` lines per call.
 
@@ -42,15 +35,10 @@ async def score(conv: Converted, model: ChatModel | None, progress: Callable[[in
     conv.scoring = {"scored": 0, "failed": 0}
     for start in range(0, len(rows), SCORE_BATCH):
         batch = rows[start : start + SCORE_BATCH]
-        lines = "\n".join(f"{n}. {r.data['content'][:500]}" for n, r in enumerate(batch))
+        messages = prompts.score_messages([r.data["content"] for r in batch])
         try:
-            answer = await model.complete(
-                [{"role": "system", "content": _SCORE_PROMPT}, {"role": "user", "content": lines}],
-                json_mode=True,
-                max_tokens=60 * len(batch) + 50,
-                temperature=0,
-            )
-            items = json.loads(answer).get("items")
+            answer = await model.complete(messages, json_mode=True, max_tokens=60 * len(batch) + 50, temperature=0)
+            items = parse_json_object(answer).get("items")
             if not isinstance(items, list):
                 raise ValueError("no items")
         except (EngramError, ValueError, AttributeError):

@@ -1,4 +1,7 @@
-"""Engram's own prompts for the extraction and dreaming models, and the rendering of their inputs.
+"""Every prompt Engram sends to a model itself, and the rendering of their inputs: extraction and
+dreaming (the jobs), scoring a text file on moving in (``services/moving_in.py``) and recall
+compression (``services/recall.py``). Every reply is read by ``services/model_reply.parse_json_object``
+(bare JSON, a ```json fence, or JSON inside prose).
 
 The prompts name every output field the parsers read (``services/extraction.py``,
 ``services/dreaming.py``), ask for one JSON object, and work for Chinese and English conversations:
@@ -88,6 +91,36 @@ Answer with exactly one JSON object and nothing else, of this shape:
 
 type is one of {_TYPES}. Use empty lists when there is nothing to change.
 """
+
+
+SCORE_SYSTEM = (
+    "You sort a user's notes about themselves into a memory system. For each numbered line, give its "
+    f"type (one of: {_TYPES}) and importance from 0.0 (trivia) to 1.0 (essential, "
+    'e.g. health, identity, firm rules). Answer with one JSON object: {"items": [{"i": <number>, '
+    '"type": "...", "importance": 0.5}]}.'
+)
+
+COMPRESS_SYSTEM = (
+    "You shorten memories about a user for injection into a chat prompt. For each numbered "
+    "memory write one short line (at most 20 words) keeping every fact, name, number and date that "
+    "could matter for the message. Same language as the memory. Reply with JSON: "
+    '{"lines": ["...", ...]} with exactly one line per memory, in order.'
+)
+
+
+def score_messages(lines: Sequence[str]) -> list[dict[str, Any]]:
+    """The scoring call of a text file's lines (moving in): numbered from 0."""
+    numbered = "\n".join(f"{n}. {line[:500]}" for n, line in enumerate(lines))
+    return [{"role": "system", "content": SCORE_SYSTEM}, {"role": "user", "content": numbered}]
+
+
+def compress_messages(query: str, contents: Sequence[str]) -> list[dict[str, Any]]:
+    """The recall compression call: the turn's message and the memories, numbered from 1."""
+    numbered = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(contents))
+    return [
+        {"role": "system", "content": COMPRESS_SYSTEM},
+        {"role": "user", "content": f"Message: {query[:500]}\n\nMemories:\n{numbered}"},
+    ]
 
 
 def clip(text: str, limit: int) -> str:

@@ -19,7 +19,6 @@ the compression call they use; nothing else lives here.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -57,7 +56,9 @@ from engram.domain.recall_scoring import (
     weigh,
 )
 from engram.domain.text import estimate_tokens, tokenize
+from engram.services import prompts
 from engram.services.loop import run_sync
+from engram.services.model_reply import parse_json_object
 from engram.services.recall_background import BackgroundVectors
 from engram.services.search_guard import is_index_unavailable
 
@@ -671,23 +672,12 @@ class RecallService:
 
     async def _compress(self, query: str, contents: Sequence[str]) -> list[str]:
         assert self._compressor is not None
-        numbered = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(contents))
-        messages = [
-            {
-                "role": "system",
-                "content": "You shorten memories about a user for injection into a chat prompt. For each numbered "
-                "memory write one short line (at most 20 words) keeping every fact, name, number and date that "
-                "could matter for the message. Same language as the memory. Reply with JSON: "
-                '{"lines": ["...", ...]} with exactly one line per memory, in order.',
-            },
-            {"role": "user", "content": f"Message: {query[:500]}\n\nMemories:\n{numbered}"},
-        ]
+        messages = prompts.compress_messages(query, contents)
         raw = await asyncio.wait_for(
             self._compressor.complete(messages, json_mode=True, max_tokens=60 * len(contents) + 50, temperature=0.0),
             timeout=self._config.compress_timeout_s,
         )
-        data = json.loads(raw)
-        lines = data.get("lines") if isinstance(data, dict) else None
+        lines = parse_json_object(raw).get("lines")
         if not isinstance(lines, list) or len(lines) != len(contents):
             raise ValueError("compressor returned the wrong number of lines")
         out = [" ".join(str(line).split()) for line in lines]

@@ -85,9 +85,10 @@ class RuntimeSettings(Generic[S]):
         self._specs = {s.name: s for s in ALLOWLIST if s.name in self._fields}
         self._adapters = {name: _adapter(self._fields[name]) for name in self._specs}
         self._overrides: dict[str, Any] = {}
-        self._effective: S = base
+        # The effective settings and their version (bumped whenever they change), replaced as one
+        # tuple so a reader on another thread never pairs one version's settings with another's number.
+        self._current: tuple[S, int] = (base, 0)
         self._loaded_at: float | None = None
-        self._version = 0  # bumped whenever the effective settings change
 
     # -- reading --------------------------------------------------------------------------------
     @property
@@ -96,26 +97,33 @@ class RuntimeSettings(Generic[S]):
 
     def effective(self) -> S:
         """The settings to use now (re-reads the stored overrides at most every ``ttl_seconds``)."""
+        return self.versioned()[0]
+
+    def versioned(self) -> tuple[S, int]:
+        """The settings to use now and their version, read together (safe from any thread)."""
         now = self._monotonic()
         if self._loaded_at is None or now - self._loaded_at >= self._ttl:
             self._reload(now)
-        return self._effective
+        return self._current
 
     def get(self, name: str) -> Any:
         return getattr(self.effective(), name)
 
     def provider(self, build: Callable[[S], T]) -> Callable[[], T]:
         """A zero-argument callable for a service: ``build`` applied to the effective settings,
-        rebuilt only when they change."""
-        memo: dict[int, T] = {}
+        rebuilt only when they change. Safe from any thread: a caller gets the value built from the
+        settings it read, and the memo (one ``(version, value)`` tuple, swapped whole) only moves forward."""
+        memo: list[tuple[int, T]] = []
 
         def current() -> T:
-            effective = self.effective()
-            version = self._version
-            if version not in memo:
-                memo.clear()
-                memo[version] = build(effective)
-            return memo[version]
+            effective, version = self.versioned()
+            cached = memo[-1] if memo else None
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            value = build(effective)
+            if cached is None or cached[0] < version:
+                memo[:] = [(version, value)]
+            return value
 
         return current
 
@@ -206,8 +214,7 @@ class RuntimeSettings(Generic[S]):
     def _apply(self, overrides: dict[str, Any], now: float) -> None:
         if overrides != self._overrides or self._loaded_at is None:
             self._overrides = dict(overrides)
-            self._effective = self._base.model_copy(update=overrides)
-            self._version += 1
+            self._current = (self._base.model_copy(update=overrides), self._current[1] + 1)
         self._loaded_at = now
 
 

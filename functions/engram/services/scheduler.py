@@ -23,8 +23,9 @@ from engram.domain.ports import Clock
 log = logging.getLogger(__name__)
 
 NextRun = Callable[[datetime], datetime]
-# A job returns False when it should be retried soon (e.g. a failed dream), anything else otherwise.
-JobRunner = Callable[[], Awaitable[object]]
+# A job returns whether its run succeeded; a failed run (False, or an exception) is retried after
+# ``retry_after`` instead of at its next regular time.
+JobRunner = Callable[[], Awaitable[bool]]
 
 
 def every_hours(hours: int) -> NextRun:
@@ -125,4 +126,4 @@ class Scheduler:
             job.failures += 1
             log.exception("scheduled %s failed", job.name)
             return False
-        return outcome is not False
+        return outcome

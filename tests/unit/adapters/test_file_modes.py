@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,3 +96,55 @@ def test_a_keys_file_readable_by_others_is_reported(tmp_path: Path, caplog: pyte
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "readable by other users" in warnings[0] and "chmod 600" in warnings[0]
     assert "ek_secret_never_logged" not in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["blobs", "snapshots"])
+def test_two_writers_of_one_key_never_collide_and_the_file_is_never_readable_by_others(
+    tmp_path: Path, kind: str
+) -> None:
+    # Given a local blob store (skill files) or snapshot store (replica snapshots), and a umask that
+    # would make a freshly created file readable by everyone
+    from engram.adapters.storage.blobs import LocalBlobStore
+    from engram.adapters.storage.snapshots import DirSnapshotStore
+
+    store = LocalBlobStore(tmp_path / kind) if kind == "blobs" else DirSnapshotStore(tmp_path / kind)
+    errors: list[BaseException] = []
+    modes: set[int] = set()
+    done = threading.Event()
+
+    def write(n: int) -> None:
+        try:
+            for i in range(150):
+                store.put("skills/a/file.bin", f"{n}-{i}".encode() * 100)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def watch() -> None:  # what any reader of the directory sees meanwhile
+        while not done.is_set():
+            for path in (tmp_path / kind).rglob("*"):
+                try:
+                    if path.is_file():
+                        modes.add(stat.S_IMODE(path.stat().st_mode))
+                except FileNotFoundError:
+                    pass
+
+    old = os.umask(0o022)
+    try:
+        watcher = threading.Thread(target=watch)
+        writers = [threading.Thread(target=write, args=(n,)) for n in range(2)]
+        watcher.start()
+        for thread in writers:
+            thread.start()
+        for thread in writers:
+            thread.join(60)
+        done.set()
+        watcher.join(10)
+    finally:
+        os.umask(old)
+    # When two writers put the same key at once / Then neither failed, the last whole value is kept,
+    # no file was ever readable by others, and no temporary file is left behind
+    assert errors == []
+    value = store.get("skills/a/file.bin")
+    assert value is not None and value.decode().split("-")[1].startswith("149")
+    assert modes and all(mode & 0o077 == 0 for mode in modes)
+    assert [p.name for p in (tmp_path / kind).rglob("*") if p.is_file()] == ["file.bin"]

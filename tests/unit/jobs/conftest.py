@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.models import Message, new_id
 from engram.services.memories import MemoryWrite
 from engram.settings import Settings
@@ -63,7 +63,7 @@ def make_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
             **settings,
         )
         container = build_container(
-            config, embedder=HashEmbedder(), clock=clock, extract_model=model, dream_model=model
+            config, Overrides(embedder=HashEmbedder(), clock=clock, extract_model=model, dream_model=model)
         )
         built.append(container)
         return Env(container, model, clock)

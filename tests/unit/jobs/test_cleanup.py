@@ -3,13 +3,15 @@ with a search index that fails on demand."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from engram.adapters.queue.inline import InlineJobQueue
 from engram.adapters.search.inmemory import InMemorySearchIndex
-from engram.bootstrap import build_container
-from engram.domain.errors import UpstreamUnavailable
+from engram.bootstrap import Overrides, build_container
+from engram.domain.errors import InvalidInput, UpstreamUnavailable
 from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord, new_id
 from engram.settings import Settings
 
@@ -99,7 +101,7 @@ def _container_with(index: FlakyIndex, clock: ManualClock, tmp_store: str = "mem
     settings = Settings(
         store=tmp_store, search="memory", embedder="none", scheduler_enabled=False, search_retry_seconds=0
     )
-    return build_container(settings, index=index, clock=clock, embedder=HashEmbedder(), extract_model=None)
+    return build_container(settings, Overrides(index=index, clock=clock, embedder=HashEmbedder(), extract_model=None))
 
 
 def test_old_deleted_superseded_and_expired_rows_are_erased_vector_first() -> None:
@@ -157,48 +159,31 @@ def test_a_failing_vector_delete_keeps_the_row_for_the_next_run() -> None:
     c.close()
 
 
-def test_cleanup_is_requested_at_most_once_per_interval(env: Env) -> None:
-    # Given a queue that records requests instead of running them
-    requested: list[dict[str, Any]] = []
-
-    class RecordingQueue:
-        def enqueue(self, job: str, payload: dict[str, Any]) -> None:
-            requested.append({"job": job, **payload})
-
-    queue = RecordingQueue()
-    cleanup = env.container.cleanup
-    # When the chat path asks for cleanup before any run, then after a run, then a day later
-    assert cleanup.request(queue, NS) is True
-    cleanup.run(NS)
-    assert cleanup.request(queue, NS) is False
-    env.clock.advance(hours=23)
-    assert cleanup.request(queue, NS) is False
-    env.clock.advance(hours=1)
-    # Then only the first and the 24-hours-later requests reach the queue
-    assert cleanup.request(queue, NS) is True
-    assert requested == [{"job": "cleanup", "namespace": NS}] * 2
-
-
-def test_inline_queue_runs_in_the_background_once_per_interval_per_namespace() -> None:
-    # Given an inline queue with a 24 h throttle on a manual clock
-    clock = ManualClock()
+def test_inline_queue_runs_in_the_background_and_never_twice_at_once_per_namespace() -> None:
+    # Given an inline queue whose cleanup of alice waits until released
+    release = threading.Event()
     ran: list[str] = []
-    queue = InlineJobQueue(
-        {"cleanup": lambda p: ran.append(p["namespace"])}, clock=clock, min_interval_seconds=24 * 3600
-    )
-    # When cleanup is queued twice for alice, once for bob, then again for alice a day later
+
+    def run(job: str, payload: dict[str, Any]) -> None:
+        ran.append(payload["namespace"])
+        if payload["namespace"] == "alice":
+            assert release.wait(10)
+
+    queue = InlineJobQueue(run, ["cleanup"])
+    # When cleanup is queued twice for alice while her first run is still going, and once for bob
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.enqueue("cleanup", {"namespace": "bob"})
+    release.set()
     queue.join(5)
-    clock.advance(hours=23, minutes=59)
-    queue.enqueue("cleanup", {"namespace": "alice"})  # still within the day: dropped
-    queue.join(5)
-    clock.advance(minutes=1)
+    # Then alice ran once and bob once; once alice's run is over she can be queued again
+    assert sorted(ran) == ["alice", "bob"]
     queue.enqueue("cleanup", {"namespace": "alice"})
     queue.join(5)
-    # Then alice ran twice (a day apart) and bob once
     assert sorted(ran) == ["alice", "alice", "bob"]
+    # And an unknown job is refused
+    with pytest.raises(InvalidInput):
+        queue.enqueue("nope", {})
 
 
 def test_the_container_wires_an_inline_queue_that_cleans(env: Env) -> None:
@@ -207,7 +192,7 @@ def test_the_container_wires_an_inline_queue_that_cleans(env: Env) -> None:
     queue = env.container.queue
     assert isinstance(queue, InlineJobQueue)
     # When cleanup is requested through it
-    env.container.cleanup.request(queue, NS)
+    queue.enqueue("cleanup", {"namespace": NS})
     queue.join(10)
     # Then the background run deleted the message
     assert env.container.store.list_messages(NS) == []

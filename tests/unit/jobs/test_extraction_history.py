@@ -76,3 +76,23 @@ async def test_messages_stored_after_the_backfill_started_are_left_to_the_regula
     assert (await env.container.extraction.backfill(NS)).messages == 0
     result = await extract(env)
     assert result["messages"] == 1 and late.id in env.model.calls[-1].user
+
+
+async def test_a_backfill_does_not_reset_the_regular_jobs_failure_count(env: Env) -> None:
+    # Given old history for the backfill and a recent window the model never answers properly
+    env.message("old fact from last year", at=ago(env, days=300))
+    env.message("hello", at=ago(env, minutes=5))
+    env.model.script("not json")
+    first = await extract(env)
+    assert first["errors"] == 1
+    # When the backfill applies the old history in between the regular runs
+    env.model.script(reply(mem("The user had an old fact")))
+    assert (await env.container.extraction.backfill(NS)).batches == 1
+    # And the regular job fails four more times, one scheduled interval (4 h) apart
+    env.model.script(*["not json"] * 4)
+    results = []
+    for _ in range(4):
+        env.clock.advance(hours=4)
+        results.append(await extract(env))
+    # Then the fifth attempt still gives the window up: the backfill's batch did not restart the count
+    assert [r["skipped_batches"] for r in results] == [0, 0, 0, 1]

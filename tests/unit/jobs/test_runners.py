@@ -1,13 +1,11 @@
-"""The plain functions Lambda handlers and the CLI call: JSON-serializable reports, one event loop
-per container reused across calls (a warm Lambda keeps its model HTTP client usable)."""
+"""The job runner Lambda handlers, the CLI, the scheduler and REST call: JSON-serializable reports, one
+event loop per container reused across calls (a warm Lambda keeps its model HTTP client usable)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from typing import Any
-
-from engram.entrypoints.job_runner import run_cleanup, run_dreaming, run_extraction
 
 from tests.unit.jobs.conftest import NS, Env, ago
 
@@ -23,12 +21,13 @@ def test_runners_return_json_and_reuse_one_loop(env: Env) -> None:
 
     env.model.script(answer, answer)
     # When extraction runs twice (a new message in between), then dreaming and cleanup
-    first = run_extraction(env.container)
+    jobs = env.container.jobs
+    first = jobs.run("extract", {}).report
     env.message("I also play chess")
     env.clock.advance(seconds=1)
-    second = run_extraction(env.container)
-    dream = run_dreaming(env.container, date="2026-03-09")
-    cleanup = run_cleanup(env.container, namespace=NS)
+    second = jobs.run("extract", {}).report
+    dream = jobs.run("dream", {"date": "2026-03-09"}).report
+    cleanup = jobs.run("cleanup", {"namespace": NS}).report
     # Then every report is plain JSON and both model calls ran on the same loop
     for report in (first, second, dream, cleanup):
         assert json.loads(json.dumps(report)) == report

@@ -36,11 +36,11 @@ async def test_jobs_run_when_due_and_failures_retry_sooner() -> None:
     calls: list[str] = []
     outcomes = iter([False, True])
 
-    async def flaky() -> object:
+    async def flaky() -> bool:
         calls.append("flaky")
         return next(outcomes)
 
-    async def nightly() -> object:
+    async def nightly() -> bool:
         calls.append("nightly")
         raise RuntimeError("boom")
 
@@ -68,7 +68,7 @@ async def test_a_changed_time_zone_moves_the_next_daily_run_without_a_restart() 
     zone = {"name": "UTC"}
     calls: list[datetime] = []
 
-    async def nightly() -> object:
+    async def nightly() -> bool:
         calls.append(clock.now())
         return True
 

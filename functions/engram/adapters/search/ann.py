@@ -11,15 +11,13 @@ stale file costs only the difference, never a rebuild. An unreadable file is ign
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from engram.adapters.files import open_private, private_dir
+from engram.adapters.files import write_private
 
 _DIGEST_COEFFS = np.random.default_rng(20261130).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
@@ -115,23 +113,20 @@ class AnnGraph:
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         """Write the graph and its id map as one file, atomically (a unique temp file, then a rename)."""
-        private_dir(path.parent)
         ids = list(self._key_of)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with os.fdopen(open_private(tmp), "wb") as fh:  # owner-only (adapters/files.py)
-                np.savez(
-                    fh,
-                    graph=np.frombuffer(bytes(self._index.save()), dtype=np.uint8),
-                    ids=np.asarray(ids, dtype=str),
-                    keys=np.asarray([self._key_of[m] for m in ids], dtype=np.uint64),
-                    digests=np.asarray([self._digest[m] for m in ids], dtype=np.uint64),
-                    next=np.asarray([self._next], dtype=np.uint64),
-                    dimension=np.asarray([self.dimension], dtype=np.int64),
-                )
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+
+        def write(fh: BinaryIO) -> None:
+            np.savez(
+                fh,
+                graph=np.frombuffer(bytes(self._index.save()), dtype=np.uint8),
+                ids=np.asarray(ids, dtype=str),
+                keys=np.asarray([self._key_of[m] for m in ids], dtype=np.uint64),
+                digests=np.asarray([self._digest[m] for m in ids], dtype=np.uint64),
+                next=np.asarray([self._next], dtype=np.uint64),
+                dimension=np.asarray([self.dimension], dtype=np.int64),
+            )
+
+        write_private(path, write)  # owner-only, a unique temp file, then a rename (adapters/files.py)
 
     @classmethod
     def load(cls, path: Path, dimension: int) -> AnnGraph | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.adapters.aws_errors import translate
+from engram.adapters.files import write_private
 
 
 class InMemoryBlobStore:
@@ -36,12 +37,7 @@ class LocalBlobStore:
         return path
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.chmod(0o600)
-        tmp.replace(path)
+        write_private(self._path(key), data)
 
     def get(self, key: str) -> bytes | None:
         path = self._path(key)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from engram.adapters.aws_errors import translate
-from engram.adapters.files import private_dir, private_file
+from engram.adapters.files import write_private
 
 
 class DirSnapshotStore:
@@ -28,11 +27,7 @@ class DirSnapshotStore:
             return None
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        private_dir(path.parent)
-        tmp = private_file(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_private(self._path(key), data)
 
 
 class S3SnapshotStore:

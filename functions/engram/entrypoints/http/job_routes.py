@@ -1,5 +1,6 @@
-"""Jobs over REST (`/v1/jobs`, scope `admin`): the latest runs, and a run now. A REST run acts on the
-caller's namespace only. The in-process schedule of `engram serve`: ``entrypoints/http/schedule.py``."""
+"""Jobs over REST (`/v1/jobs`, scope `admin`): the latest runs, and a run now (through the container's job
+runner, services/jobs.py: the same after-steps as a scheduled run). A REST run acts on the caller's
+namespace only. The in-process schedule of `engram serve`: ``entrypoints/http/schedule.py``."""
 
 from __future__ import annotations
 
@@ -60,8 +61,7 @@ def list_runs(request: Request, who: Admin, limit: Annotated[int, Query(ge=1, le
 @router.post("/extract", responses=CONFLICT)
 async def extract_now(request: Request, who: Admin) -> dict[str, Any]:
     """Extract your new messages now; returns what was created, seen, superseded or queued for review."""
-    report = await _c(request).extraction.run(namespace=who.namespace)
-    return dict(report.to_dict())
+    return (await _c(request).jobs.run_async("extract", {"namespace": who.namespace})).report
 
 
 @router.post("/dream", responses=CONFLICT)
@@ -70,14 +70,14 @@ async def dream_now(
 ) -> dict[str, Any]:
     """Dream one day now (default yesterday; `force` repeats a day already dreamt)."""
     body = body or DreamRequest()
-    report = await _c(request).dreaming.run(date=body.date, force=body.force, namespace=who.namespace)
-    return dict(report.to_dict())
+    payload = {"date": body.date, "force": body.force, "namespace": who.namespace}
+    return (await _c(request).jobs.run_async("dream", payload)).report
 
 
 @router.post("/cleanup", responses=CONFLICT)
 def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
     """Apply the retention periods to your namespace now."""
-    return dict(_c(request).cleanup.run(who.namespace).to_dict())
+    return _c(request).jobs.run("cleanup", {"namespace": who.namespace}).report
 
 
 def install(app: FastAPI, container: Container) -> None:

@@ -29,7 +29,7 @@ class MemoryCreateRequest(MemoryWrite):
 
 # The version a client read (README, "Editing at the same time"): a write given one is refused with 409
 # `version_conflict` when the memory changed since; without one the write applies to the current row.
-Version = Annotated[int, Field(ge=1, description="The memory's `version` as you read it (or send `If-Match`).")]
+Version = Annotated[int, Field(ge=1, description="The memory's `version` as you read it (or send `If-Match`)."), WHOLE]
 IfMatch = Annotated[
     str | None,
     Header(description='The `ETag` of the memory as you read it (`"<version>"`); 409 if it changed since.'),

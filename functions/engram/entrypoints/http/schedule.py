@@ -6,32 +6,28 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from fastapi import FastAPI
 
-from engram.bootstrap import Container, snapshot_search
-from engram.entrypoints.job_runner import CLEANUP_SNAPSHOT_CHANGES
-from engram.services.scheduler import Scheduler, daily_at, every_hours
+from engram.bootstrap import Container
+from engram.services.scheduler import JobRunner, Scheduler, daily_at, every_hours
 
 
 def build_scheduler(container: Container) -> Scheduler:
     s = container.settings
     scheduler = Scheduler(clock=container.clock)
 
-    async def extract() -> object:
-        report = await container.extraction.run()
-        await asyncio.to_thread(snapshot_search, container)
-        return report
+    def job(name: str, payload: dict[str, Any]) -> JobRunner:
+        """A run of ``name`` through the container's job runner; False (retry soon) when it failed."""
 
-    async def dream() -> object:
-        report = await container.dreaming.run()
-        await asyncio.to_thread(snapshot_search, container)
-        return not any(ns.status == "failed" for ns in report.namespaces)
+        async def run() -> bool:
+            result = await container.jobs.run_async(name, payload)
+            return not result.failed
 
-    async def cleanup() -> object:
-        report = await asyncio.to_thread(container.cleanup.run)
-        await asyncio.to_thread(snapshot_search, container, min_changes=CLEANUP_SNAPSHOT_CHANGES)
-        return report
+        return run
+
+    extract, dream, cleanup = job("extract", {}), job("dream", {}), job("cleanup", {"all": True})
 
     def timezone() -> str:
         # The admin panel may change the time zone at run time; the daily schedules follow it.

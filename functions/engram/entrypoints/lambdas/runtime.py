@@ -1,20 +1,25 @@
-"""What every job Lambda shares: Powertools logger/tracer/metrics and one container per process.
+"""What every job Lambda shares: Powertools logger/tracer/metrics, one container per process, and
+``run_job``: a job by name through the container's one runner (``services/jobs.py``), then its metrics.
 
-Handlers stay thin: parse the event, call one service, return its report. The container is built
-on the first invocation (not at import) from ENGRAM_* settings by ``engram.bootstrap`` and reused by
-later invocations of the same execution environment.
+Handlers stay thin: name the job and pass the event as its payload. The container is built on the first
+invocation (not at import) from ENGRAM_* settings by ``engram.bootstrap`` and reused by later
+invocations of the same execution environment.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any, Protocol
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.bootstrap import Container, build_container
 from engram.entrypoints.logs import configure_logging
+from engram.services.jobs import JOBS, JobResult
 from engram.settings import load_settings
 
 # Service and namespace defaults keep local runs and tests working without POWERTOOLS_* variables.
@@ -48,12 +53,26 @@ def get_container() -> Container:
         return _container
 
 
-class Report(Protocol):
-    """A job's report (extraction, dreaming, cleanup)."""
+# A long job (reindex) leaves this much of the invocation to the other records of an SQS batch, and gets
+# at least MIN_SLICE_S (it always finishes its current batch of memories first).
+REINDEX_MARGIN_S = 90.0
+MIN_SLICE_S = 10.0
 
-    def to_dict(self) -> dict[str, Any]: ...
+
+def deadline(context: LambdaContext | None) -> float | None:
+    """When a long job must stop (a ``time.monotonic()`` value), from the invocation's remaining time."""
+    if context is None:
+        return None
+    remaining = context.get_remaining_time_in_millis() / 1000
+    return time.monotonic() + max(MIN_SLICE_S, remaining - REINDEX_MARGIN_S)
 
 
-def report_dict(report: Report) -> dict[str, Any]:
-    """The job's report as JSON-ready data (per-namespace detail kept; it is small)."""
-    return report.to_dict()
+def run_job(name: str, payload: Mapping[str, Any], context: LambdaContext | None) -> JobResult:
+    """Run one job through the container's runner, log its summary and count it (its error count too)."""
+    result = get_container().jobs.run(name, payload, deadline=deadline(context))
+    job, report = JOBS[name], result.report
+    logger.info(f"{name} done", extra={"job_errors": report.get("errors"), "job_failed": result.failed})
+    metrics.add_metric(name=job.metric, unit=MetricUnit.Count, value=1)
+    if job.error_metric is not None:
+        metrics.add_metric(name=job.error_metric, unit=MetricUnit.Count, value=int(report.get("errors") or 0))
+    return result

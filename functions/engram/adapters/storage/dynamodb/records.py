@@ -101,6 +101,9 @@ class DynamoRecords(DynamoStoreBase):
         }
         return self._db.put(item, "attribute_not_exists(PK)")
 
+    def delete_idempotency(self, namespace: str, key: str) -> None:
+        self._db.delete(self._pk(namespace), f"IDEM#{key}")
+
     def delete_idempotency_before(self, namespace: str, before: datetime) -> int:
         pk = self._pk(namespace)
         cutoff = to_iso(before)

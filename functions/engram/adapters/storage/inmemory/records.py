@@ -66,6 +66,10 @@ class InMemoryRecords(InMemoryStoreBase):
             rows[record.key] = record
             return True
 
+    def delete_idempotency(self, namespace: str, key: str) -> None:
+        with self._lock:
+            self._idempotency.get(namespace, {}).pop(key, None)
+
     def delete_idempotency_before(self, namespace: str, before: datetime) -> int:
         with self._lock:
             rows = self._idempotency.get(namespace, {})

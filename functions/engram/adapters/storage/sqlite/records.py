@@ -58,6 +58,9 @@ class SqliteRecords(SqliteStoreBase):
         sql = f"{IDEMPOTENCY.insert_sql} ON CONFLICT (namespace, key) DO NOTHING"
         return self._execute(sql, IDEMPOTENCY.insert_params(record)) == 1
 
+    def delete_idempotency(self, namespace: str, key: str) -> None:
+        self._execute("DELETE FROM idempotency WHERE namespace = ? AND key = ?", (namespace, key))
+
     def delete_idempotency_before(self, namespace: str, before: datetime) -> int:
         return self._execute(
             "DELETE FROM idempotency WHERE namespace = ? AND created_at < ?", (namespace, to_iso(before))
