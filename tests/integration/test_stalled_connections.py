@@ -162,3 +162,35 @@ def test_a_body_taking_longer_than_the_header_deadline_is_fine(port: int) -> Non
         raw, _ = _read_until_closed(sock)
     # Then the headers' deadline did not cut it: it is served
     assert _status_and_json(raw)[0] == 201
+
+
+@pytest.mark.parametrize(
+    ("path", "auth"),
+    [
+        ("/v1/memories", b""),
+        ("/v1/memories", b"Authorization: Bearer ek_not_a_configured_key_9\r\n"),
+        ("/v1/messages", b""),
+        ("/mcp", b""),
+    ],
+    ids=["no key", "wrong key", "anthropic door", "mcp"],
+)
+def test_a_request_without_a_valid_key_gets_401_before_its_body_is_read(port: int, path: str, auth: bytes) -> None:
+    # Given complete headers with no valid key, promising 100 bytes, and 10 of them sent
+    head = (
+        b"POST "
+        + path.encode()
+        + b" HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        + auth
+        + b"Content-Length: 100\r\n\r\n"
+    )
+    with _connect(port) as sock:
+        sock.sendall(head + b'{"content"')
+        # When the rest never comes; Then the answer is 401 from the headers (not the body's 408)
+        raw, _ = _read_until_closed(sock)
+    status, body = _status_and_json(raw)
+    assert status == 401, raw
+    assert b"www-authenticate: bearer" in raw.lower()
+    error = body["error"]
+    assert error["code"] in ("missing_key", "invalid_key") and error["type"] == "authentication_error"
+    if path == "/v1/messages":
+        assert body["type"] == "error"  # the Anthropic door's shape

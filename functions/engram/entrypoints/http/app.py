@@ -12,20 +12,28 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.bootstrap import Container, build_container
+from engram.domain.access import KeyRing
+from engram.domain.errors import EngramError, Unauthorized
 from engram.entrypoints.http import rest
 from engram.entrypoints.http.aliases import PathAliasMiddleware
-from engram.entrypoints.http.errors import error_body, install_error_handlers
+from engram.entrypoints.http.auth import token_from_headers
+from engram.entrypoints.http.errors import engram_error_response, error_body, install_error_handlers
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
+from engram.entrypoints.http.session import COOKIE_NAME
 from engram.entrypoints.logs import bind_request, configure_logging, unbind
 from engram.settings import load_settings
 
@@ -58,16 +66,36 @@ def scrub_lone_surrogates(payload: bytes) -> bytes:
 class BodyLimitMiddleware:
     """Refuse request bodies over ``limit`` bytes with 413, and bodies that do not arrive within
     ``timeout`` seconds with 408 (closing the connection), before any handler reads them; hand on the
-    body with lone surrogate escapes replaced (``scrub_lone_surrogates``), for every surface at once."""
+    body with lone surrogate escapes replaced (``scrub_lone_surrogates``), for every surface at once.
 
-    def __init__(self, app: ASGIApp, limit: int, timeout: float = 60.0) -> None:
+    With ``keys``, the key is checked from the headers first: a request to any path but ``open_paths``
+    with no key (and no panel session cookie) or a wrong one gets its 401 before a byte of its body is
+    read, so a client without a key cannot hold a connection for the body timeout (README, "Limits").
+    Scopes and rate limits are still checked by the route."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        timeout: float = 60.0,
+        keys: KeyRing | None = None,
+        open_paths: frozenset[str] = frozenset(),
+        door_refusal: Callable[[str, EngramError], Response | None] | None = None,
+    ) -> None:
         self.app = app
         self.limit = limit
         self.timeout = timeout
+        self.keys = keys
+        self.open_paths = open_paths
+        self.door_refusal = door_refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
+            return
+        refused = self._unauthenticated(scope)
+        if refused is not None:
+            await self._refuse(scope, receive, send, refused)
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
@@ -107,6 +135,29 @@ class BodyLimitMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _unauthenticated(self, scope: Scope) -> Unauthorized | None:
+        """Why this request cannot be served by its headers alone, or None (checked again by the route)."""
+        if self.keys is None or scope["path"] in self.open_paths:
+            return None
+        headers = Headers(scope=scope)
+        token = token_from_headers(headers)
+        if token is None and scope["path"].startswith("/mcp"):
+            token = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get("token") or None
+        if token is None and COOKIE_NAME in SimpleCookie(headers.get("cookie", "")):
+            return None  # the panel's session: verified by the route
+        try:
+            self.keys.authenticate(token)
+        except Unauthorized as exc:
+            return exc
+        return None
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, exc: Unauthorized) -> None:
+        # In the door's shape and headers for a chat door, Engram's elsewhere.
+        door = self.door_refusal(scope["path"], exc) if self.door_refusal is not None else None
+        response = door or engram_error_response(exc)
+        response.headers["connection"] = "close"  # the body is not read: the connection cannot carry another request
+        await response(scope, receive, send)
 
     async def _reject(self, send: Send) -> None:
         await self._reply(send, 413, f"request body is larger than {self.limit} bytes", "body_too_large")
@@ -189,6 +240,7 @@ def create_app(container: Container | None = None) -> FastAPI:
     install_error_handlers(app)
 
     app.include_router(rest.public)
+    door_refusal: Callable[[str, EngramError], Response | None] | None = None
     if settings.surface == "mcp":
         # The MCP function on AWS: only /mcp and /health.
         _install_mcp(app, container)
@@ -201,13 +253,22 @@ def create_app(container: Container | None = None) -> FastAPI:
         app.include_router(reminders.router)
         app.include_router(skills.router)
         chat.install(app, container)
+        door_refusal = chat.door_refusal
         job_routes.install(app, container)
         # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
         if settings.surface != "api":
             _install_mcp(app, container)
         admin.install(app, container)
-    install_openapi(app, public_paths={route.path for route in rest.public.routes if isinstance(route, APIRoute)})
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes, timeout=settings.body_timeout)
+    public_paths = {route.path for route in rest.public.routes if isinstance(route, APIRoute)}
+    install_openapi(app, public_paths=public_paths)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit=settings.max_body_bytes,
+        timeout=settings.body_timeout,
+        keys=container.keys,
+        open_paths=frozenset(public_paths | {"/admin/login", "/admin/logout"}),
+        door_refusal=door_refusal,
+    )
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
     return app

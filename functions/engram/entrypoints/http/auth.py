@@ -3,7 +3,7 @@ then a scope check."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from fastapi import Request
 
@@ -12,12 +12,18 @@ from engram.entrypoints.http.state import container_of
 from engram.services.ratelimit import Kind
 
 
-def token_from(request: Request, *, allow_query: bool = False) -> str | None:
-    header = request.headers.get("authorization", "")
+def token_from_headers(headers: Mapping[str, str]) -> str | None:
+    header = headers.get("authorization", "")
     if header[:7].lower() == "bearer ":
         return header[7:].strip() or None
-    if key := request.headers.get("x-api-key"):
+    if key := headers.get("x-api-key"):
         return key.strip() or None
+    return None
+
+
+def token_from(request: Request, *, allow_query: bool = False) -> str | None:
+    if (token := token_from_headers(request.headers)) is not None:
+        return token
     if allow_query:
         return request.query_params.get("token") or None
     return None

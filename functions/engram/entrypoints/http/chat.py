@@ -86,6 +86,22 @@ def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Re
     )
 
 
+_DOORS: tuple[tuple[str, Wire], ...] = (
+    ("/v1/messages", "anthropic"),
+    ("/chat/completions", "openai"),  # also guide-dog
+    ("/v1/responses", "responses"),
+)
+
+
+def door_refusal(path: str, exc: EngramError) -> Response | None:
+    """A chat door's answer to a request refused from its headers, before its body is read (the app's
+    BodyLimitMiddleware): the door's error shape and Engram headers; None for any other path."""
+    for suffix, wire in _DOORS:
+        if path.endswith(suffix):
+            return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
+    return None
+
+
 async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_agent: str | None = None) -> Response:
     try:
         principal = authenticate(request, "chat")
