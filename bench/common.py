@@ -53,14 +53,16 @@ class CachedEmbedder:
 class Pipeline:
     """Memories written straight into the store and the index (as MemoryService does), recalled via RecallService."""
 
-    def __init__(self, *, embed: bool = True, db_path: Path | None = None, **config: Any) -> None:
+    def __init__(
+        self, *, embed: bool = True, db_path: Path | None = None, reranker: Any | None = None, **config: Any
+    ) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="engram-bench-")
         self.store = InMemoryMemoryStore(clock=SystemClock())
         self.index = SqliteSearchIndex(db_path or Path(self.tmp.name) / "bench.db")
         self.embedder = CachedEmbedder() if embed else None
         # Every bench memory has the same importance; recency is neutral unless created_at says otherwise.
         self.config = recall_config(RecallConfig, **config)
-        self.service = RecallService(self.store, self.index, self.embedder, None, None, SystemClock(), self.config)
+        self.service = RecallService(self.store, self.index, self.embedder, reranker, None, SystemClock(), self.config)
         self._n = 0
 
     def add_memories(

@@ -64,7 +64,7 @@ JOB_SECONDS = 6.0  # an extract/dream run, mostly waiting for the model
 # CloudWatch: what the stack's alarms read (tests/unit/test_cost_table.py counts them in the synthesized
 # template), the custom metrics the job handlers publish per run (Powertools, plus a ColdStart each), and
 # the log lines of a turn (platform START/END/REPORT, the app's request line, the API access log) and a job.
-ALARM_METRICS = {"opensearch-classic": 9, "opensearch-nextgen": 9, "replica": 9}
+ALARM_METRICS = {"opensearch-classic": 13, "opensearch-nextgen": 13, "replica": 14}
 JOB_METRICS = {"extract": 3, "dream": 3, "cleanup": 2}  # runs and errors (cleanup: runs), ColdStart
 LOG_KB_PER_TURN = 4.0
 LOG_KB_PER_JOB = 10.0

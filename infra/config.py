@@ -25,6 +25,7 @@ SEARCH_BACKENDS = ("opensearch", "replica")
 EMBEDDERS = ("bedrock", "local")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
+_LAYER_ARN = re.compile(r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # Lambda refuses a synchronous invocation whose event exceeds 6 MB (6,291,456 bytes) before the app sees
 # it; the event also carries headers and the JSON-escaped body, so the body limit stays below 5.5 MiB.
@@ -103,6 +104,10 @@ class EngramConfig:
     # Lambda sizing.
     api_memory_mb: int = 1024
     job_memory_mb: int = 1024
+    # search_backend=replica: the memories the functions' index should hold (the namespaces one function
+    # serves together). /tmp and, when more is needed, memory are sized for 1.5 times this; the functions
+    # warn and an alarm fires at 80 % of the ceiling it gives (infra/replica_sizing.py, docs/aws.md).
+    replica_expected_memories: int = 50_000
     log_level: str = FUNCTIONS.log_level
     # Seconds an upstream model may stay silent before Engram answers 504 (below API Gateway's 300).
     upstream_timeout: float = 270.0
@@ -115,6 +120,17 @@ class EngramConfig:
     revision: str = ""
     # Lambda Web Adapter public layer version (arn:aws:lambda:<region>:753240598075:layer:LambdaAdapterLayerX86:<v>).
     lwa_layer_version: int = 30
+    # A full Web Adapter layer ARN instead (a region the publisher does not serve yet, a mirrored layer).
+    lwa_layer_arn: str = ""
+    # API Gateway stage throttling for all clients together (requests per second, burst), so a leaked key
+    # or a loop cannot run up the bill before the per-key limits act.
+    api_throttle_rate: int = 25
+    api_throttle_burst: int = 50
+    # Reserved concurrency of the API and MCP functions (0: none, the account's pool); caps what runs at once.
+    api_reserved_concurrency: int = 0
+    # Create the region's API Gateway CloudWatch role (account-wide: one per account and region; the stack
+    # keeps it when deleted). false: the account already has one (`aws apigateway get-account`).
+    api_cloudwatch_role: bool = True
     # Where the dependency layer is built (layers/build.py); synth builds it when missing.
     layer_dir: str = "layers/build"
     # Where the replica backend's second layer (numpy) is built (layers/build.py --requirements
@@ -167,6 +183,17 @@ class EngramConfig:
                 f"ENGRAM_UPSTREAM_TIMEOUT (engram:upstream_timeout or extra_env) is {silent}: it must be below "
                 f"{API_IDLE_TIMEOUT_S} s, API Gateway's idle timeout, so a slow model gets Engram's 504"
             )
+        if self.lwa_layer_arn and not _LAYER_ARN.fullmatch(self.lwa_layer_arn):
+            raise ValueError(
+                f"lwa_layer_arn {self.lwa_layer_arn!r} is not a layer version ARN "
+                "(arn:aws:lambda:<region>:<account>:layer:<name>:<version>)"
+            )
+        if self.api_throttle_rate < 1 or self.api_throttle_burst < 1:
+            raise ValueError("api_throttle_rate and api_throttle_burst must be at least 1")
+        if not 0 < self.replica_expected_memories <= 2_000_000:
+            raise ValueError("replica_expected_memories must be 1-2,000,000 (beyond that: search_backend=opensearch)")
+        if self.api_reserved_concurrency < 0:
+            raise ValueError("api_reserved_concurrency must be 0 (none) or more")
         body = self._env_int("MAX_BODY_BYTES")
         if not 1024 <= body <= LAMBDA_MAX_BODY_BYTES:
             raise ValueError(
@@ -239,6 +266,11 @@ class EngramConfig:
             rerank_in = self.rerank_region or region
             resolve_model(self.rerank_model, rerank_in, setting="engram:rerank_region (or engram:rerank_model)")
         return replace(self, **changes)
+
+    @property
+    def index_dimension(self) -> int:
+        """Dimensions of the vectors the index holds (the local embedder's e5-small: 384)."""
+        return self.vector_dimension if self.embedder == "bedrock" else 384
 
     def bedrock_model_ids(self) -> list[str]:
         """Every Bedrock model id the functions may invoke (embeddings, jobs, chat, rerank)."""

@@ -45,6 +45,7 @@ def engram_function(
     timeout: Duration,
     memory_size: int,
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+    reserved_concurrency: int = 0,
 ) -> lambda_.Function:
     log_group = logs.LogGroup(
         scope,
@@ -64,6 +65,7 @@ def engram_function(
         layers=layers,
         timeout=timeout,
         memory_size=memory_size,
+        reserved_concurrent_executions=reserved_concurrency or None,
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,

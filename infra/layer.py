@@ -79,6 +79,7 @@ class Layers(Construct):
         *,
         layer_dir: Path,
         lwa_version: int,
+        lwa_arn: str = "",
         replica_layer_dir: Path | None = None,
         embedder_layer_dir: Path | None = None,
     ):
@@ -110,7 +111,8 @@ class Layers(Construct):
         self.web_adapter = lambda_.LayerVersion.from_layer_version_arn(
             self,
             "WebAdapter",
-            f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{LWA_ACCOUNT}:layer:LambdaAdapterLayerX86:{lwa_version}",
+            lwa_arn
+            or f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{LWA_ACCOUNT}:layer:LambdaAdapterLayerX86:{lwa_version}",
         )
 
     def _layer(self, construct_id: str, path: Path, description: str) -> lambda_.LayerVersion:

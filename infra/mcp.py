@@ -19,11 +19,13 @@ class Mcp(Construct):
         environment: dict[str, str],
         layers: list[lambda_.ILayerVersion],
         memory_size: int,
+        reserved_concurrency: int = 0,
     ):
         super().__init__(scope, construct_id)
         self.function = engram_function(
             self,
             "McpFunction",
+            reserved_concurrency=reserved_concurrency,
             handler="run.sh",
             description="Engram MCP server (streamable HTTP, stateless) under the Lambda Web Adapter",
             environment={**environment, **web_adapter_env("mcp")},

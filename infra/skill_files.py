@@ -33,7 +33,12 @@ class SkillFiles(Construct):
         )
 
     def grant(self, grantee: iam.IGrantable) -> None:
-        self.bucket.grant_read(grantee, f"{SKILL_FILES_PREFIX}*")
-        self.bucket.grant_put(grantee, f"{SKILL_FILES_PREFIX}*")
-        # Purging a skill deleted 30 days ago removes the files no other skill uses (services/skills.py).
-        self.bucket.grant_delete(grantee, f"{SKILL_FILES_PREFIX}*")
+        """Get, put and delete objects under ``skills/`` (adapters/storage/blobs.py calls nothing else):
+        purging a skill deleted 30 days ago removes the files no other skill uses (services/skills.py)."""
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            resource_arns=[self.bucket.arn_for_objects(f"{SKILL_FILES_PREFIX}*")],
+        )
+        # A missing file is then a 404 (NotFound), not a 403.
+        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.bucket.bucket_arn])

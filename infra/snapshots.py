@@ -38,6 +38,15 @@ class Snapshots(Construct):
             removal_policy=removal_policy,
         )
 
-    def grant(self, grantee: iam.IGrantable) -> None:
-        self.bucket.grant_read(grantee, f"{SNAPSHOT_PREFIX}*")
-        self.bucket.grant_put(grantee, f"{SNAPSHOT_PREFIX}*")
+    def grant(self, grantee: iam.IGrantable, *, write: bool) -> None:
+        """Read snapshots; ``write``: the jobs also put them (adapters/storage/snapshots.py calls nothing else).
+
+        ListBucket (on this bucket only) makes S3 answer a missing snapshot with 404, which the adapter
+        reads as "no snapshot yet", instead of 403.
+        """
+        # A snapshot over 64 MB is uploaded in parts; a failed upload is aborted (or expires after a day).
+        actions = ["s3:GetObject", *(["s3:PutObject", "s3:AbortMultipartUpload"] if write else [])]
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=actions, resource_arns=[self.bucket.arn_for_objects(f"{SNAPSHOT_PREFIX}*")]
+        )
+        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.bucket.bucket_arn])

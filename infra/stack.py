@@ -12,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from infra import replica_sizing
 from infra.alarms import Alarms
 from infra.api import Api
 from infra.bedrock_models import PROFILE_PREFIXES
@@ -83,10 +84,21 @@ class EngramStack(Stack):
             "Layers",
             layer_dir=_under_root(cfg.layer_dir),
             lwa_version=cfg.lwa_layer_version,
+            lwa_arn=cfg.lwa_layer_arn,
             replica_layer_dir=_under_root(cfg.replica_layer_dir) if snapshots is not None else None,
             embedder_layer_dir=_under_root(cfg.embedder_layer_dir) if cfg.embedder == "local" else None,
         )
         job_layers = [layers.dependencies, *layers.optional]
+        # The replica keeps the index in /tmp and memory: sized for the expected index (infra/replica_sizing.py).
+        api_memory, job_memory, ephemeral = cfg.api_memory_mb, cfg.job_memory_mb, 0
+        if snapshots is not None:
+            expected, dimension = cfg.replica_expected_memories, cfg.index_dimension
+            ephemeral = replica_sizing.ephemeral_mb(expected, dimension)
+            api_memory = max(api_memory, replica_sizing.memory_mb(expected, dimension))
+            job_memory = max(job_memory, replica_sizing.memory_mb(expected, dimension))
+            self.replica_ceiling = replica_sizing.ceiling(
+                ephemeral=ephemeral, memory=min(api_memory, job_memory), dimension=dimension
+            )
 
         env = {
             **cfg.function_env(),
@@ -104,28 +116,57 @@ class EngramStack(Stack):
             "Jobs",
             environment=env,
             layers=job_layers,
-            memory_size=cfg.job_memory_mb,
+            memory_size=job_memory,
             timezone=cfg.timezone,
             times=cfg.schedule_times(),
         )
         http_env = {**env, "ENGRAM_CLEANUP_QUEUE_URL": jobs.cleanup_queue.queue_url}
         http_layers = [*job_layers, layers.web_adapter]
-        api = Api(self, "Api", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
-        mcp = Mcp(self, "Mcp", environment=http_env, layers=http_layers, memory_size=cfg.api_memory_mb)
+        api = Api(
+            self,
+            "Api",
+            environment=http_env,
+            layers=http_layers,
+            memory_size=api_memory,
+            throttle_rate=cfg.api_throttle_rate,
+            throttle_burst=cfg.api_throttle_burst,
+            reserved_concurrency=cfg.api_reserved_concurrency,
+            cloudwatch_role=cfg.api_cloudwatch_role,
+        )
+        mcp = Mcp(
+            self,
+            "Mcp",
+            environment=http_env,
+            layers=http_layers,
+            memory_size=api_memory,
+            reserved_concurrency=cfg.api_reserved_concurrency,
+        )
 
+        if ephemeral:
+            for fn in (api.function, mcp.function, *jobs.functions):
+                fn.node.default_child.add_property_override("EphemeralStorage", {"Size": ephemeral})  # type: ignore[union-attr]
+                fn.add_environment("ENGRAM_REPLICA_CEILING", str(self.replica_ceiling))
+
+        # Least privilege per function (docs/aws.md, "What each function may do"): every function reads and
+        # writes the table (an explicit action list) and reads the secret; the HTTP functions read
+        # snapshots, the jobs also write them; extraction and dreaming never touch skill files.
         functions: list[lambda_.Function] = [api.function, mcp.function, *jobs.functions]
+        http = [api.function, mcp.function]
         bedrock = self._bedrock_statements(cfg)
         for fn in functions:
-            storage.table.grant_read_write_data(fn)
+            storage.grant_data(fn)
             secrets.secret.grant_read(fn)
-            skill_files.grant(fn)
             jobs.cleanup_queue.grant_send_messages(fn)
             if search is not None:
                 search.grant_data_access(fn.role)  # type: ignore[arg-type]
             if snapshots is not None:
-                snapshots.grant(fn)
+                snapshots.grant(fn, write=fn not in http)
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
+        # Skill files: the HTTP functions read and upload them, and delete the files of a skill whose
+        # restore window ended when they meet it (services/skills.py purges lazily); cleanup purges them.
+        for fn in [*http, jobs.cleanup_function]:
+            skill_files.grant(fn)
         if search is not None:
             search.finalize(extra_principals=cfg.data_access_principals)
         alarms = Alarms(
@@ -139,6 +180,9 @@ class EngramStack(Stack):
             },
             job_error_metrics={"Extract": "ExtractionErrors", "Dream": "DreamErrors"},
             rest_api=api.rest_api,
+            http_functions={"Api": api.function, "Mcp": mcp.function},
+            mcp_function=mcp.function,
+            replica_log_groups=[fn.log_group for fn in functions] if snapshots is not None else None,
             email=cfg.alarm_email,
         )
 

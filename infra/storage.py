@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 # Generic key names: the adapter decides what goes in them (functions/engram/adapters/storage/dynamodb/).
 GSI1 = "GSI1"  # listings in created_at order: memories/candidates by status, events by memory, messages by id
 GSI2 = "GSI2"  # retention sweeps: memories by the time they last mattered
+# Transactions need the item actions of their parts (ConditionCheckItem for a condition-only part).
+DATA_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+]
 
 
 class Storage(Construct):
@@ -30,6 +42,7 @@ class Storage(Construct):
             removal_policy=removal_policy,
             deletion_protection=removal_policy == RemovalPolicy.RETAIN,
         )
+        self._indexes = (GSI1, GSI2)
         for name in (GSI1, GSI2):
             self.table.add_global_secondary_index(
                 index_name=name,
@@ -37,3 +50,14 @@ class Storage(Construct):
                 sort_key=dynamodb.Attribute(name=f"{name}SK", type=dynamodb.AttributeType.STRING),
                 projection_type=dynamodb.ProjectionType.ALL,
             )
+
+    def grant_data(self, grantee: iam.IGrantable) -> None:
+        """The item actions the DynamoDB adapters call (adapters/storage/dynamodb/, adapters/ratelimit/,
+        adapters/search/replica_log.py), on the table and its indexes: no Scan, no stream actions (there
+        is no stream), no table management."""
+        table = self.table.table_arn
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=DATA_ACTIONS,
+            resource_arns=[table, *(f"{table}/index/{name}" for name in self._indexes)],
+        )

@@ -60,6 +60,11 @@ class Settings(BaseSettings):
         description="Other requests (REST, MCP, `/v1/models`) per minute per key before 429; 0 = no limit. A key's "
         "`requests_per_minute` in the keys file overrides it. Counted in process locally, in DynamoDB on AWS.",
     )
+    root_path: str = Field(
+        "",
+        description="Path prefix a proxy serves Engram under and does not pass on (the AWS stack sets `/prod`, "
+        "API Gateway's stage): `/docs` and `/redoc` load the OpenAPI document from `<prefix>/openapi.json`.",
+    )
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         [],
         description="Reverse proxies (IP addresses or CIDR ranges, comma-separated) whose `X-Forwarded-For`, "
@@ -81,6 +86,13 @@ class Settings(BaseSettings):
         None,
         description="Where a `replica` search index keeps its private files (default: `/tmp/engram-replica` "
         "on Lambda, `<data dir>/replica` otherwise); each process uses its own subdirectory.",
+    )
+    replica_ceiling: int = Field(
+        0,
+        ge=0,
+        description="The most memories a `replica` index of one process is sized for (the AWS stack sets it from "
+        "`engram:replica_expected_memories`; 0: no ceiling). From 80 % of it the replica logs a warning at every "
+        "load and snapshot; writes are never refused.",
     )
     replica_sync_seconds: float = Field(
         1.0,
@@ -193,11 +205,25 @@ class Settings(BaseSettings):
         0.0, ge=0, description="Score floor: fused 0-1, times importance/recency factors (0 keeps everything)."
     )
     recall_min_relevance: float = Field(
-        0.2,
+        0.15,
         ge=0,
         le=1,
         description="Relevance floor (0-1, an estimated probability that the memory helps) for chat injection "
         "and MCP memory_recall; search takes its own `min_relevance` (default 0).",
+    )
+    recall_budget_tokens: int = Field(
+        120,
+        ge=0,
+        le=4000,
+        description="Token budget of the memories injected per chat turn: every memory above "
+        "`recall_min_relevance`, best first, while its line fits (0 = the `recall_top_k` best; bench/README.md, "
+        '"Injection budget").',
+    )
+    recall_sure_relevance: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Injected memories below this relevance are marked as less certain in the injected block.",
     )
     recall_repeat_window_minutes: int = Field(30, ge=0, description="Anti-repeat window for injected memories.")
     recall_repeat_decay: float = Field(0.5, ge=0, le=1, description="Score factor for memories injected recently.")
@@ -473,8 +499,24 @@ class Settings(BaseSettings):
         "inline", description="Job queue: `inline` (in-process) or `sqs` (AWS, needs `ENGRAM_CLEANUP_QUEUE_URL`)."
     )
     cleanup_queue_url: str = Field("", description="SQS queue URL for cleanup jobs (`queue=sqs`).")
-    reranker: Literal["none", "bedrock"] = Field("none", description="Reranker: `none` (fused order) or `bedrock`.")
-    rerank_model: str = Field("amazon.rerank-v1:0", description="Bedrock rerank model id.")
+    reranker: Literal["none", "bedrock", "http"] = Field(
+        "none",
+        description="Reranker: `none` (fused order), `bedrock` (the Bedrock Rerank API) or `http` (any "
+        "`/v1/rerank`-compatible endpoint at `ENGRAM_RERANK_URL`, the Cohere/Jina shape).",
+    )
+    rerank_model: str = Field(
+        "amazon.rerank-v1:0",
+        description="Rerank model: the Bedrock model id (`reranker=bedrock`) or the `model` sent to the endpoint "
+        "(`reranker=http`, e.g. `bge-reranker-v2-m3`).",
+    )
+    rerank_url: str = Field("", description="`/v1/rerank`-compatible endpoint, or its base URL (`reranker=http`).")
+    rerank_api_key: SecretStr | None = Field(None, description="Bearer key for `ENGRAM_RERANK_URL` (if it needs one).")
+    rerank_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=30,
+        description="Deadline of one rerank call; past it (or on any error) recall keeps the fused order.",
+    )
     rerank_region: str = Field(
         "", description="Region of the Bedrock rerank API (not every region has it; default: `aws_region`)."
     )

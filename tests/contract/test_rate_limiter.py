@@ -102,3 +102,15 @@ def test_the_dynamodb_counter_expires_with_ttl() -> None:
         item = client.get_item(TableName=TABLE, Key={"PK": {"S": "RATE#k:chat"}, "SK": {"S": "W#1800000000"}})["Item"]
     # One item per key and window, counted, removed by DynamoDB's TTL an hour after the window
     assert item["n"] == {"N": "1"} and item["ttl"] == {"N": str(1_800_000_060 + 3600)}
+
+
+def test_reset_forgets_the_current_window_of_one_key(clocked: tuple[RateLimiter, ManualClock]) -> None:
+    limiter, _ = clocked
+    # Given a key at its limit and another key with one request
+    assert [limiter.hit("login:a", 2, 60) for _ in range(3)][2] is not None
+    assert limiter.hit("login:b", 1, 60) is None
+    # When the first is reset / Then it may send its limit again, and the other key kept its count
+    limiter.reset("login:a", 60)
+    assert [limiter.hit("login:a", 2, 60) for _ in range(2)] == [None, None]
+    assert limiter.hit("login:b", 1, 60) is not None
+    limiter.reset("never-seen", 60)  # resetting an unknown key is no error

@@ -37,6 +37,10 @@ class SpyRecall:
             **options,
         )
 
+    @property
+    def config(self) -> Any:
+        return self.inner.config
+
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:
         vector: Sequence[float] = self.inner.query_vector(namespace, text)
         return vector

@@ -126,3 +126,18 @@ def test_the_project_defaults_stay_apart_from_the_users_choices() -> None:
     assert not [k for k in context if k.startswith("engram:")]
     # And the user's file is git-ignored, so an upgrade (git pull) never overwrites it
     assert SETTINGS_FILE in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_the_cdk_library_is_pinned_like_the_cli() -> None:
+    # Given pyproject's infra extra and package-lock.json / Then both name one exact version, and the library
+    # installed here (the one the tests synthesize with) is the pinned one
+    import re
+    import tomllib
+    from importlib.metadata import version
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["infra"]
+    (pin,) = [r for r in extra if r.startswith("aws-cdk-lib")]
+    assert re.fullmatch(r"aws-cdk-lib==\d+\.\d+\.\d+", pin)
+    assert pin.split("==")[1] == version("aws-cdk-lib")
+    lock = json.loads((ROOT / "package-lock.json").read_text())
+    assert re.fullmatch(r"\d+\.\d+\.\d+", lock["packages"]["node_modules/aws-cdk"]["version"])

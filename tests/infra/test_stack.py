@@ -91,6 +91,26 @@ def _policy_statements(template: Template) -> list[dict[str, Any]]:
     return out
 
 
+# Each function's role (by construct path) and whether it writes search snapshots.
+ROLES = {
+    "ApiApiFunction": False,
+    "McpMcpFunction": False,
+    "JobsExtractFunction": True,
+    "JobsDreamFunction": True,
+    "JobsCleanupFunction": True,
+}
+
+
+def _role_statements(template: Template, function: str) -> list[dict[str, Any]]:
+    """The statements of the policies attached to ``function``'s role."""
+    out: list[dict[str, Any]] = []
+    for policy in _resources(template, "AWS::IAM::Policy").values():
+        roles = [r["Ref"] for r in policy["Properties"].get("Roles", [])]
+        if any(r.startswith(f"{function}ServiceRole") for r in roles):
+            out += policy["Properties"]["PolicyDocument"]["Statement"]
+    return out
+
+
 def _as_list(x: Any) -> list[Any]:
     return x if isinstance(x, list) else [x]
 
@@ -297,14 +317,27 @@ def test_alarms_cover_dlqs_job_errors_and_api_5xx_rate(template: Template) -> No
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     # And each job function alarms on any error
     errors = {a["Dimensions"][0]["Value"]["Ref"][:-8] for a in alarms.values() if a.get("MetricName") == "Errors"}
-    assert errors == {"JobsExtractFunction", "JobsDreamFunction", "JobsCleanupFunction"}
-    # And the API alarms when 5 % of at least 5 requests in 15 minutes are 5xx
-    (rate,) = [a for a in alarms.values() if "Metrics" in a]
-    expression = next(m for m in rate["Metrics"] if "Expression" in m)["Expression"]
-    assert expression == "IF(requests >= 5, errors / requests, 0)"
-    names = {m["Id"]: m["MetricStat"]["Metric"]["MetricName"] for m in rate["Metrics"] if "MetricStat" in m}
-    assert names == {"errors": "5XXError", "requests": "Count"}
-    assert (rate["Threshold"], rate["ComparisonOperator"]) == (0.05, "GreaterThanOrEqualToThreshold")
+    # And so do the API and MCP functions (a crash, timeout or out-of-memory; the app's own 5xx are below)
+    assert errors == {
+        "JobsExtractFunction",
+        "JobsDreamFunction",
+        "JobsCleanupFunction",
+        "ApiApiFunction",
+        "McpMcpFunction",
+    }
+    # And the API and the MCP Function URL alarm when 5 % of at least 5 requests in 15 minutes are 5xx
+    rates = [a for a in alarms.values() if "Metrics" in a]
+    seen = []
+    for rate in rates:
+        expression = next(m for m in rate["Metrics"] if "Expression" in m)["Expression"]
+        assert expression == "IF(requests >= 5, errors / requests, 0)"
+        metrics = {m["Id"]: m["MetricStat"]["Metric"] for m in rate["Metrics"] if "MetricStat" in m}
+        seen.append({k: m["MetricName"] for k, m in metrics.items()})
+        assert (rate["Threshold"], rate["ComparisonOperator"]) == (0.05, "GreaterThanOrEqualToThreshold")
+    assert {"errors": "5XXError", "requests": "Count"} in seen
+    assert {"errors": "Url5xxCount", "requests": "UrlRequestCount"} in seen
+    # The REST API's alarm counts only this stack's API: it is named after the stack
+    template.has_resource_properties("AWS::ApiGateway::RestApi", {"Name": "Engram-api"})
     assert all(a["TreatMissingData"] == "notBreaching" for a in alarms.values())
     # And nobody is mailed unless an address is given; the topic only accepts TLS publishers
     template.resource_count_is("AWS::SNS::Subscription", 0)
@@ -685,11 +718,14 @@ def test_replica_backend_functions_get_the_bucket_env_and_grants(replica: tuple[
         assert env["ENGRAM_SEARCH"] == "replica"
         assert "Ref" in env["ENGRAM_SNAPSHOT_BUCKET"]
         assert "ENGRAM_OPENSEARCH_ENDPOINT" not in env
-    s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
-    put = [s for s in s3 if "s3:PutObject" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
-    read = [s for s in s3 if "s3:GetObject*" in _as_list(s["Action"]) and "/search/*" in json.dumps(s["Resource"])]
-    assert len(put) == 5 and len(read) == 5
+    # And every function reads snapshots; only the jobs write them (the HTTP functions never do)
+    for role, writes in ROLES.items():
+        snapshot = [s for s in _role_statements(template, role) if "/search/*" in json.dumps(s["Resource"])]
+        (statement,) = snapshot
+        writer = ["s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"]  # a failed multipart upload is aborted
+        assert sorted(_as_list(statement["Action"])) == (writer if writes else ["s3:GetObject"])
     # And no function may delete a snapshot (only skill files, purged 30 days after their skill's delete)
+    s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
     deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
     assert deletes and all("SkillFiles" in json.dumps(s["Resource"]) for s in deletes)
     # And every function gets the replica layer (numpy, which the dependency layer leaves out)
@@ -879,13 +915,20 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
     ]
     assert len(engram) == 5
     assert all("Ref" in f["Properties"]["Environment"]["Variables"]["ENGRAM_SKILLS_BUCKET"] for f in engram)
+    # And the HTTP functions and cleanup get, put and delete objects under skills/ (purging skills deleted
+    # 30 days ago), nothing else; extraction and dreaming never touch skill files
+    for role in ROLES:
+        skill = [s for s in _role_statements(template, role) if "SkillFiles" in json.dumps(s["Resource"])]
+        if role in ("JobsExtractFunction", "JobsDreamFunction"):
+            assert skill == []
+            continue
+        objects, bucket = sorted(skill, key=lambda s: len(_as_list(s["Action"])), reverse=True)
+        assert sorted(_as_list(objects["Action"])) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+        assert "/skills/*" in json.dumps(objects["Resource"])
+        assert bucket["Action"] == "s3:ListBucket"  # a missing file is a 404, not a 403
     s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
-    skill_statements = [s for s in s3 if "SkillFiles" in json.dumps(s["Resource"])]
-    assert len([s for s in skill_statements if "s3:PutObject" in _as_list(s["Action"])]) == 5
-    assert all("/skills/*" in json.dumps(s["Resource"]) for s in skill_statements)
-    # And delete objects there only (purging skills deleted 30 days ago), nowhere else
     deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
-    assert len(deletes) == 5 and all(s in skill_statements for s in deletes)
+    assert len(deletes) == 3 and all("/skills/*" in json.dumps(s["Resource"]) for s in deletes)
     assert "SkillFilesBucket" in template.find_outputs("*")
 
 
@@ -909,3 +952,111 @@ def test_the_cost_model_bills_every_alarm_the_stack_creates(
 
     _, template = request.getfixturevalue(variant)
     assert _alarm_metrics(template) == ALARM_METRICS[backend], "update ALARM_METRICS in bench/cost.py"
+
+
+# -- API Gateway as it behaves, least privilege -------------------------------------------------------
+
+
+def test_binary_uploads_reach_the_function_as_base64_and_json_stays_text(template: Template) -> None:
+    # Given the REST API / Then binary request bodies (a skill file's PUT) are passed base64-encoded, which the
+    # Web Adapter decodes to the bytes, and JSON/text bodies are not (base64 would push a chat body over 6 MB)
+    api = next(iter(_resources(template, "AWS::ApiGateway::RestApi").values()))["Properties"]
+    types = api["BinaryMediaTypes"]
+    assert "application/octet-stream" in types and "image/*" in types and "multipart/form-data" in types
+    assert not [t for t in types if t.startswith(("application/json", "text/", "*/"))]
+    # And the skill file route documents the type the API passes through
+    from engram.entrypoints.http.skills import _FILE_BODY
+
+    assert set(_FILE_BODY["requestBody"]["content"]) <= set(types)
+
+
+def test_the_docs_load_the_openapi_document_under_the_stage(template: Template) -> None:
+    # Given the API function behind the /prod stage / Then the app is told its prefix (ENGRAM_ROOT_PATH)
+    env = _function(template, "run.sh")["Properties"]["Environment"]["Variables"]
+    stage = next(iter(_resources(template, "AWS::ApiGateway::Stage").values()))["Properties"]["StageName"]
+    api_env = [
+        f["Properties"]["Environment"]["Variables"]
+        for f in _resources(template, "AWS::Lambda::Function").values()
+        if f["Properties"]["Environment"]["Variables"].get("ENGRAM_SURFACE") == "api"
+    ]
+    assert api_env[0]["ENGRAM_ROOT_PATH"] == f"/{stage}"
+    assert env is not None
+
+
+def test_stage_throttling_reserved_concurrency_and_the_cloudwatch_role_are_settings(layer_dir: Path) -> None:
+    # Given the defaults / Then the stage is throttled for all clients together and no concurrency is reserved
+    _, default = _synth(layer_dir)
+    stage = next(iter(_resources(default, "AWS::ApiGateway::Stage").values()))["Properties"]
+    assert stage["MethodSettings"][0]["ThrottlingRateLimit"] == 25
+    assert stage["MethodSettings"][0]["ThrottlingBurstLimit"] == 50
+    assert all("ReservedConcurrentExecutions" not in f["Properties"] for f in _engram_functions(default))
+    # And the account's API Gateway CloudWatch role is created and kept when the stack goes
+    (role,) = [v for k, v in _resources(default, "AWS::IAM::Role").items() if k.startswith("ApiRestApiCloudWatchRole")]
+    assert role["DeletionPolicy"] == "Retain"
+    # When the settings are given / Then they apply, and an account that has its role keeps it untouched
+    _, custom = _synth(
+        layer_dir,
+        api_throttle_rate=5,
+        api_throttle_burst=10,
+        api_reserved_concurrency=3,
+        api_cloudwatch_role=False,
+        lwa_layer_arn="arn:aws:lambda:eu-south-2:111122223333:layer:MirroredAdapter:7",
+    )
+    stage = next(iter(_resources(custom, "AWS::ApiGateway::Stage").values()))["Properties"]
+    assert (stage["MethodSettings"][0]["ThrottlingRateLimit"], stage["MethodSettings"][0]["ThrottlingBurstLimit"]) == (
+        5,
+        10,
+    )
+    http = [f for f in _engram_functions(custom) if "ENGRAM_SURFACE" in f["Properties"]["Environment"]["Variables"]]
+    assert [f["Properties"]["ReservedConcurrentExecutions"] for f in http] == [3, 3]
+    assert not _resources(custom, "AWS::ApiGateway::Account")
+    # And a full Web Adapter layer ARN replaces the publisher's
+    assert all(
+        "arn:aws:lambda:eu-south-2:111122223333:layer:MirroredAdapter:7" in f["Properties"]["Layers"] for f in http
+    )
+    with pytest.raises(ValueError, match="lwa_layer_arn"):
+        EngramConfig(lwa_layer_arn="LambdaAdapterLayerX86:30")
+
+
+def test_table_actions_are_the_ones_the_adapters_call(template: Template) -> None:
+    # Given every function's role / Then DynamoDB is granted an explicit list: no Scan, no streams, no admin
+    from infra.storage import DATA_ACTIONS
+
+    for role in ROLES:
+        dynamo = [s for s in _role_statements(template, role) if "dynamodb:" in json.dumps(s["Action"])]
+        (statement,) = dynamo
+        assert sorted(_as_list(statement["Action"])) == sorted(DATA_ACTIONS)
+    assert not {"dynamodb:Scan", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:DescribeStream"} & set(
+        DATA_ACTIONS
+    )
+    # And no S3 object-lock, tagging or ACL actions anywhere (the jobs abort a failed multipart snapshot upload)
+    s3 = {a for s in _policy_statements(template) for a in _as_list(s["Action"]) if a.startswith("s3:")}
+    assert s3 <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:AbortMultipartUpload"}
+
+
+def test_the_replica_is_sized_for_its_expected_index_and_alarms_near_the_ceiling(
+    replica: tuple[EngramStack, Template],
+) -> None:
+    from engram.adapters.search.replica import CEILING_MESSAGE
+
+    from infra.alarms import REPLICA_CEILING_MESSAGE
+    from infra.replica_sizing import ceiling, ephemeral_mb
+
+    # Given the replica backend at the default 50,000 expected memories (1024 dimensions)
+    stack, template = replica
+    # Then every function gets the /tmp that index needs and the ceiling it gives
+    disk = ephemeral_mb(50_000, 1024)
+    assert disk > 512
+    for fn in _engram_functions(template):
+        props = fn["Properties"]
+        assert props["EphemeralStorage"] == {"Size": disk} and props["MemorySize"] >= 1024
+        assert props["Environment"]["Variables"]["ENGRAM_REPLICA_CEILING"] == str(stack.replica_ceiling)
+    assert stack.replica_ceiling == ceiling(ephemeral=disk, memory=1024, dimension=1024)
+    # And the README names that ceiling
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"about {round(stack.replica_ceiling, -3):,} memories" in readme
+    # And a metric filter on each function's log group counts the replica's warning, which an alarm watches
+    assert REPLICA_CEILING_MESSAGE == CEILING_MESSAGE
+    filters = _resources(template, "AWS::Logs::MetricFilter").values()
+    assert len(filters) == 5 and all(CEILING_MESSAGE in f["Properties"]["FilterPattern"] for f in filters)
+    assert "ReplicaNearCeiling" in json.dumps(_alarms(template))

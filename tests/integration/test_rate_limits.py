@@ -96,6 +96,9 @@ def test_a_broken_counter_lets_requests_through() -> None:
         def hit(self, key: str, limit: int, window_seconds: int) -> float | None:
             raise RuntimeError("table unreachable")
 
+        def reset(self, key: str, window_seconds: int) -> None:
+            raise RuntimeError("table unreachable")
+
     limits = RequestLimits(Broken(), chat_per_minute=1, requests_per_minute=1)
     who = Principal(namespace="n", scopes=frozenset({"*"}), key_name="k", rate_key="r")
     for _ in range(3):

@@ -174,3 +174,58 @@ def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block(
     # And alice asking again sees her own run, still the same one
     assert service.start("alice")["run_id"] == alice["run_id"]
     assert [job["namespace"] for job in queue.jobs] == ["alice", "bob"]
+
+
+def test_login_attempts_are_counted_across_instances_in_the_shared_limiter() -> None:
+    # Given two Lambda instances of the API, each with its own process limiter, sharing the DynamoDB counter
+    pytest.importorskip("moto")
+    import boto3
+    from engram.adapters.ratelimit.dynamodb import DynamoRateLimiter
+    from engram.adapters.storage.dynamodb import create_table
+    from engram.services.ratelimit import RequestLimits
+
+    from tests.fakes.moto_aws import REGION, TABLE, mocked_aws
+
+    with mocked_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        create_table(client, TABLE)
+        clock = clock_at()
+        limits = RequestLimits(DynamoRateLimiter(TABLE, client, clock=clock), chat_per_minute=0, requests_per_minute=0)
+
+        def instance() -> LoginLimiter:
+            return LoginLimiter(5, 60.0, clock=clock, shared=lambda c: limits.login(c, attempts=5, window_seconds=60))
+
+        first, second = instance(), instance()
+        # When a client guesses three times on one instance and twice on a new one
+        assert [first.hit("203.0.113.9") for _ in range(3)] == [None] * 3
+        assert [second.hit("203.0.113.9") for _ in range(2)] == [None] * 2
+        # Then a third instance refuses the sixth guess (each alone would allow five more)
+        wait = instance().hit("203.0.113.9")
+        assert wait is not None and 1 <= wait <= 60
+        # And a right password on any instance clears the shared count (only wrong passwords add up)
+        limits.login_succeeded("203.0.113.9", window_seconds=60)
+        assert second.hit("203.0.113.9") is None
+        # And another address is not affected; the next window allows guesses again
+        assert first.hit("198.51.100.7") is None
+        clock.advance(seconds=60)
+        assert instance().hit("203.0.113.9") is None
+
+
+def test_an_unreachable_shared_limiter_leaves_the_process_limit() -> None:
+    # Given a shared counter that fails (the table unreachable)
+    from engram.services.ratelimit import RequestLimits
+
+    class Down:
+        def hit(self, key: str, limit: int, window_seconds: int) -> float | None:
+            raise ConnectionError("no table")
+
+        def reset(self, key: str, window_seconds: int) -> None:
+            raise ConnectionError("no table")
+
+    limits = RequestLimits(Down(), chat_per_minute=0, requests_per_minute=0)
+    limiter = LoginLimiter(
+        2, 60.0, clock=clock_at(0.0), shared=lambda c: limits.login(c, attempts=2, window_seconds=60)
+    )
+    # Then attempts still count in process (fail open for the shared one, never for the panel)
+    assert [limiter.hit("a"), limiter.hit("a")] == [None, None]
+    assert limiter.hit("a") is not None

@@ -143,13 +143,42 @@ def test_keyword_only_with_a_handful_of_matches_uses_their_coverage() -> None:
     assert fusion.relevance(evidence, "tea") == pytest.approx(evidence.coverage["tea"])
 
 
-def test_a_tiny_namespace_keeps_its_best_vector_hit() -> None:
-    # Given three memories only: no background to stand out from
+def test_the_best_of_a_tiny_namespace_is_not_relevant_for_being_the_best() -> None:
+    # Given three memories only and no reference background (it could not be embedded)
     vector = [("cat", 0.82), ("tea", 0.80), ("gym", 0.79)]
     _, evidence = fuse("who waits for me at home", [], vector)
-    # Then the best one is fully relevant and the last one not at all (min-max position)
-    assert fusion.relevance(evidence, "cat") == pytest.approx(1.0)
-    assert fusion.relevance(evidence, "gym") < 0.5
+    # Then the best is at most "maybe" (three cosines are no background to stand out from), the last nothing
+    assert fusion.relevance(evidence, "cat") == pytest.approx(fusion.UNPADDED_CAP)
+    assert fusion.relevance(evidence, "gym") < 0.1
+
+
+BACKGROUND: list[tuple[float, fusion.Script]] = [(0.70 + 0.002 * i, "latin") for i in range(60)]
+
+
+def test_a_tiny_namespace_is_judged_against_the_reference_background() -> None:
+    # Given three memories, one far above the query's cosines to everyday reference sentences (0.70-0.82)
+    vector = [("cat", 0.97), ("tea", 0.74), ("gym", 0.73)]
+    _, evidence = fuse("who waits for me at home", [], vector, background=BACKGROUND)
+    # Then it stands out and is relevant; the others sit inside the background and are not
+    assert fusion.relevance(evidence, "cat") > 0.5
+    assert fusion.relevance(evidence, "tea") < 0.05 and fusion.relevance(evidence, "gym") < 0.05
+    # And three memories all inside the background: none is relevant, the best included
+    _, flat = fuse("who waits for me at home", [], [("cat", 0.80), ("tea", 0.79), ("gym", 0.78)], background=BACKGROUND)
+    assert max(fusion.relevance(flat, m) for m in ("cat", "tea", "gym")) < 0.1
+
+
+def test_the_padding_is_never_ranked_and_a_full_list_is_not_padded() -> None:
+    vector = [("cat", 0.90), ("tea", 0.74), ("gym", 0.73)]
+    fused, _ = fuse("who waits for me at home", [], vector, background=BACKGROUND)
+    assert set(fused) == {"cat", "tea", "gym"}
+    padded, scripts_of = fusion.padded_background(vector, {}, BACKGROUND, 10, shift=0.1)
+    # The nearest 7 reference cosines (minus the hubness share), each with its script
+    assert len(padded) == 10 and padded[:3] == vector
+    assert [round(s, 3) for _, s in padded[3:]] == [round(0.818 - 0.002 * i - 0.1, 3) for i in range(7)]
+    assert all(scripts_of[m] == "latin" for m, _ in padded[3:])
+    full = [(f"m{i}", 0.5) for i in range(10)]
+    assert fusion.padded_background(full, {}, BACKGROUND, 10)[0] == full
+    assert fusion.padded_background(vector, {}, None, 10)[0] == vector
 
 
 def test_diversify_pushes_templated_repeats_down() -> None:

@@ -98,3 +98,20 @@ def test_405_names_every_method_the_path_allows(app: Any, method: str, url: str,
     # Then 405 in the error shape, and Allow lists the methods of all of them
     assert resp.status_code == 405 and resp.json()["error"]["code"] == "method_not_allowed"
     assert {m.strip() for m in resp.headers["allow"].split(",")} == allowed
+
+
+def test_docs_behind_a_stage_prefix_load_the_document_under_that_prefix() -> None:
+    # Given the app behind API Gateway's /prod stage, which the Web Adapter strips from the path it passes
+    settings = Settings(
+        store="memory", search="memory", embedder="none", api_key=KEY, scheduler_enabled=False, root_path="/prod"
+    )
+    with TestClient(create_app(build_container(settings))) as client:
+        # When a browser opens /prod/docs (the app sees /docs) / Then the page loads /prod/openapi.json
+        for page in ("/docs", "/redoc"):
+            html = client.get(page).text
+            assert "/prod/openapi.json" in html, page
+        # And the document is served where the app sees it, naming the stage as its server
+        doc = client.get("/openapi.json").json()
+        assert doc["servers"] == [{"url": "/prod"}]
+        # And the API itself still answers at the paths the adapter passes on
+        assert client.get("/health").status_code == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -409,6 +410,52 @@ def test_reranker_reorders_and_failing_reranker_keeps_fused_order() -> None:
     assert ids(broken) == ids(fused)
     assert [h.score for h in broken.hits] == [h.score for h in fused.hits]
     assert "rerank" in broken.meta["degraded"]
+
+
+def test_a_rerank_endpoint_sets_relevance_and_a_slow_one_fails_open() -> None:
+    from engram.adapters.llm.rerank_http import HttpReranker
+
+    from tests.fakes.rerank_server import FakeRerankServer
+
+    w = World()
+    w.add("hiking boots size 42")
+    w.add("hiking trip to the Alps in July with boots")
+    w.add("dentist on Friday")
+    with FakeRerankServer() as server:
+        reranker = HttpReranker(server.base_url, "bge-reranker-v2-m3", timeout_s=0.5)
+        # Given a /v1/rerank endpoint: its scores are the relevance, so the floor reads them
+        ranked = w.service(reranker=reranker, min_relevance=0.5).recall("u", "Alps trip in July")
+        assert ids(ranked) == ["hiking trip to the Alps in July with boots"]
+        assert ranked.hits[0].relevance == pytest.approx(1.0)
+        # And past its deadline recall keeps the fused order and the estimated relevance, in time
+        server.slow_next(2.0)
+        started = time.perf_counter()
+        slow = w.service(reranker=reranker).recall("u", "Alps trip in July")
+        assert time.perf_counter() - started < 1.8
+        assert "rerank" in slow.meta["degraded"]
+        assert ids(slow) == ids(w.service().recall("u", "Alps trip in July"))
+        reranker.close()
+
+
+def test_a_token_budget_injects_what_fits_and_marks_the_less_certain() -> None:
+    w = World()
+    for i in range(8):
+        w.add(f"hiking note number {i}: boots, maps and a long list of things to pack for the Alps")
+    # Given a budget for about three lines and a "sure" threshold above every hit's relevance
+    service = w.service(sure_relevance=1.01)
+    result = service.recall("u", "hiking boots Alps", budget_tokens=100)
+    # Then only what fits is kept, best first, every hit marked tentative, and the block says so
+    assert 1 <= len(result.hits) < 8 and all(h.tentative for h in result.hits)
+    block = render_prompt(result)
+    assert block.startswith("Less certain (may be unrelated):\n- hiking note")
+    assert len(block) // 3 <= 100
+    # And a budget of 0 (or a top_k given) keeps the top-k rule, nothing marked
+    plain = service.recall("u", "hiking boots Alps", budget_tokens=0)
+    assert len(plain.hits) == 5 and not any(h.tentative for h in plain.hits)
+    assert len(service.recall("u", "hiking boots Alps", top_k=2, budget_tokens=100).hits) == 2
+    # And a sure hit is listed before the heading of the less certain ones
+    sure = w.service(sure_relevance=0.0).recall("u", "hiking boots Alps", budget_tokens=100)
+    assert "Less certain" not in render_prompt(sure)
 
 
 def test_compression_sets_lines_and_failure_keeps_content() -> None:

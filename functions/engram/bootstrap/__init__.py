@@ -300,7 +300,8 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
         memories=memories,
         candidates=CandidateService(store, memories, clock),
         notes=NoteService(store, clock),
-        messages=MessageService(store, clock),
+        # A stored turn is keyword-indexed for the other threads at once (docs/conversations.md).
+        messages=MessageService(store, clock, on_stored=conversations.index_stored),
         local_day=local_day,
         stats=stats,
         transfer=TransferService(store, memories, clock, skills),

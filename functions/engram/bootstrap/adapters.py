@@ -178,6 +178,7 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
         Path(f"{directory}{suffix}"),
         snapshots=snapshots,
         sync_seconds=settings.replica_sync_seconds,
+        ceiling=settings.replica_ceiling,
     )
 
 

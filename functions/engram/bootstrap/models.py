@@ -128,7 +128,16 @@ def build_recall(
     if settings.reranker == "bedrock":
         from engram.adapters.llm.bedrock import BedrockReranker
 
-        reranker = BedrockReranker(settings.rerank_model, region=settings.rerank_region or settings.aws_region)
+        reranker = BedrockReranker(
+            settings.rerank_model,
+            region=settings.rerank_region or settings.aws_region,
+            timeout_s=settings.rerank_timeout_s,
+        )
+    elif settings.reranker == "http":
+        from engram.adapters.llm.rerank_http import HttpReranker
+
+        key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
+        reranker = HttpReranker(settings.rerank_url, settings.rerank_model, key, timeout_s=settings.rerank_timeout_s)
     if compressor is None and settings.recall_compress_model:
         # Like the jobs' models: the name follows the runtime settings, the upstream is the environment's.
         compressor = runtime_model(settings, runtime, lambda eff: eff.recall_compress_model, ModelUpstreams())

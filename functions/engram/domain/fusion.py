@@ -36,6 +36,9 @@ Script = Literal["cjk", "latin", "mixed", "none"]
 MIN_BACKGROUND = 8
 # CSLS's neighbourhood size and weight (docs/recall.md, "Hubness"): cosine - 0.5 * mean cosine to the
 # memory's 10 nearest fellow candidates, i.e. the published 2 cos - r_d up to a per-query constant.
+# A list shorter than MIN_BACKGROUND with no reference background to pad it: its best hit's relevance
+# is at most this (below ``ENGRAM_RECALL_SURE_RELEVANCE``'s default, so injected as less certain).
+UNPADDED_CAP = 0.45
 HUBNESS_NEIGHBOURS = 10
 HUBNESS_WEIGHT = 0.5
 
@@ -149,8 +152,8 @@ class Evidence:
     coverage: Mapping[str, float]
     vector_standout: Mapping[str, float]
     has_vectors: bool = False
-    # Min-max position in the (script-corrected) vector list: the relevance of a namespace too small to
-    # have a background to stand out from (fewer than ``MIN_BACKGROUND`` vector candidates).
+    # Min-max position in a vector list too short to judge and not padded (the reference background not
+    # embedded yet): a stopgap estimate capped at ``UNPADDED_CAP`` (``relevance``).
     vector_position: Mapping[str, float] | None = None
     # Keyword-only recall over fewer than ``MIN_BACKGROUND`` matches: too little to calibrate against.
     thin_keyword: bool = False
@@ -178,12 +181,13 @@ DEFAULT_RELEVANCE = RelevanceModel()
 def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAULT_RELEVANCE) -> float:
     """Estimated probability in [0, 1] that ``memory_id`` helps answer the query (see ``RelevanceModel``).
 
-    A namespace with too few memories to judge (``vector_position`` set) gets its vector position, or
-    the keyword estimate if higher: with so few memories, injecting one too many costs little."""
+    In a small namespace the standout is measured against the padded background (``adaptive_fuse``), so
+    the same model holds at every size (bench/README.md, "Namespace size")."""
     cov = evidence.coverage.get(memory_id, 0.0)
     if evidence.vector_position is not None:
+        # No background yet (the first seconds of a process): the best of a handful is "maybe", never sure.
         x = model.keyword_bias + model.keyword_coverage * cov
-        return max(evidence.vector_position.get(memory_id, 0.0), 1.0 / (1.0 + math.exp(-x)))
+        return max(UNPADDED_CAP * evidence.vector_position.get(memory_id, 0.0), 1.0 / (1.0 + math.exp(-x)))
     if evidence.has_vectors:
         s = evidence.vector_standout.get(memory_id)
         if s is None:  # below the vector candidates: at most as distinct as the last of them
@@ -222,6 +226,8 @@ def adaptive_fuse(
     standout_ref: float = 4.0,
     density: Mapping[str, float] | None = None,
     hubness: float = HUBNESS_WEIGHT,
+    background: Sequence[tuple[float, Script]] | None = None,
+    background_size: int = 50,
 ) -> tuple[dict[str, float], Evidence]:
     """Fused scores in [0, 1] (weighted mean of normalized keyword and vector scores) and the evidence.
 
@@ -234,6 +240,11 @@ def adaptive_fuse(
     cosines corrected for hubness (``density``: each candidate's neighbourhood density, see
     ``hubness_corrected``; skipped when None), then script-centred, min-max normalized. ``tokens_of(id)``
     gives a candidate's search tokens, ``script_of_id`` its script.
+
+    ``background``: the query's cosines to the reference sentences (``domain/background.py``) with their
+    scripts. A vector list shorter than ``background_size`` (a small namespace) is padded with the
+    nearest of them before the script correction and the standout, so both compare each candidate with
+    the background a large namespace would give (``padded_background``); the padding is never ranked.
     """
     docs = {mid: tokens_of(mid) for mid in dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])}
     weights = token_weights(query_tokens, list(docs.values()))
@@ -243,10 +254,17 @@ def adaptive_fuse(
     else:
         best = [cov[m] for m, _ in keyword[:confidence_top]]
         confidence = keyword_confidence(best, confidence_floor, confidence_full)
+    shift = 0.0
     if density:
+        known = [density[m] for m, _ in vector if m in density]
         vector = hubness_corrected(vector, density, hubness)
-    centred = script_centred(vector, script_of_id, strength=script_strength)
-    distinct = standout(centred)
+        if hubness > 0 and len(known) >= MIN_BACKGROUND:
+            shift = hubness * median(known)  # a reference sentence counts as a neutral neighbourhood
+    padded, scripts = padded_background(vector, script_of_id, background, background_size, shift)
+    real = {mid for mid, _ in vector}
+    centred_all = script_centred(padded, scripts, strength=script_strength)
+    centred = [(mid, s) for mid, s in centred_all if mid in real]
+    distinct = {mid: s for mid, s in standout(centred_all).items() if mid in real}
     w_k = keyword_weight * confidence if keyword else 0.0
     w_v = vector_weight if vector else 0.0
     if standout_ref > 0 and distinct:
@@ -269,10 +287,35 @@ def adaptive_fuse(
         coverage=cov,
         vector_standout=distinct,
         has_vectors=bool(vector),
-        vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND else None,
+        vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND and len(padded) == len(vector) else None,
         thin_keyword=not vector and len(keyword) < MIN_BACKGROUND,
     )
     return fused, evidence
+
+
+BACKGROUND_PREFIX = "\x00background:"
+
+
+def padded_background(
+    vector: Sequence[tuple[str, float]],
+    script_of_id: Mapping[str, Script],
+    background: Sequence[tuple[float, Script]] | None,
+    size: int,
+    shift: float = 0.0,
+) -> tuple[list[tuple[str, float]], dict[str, Script]]:
+    """``vector`` followed by the nearest ``size - len(vector)`` background cosines (each minus ``shift``,
+    the hubness correction's neutral share), and every entry's script. Unchanged when the list is
+    already ``size`` long or there is no background."""
+    scripts: dict[str, Script] = dict(script_of_id)
+    missing = size - len(vector)
+    if not background or missing <= 0 or not vector:
+        return list(vector), scripts
+    padded = list(vector)
+    for i, (cosine, script) in enumerate(sorted(background, key=lambda b: -b[0])[:missing]):
+        key = f"{BACKGROUND_PREFIX}{i}"
+        padded.append((key, cosine - shift))
+        scripts[key] = script
+    return padded, scripts
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -625,6 +625,9 @@ class RateLimiter(Protocol):
       otherwise it counts nothing and returns the seconds until the window ends (> 0).
     - Counters of different keys, and of different windows, are independent; a new window starts at 0.
     - Counting is atomic: ``n`` concurrent hits on a fresh window allow exactly ``min(n, limit)``.
+    - ``reset(key, window_seconds)`` forgets the current window's count of ``key`` (other keys keep theirs).
     """
 
     def hit(self, key: str, limit: int, window_seconds: int) -> float | None: ...
+
+    def reset(self, key: str, window_seconds: int) -> None: ...

@@ -197,6 +197,18 @@ class _Cursor:
         return _Cursor(datetime.fromisoformat(data["ts"]), str(data["id"]), str(data.get("model") or ""))
 
 
+def _document(namespace: str, message: Message, vector: Sequence[float] | None) -> IndexedDoc:
+    """A message's document in the conversation index (keyword text, and its vector once embedded)."""
+    return IndexedDoc(
+        memory_id=message.id,
+        namespace=namespace,
+        text=message.content[:MAX_INDEXED_CHARS],
+        type=message.role,
+        vector=tuple(vector) if vector is not None else None,
+        created_at=message.created_at,
+    )
+
+
 class ConversationStore(MessageRows, ThreadRows, KeyValueRows, Protocol):
     """The messages and threads a conversation search reads, its cursors and seen marks."""
 
@@ -253,16 +265,7 @@ class ConversationService:
             if model and readable and self._embedder is not None:
                 vectors = self._embedder.embed_documents([m.content for m in readable])
             for message, vector in zip(readable, vectors, strict=True):
-                self._index.upsert(
-                    IndexedDoc(
-                        memory_id=message.id,
-                        namespace=namespace,
-                        text=message.content[:MAX_INDEXED_CHARS],
-                        type=message.role,
-                        vector=tuple(vector) if vector is not None else None,
-                        created_at=message.created_at,
-                    )
-                )
+                self._index.upsert(_document(namespace, message, vector))
                 report.vectors += vector is not None
             report.indexed += len(readable)
             report.skipped += len(batch) - len(readable)
@@ -271,6 +274,22 @@ class ConversationService:
             self._store.set_cursor(namespace, CURSOR, cursor.dump())
         report.more = True
         return report
+
+    def index_stored(self, namespace: str, messages: Sequence[Message]) -> int:
+        """Keyword-index messages as they are stored (the chat turn, REST and MCP ingest), so a turn is
+        findable from every other thread at once; ``index_new`` adds their vectors in the extraction
+        job (docs/conversations.md, "At once, in every window"). Returns how many were indexed; a
+        failure is logged and left to the job (its cursor reaches these messages anyway)."""
+        if not self.config.enabled:
+            return 0
+        readable = [m for m in messages if m.role in READABLE and m.content.strip()]
+        try:
+            for message in readable:
+                self._index.upsert(_document(namespace, message, None))
+        except Exception as exc:
+            log.warning("keyword-indexing a stored message failed (the extraction job indexes it): %s", exc)
+            return 0
+        return len(readable)
 
     def forget(self, namespace: str, message_ids: Sequence[str]) -> None:
         """Drop these messages' documents from the conversation index (cleanup deletes the messages)."""

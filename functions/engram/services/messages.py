@@ -4,7 +4,8 @@ exchange); the extraction job later turns them into memories."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -13,6 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from engram.domain.models import Message, MessageRole, new_id
 from engram.domain.policies import MAX_THREAD_ID_CHARS, instant_in_range, thread_id_field
 from engram.domain.ports import Clock, MessageRows
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_ERROR_CHARS = 500
@@ -48,14 +51,24 @@ def message_key(namespace: str, msg: MessageIn) -> str:
 
 
 class MessageService:
-    def __init__(self, store: MessageRows, clock: Clock) -> None:
+    """``on_stored(namespace, messages)`` is told the newly stored messages (conversation recall indexes
+    their words at once: ``ConversationService.index_stored``); its failure never fails an ingest."""
+
+    def __init__(
+        self,
+        store: MessageRows,
+        clock: Clock,
+        on_stored: Callable[[str, Sequence[Message]], object] | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._on_stored = on_stored
 
     def ingest(self, namespace: str, messages: Sequence[MessageIn]) -> dict[str, Any]:
         """Store messages once each; returns ids and how many were new."""
         stored: list[dict[str, Any]] = []
         created = 0
+        fresh: list[Message] = []
         now = self._clock.now()
         for msg in messages:
             row, new = self._store.insert_message(
@@ -74,4 +87,11 @@ class MessageService:
             )
             created += int(new)
             stored.append({"id": row.id, "created": new})
+            if new:
+                fresh.append(row)
+        if fresh and self._on_stored is not None:
+            try:
+                self._on_stored(namespace, fresh)
+            except Exception:
+                log.warning("after-store hook failed; the messages are stored", exc_info=True)
         return {"messages": stored, "created": created, "duplicates": len(messages) - created}

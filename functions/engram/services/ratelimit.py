@@ -50,3 +50,20 @@ class RequestLimits:
                 f"rate limit reached: this key may send {limit} {what} per minute; retry in {wait} s",
                 retry_after=wait,
             )
+
+    def login(self, client: str, *, attempts: int, window_seconds: int) -> float | None:
+        """Count one admin login attempt from ``client`` in the shared counter (every Lambda instance sees
+        it); the seconds to wait when the window is full. Fails open like ``check``: the panel's own
+        per-process limit still applies."""
+        try:
+            return self._limiter.hit(f"login:{client}", attempts, window_seconds)
+        except Exception as exc:  # fail open: see the module docstring
+            log.warning("rate limiter unavailable, login attempt counted in process only: %s", exc.__class__.__name__)
+            return None
+
+    def login_succeeded(self, client: str, *, window_seconds: int) -> None:
+        """A right password: forget ``client``'s attempts, so only wrong passwords add up."""
+        try:
+            self._limiter.reset(f"login:{client}", window_seconds)
+        except Exception as exc:  # fail open: see the module docstring
+            log.warning("rate limiter unavailable, login count not cleared: %s", exc.__class__.__name__)

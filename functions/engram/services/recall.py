@@ -55,10 +55,11 @@ from engram.domain.recall_scoring import (
     token_set,
     weigh,
 )
-from engram.domain.text import tokenize
+from engram.domain.text import estimate_tokens, tokenize
 from engram.services import prompts
 from engram.services.loop import run_sync
 from engram.services.model_reply import parse_json_object
+from engram.services.recall_background import BackgroundVectors
 from engram.services.search_guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ Fusion = Literal["adaptive", "score", "rrf"]
 # Query vectors kept per service: chat retries, MCP clients and regenerated answers repeat the same
 # query, and the embedding is most of a recall's time.
 QUERY_VECTOR_CACHE = 256
+# The most memories a token budget may inject in one turn (the ranking's head that is weighed anyway).
+BUDGET_MAX_HITS = 20
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class RecallConfig:
     recency_half_life_days: float
     min_score: float
     min_relevance: float
+    # Chat injection: a token budget instead of top_k (0 = top_k), and the relevance under which an
+    # injected memory is marked as less certain (docs/recall.md, "How much is injected").
+    budget_tokens: int
+    sure_relevance: float
     repeat_window_minutes: int
     repeat_decay: float
     dedup_jaccard: float
@@ -115,6 +122,8 @@ class RecallHit(BaseModel):
     vector_rank: int | None = None
     # The compressed line to inject instead of the full content (compression on and successful).
     text: str | None = None
+    # Injected under a token budget with a relevance below ``sure_relevance``: marked as less certain.
+    tentative: bool = False
 
 
 class RecallResult(BaseModel):
@@ -123,21 +132,48 @@ class RecallResult(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
+TENTATIVE_HEAD = "Less certain (may be unrelated):"
+
+
+def memory_line(hit: RecallHit) -> str:
+    """One memory's line in the injected block: ``- <content> (<type>, <YYYY-MM-DD>)``."""
+    text = " ".join((hit.text or hit.memory.content).split())
+    return f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})"
+
+
 def render_prompt(result: RecallResult) -> str:
-    """The injectable memory block: one short line per memory, best first, then glossary terms.
+    """The injectable memory block: one short line per memory, best first, the less certain ones (a budget's
+    lower-relevance memories) after their own heading, then glossary terms.
 
     Format (stable, no ids): ``- <content> (<type>, <YYYY-MM-DD>)`` and ``- <term>: <definition>``.
     """
-    lines: list[str] = []
-    for hit in result.hits:
-        text = " ".join((hit.text or hit.memory.content).split())
-        lines.append(f"- {text} ({hit.memory.type}, {hit.memory.created_at.date().isoformat()})")
+    lines = [memory_line(hit) for hit in result.hits if not hit.tentative]
+    tentative = [memory_line(hit) for hit in result.hits if hit.tentative]
+    if tentative:
+        lines += [TENTATIVE_HEAD, *tentative]
     if result.glossary_hits:
         lines.append("Glossary:")
         for term in result.glossary_hits:
             name = term.term + (f" ({', '.join(term.aliases)})" if term.aliases else "")
             lines.append(f"- {name}: {' '.join(term.definition.split())}")
     return "\n".join(lines)
+
+
+def within_budget(hits: Sequence[RecallHit], budget: int) -> list[RecallHit]:
+    """The hits, best first, whose lines fit in ``budget`` tokens together (the heading of the less
+    certain ones counted once); a line too long for what is left is passed over for shorter ones."""
+    out: list[RecallHit] = []
+    used = 0
+    heading = estimate_tokens(TENTATIVE_HEAD)
+    for hit in hits:
+        cost = estimate_tokens(memory_line(hit)) + 1
+        if hit.tentative and not any(h.tentative for h in out):
+            cost += heading
+        if used + cost > budget:
+            continue
+        used += cost
+        out.append(hit)
+    return out
 
 
 # -- the service ------------------------------------------------------------------------------
@@ -183,6 +219,8 @@ class _Run:
     stages: _Stages = field(default_factory=_Stages)
     counts: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
+    query_vector: Sequence[float] | None = None
+    budget: int | None = None
 
     def meta(self, evidence: fusion.Evidence, floor: float) -> dict[str, Any]:
         self.stages.timings["total"] = round((time.perf_counter() - self.started) * 1000, 3)
@@ -242,10 +280,16 @@ class RecallService:
         # which texts another one recently sent.
         self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
+        self._background = BackgroundVectors(embedder, clock) if embedder is not None else None
 
     @property
     def config(self) -> RecallConfig:
         return self._config_of()
+
+    def warm(self) -> bool:
+        """Embed the reference background of small-namespace relevance now (start-up, tests, benchmarks)
+        rather than on a helper thread after the first small recall; whether it is ready."""
+        return self._background is not None and self._background.vectors(wait=True) is not None
 
     @property
     def _config(self) -> RecallConfig:
@@ -261,18 +305,23 @@ class RecallService:
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
         min_relevance: float | None = None,
+        budget_tokens: int | None = None,
         refine: bool = True,
     ) -> RecallResult:
-        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring);
+        """The best ``top_k`` live memories of ``namespace`` for ``query`` (see the module docstring); with
+        ``budget_tokens`` (> 0) instead every memory above the floor, best first, while its line fits in
+        that many tokens (at most ``BUDGET_MAX_HITS``), those below ``sure_relevance`` marked tentative;
         ``refine=False`` leaves out the model stages (reranker, compression)."""
         cfg = self._config
+        budget = budget_tokens if budget_tokens and budget_tokens > 0 and top_k is None else None
         run = _Run(
             namespace=namespace,
             text=_query_text(query, cfg.max_query_chars),
             types=tuple(dict.fromkeys(types)),
-            k=max(1, top_k or cfg.top_k),
+            k=BUDGET_MAX_HITS if budget else max(1, top_k or cfg.top_k),
             now=self._clock.now(),
             cfg=cfg,
+            budget=budget,
             refine=refine,
         )
         glossary, keyword_hits, vector_hits = self._search(run)
@@ -336,6 +385,7 @@ class RecallService:
         vector_hits: list[SearchHit] = []
         try:
             vector, cached, embed_ms = pending_vector.result()
+            run.query_vector = vector
             run.counts["embed_cached"] = int(cached)
             stages.lap("embed_wait")
             stages.timings["embed"] = round(embed_ms, 3)
@@ -368,6 +418,7 @@ class RecallService:
         relevance estimate reads (computed by the adaptive fusion whichever fusion ranks)."""
         cfg, by_id = run.cfg, pool.by_id
         density = self._density(run, pool.vector_live) if cfg.fusion == "adaptive" else None
+        background = self._background_cosines(run, pool.vector_live)
         fused, evidence = fusion.adaptive_fuse(
             tokenize(run.text),
             pool.keyword_live,
@@ -378,6 +429,8 @@ class RecallService:
             vector_weight=cfg.vector_weight,
             density=density,
             hubness=cfg.hubness,
+            background=background,
+            background_size=cfg.candidates,
         )
         if cfg.fusion == "rrf":
             fused = fuse_rrf(
@@ -481,16 +534,21 @@ class RecallService:
         )
         run.counts["floored"] = selection.floored
         run.counts["below_min_relevance"] = selection.irrelevant
-        return [
+        hits = [
             RecallHit(
                 memory=m,
                 score=round(s, 6),
                 relevance=round(r, 4),
                 keyword_rank=pool.keyword_rank.get(m.id),
                 vector_rank=pool.vector_rank.get(m.id),
+                tentative=run.budget is not None and r < cfg.sure_relevance,
             )
             for m, s, r in selection.hits
         ]
+        if run.budget is not None:
+            hits = within_budget(hits, run.budget)
+            run.counts["budget_tokens"] = run.budget
+        return hits
 
     def _compress_hits(self, run: _Run, hits: list[RecallHit]) -> list[RecallHit]:
         """Optionally one short line per hit from the compression model (bounded in time)."""
@@ -519,6 +577,25 @@ class RecallService:
         run.stages.lap("record_injection")
 
     # -- helpers ------------------------------------------------------------------------------
+    def _background_cosines(
+        self, run: _Run, vector_live: Sequence[tuple[str, float]]
+    ) -> list[tuple[float, fusion.Script]] | None:
+        """The query's cosines to the reference background when the namespace gave fewer vector candidates
+        than recall fetches (a small namespace: docs/recall.md, "Relevance at every size")."""
+        if self._background is None or run.query_vector is None or len(vector_live) >= run.cfg.candidates:
+            return None
+        try:
+            cosines = self._background.cosines(run.query_vector)
+        except Exception as exc:
+            run.stages.fail("background", exc)
+            return None
+        if cosines is None:
+            run.stages.skipped.append("background")
+            return None
+        run.stages.ran.append("background")
+        run.stages.lap("background")
+        return cosines
+
     def _density(self, run: _Run, vector_live: Sequence[tuple[str, float]]) -> dict[str, float] | None:
         """Neighbourhood density of the vector candidates, when the index can say (else no hubness correction)."""
         if (

@@ -11,6 +11,7 @@ the upstream answered) and the claimed reminders (``ExchangeRecorder``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,7 +64,15 @@ class TurnContextSource:
         else:
             try:
                 result = await asyncio.to_thread(
-                    self._recall.recall, ex.namespace, ex.user_text, exclude_ids=boot_ids, record_injection=True
+                    functools.partial(
+                        self._recall.recall,
+                        ex.namespace,
+                        ex.user_text,
+                        exclude_ids=boot_ids,
+                        record_injection=True,
+                        # A token budget (docs/recall.md, "How much is injected"); 0 = the top_k best.
+                        budget_tokens=self._recall.config.budget_tokens,
+                    )
                 )
                 recall_text = self._render_recall(result) if result.hits else ""
                 ex.reason = "injected" if recall_text.strip() else "no_content"

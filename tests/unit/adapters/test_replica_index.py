@@ -217,3 +217,103 @@ def test_each_process_keeps_a_private_directory_removed_on_close(shared_log: Sea
     a.close()
     b.close()
     assert list((tmp_path / "same").iterdir()) == []
+
+
+# -- sizes: streamed snapshots, the ceiling warning, late log entries ---------------------------------------
+
+
+class _Chunks:
+    """A ``SnapshotStore`` that records the largest single read/write, to show snapshots stream."""
+
+    def __init__(self, inner: DirSnapshotStore) -> None:
+        self.inner = inner
+        self.largest = 0
+
+    def put_stream(self, key: str, stream: Any) -> None:
+        spy = self
+
+        class Reader:
+            def read(self, size: int = -1, /) -> bytes:
+                data = stream.read(size)
+                spy.largest = max(spy.largest, len(data))
+                return bytes(data)
+
+        self.inner.put_stream(key, Reader())
+
+    def get_into(self, key: str, sink: Any) -> bool:
+        return self.inner.get_into(key, sink)
+
+
+def test_snapshots_stream_in_chunks_and_restore_byte_for_byte(tmp_path: Path) -> None:
+    # Given a replica with a thousand long documents (a multi-MB SQLite file; the SQLite log: it is about the
+    # snapshot, not the log)
+    shared_log = SqliteSearchLog(tmp_path / "engram.db")
+    store = _Chunks(DirSnapshotStore(tmp_path / "snapshots"))
+    writer = ReplicaSearchIndex(shared_log, tmp_path / "writer", snapshots=store, sync_seconds=60)
+    words = " ".join(f"w{j}" for j in range(400))
+    for i in range(1000):
+        writer.upsert(doc(f"m{i}", f"memory number {i} about cellos and gardens {words}"))
+    # When it writes its snapshot / Then the file went out in chunks (never the whole blob at once)
+    assert writer.snapshot("a")
+    size = next((tmp_path / "snapshots").rglob("index.snapshot")).stat().st_size
+    assert size > 1_000_000 and store.largest <= 1024 * 1024 < size
+    # And a cold replica restores it without reading the log's rows again
+    spy = SpyLog(shared_log)
+    cold = replica(spy, tmp_path, "cold", snapshots=store)  # type: ignore[arg-type]
+    assert ids(cold.keyword_search("a", "999", k=1)) == ["m999"] and cold.info("a").documents == 1000
+    assert spy.full_reads == 0
+    writer.close()
+    cold.close()
+    shared_log.close()
+
+
+def test_a_corrupt_snapshot_is_ignored_and_the_log_rebuilds(shared_log: SearchLog, tmp_path: Path) -> None:
+    store = DirSnapshotStore(tmp_path / "snapshots")
+    writer = replica(shared_log, tmp_path, "writer", snapshots=store)
+    writer.upsert(doc("m1", "cello lessons"))
+    assert writer.snapshot("a")
+    path = next((tmp_path / "snapshots").rglob("index.snapshot"))
+    path.write_bytes(b"not a snapshot at all\n" + path.read_bytes())
+    spy = SpyLog(shared_log)
+    cold = replica(spy, tmp_path, "cold", snapshots=store)  # type: ignore[arg-type]
+    assert ids(cold.keyword_search("a", "cello")) == ["m1"] and spy.full_reads == 1
+    writer.close()
+    cold.close()
+
+
+def test_nearing_the_ceiling_warns_and_never_refuses_a_write(
+    shared_log: SearchLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from engram.adapters.search.replica import CEILING_MESSAGE
+
+    # Given a replica sized for 10 memories
+    index = replica(shared_log, tmp_path, "small", snapshots=DirSnapshotStore(tmp_path / "s"), ceiling=10)
+    # When it holds 12 (more than the ceiling)
+    for i in range(12):
+        index.upsert(doc(f"m{i}", f"fact {i}"))
+    # Then every write was kept, and its snapshot logs the warning the stack's alarm counts
+    assert index.info("a").documents == 12
+    with caplog.at_level("WARNING"):
+        assert index.snapshot("a")
+    warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning and warning[0].startswith(CEILING_MESSAGE) and "120%" in warning[0]
+    index.close()
+
+
+def test_a_late_log_entry_is_applied_before_the_snapshot(shared_log: SearchLog, tmp_path: Path) -> None:
+    from engram.adapters.search.document_log import OVERLAP_MS
+
+    # Given a replica that synced past a row whose log entry lands later than the sync overlap
+    index = replica(shared_log, tmp_path, "r", snapshots=DirSnapshotStore(tmp_path / "s"))
+    index.upsert(doc("m1", "first fact"))
+    cursor = index._spaces["a"].cursor
+    late_seq = cursor - OVERLAP_MS - 60_000  # stamped a minute before the overlap reaches
+    shared_log.put(LogRow(namespace="a", memory_id="late", seq=late_seq, type="fact", text="a tardy cello fact"))
+    index.upsert(doc("m2", "second fact"))
+    index.sync("a")
+    # When searched, the ordinary sync cannot see it (it reads only OVERLAP_MS back)
+    assert ids(index.keyword_search("a", "tardy")) == []
+    # When the job writes the snapshot / Then the wider pre-snapshot sync applies it, and the snapshot has it
+    assert index.snapshot("a")
+    assert ids(index.keyword_search("a", "tardy")) == ["late"]
+    index.close()

@@ -9,13 +9,8 @@ from typing import Any
 
 import httpx
 
-from engram.domain.errors import (
-    InvalidInput,
-    UpstreamRateLimited,
-    UpstreamRejected,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from engram.adapters.llm.http import status_error
+from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 
 
 def _normalize(vector: Sequence[float]) -> list[float]:
@@ -89,16 +84,9 @@ class OpenAIEmbedder:
             raise UpstreamTimeout(f"embeddings request timed out after {self._timeout}s") from exc
         except httpx.HTTPError as exc:
             raise UpstreamUnavailable(f"embeddings endpoint unreachable: {exc.__class__.__name__}") from exc
-        if resp.status_code == 429:
-            raise UpstreamRateLimited("embeddings endpoint rate-limited the request (429)")
-        if resp.status_code >= 500:
-            raise UpstreamUnavailable(f"embeddings endpoint failed with {resp.status_code}")
-        if resp.status_code >= 400:
-            raise UpstreamRejected(
-                f"embeddings endpoint rejected the request ({resp.status_code})",
-                status=resp.status_code,
-                body=resp.content,
-            )
+        error = status_error(resp, "embeddings endpoint")
+        if error is not None:
+            raise error
         try:
             data = resp.json()["data"]
             ordered = sorted(data, key=lambda item: int(item.get("index", 0)))

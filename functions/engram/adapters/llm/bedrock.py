@@ -337,13 +337,21 @@ class BedrockReranker:
     Only some regions serve it, hence ``region`` separate from the rest of the deployment.
     """
 
-    def __init__(self, model_id: str = "amazon.rerank-v1:0", *, region: str, client: Any | None = None) -> None:
+    def __init__(
+        self,
+        model_id: str = "amazon.rerank-v1:0",
+        *,
+        region: str,
+        client: Any | None = None,
+        timeout_s: float = 2.0,
+    ) -> None:
         if not region:
             raise InvalidInput("BedrockReranker needs a region that has the Rerank API (ENGRAM_RERANK_REGION)")
         self._model_arn = (
             model_id if model_id.startswith("arn:") else f"arn:aws:bedrock:{region}::foundation-model/{model_id}"
         )
-        self._client = client or _client("bedrock-agent-runtime", region, read_timeout=30)
+        # The deadline (ENGRAM_RERANK_TIMEOUT_S) bounds each read; recall keeps the fused order past it.
+        self._client = client or _client("bedrock-agent-runtime", region, read_timeout=max(1, math.ceil(timeout_s)))
 
     def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         if not documents:

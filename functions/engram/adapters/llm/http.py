@@ -13,7 +13,13 @@ from typing import Any
 
 import httpx
 
-from engram.domain.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+from engram.domain.errors import (
+    EngramError,
+    UpstreamRateLimited,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -22,6 +28,20 @@ def translate_transport_error(exc: httpx.HTTPError, what: str) -> UpstreamUnavai
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout(f"{what} did not answer in time ({type(exc).__name__})")
     return UpstreamUnavailable(f"{what} could not be reached or dropped the connection ({type(exc).__name__})")
+
+
+def status_error(resp: httpx.Response, what: str) -> EngramError | None:
+    """The error of a JSON API's answer (embeddings, rerank), ``None`` for a 2xx/3xx: 429 -> rate limited,
+    5xx -> unavailable, other 4xx -> rejected with its status and body."""
+    if resp.status_code == 429:
+        return UpstreamRateLimited(f"{what} rate-limited the request (429)")
+    if resp.status_code >= 500:
+        return UpstreamUnavailable(f"{what} failed with {resp.status_code}")
+    if resp.status_code >= 400:
+        return UpstreamRejected(
+            f"{what} rejected the request ({resp.status_code})", status=resp.status_code, body=resp.content
+        )
+    return None
 
 
 class HttpxReply:

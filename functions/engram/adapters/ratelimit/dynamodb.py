@@ -54,3 +54,7 @@ class DynamoRateLimiter:
         if counted is None:  # the condition failed: the window is full
             return max(end - now, 0.001)
         return None
+
+    def reset(self, key: str, window_seconds: int) -> None:
+        start = int(self._clock.now().timestamp() // window_seconds) * window_seconds
+        self._db.delete(f"RATE#{key}", f"W#{start}")

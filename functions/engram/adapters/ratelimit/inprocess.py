@@ -29,3 +29,7 @@ class InProcessRateLimiter:
                 return max(start + window_seconds - now, 0.001)
             self._windows[key] = (start, count + 1)
             return None
+
+    def reset(self, key: str, window_seconds: int) -> None:
+        with self._lock:
+            self._windows.pop(key, None)

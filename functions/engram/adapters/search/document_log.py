@@ -16,6 +16,10 @@ import numpy as np
 
 # A sync re-reads this much before its cursor: writes committed late or stamped by a skewed clock.
 OVERLAP_MS = 5_000
+# Before a snapshot (and at a reconcile) the replica re-reads this far back: a row whose log entry landed
+# later than OVERLAP_MS after its sequence number (throttled retries, GSI lag) is applied there at the
+# latest, so no snapshot carries the gap on.
+LATE_OVERLAP_MS = 15 * 60_000
 # Tombstones are kept this long; a snapshot older than that cannot be trusted to know every delete.
 TOMBSTONE_DAYS = 30
 SNAPSHOT_MAGIC = b"ENGRAMSNAP1\n"
@@ -73,12 +77,25 @@ class SearchLog(Protocol):
     def ping(self) -> None: ...
 
 
+class ByteSource(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+class ByteSink(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
 class SnapshotStore(Protocol):
-    """Blobs by key: S3 on AWS, a directory locally (``engram.adapters.storage.snapshots``)."""
+    """Blobs by key: S3 on AWS, a directory locally (``engram.adapters.storage.snapshots``).
 
-    def get(self, key: str) -> bytes | None: ...
+    Streamed both ways, so a snapshot of any size never sits in memory (docs/aws.md, "Replica sizes and
+    ceiling"): ``put_stream`` reads ``stream`` to its end in chunks; ``get_into`` writes the blob to
+    ``sink`` in order, in chunks, and returns False (writing nothing) when there is none.
+    """
 
-    def put(self, key: str, data: bytes) -> None: ...
+    def put_stream(self, key: str, stream: ByteSource) -> None: ...
+
+    def get_into(self, key: str, sink: ByteSink) -> bool: ...
 
 
 # -- compact vectors ------------------------------------------------------------------------------

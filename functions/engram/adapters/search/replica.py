@@ -32,9 +32,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from engram.adapters.files import private_dir
 from engram.adapters.search.document_log import (
+    LATE_OVERLAP_MS,
     OVERLAP_MS,
     SEQ,
     SNAPSHOT_MAGIC,
@@ -52,6 +54,62 @@ from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 
 log = logging.getLogger(__name__)
+# The warning's fixed start: the stack's metric filter counts log lines that begin with it (infra/alarms.py).
+CEILING_MESSAGE = "replica index near its ceiling"
+CEILING_WARN_SHARE = 0.8
+
+
+class _Prefixed:
+    """``head`` then the rest of ``body``, read in chunks (the snapshot's header before the SQLite file)."""
+
+    def __init__(self, head: bytes, body: BinaryIO) -> None:
+        self._head = head
+        self._body = body
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self._head:
+            n = len(self._head) if size < 0 else size
+            data, self._head = self._head[:n], self._head[n:]
+            return data
+        return self._body.read(size)
+
+
+class _SnapshotSink:
+    """Takes a snapshot blob in order: its header line is kept, the SQLite file after it goes to ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._file: BinaryIO | None = None
+        self._head = bytearray()
+        self._header: dict[str, Any] | None = None
+        self._bad = False
+
+    def write(self, data: bytes, /) -> int:
+        chunk = bytes(data)
+        if self._file is None and not self._bad:
+            self._head += chunk
+            end = self._head.find(b"\n", len(SNAPSHOT_MAGIC))
+            if len(self._head) >= len(SNAPSHOT_MAGIC) and not self._head.startswith(SNAPSHOT_MAGIC):
+                self._bad = True
+            elif end >= 0:
+                try:
+                    self._header = json.loads(bytes(self._head[len(SNAPSHOT_MAGIC) : end]))
+                except ValueError:
+                    self._bad = True
+                    return len(chunk)
+                self._file = self._path.open("wb")
+                self._file.write(self._head[end + 1 :])
+                self._head = bytearray()
+        elif self._file is not None:
+            self._file.write(chunk)
+        return len(chunk)
+
+    def header(self) -> dict[str, Any] | None:
+        return None if self._bad else self._header
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 @dataclass
@@ -76,6 +134,7 @@ class ReplicaSearchIndex:
         snapshots: SnapshotStore | None = None,
         sync_seconds: float = 1.0,
         ann_threshold: int | None = None,
+        ceiling: int = 0,
     ) -> None:
         base = private_dir(Path(directory))
         # Private to this process: two processes on one data dir never share a replica file.
@@ -84,6 +143,7 @@ class ReplicaSearchIndex:
         self._snapshots = snapshots
         self._sync_seconds = sync_seconds
         self._ann_threshold = ann_threshold
+        self._ceiling = ceiling
         self._lock = threading.RLock()
         self._spaces: dict[str, _Namespace] = {}
         self._meta: LogMeta | None = None
@@ -107,6 +167,7 @@ class ReplicaSearchIndex:
             self._meta = meta
             space = self._load(namespace, meta)
             self._spaces[namespace] = space
+            self._check_ceiling(namespace, space)
         return space
 
     def _fresh(self, namespace: str, *, force: bool = False) -> _Namespace:
@@ -150,19 +211,24 @@ class ReplicaSearchIndex:
         None if none is usable."""
         if self._snapshots is None:
             return None
+        sink = _SnapshotSink(path)
         try:
-            blob = self._snapshots.get(f"{namespace_key(namespace)}/index.snapshot")
+            found = self._snapshots.get_into(f"{namespace_key(namespace)}/index.snapshot", sink)
         except Exception as exc:  # a snapshot is an optimisation: the log is the truth
             log.warning("could not read the search snapshot: %s", exc)
-            return None
-        if not blob or not blob.startswith(SNAPSHOT_MAGIC):
-            return None
-        end = blob.index(b"\n", len(SNAPSHOT_MAGIC))
-        header = json.loads(blob[len(SNAPSHOT_MAGIC) : end])
+            found = False
+        finally:
+            sink.close()
+        header = sink.header() if found else None
         too_old = time.time() * 1000 - TOMBSTONE_DAYS * 86_400_000 * 0.9
-        if header.get("epoch") != meta.epoch or header.get("namespace") != namespace or header["seq"] < too_old:
+        if (
+            header is None
+            or header.get("epoch") != meta.epoch
+            or header.get("namespace") != namespace
+            or header["seq"] < too_old
+        ):
+            path.unlink(missing_ok=True)
             return None
-        path.write_bytes(blob[end + 1 :])
         os.chmod(path, 0o600)
         return int(header["seq"]), {str(k): int(v) for k, v in (header.get("recent") or {}).items()}
 
@@ -206,6 +272,25 @@ class ReplicaSearchIndex:
         rows = self._log.changed_since(namespace, max(0, space.cursor - OVERLAP_MS))
         self._apply(space, rows, meta)
         space.synced_at = time.monotonic()
+
+    def _catch_up(self, namespace: str, space: _Namespace, overlap_ms: int) -> None:
+        rows = self._log.changed_since(namespace, max(0, space.cursor - overlap_ms))
+        self._apply(space, rows, self._current_meta())
+
+    def _check_ceiling(self, namespace: str, space: _Namespace) -> None:
+        """Warn (never refuse) when the loaded indexes near the ceiling the deployment is sized for."""
+        if not self._ceiling:
+            return
+        held = sum(s.index.info(name).documents for name, s in self._spaces.items())
+        if held >= CEILING_WARN_SHARE * self._ceiling:
+            log.warning(
+                "%s: %d memories held, %d%% of the %d this deployment is sized for; raise "
+                "engram:replica_expected_memories or move to search_backend=opensearch (docs/aws.md)",
+                CEILING_MESSAGE,
+                held,
+                round(100 * held / self._ceiling),
+                self._ceiling,
+            )
 
     # -- the port -------------------------------------------------------------------------------
     def upsert(self, doc: IndexedDoc) -> str:
@@ -303,6 +388,8 @@ class ReplicaSearchIndex:
             return False
         with self._lock:
             space = self._fresh(namespace, force=True)
+            # Late log entries (a row written more than OVERLAP_MS after its seq) are applied now at the latest.
+            self._catch_up(namespace, space, LATE_OVERLAP_MS)
             if space.changes_since_snapshot < min_changes:
                 return False
             # The rows a cold replica's first sync re-reads (the overlap): it skips those it already holds.
@@ -321,12 +408,17 @@ class ReplicaSearchIndex:
                 conn.execute("VACUUM INTO ?", (str(copy),))
             finally:
                 conn.close()
-            data = copy.read_bytes()
-            copy.unlink(missing_ok=True)
             space.changes_since_snapshot = 0
-        blob = SNAPSHOT_MAGIC + json.dumps(header).encode("utf-8") + b"\n" + data
-        self._snapshots.put(f"{namespace_key(namespace)}/index.snapshot", blob)
-        log.info("wrote the search snapshot of a namespace (%d bytes, seq %d)", len(blob), header["seq"])
+        # Streamed from the consistent copy: the snapshot is never in memory (docs/aws.md, "Replica sizes").
+        head = SNAPSHOT_MAGIC + json.dumps(header).encode("utf-8") + b"\n"
+        size = len(head) + copy.stat().st_size
+        try:
+            with copy.open("rb") as body:
+                self._snapshots.put_stream(f"{namespace_key(namespace)}/index.snapshot", _Prefixed(head, body))
+        finally:
+            copy.unlink(missing_ok=True)
+        log.info("wrote the search snapshot of a namespace (%d bytes, seq %d)", size, header["seq"])
+        self._check_ceiling(namespace, space)
         return True
 
     def snapshot_all(self, *, min_changes: int = 1) -> int:

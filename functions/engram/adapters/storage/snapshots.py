@@ -1,12 +1,23 @@
-"""Where the ``replica`` search backend keeps its snapshots: a directory locally, an S3 bucket on AWS."""
+"""Where the ``replica`` search backend keeps its snapshots: a directory locally, an S3 bucket on AWS.
+
+Both stream (``SnapshotStore`` in adapters/search/document_log.py): a snapshot is copied in 1 MB chunks,
+and S3 uploads it in 16 MB parts, so its size costs disk, never memory.
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import write_private
+
+if TYPE_CHECKING:  # the document log needs numpy, which only the replica's functions have
+    from engram.adapters.search.document_log import ByteSink, ByteSource
+
+MB = 1024 * 1024
+CHUNK = 1 * MB  # bytes copied at a time
 
 
 class DirSnapshotStore:
@@ -20,14 +31,16 @@ class DirSnapshotStore:
             raise ValueError(f"bad snapshot key {key!r}")
         return self._dir / key
 
-    def get(self, key: str) -> bytes | None:
+    def get_into(self, key: str, sink: ByteSink) -> bool:
         try:
-            return self._path(key).read_bytes()
+            with self._path(key).open("rb") as source:
+                shutil.copyfileobj(source, sink, CHUNK)
         except FileNotFoundError:
-            return None
+            return False
+        return True
 
-    def put(self, key: str, data: bytes) -> None:
-        write_private(self._path(key), data)
+    def put_stream(self, key: str, stream: ByteSource) -> None:
+        write_private(self._path(key), lambda out: shutil.copyfileobj(stream, out, CHUNK))
 
 
 class S3SnapshotStore:
@@ -44,18 +57,24 @@ class S3SnapshotStore:
         self._bucket = bucket
         self._prefix = prefix
 
-    def get(self, key: str) -> bytes | None:
+    def get_into(self, key: str, sink: ByteSink) -> bool:
         try:
             response = self._client.get_object(Bucket=self._bucket, Key=self._prefix + key)
-            return bytes(response["Body"].read())
+            for chunk in response["Body"].iter_chunks(CHUNK):
+                sink.write(chunk)
         except Exception as exc:
             code = getattr(exc, "response", {}).get("Error", {}).get("Code")
             if code in ("NoSuchKey", "404"):
-                return None
+                return False
             raise translate(exc, "S3 get_object") from exc
+        return True
 
-    def put(self, key: str, data: bytes) -> None:
+    def put_stream(self, key: str, stream: ByteSource) -> None:
+        # Multipart from 64 MB in 16 MB parts, two at a time: at most ~32 MB of the snapshot in memory.
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=64 * MB, multipart_chunksize=16 * MB, max_concurrency=2)
         try:
-            self._client.put_object(Bucket=self._bucket, Key=self._prefix + key, Body=data)
+            self._client.upload_fileobj(stream, self._bucket, self._prefix + key, Config=config)
         except Exception as exc:
-            raise translate(exc, "S3 put_object") from exc
+            raise translate(exc, "S3 upload") from exc

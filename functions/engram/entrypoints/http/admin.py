@@ -82,6 +82,11 @@ class AdminHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+# Admin login attempts per client address and minute, in process and in the shared rate limiter.
+LOGIN_ATTEMPTS = 5
+LOGIN_WINDOW_S = 60
+
+
 def install(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
@@ -91,7 +96,15 @@ def install(app: FastAPI, container: Container) -> None:
     )
     app.state.admin_sessions = sessions
     app.add_middleware(AdminHeadersMiddleware)
-    app.include_router(_panel(sessions, proxies, LoginLimiter(attempts=5, window=60.0, clock=container.clock)))
+    limits = container.limits
+    limiter = LoginLimiter(
+        attempts=LOGIN_ATTEMPTS,
+        window=LOGIN_WINDOW_S,
+        clock=container.clock,
+        shared=lambda client: limits.login(client, attempts=LOGIN_ATTEMPTS, window_seconds=LOGIN_WINDOW_S),
+        shared_reset=lambda client: limits.login_succeeded(client, window_seconds=LOGIN_WINDOW_S),
+    )
+    app.include_router(_panel(sessions, proxies, limiter))
     app.include_router(_admin_api(container))
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 

@@ -234,6 +234,8 @@ def create_app(container: Container | None = None) -> FastAPI:
         version=__version__,
         description="Long-term memory for AI chat clients: REST API. Authenticate with `Authorization: Bearer <key>`.",
         lifespan=lifespan,
+        # Behind API Gateway the stage (/prod) prefixes every URL a browser loads; the app never sees it.
+        root_path=settings.root_path,
     )
     app.state.container = container
     app.state.startup_hooks = []

@@ -16,6 +16,7 @@ import logging
 import secrets
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -181,10 +182,12 @@ def same_origin(request: HTTPConnection, proxies: TrustedProxies) -> bool:
 
 
 class LoginLimiter:
-    """At most ``attempts`` login attempts per ``window`` seconds per client address (per process).
+    """At most ``attempts`` login attempts per ``window`` seconds per client address.
 
-    A successful login clears its address's count, so only wrong passwords add up; the window is
-    short, so a lockout ends a minute after the guessing stops.
+    Counted in this process, where a successful login clears its address's count, and — with ``shared``
+    (``RequestLimits.login``: the DynamoDB counter on AWS) — in one counter every process and Lambda
+    instance shares, so a new instance does not allow five more guesses.
+    The window is short, so a lockout ends a minute after the guessing stops.
     """
 
     def __init__(
@@ -194,7 +197,11 @@ class LoginLimiter:
         *,
         clock: Clock,
         max_clients: int = 10_000,
+        shared: Callable[[str], float | None] | None = None,
+        shared_reset: Callable[[str], None] | None = None,
     ) -> None:
+        self._shared = shared
+        self._shared_reset = shared_reset
         self._attempts = attempts
         self._window = window
         self._max_clients = max_clients
@@ -215,9 +222,15 @@ class LoginLimiter:
             if len(hits) >= self._attempts:
                 return max(1.0, self._window - (now - hits[0]))
             hits.append(now)
-            return None
+        if self._shared is not None:
+            wait = self._shared(client)
+            if wait is not None:
+                return max(1.0, wait)
+        return None
 
     def reset(self, client: str) -> None:
-        """Forget the attempts of ``client`` (after a successful login)."""
+        """Forget the attempts of ``client`` (after a successful login), here and in the shared counter."""
         with self._lock:
             self._hits.pop(client, None)
+        if self._shared_reset is not None:
+            self._shared_reset(client)

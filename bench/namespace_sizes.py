@@ -1,0 +1,212 @@
+"""Recall by namespace size: namespaces of 5, 12, 50 and 200 memories cut from the existing sets.
+
+    python bench/namespace_sizes.py [--sizes 5,12,50,200] [--no-locomo] [--limit N]
+
+Each person of the bilingual set and each LoCoMo conversation has its live memories shuffled (a fixed
+seed) and cut into namespaces of N memories, each its own namespace in one SQLite index (cached
+passage vectors). Every question is asked twice per size: in the namespace that holds (one of) its
+answer memories ("present": hit@1 of plain vectors and of the pipeline, an answer among the namespace's
+answers) and in a namespace that holds none ("absent": `no_answer` questions always; the share whose
+best hit still has relevance >= 0.5 is the "confident stray" rate the issue asks to keep <= 5 %).
+Tuning and held-out rows are kept apart (tuning = LoCoMo conv-26/conv-30, bilingual 林薇 and Daniel).
+A person of the bilingual set has ~110 memories: it takes no part in the 200 column.
+
+``collect`` also returns, per ask, the deep ranking (memory, relevance, tokens) that `bench/quality.py`
+uses for the injection curve at every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
+
+from engram.domain.models import Memory  # noqa: E402
+
+from bench.bilingual import DATA, load_personas  # noqa: E402
+from bench.common import Pipeline  # noqa: E402
+from bench.retrieval import TUNING, default_data, load  # noqa: E402
+
+SIZES = (5, 12, 50, 200)
+CONFIDENT = 0.5
+DEEP = 20  # the ranking depth kept per ask for the injection curve
+
+
+@dataclass
+class Source:
+    """One person or conversation: its live memories (id, text, created_at) and questions (text, answer ids)."""
+
+    name: str
+    dataset: str
+    split: str
+    memories: list[tuple[str, str, datetime]]
+    questions: list[tuple[str, set[str]]]
+
+
+@dataclass
+class Ask:
+    """One question in one namespace: the answers present there (empty: absent) and the deep ranking."""
+
+    dataset: str
+    split: str
+    size: int
+    answers: set[str]
+    ranked: list[tuple[str, float, str]]  # memory id, relevance, content
+    vector_top: str | None
+    no_answer: bool = False  # a question with no answer anywhere (not only absent from this namespace)
+
+
+@dataclass
+class SizeTally:
+    asks: list[Ask] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, int]]:
+        return sorted({(f"{a.dataset} {a.split}", a.size) for a in self.asks}, key=lambda r: (r[0], r[1]))
+
+
+def bilingual_sources(path: Path) -> Iterable[Source]:
+    for persona in load_personas(path, []):
+        live = [m for m in persona["memories"] if m["status"] == "active"]
+        yield Source(
+            persona["id"],
+            "bilingual",
+            persona["split"],
+            [(m["id"], m["text"], datetime.fromisoformat(m["created_at"])) for m in live],
+            [(q["q"], set(q["answers"])) for q in persona["questions"]],
+        )
+
+
+def locomo_sources(path: Path) -> Iterable[Source]:
+    for conv in load(path):
+        ids = [f"{conv['id']}:{t['id']}" for t in conv["turns"]]
+        yield Source(
+            conv["id"],
+            "locomo",
+            "tuning" if conv["id"] in TUNING else "held-out",
+            [(i, t["text"], t["when"]) for i, t in zip(ids, conv["turns"], strict=True)],
+            [(q["q"], {f"{conv['id']}:{e}" for e in q["evidence"]}) for q in conv["questions"]],
+        )
+
+
+def collect(pipe: Pipeline, sources: Iterable[Source], sizes: Iterable[int], limit: int | None, t0: float) -> SizeTally:
+    """Every question of every source asked in a namespace with and without its answer, at each size."""
+    assert pipe.embedder is not None
+    tally = SizeTally()
+    for source in sources:
+        vectors = dict(
+            zip(
+                (m[0] for m in source.memories),
+                pipe.embedder.embed_documents([m[1] for m in source.memories]),
+                strict=True,
+            )
+        )
+        questions = source.questions[:limit] if limit else source.questions
+        for size in sizes:
+            if size > len(source.memories):
+                continue
+            rng = random.Random(f"{source.name}:{size}")
+            order = list(source.memories)
+            rng.shuffle(order)
+            chunks = [order[i : i + size] for i in range(0, len(order) - size + 1, size)]
+            namespace_of: dict[str, str] = {}
+            members: dict[str, set[str]] = {}
+            for c, chunk in enumerate(chunks):
+                ns = f"size{size}-{source.name}-{c}"
+                members[ns] = {f"{ns}:{m[0]}" for m in chunk}
+                for mid, text, when in chunk:
+                    namespace_of[mid] = ns
+                    memory = Memory(id=f"{ns}:{mid}", namespace=ns, content=text, created_at=when, updated_at=when)
+                    pipe.add_memory(memory, vectors[mid])
+            print(
+                f"[{time.perf_counter() - t0:6.1f}s] sizes: {source.dataset} {source.name} x{size} "
+                f"({len(chunks)} namespaces)",
+                flush=True,
+            )
+            for q, answers in questions:
+                holding = sorted({namespace_of[a] for a in answers if a in namespace_of})
+                if holding:
+                    ns = holding[rng.randrange(len(holding))]
+                    tally.asks.append(_ask(pipe, source, size, ns, q, {f"{ns}:{a}" for a in answers} & members[ns]))
+                without = [ns for ns in members if ns not in holding]
+                if without:
+                    ns = without[rng.randrange(len(without))]
+                    tally.asks.append(_ask(pipe, source, size, ns, q, set(), no_answer=not answers))
+    return tally
+
+
+def _ask(
+    pipe: Pipeline, source: Source, size: int, ns: str, query: str, answers: set[str], *, no_answer: bool = False
+) -> Ask:
+    assert pipe.embedder is not None
+    hits = pipe.service.recall(ns, query, top_k=DEEP, min_relevance=0.0).hits
+    vector = pipe.index.vector_search(ns, pipe.embedder.embed_query(query), k=1)
+    return Ask(
+        source.dataset,
+        source.split,
+        size,
+        answers,
+        [(h.memory.id, h.relevance, h.memory.content) for h in hits],
+        vector[0].memory_id if vector else None,
+        no_answer,
+    )
+
+
+def report(tally: SizeTally) -> None:
+    print("\nRecall by namespace size (hit@1 where the answer is present; confident stray: best hit relevance")
+    print(f">= {CONFIDENT} where it is absent; goal <= 5 % and hit@1 >= plain vectors)\n")
+    print(
+        "| set | size | present | hit@1 vector | hit@1 engram | absent | confident stray (>= 0.5) "
+        "| top relevance, absent (mean) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    groups: dict[tuple[str, int], list[Ask]] = defaultdict(list)
+    for a in tally.asks:
+        groups[(f"{a.dataset} {a.split}", a.size)].append(a)
+    for key in tally.rows():
+        asks = groups[key]
+        present = [a for a in asks if a.answers]
+        absent = [a for a in asks if not a.answers]
+        hv = sum(a.vector_top in a.answers for a in present) / max(1, len(present))
+        he = sum(bool(a.ranked) and a.ranked[0][0] in a.answers for a in present) / max(1, len(present))
+        stray = sum(bool(a.ranked) and a.ranked[0][1] >= CONFIDENT for a in absent) / max(1, len(absent))
+        top = sum(a.ranked[0][1] for a in absent if a.ranked) / max(1, len(absent))
+        mark = "" if he >= hv else " **(below)**"
+        print(
+            f"| {key[0]} | {key[1]} | {len(present)} | {hv:.3f} | {he:.3f}{mark} | {len(absent)} | "
+            f"{stray:.1%} | {top:.3f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--data", type=Path, default=None, help="LoCoMo dev file")
+    parser.add_argument("--bilingual", type=Path, default=DATA)
+    parser.add_argument("--no-locomo", action="store_true")
+    parser.add_argument("--limit", type=int, default=None, help="questions per person / conversation")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    t0 = time.perf_counter()
+    pipe = Pipeline()
+    try:
+        sources = list(bilingual_sources(args.bilingual))
+        locomo = args.data or default_data()
+        if not args.no_locomo and locomo.exists():
+            sources += list(locomo_sources(locomo))
+        tally = collect(pipe, sources, sizes, args.limit, t0)
+    finally:
+        pipe.close()
+    report(tally)
+    print(f"\n{time.perf_counter() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
