@@ -58,3 +58,19 @@ def test_import_reports_refused_rows_and_exits_1(data_dir: Path, tmp_path: Path,
     file.write_text("[1, 2]")
     assert cli.main(["import", str(file), "--data-dir", str(data_dir)]) == 2
     assert "is not an Engram export" in capsys.readouterr().err
+
+
+def test_export_writes_the_namespace_owner_only(data_dir: Path, tmp_path: Path) -> None:
+    # Given a loose umask, When the CLI exports the namespace to a file
+    import os
+    import stat
+
+    file = tmp_path / "export-private.json"
+    old = os.umask(0o022)
+    try:
+        assert cli.main(["export", str(file), "--data-dir", str(data_dir)]) == 0
+    finally:
+        os.umask(old)
+    # Then the file is readable by its owner only (0600), and holds the export
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert len(json.loads(file.read_text())["memories"]) == 2
