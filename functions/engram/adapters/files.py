@@ -33,6 +33,18 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def private_data_dir(path: Path) -> Path:
+    """The data directory: created owner-only, or an existing one that others may enter tightened to
+    0700 at start, with a log line (README, section Security)."""
+    if path.is_dir():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            _chmod(path, mode & 0o700)
+            log.warning("data dir %s was open to other users (mode %o): made owner-only (0700)", path, mode)
+        return path
+    return private_dir(path)
+
+
 def private_file(path: Path) -> Path:
     """``path`` as an owner-only file: created empty (0600) when missing, else its mode tightened."""
     private_dir(path.parent)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engram.adapters.files import private_dir
+from engram.adapters.files import private_data_dir, private_dir
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import (
     BlobStore,
@@ -81,7 +81,7 @@ def build_store(settings: Settings, closers: Closers, clock: Clock) -> MemorySto
         from engram.adapters.storage.sqlite import SqliteMemoryStore
 
         path = local_db_path(settings)
-        private_dir(path.parent)
+        private_data_dir(path.parent)
         sqlite_store = SqliteMemoryStore(path, clock=clock)
         closers.append(sqlite_store.close)
         return sqlite_store

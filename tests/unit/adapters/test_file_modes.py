@@ -75,6 +75,23 @@ def test_files_left_readable_by_an_earlier_version_are_tightened(tmp_path: Path)
         container.close()
 
 
+def test_an_existing_data_dir_open_to_others_is_tightened_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a data dir an earlier version (or a mkdir) left 0755
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o755)
+    settings = Settings(data_dir=data, store="sqlite", search="local", embedder="none", scheduler_enabled=False)
+    # When Engram starts on it
+    with caplog.at_level(logging.WARNING, logger="engram"):
+        container = build_container(settings)
+    container.close()
+    # Then it is owner-only, and the log says so
+    assert mode(data) == 0o700
+    assert any("made owner-only" in r.getMessage() and str(data) in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.skipif(not AnnGraph.available(), reason="usearch is not installed")
 def test_the_saved_ann_graph_is_owner_only(tmp_path: Path) -> None:
     graph = AnnGraph(8)
