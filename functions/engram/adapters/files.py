@@ -35,7 +35,7 @@ def private_dir(path: Path) -> Path:
 
 def private_data_dir(path: Path) -> Path:
     """The data directory: created owner-only, or an existing one that others may enter tightened to
-    0700 at start, with a log line (README, section Security)."""
+    0700 at start, with a log line (README, section Keys)."""
     if path.is_dir():
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o077:
