@@ -174,3 +174,15 @@ def test_two_writers_of_one_key_never_collide_and_the_file_is_never_readable_by_
     assert value is not None and value.decode().split("-")[1].startswith("149")
     assert modes and all(mode & 0o077 == 0 for mode in modes)
     assert [p.name for p in (tmp_path / kind).rglob("*") if p.is_file()] == ["file.bin"]
+
+
+def test_skill_files_and_their_directories_are_owner_only(tmp_path: Path) -> None:
+    from engram.adapters.storage.blobs import LocalBlobStore
+
+    # Given a loose umask (permissive_umask), When a skill file is stored under <data>/skills
+    LocalBlobStore(tmp_path / "skills").put("skills/ns/tidy/SKILL.md", b"# tidy")
+    # Then every directory created on the way is 0700 and the file 0600
+    assert mode(tmp_path / "skills") == 0o700
+    assert mode(tmp_path / "skills" / "skills") == 0o700
+    assert mode(tmp_path / "skills" / "skills" / "ns" / "tidy") == 0o700
+    assert mode(tmp_path / "skills" / "skills" / "ns" / "tidy" / "SKILL.md") == 0o600
