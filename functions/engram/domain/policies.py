@@ -17,6 +17,9 @@ from engram.domain.models import DURABLE_TYPES, Memory
 from engram.domain.wording import salient_difference, same_wording
 
 MAX_CONTENT_CHARS = 4000
+# The REST cache (README, REST table): a key of at most 256 characters, a value of at most 64 KiB as JSON.
+CACHE_KEY_MAX_CHARS = 256
+CACHE_VALUE_MAX_BYTES = 64 * 1024
 # One thread id grammar wherever ids enter (the x-engram-thread header, ingest, MCP, merges;
 # docs/threads.md): 1-200 characters, no '/', no control character, not '.' or '..' — an id that
 # cannot be one URL path segment could be stored but never read, renamed, deleted or merged.

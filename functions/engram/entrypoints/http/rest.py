@@ -9,6 +9,7 @@ their own, installed by ``app.py``.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -17,7 +18,8 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from engram.bootstrap import Container
-from engram.domain.errors import NotFound
+from engram.domain.errors import InvalidInput, NotFound
+from engram.domain.policies import CACHE_KEY_MAX_CHARS, CACHE_VALUE_MAX_BYTES
 from engram.entrypoints.http import candidates, memories, notes, transfer
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
 from engram.services.messages import MessageIn
@@ -108,6 +110,12 @@ def get_cache(request: Request, key: str, who: CacheRead) -> dict[str, Any]:
 @_cache.put("/cache/{key}", tags=["cache"])
 def put_cache(request: Request, key: str, body: CacheRequest, who: CacheWrite) -> dict[str, Any]:
     container = _c(request)
+    if len(key) > CACHE_KEY_MAX_CHARS:
+        raise InvalidInput(f"cache keys have at most {CACHE_KEY_MAX_CHARS} characters", code="cache_key_too_long")
+    if len(json.dumps(body.value, ensure_ascii=False).encode()) > CACHE_VALUE_MAX_BYTES:
+        raise InvalidInput(
+            f"cache values have at most {CACHE_VALUE_MAX_BYTES} bytes as JSON", code="cache_value_too_large"
+        )
     expires: datetime | None = None
     if body.ttl_seconds:
         expires = container.clock.now() + timedelta(seconds=body.ttl_seconds)
