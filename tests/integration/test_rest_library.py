@@ -238,7 +238,7 @@ def test_import_refuses_invalid_rows_reports_them_and_keeps_the_rest(server: Eng
         report = resp.json()
         assert report["created"] | {"messages": 0} == {
             "memories": 1, "candidates": 0, "messages": 0, "precious": 1, "glossary": 1, "daily_logs": 0, "digest": 0,
-            "skills": 0,
+            "skills": 0, "threads": 0, "usage": 0,
         }  # fmt: skip
         assert report["refused"]["memories"] == 6 and report["refused"]["digest"] == 1
         codes = [(p["kind"], p["row"], p["code"]) for p in report["problems"]]
