@@ -11,9 +11,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from engram.adapters.clock import SystemClock
+from engram.adapters.files import write_private
 from engram.adapters.queue.inline import InlineJobQueue
 from engram.bootstrap.adapters import (
     LOCAL_CONVERSATIONS_NAME,
@@ -425,3 +427,10 @@ def index_model_mismatch(container: Container) -> bool:
     """Whether the index is known to hold another model's vectors (asks the index; may raise)."""
     embedder = container.embedder
     return embedder is not None and not embedder.matches_index
+
+
+def write_owner_only(path: Path, data: bytes) -> None:
+    """Write a file an entry point produces (``engram export FILE``) the way every Engram file is written:
+    owner-only from the first byte and atomic (``adapters/files.write_private``). Entry points reach
+    adapters only through bootstrap (docs/ARCHITECTURE.md, "Layers")."""
+    write_private(path, data)

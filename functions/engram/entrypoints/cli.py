@@ -13,7 +13,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from engram import bootstrap
-from engram.adapters.files import write_private
 from engram.domain.errors import EngramError, InvalidInput
 from engram.entrypoints import job_commands
 from engram.entrypoints.console import Progress, settings_from
@@ -112,7 +111,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(text)
     else:
         # The whole namespace: owner-only (0600) from the first byte, like every file Engram writes.
-        write_private(Path(args.file), (text + "\n").encode("utf-8"))
+        bootstrap.write_owner_only(Path(args.file), (text + "\n").encode("utf-8"))
         print(f"exported {len(document['memories'])} memories to {args.file}", file=sys.stderr)
     return 0
 
