@@ -141,6 +141,9 @@ class Context:
     invoked_function_arn = "arn:aws:lambda:eu-west-1:111122223333:function:engram-cleanup"
     aws_request_id = "feedface-0000-4000-8000-000000000002"
 
+    def get_remaining_time_in_millis(self):  # a real LambdaContext has it; the job runner reads the deadline
+        return 900_000
+
 body = json.dumps({"job": "cleanup", "payload": {"namespace": "default"}})
 event = {"Records": [{"messageId": "m-1", "body": body, "attributes": {}, "eventSource": "aws:sqs"}]}
 print(json.dumps({"result": cleanup.handler(event, Context())}))
