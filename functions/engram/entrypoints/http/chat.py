@@ -3,8 +3,7 @@ wires, guide-dog, models and usage.
 
 One mapping table for errors (``errors.status_for``), rendered in the client's wire: OpenAI-style
 ``{"error": {...}}`` (chat completions and Responses) or Anthropic-style
-``{"type": "error", "error": {...}}``. An upstream error status and body are passed through unchanged,
-except that an OpenAI-wire upstream's error on the Anthropic door is given Anthropic's shape (its message kept).
+``{"type": "error", "error": {...}}``. An upstream error status and body are passed through unchanged.
 Every chat response carries the ``x-engram-*`` headers.
 """
 
@@ -70,12 +69,9 @@ def _service(request: Request) -> ChatService:
 def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Response:
     status, type_ = status_for(exc)
     if isinstance(exc, UpstreamRejected) and exc.body is not None:
-        if wire != "anthropic" or _is_anthropic_error(exc.body):
-            # The provider's own error, unchanged (its status and body), so clients show the real cause.
-            ctype = "application/json" if exc.body[:1] in (b"{", b"[") else "text/plain; charset=utf-8"
-            return Response(exc.body, status_code=status, headers=headers, media_type=ctype)
-        # An OpenAI-wire upstream's error on the Anthropic door: its message, in Anthropic's shape.
-        exc = UpstreamRejected(_upstream_message(exc.body), status=exc.status)
+        # The provider's own error, unchanged (its status and body), so clients show the real cause.
+        ctype = "application/json" if exc.body[:1] in (b"{", b"[") else "text/plain; charset=utf-8"
+        return Response(exc.body, status_code=status, headers=headers, media_type=ctype)
     if wire == "anthropic":
         payload: dict[str, Any] = {
             "type": "error",
@@ -104,27 +100,6 @@ def door_refusal(path: str, exc: EngramError) -> Response | None:
         if path.endswith(suffix):
             return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
     return None
-
-
-def _is_anthropic_error(body: bytes) -> bool:
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and parsed.get("type") == "error" and isinstance(parsed.get("error"), dict)
-
-
-def _upstream_message(body: bytes) -> str:
-    """The message of an upstream's error body (OpenAI's ``{"error": {"message"}}``), else its text."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
-    if isinstance(message, str) and message:
-        return f"upstream error: {message}"
-    return "upstream error: " + body.decode("utf-8", "replace")[:500]
 
 
 async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_agent: str | None = None) -> Response:
