@@ -135,6 +135,15 @@ class Settings(BaseSettings):
         "tokenizer; for remote embedders an estimate: one per CJK character, one per three other characters). "
         "512 is one window of the local e5 model; keyword search still sees the whole text. 0 = no cap.",
     )
+    embedding_query_max_tokens: int = Field(
+        128,
+        ge=0,
+        le=100_000,
+        description="A query (a chat turn's recall, a search) is embedded from its last this-many tokens: its cost "
+        'grows faster than its length (bench/README.md, "Fairness"), and one namespace\'s long searches must not '
+        "hold the model while another's chat waits. Keyword search still sees the whole query. 0 = "
+        "`embedding_max_tokens`.",
+    )
     embedding_model: str = Field(
         "", description="Model name for `openai`/`bedrock` embedders (e.g. `text-embedding-3-small`)."
     )
@@ -347,6 +356,14 @@ class Settings(BaseSettings):
         le=500,
         description="The boot package of REST and MCP holds the last this many messages of today (in "
         "`ENGRAM_TIMEZONE`), with today's count; not in the chat boot block.",
+    )
+    chat_context_deadline_seconds: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="The longest a chat turn waits for its context (memories, past conversations, reminders, boot "
+        "block): the turn then goes on with what is ready, with `x-engram-reason: recall_timeout` "
+        '(docs/recall.md, "A deadline per turn").',
     )
     chat_keepalive_seconds: float = Field(
         15.0, gt=0, description="SSE `: ping` interval while a streaming upstream has not answered yet."

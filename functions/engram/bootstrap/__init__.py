@@ -277,7 +277,12 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
     )
     raw_embedder = build_embedder(settings) if isinstance(o.embedder, Unset) else o.embedder
     embedder = (
-        GatedEmbedder(raw_embedder, index, max_tokens=settings.embedding_max_tokens)
+        GatedEmbedder(
+            raw_embedder,
+            index,
+            max_tokens=settings.embedding_max_tokens,
+            query_max_tokens=settings.embedding_query_max_tokens,
+        )
         if raw_embedder is not None
         else None
     )
@@ -293,7 +298,11 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
     recall = o.recall or build_recall(settings, runtime, store, base.index, base.embedder, clock, o.compress_model)
     # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
     raw = base.raw_embedder
-    skill_embedder = ClippedEmbedder(raw, settings.embedding_max_tokens) if raw is not None else None
+    skill_embedder = (
+        ClippedEmbedder(raw, settings.embedding_max_tokens, settings.embedding_query_max_tokens)
+        if raw is not None
+        else None
+    )
     skills = o.skills or build_skills(settings, clock, closers, skill_embedder)
     conversations = o.conversations or _build_conversations(
         settings, runtime, store, raw, clock, recall, o.conversation_index, closers
@@ -399,7 +408,12 @@ def _build_conversations(
         retry_seconds=settings.search_retry_seconds,
     )
     gate = (
-        GatedEmbedder(raw_embedder, guarded, max_tokens=settings.embedding_max_tokens)
+        GatedEmbedder(
+            raw_embedder,
+            guarded,
+            max_tokens=settings.embedding_max_tokens,
+            query_max_tokens=settings.embedding_query_max_tokens,
+        )
         if raw_embedder is not None
         else None
     )

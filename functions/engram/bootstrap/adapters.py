@@ -26,6 +26,7 @@ from engram.domain.ports import (
     SearchIndex,
     SkillStore,
 )
+from engram.services.fair_embedder import FairEmbedder
 from engram.services.ratelimit import RequestLimits
 from engram.services.search_guard import GuardedIndex
 from engram.services.skills import SkillService
@@ -183,12 +184,28 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
 
 
 def build_embedder(settings: Settings) -> Embedder | None:
+    """The configured embedder, its calls shared fairly between namespaces (``FairEmbedder``): the local
+    model's copies are its slots; a remote model takes ``REMOTE_SLOTS`` calls at once, documents in its
+    own larger batches."""
+    if settings.embedder == "local":
+        instances = settings.embedding_instances or min(4, os.cpu_count() or 1)
+        inner = _raw_embedder(settings, instances)
+        return None if inner is None else FairEmbedder(inner, slots=instances)
+    inner = _raw_embedder(settings, 1)
+    if inner is None:
+        return None
+    return FairEmbedder(inner, slots=REMOTE_SLOTS, document_items=64, document_chars=64 * 8000)
+
+
+REMOTE_SLOTS = 8
+
+
+def _raw_embedder(settings: Settings, instances: int) -> Embedder | None:
     if settings.embedder == "none":
         return None
     if settings.embedder == "local":
         from engram.adapters.embed.local import LocalEmbedder
 
-        instances = settings.embedding_instances or min(4, os.cpu_count() or 1)
         return LocalEmbedder(num_threads=settings.embedding_threads or None, instances=instances)
     if settings.embedder == "openai":
         from engram.adapters.embed.openai_compat import OpenAIEmbedder

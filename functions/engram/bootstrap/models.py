@@ -8,6 +8,7 @@ is in the optional `aws` extra (a local install without it still serves every ot
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,7 +144,9 @@ def build_recall(
         compressor = runtime_model(settings, runtime, lambda eff: eff.recall_compress_model, ModelUpstreams())
         if compressor is None:
             log.warning("ENGRAM_RECALL_COMPRESS_MODEL is set but no upstream is configured: compression is off")
-    return RecallService(store, index, embedder, reranker, compressor, clock, config)
+    # On Lambda no thread may run past a response (the instance freezes after the last byte).
+    on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+    return RecallService(store, index, embedder, reranker, compressor, clock, config, helper_threads=not on_lambda)
 
 
 @dataclass(frozen=True)

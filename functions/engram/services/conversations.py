@@ -34,6 +34,7 @@ from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, ThreadRows
 from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
+from engram.services.fair_embedder import embedding_for
 from engram.services.gated_embedder import GatedEmbedder
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,8 @@ class ConversationService:
             readable = [m for m in batch if m.role in READABLE and m.content.strip()]
             vectors: Sequence[Sequence[float] | None] = [None] * len(readable)
             if model and readable and self._embedder is not None:
-                vectors = self._embedder.embed_documents([m.content for m in readable])
+                with embedding_for(namespace):
+                    vectors = self._embedder.embed_documents([m.content for m in readable])
             for message, vector in zip(readable, vectors, strict=True):
                 self._index.upsert(_document(namespace, message, vector))
                 report.vectors += vector is not None
@@ -375,7 +377,11 @@ class ConversationService:
     def _vector_hits(self, namespace: str, text: str, k: int) -> list[Any]:
         if self._embedder is None or not self._embedder.matches_index:
             return []
-        vector = self._query_vector(namespace, text) if self._query_vector else self._embedder.embed_query(text)
+        if self._query_vector is not None:
+            vector = self._query_vector(namespace, text)
+        else:
+            with embedding_for(namespace):
+                vector = self._embedder.embed_query(text)
         return self._index.vector_search(namespace, vector, k=k)
 
     @staticmethod

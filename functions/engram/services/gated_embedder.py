@@ -1,6 +1,6 @@
-"""Embedder wrappers: ``ClippedEmbedder`` caps the text embedded per item in tokens (an embedding's cost
-grows with its text); ``GatedEmbedder`` also writes and searches vectors only while the index was built by
-the current embedder."""
+"""Embedder wrappers: ``ClippedEmbedder`` caps the text embedded per item in tokens, and per query more
+tightly (an embedding's cost grows faster than its text); ``GatedEmbedder`` also writes and searches
+vectors only while the index was built by the current embedder."""
 
 from __future__ import annotations
 
@@ -24,14 +24,15 @@ RECHECK_SECONDS = 10.0
 
 
 class ClippedEmbedder:
-    """An ``Embedder`` that cuts every text to ``max_tokens`` (0: no cap) before the model sees it,
-    counted by the model's own tokenizer when it has one (``count_tokens``: the local e5), else
-    estimated conservatively (``estimate_tokens``). Documents keep their start, queries their end (the
-    question is usually last)."""
+    """An ``Embedder`` that cuts every text to ``max_tokens`` (0: no cap) before the model sees it, and
+    a query to ``query_max_tokens`` (0: ``max_tokens``), counted by the model's own tokenizer when it has
+    one (``count_tokens``: the local e5), else estimated conservatively (``estimate_tokens``). Documents
+    keep their start, queries their end (the question is usually last)."""
 
-    def __init__(self, inner: Embedder, max_tokens: int = 0) -> None:
+    def __init__(self, inner: Embedder, max_tokens: int = 0, query_max_tokens: int = 0) -> None:
         self._inner = inner
         self._max_tokens = max_tokens
+        self._query_max_tokens = query_max_tokens or max_tokens
         counter = getattr(inner, "count_tokens", None)
         self._count: Callable[[str], int] = counter if callable(counter) else estimate_tokens
 
@@ -44,13 +45,10 @@ class ClippedEmbedder:
         return self._inner.dimension
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        return self._inner.embed_documents([self._clip(t, "head") for t in texts])
+        return self._inner.embed_documents([clip_to_tokens(t, self._max_tokens, self._count) for t in texts])
 
     def embed_query(self, text: str) -> list[float]:
-        return self._inner.embed_query(self._clip(text, "tail"))
-
-    def _clip(self, text: str, keep: Literal["head", "tail"]) -> str:
-        return clip_to_tokens(text, self._max_tokens, self._count, keep=keep)
+        return self._inner.embed_query(clip_to_tokens(text, self._query_max_tokens, self._count, keep="tail"))
 
 
 class GatedEmbedder(ClippedEmbedder):
@@ -62,8 +60,8 @@ class GatedEmbedder(ClippedEmbedder):
     touches no network, docs/aws.md). A check that fails (index unreachable) raises and is retried on
     the next call; a mismatch is looked at again every ``recheck_seconds``.
 
-    Every text is cut to ``max_tokens`` (``ClippedEmbedder``). Keyword search still indexes the whole
-    text.
+    Every text is cut to ``max_tokens``, a query to ``query_max_tokens`` (``ClippedEmbedder``). Keyword
+    search still indexes the whole text.
     """
 
     def __init__(
@@ -74,8 +72,9 @@ class GatedEmbedder(ClippedEmbedder):
         recheck_seconds: float = RECHECK_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
         max_tokens: int = 0,
+        query_max_tokens: int = 0,
     ) -> None:
-        super().__init__(inner, max_tokens)
+        super().__init__(inner, max_tokens, query_max_tokens)
         self._index = index
         self._lock = threading.Lock()
         self._ok: bool | None = None

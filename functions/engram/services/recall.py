@@ -57,6 +57,7 @@ from engram.domain.recall_scoring import (
 )
 from engram.domain.text import estimate_tokens, tokenize
 from engram.services import prompts
+from engram.services.fair_embedder import embedding_for
 from engram.services.loop import run_sync
 from engram.services.model_reply import parse_json_object
 from engram.services.recall_background import BackgroundVectors
@@ -69,6 +70,7 @@ Fusion = Literal["adaptive", "score", "rrf"]
 # Query vectors kept per service: chat retries, MCP clients and regenerated answers repeat the same
 # query, and the embedding is most of a recall's time.
 QUERY_VECTOR_CACHE = 256
+EMBED_THREADS = 32
 # The most memories a token budget may inject in one turn (the ranking's head that is weighed anyway).
 BUDGET_MAX_HITS = 20
 
@@ -265,7 +267,11 @@ class RecallService:
         compressor: ChatModel | None,
         clock: Clock,
         config: RecallConfig | Callable[[], RecallConfig],
+        *,
+        helper_threads: bool = True,
     ) -> None:
+        """``helper_threads=False`` where no thread may outlive a response (Lambda): the reference
+        background is then embedded a little per recall, not on a helper thread (services/recall_background.py)."""
         self._store = store
         self._index = index
         self._embedder = embedder
@@ -280,7 +286,9 @@ class RecallService:
         # which texts another one recently sent.
         self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
-        self._background = BackgroundVectors(embedder, clock) if embedder is not None else None
+        self._background = (
+            BackgroundVectors(embedder, clock, helper_thread=helper_threads) if embedder is not None else None
+        )
 
     @property
     def config(self) -> RecallConfig:
@@ -635,8 +643,10 @@ class RecallService:
             return done
         with self._pool_lock:
             if self._embed_pool is None:
-                # Several at once: the embedder bounds its own parallelism (the local model pool).
-                self._embed_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-embed")
+                # Several at once: the embedder bounds its own parallelism and takes the namespaces in
+                # turn (services/fair_embedder.py); this pool must not queue one namespace's query
+                # behind another's first, so it is wider than any embedder's slots.
+                self._embed_pool = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="recall-embed")
             pool = self._embed_pool
         return pool.submit(run)
 
@@ -658,7 +668,8 @@ class RecallService:
             if vector is not None:
                 self._vectors.move_to_end(key)
                 return vector, True
-        vector = tuple(self._embedder.embed_query(text))
+        with embedding_for(namespace):  # its turn among the namespaces (services/fair_embedder.py)
+            vector = tuple(self._embedder.embed_query(text))
         with self._vectors_lock:
             self._vectors[key] = vector
             while len(self._vectors) > QUERY_VECTOR_CACHE:

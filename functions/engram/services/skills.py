@@ -53,6 +53,7 @@ from engram.domain.skills import (
     version_digest,
 )
 from engram.domain.text import tokenize
+from engram.services.fair_embedder import embedding_for
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,8 @@ class SkillService:
             stale = [s for s in skills if s.name not in stored or not stored[s.name].fresh(s, model)]
             for skill in stale[:EMBED_PER_SEARCH]:
                 stored[skill.name] = self._embed(namespace, skill, bodies[skill.name])
-            query_vector = self._embedder.embed_query(query)
+            with embedding_for(namespace):
+                query_vector = self._embedder.embed_query(query)
         except Exception:
             log.warning("skill vectors unavailable; skill search is keyword-only", exc_info=True)
             return []
