@@ -68,7 +68,7 @@ def _serve_gateway(config: str, upstream: str, keys_file: str) -> None:
     from engram.adapters.embed.local import LocalEmbedder
     from engram.bootstrap import Overrides, build_container
     from engram.entrypoints.http.app import create_app
-    from engram.services.memories import MemoryWrite
+    from engram.services.library.memories import MemoryWrite
     from engram.settings import Settings
 
     from tests.servers import free_port

@@ -1,4 +1,4 @@
-"""FairEmbedder: queries before documents, namespaces in turn, documents a batch at a time (services/fair_embedder.py)."""
+"""FairEmbedder: queries first, namespaces in turn, documents a batch at a time (services/index/fair_embedder.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import pytest
-
-from engram.services.fair_embedder import FairEmbedder, embedding_for
-from engram.services.gated_embedder import ClippedEmbedder
+from engram.services.index.fair_embedder import FairEmbedder, embedding_for
+from engram.services.index.gated_embedder import ClippedEmbedder
 
 
 class HeldEmbedder:

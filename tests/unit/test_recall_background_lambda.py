@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from engram.services.recall_background import PACE_BATCH, BackgroundVectors
+from engram.services.recall.background import PACE_BATCH, BackgroundVectors
+
 from tests.fakes.clock import ManualClock
 from tests.fakes.embedder import HashEmbedder
 

@@ -56,12 +56,12 @@ from engram.domain.recall_scoring import (
     weigh,
 )
 from engram.domain.text import estimate_tokens, tokenize
-from engram.services import prompts
-from engram.services.fair_embedder import embedding_for
-from engram.services.loop import run_sync
-from engram.services.model_reply import parse_json_object
-from engram.services.recall_background import BackgroundVectors
-from engram.services.search_guard import is_index_unavailable
+from engram.services.index.fair_embedder import embedding_for
+from engram.services.index.guard import is_index_unavailable
+from engram.services.models import prompts
+from engram.services.models.reply import parse_json_object
+from engram.services.recall.background import BackgroundVectors
+from engram.services.sync_bridge import run_sync
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ class RecallService:
         helper_threads: bool = True,
     ) -> None:
         """``helper_threads=False`` where no thread may outlive a response (Lambda): the reference
-        background is then embedded a little per recall, not on a helper thread (services/recall_background.py)."""
+        background is then embedded a little per recall, not on a helper thread (services/recall/background.py)."""
         self._store = store
         self._index = index
         self._embedder = embedder
@@ -644,7 +644,7 @@ class RecallService:
         with self._pool_lock:
             if self._embed_pool is None:
                 # Several at once: the embedder bounds its own parallelism and takes the namespaces in
-                # turn (services/fair_embedder.py); this pool must not queue one namespace's query
+                # turn (services/index/fair_embedder.py); this pool must not queue one namespace's query
                 # behind another's first, so it is wider than any embedder's slots.
                 self._embed_pool = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="recall-embed")
             pool = self._embed_pool
@@ -668,7 +668,7 @@ class RecallService:
             if vector is not None:
                 self._vectors.move_to_end(key)
                 return vector, True
-        with embedding_for(namespace):  # its turn among the namespaces (services/fair_embedder.py)
+        with embedding_for(namespace):  # its turn among the namespaces (services/index/fair_embedder.py)
             vector = tuple(self._embedder.embed_query(text))
         with self._vectors_lock:
             self._vectors[key] = vector
