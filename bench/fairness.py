@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
-from bench.gateway import QUERIES, TOPICS, _pct  # noqa: E402
+from bench.gateway import QUERIES, TOPICS, _pct, _serve_upstream  # noqa: E402
+from bench.gateway import _spawn as spawn  # noqa: E402
 
 CHAT_KEY = "ek-bench-alice-chat-key"
 FLOOD_KEY = "ek-bench-mallory-search-key"
@@ -53,15 +53,6 @@ WORDS = _TEXT.split()
 
 
 # -- child processes ------------------------------------------------------------------------------------
-def _serve_upstream() -> None:
-    from tests.fakes.upstream import FakeUpstream, Reply
-
-    up = FakeUpstream(default=Reply(text="Sure - here is a short answer from the fake model.", chunks=4)).start()
-    print(up.port, flush=True)
-    sys.stdin.read()  # until the parent closes our stdin
-    up.stop()
-
-
 def _serve_gateway(config: str, upstream: str, keys_file: str) -> None:
     import uvicorn
     from engram.adapters.clock import SystemClock
@@ -89,7 +80,7 @@ def _serve_gateway(config: str, upstream: str, keys_file: str) -> None:
         rate_limit_chat_per_minute=0,  # alice's turns are measured, not limited
         # before: a query is embedded up to the per-item cap, as it was
         embedding_query_max_tokens=0 if before else Settings.model_fields["embedding_query_max_tokens"].default,
-    )  # type: ignore[call-arg]
+    )
     clock = SystemClock()
     overrides: dict[str, Any] = {}
     if before:  # the local model's own lanes only: no turns between namespaces
@@ -113,29 +104,7 @@ def _serve_gateway(config: str, upstream: str, keys_file: str) -> None:
 
 
 def _spawn(*args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"},
-    )
-    assert proc.stdout is not None
-    port = proc.stdout.readline().strip()
-    if not port.isdigit():
-        proc.kill()
-        raise RuntimeError(f"child {args[0]} did not start")
-    deadline = time.monotonic() + 60
-    while True:  # the port is printed just before the server listens
-        try:
-            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
+    return spawn(*args, script=__file__)
 
 
 # -- the client ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -96,9 +97,10 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     server.run()
 
 
-def _spawn(*args: str) -> tuple[subprocess.Popen[str], str]:
+def _spawn(*args: str, script: str = __file__) -> tuple[subprocess.Popen[str], str]:
+    """``script`` with ``args`` in a child process; its URL once it listens (it prints its port first)."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, *args],
+        [sys.executable, script, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -110,6 +112,16 @@ def _spawn(*args: str) -> tuple[subprocess.Popen[str], str]:
     if not port.isdigit():
         proc.kill()
         raise RuntimeError(f"child {args[0]} did not start")
+    deadline = time.monotonic() + 60
+    while True:  # the port is printed just before the server listens
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.1)
     return proc, f"http://127.0.0.1:{port}"
 
 

@@ -358,12 +358,13 @@ class Settings(BaseSettings):
         "`ENGRAM_TIMEZONE`), with today's count; not in the chat boot block.",
     )
     chat_context_deadline_seconds: float = Field(
-        3.0,
+        4.0,
         gt=0,
         le=60,
         description="The longest a chat turn waits for its context (memories, past conversations, reminders, boot "
         "block): the turn then goes on with what is ready, with `x-engram-reason: recall_timeout` "
-        '(docs/recall.md, "A deadline per turn").',
+        '(docs/recall.md, "A deadline per turn"). Kept above `search_timeout`, so an index that does not answer '
+        "is reported as `index_unavailable`.",
     )
     chat_keepalive_seconds: float = Field(
         15.0, gt=0, description="SSE `: ping` interval while a streaming upstream has not answered yet."

@@ -1,8 +1,10 @@
 """A spy around the real recall service: records every query; ``fail=True`` makes every call raise
-(to test that a recall failure never fails a chat)."""
+(to test that a recall failure never fails a chat); with ``hold`` set to an event, each call waits for
+it first (the turn's context deadline)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -11,7 +13,10 @@ class SpyRecall:
     def __init__(self, inner: Any, *, fail: bool = False) -> None:
         self.inner = inner
         self.fail = fail
+        self.hold: threading.Event | None = None
         self.calls: list[str] = []
+        self.returned = 0
+        self.recorded: list[tuple[str, ...]] = []
 
     def recall(
         self,
@@ -25,9 +30,11 @@ class SpyRecall:
         **options: Any,
     ) -> Any:
         self.calls.append(query)
+        if self.hold is not None:
+            self.hold.wait(30)
         if self.fail:
             raise RuntimeError("recall is down")
-        return self.inner.recall(
+        result = self.inner.recall(
             namespace,
             query,
             top_k=top_k,
@@ -36,6 +43,12 @@ class SpyRecall:
             record_injection=record_injection,
             **options,
         )
+        self.returned += 1
+        return result
+
+    def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None:
+        self.recorded.append(tuple(memory_ids))
+        self.inner.record_injected(namespace, memory_ids)
 
     @property
     def config(self) -> Any:

@@ -210,8 +210,11 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         queue=parts.queue,
         reminders=parts.reminders,
         conversations=parts.conversations,
+        record_injection=parts.recall.record_injected,
     )
-    context = TurnContextSource(boot=parts.boot, recall=parts.recall, record=record, conversations=parts.conversations)
+    context = TurnContextSource(
+        boot=parts.boot, recall=parts.recall, reminders=parts.reminders, conversations=parts.conversations
+    )
     return ChatService(
         openai=openai,
         anthropic=anthropic,

@@ -1,13 +1,15 @@
 """One chat exchange and every write it owes (the chat gateway's bookkeeping, apart from its pipeline).
 
-``Exchange`` is one request on its way through the gateway; ``ExchangeRecorder`` does the writes the
-exchange owes before the reply's last byte (docs/ARCHITECTURE.md, "Lambda rules"): the user's and the
-assistant's messages, the token usage, an explicit "remember ..." started beside the upstream call,
-the reminders the turn claimed, and the once-a-day cleanup enqueue. Each write logs its own failure
-and the reply goes out regardless: memory never fails a chat.
+``ExchangeRecorder`` does the writes an exchange (a ``TurnRequest``, services/chat/turn.py) owes before
+the reply's last byte (docs/ARCHITECTURE.md, "Lambda rules"), and keeps what is still owed in the
+exchange's ``Owed``: the user's and the assistant's messages, the token usage, an explicit "remember
+..." and the record of the injected memories started beside the upstream call, the reminders the turn
+claimed (and one claimed after the turn's deadline: released), the fragments it was shown, and the
+once-a-day cleanup enqueue. Each write logs its own failure and the reply goes out regardless: memory
+never fails a chat.
 
 A retry of the same turn is not stored twice, and a repeat that is not a retry is a new turn
-(``ExchangeRecorder.turn_of``). The request is named by the conversation so far (``exchange_key``:
+(``ExchangeRecorder.turn_of``). The request is named by the conversation so far (``TurnRequest.key``:
 namespace, conversation id and every message of the request); its first sighting opens a turn (a fresh
 id that names the stored messages and the "remember ..." memory) and notes it under the key for the
 retry window (``ENGRAM_CHAT_RETRY_WINDOW_MINUTES``). The same request within that window whose first
@@ -21,12 +23,9 @@ only its answer is added. Anything else — later than the window (the next day'
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import re
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -35,7 +34,7 @@ from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import AuditRows, Clock, JobQueue, KeyValueRows, MemoryRows
 from engram.domain.wire.usage import TokenUsage
-from engram.services.chat.routing import Route
+from engram.services.chat.turn import ReminderClaim, TurnContext, TurnRequest
 from engram.services.library.memories import MemoryService
 from engram.services.library.messages import MAX_ERROR_CHARS, MessageIn, MessageService
 from engram.services.library.reminders import ReminderService
@@ -43,10 +42,6 @@ from engram.services.recall.conversations import ConversationService
 
 log = logging.getLogger(__name__)
 
-Wire = Literal["openai", "anthropic", "responses"]  # the client's door
-Reason = Literal[
-    "injected", "no_content", "disabled", "body_too_large", "not_injectable", "recall_failed", "index_unavailable"
-]
 
 _MAX_STORED_CHARS = 100_000
 _REMEMBER = re.compile(
@@ -71,63 +66,25 @@ def explicit_remember(text: str) -> str | None:
 
 
 @dataclass
-class Exchange:
-    """One request on its way through the gateway."""
+class Owed:
+    """What one exchange still owes before its last byte: the recorder's bookkeeping, changed by nothing
+    else (docs/ARCHITECTURE.md, "Lambda rules").
 
-    namespace: str
-    wire: Wire
-    body: dict[str, Any]
-    route: Route | None = None
-    user_text: str | None = None
-    conversation: str = "default"
-    agent: str | None = None  # x-engram-agent: its allocated skills join the boot block
-    custom_tools: frozenset[str] = frozenset()  # Responses door: free-form tools, answered as custom_tool_call
-    # Responses door: the request as the client sent it, and whether it goes to the upstream as it is
-    # (an upstream that speaks the Responses API) rather than as the chat request in ``body``.
-    responses: dict[str, Any] | None = None
-    native: bool = False
-    persist: bool = True
-    reason: Reason = "disabled"
-    injected: bool = False
-    recall_ms: float = 0.0
-    upstream_ms: float = 0.0
-    started: float = field(default_factory=time.perf_counter)
-    client_wants_usage: bool = True
-    # Writes started during the request (an explicit "remember ..."), awaited before its last byte.
+    ``pending``: writes started during the request (an explicit "remember ...", the injection record, a
+    reminder claim that landed after the deadline), awaited before the last byte; ``reminders``: the
+    claim this turn injected (delivered once the upstream answered, else released); ``fragments``: the
+    past-conversation messages it injected (marked seen once the upstream answered); ``forwarded``: the
+    request went upstream, so from here on the user's turn is kept; ``turn``/``turn_note``: the turn
+    this request belongs to (``ExchangeRecorder.turn_of``), decided once.
+    """
+
     pending: list[asyncio.Future[None]] = field(default_factory=list)
+    reminders: ReminderClaim | None = None
+    fragments: tuple[str, ...] = ()
+    forwarded: bool = False
     settled: bool = False
-    forwarded: bool = False  # the request went to the upstream: from here on the user's turn is kept
-    key: str = ""  # the request's retry key, computed once (``exchange_key``)
-    turn: str = ""  # the turn this request belongs to (``ExchangeRecorder.turn_of``): names its stored rows
-    turn_note: dict[str, Any] = field(default_factory=dict)  # what a repeat reads to tell a retry (``turn_of``)
-    # Reminders this turn claimed and injected: delivered once the upstream answered, else released.
-    reminders: list[str] = field(default_factory=list)
-    reminder_owner: str = ""
-    # Past-conversation messages this turn injected: marked seen in this thread once the upstream answered.
-    fragments: list[str] = field(default_factory=list)
-
-    def headers(self) -> dict[str, str]:
-        return {
-            "x-engram-injected": "1" if self.injected else "0",
-            "x-engram-reason": self.reason,
-            "x-engram-recall-ms": f"{self.recall_ms:.1f}",
-            "x-engram-upstream-ms": f"{self.upstream_ms:.1f}",
-        }
-
-
-def exchange_key(ex: Exchange) -> str:
-    """Same namespace, conversation, earlier turns and last user message -> same key (a retry candidate)."""
-    if not ex.key:
-        messages = ex.body.get("messages") or []
-        material = json.dumps(
-            [ex.namespace, ex.conversation, messages],
-            ensure_ascii=False,
-            sort_keys=True,
-            separators=(",", ":"),
-            default=str,
-        )
-        ex.key = hashlib.sha256(material.encode()).hexdigest()[:32]
-    return ex.key
+    turn: str = ""
+    turn_note: dict[str, Any] = field(default_factory=dict)
 
 
 class ExchangeStore(AuditRows, KeyValueRows, MemoryRows, Protocol):
@@ -136,7 +93,8 @@ class ExchangeStore(AuditRows, KeyValueRows, MemoryRows, Protocol):
 
 
 class ExchangeRecorder:
-    """The writes of an exchange. ``cleanup_interval()`` is read per use (runtime settings)."""
+    """The writes of an exchange. ``cleanup_interval()`` is read per use (runtime settings);
+    ``record_injection(namespace, memory_ids)`` notes that memories were injected (anti-repeat)."""
 
     def __init__(
         self,
@@ -150,49 +108,50 @@ class ExchangeRecorder:
         queue: JobQueue | None = None,
         reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
+        record_injection: Callable[[str, Sequence[str]], None] | None = None,
     ) -> None:
         self._store = store
-        self._messages = messages  # services.messages.MessageService
-        self._memories = memories  # services.memories.MemoryService: an explicit "remember ..."
+        self._messages = messages  # services.library.messages.MessageService
+        self._memories = memories  # services.library.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
         self._cleanup_interval = cleanup_interval
         self._retry_window = retry_window
         self._queue = queue
-        self._reminders = reminders  # services.reminders.ReminderService
-        self._conversations = conversations  # services.conversations.ConversationService
+        self._reminders = reminders  # services.library.reminders.ReminderService
+        self._conversations = conversations  # services.recall.conversations.ConversationService
+        self._record_injection = record_injection
 
     # -- the turn ------------------------------------------------------------------------------------
-    def turn_of(self, ex: Exchange) -> str:
+    def turn_of(self, req: TurnRequest, owed: Owed) -> str:
         """The turn of this request, decided once: the earlier attempt's turn when this is a retry of it
         (same request within the retry window, its first attempt still reflected in the store), else a
         new turn, noted under the request's key for the window."""
-        if ex.turn:
-            return ex.turn
-        key = exchange_key(ex)
+        if owed.turn:
+            return owed.turn
         now = self._clock.now()
         window = self._retry_window()
-        mark = f"gateway:turn:{key}"
-        prior = self._store.get_cache(ex.namespace, mark)
-        if isinstance(prior, dict) and self._is_retry_of(ex, prior, now, window):
-            ex.turn = str(prior["turn"])
-            return ex.turn
-        ex.turn = f"{key[:16]}{new_id('t')[2:]}"
+        mark = f"gateway:turn:{req.key}"
+        prior = self._store.get_cache(req.namespace, mark)
+        if isinstance(prior, dict) and self._is_retry_of(req, prior, now, window):
+            owed.turn = str(prior["turn"])
+            return owed.turn
+        owed.turn = f"{req.key[:16]}{new_id('t')[2:]}"
         if window > timedelta(0):
-            ex.turn_note = {"turn": ex.turn, "at": now.isoformat()}
-            self._store.put_cache(ex.namespace, mark, ex.turn_note, expires_at=now + window)
-        return ex.turn
+            owed.turn_note = {"turn": owed.turn, "at": now.isoformat()}
+            self._store.put_cache(req.namespace, mark, owed.turn_note, expires_at=now + window)
+        return owed.turn
 
-    def _note_remembered(self, ex: Exchange, memory_id: str) -> None:
+    def _note_remembered(self, req: TurnRequest, owed: Owed, memory_id: str) -> None:
         """Note on the turn which memory its "remember ..." wrote or found (a look-alike it merged into has
         another external id), so a repeat is a retry only while that memory is still there."""
-        if not ex.turn_note:
+        if not owed.turn_note:
             return
-        at = datetime.fromisoformat(str(ex.turn_note["at"]))
-        ex.turn_note = {**ex.turn_note, "memory": memory_id}
-        mark = f"gateway:turn:{exchange_key(ex)}"
-        self._store.put_cache(ex.namespace, mark, ex.turn_note, expires_at=at + self._retry_window())
+        at = datetime.fromisoformat(str(owed.turn_note["at"]))
+        owed.turn_note = {**owed.turn_note, "memory": memory_id}
+        mark = f"gateway:turn:{req.key}"
+        self._store.put_cache(req.namespace, mark, owed.turn_note, expires_at=at + self._retry_window())
 
-    def _is_retry_of(self, ex: Exchange, prior: dict[str, Any], now: datetime, window: timedelta) -> bool:
+    def _is_retry_of(self, req: TurnRequest, prior: dict[str, Any], now: datetime, window: timedelta) -> bool:
         """Whether ``prior`` (the first attempt's note) makes this request its retry: within the window
         by the service's clock (the store's expiry is only housekeeping), and nothing the first attempt
         wrote has been undone since (its "remember ..." memory deleted, archived or superseded, its
@@ -203,15 +162,15 @@ class ExchangeRecorder:
             return False
         if not timedelta(0) <= now - at <= window:
             return False
-        if not self._asks_to_remember(ex):
+        if not self._asks_to_remember(req):
             return True
         if noted := prior.get("memory"):  # the memory the first attempt wrote, or the look-alike it found
-            found = self._store.get_memories(ex.namespace, [str(noted)])
+            found = self._store.get_memories(req.namespace, [str(noted)])
             if not found:  # gone for good
                 return False
             kept = found[0]
         else:
-            kept_or_none = self._store.find_by_external_id(ex.namespace, "gw-rem-" + turn)
+            kept_or_none = self._store.find_by_external_id(req.namespace, "gw-rem-" + turn)
             if kept_or_none is None:  # the first attempt has not written it yet (still running)
                 return True
             kept = kept_or_none
@@ -219,52 +178,21 @@ class ExchangeRecorder:
             return False
         return kept.type != "task" or kept.remind_at is not None  # a cancelled reminder clears remind_at
 
-    def _asks_to_remember(self, ex: Exchange) -> bool:
-        text = ex.user_text or ""
+    def _asks_to_remember(self, req: TurnRequest) -> bool:
+        text = req.user_text or ""
         if explicit_remember(text) is not None:
             return True
         return self._reminders is not None and self._reminders.request_in(text) is not None
 
     # -- during the request -------------------------------------------------------------------------
-    async def claim_reminders(self, ex: Exchange) -> str:
-        """Claim the namespace's due reminders for this turn; their lines for the patch ('' if none)."""
-        if self._reminders is None:
-            return ""
-        ex.reminder_owner = new_id("turn")
-        try:
-            due = await asyncio.to_thread(self._reminders.claim_due, ex.namespace, ex.reminder_owner)
-        except Exception:
-            log.warning("reminders unavailable; the chat goes on without them", exc_info=True)
-            return ""
-        ex.reminders = [d.memory.id for d in due]
-        return str(self._reminders.render(due))
+    def start(self, owed: Owed, fn: Callable[[], object], failure: str) -> None:
+        """Start a write now, beside the upstream call; the reply's last byte waits for it (``settle``).
+        Its failure is logged as ``failure``."""
+        owed.pending.append(asyncio.ensure_future(self._write(fn, failure)))
 
-    async def settle_reminders(self, ex: Exchange, *, delivered: bool) -> None:
-        """Delivered (the upstream answered) or released (it did not); once per exchange."""
-        if not ex.reminders or self._reminders is None:
-            return
-        held, ex.reminders = ex.reminders, []
-        try:
-            await asyncio.to_thread(self._reminders.settle, ex.namespace, ex.reminder_owner, held, delivered=delivered)
-        except Exception:
-            log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
-
-    async def settle_fragments(self, ex: Exchange, *, seen: bool) -> None:
-        """Mark the injected fragments seen in this thread (the upstream answered), else forget them."""
-        if not ex.fragments or self._conversations is None:
-            return
-        held, ex.fragments = ex.fragments, []
-        if not seen:
-            return
-        try:
-            await asyncio.to_thread(self._conversations.mark_seen, ex.namespace, ex.conversation, held)
-        except Exception:
-            log.warning("marking conversation fragments seen failed (they may be injected again)", exc_info=True)
-
-    def remember(self, ex: Exchange) -> None:
-        """Start storing an explicit "remember ..." now, beside the upstream call; the reply's last
-        byte waits for it (``settle``)."""
-        text = ex.user_text or ""
+    def remember(self, req: TurnRequest, owed: Owed) -> None:
+        """Start storing an explicit "remember ..." now, beside the upstream call."""
+        text = req.user_text or ""
         fact = explicit_remember(text)
         when: datetime | None = None
         if self._reminders is not None:  # "remind me tomorrow at 9 to ...", "remember: dentist tomorrow at 3pm"
@@ -287,86 +215,150 @@ class ExchangeRecorder:
         )
 
         def write() -> None:
-            try:
-                named = request.model_copy(update={"external_id": "gw-rem-" + self.turn_of(ex)})
-                # A reminder is its own memory: merged into a look-alike it would not fire again.
-                written = self._memories.write(ex.namespace, named, dedup=when is None)
-                self._note_remembered(ex, written.memory.id)
-            except Exception:
-                log.warning("storing an explicit remember request failed", exc_info=True)
+            named = request.model_copy(update={"external_id": "gw-rem-" + self.turn_of(req, owed)})
+            # A reminder is its own memory: merged into a look-alike it would not fire again.
+            written = self._memories.write(req.namespace, named, dedup=when is None)
+            self._note_remembered(req, owed, written.memory.id)
 
-        ex.pending.append(asyncio.ensure_future(asyncio.to_thread(write)))
+        self.start(owed, write, "storing an explicit remember request failed")
+
+    def take(self, owed: Owed, told: TurnContext) -> None:
+        """Take on what the turn's context committed it to, as soon as it is known: its reminder claim
+        and fragments (settled before the last byte whatever happens next) and a reminder claim that
+        was still running at the deadline (released once it lands)."""
+        if told.late_claim is not None:
+            owed.pending.append(asyncio.ensure_future(self._release_late(told.late_claim)))
+        owed.reminders = told.reminders
+        owed.fragments = told.fragments
+
+    async def placed(
+        self, req: TurnRequest, owed: Owed, told: TurnContext, *, reminders: bool, fragments: bool, recall: bool
+    ) -> None:
+        """What the injection placed in the request: the memories it injected are recorded (a write
+        started now), fragments with no place are not marked seen, and reminders with no place are
+        released now (a later turn delivers them)."""
+        if recall and told.recalled and self._record_injection is not None:
+            record, ids = self._record_injection, told.recalled
+            self.start(owed, lambda: record(req.namespace, ids), "recording the injected memories failed")
+        if not fragments:
+            owed.fragments = ()
+        if not reminders:
+            await self._settle_reminders(req, owed, delivered=False)
+
+    def sent(self, owed: Owed) -> None:
+        """The request is going upstream: from here on the user's turn is kept whatever happens."""
+        owed.forwarded = True
+
+    async def _release_late(self, claim: asyncio.Future[ReminderClaim | None]) -> None:
+        try:
+            late = await claim
+        except Exception:  # the claim failed: nothing was claimed
+            return
+        if late is not None:
+            await self._settle_claim(late, delivered=False)
+
+    async def _settle_claim(self, claim: ReminderClaim, *, delivered: bool) -> None:
+        if self._reminders is None or not claim.memory_ids:
+            return
+        try:
+            await asyncio.to_thread(
+                self._reminders.settle, claim.namespace, claim.owner, list(claim.memory_ids), delivered=delivered
+            )
+        except Exception:
+            log.warning("settling reminders failed (their lease runs out and a later turn retries)", exc_info=True)
+
+    async def _settle_reminders(self, req: TurnRequest, owed: Owed, *, delivered: bool) -> None:
+        """Delivered (the upstream answered) or released (it did not); once per exchange."""
+        held, owed.reminders = owed.reminders, None
+        if held is not None:
+            await self._settle_claim(held, delivered=delivered)
+
+    async def _settle_fragments(self, req: TurnRequest, owed: Owed, *, seen: bool) -> None:
+        """Mark the injected fragments seen in this thread (the upstream answered), else forget them."""
+        held, owed.fragments = owed.fragments, ()
+        if not held or not seen or self._conversations is None:
+            return
+        try:
+            await asyncio.to_thread(self._conversations.mark_seen, req.namespace, req.conversation, list(held))
+        except Exception:
+            log.warning("marking conversation fragments seen failed (they may be injected again)", exc_info=True)
 
     # -- before the last byte ------------------------------------------------------------------------
     async def settle(
-        self, ex: Exchange, assistant_text: str, usage: TokenUsage, error: EngramError | None = None
+        self, req: TurnRequest, owed: Owed, assistant_text: str, usage: TokenUsage, error: EngramError | None = None
     ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
         logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
         answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
-        await self._settle_pending(ex)
-        if ex.persist and not ex.settled and ex.user_text:
+        await self._settle_pending(owed)
+        if req.persist and not owed.settled and req.user_text:
             try:
-                await asyncio.to_thread(self.turn_of, ex)
+                await asyncio.to_thread(self.turn_of, req, owed)
             except Exception:  # the store is away: name the turn by the request, as a retry would
                 log.warning("deciding the turn of an exchange failed", exc_info=True)
-                ex.turn = ex.turn or exchange_key(ex)
-        reminders = self.settle_reminders(ex, delivered=error is None)
-        fragments = self.settle_fragments(ex, seen=error is None)
-        if not ex.persist or ex.settled:
+                owed.turn = owed.turn or req.key
+        reminders = self._settle_reminders(req, owed, delivered=error is None)
+        fragments = self._settle_fragments(req, owed, seen=error is None)
+        if not req.persist or owed.settled:
             await asyncio.gather(reminders, fragments)
             return
-        ex.settled = True
-        assert ex.route is not None
+        owed.settled = True
         now = self._clock.now()
         writes = [reminders, fragments]
         if error is None or usage.input or usage.output:
-            writes.append(self._write(self._store_usage, "storing usage failed", ex, usage, now))
-        if ex.user_text:
+            writes.append(self._write(lambda: self._store_usage(req, usage, now), "storing usage failed"))
+        if req.user_text:
             note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
+            user_text = req.user_text
             writes.append(
-                self._write(self._store_message, "storing the exchange failed", ex, "user", ex.user_text, now, note)
+                self._write(
+                    lambda: self._store_message(req, owed, "user", user_text, now, note), "storing the exchange failed"
+                )
             )
             if assistant_text.strip():
                 later = now + timedelta(microseconds=1)
                 writes.append(
                     self._write(
-                        self._store_message, "storing the exchange failed", ex, "assistant", assistant_text, later
+                        lambda: self._store_message(req, owed, "assistant", assistant_text, later),
+                        "storing the exchange failed",
                     )
                 )
-        writes.append(self._write(self._maybe_cleanup, "enqueueing cleanup failed", ex.namespace, now))
+        writes.append(self._write(lambda: self._maybe_cleanup(req.namespace, now), "enqueueing cleanup failed"))
         await asyncio.gather(*writes)
 
-    async def settle_failed(self, ex: Exchange, error: EngramError, usage: TokenUsage | None = None) -> None:
+    async def settle_failed(
+        self, req: TurnRequest | None, owed: Owed, error: EngramError, usage: TokenUsage | None = None
+    ) -> None:
         """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
-        upstream; before that (a request refused by Engram itself) only what was already started."""
-        if ex.forwarded:
-            await self.settle(ex, "", usage or TokenUsage(), error)
-        else:
-            await self._settle_pending(ex)
-            await self.settle_reminders(ex, delivered=False)
-            await self.settle_fragments(ex, seen=False)
+        upstream; before that (a request refused by Engram itself) only what was already started.
+        ``req`` is None when the request could not even be read."""
+        if req is not None and owed.forwarded:
+            await self.settle(req, owed, "", usage or TokenUsage(), error)
+            return
+        await self._settle_pending(owed)
+        if req is not None:
+            await self._settle_reminders(req, owed, delivered=False)
+            await self._settle_fragments(req, owed, seen=False)
 
-    async def _settle_pending(self, ex: Exchange) -> None:
+    async def _settle_pending(self, owed: Owed) -> None:
         """Wait for the writes started during the request (each logs its own failure)."""
-        while ex.pending:
-            await ex.pending.pop()
+        while owed.pending:
+            await owed.pending.pop()
 
     @staticmethod
-    async def _write(fn: Callable[..., object], failure: str, *args: Any) -> None:
+    async def _write(fn: Callable[[], object], failure: str) -> None:
         try:
-            await asyncio.to_thread(fn, *args)
+            await asyncio.to_thread(fn)
         except Exception:
             log.warning(failure, exc_info=True)
 
-    def _store_usage(self, ex: Exchange, usage: TokenUsage, now: datetime) -> None:
-        assert ex.route is not None
+    def _store_usage(self, req: TurnRequest, usage: TokenUsage, now: datetime) -> None:
         self._store.append_usage(
             UsageRecord(
                 id=new_id("use"),
-                namespace=ex.namespace,
-                model=ex.route.model,
+                namespace=req.namespace,
+                model=req.route.model,
                 input_tokens=usage.input,
                 output_tokens=usage.output,
                 cache_read_tokens=usage.cache_read,
@@ -377,25 +369,25 @@ class ExchangeRecorder:
 
     def _store_message(
         self,
-        ex: Exchange,
+        req: TurnRequest,
+        owed: Owed,
         role: Literal["user", "assistant"],
         content: str,
         at: datetime,
         error: str | None = None,
     ) -> None:
         """One side of the exchange under its turn's id, which a retry of the same turn repeats (``turn_of``)."""
-        assert ex.route is not None
-        model = ex.route.requested if role == "user" else ex.route.model
+        model = req.route.requested if role == "user" else req.route.model
         message = MessageIn(
             role=role,
             content=content[:_MAX_STORED_CHARS],
-            conversation_id=ex.conversation,
-            id=f"gw-{self.turn_of(ex)}-{role[0]}",
+            conversation_id=req.conversation,
+            id=f"gw-{self.turn_of(req, owed)}-{role[0]}",
             created_at=at,
             model=model[:200],
             error=error,
         )
-        self._messages.ingest(ex.namespace, [message])
+        self._messages.ingest(req.namespace, [message])
 
     def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:

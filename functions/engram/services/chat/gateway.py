@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+import anyio
+
 from engram.domain.errors import EngramError, NotConfigured, UpstreamUnavailable
 from engram.domain.ports import ChatUpstream, UpstreamReply
 from engram.domain.wire.anthropic import (
@@ -48,11 +50,12 @@ from engram.domain.wire.content import text_of
 from engram.domain.wire.responses import chat_to_response, custom_tools, response_text, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
-from engram.services.chat.exchange import Exchange, ExchangeRecorder, Wire
+from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.history import HistoryService, place_history
 from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.chat.routing import RouteConfig, anthropic_has_images, openai_has_images, route
-from engram.services.chat.stream_relay import StreamTap, relay_stream
+from engram.services.chat.stream_relay import CLIENT_GONE, StreamTap, relay_stream
+from engram.services.chat.turn import Outcome, TurnRequest, Wire
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.library.threads import thread_id_of
 
@@ -66,6 +69,25 @@ def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
         return thread_id_of(pinned, body.get("user"))
     metadata = body.get("metadata")
     return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
+
+
+def _client_wants_usage(body: dict[str, Any], wire: Wire, provider: str, *, native: bool, persist: bool) -> bool:
+    """Whether the client itself asked for a stream's usage chunk (the gateway asks the upstream for it
+    anyway where it logs usage or must report it: the tap then drops it unless asked)."""
+    asked = bool((body.get("stream_options") or {}).get("include_usage"))
+    if native or wire == "anthropic":
+        return True
+    if provider in ("openai", "bedrock"):
+        return asked if body.get("stream") and (persist or wire == "responses") else True
+    return asked  # to an Anthropic upstream: converted back, usage only if asked
+
+
+@dataclass
+class _Timing:
+    upstream_ms: float = 0.0
+
+
+INTERNAL = EngramError("internal error", code="internal_error")
 
 
 @dataclass(frozen=True)
@@ -82,6 +104,7 @@ class ChatConfig:
     patch_max_tokens: int
     boot_cache_seconds: float
     keepalive_seconds: float
+    context_deadline_seconds: float
     store_messages: bool
     default_max_tokens: int
     cleanup_interval: timedelta
@@ -109,6 +132,7 @@ class ChatConfig:
             patch_max_tokens=s.chat_patch_max_tokens,
             boot_cache_seconds=s.chat_boot_cache_seconds,
             keepalive_seconds=s.chat_keepalive_seconds,
+            context_deadline_seconds=s.chat_context_deadline_seconds,
             store_messages=s.chat_store_messages,
             default_max_tokens=s.chat_default_max_tokens,
             cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
@@ -171,59 +195,113 @@ class ChatService:
         agent: str | None = None,
         server_history: bool = False,
     ) -> ChatReply:
-        ex = Exchange(namespace=namespace, wire=wire, body={}, agent=(agent or "").strip()[:64] or None)
+        """One chat request, answered whatever goes wrong: an ``EngramError`` becomes the reply's error,
+        any other exception an ``internal_error``, and either way (a cancellation too) the writes already
+        started are awaited first, so none outlives the response."""
+        owed = Owed()
+        req: TurnRequest | None = None
+        outcome = Outcome()
+        timing = _Timing()
         try:
-            body = parse_chat_request(raw, wire)
-            if wire == "responses":  # read as a chat request from here on (domain/wire/responses.py)
-                ex.custom_tools = custom_tools(body)
-                ex.responses = body
-                body = responses_to_chat(body)
-            ex.body = body
-            ex.persist = self._config.store_messages and not guide_dog
-            ex.conversation = _thread_of(wire, body, conversation_id)
-            kept = None
-            # The chat doors only: a Responses client chains its own turns (previous_response_id).
-            if server_history and not guide_dog and wire in ("openai", "anthropic"):
-                body, kept = await self._with_history(ex, body)
-                ex.body = body
-            has_images = anthropic_has_images(body) if wire == "anthropic" else openai_has_images(body)
-            ex.route = route(
-                str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
+            req, kept = await self._read(
+                namespace,
+                wire,
+                raw,
+                guide_dog=guide_dog,
+                conversation_id=conversation_id,
+                memory=not (memory_off or guide_dog),
+                agent=(agent or "").strip()[:64] or None,
+                server_history=server_history,
             )
-            ex.user_text = last_user_text(body)
-            # The Responses door goes to the upstream as it is when the upstream speaks that API too.
-            ex.native = ex.responses is not None and ex.route.provider == "openai" and self._config.responses_native
-            upstream_body = self._to_upstream(ex)
-            if not guide_dog:
-                upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
-                self._record.remember(ex)
-            reply = await self._forward(ex, upstream_body, forward_headers or {})
+            upstream_body = self._to_upstream(req)
+            if req.memory:
+                upstream_body, outcome = await self._inject(req, owed, upstream_body, len(raw))
+                self._record.remember(req, owed)
+            reply = await self._forward(req, owed, outcome, upstream_body, forward_headers or {}, timing)
             if kept is not None:
                 reply.headers["x-engram-history"] = kept
             return reply
         except EngramError as exc:
-            await self._record.settle_failed(ex, exc)
-            return ChatReply(status=0, headers=ex.headers(), error=exc)
+            await self._record.settle_failed(req, owed, exc)
+            return ChatReply(status=0, headers=outcome.headers(timing.upstream_ms), error=exc)
+        except Exception:
+            # A bug, not a client or upstream fault: what the turn started is still settled.
+            log.exception("chat request failed")
+            await self._record.settle_failed(req, owed, INTERNAL)
+            return ChatReply(status=0, headers=outcome.headers(timing.upstream_ms), error=INTERNAL)
+        except asyncio.CancelledError:  # the client went away: settle what was started, then stop
+            with anyio.CancelScope(shield=True):
+                await self._record.settle_failed(req, owed, CLIENT_GONE)
+            raise
 
-    async def _with_history(self, ex: Exchange, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    async def _read(
+        self,
+        namespace: str,
+        wire: Wire,
+        raw: bytes,
+        *,
+        guide_dog: bool,
+        conversation_id: str | None,
+        memory: bool,
+        agent: str | None,
+        server_history: bool,
+    ) -> tuple[TurnRequest, str | None]:
+        """The request as the gateway understands it, and the ``x-engram-history`` header value (None
+        when no kept history was asked for)."""
+        cfg = self._config
+        body = parse_chat_request(raw, wire)
+        tools: frozenset[str] = frozenset()
+        responses: dict[str, Any] | None = None
+        if wire == "responses":  # read as a chat request from here on (domain/wire/responses.py)
+            tools, responses = custom_tools(body), body
+            body = responses_to_chat(body)
+        conversation = _thread_of(wire, body, conversation_id)
+        kept = None
+        # The chat doors only: a Responses client chains its own turns (previous_response_id).
+        if server_history and not guide_dog and wire in ("openai", "anthropic"):
+            body, kept = await self._with_history(namespace, wire, conversation, body)
+        has_images = anthropic_has_images(body) if wire == "anthropic" else openai_has_images(body)
+        chosen = route(str(body.get("model") or ""), has_images=has_images, config=cfg.routing, vision_only=guide_dog)
+        # The Responses door goes to the upstream as it is when the upstream speaks that API too.
+        native = responses is not None and chosen.provider == "openai" and cfg.responses_native
+        persist = cfg.store_messages and memory
+        req = TurnRequest(
+            namespace=namespace,
+            wire=wire,
+            body=body,
+            route=chosen,
+            user_text=last_user_text(body),
+            conversation=conversation,
+            agent=agent,
+            custom_tools=tools,
+            responses=responses,
+            native=native,
+            memory=memory,
+            persist=persist,
+            client_wants_usage=_client_wants_usage(body, wire, chosen.provider, native=native, persist=persist),
+        )
+        return req, kept
+
+    async def _with_history(
+        self, namespace: str, wire: Wire, conversation: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], str]:
         """The thread's kept history before the client's message (services/chat/history.py) and the
         ``x-engram-history`` header value (turns placed; ``unavailable`` when it could not be read)."""
         if self._history is None:
             return body, "off"
         try:
-            kept = await asyncio.to_thread(self._history.load, ex.namespace, ex.conversation)
+            kept = await asyncio.to_thread(self._history.load, namespace, conversation)
             if kept.rotate_due:
-                await asyncio.to_thread(self._history.request_rotation, ex.namespace, ex.conversation)
+                await asyncio.to_thread(self._history.request_rotation, namespace, conversation)
         except EngramError:
             # Memory never fails a chat; the header says this turn went without its history.
             log.warning("server-kept history unavailable; the turn goes on without it", exc_info=True)
             return body, "unavailable"
-        return place_history(ex.wire, body, kept), str(len(kept.turns))
+        return place_history(wire, body, kept), str(len(kept.turns))
 
-    def _to_upstream(self, ex: Exchange) -> dict[str, Any]:
-        assert ex.route is not None
-        out = self._convert(ex)
-        if ex.route.provider == "bedrock":
+    def _to_upstream(self, req: TurnRequest) -> dict[str, Any]:
+        out = self._convert(req)
+        if req.route.provider == "bedrock":
             # Prompt caching on Bedrock: the adapter places Converse cache points (Claude models only)
             # where a top-level ``cache_control`` asks for them; the settings decide, not the client.
             cache = self._config.cache
@@ -233,93 +311,95 @@ class ChatService:
                 out["cache_control"] = cache.marker()
         return out
 
-    def _convert(self, ex: Exchange) -> dict[str, Any]:
-        assert ex.route is not None
-        body, provider, model = ex.body, ex.route.provider, ex.route.model
-        if ex.native and ex.responses is not None:
-            return {**ex.responses, "model": model}
-        if ex.wire != "anthropic" and provider in ("openai", "bedrock"):
+    def _convert(self, req: TurnRequest) -> dict[str, Any]:
+        body, provider, model = req.body, req.route.provider, req.route.model
+        if req.native and req.responses is not None:
+            return {**req.responses, "model": model}
+        if req.wire != "anthropic" and provider in ("openai", "bedrock"):
             out = {**body, "model": model}
             if provider == "openai" and not reads_cache_control(model):
                 out = strip_cache_control(out)  # a marker only Claude reads (README, "Coming from Pawwake")
             # usage is logged with the exchange, and a Response always reports it
-            if body.get("stream") and (ex.persist or ex.wire == "responses"):
-                opts = dict(body.get("stream_options") or {})
-                ex.client_wants_usage = bool(opts.get("include_usage"))
-                out["stream_options"] = {**opts, "include_usage": True}
+            if body.get("stream") and (req.persist or req.wire == "responses"):
+                out["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
             return out
-        if ex.wire == "anthropic" and provider == "anthropic":
+        if req.wire == "anthropic" and provider == "anthropic":
             return {**body, "model": model}
-        if ex.wire != "anthropic":
-            ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if req.wire != "anthropic":
             return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
         return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
-    async def _inject(self, ex: Exchange, body: dict[str, Any], size: int, memory_off: bool) -> dict[str, Any]:
-        assert ex.route is not None
-        if not self._config.inject_enabled or memory_off:
-            ex.reason = "disabled"
-            return body
-        if size > self._config.inject_max_body_bytes:
-            ex.reason = "body_too_large"
-            return body
-        t0 = time.perf_counter()
+    async def _inject(
+        self, req: TurnRequest, owed: Owed, body: dict[str, Any], size: int
+    ) -> tuple[dict[str, Any], Outcome]:
+        cfg = self._config
+        if not cfg.inject_enabled:
+            return body, Outcome("disabled")
+        if size > cfg.inject_max_body_bytes:
+            return body, Outcome("body_too_large")
         told = await self._context.gather(
-            ex,
-            boot_cache_seconds=self._config.boot_cache_seconds,
-            boot_max_chars=self._config.boot_max_chars,
-            patch_max_tokens=self._config.patch_max_tokens,
+            req,
+            deadline=cfg.context_deadline_seconds,
+            boot_cache_seconds=cfg.boot_cache_seconds,
+            boot_max_chars=cfg.boot_max_chars,
+            patch_max_tokens=cfg.patch_max_tokens,
         )
-        ex.recall_ms = (time.perf_counter() - t0) * 1000
+        self._record.take(owed, told)  # from here on its reminders and fragments are settled whatever happens
         info: Injected
-        if ex.native:
-            body, info = inject_responses(body, told.boot, told.recall, told.reminders, told.conversations)
-        elif ex.route.provider == "anthropic":
+        if req.native:
+            body, info = inject_responses(body, told.boot, told.recall, told.reminder_text, told.conversations)
+        elif req.route.provider == "anthropic":
             body, info = inject_anthropic(
-                body, told.boot, told.recall, self._config.cache, told.reminders, told.conversations
+                body, told.boot, told.recall, cfg.cache, told.reminder_text, told.conversations
             )
         else:
-            body, info = inject_openai(body, told.boot, told.recall, told.reminders, told.conversations)
-        ex.injected = info.any
-        if (info.reminders or info.conversations) and ex.reason == "no_content":
-            ex.reason = "injected"
-        if not info.conversations:  # no place for them in this turn: nothing was shown
-            ex.fragments = []
-        if ex.reminders and not info.reminders:  # no place for them in this turn: leave them for the next
-            await self._record.settle_reminders(ex, delivered=False)
-        return body
+            body, info = inject_openai(body, told.boot, told.recall, told.reminder_text, told.conversations)
+        reason = told.reason
+        if (info.reminders or info.conversations) and reason == "no_content":
+            reason = "injected"
+        await self._record.placed(
+            req, owed, told, reminders=info.reminders, fragments=info.conversations, recall=info.patch
+        )
+        return body, Outcome(reason, info.any, told.elapsed_ms)
 
     # -- forwarding ---------------------------------------------------------------------------------
-    async def _forward(self, ex: Exchange, body: dict[str, Any], fwd: Mapping[str, str]) -> ChatReply:
-        assert ex.route is not None
-        upstream = self._upstream_for(ex.route.provider)
+    async def _forward(
+        self,
+        req: TurnRequest,
+        owed: Owed,
+        outcome: Outcome,
+        body: dict[str, Any],
+        fwd: Mapping[str, str],
+        timing: _Timing,
+    ) -> ChatReply:
+        upstream = self._upstream_for(req.route.provider)
         path = (
-            "/v1/messages" if ex.route.provider == "anthropic" else "/responses" if ex.native else "/chat/completions"
+            "/v1/messages" if req.route.provider == "anthropic" else "/responses" if req.native else "/chat/completions"
         )
         headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
-        if ex.route.provider != "anthropic":
+        if req.route.provider != "anthropic":
             headers = {}
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
-        ex.forwarded = True
+        self._record.sent(owed)
         task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         if not stream:
             try:
                 reply = await task
             finally:
-                ex.upstream_ms = (time.perf_counter() - t0) * 1000
+                timing.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
-            return await self._whole(ex, raw)
+            return await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
         done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
-        ex.upstream_ms = (time.perf_counter() - t0) * 1000
+        timing.upstream_ms = (time.perf_counter() - t0) * 1000
         first: UpstreamReply | None = None
         if done:
             first = task.result()  # an error status, unreachable or timeout raise here -> real status
         return ChatReply(
             status=200,
-            headers={**ex.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"},
-            stream=self._stream(ex, task, first),
+            headers={**outcome.headers(timing.upstream_ms), "cache-control": "no-cache", "x-accel-buffering": "no"},
+            stream=self._stream(req, owed, task, first),
             media_type="text/event-stream",
         )
 
@@ -332,19 +412,18 @@ class ChatService:
             return self._bedrock
         return self._openai
 
-    async def _whole(self, ex: Exchange, raw: bytes) -> ChatReply:
-        assert ex.route is not None
-        upstream_wire: Literal["openai", "anthropic"] = "anthropic" if ex.route.provider == "anthropic" else "openai"
+    async def _whole(self, req: TurnRequest, owed: Owed, headers: dict[str, str], raw: bytes) -> ChatReply:
+        upstream_wire: Literal["openai", "anthropic"] = "anthropic" if req.route.provider == "anthropic" else "openai"
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             raise UpstreamUnavailable(
                 "the upstream sent a response that is not JSON", code="upstream_malformed"
             ) from exc
-        if ex.native:  # a Response from the upstream: passed on as it came
+        if req.native:  # a Response from the upstream: passed on as it came
             data = check_upstream_response(data, "responses")
-            await self._record.settle(ex, response_text(data), usage_from_responses(data.get("usage")))
-            return ChatReply(status=200, headers=ex.headers(), body=raw)
+            await self._record.settle(req, owed, response_text(data), usage_from_responses(data.get("usage")))
+            return ChatReply(status=200, headers=headers, body=raw)
         data = check_upstream_response(data, upstream_wire)
         if upstream_wire == "anthropic":
             text = answer_text(data.get("content") or [])
@@ -353,37 +432,36 @@ class ChatService:
             message = ((data.get("choices") or [{}])[0]).get("message") or {}
             text = text_of(message.get("content"))
             usage = usage_from_openai(data.get("usage"))
-        client_wire: Literal["openai", "anthropic"] = "anthropic" if ex.wire == "anthropic" else "openai"
+        client_wire: Literal["openai", "anthropic"] = "anthropic" if req.wire == "anthropic" else "openai"
         if upstream_wire != client_wire:
             data = (
-                anthropic_response_to_openai(data, ex.route.requested)
+                anthropic_response_to_openai(data, req.route.requested)
                 if client_wire == "openai"
-                else openai_response_to_anthropic(data, ex.route.requested)
+                else openai_response_to_anthropic(data, req.route.requested)
             )
             raw = json.dumps(data, ensure_ascii=False).encode()
-        if ex.wire == "responses":
-            raw = json.dumps(chat_to_response(data, ex.route.requested, ex.custom_tools), ensure_ascii=False).encode()
-        await self._record.settle(ex, text, usage)
-        return ChatReply(status=200, headers=ex.headers(), body=raw)
+        if req.wire == "responses":
+            raw = json.dumps(chat_to_response(data, req.route.requested, req.custom_tools), ensure_ascii=False).encode()
+        await self._record.settle(req, owed, text, usage)
+        return ChatReply(status=200, headers=headers, body=raw)
 
     def _stream(
-        self, ex: Exchange, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
+        self, req: TurnRequest, owed: Owed, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
     ) -> AsyncIterator[bytes]:
-        assert ex.route is not None
         tap = StreamTap(
-            "anthropic" if ex.route.provider == "anthropic" else "responses" if ex.native else "openai",
-            ex.wire,
-            ex.route.requested,
-            ex.client_wants_usage,
-            observe=ex.persist,
-            custom_tools=ex.custom_tools,
+            "anthropic" if req.route.provider == "anthropic" else "responses" if req.native else "openai",
+            req.wire,
+            req.route.requested,
+            req.client_wants_usage,
+            observe=req.persist,
+            custom_tools=req.custom_tools,
         )
 
         async def settle(text: str, usage: TokenUsage) -> None:
-            await self._record.settle(ex, text, usage)
+            await self._record.settle(req, owed, text, usage)
 
         async def settle_failed(error: EngramError, usage: TokenUsage) -> None:
-            await self._record.settle_failed(ex, error, usage)
+            await self._record.settle_failed(req, owed, error, usage)
 
         return relay_stream(
             task,

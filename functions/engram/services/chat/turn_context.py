@@ -1,11 +1,18 @@
 """What one chat turn is told: the boot block, the memories recalled for it, fragments of past
 conversations and the reminders due now (where each goes in the request: ``services/chat/injection.py``).
 
-The sources are read side by side — the conversation search starts before the boot block and the
-memory recall and shares their query vector (cached) — and each degrades on its own: a failed
-source is logged and the turn goes on without it (memory never fails a chat). The outcome is noted
-on the exchange: ``ex.reason`` (the ``x-engram-reason`` header), ``ex.fragments`` (marked seen once
-the upstream answered) and the claimed reminders (``ExchangeRecorder``).
+``gather`` reads the sources side by side — the conversation search and the reminder claim start at
+once, the memory recall as soon as the boot block says which memories it already holds; the
+conversation search shares the recall's query vector (cached) — and returns a ``TurnContext``. Each
+source degrades on its own: a failed source is logged and the turn goes on without it (memory never
+fails a chat).
+
+The turn waits for its context at most ``deadline`` seconds (``ENGRAM_CHAT_CONTEXT_DEADLINE_SECONDS``;
+docs/recall.md, "A deadline per turn"): it then goes on with what is ready and the reason
+``recall_timeout``. What was still running is left to finish on its own and its answer dropped: the
+boot block, the recall and the conversation search only read (the recall's injection record is
+written by the turn once it used the memories), so nothing is half done; a reminder claim still
+running is handed to the recorder, which releases it once it lands, before the reply's last byte.
 """
 
 from __future__ import annotations
@@ -13,27 +20,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from engram.domain.models import new_id
 from engram.domain.text import estimate_tokens
-from engram.services.chat.exchange import Exchange, ExchangeRecorder
+from engram.services.chat.turn import Reason, ReminderClaim, TurnContext, TurnRequest
+from engram.services.library.reminders import ReminderService
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
 from engram.services.recall.pipeline import RecallResult, RecallService, render_prompt
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TurnContext:
-    """The texts for one turn ('' for a source with nothing to say)."""
-
-    boot: str = ""
-    recall: str = ""
-    conversations: str = ""
-    reminders: str = ""
 
 
 class TurnContextSource:
@@ -42,49 +41,73 @@ class TurnContextSource:
         *,
         boot: BootService,
         recall: RecallService,
-        record: ExchangeRecorder,
+        reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
         render_recall: Callable[[RecallResult], str] = render_prompt,
     ) -> None:
         self._boot = boot
         self._recall = recall
-        self._record = record  # claims the turn's due reminders
+        self._reminders = reminders
         self._conversations = conversations
         self._render_recall = render_recall
 
     async def gather(
-        self, ex: Exchange, *, boot_cache_seconds: float, boot_max_chars: int, patch_max_tokens: int
+        self,
+        req: TurnRequest,
+        *,
+        deadline: float,
+        boot_cache_seconds: float,
+        boot_max_chars: int,
+        patch_max_tokens: int,
     ) -> TurnContext:
-        # Past conversations are searched beside the memories (their query vector is the recall's, cached).
-        past = self._search_conversations(ex)
-        boot_text, boot_ids = await self._boot_block(ex.namespace, ex.agent, boot_cache_seconds, boot_max_chars)
-        recall_text = ""
-        if ex.user_text is None:
-            ex.reason = "not_injectable"
-        else:
-            try:
-                result = await asyncio.to_thread(
-                    functools.partial(
-                        self._recall.recall,
-                        ex.namespace,
-                        ex.user_text,
-                        exclude_ids=boot_ids,
-                        record_injection=True,
-                        # A token budget (docs/recall.md, "How much is injected"); 0 = the top_k best.
-                        budget_tokens=self._recall.config.budget_tokens,
-                    )
-                )
-                recall_text = self._render_recall(result) if result.hits else ""
-                ex.reason = "injected" if recall_text.strip() else "no_content"
-                if result.meta.get("index") == "unavailable":
-                    ex.reason = "index_unavailable"  # boot block (and what the index gave) only
-            except Exception:
-                log.warning("recall failed; the chat goes on without memories", exc_info=True)
-                ex.reason = "recall_failed"
-        conversation_text = await self._past_conversations(ex, past, patch_max_tokens - estimate_tokens(recall_text))
-        reminder_text = await self._record.claim_reminders(ex)
-        return TurnContext(boot_text, recall_text, conversation_text, reminder_text)
+        t0 = time.perf_counter()
+        past = self._start_conversations(req)
+        claim = asyncio.ensure_future(self._claim_reminders(req.namespace)) if self._reminders is not None else None
+        boot = asyncio.ensure_future(self._boot_block(req.namespace, req.agent, boot_cache_seconds, boot_max_chars))
+        recall = asyncio.ensure_future(self._recall_after(boot, req)) if req.user_text is not None else None
+        running: set[asyncio.Future[Any]] = {t for t in (past, claim, boot, recall) if t is not None}
+        _, late = await asyncio.wait(running, timeout=deadline)
+        for task in late - {claim}:
+            task.cancel()  # read-only: its thread finishes on its own, its answer is dropped
 
+        boot_text = boot.result()[0] if boot.done() and not boot.cancelled() else ""
+        reason: Reason
+        recall_text = ""
+        recalled: tuple[str, ...] = ()
+        if recall is None:
+            reason = "not_injectable"
+        elif recall in late:
+            reason = "recall_timeout"
+        else:
+            reason, recall_text, recalled = recall.result()
+        conversation_text = ""
+        fragments: tuple[str, ...] = ()
+        if past is not None and past not in late:
+            conversation_text, fragments = self._past_conversations(
+                past, patch_max_tokens - estimate_tokens(recall_text)
+            )
+        reminders: ReminderClaim | None = None
+        late_claim: asyncio.Future[ReminderClaim | None] | None = None
+        if claim is not None:
+            if claim in late:
+                late_claim = claim
+            else:
+                reminders = claim.result()
+        if late and reason not in ("not_injectable", "recall_timeout"):
+            reason = "recall_timeout"  # another source missed the deadline: the context is incomplete
+        return TurnContext(
+            reason=reason,
+            boot=boot_text,
+            recall=recall_text,
+            conversations=conversation_text,
+            recalled=recalled,
+            fragments=fragments,
+            reminders=reminders,
+            late_claim=late_claim,
+            elapsed_ms=(time.perf_counter() - t0) * 1000,
+        )
+
+    # -- the sources ----------------------------------------------------------------------------------
     async def _boot_block(
         self, namespace: str, agent: str | None, cache_seconds: float, max_chars: int
     ) -> tuple[str, tuple[str, ...]]:
@@ -98,25 +121,68 @@ class TurnContextSource:
                 return "", ()
         return cached.text, cached.memory_ids
 
-    def _search_conversations(self, ex: Exchange) -> asyncio.Future[Any] | None:
+    async def _recall_after(
+        self, boot: asyncio.Future[tuple[str, tuple[str, ...]]], req: TurnRequest
+    ) -> tuple[Reason, str, tuple[str, ...]]:
+        """The memories for the turn (not those of the boot block): the reason, their text, their ids."""
+        _, boot_ids = await boot
+        try:
+            result = await asyncio.to_thread(
+                functools.partial(
+                    self._recall.recall,
+                    req.namespace,
+                    req.user_text or "",
+                    exclude_ids=boot_ids,
+                    # Recorded by the turn once it used them (``record_injection``), not here: a recall
+                    # that misses the deadline must leave no trace.
+                    record_injection=False,
+                    # A token budget (docs/recall.md, "How much is injected"); 0 = the top_k best.
+                    budget_tokens=self._recall.config.budget_tokens,
+                )
+            )
+        except Exception:
+            log.warning("recall failed; the chat goes on without memories", exc_info=True)
+            return "recall_failed", "", ()
+        text = self._render_recall(result) if result.hits else ""
+        reason: Reason = "injected" if text.strip() else "no_content"
+        if result.meta.get("index") == "unavailable":
+            reason = "index_unavailable"  # boot block (and what the index gave) only
+        return reason, text, tuple(h.memory.id for h in result.hits)
+
+    async def _claim_reminders(self, namespace: str) -> ReminderClaim | None:
+        """Claim the namespace's due reminders for this turn (None when there are none or they are away)."""
+        assert self._reminders is not None
+        owner = new_id("turn")
+        try:
+            due = await asyncio.to_thread(self._reminders.claim_due, namespace, owner)
+        except Exception:
+            log.warning("reminders unavailable; the chat goes on without them", exc_info=True)
+            return None
+        if not due:
+            return None
+        return ReminderClaim(namespace, owner, tuple(d.memory.id for d in due), str(self._reminders.render(due)))
+
+    def _start_conversations(self, req: TurnRequest) -> asyncio.Future[Any] | None:
         """Start the search of other threads for the current turn (None when there is nothing to search)."""
-        if self._conversations is None or ex.user_text is None:
+        if self._conversations is None or req.user_text is None:
             return None
         return asyncio.ensure_future(
             asyncio.to_thread(
-                self._conversations.search, ex.namespace, ex.user_text, exclude_thread=ex.conversation, skip_seen=True
+                self._conversations.search,
+                req.namespace,
+                req.user_text,
+                exclude_thread=req.conversation,
+                skip_seen=True,
             )
         )
 
-    async def _past_conversations(self, ex: Exchange, search: asyncio.Future[Any] | None, budget: int) -> str:
-        """The fragments' block for the patch, in the token ``budget`` the memories left ('' if none)."""
-        if search is None or self._conversations is None:
-            return ""
+    def _past_conversations(self, search: asyncio.Future[Any], budget: int) -> tuple[str, tuple[str, ...]]:
+        """The fragments' block for the patch in the token ``budget`` the memories left, and their ids."""
+        assert self._conversations is not None
         try:
-            result = await search
+            result = search.result()
             text, shown = self._conversations.render(result.fragments, budget)
         except Exception:
             log.warning("recalling past conversations failed; the chat goes on without them", exc_info=True)
-            return ""
-        ex.fragments = list(shown)
-        return str(text)
+            return "", ()
+        return str(text), tuple(shown)

@@ -676,6 +676,11 @@ class RecallService:
                 self._vectors.popitem(last=False)
         return vector, False
 
+    def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None:
+        """Note that these memories were injected into a turn now (the anti-repeat decay and the
+        counters read it); the chat turn calls it once it used what ``recall`` found."""
+        self._record_injection(namespace, memory_ids, self._clock.now())
+
     def _record_injection(self, namespace: str, ids: Sequence[str], now: datetime) -> None:
         # An atomic increment of the counters alone: it cannot undo a concurrent archive or edit
         # (docs/ARCHITECTURE.md, "Write rules").
