@@ -59,7 +59,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     # Latency measurement: reported in headers, logs and recall stages, decided nothing.
     ("services/recall/pipeline.py", "time.perf_counter"): "recall stage timings",
     ("services/chat/gateway.py", "time.perf_counter"): "recall and upstream latency of a turn",
-    ("services/chat/exchange.py", "time.perf_counter"): "the exchange's start, for its latency",
+    ("services/chat/turn_context.py", "time.perf_counter"): "how long a turn's context took (x-engram-recall-ms)",
     ("entrypoints/http/app.py", "time.perf_counter"): "request duration in the access log",
 }
 
