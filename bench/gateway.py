@@ -1,12 +1,16 @@
-"""Gateway overhead: the fake upstream called directly vs through Engram, side by side in one run.
+"""Gateway overhead: the fake upstream called directly, through a minimal pass-through proxy (the
+floor) and through Engram, side by side in one run.
 
-    python bench/gateway.py [--requests 200] [--embedder none|local] [--markdown]
+    python bench/gateway.py [--requests 200] [--embedder none|local]
 
-Three processes: the scripted fake upstream (tests/fakes/upstream.py), Engram (uvicorn, in-memory
-store and index) and this client. Engram runs twice: pure forwarding (injection and storage off) and
+Processes: the scripted fake upstream (tests/fakes/upstream.py), the floor (a raw ASGI proxy under the
+same uvicorn, one ``httpx.AsyncClient``: read the body, send it, stream the answer back), Engram
+(uvicorn, in-memory store and index) and this client. Engram runs twice: pure forwarding (injection and storage off) and
 with recall over 1,000 memories (boot block + keyword recall, or keyword + vectors with
 ``--embedder local``; every exchange stored). Each request streams (`stream: true`); TTFB is the time
-to the first body byte, total the time to the end of the stream. Concurrency 1 and 8.
+to the first body byte, total the time to the end of the stream. Concurrency 1 and 8. After the
+table, issue #23's goals (server CPU per request; TTFB p50 added over the floor) beside the measured
+values and their ratio.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import asyncio
 import json
 import os
 import random
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -93,6 +99,48 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     server = uvicorn.Server(
         uvicorn.Config(create_app(container), host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
+    print(port, flush=True)
+    server.run()
+
+
+def _serve_floor(upstream: str) -> None:
+    """The floor: a minimal pass-through proxy on the same server (uvicorn, one ``httpx.AsyncClient``)
+    that reads the body, sends it upstream and streams the answer back, nothing else."""
+    import httpx
+    import uvicorn
+
+    from tests.servers import free_port
+
+    client = httpx.AsyncClient(base_url=upstream, timeout=30)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await client.aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = client.build_request(
+            scope["method"], scope["path"], content=body, headers={"content-type": "application/json"}
+        )
+        reply = await client.send(request, stream=True)
+        ctype = reply.headers.get("content-type", "application/json").encode()
+        await send({"type": "http.response.start", "status": reply.status_code, "headers": [(b"content-type", ctype)]})
+        async for chunk in reply.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await reply.aclose()
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
     print(port, flush=True)
     server.run()
 
@@ -177,6 +225,62 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+FLOOR = "floor (minimal pass-through proxy)"
+# Issue #23 item 1: (server CPU per request, added TTFB p50 over the floor at c=1, at c=8), ms.
+GOALS = {"gateway, forwarding": (1.0, 1.0, 4.0), "gateway, recall 1k (keyword)": (2.0, 3.0, 15.0)}
+
+
+def _report(rows: list[tuple[str, int, dict[str, list[float]], float]], requests: int, kind: str) -> None:
+    """The table, then each goal beside its measured value and their ratio (<= 1.0: met)."""
+    ttfb50 = {(name, c): statistics.median(res["ttfb"]) for name, c, res, _ in rows}
+    total50 = {(name, c): statistics.median(res["total"]) for name, c, res, _ in rows}
+    print(f"\nGateway overhead, {requests} streamed requests per row (ms)\n")
+    print("| target | c | TTFB p50 | TTFB p95 | total p50 | total p95 | added TTFB p50 vs floor | server CPU/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, c, res, cpu in rows:
+        added = ttfb50[(name, c)] - ttfb50[(FLOOR, c)]
+        extra = "—" if name.startswith(("direct", "floor")) else f"{added:+.1f}"
+        cells = [_pct(res["ttfb"], 50), _pct(res["ttfb"], 95), _pct(res["total"], 50), _pct(res["total"], 95)]
+        print(f"| {name} | {c} | {' | '.join(f'{v:.1f}' for v in cells)} | {extra} | {cpu:.2f} |")
+    direct = {c: total50[(n, c)] for n, c, _, _ in rows if n.startswith("direct")}
+    floor = {c: total50[(FLOOR, c)] - direct[c] for c in direct}
+    print(
+        "\nThe floor's own cost over the upstream (total p50): "
+        + ", ".join(f"c={c}: {v:+.1f} ms" for c, v in floor.items())
+    )
+    print("\n| goal (issue #23 item 1) | goal | measured | measured / goal |")
+    print("|---|---:|---:|---:|")
+    for name, (cpu_goal, c1_goal, c8_goal) in GOALS.items():
+        if kind != "keyword" and "recall" in name:
+            continue
+        measured_cpu = [cpu for n, _, _, cpu in rows if n == name]
+        lines = [(f"{name}: server CPU/req", cpu_goal, max(measured_cpu))]
+        for c, goal in ((1, c1_goal), (8, c8_goal)):
+            if (name, c) in ttfb50:
+                lines.append((f"{name}: added TTFB p50 at c={c}", goal, ttfb50[(name, c)] - ttfb50[(FLOOR, c)]))
+        for label, goal, value in lines:
+            print(
+                f"| {label} | {goal:.1f} | {value:.2f} | {value / goal:.2f} ({'met' if value <= goal else 'not met'}) |"
+            )
+
+
+def _profile(directory: str, name: str, concurrency: int, pid: int) -> subprocess.Popen[bytes] | None:
+    """With ``--profile DIR``: py-spy sampling the Engram server ``pid`` (every thread) while its row
+    runs at concurrency 1, writing ``DIR/<row>.svg`` (a flame graph) when stopped."""
+    if not directory or concurrency != 1 or not name.startswith("gateway"):
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = Path(directory) / (name.split(", ")[1].split(" (")[0].replace(" ", "-") + ".svg")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--rate", "1000", "--output", str(out), "--format", "flamegraph"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # attached before the first request
+    return proc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("role", nargs="?", default="bench", help=argparse.SUPPRESS)
@@ -185,6 +289,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="measured requests per row (default 200)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="levels to run (default 1 8)")
+    parser.add_argument("--profile", default="", help="write py-spy flame graphs of the c=1 gateway rows to this dir")
     parser.add_argument(
         "--embedder",
         choices=["none", "local"],
@@ -198,11 +303,16 @@ def main() -> None:
     if args.role == "_gateway":
         _serve_gateway(args.mode, args.upstream, args.embedder)
         return
+    if args.role == "_floor":
+        _serve_floor(args.upstream)
+        return
 
     procs: list[subprocess.Popen[str]] = []
     try:
         up, up_url = _spawn("_upstream")
         procs.append(up)
+        floor, floor_url = _spawn("_floor", "--upstream", up_url)
+        procs.append(floor)
         fwd, fwd_url = _spawn("_gateway", "--mode", "forward", "--upstream", up_url)
         procs.append(fwd)
         rec, rec_url = _spawn("_gateway", "--mode", "recall", "--upstream", up_url, "--embedder", args.embedder)
@@ -211,27 +321,22 @@ def main() -> None:
         kind = "keyword" if args.embedder == "none" else "keyword+e5"
         targets = [
             ("direct (fake upstream)", up_url + "/v1/chat/completions", {}, up.pid),
+            (FLOOR, floor_url + "/v1/chat/completions", {}, floor.pid),
             ("gateway, forwarding", fwd_url + "/v1/chat/completions", auth, fwd.pid),
             (f"gateway, recall 1k ({kind})", rec_url + "/v1/chat/completions", auth, rec.pid),
         ]
-        rows = []
+        rows: list[tuple[str, int, dict[str, list[float]], float]] = []
         for concurrency in args.concurrency:
-            base: dict[str, list[float]] | None = None
             for name, url, headers, pid in targets:
                 cpu0 = _cpu_seconds(pid)
+                spy = _profile(args.profile, name, concurrency, pid)
                 res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup))
                 cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
-                base = base or res
-                added = statistics.median(res["total"]) - statistics.median(base["total"])
-                stats = [_pct(res["ttfb"], 50), _pct(res["ttfb"], 95), _pct(res["total"], 50), _pct(res["total"], 95)]
-                rows.append((name, concurrency, stats, added, cpu))
-        print(f"\nGateway overhead, {args.requests} streamed requests per row (ms)\n")
-        print("| target | c | TTFB p50 | TTFB p95 | total p50 | total p95 | added p50 vs direct | server CPU/req |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for name, c, stats, added, cpu in rows:
-            extra = "—" if name.startswith("direct") else f"+{added:.1f}"
-            cells = " | ".join(f"{v:.1f}" for v in stats)
-            print(f"| {name} | {c} | {cells} | {extra} | {cpu:.2f} |")
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
+                    spy.wait(timeout=60)
+                rows.append((name, concurrency, res, cpu))
+        _report(rows, args.requests, kind)
     finally:
         for proc in procs:
             if proc.stdin:

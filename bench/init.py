@@ -24,6 +24,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
+# Issue #23 item 1: init of each function as a multiple of a bare `import fastapi`.
+GOALS = {"api": 1.3, "mcp": 2.0}
 
 PROBE = """
 import json, sys, time
@@ -123,6 +125,7 @@ def main() -> None:
         return statistics.median(s[key] for s in samples) * 1000
 
     bare = median_ms(rows["import fastapi"], "import")
+    ratios: dict[str, float] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nInit per HTTP function (median of {args.runs} fresh interpreters; load average {load:.1f})")
     print("| what | import (ms) | create_app (ms) | total (ms) | × bare `import fastapi` | modules loaded |")
@@ -133,6 +136,12 @@ def main() -> None:
         label = f"`ENGRAM_SURFACE={name}`" if name != "import fastapi" else "bare `import fastapi`"
         modules = int(statistics.median(s["modules"] for s in samples))
         print(f"| {label} | {imp:.0f} | {build:.0f} | {total:.0f} | {total / bare:.1f} | {modules} |")
+        ratios[name] = total / bare
+    print("\n| goal (issue #23 item 1) | goal (× bare `import fastapi`) | measured | measured / goal |")
+    print("|---|---:|---:|---:|")
+    for name, goal in GOALS.items():
+        verdict = "met" if ratios[name] <= goal else "not met"
+        print(f"| `ENGRAM_SURFACE={name}` | {goal:.1f} | {ratios[name]:.2f} | {ratios[name] / goal:.2f} ({verdict}) |")
 
 
 if __name__ == "__main__":

@@ -163,7 +163,9 @@ def test_a_recall_bump_held_on_one_instance_never_undoes_an_archive_on_the_other
     make_stack: Callable[..., LambdaStack], session_upstream: FakeUpstream
 ) -> None:
     # Given two warm instances on one table; A's DynamoDB calls pass a proxy that can hold one write
-    stack = make_stack(ENGRAM_RECALL_MIN_RELEVANCE="0")  # one memory in the namespace: no relevance floor
+    # One memory in the namespace: no relevance floor. The point is the write race, not the turn's
+    # deadline: a recall slowed by a loaded machine must still reach its bookkeeping write.
+    stack = make_stack(ENGRAM_RECALL_MIN_RELEVANCE="0", ENGRAM_CHAT_CONTEXT_DEADLINE_SECONDS="60")
     key, store = stack.deployment.owner_key, stack.deployment.store()
     with HoldingDynamoProxy(stack.deployment.moto.url) as proxy:
         a, b = start_instances(
