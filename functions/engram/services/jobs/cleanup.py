@@ -46,7 +46,7 @@ HARD_DELETE_STATUSES = ("deleted", "superseded", "expired")
 class RetentionPolicy:
     """How long each kind of row is kept.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     messages_days: int
@@ -56,18 +56,6 @@ class RetentionPolicy:
     memory_unseen_days: int
     hard_delete_days: int
     empty_min_chars: int  # active memories with fewer letters or digits are deleted; 0 = never
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> RetentionPolicy:
-        return cls(
-            messages_days=settings.retention_messages_days,
-            usage_days=settings.retention_usage_days,
-            events_days=settings.retention_events_days,
-            idempotency_days=settings.retention_idempotency_days,
-            memory_unseen_days=settings.memory_expire_unseen_days,
-            hard_delete_days=settings.hard_delete_after_days,
-            empty_min_chars=settings.empty_memory_min_chars,
-        )
 
 
 @dataclass

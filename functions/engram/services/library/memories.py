@@ -56,6 +56,7 @@ from engram.domain.ports import (
 )
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
 from engram.services.index.guard import is_index_unavailable
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +138,10 @@ class WriteResult:
 class MemoryRules:
     """When a new memory is the same as an existing one.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     dedup_cosine: float
-
-    @classmethod
-    def from_settings(cls, s: Any) -> MemoryRules:
-        return cls(dedup_cosine=s.dedup_cosine)
 
 
 class MemoriesStore(MemoryRows, CandidateRows, ReminderRows, AuditRows, KeyValueRows, Protocol):
@@ -165,21 +162,16 @@ class MemoryService:
         index: SearchIndex,
         embedder: Embedder | None,
         clock: Clock,
-        rules: MemoryRules | Callable[[], MemoryRules],
+        rules: MemoryRules | Live[MemoryRules],
     ) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._clock = clock
-        # A callable is read per use (runtime settings change the rules without a restart).
-        self._rules_of: Callable[[], MemoryRules] = rules if callable(rules) else (lambda: rules)
+        self._rules = Live.of(rules)
         # Namespaces whose index writes failed in this process (the store keeps the durable record).
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
-
-    @property
-    def _rules(self) -> MemoryRules:
-        return self._rules_of()
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False, automated: bool = False) -> WriteResult:
@@ -266,7 +258,7 @@ class MemoryService:
             other = self._embed_document(current.content) if vector is not None else None
             if vector is not None and other is not None:
                 similarity = cosine(vector, other)
-        decision = decide_upsert(current, content, similarity, self._rules.dedup_cosine, explicit=not dedup)
+        decision = decide_upsert(current, content, similarity, self._rules().dedup_cosine, explicit=not dedup)
         if current is None:
             return self._create(namespace, req, content, tags, fact_key, vector)
         if decision.action == "seen":
@@ -726,7 +718,7 @@ class MemoryService:
         scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
         for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
             if memory.status == "active" and near_duplicate(
-                memory.content, content, scores.get(memory.id), self._rules.dedup_cosine
+                memory.content, content, scores.get(memory.id), self._rules().dedup_cosine
             ):
                 return memory
         return None
