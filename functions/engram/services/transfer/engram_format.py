@@ -115,6 +115,12 @@ class ExportDocument(BaseModel):
     threads: list[dict[str, Any]] = Field(default_factory=list)
     usage: list[dict[str, Any]] = Field(default_factory=list)
 
+    def row_count(self) -> int:
+        """Every row the document holds, all kinds together (the digest counts as one)."""
+        lists = (self.memories, self.candidates, self.messages, self.precious, self.glossary, self.daily_logs)
+        more = (self.skills, self.threads, self.usage)
+        return sum(len(rows) for rows in (*lists, *more)) + (self.digest is not None)
+
 
 @dataclass
 class ImportReport:
