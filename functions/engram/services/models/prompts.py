@@ -1,11 +1,12 @@
 """Every prompt Engram sends to a model itself, and the rendering of their inputs: extraction and
-dreaming (the jobs), scoring a text file on moving in (``services/moving_in.py``), recall
-compression (``services/recall.py``), and curation's drafts (a merge: ``services/curation.py``; a
-consolidation: ``services/consolidation.py``). Every reply is read by ``services/model_reply.parse_json_object``
+dreaming (the jobs), scoring a text file on moving in (``services/transfer/other_systems.py``), recall
+compression (``services/recall/pipeline.py``), and curation's drafts (a merge: ``services/library/curation.py``;
+a consolidation: ``services/jobs/consolidation.py``). Every reply is read by
+``services/models/reply.parse_json_object``
 (bare JSON, a ```json fence, or JSON inside prose).
 
-The prompts name every output field the parsers read (``services/extraction.py``,
-``services/dreaming.py``), ask for one JSON object, and work for Chinese and English conversations:
+The prompts name every output field the parsers read (``services/jobs/extraction.py``,
+``services/jobs/dreaming.py``), ask for one JSON object, and work for Chinese and English conversations:
 memories are written in the language the user used.
 """
 
@@ -134,14 +135,14 @@ when nothing needs consolidating."""
 
 
 def merge_messages(memories: Sequence[Memory]) -> list[dict[str, Any]]:
-    """The merge draft call: the memories to merge, oldest first (services/curation.py)."""
+    """The merge draft call: the memories to merge, oldest first (services/library/curation.py)."""
     ordered = sorted(memories, key=lambda m: m.created_at)
     lines = "\n".join(json.dumps(render_memory(m), ensure_ascii=False) for m in ordered)
     return [{"role": "system", "content": MERGE_SYSTEM}, {"role": "user", "content": "Memories:\n" + lines}]
 
 
 def consolidate_messages(memories: Sequence[Memory]) -> list[dict[str, Any]]:
-    """One batch of a consolidation draft (services/consolidation.py): the memories, oldest first."""
+    """One batch of a consolidation draft (services/jobs/consolidation.py): the memories, oldest first."""
     lines = "\n".join(json.dumps(render_memory(m), ensure_ascii=False) for m in memories)
     return [{"role": "system", "content": CONSOLIDATE_SYSTEM}, {"role": "user", "content": "Memories:\n" + lines}]
 
