@@ -361,7 +361,9 @@ def test_supersede_many_with_one_stale_row_changes_nothing(store: MemoryRows) ->
     # When both, as first read, are merged
     retire = {"status": "superseded", "superseded_by_id": "m3"}
     with pytest.raises(Conflict) as caught:
-        store.supersede_many([a.model_copy(update=retire), b.model_copy(update=retire)], a_memory("m3", fact_key="city"))
+        store.supersede_many(
+            [a.model_copy(update=retire), b.model_copy(update=retire)], a_memory("m3", fact_key="city")
+        )
     # Then nothing changed: the first row keeps its key, the new row was not stored
     assert caught.value.code == "version_conflict"
     assert store.get_memory(NS, "m1") == a

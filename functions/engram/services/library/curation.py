@@ -6,27 +6,27 @@ keeps the sources as they were in a ``merge`` event of the merged memory (``GET
 /v1/memories/{id}/events``); undoing it writes them back exactly (every field but their ``version``,
 which only grows) and erases the merged memory, provided none of them changed since (else
 ``version_conflict``, nothing written). The memory event log's retention bounds how long a merge can be
-undone (``ENGRAM_EVENT_RETENTION_DAYS``).
+undone (``ENGRAM_RETENTION_EVENTS_DAYS``).
 
-The draft's text comes from the extraction model when one is configured (``services/prompts.py``,
-read by ``services/model_reply.parse_json_object``); otherwise, or when the model fails, the sources'
+The draft's text comes from the extraction model when one is configured (``services/models/prompts.py``,
+read by ``services/models/reply.parse_json_object``); otherwise, or when the model fails, the sources'
 texts joined. Nothing is written by a draft.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound
+from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound, version_conflict
 from engram.domain.models import MEMORY_TYPES, Memory, MemoryEvent, MemoryLayer, MemoryType, new_id
 from engram.domain.policies import MAX_CONTENT_CHARS
 from engram.domain.ports import AuditRows, ChatModel, Clock, MemoryRows
-from engram.services import prompts
-from engram.services.memories import MemoryService, MemoryWrite
-from engram.services.model_reply import as_str, as_str_list, parse_json_object
+from engram.services.library.memories import MemoryService, MemoryWrite
+from engram.services.models import prompts
+from engram.services.models.reply import as_str, as_str_list, parse_json_object
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,13 @@ class CurationService:
         store: CurationStore,
         memories: MemoryService,
         clock: Clock,
-        model: ChatModel | None | Callable[[], ChatModel | None] = None,
+        model: ChatModel | None = None,
     ) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
-        # A callable is read per use (the panel changes the extraction model without a restart).
-        self._model_of: Callable[[], ChatModel | None] = model if callable(model) else (lambda: model)
+        # The extraction model (bootstrap: it follows the runtime settings, so the panel can change it).
+        self._model = model
 
     # -- merging -----------------------------------------------------------------------------------
     def sources(self, namespace: str, refs: Sequence[SourceRef]) -> list[Memory]:
@@ -161,9 +161,10 @@ class CurationService:
             raise InvalidInput("a memory is named twice in the merge", code="duplicate_source")
         if not 2 <= len(ids) <= MAX_MERGE_SOURCES:
             raise InvalidInput(f"a merge takes 2 to {MAX_MERGE_SOURCES} memories (got {len(ids)})", code="merge_size")
-        return self._read(namespace, refs)
+        return self.read_sources(namespace, refs)
 
-    def _read(self, namespace: str, refs: Sequence[SourceRef]) -> list[Memory]:
+    def read_sources(self, namespace: str, refs: Sequence[SourceRef]) -> list[Memory]:
+        """The memories as they are now, each refused if gone, not active, or not at the version given."""
         found = {m.id: m for m in self._store.get_memories(namespace, [r.id for r in refs])}
         rows = []
         for ref in refs:
@@ -171,10 +172,7 @@ class CurationService:
             if memory is None:
                 raise NotFound(f"memory {ref.id} not found")
             if ref.version is not None and memory.version != ref.version:
-                raise Conflict(
-                    f"memory {ref.id} changed since version {ref.version} was read (it is now at version {memory.version})",
-                    code="version_conflict",
-                )
+                raise version_conflict(ref.id, ref.version, memory.version)
             if memory.status != "active":
                 raise Conflict(f"memory {ref.id} is {memory.status}; only active memories can be merged")
             rows.append(memory)
@@ -185,7 +183,7 @@ class CurationService:
         sources = self.sources(namespace, refs)
         base = defaults_of(sources)
         content, drafted_by, note = joined(sources), "joined", ""
-        model = self._model_of()
+        model = self._model
         if model is None:
             note = "no extraction model is configured: the texts are joined"
         else:
@@ -200,7 +198,9 @@ class CurationService:
                 base.update(proposed)
         return MergeDraft(sources=sources, content=content, drafted_by=drafted_by, note=note, **base)
 
-    def merge(self, namespace: str, refs: Sequence[SourceRef], fields: MergeFields, *, source: str = "merge") -> MergeResult:
+    def merge(
+        self, namespace: str, refs: Sequence[SourceRef], fields: MergeFields, *, source: str = "merge"
+    ) -> MergeResult:
         """Merge the memories into one with ``fields``: the sources are superseded by it, and kept as they
         were in its ``merge`` event, so ``undo_merge`` restores them."""
         return self.merge_rows(self.sources(namespace, refs), fields, source=source)
@@ -294,7 +294,8 @@ def _why(memory: Memory) -> str:
 
 def parse_merge_reply(reply: str) -> dict[str, Any]:
     """The merged memory a model answered (``prompts.MERGE_SYSTEM``): its content (required), and its type
-    and tags when valid (importance and the rest come from the sources); ``InvalidInput`` (``invalid_model_output``) without a content."""
+    and tags when valid (importance and the rest come from the sources); ``InvalidInput``
+    (``invalid_model_output``) without a content."""
     data = parse_json_object(reply)
     content = as_str(data.get("content"))
     if not content or len(content) > MAX_CONTENT_CHARS:

@@ -318,7 +318,7 @@ class MemoryService:
     def _plan_keyed(
         self, namespace: str, req: MemoryWrite, content: str, fact_key: str, *, dedup: bool, automated: bool = False
     ) -> WritePlan:
-        """The decision of an upsert by ``fact_key`` (``domain/policies.decide_upsert``), from the store as it is now."""
+        """The decision of an upsert by ``fact_key`` (``domain/policies.decide_upsert``), from the store now."""
         vector: list[float] | None = None
         current = self._store.find_active_by_fact_key(namespace, fact_key)
         similarity = None
