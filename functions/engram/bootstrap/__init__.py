@@ -42,6 +42,7 @@ from engram.services.chat.usage_report import UsageReportService
 from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.index.guard import GuardedIndex
 from engram.services.index.reindex import ReindexService
+from engram.services.index.upkeep import IndexUpkeep
 from engram.services.jobs.cleanup import CleanupService
 from engram.services.jobs.dreaming import DreamingService
 from engram.services.jobs.extraction import ExtractionService
@@ -98,6 +99,7 @@ class Container:
     limits: RequestLimits  # requests per minute per key
     queue: JobQueue
     memories: MemoryService
+    upkeep: IndexUpkeep  # the index's mirror of the memories: sync, failed writes, repair, health
     candidates: CandidateService
     notes: NoteService  # precious notes, glossary, digest
     messages: MessageService  # message ingest
@@ -243,6 +245,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         limits=build_limits(settings, clock, o.rate_limiter),
         queue=jobs.queue,
         memories=lib.memories,
+        upkeep=lib.memories.upkeep,
         candidates=lib.candidates,
         notes=lib.notes,
         messages=lib.messages,
@@ -288,7 +291,10 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
 
 def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:
     store, clock, runtime = base.store, base.clock, base.runtime
-    memories = MemoryService(store, base.index, base.embedder, clock, runtime.provider(configs.memory_rules))
+    upkeep = IndexUpkeep(store, base.index, base.embedder, clock)
+    memories = MemoryService(
+        store, base.index, base.embedder, clock, runtime.provider(configs.memory_rules), upkeep=upkeep
+    )
     local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
     stats = NamespaceStats(store, local_day)
     recall = o.recall or build_recall(settings, runtime, store, base.index, base.embedder, clock, o.compress_model)
@@ -357,7 +363,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         clock,
         configs.retention(settings),
         locks,
-        repair=memories.repair_index,
+        upkeep=memories.upkeep,
         skills=lib.skills,
         conversations=lib.conversations,
     )
@@ -367,7 +373,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
             extraction=extraction,
             dreaming=dreaming,
             cleanup=cleanup,
-            memories=memories,
+            upkeep=memories.upkeep,
             reindex=lambda: reindex,
             history=history,
             # The conversation index is a replica beside the memory index (docs/conversations.md).
@@ -376,8 +382,8 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
     )
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
     queue: JobQueue = o.queue or build_queue(settings) or InlineJobQueue(runner.run, JOBS)
-    reindex = ReindexService(store, memories, base.embedder, clock, queue)
-    queue_repairs_when_back(index, memories, queue)
+    reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
+    queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
     return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history)
 
@@ -414,11 +420,11 @@ def _build_conversations(
     )
 
 
-def queue_repairs_when_back(index: GuardedIndex, memories: MemoryService, queue: JobQueue) -> None:
+def queue_repairs_when_back(index: GuardedIndex, upkeep: IndexUpkeep, queue: JobQueue) -> None:
     """When the index answers again, queue a repair of the namespaces whose writes failed meanwhile."""
 
     def recovered() -> None:
-        for namespace in memories.take_dirty():
+        for namespace in upkeep.take_dirty():
             queue.enqueue("index_repair", {"namespace": namespace})
 
     index.on_recovered = recovered

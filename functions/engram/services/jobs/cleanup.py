@@ -6,14 +6,13 @@ persona ones); active memories with next to no text (``ENGRAM_EMPTY_MEMORY_MIN_C
 memories deleted, superseded or expired for longer than ``hard_delete_after_days``
 are erased — the search document first, and when that fails the row stays for the next run, so
 the index never keeps a vector whose row is gone. Index writes that failed since the last run are
-repaired first (``MemoryService.repair_index``). Skills deleted longer ago than their restore window
+repaired first (``IndexUpkeep.repair``). Skills deleted longer ago than their restore window
 (30 days) are purged with their resource files (``SkillService.purge_deleted``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -31,8 +30,8 @@ from engram.domain.ports import (
     StoreAdmin,
     ThreadRows,
 )
+from engram.services.index.upkeep import IndexUpkeep
 from engram.services.jobs.runs import NamespaceLocks, record_run
-from engram.services.library.memories import record_index_failure
 from engram.services.library.skills import SkillService
 from engram.services.library.threads import ThreadService
 
@@ -115,7 +114,7 @@ class CleanupService:
         clock: Clock,
         policy: RetentionPolicy,
         locks: NamespaceLocks | None = None,
-        repair: Callable[[str], int] | None = None,
+        upkeep: IndexUpkeep | None = None,
         skills: SkillService | None = None,
         conversations: Any = None,
     ) -> None:
@@ -123,8 +122,9 @@ class CleanupService:
         # services.conversations.ConversationService: messages deleted here leave its index too.
         self._conversations = conversations
         self._skills = skills
-        self._repair = repair
         self._index = index
+        # Repairs the namespace's missed index writes first, and records what a hard delete leaves behind.
+        self._upkeep = upkeep or IndexUpkeep(store, index, None, clock)
         self._clock = clock
         self._policy = policy
         self._locks = locks or NamespaceLocks()
@@ -155,11 +155,10 @@ class CleanupService:
 
     def _clean(self, namespace: str, result: NamespaceCleanup) -> None:
         now = self._clock.now()
-        if self._repair is not None:
-            try:
-                result.index_repaired = self._repair(namespace)
-            except EngramError as exc:  # the index is still away: the record stays for the next run
-                result.errors.append({"error": exc.code, "op": "index_repair"})
+        try:
+            result.index_repaired = self._upkeep.repair(namespace)
+        except EngramError as exc:  # the index is still away: the record stays for the next run
+            result.errors.append({"error": exc.code, "op": "index_repair"})
         p = self._policy
         messages_before = now - timedelta(days=p.messages_days)
         self._forget_messages(namespace, messages_before, result)
@@ -269,7 +268,7 @@ class CleanupService:
                 except Conflict as exc:
                     failed.add(memory.id)
                     # Its document may have been written by the restore before the delete above.
-                    record_index_failure(self._store, namespace, memory.id, exc.code, "upsert", now)
+                    self._upkeep.record_failure(namespace, memory.id, exc.code, "upsert")
                     continue
                 result.hard_deleted += 1
             if len(failed) >= _PAGE:  # a whole page keeps failing: leave the rest for the next run
