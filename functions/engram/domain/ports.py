@@ -355,6 +355,11 @@ class KeyValueRows(Protocol):
 
     def set_cursor(self, namespace: str, name: str, value: str) -> None: ...
 
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        """Set the cursor only if it still holds ``expected`` (``None``: absent) — a read-modify-write
+        of a cursor row (a thread's kept history) never replaces a value it did not read; ``True`` if set."""
+        ...
+
     def get_cache(self, namespace: str, key: str) -> Any | None:
         """The cached value, or ``None`` if absent or expired."""
         ...
