@@ -194,19 +194,19 @@ class CleanupService:
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)
-        handled: set[str] = set()  # a listing may lag the writes (DynamoDB indexes): each row once per run
+        after: tuple[datetime, str] | None = None
         while True:
-            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE)
-            doomed = [
-                m for m in page if m.id not in handled and expires_by_retention(m, now, self._policy.memory_unseen_days)
-            ]
-            for memory in doomed:
-                handled.add(memory.id)
-                if self._retire(memory, "expired", now, result):
+            # Oldest sighting first, paged past the rows that stay (pinned, identity, core): a first page
+            # full of them must not hide the expirable rows behind it.
+            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE, after=after)
+            for memory in page:
+                unseen_too_long = expires_by_retention(memory, now, self._policy.memory_unseen_days)
+                if unseen_too_long and self._retire(memory, "expired", now, result):
                     result.expired += 1
-            # Pinned/durable memories stay in the page; stop when nothing in it could expire.
-            if len(page) < _PAGE or not doomed:
+            if len(page) < _PAGE:
                 return
+            last = page[-1]
+            after = (last.last_seen_at or last.created_at, last.id)
 
     def _retire(self, memory: Memory, status: str, now: datetime, result: NamespaceCleanup) -> bool:
         """Move ``memory`` to ``status`` at the version read (one edited, archived or restored since is
