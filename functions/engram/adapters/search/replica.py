@@ -176,11 +176,11 @@ class ReplicaSearchIndex:
             self._sync(namespace, space)
         return space
 
-    def _load(self, namespace: str, meta: LogMeta) -> _Namespace:
+    def _load(self, namespace: str, meta: LogMeta, *, use_snapshot: bool = True) -> _Namespace:
         path = self._dir / f"{namespace_key(namespace)}.sqlite3"
         for leftover in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
-        restored = self._restore_snapshot(namespace, path, meta)
+        restored = self._restore_snapshot(namespace, path, meta) if use_snapshot else None
         index = self._open_index(path)
         space = _Namespace(index=index, path=path, epoch=meta.epoch, applied=dict(restored[1]) if restored else {})
         if restored is None:
@@ -420,6 +420,39 @@ class ReplicaSearchIndex:
         log.info("wrote the search snapshot of a namespace (%d bytes, seq %d)", size, header["seq"])
         self._check_ceiling(namespace, space)
         return True
+
+    def reconcile(self, namespace: str) -> bool:
+        """Hold the namespace's replica against the log and rebuild it from the log on a mismatch.
+
+        After the late catch-up (``LATE_OVERLAP_MS``), the replica must hold as many documents as the log
+        has live rows. A row whose log entry landed later still (a retry after a long outage) was skipped
+        by every sync: the counts differ, and the namespace is rebuilt from the whole log here, counted
+        as changed so the snapshot that follows carries the rebuild to every cold start (the cleanup job
+        calls this nightly; docs/aws.md, "Search backends"). Returns whether it rebuilt.
+        """
+        with self._lock:
+            space = self._fresh(namespace, force=True)
+            self._catch_up(namespace, space, LATE_OVERLAP_MS)
+            held, logged = space.index.info(namespace).documents, self._log.count(namespace)
+            if held == logged:
+                return False
+            log.warning(
+                "the search replica of a namespace holds %d documents, its log %d: rebuilding it from the log",
+                held,
+                logged,
+            )
+            space.index.close()
+            meta = self._log.meta()
+            self._meta = meta
+            rebuilt = self._spaces[namespace] = self._load(namespace, meta, use_snapshot=False)
+            rebuilt.changes_since_snapshot = max(rebuilt.changes_since_snapshot, 1)
+            return True
+
+    def reconcile_all(self) -> list[str]:
+        """``reconcile`` every namespace of the log; the namespaces rebuilt."""
+        with self._lock:
+            names = sorted(set(self._log.namespaces()) | set(self._spaces))
+        return [name for name in names if self.reconcile(name)]
 
     def snapshot_all(self, *, min_changes: int = 1) -> int:
         """``snapshot`` every namespace of the log (a cold job loads each from its snapshot + deltas)."""

@@ -133,6 +133,15 @@ class SqliteSearchLog:
             )
         return (_row(r) for r in rows)
 
+    def count(self, namespace: str) -> int:
+        with self._lock:
+            found = (
+                self._db()
+                .execute(f"SELECT COUNT(*) FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0", (namespace,))
+                .fetchone()
+            )
+        return int(found[0])
+
     def namespaces(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db().execute(f"SELECT DISTINCT namespace FROM {self._prefix}_docs").fetchall()]
@@ -270,6 +279,28 @@ class DynamoSearchLog:
             ConsistentRead=True,
         )
         return (row for row in map(self._row, items) if not row.deleted)
+
+    def count(self, namespace: str) -> int:
+        """Live rows, counted by DynamoDB (Select=COUNT: no item leaves the table; the read is still billed)."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
+            "FilterExpression": "attribute_not_exists(deleted) OR deleted = :no",  # as _row reads it
+            "ExpressionAttributeValues": {
+                ":pk": {"S": f"NS#{namespace}"},
+                ":prefix": {"S": f"{self._kind}#"},
+                ":no": {"BOOL": False},
+            },
+            "Select": "COUNT",
+            "ConsistentRead": True,
+        }
+        total = 0
+        while True:
+            response = self._call("query", **kwargs)
+            total += int(response.get("Count", 0))
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return total
+            kwargs["ExclusiveStartKey"] = last
 
     def namespaces(self) -> list[str]:
         items = self._query(
