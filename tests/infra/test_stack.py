@@ -450,6 +450,56 @@ def test_bedrock_limited_to_named_models(custom: tuple[EngramStack, Template]) -
     assert rerank and all(s["Resource"] == "*" for s in rerank)
 
 
+def test_an_http_reranker_gets_its_endpoint_and_deadline_and_no_bedrock_rerank_grant(layer_dir: Path) -> None:
+    # Given reranker=http with an endpoint, its model and a deadline
+    _, template = _synth(
+        layer_dir,
+        reranker="http",
+        rerank_url="https://rerank.example.com/v1/rerank",
+        rerank_model="bge-reranker-v2-m3",
+        rerank_timeout_s=1.5,
+    )
+    # Then every function gets the settings the app reads (ENGRAM_RERANKER=http, URL, model, deadline)
+    functions = _resources(template, "AWS::Lambda::Function").values()
+    envs = [f["Properties"]["Environment"]["Variables"] for f in functions if "Environment" in f["Properties"]]
+    assert len(envs) == 5
+    for env in envs:
+        assert env["ENGRAM_RERANKER"] == "http"
+        assert env["ENGRAM_RERANK_URL"] == "https://rerank.example.com/v1/rerank"
+        assert (env["ENGRAM_RERANK_MODEL"], env["ENGRAM_RERANK_TIMEOUT_S"]) == ("bge-reranker-v2-m3", "1.5")
+        assert "ENGRAM_RERANK_API_KEY" not in env and "ENGRAM_RERANK_REGION" not in env  # the key: the secret
+    # And no Bedrock rerank grant: neither the Rerank action nor the model name
+    text = json.dumps(_policy_statements(template))
+    assert "bedrock:Rerank" not in text and "bge-reranker" not in text and "rerank-v1" not in text
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"reranker": "http"}, r"reranker=http needs engram:rerank_url, the https:// URL"),
+        ({"reranker": "http", "rerank_url": "http://10.0.0.5/v1/rerank"}, r"needs engram:rerank_url, the https://"),
+        ({"reranker": "http", "rerank_url": "https://r.example.com"}, r"'amazon.rerank-v1:0' is a Bedrock model id"),
+        ({"rerank_url": "https://r.example.com"}, r"rerank_url is used only with reranker=http"),
+        (
+            {
+                "reranker": "http",
+                "rerank_url": "https://r.example.com",
+                "rerank_model": "m",
+                "rerank_region": "us-west-2",
+            },
+            r"rerank_region is used only with reranker=bedrock",
+        ),
+        ({"reranker": "cohere"}, r"must be one of \('none', 'bedrock', 'http'\)"),
+        ({"extra_env": {"ENGRAM_RERANKER": "http"}}, r"reranker=http needs engram:rerank_url"),
+        ({"extra_env": {"ENGRAM_RERANK_API_KEY": "sk-1"}}, r"put it in the secret as rerank_api_key"),
+        ({"rerank_timeout_s": 45}, r"ENGRAM_RERANK_TIMEOUT_S .* at most 30.0 s"),
+    ],
+)
+def test_a_reranker_setting_that_does_not_fit_stops_the_synth(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngramConfig(**config)
+
+
 def test_functions_can_use_table_secret_queue_and_collection(template: Template) -> None:
     # Then the grants name the resources
     text = json.dumps(_policy_statements(template))
