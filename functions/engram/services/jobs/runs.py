@@ -1,5 +1,5 @@
 """The runs of background jobs: one run per (job, namespace) at a time, a record of each run, the latest runs
-(`GET /v1/jobs`). Reading the JSON a model answered with: ``services/model_reply.py``."""
+(`GET /v1/jobs`). Reading the JSON a model answered with: ``services/models/reply.py``."""
 
 from __future__ import annotations
 
