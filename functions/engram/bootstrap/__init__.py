@@ -28,6 +28,7 @@ from engram.bootstrap.adapters import (
     build_skills,
     build_store,
     local_db_path,
+    search_reconcile,
     search_snapshots,
     with_secret,
 )
@@ -359,6 +360,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         repair=memories.repair_index,
         skills=lib.skills,
         conversations=lib.conversations,
+        reconcile=search_reconcile(settings, lambda: (index, lib.conversations.index)),
     )
     conversations = lib.conversations
     runner = JobRunner(

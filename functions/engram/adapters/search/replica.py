@@ -426,9 +426,9 @@ class ReplicaSearchIndex:
 
         After the late catch-up (``LATE_OVERLAP_MS``), the replica must hold as many documents as the log
         has live rows. A row whose log entry landed later still (a retry after a long outage) was skipped
-        by every sync: the counts differ, and the namespace is rebuilt from the whole log here, counted
-        as changed so the snapshot that follows carries the rebuild to every cold start (the cleanup job
-        calls this nightly; docs/aws.md, "Search backends"). Returns whether it rebuilt.
+        by every sync: the counts differ, and the namespace is rebuilt from the whole log here and its
+        snapshot written, so every cold start gets the rebuild (the nightly cleanup job calls this;
+        docs/aws.md, "Search backends"). Returns whether it rebuilt.
         """
         with self._lock:
             space = self._fresh(namespace, force=True)
@@ -446,7 +446,11 @@ class ReplicaSearchIndex:
             self._meta = meta
             rebuilt = self._spaces[namespace] = self._load(namespace, meta, use_snapshot=False)
             rebuilt.changes_since_snapshot = max(rebuilt.changes_since_snapshot, 1)
-            return True
+        try:  # the rebuild reaches every cold start through its snapshot
+            self.snapshot(namespace)
+        except Exception:  # the next job's snapshot tries again (the rebuild is marked changed)
+            log.exception("writing the search snapshot of a rebuilt replica failed")
+        return True
 
     def reconcile_all(self) -> list[str]:
         """``reconcile`` every namespace of the log; the namespaces rebuilt."""
