@@ -129,8 +129,12 @@ class MemoryRows(Protocol):
         """Memories in ``statuses`` whose status changed before ``before`` (hard-delete sweep)."""
         ...
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
-        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``."""
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
+        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``,
+        oldest first (by sighting, then id); ``after``: the (sighting, id) of the previous page's last row,
+        so a sweep pages past rows it leaves alone (pinned, identity)."""
         ...
 
 

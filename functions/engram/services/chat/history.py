@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import Message
 from engram.domain.ports import ChatModel, Clock, JobQueue, KeyValueRows, MessageRows, ThreadRows
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +55,12 @@ tone between them. Drop small talk. Write plain prose in the conversation's lang
 
 @dataclass(frozen=True)
 class HistoryConfig:
-    """``settings.py`` holds the defaults (written once); ``from_settings`` maps them."""
+    """``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them."""
 
     rotate_turns: int
     rotate_minutes: float
     budget_chars: int
     summary_max_chars: int
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> HistoryConfig:
-        return cls(
-            rotate_turns=settings.history_rotate_turns,
-            rotate_minutes=settings.history_rotate_minutes,
-            budget_chars=settings.history_budget_chars,
-            summary_max_chars=settings.history_summary_max_chars,
-        )
 
 
 @dataclass(frozen=True)
@@ -120,18 +112,14 @@ class HistoryService:
         store: HistoryStore,
         clock: Clock,
         model: ChatModel | None,
-        config: HistoryConfig | Callable[[], HistoryConfig],
+        config: HistoryConfig | Live[HistoryConfig],
         queue: JobQueue | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._model = model
-        self._config_of: Callable[[], HistoryConfig] = config if callable(config) else (lambda: config)
+        self._config = Live.of(config)
         self._queue = queue
-
-    @property
-    def _config(self) -> HistoryConfig:
-        return self._config_of()
 
     def attach_queue(self, queue: JobQueue) -> None:
         """The queue rotation jobs go to (bootstrap builds the queue after this service)."""
@@ -166,7 +154,7 @@ class HistoryService:
     def set_summary(self, namespace: str, thread: str, summary: str) -> ThreadHistory:
         """Replace a thread's summary (an edit; the window is unchanged). Empty clears it."""
         text = summary.strip()
-        limit = self._config.summary_max_chars
+        limit = self._config().summary_max_chars
         if len(text) > limit:
             raise InvalidInput(
                 f"a summary is at most {limit} characters (ENGRAM_HISTORY_SUMMARY_MAX_CHARS); got {len(text)}",
@@ -187,7 +175,7 @@ class HistoryService:
     # -- the request ----------------------------------------------------------------------------------
     def load(self, namespace: str, thread: str) -> History:
         """The history a request of ``thread`` is given, and whether a rotation is due."""
-        cfg = self._config
+        cfg = self._config()
         state = self.state(namespace, thread)
         turns = self._window(namespace, thread, state, max_turns=4 * cfg.rotate_turns)
         due = bool(self._to_fold(turns, cfg))
@@ -243,7 +231,7 @@ class HistoryService:
     async def rotate(self, namespace: str, thread: str) -> dict[str, Any]:
         """Fold the window's oldest turns into the summary, if a rotation is due (the ``history`` job;
         a second delivery of the same job finds nothing due)."""
-        cfg = self._config
+        cfg = self._config()
         state = self.state(namespace, thread)
         turns = self._window(namespace, thread, state, max_turns=4 * cfg.rotate_turns)
         fold = self._to_fold(turns, cfg)
