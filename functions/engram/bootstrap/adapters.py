@@ -65,7 +65,7 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     if settings.skills_bucket:
         blobs = S3BlobStore(settings.skills_bucket, region_name=region)
     elif settings.store == "memory":
-        blobs = InMemoryBlobStore()
+        blobs = InMemoryBlobStore(clock)
     else:
         blobs = LocalBlobStore(data_dir / "skills")
     return SkillService(store, blobs, clock, embedder)

@@ -8,17 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from engram.adapters.aws_errors import translate
+from engram.adapters.clock import SystemClock
 from engram.adapters.files import write_private
+from engram.domain.ports import Clock
 
 
 class InMemoryBlobStore:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()  # when each key was written (list_keys)
         self._blobs: dict[str, bytes] = {}
         self._written: dict[str, datetime] = {}
 
     def put(self, key: str, data: bytes) -> None:
         self._blobs[key] = bytes(data)
-        self._written[key] = datetime.now(UTC)
+        self._written[key] = self._clock.now()
 
     def get(self, key: str) -> bytes | None:
         return self._blobs.get(key)
