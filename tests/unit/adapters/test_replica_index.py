@@ -352,3 +352,27 @@ def test_reconcile_rebuilds_a_replica_whose_count_differs_from_the_log(shared_lo
     assert index.reconcile("a") is False and spy.full_reads == 1
     cold.close()
     index.close()
+
+
+def test_a_full_hydrate_reads_and_applies_the_log_page_by_page(
+    shared_log: SearchLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engram.adapters.search import replica as replica_module
+    from engram.adapters.search import replica_log
+
+    # Given small pages and batches (2000 each in use: a hydrate never holds the whole namespace's rows)
+    monkeypatch.setattr(replica_log, "ALL_ROWS_PAGE", 3)
+    monkeypatch.setattr(replica_module, "HYDRATE_BATCH", 2)
+    writer = replica(shared_log, tmp_path, "w")
+    for n in range(11):
+        writer.upsert(doc(f"m{n:02d}", f"note {n} about the harbour"))
+    writer.delete("a", "m05")
+    # When a cold replica without a snapshot hydrates / Then every live row arrives once, in id order pages
+    rows = list(shared_log.all_rows("a"))
+    assert [r.memory_id for r in rows] == sorted({r.memory_id for r in rows}) and len(rows) == 10
+    cold = replica(shared_log, tmp_path, "cold")
+    assert cold.info("a").documents == 10 and len(ids(cold.keyword_search("a", "harbour", k=50))) == 10
+    # And its cursor is the newest entry's (the tombstone, read by the sync before the search)
+    assert cold._spaces["a"].cursor == max(r.seq for r in shared_log.changed_since("a", 0))
+    writer.close()
+    cold.close()

@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 # The warning's fixed start: the stack's metric filter counts log lines that begin with it (infra/alarms.py).
 CEILING_MESSAGE = "replica index near its ceiling"
 CEILING_WARN_SHARE = 0.8
+# Log rows a full hydrate applies at a time (docs/aws.md, "Replica sizes and ceiling").
+HYDRATE_BATCH = 2000
 
 
 class _Prefixed:
@@ -188,10 +190,16 @@ class ReplicaSearchIndex:
             # An empty vector cache now, so the whole log's vectors go into it as they are written instead
             # of being read back from SQLite by the first search.
             index.warm(namespace)
-            rows = list(self._log.all_rows(namespace))
-            self._apply(space, rows, meta)
-            space.cursor = max((r.seq for r in rows), default=0)
-            space.changes_since_snapshot = len(rows)
+            # In batches: the whole namespace's rows (~3 KB each at 1024 dimensions) are never held at once.
+            batch: list[LogRow] = []
+            total = 0
+            for row in self._log.all_rows(namespace):
+                batch.append(row)
+                if len(batch) == HYDRATE_BATCH:
+                    self._apply(space, batch, meta)
+                    total, batch = total + len(batch), []
+            self._apply(space, batch, meta)
+            space.changes_since_snapshot = total + len(batch)
         else:
             cursor = space.cursor = restored[0]
             rows = self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS))

@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS {prefix}_docs (
 CREATE INDEX IF NOT EXISTS {prefix}_docs_by_seq ON {prefix}_docs (namespace, seq);
 CREATE TABLE IF NOT EXISTS {prefix}_meta (key TEXT PRIMARY KEY, value TEXT);
 """
+# Rows of one page of ``all_rows`` (a 1024-dimension row is ~3 KB: ~6 MB a page).
+ALL_ROWS_PAGE = 2000
 _COLUMNS = "namespace, memory_id, seq, deleted, type, text, vec, dimension, epoch"
 
 
@@ -123,15 +125,23 @@ class SqliteSearchLog:
             return [_row(r) for r in rows.fetchall()]
 
     def all_rows(self, namespace: str) -> Iterator[LogRow]:
-        with self._lock:
-            rows = (
-                self._db()
-                .execute(
-                    f"SELECT {_COLUMNS} FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0", (namespace,)
+        """Page by page (``ALL_ROWS_PAGE`` rows by memory id), so a hydrate never holds the whole log."""
+        after = ""
+        while True:
+            with self._lock:
+                rows = (
+                    self._db()
+                    .execute(
+                        f"SELECT {_COLUMNS} FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0 "
+                        "AND memory_id > ? ORDER BY memory_id LIMIT ?",
+                        (namespace, after, ALL_ROWS_PAGE),
+                    )
+                    .fetchall()
                 )
-                .fetchall()
-            )
-        return (_row(r) for r in rows)
+            yield from map(_row, rows)
+            if len(rows) < ALL_ROWS_PAGE:
+                return
+            after = rows[-1][1]
 
     def count(self, namespace: str) -> int:
         with self._lock:
