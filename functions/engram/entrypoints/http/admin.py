@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import MutableHeaders
@@ -204,6 +204,17 @@ def _admin_api(container: Container) -> APIRouter:
         container.runtime.update(body.values)
         log.info("runtime settings changed: %s", sorted(body.values))
         return {"items": container.runtime.describe(), "info": _info(container, who)}
+
+    @api.get("/models")
+    async def provider_models(
+        who: Admin, q: Annotated[str, Query(max_length=200, description="Only ids containing this text.")] = ""
+    ) -> dict[str, Any]:
+        """The models the OpenAI-compatible upstream offers (its `/models`), for the settings' model fields;
+        `q` filters them (case aside). The client-facing `GET /v1/models` is unchanged: it lists only what
+        the gateway accepts."""
+        ids = await container.chat.provider_models()
+        needle = q.strip().lower()
+        return {"items": [i for i in ids if needle in i.lower()]}
 
     @api.get("/health")
     def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:

@@ -83,6 +83,12 @@ def restore_thread(request: Request, thread_id: str, who: Write) -> dict[str, An
     return _thread(_c(request).threads.restore(who.namespace, thread_id))
 
 
+@router.post("/threads/{thread_id}/erase", responses=CONFLICT)
+def erase_thread(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
+    """Erase a thread in the recycle bin for good, with its messages (409 `not_deleted` otherwise)."""
+    return {"erased": _c(request).threads.erase(who.namespace, thread_id).id}
+
+
 @router.post("/threads/{thread_id}/merge", responses=CONFLICT)
 def merge_thread(request: Request, thread_id: str, body: ThreadMergeRequest, who: Write) -> dict[str, Any]:
     """Move every message of this thread into `into` (which must exist and not be in the recycle bin);
