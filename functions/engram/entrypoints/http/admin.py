@@ -28,6 +28,7 @@ from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
 from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.openapi import error_response as documented
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
 
@@ -205,7 +206,13 @@ def _admin_api(container: Container) -> APIRouter:
         log.info("runtime settings changed: %s", sorted(body.values))
         return {"items": container.runtime.describe(), "info": _info(container, who)}
 
-    @api.get("/models")
+    @api.get(
+        "/models",
+        responses={
+            502: documented("502", "The upstream did not answer with a model list."),
+            503: documented("503", "No OpenAI-compatible upstream is configured."),
+        },
+    )
     async def provider_models(
         who: Admin, q: Annotated[str, Query(max_length=200, description="Only ids containing this text.")] = ""
     ) -> dict[str, Any]:
