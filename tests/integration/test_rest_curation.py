@@ -177,15 +177,23 @@ def test_erase_for_good_needs_the_memory_or_thread_out_of_use_first(owner: httpx
     memory = _remember(owner, "Old address: Rue de la Paix")
     owner.post("/v1/ingest/messages", json={"messages": [{"role": "user", "content": "hi", "conversation_id": "t1"}]})
     # When they are erased while in use, Then it is refused and both stay
-    still = owner.post(f"/v1/memories/{memory['id']}/erase")
+    assert owner.post(f"/v1/memories/{memory['id']}/erase", json={}).status_code == 422  # no confirmation
+    still = owner.post(f"/v1/memories/{memory['id']}/erase", json={"confirm": True})
     assert still.status_code == 409 and still.json()["error"]["code"] == "still_active"
-    assert owner.post("/v1/threads/t1/erase").json()["error"]["code"] == "not_deleted"
+    assert owner.post("/v1/threads/t1/erase", json={"confirm": True}).json()["error"]["code"] == "not_deleted"
     # When they are deleted first, then erased (the memory at the version read)
     deleted = owner.delete(f"/v1/memories/{memory['id']}").json()
-    assert owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": memory["version"]}).status_code == 409
-    assert owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": deleted["version"]}).status_code == 200
+    erase = {"json": {"confirm": True}}
+    assert (
+        owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": memory["version"]}, **erase).status_code
+        == 409
+    )
+    assert (
+        owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": deleted["version"]}, **erase).status_code
+        == 200
+    )
     owner.delete("/v1/threads/t1").raise_for_status()
-    assert owner.post("/v1/threads/t1/erase").json() == {"erased": "t1"}
+    assert owner.post("/v1/threads/t1/erase", json={"confirm": True}).json() == {"erased": "t1"}
     # Then both are gone for good
     assert owner.get(f"/v1/memories/{memory['id']}").status_code == 404
     assert owner.get("/v1/threads/t1").status_code == 404

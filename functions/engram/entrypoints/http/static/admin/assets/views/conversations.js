@@ -43,7 +43,7 @@ export async function render(root, ctx) {
     if (!ok) return;
     await batch(rows, async (t) => {
       if (!t.deleted_at) await del(path(t.id));
-      await post(path(t.id, '/erase'));
+      await post(path(t.id, '/erase'), { confirm: true });
     }, 'erased for good');
     detail.replaceChildren();
   }

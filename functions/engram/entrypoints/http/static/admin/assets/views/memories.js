@@ -50,7 +50,7 @@ export async function render(root) {
     await batch(rows, async (m) => {
       let version = m.version;
       if (m.status === 'active') version = (await del(`v1/memories/${m.id}`, { ifMatch: version })).version;
-      await post(`v1/memories/${m.id}/erase`, undefined, { ifMatch: version });
+      await post(`v1/memories/${m.id}/erase`, { confirm: true }, { ifMatch: version });
     }, 'erased for good');
   }
 
