@@ -61,7 +61,7 @@ def memory_merge(
     who = caller(ctx, WRITE)
     fields = MergeFields(content=content, type=type, tags=tags)
     fields.set_fields = frozenset(name for name, value in (("type", type), ("tags", tags)) if value is not None)
-    result = container_of(ctx).curation.merge(who.namespace, [SourceRef(i) for i in ids], fields, source="mcp")
+    result = container_of(ctx).curation.merge(who.namespace, [SourceRef(i) for i in ids], fields)
     return {"memory": memory_json(result.memory), "sources": [memory_json(m) for m in result.sources]}
 
 
