@@ -29,7 +29,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -58,6 +58,7 @@ from engram.services.chat.stream_relay import CLIENT_GONE, StreamTap, relay_stre
 from engram.services.chat.turn import Outcome, TurnRequest, Wire
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.library.threads import thread_id_of
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ INTERNAL = EngramError("internal error", code="internal_error")
 class ChatConfig:
     """The chat gateway's settings.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     routing: RouteConfig
@@ -111,35 +112,6 @@ class ChatConfig:
     retry_window: timedelta
     cache: CachePolicy | None  # None: no prompt-cache markers
     responses_native: bool  # the OpenAI-compatible upstream takes `/responses` requests as they are
-
-    @classmethod
-    def from_settings(
-        cls, s: Any, *, openai_configured: bool, anthropic_configured: bool, bedrock_configured: bool = False
-    ) -> ChatConfig:
-        return cls(
-            routing=RouteConfig(
-                public_model=s.public_model_name,
-                chat_model=s.chat_model,
-                vision_model=s.vision_model,
-                allow_passthrough=s.chat_allow_model_passthrough,
-                openai_configured=openai_configured,
-                anthropic_configured=anthropic_configured,
-                bedrock_configured=bedrock_configured,
-            ),
-            inject_enabled=s.chat_inject_enabled,
-            inject_max_body_bytes=s.chat_inject_max_body_bytes,
-            boot_max_chars=s.chat_boot_max_chars,
-            patch_max_tokens=s.chat_patch_max_tokens,
-            boot_cache_seconds=s.chat_boot_cache_seconds,
-            keepalive_seconds=s.chat_keepalive_seconds,
-            context_deadline_seconds=s.chat_context_deadline_seconds,
-            store_messages=s.chat_store_messages,
-            default_max_tokens=s.chat_default_max_tokens,
-            cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
-            retry_window=timedelta(minutes=s.chat_retry_window_minutes),
-            cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
-            responses_native=s.upstream_responses_api,
-        )
 
 
 @dataclass
@@ -162,7 +134,7 @@ class ChatService:
         anthropic: ChatUpstream,
         context: TurnContextSource,
         record: ExchangeRecorder,
-        config: ChatConfig | Callable[[], ChatConfig],
+        config: ChatConfig | Live[ChatConfig],
         bedrock: ChatUpstream | None = None,
         history: HistoryService | None = None,
     ) -> None:
@@ -174,12 +146,7 @@ class ChatService:
         self._bedrock = bedrock
         self._context = context
         self._record = record
-        # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
-
-    @property
-    def _config(self) -> ChatConfig:
-        return self._config_of()
+        self._config = Live.of(config)
 
     # -- the request ----------------------------------------------------------------------------
     async def handle(
@@ -248,7 +215,7 @@ class ChatService:
     ) -> tuple[TurnRequest, str | None]:
         """The request as the gateway understands it, and the ``x-engram-history`` header value (None
         when no kept history was asked for)."""
-        cfg = self._config
+        cfg = self._config()
         body = parse_chat_request(raw, wire)
         tools: frozenset[str] = frozenset()
         responses: dict[str, Any] | None = None
@@ -304,7 +271,7 @@ class ChatService:
         if req.route.provider == "bedrock":
             # Prompt caching on Bedrock: the adapter places Converse cache points (Claude models only)
             # where a top-level ``cache_control`` asks for them; the settings decide, not the client.
-            cache = self._config.cache
+            cache = self._config().cache
             if cache is None:
                 out.pop("cache_control", None)
             else:
@@ -326,14 +293,14 @@ class ChatService:
         if req.wire == "anthropic" and provider == "anthropic":
             return {**body, "model": model}
         if req.wire != "anthropic":
-            return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
+            return openai_request_to_anthropic(body, model, default_max_tokens=self._config().default_max_tokens)
         return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
     async def _inject(
         self, req: TurnRequest, owed: Owed, body: dict[str, Any], size: int
     ) -> tuple[dict[str, Any], Outcome]:
-        cfg = self._config
+        cfg = self._config()
         if not cfg.inject_enabled:
             return body, Outcome("disabled")
         if size > cfg.inject_max_body_bytes:
@@ -391,7 +358,7 @@ class ChatService:
                 timing.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
             return await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
-        done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
+        done, _ = await asyncio.wait({task}, timeout=self._config().keepalive_seconds)
         timing.upstream_ms = (time.perf_counter() - t0) * 1000
         first: UpstreamReply | None = None
         if done:
@@ -467,7 +434,7 @@ class ChatService:
             task,
             reply,
             tap,
-            keepalive_seconds=self._config.keepalive_seconds,
+            keepalive_seconds=self._config().keepalive_seconds,
             settle=settle,
             settle_failed=settle_failed,
         )
@@ -479,18 +446,31 @@ class ChatService:
                 await upstream.aclose()
 
     # -- models and usage --------------------------------------------------------------------------------
+    async def provider_models(self) -> list[str]:
+        """The model ids the OpenAI-compatible upstream lists at its ``/models`` (the admin panel's model
+        field offers them; ``GET /v1/models`` lists them only with passthrough on). ``NotConfigured``
+        without that upstream; an upstream that cannot answer is ``UpstreamUnavailable``."""
+        if not self._config().routing.openai_configured:
+            raise NotConfigured("no OpenAI-compatible upstream: set ENGRAM_UPSTREAM_BASE_URL to list its models")
+        try:
+            reply = await asyncio.wait_for(self._openai.send("GET", "/models"), 5.0)
+            data = json.loads(await reply.aread()).get("data") or []
+        except (TimeoutError, ValueError, AttributeError) as exc:
+            raise UpstreamUnavailable(f"the upstream's model list could not be read: {type(exc).__name__}") from exc
+        if not isinstance(data, list):
+            raise UpstreamUnavailable("the upstream's model list is not a list")
+        ids = (item.get("id") for item in data if isinstance(item, dict))
+        return sorted({str(i) for i in ids if isinstance(i, str) and i})
+
     async def models(self) -> dict[str, Any]:
-        cfg = self._config.routing
+        cfg = self._config().routing
         names: list[str] = [cfg.public_model]
         for name in (cfg.chat_model, cfg.vision_model):
             if name and name not in names:
                 names.append(name)
         if cfg.allow_passthrough and cfg.openai_configured:
-            with contextlib.suppress(EngramError, ValueError, KeyError, TypeError, AttributeError):
-                reply = await asyncio.wait_for(self._openai.send("GET", "/models"), 5.0)
-                for item in json.loads(await reply.aread()).get("data") or []:
-                    if item.get("id") and item["id"] not in names:
-                        names.append(str(item["id"]))
+            with contextlib.suppress(EngramError):
+                names += [n for n in await self.provider_models() if n not in names]
         created = int(time.time())
         return {
             "object": "list",
