@@ -2,9 +2,9 @@
 
 ``ChatService.handle`` takes a client request on any of its doors (OpenAI chat completions, Anthropic
 Messages, or the OpenAI Responses API, translated to a chat request first: ``domain/wire/responses.py``)
-and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or
-an async byte stream that passes upstream events on as they arrive. Nothing here fails the chat
-because of memory: recall, boot block, remember and persistence errors are logged and skipped.
+and returns a ``ChatReply``: a status, the ``x-engram-*`` headers and either a whole body or an async
+byte stream that passes upstream events on as they arrive. Memory never fails the chat: its errors are
+logged and skipped, and its context waits at most the turn's deadline.
 
 Nothing happens after the last byte (docs/aws.md, "How Lambda runs it"): every write a request owes
 (its messages, usage, an explicit "remember ...", the cleanup enqueue) is done before the response
@@ -16,10 +16,8 @@ happens next (an error status, a timeout, an unreachable or malformed upstream, 
 the client going away), with ``Message.error`` saying what went wrong, so extraction still learns from
 it; a retried turn is stored once.
 
-This module is the request pipeline; its parts live beside it: the writes an exchange owes in
-``services/chat/exchange.py``, the stream relay in ``services/chat/stream_relay.py``, what a turn is told (boot
-block, memories, past conversations, reminders) in ``services/chat/turn_context.py``, where it goes in the
-request in ``services/chat/injection.py``.
+This module is the request pipeline; beside it in ``services/chat/``: the turn's data (``turn.py``), what
+it is told (``turn_context.py``), where that goes (``injection.py``), the stream relay, the writes owed.
 """
 
 from __future__ import annotations
@@ -54,41 +52,17 @@ from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.history import HistoryService, place_history
 from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.chat.routing import RouteConfig, anthropic_has_images, openai_has_images, route
-from engram.services.chat.stream_relay import CLIENT_GONE, StreamTap, relay_stream
-from engram.services.chat.turn import Outcome, TurnRequest, Wire
+from engram.services.chat.stream_relay import CLIENT_GONE, INTERNAL, StreamTap, relay_stream
+from engram.services.chat.turn import Outcome, TurnRequest, Wire, client_wants_usage, thread_of
 from engram.services.chat.turn_context import TurnContextSource
-from engram.services.library.threads import thread_id_of
 from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
 
-def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
-    """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
-    user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
-    if wire != "anthropic":  # the Responses door's body is already a chat request here
-        return thread_id_of(pinned, body.get("user"))
-    metadata = body.get("metadata")
-    return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
-
-
-def _client_wants_usage(body: dict[str, Any], wire: Wire, provider: str, *, native: bool, persist: bool) -> bool:
-    """Whether the client itself asked for a stream's usage chunk (the gateway asks the upstream for it
-    anyway where it logs usage or must report it: the tap then drops it unless asked)."""
-    asked = bool((body.get("stream_options") or {}).get("include_usage"))
-    if native or wire == "anthropic":
-        return True
-    if provider in ("openai", "bedrock"):
-        return asked if body.get("stream") and (persist or wire == "responses") else True
-    return asked  # to an Anthropic upstream: converted back, usage only if asked
-
-
 @dataclass
-class _Timing:
+class _Timing:  # how long the upstream took to answer, for the headers of an error too
     upstream_ms: float = 0.0
-
-
-INTERNAL = EngramError("internal error", code="internal_error")
 
 
 @dataclass(frozen=True)
@@ -162,9 +136,8 @@ class ChatService:
         agent: str | None = None,
         server_history: bool = False,
     ) -> ChatReply:
-        """One chat request, answered whatever goes wrong: an ``EngramError`` becomes the reply's error,
-        any other exception an ``internal_error``, and either way (a cancellation too) the writes already
-        started are awaited first, so none outlives the response."""
+        """One chat request, answered whatever goes wrong (an ``EngramError`` is the reply's error, any other
+        exception an ``internal_error``); the writes already started are awaited first, even on cancel."""
         owed = Owed()
         req: TurnRequest | None = None
         outcome = Outcome()
@@ -222,7 +195,7 @@ class ChatService:
         if wire == "responses":  # read as a chat request from here on (domain/wire/responses.py)
             tools, responses = custom_tools(body), body
             body = responses_to_chat(body)
-        conversation = _thread_of(wire, body, conversation_id)
+        conversation = thread_of(wire, body, conversation_id)
         kept = None
         # The chat doors only: a Responses client chains its own turns (previous_response_id).
         if server_history and not guide_dog and wire in ("openai", "anthropic"):
@@ -245,7 +218,7 @@ class ChatService:
             native=native,
             memory=memory,
             persist=persist,
-            client_wants_usage=_client_wants_usage(body, wire, chosen.provider, native=native, persist=persist),
+            client_wants_usage=client_wants_usage(body, wire, chosen.provider, native=native, persist=persist),
         )
         return req, kept
 
@@ -344,9 +317,8 @@ class ChatService:
         path = (
             "/v1/messages" if req.route.provider == "anthropic" else "/responses" if req.native else "/chat/completions"
         )
-        headers = {k: v for k, v in fwd.items() if k in ("anthropic-beta", "anthropic-version")}
-        if req.route.provider != "anthropic":
-            headers = {}
+        to_anthropic = req.route.provider == "anthropic"  # only Anthropic reads its beta and version headers
+        headers = {k: v for k, v in fwd.items() if to_anthropic and k in ("anthropic-beta", "anthropic-version")}
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
         self._record.sent(owed)

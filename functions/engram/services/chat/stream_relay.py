@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 Wire = Literal["openai", "anthropic", "responses"]
 
 CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
+INTERNAL = EngramError("internal error", code="internal_error")  # a bug: nothing more is said to the client
 
 
 async def relay_stream(  # noqa: C901 - one loop over the upstream events; each branch is one event kind
@@ -77,9 +78,8 @@ async def relay_stream(  # noqa: C901 - one loop over the upstream events; each 
     except Exception:
         # The status line is gone: a clean error event is the only answer left (never a cut stream).
         log.exception("chat stream failed")
-        internal = EngramError("internal error", code="internal_error")
-        await settle_failed(internal, tap.usage)
-        yield b"".join(error_event(tap.client, internal))
+        await settle_failed(INTERNAL, tap.usage)
+        yield b"".join(error_event(tap.client, INTERNAL))
     finally:
         if not task.done():
             task.cancel()

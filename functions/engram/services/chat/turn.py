@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from engram.services.chat.routing import Route
+from engram.services.library.threads import thread_id_of
 
 Wire = Literal["openai", "anthropic", "responses"]  # the client's door
 Reason = Literal[
@@ -117,3 +118,23 @@ class Outcome:
             "x-engram-recall-ms": f"{self.recall_ms:.1f}",
             "x-engram-upstream-ms": f"{upstream_ms:.1f}",
         }
+
+
+def thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
+    """The thread (conversation id) of a request: the ``x-engram-thread`` header, else the wire's own
+    user field (OpenAI ``user``, Anthropic ``metadata.user_id``), else ``default`` (docs/threads.md)."""
+    if wire != "anthropic":  # the Responses door's body is already a chat request here
+        return thread_id_of(pinned, body.get("user"))
+    metadata = body.get("metadata")
+    return thread_id_of(pinned, metadata.get("user_id") if isinstance(metadata, dict) else None)
+
+
+def client_wants_usage(body: dict[str, Any], wire: Wire, provider: str, *, native: bool, persist: bool) -> bool:
+    """Whether the client itself asked for a stream's usage chunk (the gateway asks the upstream for it
+    anyway where it logs usage or must report it: the tap then drops it unless asked)."""
+    asked = bool((body.get("stream_options") or {}).get("include_usage"))
+    if native or wire == "anthropic":
+        return True
+    if provider in ("openai", "bedrock"):
+        return asked if body.get("stream") and (persist or wire == "responses") else True
+    return asked  # to an Anthropic upstream: converted back, usage only if asked
