@@ -210,6 +210,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 6: memory row versions (docs/ARCHITECTURE.md, "Write rules"); rows stored before read as version 1.
     ("ALTER TABLE memories ADD COLUMN version INTEGER NOT NULL DEFAULT 1",),
+    # 7: the conversation a usage row was spent in (GET /v1/usage per thread); older rows have none.
+    ("ALTER TABLE usage ADD COLUMN thread TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
