@@ -38,8 +38,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.domain.models import Memory  # noqa: E402
 from engram.domain.text import is_cjk  # noqa: E402
-from engram.services.injection import render_patch  # noqa: E402
-from engram.services.recall import RecallConfig, RecallService, render_prompt  # noqa: E402
+from engram.services.chat.injection import render_patch  # noqa: E402
+from engram.services.recall.pipeline import RecallConfig, RecallService, render_prompt  # noqa: E402
 
 from bench.common import REPO, Pipeline  # noqa: E402
 from tests.configs import config  # noqa: E402

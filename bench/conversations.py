@@ -36,9 +36,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.sqlite import SqliteMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Message  # noqa: E402
-from engram.services.conversations import ConversationConfig, ConversationService  # noqa: E402
-from engram.services.gated_embedder import GatedEmbedder  # noqa: E402
-from engram.services.search_guard import GuardedIndex  # noqa: E402
+from engram.services.index.gated_embedder import GatedEmbedder  # noqa: E402
+from engram.services.index.guard import GuardedIndex  # noqa: E402
+from engram.services.recall.conversations import ConversationConfig, ConversationService  # noqa: E402
 
 from bench.common import CachedEmbedder  # noqa: E402
 from bench.retrieval import default_data, parse_when  # noqa: E402

@@ -29,9 +29,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 
 from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.sqlite import SqliteMemoryStore  # noqa: E402
-from engram.services.conversations import ConversationConfig, ConversationService  # noqa: E402
-from engram.services.messages import MessageIn, MessageService  # noqa: E402
-from engram.services.search_guard import GuardedIndex  # noqa: E402
+from engram.services.index.guard import GuardedIndex  # noqa: E402
+from engram.services.library.messages import MessageIn, MessageService  # noqa: E402
+from engram.services.recall.conversations import ConversationConfig, ConversationService  # noqa: E402
 
 from tests.configs import config as service_config  # noqa: E402
 

@@ -32,7 +32,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
 from engram.bootstrap import Overrides, build_container  # noqa: E402
-from engram.services.memories import MemoryWrite  # noqa: E402
+from engram.services.library.memories import MemoryWrite  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
 HANZI = (

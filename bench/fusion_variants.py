@@ -32,7 +32,7 @@ from engram.adapters.search.inmemory import neighbour_density  # noqa: E402
 from engram.domain import fusion  # noqa: E402
 from engram.domain.recall_scoring import fold_text, fuse_scores, jaccard  # noqa: E402
 from engram.domain.text import tokenize  # noqa: E402
-from engram.services.recall import RecallConfig  # noqa: E402
+from engram.services.recall.pipeline import RecallConfig  # noqa: E402
 
 from bench.candidates import Question, all_questions  # noqa: E402
 from tests.configs import config  # noqa: E402

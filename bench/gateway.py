@@ -54,7 +54,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     from engram.bootstrap import Overrides, build_container
     from engram.domain.models import Digest
     from engram.entrypoints.http.app import create_app
-    from engram.services.memories import MemoryWrite
+    from engram.services.library.memories import MemoryWrite
     from engram.settings import Settings
 
     from tests.servers import free_port

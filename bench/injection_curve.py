@@ -4,7 +4,7 @@ token budget (issue 24, item 3; `bench/quality.py` prints it).
 Each chat turn is simulated from one deep ranking (the pipeline's top ``BUDGET_MAX_HITS`` without a
 floor, each hit with its relevance and the tokens of its injected line): a configuration keeps the hits
 at or above its floor, best first, while their lines fit in its budget, exactly as
-``RecallService.recall(..., budget_tokens=B)`` does (``services/recall.py``, ``within_budget``); the
+``RecallService.recall(..., budget_tokens=B)`` does (``services/recall/pipeline.py``, ``within_budget``); the
 "top 5" rows are the previous rule (the floor, then the 5 best). Answerable turns count the share of
 their answer memories injected; unanswerable turns (``no_answer`` questions, and every question asked
 in a namespace that does not hold its answer) count the memories injected, all of them stray.
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engram.domain.text import estimate_tokens
-from engram.services.recall import TENTATIVE_HEAD
+from engram.services.recall.pipeline import TENTATIVE_HEAD
 
 FLOORS = (0.0, 0.02, 0.05, 0.08, 0.1, 0.15, 0.2, 0.3)
 BUDGETS = (60, 120, 200, 300, 400)

@@ -40,7 +40,7 @@ from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
 from engram.adapters.search.sqlite import ANN_THRESHOLD, SqliteSearchIndex  # noqa: E402
 from engram.adapters.storage.inmemory import InMemoryMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Memory  # noqa: E402
-from engram.services.recall import RecallConfig, RecallService  # noqa: E402
+from engram.services.recall.pipeline import RecallConfig, RecallService  # noqa: E402
 
 from tests.configs import config  # noqa: E402
 

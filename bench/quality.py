@@ -36,8 +36,8 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
-from engram.services.injection import render_patch  # noqa: E402
-from engram.services.recall import render_prompt  # noqa: E402
+from engram.services.chat.injection import render_patch  # noqa: E402
+from engram.services.recall.pipeline import render_prompt  # noqa: E402
 
 from bench import injection_curve, namespace_sizes  # noqa: E402
 from bench.bilingual import DATA, LABELS, estimate_tokens, index_persona, load_personas  # noqa: E402
@@ -60,7 +60,7 @@ FLOORS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3)
 
 def injection_curve_depth() -> int:
     """The deep ranking's length: what a token budget may inject at most (``BUDGET_MAX_HITS``)."""
-    from engram.services.recall import BUDGET_MAX_HITS
+    from engram.services.recall.pipeline import BUDGET_MAX_HITS
 
     return BUDGET_MAX_HITS
 

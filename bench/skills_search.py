@@ -37,8 +37,8 @@ from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
 from engram.adapters.storage.blobs import LocalBlobStore  # noqa: E402
 from engram.adapters.storage.skills import SqliteSkillStore  # noqa: E402
-from engram.services.gated_embedder import ClippedEmbedder  # noqa: E402
-from engram.services.skills import SkillService, rank_by_vector  # noqa: E402
+from engram.services.index.gated_embedder import ClippedEmbedder  # noqa: E402
+from engram.services.library.skills import SkillService, rank_by_vector  # noqa: E402
 
 NS = "bench"
 DATA = json.loads((Path(__file__).parent / "data" / "skills.json").read_text(encoding="utf-8"))

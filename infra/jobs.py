@@ -71,7 +71,7 @@ class Jobs(Construct):
             "CleanupFunction",
             handler="engram.entrypoints.lambdas.cleanup.handler",
             # The jobs queue's consumer: cleanup, index repair and the admin panel's reindex, which stops
-            # before this timeout at a checkpoint and queues its own continuation (services/reindex.py).
+            # before this timeout at a checkpoint and queues its own continuation (services/index/reindex.py).
             description="Engram jobs from the queue: cleanup (retention), index repair, reindex",
             environment=env,
             layers=layers,

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-# The functions read and write only under this prefix (engram.services.skills.blob_key).
+# The functions read and write only under this prefix (engram.services.library.skills.blob_key).
 SKILL_FILES_PREFIX = "skills/"
 
 
@@ -34,7 +34,7 @@ class SkillFiles(Construct):
 
     def grant(self, grantee: iam.IGrantable) -> None:
         """Get, put and delete objects under ``skills/`` (adapters/storage/blobs.py calls nothing else):
-        purging a skill deleted 30 days ago removes the files no other skill uses (services/skills.py)."""
+        purging a skill deleted 30 days ago removes the files no other skill uses (services/library/skills.py)."""
         iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],

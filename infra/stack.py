@@ -164,7 +164,7 @@ class EngramStack(Stack):
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
         # Skill files: the HTTP functions read and upload them, and delete the files of a skill whose
-        # restore window ended when they meet it (services/skills.py purges lazily); cleanup purges them.
+        # restore window ended when they meet it (services/library/skills.py purges lazily); cleanup purges them.
         for fn in [*http, jobs.cleanup_function]:
             skill_files.grant(fn)
         if search is not None:

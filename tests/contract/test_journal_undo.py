@@ -1,4 +1,4 @@
-"""The change journal and its undo on every store (services/journal.py, docs/journal.md): each kind of
+"""The change journal and its undo on every store (services/library/journal.py, docs/journal.md): each kind of
 change a run makes is recorded with the run, reverted by its undo (a row changed since is a conflict,
 left alone), and redone by the undo of the undo; erasing a memory for good erases its journal content."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from engram.domain.models import DailyLog, Digest, Memory, Reminder
 from engram.domain.ports import MemoryStore
-from engram.services.journal import Journal
-from engram.services.journaled_store import JournaledStore, journaled
+from engram.services.library.journal import Journal
+from engram.services.library.journaled_store import JournaledStore, journaled
 
 from tests.contract.rows import NS, T0, a_candidate, a_memory, a_message, a_precious, a_term, at
 from tests.fakes.clock import ManualClock

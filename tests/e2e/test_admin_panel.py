@@ -625,11 +625,6 @@ def _ingest_thread(owner: httpx.Client, thread: str, texts: list[str], start_min
     owner.post("/v1/ingest/messages", json={"messages": messages}).raise_for_status()
 
 
-@pytest.mark.xfail(
-    reason="known bug at session end: the panel's 'Copy from conversation' leaves the target summary empty "
-    "(after the thread-id grammar landed); edit and clear work — see the session 4 closing note",
-    strict=False,
-)
 def test_conversations_view_edits_clears_and_copies_a_kept_summary(
     page: Any, panel_server: EngramServer, owner_api: httpx.Client
 ) -> None:
@@ -655,7 +650,9 @@ def test_conversations_view_edits_clears_and_copies_a_kept_summary(
     page.locator("#thread-detail").get_by_role("button", name="Summary").click()
     page.locator("dialog[open]").get_by_label("Copy from conversation").select_option("kyoto")
     page.locator("dialog[open]").get_by_role("button", name="Save").click()
-    expect(page.locator(".toast").last).to_contain_text("Summary saved")
+    # (each save has its own toast: the edit's "Summary saved" may still be on screen, so waiting on
+    # it let the read below race the copy's PUT — the "copy leaves the target empty" of session 4)
+    expect(page.locator(".toast").last).to_contain_text("Summary copied from “kyoto”")
     assert owner_api.get("/v1/threads/oslo/summary").json()["summary"] == "Trip to Kyoto, flying May 4."
     # When kyoto's is emptied, Then it is cleared
     page.locator("#thread-list .thread", has_text="kyoto").get_by_role("button", name="Open").click()
@@ -663,7 +660,7 @@ def test_conversations_view_edits_clears_and_copies_a_kept_summary(
     page.locator("#thread-detail").get_by_role("button", name="Summary").click()
     page.locator("dialog[open]").get_by_role("textbox", name="Summary text").fill("")
     page.locator("dialog[open]").get_by_role("button", name="Save").click()
-    expect(page.locator(".toast").last).to_contain_text("Summary saved")
+    expect(page.locator(".toast").last).to_contain_text("Summary cleared")
     assert owner_api.get("/v1/threads/kyoto/summary").json()["summary"] == ""
     assert page.console_errors == []  # type: ignore[attr-defined]
 

@@ -23,9 +23,9 @@ import pytest
 from engram.bootstrap import build_container
 from engram.domain.models import Candidate, MemoryFilter
 from engram.entrypoints.http.app import create_app
-from engram.services.memories import MemoryWrite
-from engram.services.messages import MessageIn
-from engram.services.notes import GlossaryIn
+from engram.services.library.memories import MemoryWrite
+from engram.services.library.messages import MessageIn
+from engram.services.library.notes import GlossaryIn
 from engram.settings import Settings
 from starlette.testclient import TestClient
 

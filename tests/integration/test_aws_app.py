@@ -178,8 +178,8 @@ async def test_reindex_is_a_job_on_the_queue_that_continues_itself_and_reports_o
 ) -> None:
     # Given the API function's app and 12 memories in DynamoDB (a reindex batch is 8 here, 32 in real life)
     from engram.entrypoints.lambdas import cleanup, runtime
-    from engram.services import reindex
-    from engram.services.memories import MemoryWrite
+    from engram.services.index import reindex
+    from engram.services.library.memories import MemoryWrite
 
     from tests.integration.test_lambda_handlers import LambdaContextStub
 

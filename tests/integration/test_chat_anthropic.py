@@ -10,7 +10,7 @@ import httpx
 import openai
 from engram.domain.models import Digest
 from engram.domain.wire.cache_markers import count_cache_control
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply, ToolCall, Usage
 from tests.integration.chat_support import ANTHROPIC_KEY, OWNER_KEY, UPSTREAM_KEY, Gateway, make_gateway, upstream

@@ -18,7 +18,7 @@ import openai
 import pytest
 from botocore.exceptions import NoCredentialsError
 from engram.domain.models import Digest
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 
 from tests.fakes.bedrock_runtime import BedrockReply, BedrockTool, FakeBedrockRuntime, wait_until
 from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream

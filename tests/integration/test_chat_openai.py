@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 from engram.domain.models import Digest, MemoryFilter
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply, ToolCall, Usage
 from tests.integration.chat_support import OWNER_KEY, UPSTREAM_KEY, Gateway, make_gateway, upstream

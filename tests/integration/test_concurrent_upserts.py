@@ -19,7 +19,7 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.errors import Conflict
 from engram.domain.models import Memory
 from engram.domain.ports import Clock, MemoryStore
-from engram.services.memories import MemoryRules, MemoryService, MemoryWrite, WriteResult
+from engram.services.library.memories import MemoryRules, MemoryService, MemoryWrite, WriteResult
 
 from tests.configs import config
 from tests.conftest import EngramServer

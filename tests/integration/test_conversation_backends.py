@@ -18,9 +18,9 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.bootstrap import build_container
 from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import SearchIndex
-from engram.services.conversations import ConversationConfig, ConversationService
-from engram.services.messages import MessageIn
-from engram.services.search_guard import GuardedIndex
+from engram.services.index.guard import GuardedIndex
+from engram.services.library.messages import MessageIn
+from engram.services.recall.conversations import ConversationConfig, ConversationService
 from engram.settings import Settings
 
 from tests.configs import config

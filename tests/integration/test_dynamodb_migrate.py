@@ -15,8 +15,8 @@ pytest.importorskip("moto")
 
 from engram.domain.models import Message
 from engram.entrypoints import cli
-from engram.services.conversations import CURSOR as CONVERSATION_CURSOR
-from engram.services.migrate import CURSOR, MigrationService
+from engram.services.jobs.migrate import CURSOR, MigrationService
+from engram.services.recall.conversations import CURSOR as CONVERSATION_CURSOR
 
 from tests.fakes.clock import ManualClock
 from tests.fakes.moto_aws import TABLE, dynamo_store

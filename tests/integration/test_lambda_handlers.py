@@ -19,7 +19,7 @@ from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import NotConfigured
 from engram.domain.models import IdempotencyRecord
 from engram.entrypoints.lambdas import cleanup, dream, extract, runtime
-from engram.services.jobs import JobRunner, JobServices
+from engram.services.jobs.registry import JobRunner, JobServices
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -229,7 +229,7 @@ class RecordingHistory:
 
 
 def test_a_history_rotation_job_runs_on_the_jobs_queue(container: FakeContainer) -> None:
-    # Given the chat path queued a rotation of one thread's kept history (services/history.py)
+    # Given the chat path queued a rotation of one thread's kept history (services/chat/history.py)
     history = RecordingHistory()
     container.history = history
     batch = event("sqs_cleanup_batch.json")

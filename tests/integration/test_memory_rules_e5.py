@@ -17,7 +17,7 @@ from engram.adapters.embed.local import LocalEmbedder
 from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.models import Message, new_id
 from engram.domain.policies import cosine
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.chat_model import ScriptedChatModel

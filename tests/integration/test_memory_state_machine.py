@@ -26,8 +26,8 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, new_id
 from engram.domain.ports import MemoryStore
-from engram.services.candidates import CandidateService
-from engram.services.memories import MemoryPatch, MemoryRules, MemoryService, MemoryWrite
+from engram.services.library.candidates import CandidateService
+from engram.services.library.memories import MemoryPatch, MemoryRules, MemoryService, MemoryWrite
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule

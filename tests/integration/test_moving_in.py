@@ -149,8 +149,8 @@ def test_text_scoring_asks_the_model_in_batches_and_keeps_defaults_when_it_fails
     import asyncio
 
     from engram.domain.errors import UpstreamUnavailable
-    from engram.services.import_formats import convert
-    from engram.services.moving_in import SCORE_BATCH, score
+    from engram.services.transfer.other_formats import convert
+    from engram.services.transfer.other_systems import SCORE_BATCH, score
 
     lines = [f"note number {n}" for n in range(SCORE_BATCH + 3)]
     conv = convert("text", "\n".join(lines))
@@ -171,8 +171,8 @@ def test_text_scoring_asks_the_model_in_batches_and_keeps_defaults_when_it_fails
 def test_a_fenced_scoring_answer_is_read_like_a_bare_one() -> None:
     import asyncio
 
-    from engram.services.import_formats import convert
-    from engram.services.moving_in import score
+    from engram.services.transfer.other_formats import convert
+    from engram.services.transfer.other_systems import score
 
     # Given a model that answers the scoring call in a code fence after a sentence
     conv = convert("text", "I never eat peanuts\nI like tea")

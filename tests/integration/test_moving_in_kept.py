@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from engram.bootstrap import Container
 from engram.domain.models import Memory
-from engram.services.import_formats import convert
-from engram.services.transfer import ExportDocument
+from engram.services.transfer.engram_format import ExportDocument
+from engram.services.transfer.other_formats import convert
 
 from tests.conftest import EngramServer
 from tests.fakes.clock import ManualClock

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from engram.bootstrap import build_container
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.upstream import FakeUpstream, Reply

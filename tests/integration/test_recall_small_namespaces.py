@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from engram.adapters.embed.local import LocalEmbedder
 from engram.bootstrap import Container, Overrides, build_container
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock

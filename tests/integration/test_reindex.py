@@ -29,7 +29,7 @@ def _settings(data_dir: Path, **extra: object) -> Settings:
 
 
 def test_model_change_is_detected_and_reindex_rebuilds(tmp_path: Path) -> None:
-    from engram.services.memories import MemoryWrite
+    from engram.services.library.memories import MemoryWrite
 
     # Given memories indexed with the local model
     first = build_container(_settings(tmp_path))
@@ -92,7 +92,7 @@ def _serve(data_dir: Path, embeddings: str, keys: Path) -> tuple[list[str], dict
 
 
 def test_reindex_started_over_rest_on_one_process_is_reported_and_used_by_another(tmp_path: Path) -> None:
-    from engram.services.memories import MemoryWrite
+    from engram.services.library.memories import MemoryWrite
 
     with FakeEmbeddingsServer(dimension=32) as old_model, FakeEmbeddingsServer(dimension=64) as new_model:
         # Given 40 memories indexed with an older embedding model

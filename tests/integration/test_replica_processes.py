@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engram.bootstrap import build_container
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.conftest import write_keys

@@ -1,4 +1,4 @@
-"""Server-kept history (services/history.py) through the real gateway: both doors, streaming, rotation by
+"""Server-kept history (services/chat/history.py) through the real gateway: both doors, streaming, rotation by
 a queued job with the scripted fake model, byte-stable prefixes, cache markers, the summary over REST/MCP."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from engram.domain.wire.cache_markers import count_cache_control
-from engram.services.loop import run_sync
+from engram.services.sync_bridge import run_sync
 
 from tests.fakes.upstream import Reply
 from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream

@@ -12,8 +12,8 @@ import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.blobs import LocalBlobStore
 from engram.adapters.storage.skills import SqliteSkillStore
-from engram.services.cleanup import CleanupService, RetentionPolicy
-from engram.services.skills import SkillService, blob_key
+from engram.services.jobs.cleanup import CleanupService, RetentionPolicy
+from engram.services.library.skills import SkillService, blob_key
 
 from tests.configs import config
 from tests.fakes.clock import ManualClock

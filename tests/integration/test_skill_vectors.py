@@ -16,7 +16,7 @@ from engram.adapters.embed.local import LocalEmbedder
 from engram.adapters.storage.blobs import InMemoryBlobStore
 from engram.adapters.storage.skills import InMemorySkillStore
 from engram.domain.errors import UpstreamUnavailable
-from engram.services.skills import SkillService
+from engram.services.library.skills import SkillService
 
 from tests.conftest import EngramServer
 from tests.fakes.clock import ManualClock

@@ -12,7 +12,7 @@ from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore
 from engram.adapters.storage.skills import InMemorySkillStore
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.skills import MAX_FILE_BYTES
-from engram.services.skills import SkillService
+from engram.services.library.skills import SkillService
 
 from tests.conftest import OTHER_KEY, EngramServer
 from tests.fakes.clock import ManualClock

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from engram.domain.errors import InvalidInput
-from engram.services.threads import thread_id_of
+from engram.services.library.threads import thread_id_of
 
 from tests.conftest import EngramServer
 from tests.fakes.upstream import Reply

@@ -155,8 +155,8 @@ def test_the_cleanup_job_erases_threads_binned_longer_than_the_grace() -> None:
     from engram.adapters.search.inmemory import InMemorySearchIndex
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
     from engram.domain.models import Message
-    from engram.services.cleanup import CleanupService
-    from engram.services.threads import ThreadService
+    from engram.services.jobs.cleanup import CleanupService
+    from engram.services.library.threads import ThreadService
 
     from tests.fakes.clock import ManualClock
 
@@ -180,7 +180,7 @@ def test_the_cleanup_job_erases_threads_binned_longer_than_the_grace() -> None:
     threads.delete("ns", "recent")
     clock.advance(days=29)
     # When cleanup runs (message retention far away)
-    from engram.services.cleanup import RetentionPolicy
+    from engram.services.jobs.cleanup import RetentionPolicy
 
     report = CleanupService(store, InMemorySearchIndex(), clock, config(RetentionPolicy, messages_days=365)).run("ns")
     # Then only the older one is gone, with its messages

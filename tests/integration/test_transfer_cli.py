@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from engram.bootstrap import build_container
 from engram.entrypoints import cli
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 

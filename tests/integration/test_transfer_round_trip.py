@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from engram.bootstrap import Container
 from engram.domain.models import DailyLog, UsageRecord
-from engram.services.memories import MemoryWrite
-from engram.services.messages import MessageIn
-from engram.services.notes import GlossaryIn
-from engram.services.transfer import ExportDocument
+from engram.services.library.memories import MemoryWrite
+from engram.services.library.messages import MessageIn
+from engram.services.library.notes import GlossaryIn
+from engram.services.transfer.engram_format import ExportDocument
 
 from tests.fakes.clock import ManualClock
 from tests.integration.clocked_store import clocked_container, comparable

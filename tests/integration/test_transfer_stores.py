@@ -12,11 +12,11 @@ from engram.adapters.clock import SystemClock
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.models import DailyLog
 from engram.domain.ports import MemoryStore
-from engram.services.candidates import CandidateService
-from engram.services.memories import MemoryRules, MemoryService, MemoryWrite
-from engram.services.messages import MessageIn, MessageService
-from engram.services.notes import GlossaryIn, NoteService
-from engram.services.transfer import ExportDocument, TransferService
+from engram.services.library.candidates import CandidateService
+from engram.services.library.memories import MemoryRules, MemoryService, MemoryWrite
+from engram.services.library.messages import MessageIn, MessageService
+from engram.services.library.notes import GlossaryIn, NoteService
+from engram.services.transfer.engram_format import ExportDocument, TransferService
 
 from tests.configs import config
 from tests.contract.conftest import STORE_FACTORIES

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from engram.bootstrap import build_container
-from engram.services.memories import MemoryWrite
-from engram.services.messages import MessageIn
+from engram.services.library.memories import MemoryWrite
+from engram.services.library.messages import MessageIn
 from engram.settings import Settings
 
 from tests.fakes.upstream import FakeUpstream, Reply

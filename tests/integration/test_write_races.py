@@ -15,7 +15,7 @@ import pytest
 from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.errors import Conflict
 from engram.domain.ports import Clock, MemoryStore
-from engram.services.memories import MemoryPatch, MemoryWrite
+from engram.services.library.memories import MemoryPatch, MemoryWrite
 from engram.settings import Settings
 
 from tests.contract.conftest import STORE_FACTORIES

@@ -149,10 +149,10 @@ def test_a_success_clears_the_count() -> None:
 
 
 def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block() -> None:
-    # Runs are jobs whose state lives under the namespace that started them (services/reindex.py):
+    # Runs are jobs whose state lives under the namespace that started them (services/index/reindex.py):
     # one namespace never sees another's run, and each may run its own.
     from engram.adapters.storage.inmemory import InMemoryMemoryStore
-    from engram.services.reindex import ReindexService
+    from engram.services.index.reindex import ReindexService
 
     class HeldQueue:
         def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""One boot package for every surface (services/boot.py): the chat block stays small, REST/MCP get more."""
+"""One boot package for every surface (services/recall/boot.py): the chat block stays small, REST/MCP get more."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import timedelta
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import GlossaryTerm, Message, Precious, new_id
-from engram.services.boot import CHAT_BLOCK, BootLimits, BootService
+from engram.services.library.memories import MemoryRules, MemoryService, MemoryWrite
+from engram.services.library.stats import NamespaceStats
 from engram.services.local_day import LocalDay
-from engram.services.memories import MemoryRules, MemoryService, MemoryWrite
-from engram.services.stats import NamespaceStats
+from engram.services.recall.boot import CHAT_BLOCK, BootLimits, BootService
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock

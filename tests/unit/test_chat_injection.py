@@ -8,7 +8,7 @@ from typing import Any
 
 from engram.domain.wire.cache_markers import count_cache_control
 from engram.domain.wire.content import text_of
-from engram.services.injection import (
+from engram.services.chat.injection import (
     BootData,
     CachePolicy,
     inject_anthropic,
@@ -195,7 +195,7 @@ def test_no_patch_when_last_message_is_assistant_prefill() -> None:
 
 
 def test_only_the_date_sentence_leaves_a_mixed_line() -> None:
-    from engram.services.injection import split_volatile
+    from engram.services.chat.injection import split_volatile
 
     assert split_volatile("You are helpful. Today is 2026-11-30 10:00.") == (
         "You are helpful.",
@@ -208,7 +208,7 @@ def test_only_the_date_sentence_leaves_a_mixed_line() -> None:
 
 
 def test_a_system_prompt_that_was_only_a_date_is_dropped_not_sent_empty() -> None:
-    from engram.services.injection import inject_openai
+    from engram.services.chat.injection import inject_openai
 
     body = {
         "model": "m",
@@ -430,7 +430,7 @@ def test_openai_patch_goes_into_the_user_turn_before_trailing_developer_messages
 
 
 def test_responses_injection_for_an_upstream_that_speaks_it() -> None:
-    from engram.services.injection import inject_responses
+    from engram.services.chat.injection import inject_responses
 
     # Given a string input: it becomes a user item carrying the patch; the boot block follows the instructions
     out, info = inject_responses({"instructions": SYSTEM, "input": "hi"}, BOOT, "- m")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from engram.domain.errors import InvalidInput, NotConfigured
-from engram.services.routing import RouteConfig, route
+from engram.services.chat.routing import RouteConfig, route
 
 CFG = RouteConfig("companion", "deepseek-chat", "gemini-flash", False, True, True)
 

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.services.boot import BootLimits
-from engram.services.chat import ChatConfig
-from engram.services.cleanup import RetentionPolicy
-from engram.services.conversations import ConversationConfig
-from engram.services.dreaming import DreamConfig
-from engram.services.extraction import ExtractionConfig
-from engram.services.history import HistoryConfig
-from engram.services.memories import MemoryRules
-from engram.services.recall import RecallConfig
-from engram.services.reminders import ReminderConfig
+from engram.services.chat.gateway import ChatConfig
+from engram.services.chat.history import HistoryConfig
+from engram.services.jobs.cleanup import RetentionPolicy
+from engram.services.jobs.dreaming import DreamConfig
+from engram.services.jobs.extraction import ExtractionConfig
+from engram.services.library.memories import MemoryRules
+from engram.services.library.reminders import ReminderConfig
+from engram.services.recall.boot import BootLimits
+from engram.services.recall.conversations import ConversationConfig
+from engram.services.recall.pipeline import RecallConfig
 from engram.settings import Settings
 
 DEFAULTS = Settings.model_construct()

@@ -1,4 +1,4 @@
-"""The rules of conversation recall (services/conversations.py, docs/conversations.md) on in-memory
+"""The rules of conversation recall (services/recall/conversations.py, docs/conversations.md) on in-memory
 fakes: fragments with neighbours per thread, the current thread and binned threads left out, the
 seen TTL, the token budget, namespaces apart, and the index following the embedding model."""
 
@@ -10,9 +10,9 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import Message
 from engram.domain.text import estimate_tokens
-from engram.services.conversations import ConversationConfig, ConversationService, topic_query
-from engram.services.gated_embedder import GatedEmbedder
-from engram.services.search_guard import GuardedIndex
+from engram.services.index.gated_embedder import GatedEmbedder
+from engram.services.index.guard import GuardedIndex
+from engram.services.recall.conversations import ConversationConfig, ConversationService, topic_query
 
 from tests.configs import config as cfg
 from tests.fakes.clock import ManualClock
@@ -165,7 +165,7 @@ def test_vectors_rank_but_only_shared_words_vouch_for_a_fragment() -> None:
 
 def test_cleanup_takes_deleted_messages_out_of_the_conversation_index() -> None:
     from engram.bootstrap import Overrides, build_container
-    from engram.services.messages import MessageIn
+    from engram.services.library.messages import MessageIn
     from engram.settings import Settings
 
     # Given a month-old trip conversation and a fresh one, both indexed

@@ -13,7 +13,7 @@ import pytest
 from engram.adapters.embed.local import LocalEmbedder
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.domain.text import clip_to_tokens, estimate_tokens
-from engram.services.gated_embedder import GatedEmbedder
+from engram.services.index.gated_embedder import GatedEmbedder
 
 CJK = "用户的老婆叫周婷在上海一所公立高中教英语" * 500  # 10,000 CJK characters
 

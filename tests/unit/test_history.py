@@ -1,4 +1,4 @@
-"""Server-kept history, the pure parts (services/history.py): placing it on each wire, which stored rows
+"""Server-kept history, the pure parts (services/chat/history.py): placing it on each wire, which stored rows
 make turns, and the opt-in from the keys file. The gateway tests drive the rest."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from engram.bootstrap.keys import load_keys_file
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Message
-from engram.services.history import History, Turn, _cut, _turns, place_history
+from engram.services.chat.history import History, Turn, _cut, _turns, place_history
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 

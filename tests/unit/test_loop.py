@@ -1,4 +1,4 @@
-"""engram.services.loop: the one bridge from sync code to coroutines (one loop per process)."""
+"""engram.services.sync_bridge: the one bridge from sync code to coroutines (one loop per process)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from engram.services.loop import process_loop, run_sync
+from engram.services.sync_bridge import process_loop, run_sync
 
 
 async def running_loop() -> asyncio.AbstractEventLoop:

@@ -39,7 +39,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("domain/wire/anthropic_stream.py", "time.time"): "`created` of the OpenAI chunks of an Anthropic stream",
     ("domain/wire/converse.py", "time.time"): "`created` of OpenAI responses and chunks translated from Converse",
     ("domain/wire/responses.py", "time.time"): "`created_at` of Responses translated from chat completions",
-    ("services/chat.py", "time.time"): "`created` of each model in the `GET /v1/models` list",
+    ("services/chat/gateway.py", "time.time"): "`created` of each model in the `GET /v1/models` list",
     # The replica's sequence numbers: epoch milliseconds, strictly increasing per process, shared
     # with DynamoDB's TTL (docs/aws.md, "Search backends"); they order log rows, they are not stamps.
     ("adapters/search/document_log.py", "time.time"): "SEQ: the replica log's sequence numbers",
@@ -49,17 +49,17 @@ EXEMPT: dict[tuple[str, str], str] = {
     # Monotonic timing for timeouts and intervals inside one process: a duration, never stored,
     # never compared with a stored time, and immune to wall-clock jumps.
     ("adapters/search/replica.py", "time.monotonic"): "the replica's sync interval (ENGRAM_REPLICA_SYNC_SECONDS)",
-    ("services/boot.py", "time.monotonic"): "age of the boot block kept in process for the chat path (max_age)",
-    ("services/gated_embedder.py", "time.monotonic"): "re-check interval of the index's embedding model",
-    ("services/search_guard.py", "time.monotonic"): "retry back-off while the search index is unavailable",
+    ("services/recall/boot.py", "time.monotonic"): "age of the boot block kept in process for the chat path (max_age)",
+    ("services/index/gated_embedder.py", "time.monotonic"): "re-check interval of the index's embedding model",
+    ("services/index/guard.py", "time.monotonic"): "retry back-off while the search index is unavailable",
     ("services/runtime_settings.py", "time.monotonic"): "re-read interval of the runtime settings row (5 s)",
-    ("services/reindex.py", "time.monotonic"): "the deadline of a reindex slice (the Lambda's remaining time)",
+    ("services/index/reindex.py", "time.monotonic"): "the deadline of a reindex slice (the Lambda's remaining time)",
     ("entrypoints/lambdas/runtime.py", "time.monotonic"): "that deadline, from the invocation's remaining time",
     ("entrypoints/console.py", "time.monotonic"): "the CLI progress bar's rate and redraw interval",
     # Latency measurement: reported in headers, logs and recall stages, decided nothing.
-    ("services/recall.py", "time.perf_counter"): "recall stage timings",
-    ("services/chat.py", "time.perf_counter"): "recall and upstream latency of a turn",
-    ("services/exchange.py", "time.perf_counter"): "the exchange's start, for its latency",
+    ("services/recall/pipeline.py", "time.perf_counter"): "recall stage timings",
+    ("services/chat/gateway.py", "time.perf_counter"): "recall and upstream latency of a turn",
+    ("services/chat/exchange.py", "time.perf_counter"): "the exchange's start, for its latency",
     ("entrypoints/http/app.py", "time.perf_counter"): "request duration in the access log",
 }
 

@@ -24,7 +24,7 @@ from engram.domain.recall_scoring import (
     recency_factor,
     repeat_factor,
 )
-from engram.services.recall import RecallConfig, RecallResult, RecallService, render_prompt
+from engram.services.recall.pipeline import RecallConfig, RecallResult, RecallService, render_prompt
 
 from tests.configs import config
 from tests.fakes.embeddings_server import fake_vector
@@ -587,7 +587,7 @@ def test_repeated_queries_reuse_the_query_vector_and_failures_are_not_cached() -
 
 def test_the_query_vector_cache_is_bounded() -> None:
     # Given a service and more distinct queries than the cache holds
-    from engram.services import recall as recall_module
+    from engram.services.recall import pipeline as recall_module
 
     w = World()
     w.add("I am allergic to peanuts")

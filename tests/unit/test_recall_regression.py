@@ -15,7 +15,7 @@ from engram.adapters.embed.local import LocalEmbedder
 from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import IndexedDoc, Memory
-from engram.services.recall import RecallConfig, RecallService
+from engram.services.recall.pipeline import RecallConfig, RecallService
 
 from tests.configs import config
 from tests.fakes.clock import ManualClock

@@ -1,4 +1,4 @@
-"""One reindex use case (services/reindex.py): a job whose state lives in the store, resumable at a
+"""One reindex use case (services/index/reindex.py): a job whose state lives in the store, resumable at a
 deadline, that turns vectors back on in every process after a model change.
 
 Real: the services, the in-memory store and index (shared by two containers, as two Lambda instances
@@ -15,8 +15,8 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import UpstreamUnavailable
-from engram.services.memories import INDEX_DIRTY, MemoryWrite
-from engram.services.reindex import STATE_KEY
+from engram.services.index.reindex import STATE_KEY
+from engram.services.library.memories import INDEX_DIRTY, MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock

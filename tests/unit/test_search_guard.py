@@ -15,9 +15,9 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
-from engram.services.gated_embedder import GatedEmbedder
-from engram.services.memories import INDEX_DIRTY, MemoryWrite
-from engram.services.search_guard import GuardedIndex, is_index_unavailable
+from engram.services.index.gated_embedder import GatedEmbedder
+from engram.services.index.guard import GuardedIndex, is_index_unavailable
+from engram.services.library.memories import INDEX_DIRTY, MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock

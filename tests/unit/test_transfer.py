@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engram.bootstrap import Overrides, build_container
-from engram.services.transfer import ExportDocument
+from engram.services.transfer.engram_format import ExportDocument
 from engram.settings import Settings
 
 from tests.fakes.embedder import HashEmbedder

@@ -35,33 +35,33 @@ from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_o
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
-from engram.services.boot import BootLimits, BootService
-from engram.services.candidates import CandidateService
-from engram.services.chat import ChatService
-from engram.services.cleanup import CleanupService, RetentionPolicy
-from engram.services.conversations import ConversationConfig, ConversationService
-from engram.services.dreaming import DreamConfig, DreamingService
-from engram.services.extraction import ExtractionConfig, ExtractionService
-from engram.services.gated_embedder import ClippedEmbedder, GatedEmbedder
-from engram.services.history import HistoryConfig, HistoryService
-from engram.services.job_runs import NamespaceLocks
-from engram.services.jobs import JOBS, JobRunner, JobServices
+from engram.services.chat.gateway import ChatService
+from engram.services.chat.history import HistoryConfig, HistoryService
+from engram.services.chat.usage_report import UsageReportService
+from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
+from engram.services.index.guard import GuardedIndex
+from engram.services.index.reindex import ReindexService
+from engram.services.jobs.cleanup import CleanupService, RetentionPolicy
+from engram.services.jobs.dreaming import DreamConfig, DreamingService
+from engram.services.jobs.extraction import ExtractionConfig, ExtractionService
+from engram.services.jobs.registry import JOBS, JobRunner, JobServices
+from engram.services.jobs.runs import NamespaceLocks
+from engram.services.library.candidates import CandidateService
+from engram.services.library.memories import MemoryRules, MemoryService
+from engram.services.library.messages import MessageService
+from engram.services.library.notes import NoteService
+from engram.services.library.reminders import ReminderConfig, ReminderService
+from engram.services.library.skills import SkillService
+from engram.services.library.stats import NamespaceStats
+from engram.services.library.threads import ThreadService
 from engram.services.local_day import LocalDay
-from engram.services.memories import MemoryRules, MemoryService
-from engram.services.messages import MessageService
-from engram.services.moving_in import MovingInService
-from engram.services.notes import NoteService
 from engram.services.ratelimit import RequestLimits
-from engram.services.recall import RecallService
-from engram.services.reindex import ReindexService
-from engram.services.reminders import ReminderConfig, ReminderService
+from engram.services.recall.boot import BootLimits, BootService
+from engram.services.recall.conversations import ConversationConfig, ConversationService
+from engram.services.recall.pipeline import RecallService
 from engram.services.runtime_settings import RuntimeSettings
-from engram.services.search_guard import GuardedIndex
-from engram.services.skills import SkillService
-from engram.services.stats import NamespaceStats
-from engram.services.threads import ThreadService
-from engram.services.transfer import TransferService
-from engram.services.usage_report import UsageReportService
+from engram.services.transfer.engram_format import TransferService
+from engram.services.transfer.other_systems import MovingInService
 from engram.settings import Settings, load_settings
 
 __all__ = [
@@ -115,7 +115,7 @@ class Container:
     dreaming: DreamingService
     cleanup: CleanupService
     reindex: ReindexService
-    jobs: JobRunner  # every job by name, and what follows a run (services/jobs.py)
+    jobs: JobRunner  # every job by name, and what follows a run (services/jobs/registry.py)
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
     chat: ChatService  # the chat gateway
     _closers: Closers = field(default_factory=list)

@@ -26,9 +26,9 @@ from engram.domain.ports import (
     SearchIndex,
     SkillStore,
 )
+from engram.services.index.guard import GuardedIndex
+from engram.services.library.skills import SkillService
 from engram.services.ratelimit import RequestLimits
-from engram.services.search_guard import GuardedIndex
-from engram.services.skills import SkillService
 from engram.settings import Settings
 
 if TYPE_CHECKING:  # the annotation only: importing the replica pulls in numpy

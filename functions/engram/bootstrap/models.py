@@ -16,17 +16,17 @@ from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
 from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import ChatModel, ChatUpstream, Clock, Embedder, JobQueue, MemoryStore, Reranker, SearchIndex
-from engram.services.boot import BootService
-from engram.services.chat import ChatConfig, ChatService
-from engram.services.conversations import ConversationService
-from engram.services.exchange import ExchangeRecorder
-from engram.services.history import HistoryService
-from engram.services.memories import MemoryService
-from engram.services.messages import MessageService
-from engram.services.recall import RecallConfig, RecallService
-from engram.services.reminders import ReminderService
+from engram.services.chat.exchange import ExchangeRecorder
+from engram.services.chat.gateway import ChatConfig, ChatService
+from engram.services.chat.history import HistoryService
+from engram.services.chat.turn_context import TurnContextSource
+from engram.services.library.memories import MemoryService
+from engram.services.library.messages import MessageService
+from engram.services.library.reminders import ReminderService
+from engram.services.recall.boot import BootService
+from engram.services.recall.conversations import ConversationService
+from engram.services.recall.pipeline import RecallConfig, RecallService
 from engram.services.runtime_settings import RuntimeSettings
-from engram.services.turn_context import TurnContextSource
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)

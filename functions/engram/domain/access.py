@@ -52,7 +52,7 @@ class Principal:
     chat_per_minute: int | None = None
     requests_per_minute: int | None = None
     agent: str | None = None
-    server_history: bool = False  # its chats get their thread's history from the server (services/history.py)
+    server_history: bool = False  # its chats get their thread's history from the server (services/chat/history.py)
 
     def allows(self, scope: str) -> bool:
         if ALL in self.scopes or scope in self.scopes:

@@ -235,7 +235,7 @@ def instant_in_range(when: datetime) -> datetime:
 
 def expires_by_retention(memory: Memory, now: datetime, unseen_days: int) -> bool:
     """Memories expire after ``unseen_days`` without a sighting, except pinned ones, ``core``-layer ones and
-    identity/persona ones (imported or not: an import counts as a sighting, services/transfer.py)."""
+    identity/persona ones (imported or not: an import counts as a sighting, services/transfer/engram_format.py)."""
     if memory.status != "active" or memory.pinned or memory.layer == "core" or memory.type in DURABLE_TYPES:
         return False
     last = memory.last_seen_at or memory.created_at

@@ -35,7 +35,7 @@ from engram.domain.skills import Skill, SkillVector, SkillVersion
 
 # -- the store: one protocol per kind of row --------------------------------------------------
 # Every store adapter (SQLite, DynamoDB, in-memory) implements all of them: ``MemoryStore`` is their
-# union. A service asks only for the protocols it uses (e.g. ``services/recall.RecallStore``). For all:
+# union. A service asks only for the protocols it uses (e.g. ``services/recall/pipeline.RecallStore``). For all:
 # - A read with namespace ``A`` never returns a row of namespace ``B``; ids are only unique within the
 #   store, so a lookup by id is always scoped by namespace.
 # - Listings are ordered newest first (``created_at`` desc, then id desc) unless a method says otherwise,

@@ -1,4 +1,4 @@
-"""The pure scoring of recall (``services/recall.py`` runs the stages): fusion by ranks or scores, the
+"""The pure scoring of recall (``services/recall/pipeline.py`` runs the stages): fusion by ranks or scores, the
 importance, recency and anti-repeat factors, dedup, the liveness check, glossary matches and the final
 selection under the score and relevance floors. Query-adaptive fusion and relevance: ``domain/fusion.py``.
 """

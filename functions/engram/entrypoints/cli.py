@@ -16,10 +16,10 @@ from engram import bootstrap
 from engram.domain.errors import EngramError, InvalidInput
 from engram.entrypoints import job_commands
 from engram.entrypoints.console import Progress, settings_from
-from engram.services.import_formats import convert
-from engram.services.migrate import MigrationService
-from engram.services.moving_in import score
-from engram.services.transfer import KINDS, ExportDocument
+from engram.services.jobs.migrate import MigrationService
+from engram.services.transfer.engram_format import KINDS, ExportDocument
+from engram.services.transfer.other_formats import convert
+from engram.services.transfer.other_systems import score
 from engram.settings import Settings
 
 

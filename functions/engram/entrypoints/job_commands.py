@@ -1,5 +1,5 @@
 """`engram extract`, `engram dream`, `engram cleanup`: run one job now (through the container's job runner,
-services/jobs.py, one namespace at a time for the progress bar) and print what it did."""
+services/jobs/registry.py, one namespace at a time for the progress bar) and print what it did."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 from engram import bootstrap
 from engram.bootstrap import Container
 from engram.entrypoints.console import Progress, settings_from
-from engram.services.extraction import ExtractionReport
-from engram.services.loop import run_sync
+from engram.services.jobs.extraction import ExtractionReport
+from engram.services.sync_bridge import run_sync
 
 
 def _container(args: argparse.Namespace) -> Container:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from engram.bootstrap import Container, Overrides, build_container
 from engram.domain.models import Message, new_id
-from engram.services.memories import MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.chat_model import ScriptedChatModel

@@ -108,7 +108,7 @@ def test_old_deleted_superseded_and_expired_rows_are_erased_vector_first() -> No
     # Given memories deleted, superseded and expired 31 days ago, and one deleted 29 days ago
     index, clock = FlakyIndex(), ManualClock()
     c = _container_with(index, clock)
-    from engram.services.memories import MemoryWrite
+    from engram.services.library.memories import MemoryWrite
 
     gone = c.memories.write(NS, MemoryWrite(content="to delete")).memory
     v1 = c.memories.write(NS, MemoryWrite(content="City is Rome", fact_key="profile:city")).memory
@@ -137,7 +137,7 @@ def test_a_failing_vector_delete_keeps_the_row_for_the_next_run() -> None:
     # Given a memory deleted 40 days ago and a vector store that is down
     index, clock = FlakyIndex(), ManualClock()
     c = _container_with(index, clock)
-    from engram.services.memories import MemoryWrite
+    from engram.services.library.memories import MemoryWrite
 
     memory = c.memories.write(NS, MemoryWrite(content="forget me")).memory
     c.memories.set_status(NS, memory.id, "deleted")

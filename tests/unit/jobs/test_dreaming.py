@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from engram.domain.errors import InvalidInput, UpstreamUnavailable
-from engram.services.dreaming import day_bounds
-from engram.services.job_runs import last_runs
-from engram.services.prompts import DREAM_SYSTEM
+from engram.services.jobs.dreaming import day_bounds
+from engram.services.jobs.runs import last_runs
+from engram.services.models.prompts import DREAM_SYSTEM
 
 from tests.unit.jobs.conftest import NS, Env
 

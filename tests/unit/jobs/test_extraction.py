@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from engram.domain.errors import UpstreamTimeout, UpstreamUnavailable
 from engram.domain.policies import cosine
-from engram.services.job_runs import last_runs
-from engram.services.messages import MessageIn
-from engram.services.prompts import EXTRACTION_SYSTEM
+from engram.services.jobs.runs import last_runs
+from engram.services.library.messages import MessageIn
+from engram.services.models.prompts import EXTRACTION_SYSTEM
 
 from tests.fakes.embedder import HashEmbedder
 from tests.unit.jobs.conftest import NS, Env, ago

@@ -1,12 +1,12 @@
 """Extraction reads messages in the order they were stored, and `backfill` reads a whole history
-(services/extraction.py): imported history is extracted once, no batch is applied twice."""
+(services/jobs/extraction.py): imported history is extracted once, no batch is applied twice."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engram.domain.errors import UpstreamUnavailable
-from engram.services.messages import MessageIn
+from engram.services.library.messages import MessageIn
 
 from tests.unit.jobs.conftest import NS, Env, ago
 from tests.unit.jobs.test_extraction import extract, mem, reply

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from engram.domain.errors import UpstreamUnavailable
-from engram.services.dreaming import MAX_DAY_ATTEMPTS
-from engram.services.extraction import FAILURES
+from engram.services.jobs.dreaming import MAX_DAY_ATTEMPTS
+from engram.services.jobs.extraction import FAILURES
 
 from tests.unit.jobs.conftest import NS, Env, ago
 

@@ -1,4 +1,4 @@
-"""Each queued job message runs once (``services/jobs.run_once``): deliveries at once, redeliveries,
+"""Each queued job message runs once (``services/jobs/registry.run_once``): deliveries at once, redeliveries,
 a failed run given back to the queue, a claim left by a process that died. In-memory and SQLite stores."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from engram.domain.errors import Conflict
 from engram.domain.models import IdempotencyRecord
-from engram.services.jobs import JOBS_NAMESPACE, run_once
+from engram.services.jobs.registry import JOBS_NAMESPACE, run_once
 
 from tests.unit.jobs.conftest import Env
 

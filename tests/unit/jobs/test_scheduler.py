@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from engram.services.scheduler import Scheduler, daily_at, every_hours
+from engram.services.jobs.scheduler import Scheduler, daily_at, every_hours
 
 from tests.fakes.clock import ManualClock
 

@@ -15,7 +15,7 @@ from engram.domain.wire.cache_markers import (
     plan_markers,
 )
 from engram.domain.wire.converse import openai_to_converse
-from engram.services.injection import inject_anthropic, inject_openai
+from engram.services.chat.injection import inject_anthropic, inject_openai
 
 CLAUDE = "bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 BOOT = "<engram-memory>\n## About the user\n- Lin\n</engram-memory>"

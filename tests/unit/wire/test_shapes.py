@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from engram.domain.errors import EngramError, InvalidInput, UpstreamUnavailable
-from engram.domain.shape import ShapeError, check_shape, depth_exceeds
+from engram.domain.json_checks import ShapeError, check_shape, depth_exceeds
 from engram.domain.wire import anthropic as w
 from engram.domain.wire import shapes as ws
 from engram.domain.wire import usage as u
@@ -19,9 +19,9 @@ from engram.domain.wire.cache_markers import CachePolicy
 from engram.domain.wire.converse import openai_to_converse
 from engram.domain.wire.sse import SseParser
 from engram.entrypoints.http.app import scrub_lone_surrogates
-from engram.services.injection import inject_anthropic, inject_openai, last_user_text
-from engram.services.routing import anthropic_has_images, openai_has_images
-from engram.services.stream_relay import StreamTap
+from engram.services.chat.injection import inject_anthropic, inject_openai, last_user_text
+from engram.services.chat.routing import anthropic_has_images, openai_has_images
+from engram.services.chat.stream_relay import StreamTap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,8 +1,8 @@
 """``JobQueue`` in process: each job runs in a background daemon thread (the local stand-in for SQS),
-through ``run(job, payload)`` (the container's job runner, services/jobs.py).
+through ``run(job, payload)`` (the container's job runner, services/jobs/registry.py).
 
 No job runs twice at the same time for the same namespace: a request while one runs is dropped (the
-chat path's cleanup requests are throttled where they are made: services/exchange.py).
+chat path's cleanup requests are throttled where they are made: services/chat/exchange.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,6 @@
   Converse ``cachePoint``.
 - ``shapes``: the JSON shapes the gateway reads (client requests, upstream answers) and their checks.
 
-The chat gateway (``services/chat.py``) and the model adapters (``adapters/llm/``) both use these, so
+The chat gateway (``services/chat/gateway.py``) and the model adapters (``adapters/llm/``) both use these, so
 the package sits in the domain layer (docs/ARCHITECTURE.md, "Layers"): the adapters keep only I/O.
 """

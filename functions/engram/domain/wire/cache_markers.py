@@ -3,7 +3,7 @@
 One decision, two writers: ``plan_markers`` looks at a request's shape (how many tools and system
 blocks, the messages as ``{"role", "content": [blocks]}``) and says which positions get a marker;
 ``place_cache_control`` writes them as Anthropic Messages ``cache_control`` fields (the chat gateway's
-injection, ``services/injection.py``) and ``place_cache_points`` as Bedrock Converse ``cachePoint``
+injection, ``services/chat/injection.py``) and ``place_cache_points`` as Bedrock Converse ``cachePoint``
 blocks (``converse.openai_to_converse``).
 
 The positions, at most four (Claude's limit):

@@ -4,7 +4,7 @@ Responses door").
 
 Engram serves ``POST /v1/responses`` by translating, unless the OpenAI-compatible upstream speaks the
 Responses API itself (``ENGRAM_UPSTREAM_RESPONSES_API``; then the request goes as it is, with
-``services/injection.inject_responses``): the request becomes a chat-completions request
+``services/chat/injection.inject_responses``): the request becomes a chat-completions request
 (``responses_to_chat``) that goes through the gateway like any other (recall, injection, routing to an
 OpenAI-compatible, Anthropic or Bedrock upstream), and the answer comes back as a Response object
 (``chat_to_response``) or as Responses stream events (``ChatToResponsesStream``).

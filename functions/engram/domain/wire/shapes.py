@@ -14,7 +14,7 @@ import json
 from typing import Any, Literal
 
 from engram.domain.errors import InvalidInput, UpstreamUnavailable
-from engram.domain.shape import Schema, ShapeError, check_shape, depth_exceeds
+from engram.domain.json_checks import Schema, ShapeError, check_shape, depth_exceeds
 
 Wire = Literal["openai", "anthropic", "responses"]  # "responses": an upstream's Responses API answers
 

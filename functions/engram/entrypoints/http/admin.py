@@ -3,7 +3,7 @@
 The panel itself calls the REST API (`/v1/...`) with its session cookie (see `session.py` and
 `auth.py`). This module adds what only the panel needs: login/logout/session, `GET/PUT
 /v1/admin/settings` (the allowlisted runtime settings), `GET/POST /v1/admin/reindex` (a rebuild of
-the search index as a job, with progress; services/reindex.py) and `GET /v1/admin/health`. The
+the search index as a job, with progress; services/index/reindex.py) and `GET /v1/admin/health`. The
 `/v1/admin/*` routes need the `admin` scope, which an admin session holds.
 """
 
@@ -30,7 +30,7 @@ from engram.entrypoints.http.errors import error_response
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
-from engram.services.memories import INDEX_DIRTY
+from engram.services.library.memories import INDEX_DIRTY
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """REST for the review queue (`/v1/candidates`): what the jobs proposed, approved, discarded, merged or
-superseding a memory by the owner (services/candidates.py)."""
+superseding a memory by the owner (services/library/candidates.py)."""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response
 from engram.entrypoints.http.state import container_of
-from engram.services.chat import ChatReply, ChatService
-from engram.services.exchange import Wire
+from engram.services.chat.exchange import Wire
+from engram.services.chat.gateway import ChatReply, ChatService
 
 log = logging.getLogger(__name__)
 

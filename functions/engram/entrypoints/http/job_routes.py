@@ -1,5 +1,5 @@
 """Jobs over REST (`/v1/jobs`, scope `admin`): the latest runs, and a run now (through the container's job
-runner, services/jobs.py: the same after-steps as a scheduled run). A REST run acts on the caller's
+runner, services/jobs/registry.py: the same after-steps as a scheduled run). A REST run acts on the caller's
 namespace only. The in-process schedule of `engram serve`: ``entrypoints/http/schedule.py``."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.schedule import install_schedule
 from engram.entrypoints.http.state import container_of
-from engram.services.job_runs import last_runs
+from engram.services.jobs.runs import last_runs
 
 log = logging.getLogger(__name__)
 

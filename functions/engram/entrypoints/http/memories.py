@@ -12,7 +12,7 @@ from engram.domain.errors import InvalidInput
 from engram.domain.models import Memory, MemoryFilter, MemoryType
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, IsoDatetime, Read, TagList, Text, Write, _c, write_body
-from engram.services.memories import MemoryPatch, MemoryWrite, parse_statuses
+from engram.services.library.memories import MemoryPatch, MemoryWrite, parse_statuses
 
 router = APIRouter()
 
@@ -231,7 +231,7 @@ def search_memories(request: Request, body: SearchRequest, who: Read) -> dict[st
     """Hybrid recall: keyword (CJK-aware) + vectors, fused; each hit has a `relevance` in [0, 1] and
     `min_relevance` (or `min_score`) drops the hits below it. `filter: false` skips the reranker and
     compression. `include_prompt` adds the injectable text."""
-    from engram.services.recall import render_prompt
+    from engram.services.recall.pipeline import render_prompt
 
     result = _c(request).recall.recall(
         who.namespace,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from engram.domain.policies import DIGEST_RULE
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
-from engram.services.notes import GlossaryIn
+from engram.services.library.notes import GlossaryIn
 
 router = APIRouter()
 

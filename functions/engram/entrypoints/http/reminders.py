@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from engram.domain.models import Reminder
 from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, Write, _c
-from engram.services.reminders import ReminderView
+from engram.services.library.reminders import ReminderView
 
 router = APIRouter(prefix="/v1", tags=["reminders"])
 

@@ -22,7 +22,7 @@ from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.policies import CACHE_KEY_MAX_CHARS, CACHE_VALUE_MAX_BYTES
 from engram.entrypoints.http import candidates, memories, notes, transfer
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
-from engram.services.messages import MessageIn
+from engram.services.library.messages import MessageIn
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from engram.domain.access import Principal
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAG_CHARS, MAX_TAGS, instant_in_range
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.state import container_of
-from engram.services.memories import WriteResult
+from engram.services.library.memories import WriteResult
 
 Read = Annotated[Principal, Depends(require("memory:read"))]
 Write = Annotated[Principal, Depends(require("memory:write"))]

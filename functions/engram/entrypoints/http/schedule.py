@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from engram.bootstrap import Container
-from engram.services.scheduler import JobRunner, Scheduler, daily_at, every_hours
+from engram.services.jobs.scheduler import JobRunner, Scheduler, daily_at, every_hours
 
 
 def build_scheduler(container: Container) -> Scheduler:

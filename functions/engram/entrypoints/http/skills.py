@@ -16,7 +16,7 @@ from engram.domain.skills import MAX_DESCRIPTION_CHARS, MAX_SKILL_CHARS, MAX_SKI
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.state import container_of
-from engram.services.skills import ImportResult, SkillService, skill_json, version_json
+from engram.services.library.skills import ImportResult, SkillService, skill_json, version_json
 
 router = APIRouter(prefix="/v1/skills", tags=["skills"])
 

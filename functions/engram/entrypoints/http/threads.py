@@ -1,5 +1,5 @@
 """REST for threads (`/v1/threads...`, docs/threads.md): list, read, rename, recycle bin, merge; the summary
-of a thread's server-kept history (services/history.py)."""
+of a thread's server-kept history (services/chat/history.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from engram.domain.errors import InvalidInput
 from engram.domain.models import Thread
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
-from engram.services.messages import ThreadId
+from engram.services.library.messages import ThreadId
 
 router = APIRouter(prefix="/v1", tags=["threads"])
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Query, Request
 from engram.domain.errors import InvalidInput
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Export, Write, _c
-from engram.services.transfer import ExportDocument
+from engram.services.transfer.engram_format import ExportDocument
 
 router = APIRouter()
 
@@ -62,8 +62,8 @@ def import_(
     and `refused` per row kind and the `problems` with their reasons (`source`: where in the file)."""
     from pydantic import ValidationError
 
-    from engram.services.import_formats import convert
-    from engram.services.moving_in import score as score_rows
+    from engram.services.transfer.other_formats import convert
+    from engram.services.transfer.other_systems import score as score_rows
 
     container = _c(request)
     if body is None:

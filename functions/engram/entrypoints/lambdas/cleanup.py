@@ -4,11 +4,11 @@ Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJo
 ``{"job": "cleanup", "payload": {"all": true}}`` (the nightly schedule) or
 ``{"job": "index_repair", "payload": {"namespace": "..."}}`` (queued when the search index answers
 again after index writes failed) or ``{"job": "reindex", "payload": {"namespace", "run_id"}}`` (the
-admin panel's and REST's reindex, services/reindex.py: it stops before this invocation's deadline and
+admin panel's and REST's reindex, services/index/reindex.py: it stops before this invocation's deadline and
 queues its own continuation) or ``{"job": "history", "payload": {"namespace", "thread"}}`` (a thread's
-server-kept history is due a rotation: services/history.py). A failed record is reported
+server-kept history is due a rotation: services/chat/history.py). A failed record is reported
 back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
-once (``services/jobs.run_once``: a conditional put claims it, so two deliveries at once never both
+once (``services/jobs/registry.run_once``: a conditional put claims it, so two deliveries at once never both
 run; after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed).
 """
 
@@ -25,7 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.domain.errors import InvalidInput
 from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, run_job, tracer
-from engram.services.jobs import JOBS_NAMESPACE, job_named, run_once
+from engram.services.jobs.registry import JOBS_NAMESPACE, job_named, run_once
 
 __all__ = ["JOBS_NAMESPACE", "decode_job", "handler", "record_handler"]
 

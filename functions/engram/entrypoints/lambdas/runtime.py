@@ -1,5 +1,5 @@
 """What every job Lambda shares: Powertools logger/tracer/metrics, one container per process, and
-``run_job``: a job by name through the container's one runner (``services/jobs.py``), then its metrics.
+``run_job``: a job by name through the container's one runner (``services/jobs/registry.py``), then its metrics.
 
 Handlers stay thin: name the job and pass the event as its payload. The container is built on the first
 invocation (not at import) from ENGRAM_* settings by ``engram.bootstrap`` and reused by later
@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.bootstrap import Container, build_container
 from engram.entrypoints.logs import configure_logging
-from engram.services.jobs import JOBS, JobResult
+from engram.services.jobs.registry import JOBS, JobResult
 from engram.settings import load_settings
 
 # Service and namespace defaults keep local runs and tests working without POWERTOOLS_* variables.

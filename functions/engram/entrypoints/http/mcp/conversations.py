@@ -20,7 +20,7 @@ from engram.entrypoints.http.mcp.toolkit import (
     caller,
     drop_namespace,
 )
-from engram.services.messages import MessageIn, ThreadId
+from engram.services.library.messages import MessageIn, ThreadId
 
 
 def register(tools: Toolbox) -> None:

@@ -38,7 +38,7 @@ from engram.entrypoints.http.mcp.toolkit import (
     memory_json,
     written_json,
 )
-from engram.services.memories import MAX_LIST_OFFSET, MemoryPatch, MemoryWrite, parse_statuses
+from engram.services.library.memories import MAX_LIST_OFFSET, MemoryPatch, MemoryWrite, parse_statuses
 
 
 def register(tools: Toolbox) -> None:
@@ -84,7 +84,7 @@ def _register_reads(tools: Toolbox) -> None:
         """Recall what Engram knows that is relevant to `query` (usually the user's latest request),
         exactly as the chat gateway would inject it: scored hits plus `text`, ready to put into your
         context. Call it before answering questions about the user, their preferences or projects."""
-        from engram.services.recall import render_prompt
+        from engram.services.recall.pipeline import render_prompt
 
         who = caller(ctx, READ)
         result = c.recall.recall(

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from engram.domain.policies import DIGEST_RULE
 from engram.entrypoints.http.mcp.toolkit import WRITE, WRITES, Tags, Toolbox, caller, drop_namespace
-from engram.services.notes import GlossaryIn
+from engram.services.library.notes import GlossaryIn
 
 
 def register(tools: Toolbox) -> None:

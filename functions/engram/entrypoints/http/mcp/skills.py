@@ -10,7 +10,7 @@ from pydantic import Field
 
 from engram.domain.skills import MAX_DESCRIPTION_CHARS, MAX_SKILL_CHARS, MAX_SKILL_FILES
 from engram.entrypoints.http.mcp.toolkit import DESTROYS, READ, READ_ONLY, WRITE, WRITES, Toolbox, caller
-from engram.services.skills import ImportResult, skill_json, version_json
+from engram.services.library.skills import ImportResult, skill_json, version_json
 
 SkillName = Annotated[str, Field(min_length=1, max_length=64, description="The skill's name, e.g. `pdf-tools`.")]
 Version = Annotated[int, Field(ge=1, le=1_000_000, description="A version number (default: the latest).")]

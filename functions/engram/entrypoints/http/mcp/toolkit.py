@@ -25,7 +25,7 @@ from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden, is_version_conflict
 from engram.domain.models import Memory, MemoryLayer, MemoryType
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS, instant_in_range
-from engram.services.memories import WriteResult
+from engram.services.library.memories import WriteResult
 
 PRINCIPAL_KEY = "engram.principal"  # where the gate leaves the Principal in the ASGI scope
 

@@ -122,7 +122,11 @@ export async function render(root, ctx) {
           button('Save', () => close(from.value ? { from_thread: from.value } : { summary: text.value }), { kind: 'primary' }));
       });
       if (!choice) return;
-      try { await put(path(id, '/summary'), choice); toast('Summary saved'); } catch (err) { toast(err.message, 'error'); }
+      // Each outcome has its own words, so the toast tells which save finished (a copy, a clear, an edit).
+      const source = others.find((t) => t.id === choice.from_thread);
+      const done = choice.from_thread ? `Summary copied from “${source ? titleOf(source) : choice.from_thread}”`
+        : choice.summary.trim() ? 'Summary saved' : 'Summary cleared';
+      try { await put(path(id, '/summary'), choice); toast(done); } catch (err) { toast(err.message, 'error'); }
     };
     const remove = async () => {
       if (!await confirmDialog('Delete this conversation?', `“${titleOf(thread)}” goes to the recycle bin, where you can restore it until cleanup erases it (30 days by default).`, { confirm: 'Delete', danger: true })) return;

@@ -56,11 +56,11 @@ from engram.domain.recall_scoring import (
     weigh,
 )
 from engram.domain.text import estimate_tokens, tokenize
-from engram.services import prompts
-from engram.services.loop import run_sync
-from engram.services.model_reply import parse_json_object
-from engram.services.recall_background import BackgroundVectors
-from engram.services.search_guard import is_index_unavailable
+from engram.services.index.guard import is_index_unavailable
+from engram.services.models import prompts
+from engram.services.models.reply import parse_json_object
+from engram.services.recall.background import BackgroundVectors
+from engram.services.sync_bridge import run_sync
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Foreign memory exports read as Engram rows: Aelios, Pawwake, mem0 or a plain text file (one converter
-per format). The import that runs them: ``services/moving_in.py``.
+per format). The import that runs them: ``services/transfer/other_systems.py``.
 
 What the converter cannot read (a row that is not an object, a memory without text) is refused here with
 its reason; fields Engram has no place for are counted in ``dropped_fields``, never silently lost from the

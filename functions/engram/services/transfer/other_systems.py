@@ -1,7 +1,7 @@
 """Moving in: import the memories (and conversations) of Aelios, Pawwake, mem0 or a plain text file.
 
-Each format is converted into rows of Engram's own export format (``services/import_formats.py``) and
-handed to the import of ``services/transfer.py``, which validates row by row, skips what is present and
+Each format is converted into rows of Engram's own export format (``services/transfer/other_formats.py``) and
+handed to the import of ``services/transfer/engram_format.py``, which validates row by row, skips what is present and
 never overwrites; so a dry run reports what a real run does, and a real run twice adds nothing. A text
 file's lines can be scored first (type and importance) by a chat model.
 """
@@ -14,10 +14,10 @@ from typing import Any
 from engram.domain.errors import EngramError, NotConfigured
 from engram.domain.models import MEMORY_TYPES
 from engram.domain.ports import ChatModel
-from engram.services import prompts
-from engram.services.import_formats import Converted, Row
-from engram.services.model_reply import parse_json_object
-from engram.services.transfer import MAX_PROBLEMS, ExportDocument, ProgressFactory, TransferService
+from engram.services.models import prompts
+from engram.services.models.reply import parse_json_object
+from engram.services.transfer.engram_format import MAX_PROBLEMS, ExportDocument, ProgressFactory, TransferService
+from engram.services.transfer.other_formats import Converted, Row
 
 SCORE_BATCH = 20  # lines per scoring call
 

@@ -23,7 +23,7 @@ Import is idempotent and validated row by row:
 - a dry run makes the same checks and reports the same counts without writing anything.
 
 Over 400 lines on purpose: export and import are the two sides of one document format, kept in one
-module so they change together; foreign formats are converted elsewhere (``services/import_formats.py``).
+module so they change together; foreign formats are converted elsewhere (``services/transfer/other_formats.py``).
 """
 
 from __future__ import annotations
@@ -72,10 +72,10 @@ from engram.domain.ports import (
     ReminderRows,
     ThreadRows,
 )
-from engram.services.memories import MemoryService
-from engram.services.messages import MessageIn
-from engram.services.notes import GlossaryIn
-from engram.services.skills import SkillService
+from engram.services.library.memories import MemoryService
+from engram.services.library.messages import MessageIn
+from engram.services.library.notes import GlossaryIn
+from engram.services.library.skills import SkillService
 
 EXPORT_VERSION = 1
 KINDS = (
@@ -109,7 +109,7 @@ class ExportDocument(BaseModel):
     glossary: list[dict[str, Any]] = Field(default_factory=list)
     digest: dict[str, Any] | None = None
     daily_logs: list[dict[str, Any]] = Field(default_factory=list)
-    # Skills with every version and their files' bytes (base64): services/skills.py, ``export``.
+    # Skills with every version and their files' bytes (base64): services/library/skills.py, ``export``.
     skills: list[dict[str, Any]] = Field(default_factory=list)
     # Threads (their titles and recycle-bin marks; the counts follow the messages) and the token usage log.
     threads: list[dict[str, Any]] = Field(default_factory=list)
@@ -294,7 +294,7 @@ class TransferService:
         """Import ``document`` into ``namespace``; returns the report (``ImportReport.to_dict``).
 
         With ``dry_run`` nothing is written: the report says what a real run would create, skip and refuse.
-        ``foreign``: the rows come from another system (``services/moving_in.py``): importing counts as
+        ``foreign``: the rows come from another system (``services/transfer/other_systems.py``): importing counts as
         seeing them, and their own expiry applies.
         """
         run = _Import(self._store, self._clock, namespace, dry_run=dry_run, foreign=foreign)

@@ -1,5 +1,5 @@
 """What one chat turn is told: the boot block, the memories recalled for it, fragments of past
-conversations and the reminders due now (where each goes in the request: ``services/injection.py``).
+conversations and the reminders due now (where each goes in the request: ``services/chat/injection.py``).
 
 The sources are read side by side — the conversation search starts before the boot block and the
 memory recall and shares their query vector (cached) — and each degrades on its own: a failed
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram.domain.text import estimate_tokens
-from engram.services.boot import BootService
-from engram.services.conversations import ConversationService
-from engram.services.exchange import Exchange, ExchangeRecorder
-from engram.services.recall import RecallResult, RecallService, render_prompt
+from engram.services.chat.exchange import Exchange, ExchangeRecorder
+from engram.services.recall.boot import BootService
+from engram.services.recall.conversations import ConversationService
+from engram.services.recall.pipeline import RecallResult, RecallService, render_prompt
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from engram.domain.ports import (
     StoreAdmin,
     ThreadRows,
 )
-from engram.services.job_runs import NamespaceLocks, record_run
-from engram.services.memories import record_index_failure
-from engram.services.skills import SkillService
-from engram.services.threads import ThreadService
+from engram.services.jobs.runs import NamespaceLocks, record_run
+from engram.services.library.memories import record_index_failure
+from engram.services.library.skills import SkillService
+from engram.services.library.threads import ThreadService
 
 log = logging.getLogger(__name__)
 

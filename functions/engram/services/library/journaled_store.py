@@ -1,5 +1,5 @@
 """The store every service is given: the real store, with each write of a journaled row kind recorded
-in the open run's journal (``services/journal.py``, docs/journal.md).
+in the open run's journal (``services/library/journal.py``, docs/journal.md).
 
 Reads, messages, counters (``record_seen``, ``record_injected``), reminder leases (``claim_reminder``,
 ``settle_reminder``: a chat turn's delivery), events, usage, idempotency keys and the cache pass through
@@ -19,7 +19,7 @@ from typing import Any
 from engram.domain.errors import NotFound
 from engram.domain.models import Candidate, DailyLog, Digest, GlossaryTerm, Memory, Precious, Reminder, Thread
 from engram.domain.ports import Clock, MemoryStore
-from engram.services.journal import Journal, current_run, memory_state, snapshot
+from engram.services.library.journal import Journal, current_run, memory_state, snapshot
 
 
 class JournaledStore:
@@ -29,7 +29,7 @@ class JournaledStore:
     def __init__(self, store: MemoryStore, journal: Journal, *, cursor_prefixes: Sequence[str] = ()) -> None:
         self._inner = store
         self._journal = journal
-        # Cursors that hold a row the journal keeps (a thread's kept summary: services/history.py).
+        # Cursors that hold a row the journal keeps (a thread's kept summary: services/chat/history.py).
         self._cursor_prefixes = tuple(cursor_prefixes)
 
     @property
@@ -112,7 +112,9 @@ class JournaledStore:
         return stored
 
     # -- threads and their kept summaries ----------------------------------------------------
-    def update_thread(self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None) -> Thread:
+    def update_thread(
+        self, namespace: str, thread_id: str, *, title: str | None, deleted_at: datetime | None
+    ) -> Thread:
         before = _found(lambda: self._inner.get_thread(namespace, thread_id)) if current_run() is not None else None
         stored = self._inner.update_thread(namespace, thread_id, title=title, deleted_at=deleted_at)
         op = "delete" if stored.deleted_at and not (before and before.deleted_at) else "update"

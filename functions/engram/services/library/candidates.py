@@ -8,7 +8,7 @@ from engram.domain.errors import Conflict, NotFound
 from engram.domain.models import Candidate, Memory, MemoryType, Page, new_id
 from engram.domain.policies import clean_content, clean_tags, normalize_fact_key
 from engram.domain.ports import CandidateRows, Clock
-from engram.services.memories import MemoryService, MemoryWrite, WriteResult
+from engram.services.library.memories import MemoryService, MemoryWrite, WriteResult
 
 
 class CandidateService:

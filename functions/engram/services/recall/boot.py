@@ -39,10 +39,10 @@ from typing import Any, Protocol
 
 from engram.domain.models import DailyLog, Digest, GlossaryTerm, Memory, MemoryFilter, Message, Precious
 from engram.domain.ports import MemoryRows, MessageRows, NoteRows
-from engram.services.injection import BootData, render_boot_block
+from engram.services.chat.injection import BootData, render_boot_block
+from engram.services.library.skills import SkillService
+from engram.services.library.stats import NamespaceStats
 from engram.services.local_day import LocalDay
-from engram.services.skills import SkillService
-from engram.services.stats import NamespaceStats
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from engram.domain.ports import KeyValueRows, MessageIndexBackfill
-from engram.services.conversations import CURSOR as CONVERSATION_CURSOR
+from engram.services.recall.conversations import CURSOR as CONVERSATION_CURSOR
 
 CURSOR = "migrate:message-indexes"
 BATCH = 200

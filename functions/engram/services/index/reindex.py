@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from engram.domain.errors import EngramError, NotConfigured
 from engram.domain.models import Memory, new_id
 from engram.domain.ports import Clock, JobQueue, KeyValueRows, MemoryRows, StoreAdmin
-from engram.services.gated_embedder import GatedEmbedder
-from engram.services.memories import MemoryService
+from engram.services.index.gated_embedder import GatedEmbedder
+from engram.services.library.memories import MemoryService
 
 log = logging.getLogger(__name__)
 

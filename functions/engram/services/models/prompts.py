@@ -1,10 +1,10 @@
 """Every prompt Engram sends to a model itself, and the rendering of their inputs: extraction and
-dreaming (the jobs), scoring a text file on moving in (``services/moving_in.py``) and recall
-compression (``services/recall.py``). Every reply is read by ``services/model_reply.parse_json_object``
+dreaming (the jobs), scoring a text file on moving in (``services/transfer/other_systems.py``) and recall
+compression (``services/recall/pipeline.py``). Every reply is read by ``services/models/reply.parse_json_object``
 (bare JSON, a ```json fence, or JSON inside prose).
 
-The prompts name every output field the parsers read (``services/extraction.py``,
-``services/dreaming.py``), ask for one JSON object, and work for Chinese and English conversations:
+The prompts name every output field the parsers read (``services/jobs/extraction.py``,
+``services/jobs/dreaming.py``), ask for one JSON object, and work for Chinese and English conversations:
 memories are written in the language the user used.
 """
 

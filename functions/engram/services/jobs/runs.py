@@ -1,5 +1,5 @@
 """The runs of background jobs: one run per (job, namespace) at a time, a record of each run, the latest runs
-(`GET /v1/jobs`). Reading the JSON a model answered with: ``services/model_reply.py``."""
+(`GET /v1/jobs`). Reading the JSON a model answered with: ``services/models/reply.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from engram.domain.errors import Conflict, EngramError
 from engram.domain.models import MemoryEvent, new_id
 from engram.domain.ports import AuditRows, Clock
-from engram.services.journal import report_to_run
+from engram.services.library.journal import report_to_run
 
 log = logging.getLogger("engram.jobs")
 
@@ -55,7 +55,7 @@ def failure_of(exc: Exception, what: str, namespace: str) -> dict[str, Any]:
 
 def record_run(store: AuditRows, clock: Clock, job: str, namespace: str, detail: dict[str, Any]) -> None:
     """Log the one-line summary of a job run and keep it as an event row (``GET /v1/jobs``): the record of
-    the journal's open run (``services/journal.py``), else an event of its own. A record
+    the journal's open run (``services/library/journal.py``), else an event of its own. A record
     that cannot be written is logged, never raised: the run's work is done and must not be repeated."""
     counts = " ".join(f"{k}={v}" for k, v in detail.items() if isinstance(v, int | float | bool) or v is None)
     errors = detail.get("errors") or []

@@ -24,8 +24,8 @@ its ``item``.
 same batches, with its own cursor, so it can stop and resume without applying a batch twice.
 
 Over 400 lines on purpose: the cursor, the batch claim and applying a batch are one exactly-once
-protocol, kept in one place; shared job plumbing lives in ``services/job_runs.py`` and
-``services/model_reply.py``.
+protocol, kept in one place; shared job plumbing lives in ``services/jobs/runs.py`` and
+``services/models/reply.py``.
 """
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ from engram.domain.ports import (
     StoreAdmin,
 )
 from engram.domain.wording import same_wording
-from engram.services import prompts
-from engram.services.candidates import CandidateService
-from engram.services.conversations import ConversationService
-from engram.services.job_runs import NamespaceLocks, failure_of, record_run
-from engram.services.memories import MemoryService, MemoryWrite
-from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
+from engram.services.jobs.runs import NamespaceLocks, failure_of, record_run
+from engram.services.library.candidates import CandidateService
+from engram.services.library.memories import MemoryService, MemoryWrite
+from engram.services.models import prompts
+from engram.services.models.reply import as_list, as_str, as_str_list, as_unit, parse_json_object
+from engram.services.recall.conversations import ConversationService
 
 log = logging.getLogger(__name__)
 

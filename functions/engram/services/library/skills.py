@@ -368,7 +368,7 @@ class SkillService:
                 return file, self._read_blob(namespace, file)
         raise NotFound(f"skill {row.name!r} version {row.version} has no file {path!r}")
 
-    # -- export / import (services/transfer.py) -------------------------------------------------
+    # -- export / import (services/transfer/engram_format.py) -------------------------------------------------
     def export(self, namespace: str) -> list[dict[str, Any]]:
         """Every skill (deleted ones still restorable included) with every version and its files' bytes."""
         out = []

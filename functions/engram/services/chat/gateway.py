@@ -17,9 +17,9 @@ the client going away), with ``Message.error`` saying what went wrong, so extrac
 it; a retried turn is stored once.
 
 This module is the request pipeline; its parts live beside it: the writes an exchange owes in
-``services/exchange.py``, the stream relay in ``services/stream_relay.py``, what a turn is told (boot
-block, memories, past conversations, reminders) in ``services/turn_context.py``, where it goes in the
-request in ``services/injection.py``.
+``services/chat/exchange.py``, the stream relay in ``services/chat/stream_relay.py``, what a turn is told (boot
+block, memories, past conversations, reminders) in ``services/chat/turn_context.py``, where it goes in the
+request in ``services/chat/injection.py``.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ from engram.domain.wire.content import text_of
 from engram.domain.wire.responses import chat_to_response, custom_tools, response_text, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
-from engram.services.exchange import Exchange, ExchangeRecorder, Wire
-from engram.services.history import HistoryService, place_history
-from engram.services.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
-from engram.services.routing import RouteConfig, anthropic_has_images, openai_has_images, route
-from engram.services.stream_relay import StreamTap, relay_stream
-from engram.services.threads import thread_id_of
-from engram.services.turn_context import TurnContextSource
+from engram.services.chat.exchange import Exchange, ExchangeRecorder, Wire
+from engram.services.chat.history import HistoryService, place_history
+from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
+from engram.services.chat.routing import RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.chat.stream_relay import StreamTap, relay_stream
+from engram.services.chat.turn_context import TurnContextSource
+from engram.services.library.threads import thread_id_of
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class ChatService:
             return ChatReply(status=0, headers=ex.headers(), error=exc)
 
     async def _with_history(self, ex: Exchange, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """The thread's kept history before the client's message (services/history.py) and the
+        """The thread's kept history before the client's message (services/chat/history.py) and the
         ``x-engram-history`` header value (turns placed; ``unavailable`` when it could not be read)."""
         if self._history is None:
             return body, "off"

@@ -6,7 +6,7 @@
 metric names, when a run counts as failed). ``JobRunner`` runs a job by name and does those after-steps;
 the Lambda handlers, the in-process scheduler, the CLI, REST "run now" and the in-process queue all call
 it, so no start skips a step. Each service keeps the record of its own runs per namespace
-(``services/job_runs.record_run``: a namespace's detail is only known inside the run).
+(``services/jobs/runs.record_run``: a namespace's detail is only known inside the run).
 
 Adding a job: one ``Job`` in ``JOBS`` (and, on AWS, the target that sends its name: infra/jobs.py).
 """
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 from engram.domain.errors import Conflict, InvalidInput
 from engram.domain.models import IdempotencyRecord
 from engram.domain.ports import Clock, KeyValueRows
-from engram.services.journal import Journal
-from engram.services.loop import run_sync
+from engram.services.library.journal import Journal
+from engram.services.sync_bridge import run_sync
 
 log = logging.getLogger("engram.jobs")
 
@@ -73,10 +73,10 @@ class JobServices:
     cleanup: Cleanup
     memories: IndexRepair
     reindex: Callable[[], Reindex]  # late: the reindex service needs the queue, which needs the runner
-    history: History | None = None  # server-kept history (services/history.py)
+    history: History | None = None  # server-kept history (services/chat/history.py)
     # Writes the replica index's snapshots of namespaces changed by at least n rows; returns how many.
     snapshot: Callable[[int], int] = lambda _min_changes: 0
-    # Every run is a run of the change journal (services/journal.py): its changes are recorded with it.
+    # Every run is a run of the change journal (services/library/journal.py): its changes are recorded with it.
     journal: Journal | None = None
 
 
@@ -147,7 +147,7 @@ def _reindex(s: JobServices, payload: Mapping[str, Any], deadline: float | None)
 
 
 async def _history(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
-    """A thread's server-kept history is due a rotation (services/history.py)."""
+    """A thread's server-kept history is due a rotation (services/chat/history.py)."""
     needs = "'namespace' and 'thread'"
     namespace = _required_str(payload, "namespace", "history", needs)
     thread = _required_str(payload, "thread", "history", needs)
@@ -161,8 +161,8 @@ def _never_failed(report: Report) -> bool:
 
 
 def _a_namespace_failed(report: Report) -> bool:
-    """A namespace's run failed (the report's ``failed`` list; services/extraction.py and
-    services/dreaming.py say what a failure is): the run retries just those namespaces. The run itself
+    """A namespace's run failed (the report's ``failed`` list; services/jobs/extraction.py and
+    services/jobs/dreaming.py say what a failure is): the run retries just those namespaces. The run itself
     returns: a Lambda invocation must not raise for it (docs/aws.md, "Alarms")."""
     return bool(report.get("failed"))
 
@@ -224,7 +224,7 @@ def job_named(name: str) -> Job:
 class JobRunner:
     """Runs a job by name, then its after-steps; ``run`` from synchronous code (CLI, Lambda, the
     in-process queue's threads), ``run_async`` on an event loop (REST, the scheduler). Async jobs run
-    on the process's one loop (``services/loop.py``), so a warm Lambda reuses its model client."""
+    on the process's one loop (``services/sync_bridge.py``), so a warm Lambda reuses its model client."""
 
     def __init__(self, services: JobServices) -> None:
         self._services = services

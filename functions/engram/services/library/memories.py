@@ -55,7 +55,7 @@ from engram.domain.ports import (
     SearchIndex,
 )
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
-from engram.services.search_guard import is_index_unavailable
+from engram.services.index.guard import is_index_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ class MemoryService:
     def propose_change(self, target: Memory, req: MemoryWrite) -> Candidate:
         """File ``req`` in the review queue as a new version of ``target`` (a protected memory that
         automation may not change on its own); the owner's accept supersedes it keeping its pin and
-        layer (``services/candidates.py``). A pending candidate for the same target with the same
+        layer (``services/library/candidates.py``). A pending candidate for the same target with the same
         wording is returned instead of filing a second one."""
         content = clean_content(req.content)
         for pending in self._store.list_candidates(target.namespace, "pending", limit=200).items:

@@ -13,7 +13,7 @@ Two halves:
   ``fragments`` matches, each with ``neighbours`` messages either side.
 
 The chat gateway injects fragments after the memories (``render``, within the patch's token budget) and
-calls ``mark_seen`` only once the upstream answered (services/chat.py).
+calls ``mark_seen`` only once the upstream answered (services/chat/gateway.py).
 
 Over 400 lines on purpose: indexing and search share the index's document and cursor format, kept in
 one module; the scoring it reuses is in ``domain/fusion.py`` and ``domain/recall_scoring.py``.
@@ -34,7 +34,7 @@ from engram.domain.models import IndexedDoc, Message
 from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, ThreadRows
 from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
-from engram.services.gated_embedder import GatedEmbedder
+from engram.services.index.gated_embedder import GatedEmbedder
 
 log = logging.getLogger(__name__)
 

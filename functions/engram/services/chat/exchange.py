@@ -35,11 +35,11 @@ from engram.domain.errors import EngramError
 from engram.domain.models import UsageRecord, new_id
 from engram.domain.ports import AuditRows, Clock, JobQueue, KeyValueRows, MemoryRows
 from engram.domain.wire.usage import TokenUsage
-from engram.services.conversations import ConversationService
-from engram.services.memories import MemoryService
-from engram.services.messages import MAX_ERROR_CHARS, MessageIn, MessageService
-from engram.services.reminders import ReminderService
-from engram.services.routing import Route
+from engram.services.chat.routing import Route
+from engram.services.library.memories import MemoryService
+from engram.services.library.messages import MAX_ERROR_CHARS, MessageIn, MessageService
+from engram.services.library.reminders import ReminderService
+from engram.services.recall.conversations import ConversationService
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class ExchangeRecorder:
                 when = self._reminders.time_in(fact)
         if fact is None:
             return
-        from engram.services.memories import MemoryWrite
+        from engram.services.library.memories import MemoryWrite
 
         request = MemoryWrite(
             content=fact,

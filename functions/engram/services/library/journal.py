@@ -5,10 +5,10 @@ undo of a run (whose own undo redoes it).
 A *run* is a job run (extract, dream, cleanup, history, ...), an import, a hand edit (one REST request,
 MCP tool call or panel action), a hand merge, or an undo. Whoever starts one opens it with
 ``Journal.run(kind, ...)``; while it is open, every write through the journaled store
-(``services/journaled_store.py``, the store every service is given) is recorded with it, and
+(``services/library/journaled_store.py``, the store every service is given) is recorded with it, and
 ``Journal.because(reason)`` names the model's reason for the writes it wraps. The run is a context
 variable, so it follows the work into threads started with ``asyncio.to_thread`` and coroutines run on
-the process loop (``services/loop.run_sync``). When the run closes, its record — one per namespace it
+the process loop (``services/sync_bridge.run_sync``). When the run closes, its record — one per namespace it
 touched — is written: the event whose id is the run id, with the counts of its changes.
 """
 
@@ -75,7 +75,7 @@ class Run:
     started_at: datetime
     detail: dict[str, Any] = field(default_factory=dict)
     changes: dict[str, Counter[str]] = field(default_factory=dict)
-    # A job's own report of a namespace (``services/job_runs.record_run``), merged into the record.
+    # A job's own report of a namespace (``services/jobs/runs.record_run``), merged into the record.
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     always_record: bool = True  # a job's run is recorded even when it changed nothing
 
@@ -104,7 +104,7 @@ def current_run() -> Run | None:
 
 def report_to_run(namespace: str, job: str, detail: dict[str, Any]) -> bool:
     """Keep a job's report of a namespace on the open run's record; ``False`` if no run is open
-    (the caller then records it on its own: ``services/job_runs.record_run``)."""
+    (the caller then records it on its own: ``services/jobs/runs.record_run``)."""
     run = _run.get()
     if run is None:
         return False

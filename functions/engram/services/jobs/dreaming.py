@@ -19,8 +19,8 @@ attempts are counted per night the run is for, so a retry the same night (the lo
 retry) costs no attempt.
 
 Over 400 lines on purpose: gathering the day, validating the model's plan and applying it are one
-contract with the dream prompt (``services/prompts.py``); shared job plumbing lives in
-``services/job_runs.py`` and ``services/model_reply.py``.
+contract with the dream prompt (``services/models/prompts.py``); shared job plumbing lives in
+``services/jobs/runs.py`` and ``services/models/reply.py``.
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ from engram.domain.ports import (
     SearchIndex,
     StoreAdmin,
 )
-from engram.services import prompts
-from engram.services.job_runs import NamespaceLocks, failure_of, record_run
-from engram.services.memories import MemoryPatch, MemoryService, MemoryWrite, is_protected
-from engram.services.model_reply import as_list, as_str, as_str_list, as_unit, parse_json_object
-from engram.services.notes import NoteService
+from engram.services.jobs.runs import NamespaceLocks, failure_of, record_run
+from engram.services.library.memories import MemoryPatch, MemoryService, MemoryWrite, is_protected
+from engram.services.library.notes import NoteService
+from engram.services.models import prompts
+from engram.services.models.reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 
 log = logging.getLogger(__name__)
 

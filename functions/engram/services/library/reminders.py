@@ -20,7 +20,7 @@ from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.models import Memory, Reminder
 from engram.domain.ports import Clock, MemoryRows, ReminderRows
 from engram.domain.reminder_time import ReminderRequest, find_time, reminder_request
-from engram.services.memories import MemoryPatch, MemoryService
+from engram.services.library.memories import MemoryPatch, MemoryService
 
 ReminderView = Literal["upcoming", "delivered", "missed"]
 MAX_PER_TURN = 5

@@ -1,0 +1,1 @@
+"""Background jobs: the registry and runner, the schedule, run records, and each job."""

@@ -1,0 +1,1 @@
+"""The library: memories, review candidates, notes, messages, threads, reminders, skills."""

@@ -1,0 +1,1 @@
+"""The models Engram calls itself: every prompt, and reading what a model answered."""

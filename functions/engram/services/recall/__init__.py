@@ -1,0 +1,1 @@
+"""Recall: memories for a turn, past conversations, the boot package."""
