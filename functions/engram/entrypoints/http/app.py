@@ -31,6 +31,7 @@ from engram.entrypoints.http import rest
 from engram.entrypoints.http.aliases import PathAliasMiddleware
 from engram.entrypoints.http.auth import token_from_headers
 from engram.entrypoints.http.errors import engram_error_response, error_body, install_error_handlers
+from engram.entrypoints.http.hand_edits import HandEditMiddleware
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
 from engram.entrypoints.http.session import COOKIE_NAME
@@ -248,11 +249,12 @@ def create_app(container: Container | None = None) -> FastAPI:
         _install_mcp(app, container)
     else:
         # Imported here, not at the top: the MCP function (above) serves none of these.
-        from engram.entrypoints.http import admin, chat, job_routes, reminders, skills, threads
+        from engram.entrypoints.http import admin, chat, job_routes, reminders, runs, skills, threads
 
         app.include_router(rest.router)
         app.include_router(threads.router)
         app.include_router(reminders.router)
+        app.include_router(runs.router)
         app.include_router(skills.router)
         chat.install(app, container)
         door_refusal = chat.door_refusal
@@ -271,6 +273,7 @@ def create_app(container: Container | None = None) -> FastAPI:
         open_paths=frozenset(public_paths | {"/admin/login", "/admin/logout"}),
         door_refusal=door_refusal,
     )
+    app.add_middleware(HandEditMiddleware, journal=container.journal)  # docs/journal.md
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
     return app

@@ -303,6 +303,40 @@ class Journal:
         }
 
 
+def run_view(record: MemoryEvent) -> dict[str, Any]:
+    """A run's record as REST, MCP and the panel show it."""
+    detail = dict(record.detail)
+    return {
+        "id": record.id,
+        "kind": record.kind,
+        "at": record.created_at.isoformat(),
+        "source": detail.pop("source", None),
+        "changed": detail.pop("changed", 0),
+        "changes": detail.pop("changes", {}),
+        "undoes": detail.pop("undoes", None),
+        "detail": detail,
+    }
+
+
+def change_view(change: MemoryEvent) -> dict[str, Any]:
+    """One recorded change as REST, MCP and the panel show it (rows without their namespace)."""
+    detail = change.detail
+
+    def row(value: Any) -> Any:
+        return {k: v for k, v in value.items() if k != "namespace"} if isinstance(value, dict) else value
+
+    return {
+        "id": change.id,
+        "at": change.created_at.isoformat(),
+        "row": detail.get("row"),
+        "op": detail.get("op"),
+        "row_id": detail.get("id"),
+        "reason": detail.get("reason"),
+        "before": row(detail.get("before")),
+        "after": row(detail.get("after")),
+    }
+
+
 class _Skip(Exception):
     """A change that cannot be reverted (the row was erased for good, messages moved or purged)."""
 
