@@ -25,7 +25,6 @@ from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden, is_version_conflict
 from engram.domain.models import Memory, MemoryLayer, MemoryType
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS, instant_in_range
-from engram.services.library.journal import Journal
 from engram.services.library.memories import WriteResult
 
 PRINCIPAL_KEY = "engram.principal"  # where the gate leaves the Principal in the ASGI scope
@@ -109,7 +108,7 @@ class Toolbox:
         def register(fn: _F) -> _F:
             call = model_errors(fn)
             if annotations is not READ_ONLY:
-                call = hand_edit(self.container.journal, call)
+                call = hand_edit(self.container, call)
             self.server.add_tool(call, name=fn.__name__, annotations=annotations, structured_output=True)
             return fn
 
@@ -155,13 +154,13 @@ def model_errors(fn: _F) -> _F:
     return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
 
 
-def hand_edit(journal: Journal, fn: _F) -> _F:
+def hand_edit(container: Container, fn: _F) -> _F:
     """A tool call that may write is a hand edit: one ``edit`` run of the change journal, recorded if it
     changed a row (docs/journal.md; the HTTP routes' runs: ``entrypoints/http/hand_edits.py``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with journal.run("edit", source="mcp", detail={"tool": fn.__name__}, always_record=False):
+        with container.journal.run("edit", source="mcp", detail={"tool": fn.__name__}, always_record=False):
             return fn(*args, **kwargs)
 
     return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
