@@ -10,6 +10,9 @@ MCP tool call or panel action), a hand merge, or an undo. Whoever starts one ope
 variable, so it follows the work into threads started with ``asyncio.to_thread`` and coroutines run on
 the process loop (``services/sync_bridge.run_sync``). When the run closes, its record — one per namespace it
 touched — is written: the event whose id is the run id, with the counts of its changes.
+
+Over 400 lines on purpose: the runs, the recording and the undo of each row kind read as one contract
+(what is recorded is exactly what can be reverted), and the per-kind reverts are short functions.
 """
 
 from __future__ import annotations
@@ -444,9 +447,8 @@ def _revert_reminder(
 def _revert_precious(
     store: JournalStore, clock: Clock, row_id: str, before: dict[str, Any] | None, after: dict[str, Any] | None
 ) -> None:
-    row = after or before or {}
-    namespace = str(row.get("namespace"))
-    current = next((p for p in store.list_precious(namespace, limit=1000) if p.id == row_id), None)
+    namespace = str((after or before or {}).get("namespace"))
+    current = find_precious(store, namespace, row_id)
     if not _same(current, after, Precious):
         raise _changed_since("precious", row_id)
     if before is None:
@@ -489,6 +491,11 @@ def _revert_daily_log(
         store.put_daily_log(DailyLog(namespace=namespace, date=row_id, created_at=clock.now()))
     else:
         store.put_daily_log(DailyLog.model_validate(before))
+
+
+def find_precious(store: NoteRows, namespace: str, precious_id: str) -> Precious | None:
+    """A precious note by id (the port lists them: notes are few and never edited)."""
+    return next((p for p in store.list_precious(namespace, limit=1000) if p.id == precious_id), None)
 
 
 def _find(read: Callable[[], Any]) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 from engram.domain.errors import NotFound
 from engram.domain.models import Candidate, DailyLog, Digest, GlossaryTerm, Memory, Precious, Reminder, Thread
 from engram.domain.ports import Clock, MemoryStore
-from engram.services.library.journal import Journal, current_run, memory_state, snapshot
+from engram.services.library.journal import Journal, current_run, find_precious, memory_state, snapshot
 
 
 class JournaledStore:
@@ -167,7 +167,7 @@ class JournaledStore:
     def delete_precious(self, namespace: str, precious_id: str) -> None:
         before = None
         if current_run() is not None:
-            before = next((p for p in self._inner.list_precious(namespace, limit=1000) if p.id == precious_id), None)
+            before = find_precious(self._inner, namespace, precious_id)
         self._inner.delete_precious(namespace, precious_id)
         self._record(namespace, "precious", "delete", precious_id, before, None)
 
