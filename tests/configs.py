@@ -1,11 +1,12 @@
 """Service configs at the setting defaults: ``engram/settings.py`` is their one source, so a test
-builds one the way bootstrap does (``from_settings``) and changes only what it is about."""
+builds one the way bootstrap does (``bootstrap/configs.py``) and changes only what it is about."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
+from engram.bootstrap.configs import CONFIGS
 from engram.settings import Settings
 
 C = TypeVar("C")
@@ -14,10 +15,7 @@ C = TypeVar("C")
 DEFAULTS = Settings.model_construct()
 
 
-class _FromSettings(Protocol[C]):  # type: ignore[misc]
-    def from_settings(self, settings: Any) -> C: ...
-
-
-def config(cls: _FromSettings[C], **overrides: Any) -> C:
-    """``cls.from_settings(DEFAULTS)`` with ``overrides`` replaced."""
-    return replace(cls.from_settings(DEFAULTS), **overrides)  # type: ignore[type-var]
+def config(cls: type[C], **overrides: Any) -> C:
+    """The config ``cls`` mapped from ``DEFAULTS`` with ``overrides`` replaced."""
+    built: C = CONFIGS[cls](DEFAULTS)
+    return replace(built, **overrides)  # type: ignore[type-var]

@@ -22,6 +22,13 @@ class Settings(BaseSettings):
     port: int = Field(8787, ge=1, le=65535, description="Port `engram serve` listens on.")
     data_dir: Path = Field(Path("./.engram"), description="Where the local SQLite file lives.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above).")
+    import_max_rows: int = Field(
+        2000,
+        ge=1,
+        description="Rows one `POST /v1/import` takes (all kinds together; 400 `too_many_rows` above, naming "
+        "the CLI): a request must end within a gateway's time limit. `engram import FILE` has no limit and "
+        "shows progress.",
+    )
     header_timeout: float = Field(
         10.0,
         gt=0,

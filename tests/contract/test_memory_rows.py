@@ -526,6 +526,22 @@ def test_memories_unseen_since(store: MemoryRows) -> None:
     assert store.memories_unseen_since(OTHER, at(60)) == []
 
 
+def test_memories_unseen_since_pages_after_a_row(store: MemoryRows) -> None:
+    # Given five unseen memories, two of them sighted at the same moment
+    for name, minute in (("a", 1), ("b", 2), ("c1", 3), ("c2", 3), ("d", 4)):
+        store.insert_memory(a_memory(name, minute=minute))
+    # When paging two at a time, each page after the previous page's last (sighting, id)
+    pages, after = [], None
+    while True:
+        page = store.memories_unseen_since(NS, at(60), limit=2, after=after)
+        pages.append(ids(page))
+        if len(page) < 2:
+            break
+        after = (page[-1].last_seen_at or page[-1].created_at, page[-1].id)
+    # Then every row comes exactly once, in order, ties broken by id
+    assert pages == [["a", "b"], ["c1", "c2"], ["d"]]
+
+
 def test_memory_rows_are_isolated_by_namespace(store: MemoryRows) -> None:
     # Given a memory in namespace A
     memory = store.insert_memory(

@@ -296,3 +296,24 @@ def test_cache_entries_with_ttl(owner: httpx.Client) -> None:
     assert owner.delete("/v1/cache/theme").status_code == 200
     assert owner.get("/v1/cache/theme").status_code == 404
     assert owner.put("/v1/cache/x", json={"value": 1, "ttl_seconds": 0}).status_code == 422
+
+
+def test_an_import_over_the_row_limit_is_refused_whole_naming_the_cli(make_server: Any) -> None:
+    # Given a server that takes at most 3 rows per import request
+    server = make_server(import_max_rows=3, embedder="none")
+    with server.client(OTHER_KEY) as bob:
+        doc = {"memories": [{"content": f"imported fact number {i}", "type": "fact"} for i in range(3)]}
+        doc["precious"] = [{"content": "a fourth row"}]
+        # When an Engram export and a text file of 4 rows each are posted
+        refused = bob.post("/v1/import", json=doc)
+        text = bob.post("/v1/import?from=text", content="one\ntwo\nthree\nfour", headers={"content-type": "text/plain"})
+        # Then both are refused whole with a code and a message naming the limit and the CLI; nothing is written
+        for response in (refused, text):
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["code"] == "too_many_rows" and "ENGRAM_IMPORT_MAX_ROWS" in error["message"]
+            assert "engram import" in error["message"] and "4 rows" in error["message"]
+        assert bob.get("/v1/memories").json()["items"] == []
+        # And at the limit the same file goes in
+        doc.pop("precious")
+        assert bob.post("/v1/import", json=doc).json()["created"]["memories"] == 3

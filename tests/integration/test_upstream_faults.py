@@ -1,8 +1,9 @@
 """The upstream fault matrix: every way a provider can fail x both doors x both upstream kinds x
 streaming or not, asserting exactly what the client gets.
 
-- An error status the provider sent: the same status and the provider's body (status known before
-  any byte went out, so streams too).
+- An error status the provider sent: the same status and the provider's body when it speaks the
+  door's wire; otherwise the provider's message in the door's error shape (status known before any
+  byte went out, so streams too).
 - Unreachable or dropped before the answer, malformed JSON: 502; silent past the timeout: 504; both in
   the door's error shape.
 - Anything going wrong after a stream began: the events so far, then ONE error event in the client's
@@ -39,19 +40,23 @@ class Fault:
     reply: Reply | None  # None: the upstream is not even reachable
     status: int  # what the client gets before any byte of a body (200 when a stream began)
     stream_error: bool = False  # a stream that began must end with one error event
-    passthrough: bool = False  # the provider's own error body reaches the client unchanged
+    provider_body: dict[str, Any] | None = None  # the provider's own error body (kept or reshaped per door)
 
 
-PROVIDER_ERROR = {"error": {"message": "provider says no", "type": "provider_error"}}
+PROVIDER_ERROR = {"error": {"message": "provider says no", "type": "provider_error"}}  # OpenAI's wire
+ANTHROPIC_ERROR = {"type": "error", "error": {"type": "overloaded_error", "message": "provider is busy"}}
 
 
 def _faults(stream: bool) -> list[Fault]:
     """The faults and, for a streaming or a whole request, what the client must see."""
     began = 200 if stream else 502
     faults = [
-        Fault(f"status_{s}", Reply(status=s, error_body=PROVIDER_ERROR), s, passthrough=True)
+        Fault(f"status_{s}", Reply(status=s, error_body=PROVIDER_ERROR), s, provider_body=PROVIDER_ERROR)
         for s in (400, 401, 429, 500, 503)
     ]
+    faults.append(
+        Fault("anthropic_529", Reply(status=529, error_body=ANTHROPIC_ERROR), 529, provider_body=ANTHROPIC_ERROR)
+    )
     faults += [
         Fault("unreachable", None, 502),
         Fault("silent_past_timeout", Reply(hang=5), 504),
@@ -179,8 +184,14 @@ def test_client_answer_for_every_upstream_fault(rig: Rig, door: str, kind: str, 
         assert stored[0].error is None and len(stored) == 2 and stored[1].role == "assistant", stored
     else:
         assert len(stored) == 1 and stored[0].error and stored[0].error.startswith("upstream_"), stored
-    if fault.passthrough:
-        assert resp.json() == PROVIDER_ERROR  # the provider's body, unchanged
+    if fault.provider_body is not None:
+        speaks_door = ("type" in fault.provider_body) == (door == "anthropic")
+        if speaks_door:
+            assert resp.json() == fault.provider_body  # the provider's body, unchanged
+        else:
+            # the other wire's error: the provider's message, in the door's shape
+            error = _assert_error_shape(door, resp.json())
+            assert error["message"] == "upstream error: " + fault.provider_body["error"]["message"], error
         return
     if resp.status_code != 200:
         error = _assert_error_shape(door, resp.json())

@@ -6,8 +6,9 @@ from datetime import timedelta
 
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
+from engram.bootstrap import configs
 from engram.domain.models import GlossaryTerm, Message, Precious, new_id
-from engram.services.library.memories import MemoryRules, MemoryService, MemoryWrite
+from engram.services.library.memories import MemoryService, MemoryWrite
 from engram.services.library.stats import NamespaceStats
 from engram.services.local_day import LocalDay
 from engram.services.recall.boot import CHAT_BLOCK, BootLimits, BootService
@@ -16,7 +17,7 @@ from engram.settings import Settings
 from tests.fakes.clock import ManualClock
 
 NS = "u1"
-PACKAGE = BootLimits.package(Settings.model_construct())
+PACKAGE = configs.boot_package(Settings.model_construct())
 
 
 def _boot(precious: int, terms: int) -> tuple[BootService, InMemoryMemoryStore]:
@@ -80,7 +81,7 @@ def test_the_long_tail_is_the_next_memories_by_importance_beyond_the_stable_ones
     # Given a pinned memory, an identity one, and ordinary ones of several importances
     boot, store = _boot(0, 0)
     memories = MemoryService(
-        store, InMemorySearchIndex(), None, ManualClock(), MemoryRules.from_settings(Settings.model_construct())
+        store, InMemorySearchIndex(), None, ManualClock(), configs.memory_rules(Settings.model_construct())
     )
     for content, fields in [
         ("The user's birthday is May 2", {"pinned": True, "importance": 0.9}),

@@ -11,36 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.services.chat.gateway import ChatConfig
-from engram.services.chat.history import HistoryConfig
-from engram.services.jobs.cleanup import RetentionPolicy
-from engram.services.jobs.dreaming import DreamConfig
-from engram.services.jobs.extraction import ExtractionConfig
-from engram.services.library.memories import MemoryRules
-from engram.services.library.reminders import ReminderConfig
-from engram.services.recall.boot import BootLimits
-from engram.services.recall.conversations import ConversationConfig
-from engram.services.recall.pipeline import RecallConfig
+from engram.bootstrap.configs import CONFIGS
 from engram.settings import Settings
 
 DEFAULTS = Settings.model_construct()
 
-BUILDERS: dict[type, Callable[[Any], Any]] = {
-    RecallConfig: RecallConfig.from_settings,
-    ExtractionConfig: ExtractionConfig.from_settings,
-    DreamConfig: DreamConfig.from_settings,
-    RetentionPolicy: RetentionPolicy.from_settings,
-    ConversationConfig: ConversationConfig.from_settings,
-    ReminderConfig: ReminderConfig.from_settings,
-    MemoryRules: MemoryRules.from_settings,
-    BootLimits: BootLimits.package,
-    HistoryConfig: HistoryConfig.from_settings,
-    ChatConfig: lambda s: ChatConfig.from_settings(s, openai_configured=True, anthropic_configured=True),
-}
+BUILDERS: dict[type, Callable[[Any], Any]] = CONFIGS
 
 
 class _Reading:
-    """Settings as ``from_settings`` reads them: the defaults, one of them changed; names read are noted."""
+    """Settings as ``bootstrap/configs.py`` reads them: the defaults, one of them changed; names read are noted."""
 
     def __init__(self, changed: str | None = None) -> None:
         self._changed = changed
@@ -76,7 +56,7 @@ def test_no_field_fed_by_a_setting_has_a_default_of_its_own(cls: type) -> None:
     for name in sorted(reading.read):
         changed = build(_Reading(name))
         fed |= {f.name for f in fields(cls) if getattr(changed, f.name) != getattr(base, f.name)}
-    assert fed, f"{cls.__name__}.from_settings reads no setting"
+    assert fed, f"the mapping of {cls.__name__} reads no setting"
     # And none of those fields has a default: the value is written only in Settings
     defaulted = {f.name for f in fields(cls) if f.default is not MISSING or f.default_factory is not MISSING}
     assert fed & defaulted == set(), f"{cls.__name__} repeats the defaults of settings: {sorted(fed & defaulted)}"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
+from engram.bootstrap import configs
 from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import GlossaryTerm, IndexedDoc, Memory, SearchHit
 from engram.domain.recall_scoring import (
@@ -546,7 +547,7 @@ def test_config_maps_every_recall_setting() -> None:
     from engram.settings import Settings
 
     s = Settings(recall_top_k=7, recall_fusion="rrf", recall_keyword_weight=2.0, recall_compress=True)
-    cfg = RecallConfig.from_settings(s)
+    cfg = configs.recall(s)
     assert (cfg.top_k, cfg.fusion, cfg.keyword_weight, cfg.compress) == (7, "rrf", 2.0, True)
     recall_fields = {n[len("recall_") :] for n in Settings.model_fields if n.startswith("recall_")}
     assert recall_fields <= set(RecallConfig.__dataclass_fields__)

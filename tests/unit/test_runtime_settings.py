@@ -8,7 +8,7 @@ import threading
 import pytest
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.errors import InvalidInput
-from engram.services.runtime_settings import SETTINGS_KEY, SYSTEM_NAMESPACE, RuntimeSettings
+from engram.services.runtime_settings import SETTINGS_KEY, SYSTEM_NAMESPACE, Live, RuntimeSettings
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -106,7 +106,7 @@ def test_the_composed_services_follow_runtime_changes_without_a_restart() -> Non
     container = build_container(settings)
     try:
         assert container.extraction._model.model_id == "env-model"
-        assert container.chat._config.routing.chat_model == "env-model"
+        assert container.chat._config().routing.chat_model == "env-model"
         # When the owner changes models, thresholds and the time zone at runtime
         container.runtime.update(
             {
@@ -121,12 +121,12 @@ def test_the_composed_services_follow_runtime_changes_without_a_restart() -> Non
         # Then every service reads the new values on its next use
         assert container.extraction._model.model_id == "small-model"
         assert container.dreaming._model.model_id == "big-model"
-        assert container.chat._config.routing.chat_model == "big-model"
-        assert container.extraction._config.review_confidence == 0.5
-        assert container.dreaming._config.timezone == "Asia/Tokyo"
+        assert container.chat._config().routing.chat_model == "big-model"
+        assert container.extraction._config().review_confidence == 0.5
+        assert container.dreaming._config().timezone == "Asia/Tokyo"
         assert container.local_day.zone.key == "Asia/Tokyo"
         assert container.recall.config.top_k == 9
-        assert container.memories._rules.dedup_cosine == 0.8
+        assert container.memories._rules().dedup_cosine == 0.8
     finally:
         container.close()
 
@@ -172,3 +172,16 @@ def test_a_provider_shared_by_threads_never_fails_nor_keeps_an_old_config() -> N
     runtime.update({"recall_top_k": 7})
     assert top_k() == ("config", 7)
     assert runtime.get("recall_top_k") == 7
+
+
+def test_a_live_config_is_fixed_or_follows_the_runtime_settings() -> None:
+    # Given a plain config, a Live of it, and a provider over the runtime settings
+    store = InMemoryMemoryStore(clock=ManualClock())
+    runtime = RuntimeSettings(store, Settings.model_construct(), ttl_seconds=0)
+    top_k = runtime.provider(lambda s: s.recall_top_k)
+    fixed = Live.of(7)
+    # Then a plain config never changes, a Live is taken as it is, and a provider follows a change
+    assert fixed() == 7 and Live.of(fixed) is fixed and Live.of(top_k) is top_k
+    before = top_k()
+    runtime.update({"recall_top_k": before + 1})
+    assert (fixed(), top_k()) == (7, before + 1)

@@ -17,6 +17,7 @@ from typing import Any
 from engram.adapters.clock import SystemClock
 from engram.adapters.files import write_private
 from engram.adapters.queue.inline import InlineJobQueue
+from engram.bootstrap import configs
 from engram.bootstrap.adapters import (
     LOCAL_CONVERSATIONS_NAME,
     LOCAL_DB_NAME,
@@ -37,30 +38,31 @@ from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.chat.gateway import ChatService
 from engram.services.chat.history import CURSOR_PREFIX as HISTORY_KEY
-from engram.services.chat.history import HistoryConfig, HistoryService
+from engram.services.chat.history import HistoryService
 from engram.services.chat.usage_report import UsageReportService
 from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.index.guard import GuardedIndex
 from engram.services.index.reindex import ReindexService
-from engram.services.jobs.cleanup import CleanupService, RetentionPolicy
-from engram.services.jobs.dreaming import DreamConfig, DreamingService
-from engram.services.jobs.extraction import ExtractionConfig, ExtractionService
+from engram.services.index.upkeep import IndexUpkeep
+from engram.services.jobs.cleanup import CleanupService
+from engram.services.jobs.dreaming import DreamingService
+from engram.services.jobs.extraction import ExtractionService
 from engram.services.jobs.registry import JOBS, JobRunner, JobServices
 from engram.services.jobs.runs import NamespaceLocks
 from engram.services.library.candidates import CandidateService
 from engram.services.library.journal import Journal
 from engram.services.library.journaled_store import journaled
-from engram.services.library.memories import MemoryRules, MemoryService
+from engram.services.library.memories import MemoryService
 from engram.services.library.messages import MessageService
 from engram.services.library.notes import NoteService
-from engram.services.library.reminders import ReminderConfig, ReminderService
+from engram.services.library.reminders import ReminderService
 from engram.services.library.skills import SkillService
 from engram.services.library.stats import NamespaceStats
 from engram.services.library.threads import ThreadService
 from engram.services.local_day import LocalDay
 from engram.services.ratelimit import RequestLimits
-from engram.services.recall.boot import BootLimits, BootService
-from engram.services.recall.conversations import ConversationConfig, ConversationService
+from engram.services.recall.boot import BootService
+from engram.services.recall.conversations import ConversationService
 from engram.services.recall.pipeline import RecallService
 from engram.services.runtime_settings import RuntimeSettings
 from engram.services.transfer.engram_format import TransferService
@@ -101,6 +103,7 @@ class Container:
     limits: RequestLimits  # requests per minute per key
     queue: JobQueue
     memories: MemoryService
+    upkeep: IndexUpkeep  # the index's mirror of the memories: sync, failed writes, repair, health
     candidates: CandidateService
     notes: NoteService  # precious notes, glossary, digest
     messages: MessageService  # message ingest
@@ -248,6 +251,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         limits=build_limits(settings, clock, o.rate_limiter),
         queue=jobs.queue,
         memories=lib.memories,
+        upkeep=lib.memories.upkeep,
         candidates=lib.candidates,
         notes=lib.notes,
         messages=lib.messages,
@@ -294,8 +298,11 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
 
 def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:
     store, clock, runtime = base.store, base.clock, base.runtime
-    memories = MemoryService(store, base.index, base.embedder, clock, runtime.provider(MemoryRules.from_settings))
-    base.journal.on_memories_changed = memories.resync_index
+    upkeep = IndexUpkeep(store, base.index, base.embedder, clock)
+    base.journal.on_memories_changed = upkeep.resync
+    memories = MemoryService(
+        store, base.index, base.embedder, clock, runtime.provider(configs.memory_rules), upkeep=upkeep
+    )
     local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
     stats = NamespaceStats(store, local_day)
     recall = o.recall or build_recall(settings, runtime, store, base.index, base.embedder, clock, o.compress_model)
@@ -317,9 +324,9 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
         transfer=TransferService(store, memories, clock, skills, journal=base.journal),
         recall=recall,
         conversations=conversations,
-        boot=BootService(store, local_day, stats, skills, package_limits=BootLimits.package(settings)),
+        boot=BootService(store, local_day, stats, skills, package_limits=configs.boot_package(settings)),
         skills=skills,
-        reminders=ReminderService(store, memories, clock, runtime.provider(ReminderConfig.from_settings)),
+        reminders=ReminderService(store, memories, clock, runtime.provider(configs.reminders)),
     )
 
 
@@ -333,7 +340,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
 
     extract_model = job_model(o.extract_model, lambda eff: eff.extract_model or eff.chat_model)
     dream_model = job_model(o.dream_model, lambda eff: eff.dream_model or eff.chat_model)
-    history = HistoryService(store, clock, extract_model, runtime.provider(HistoryConfig.from_settings))
+    history = HistoryService(store, clock, extract_model, runtime.provider(configs.history))
     locks = NamespaceLocks()
     memories = lib.memories
     extraction = ExtractionService(
@@ -342,7 +349,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         lib.candidates,
         extract_model,
         clock,
-        runtime.provider(ExtractionConfig.from_settings),
+        runtime.provider(configs.extraction),
         locks,
         index,
         lib.conversations,
@@ -355,16 +362,16 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         base.embedder,
         dream_model,
         clock,
-        runtime.provider(DreamConfig.from_settings),
+        runtime.provider(configs.dreaming),
         locks,
     )
     cleanup = CleanupService(
         store,
         index,
         clock,
-        RetentionPolicy.from_settings(settings),
+        configs.retention(settings),
         locks,
-        repair=memories.repair_index,
+        upkeep=memories.upkeep,
         skills=lib.skills,
         conversations=lib.conversations,
     )
@@ -374,7 +381,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
             extraction=extraction,
             dreaming=dreaming,
             cleanup=cleanup,
-            memories=memories,
+            upkeep=memories.upkeep,
             reindex=lambda: reindex,
             history=history,
             # The conversation index is a replica beside the memory index (docs/conversations.md).
@@ -384,8 +391,8 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
     )
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
     queue: JobQueue = o.queue or build_queue(settings) or InlineJobQueue(runner.run, JOBS)
-    reindex = ReindexService(store, memories, base.embedder, clock, queue)
-    queue_repairs_when_back(index, memories, queue)
+    reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
+    queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
     return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history)
 
@@ -417,16 +424,16 @@ def _build_conversations(
         guarded,
         gate,
         clock,
-        runtime.provider(ConversationConfig.from_settings),
+        runtime.provider(configs.conversations),
         query_vector=recall.query_vector,
     )
 
 
-def queue_repairs_when_back(index: GuardedIndex, memories: MemoryService, queue: JobQueue) -> None:
+def queue_repairs_when_back(index: GuardedIndex, upkeep: IndexUpkeep, queue: JobQueue) -> None:
     """When the index answers again, queue a repair of the namespaces whose writes failed meanwhile."""
 
     def recovered() -> None:
-        for namespace in memories.take_dirty():
+        for namespace in upkeep.take_dirty():
             queue.enqueue("index_repair", {"namespace": namespace})
 
     index.on_recovered = recovered

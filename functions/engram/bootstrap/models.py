@@ -14,10 +14,11 @@ from typing import Any
 
 from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
 from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
+from engram.bootstrap import configs
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import ChatModel, ChatUpstream, Clock, Embedder, JobQueue, MemoryStore, Reranker, SearchIndex
 from engram.services.chat.exchange import ExchangeRecorder
-from engram.services.chat.gateway import ChatConfig, ChatService
+from engram.services.chat.gateway import ChatService
 from engram.services.chat.history import HistoryService
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.library.memories import MemoryService
@@ -25,7 +26,7 @@ from engram.services.library.messages import MessageService
 from engram.services.library.reminders import ReminderService
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
-from engram.services.recall.pipeline import RecallConfig, RecallService
+from engram.services.recall.pipeline import RecallService
 from engram.services.runtime_settings import RuntimeSettings
 from engram.settings import Settings
 
@@ -123,7 +124,7 @@ def build_recall(
     clock: Clock,
     compressor: ChatModel | None = None,
 ) -> RecallService:
-    config = runtime.provider(RecallConfig.from_settings)
+    config = runtime.provider(configs.recall)
     reranker: Reranker | None = None
     if settings.reranker == "bedrock":
         from engram.adapters.llm.bedrock import BedrockReranker
@@ -190,7 +191,7 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
     except ModuleNotFoundError as exc:  # an install without the `aws` extra: bedrock/ models answer 503
         log.info("no Bedrock chat upstream (%s)", exc.name)
     config = parts.runtime.provider(
-        lambda eff: ChatConfig.from_settings(
+        lambda eff: configs.chat(
             eff,
             openai_configured=openai.configured,
             anthropic_configured=anthropic.configured,

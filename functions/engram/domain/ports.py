@@ -129,8 +129,12 @@ class MemoryRows(Protocol):
         """Memories in ``statuses`` whose status changed before ``before`` (hard-delete sweep)."""
         ...
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
-        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``."""
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
+        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``,
+        oldest first (by sighting, then id); ``after``: the (sighting, id) of the previous page's last row,
+        so a sweep pages past rows it leaves alone (pinned, identity)."""
         ...
 
 
@@ -380,6 +384,11 @@ class KeyValueRows(Protocol):
     def get_cursor(self, namespace: str, name: str) -> str | None: ...
 
     def set_cursor(self, namespace: str, name: str, value: str) -> None: ...
+
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        """Set the cursor only if it still holds ``expected`` (``None``: absent) — a read-modify-write
+        of a cursor row (a thread's kept history) never replaces a value it did not read; ``True`` if set."""
+        ...
 
     def get_cache(self, namespace: str, key: str) -> Any | None:
         """The cached value, or ``None`` if absent or expired."""

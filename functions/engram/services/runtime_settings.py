@@ -30,6 +30,27 @@ S = TypeVar("S", bound=BaseModel)
 T = TypeVar("T")
 
 
+class Live(Generic[T]):
+    """A service's config as it is now, read per use: ``live()``. Fixed (``Live.of(config)``), or rebuilt
+    from the owner's runtime settings when they change (``RuntimeSettings.provider``), so the admin panel
+    changes it without a restart. The one way a service holds a config (docs/ARCHITECTURE.md)."""
+
+    __slots__ = ("_read",)
+
+    def __init__(self, read: Callable[[], T]) -> None:
+        self._read = read
+
+    def __call__(self) -> T:
+        return self._read()
+
+    @staticmethod
+    def of(config: T | Live[T]) -> Live[T]:
+        """``config`` as a ``Live``: a plain config (tests, a fixed deployment) never changes."""
+        if isinstance(config, Live):
+            return config
+        return Live(lambda: config)
+
+
 @dataclass(frozen=True)
 class RuntimeSetting:
     name: str
@@ -109,8 +130,8 @@ class RuntimeSettings(Generic[S]):
     def get(self, name: str) -> Any:
         return getattr(self.effective(), name)
 
-    def provider(self, build: Callable[[S], T]) -> Callable[[], T]:
-        """A zero-argument callable for a service: ``build`` applied to the effective settings,
+    def provider(self, build: Callable[[S], T]) -> Live[T]:
+        """A ``Live`` config for a service: ``build`` applied to the effective settings,
         rebuilt only when they change. Safe from any thread: a caller gets the value built from the
         settings it read, and the memo (one ``(version, value)`` tuple, swapped whole) only moves forward."""
         memo: list[tuple[int, T]] = []
@@ -125,7 +146,7 @@ class RuntimeSettings(Generic[S]):
                 memo[:] = [(version, value)]
             return value
 
-        return current
+        return Live(current)
 
     def overrides(self) -> dict[str, Any]:
         self.effective()

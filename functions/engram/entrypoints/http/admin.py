@@ -30,7 +30,6 @@ from engram.entrypoints.http.errors import error_response
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
-from engram.services.library.memories import INDEX_DIRTY
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +256,7 @@ def _health_checks(container: Container, namespace: str) -> dict[str, Any]:
         else:
             checks["embedder"] = {"status": embedder.state, "model": embedder.model_id}
     try:
-        dirty = container.store.get_cache(namespace, INDEX_DIRTY)
-        checks["index_repair"] = {"status": "pending" if dirty else "ok"}
+        checks["index_repair"] = {"status": container.upkeep.health(namespace).status}
     except Exception as exc:
         checks["index_repair"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
     return checks

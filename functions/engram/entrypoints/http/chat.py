@@ -3,7 +3,9 @@ wires, guide-dog, models and usage.
 
 One mapping table for errors (``errors.status_for``), rendered in the client's wire: OpenAI-style
 ``{"error": {...}}`` (chat completions and Responses) or Anthropic-style
-``{"type": "error", "error": {...}}``. An upstream error status and body are passed through unchanged.
+``{"type": "error", "error": {...}}``. An upstream error status and body are passed through unchanged
+when the body already speaks the door's wire; otherwise the provider's status and message are given the
+door's shape (an OpenAI-compatible upstream's error on the Anthropic door, and the reverse).
 Every chat response carries the ``x-engram-*`` headers.
 """
 
@@ -21,6 +23,7 @@ from starlette.responses import StreamingResponse
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
 from engram.domain.skills import agent_id
+from engram.domain.wire.errors import error_message, error_wire
 from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST, RESPONSES_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
@@ -47,6 +50,7 @@ _ANTHROPIC_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     503: "overloaded_error",
+    529: "overloaded_error",  # Anthropic's own "overloaded" status
     504: "timeout_error",
 }
 
@@ -69,9 +73,12 @@ def _service(request: Request) -> ChatService:
 def _error_response(wire: Wire, exc: EngramError, headers: dict[str, str]) -> Response:
     status, type_ = status_for(exc)
     if isinstance(exc, UpstreamRejected) and exc.body is not None:
-        # The provider's own error, unchanged (its status and body), so clients show the real cause.
-        ctype = "application/json" if exc.body[:1] in (b"{", b"[") else "text/plain; charset=utf-8"
-        return Response(exc.body, status_code=status, headers=headers, media_type=ctype)
+        if error_wire(exc.body) == ("anthropic" if wire == "anthropic" else "openai"):
+            # The provider's own error, unchanged (its status and body), so clients show the real cause.
+            return Response(exc.body, status_code=status, headers=headers, media_type="application/json")
+        # The other wire's error (or not JSON): the provider's message and status, in the door's shape.
+        exc = UpstreamRejected(f"upstream error: {error_message(exc.body)}", status=exc.status)
+        status, type_ = status_for(exc)
     if wire == "anthropic":
         payload: dict[str, Any] = {
             "type": "error",

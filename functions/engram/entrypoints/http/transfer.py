@@ -77,10 +77,23 @@ def import_(
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "body"
             raise InvalidInput(f"not an Engram export: {where}: {first['msg']}", code="invalid_export") from exc
+        _within_limit(document.row_count(), container.settings.import_max_rows)
         return dict(container.transfer.import_(who.namespace, document, dry_run=dry_run))
     converted = convert(source, body)
+    _within_limit(len(converted.rows) + len(converted.refused), container.settings.import_max_rows)
     if score:
         import anyio.from_thread
 
         anyio.from_thread.run(score_rows, converted, container.moving_in.model)
     return dict(container.moving_in.run(who.namespace, converted, dry_run=dry_run))
+
+
+def _within_limit(rows: int, limit: int) -> None:
+    """One request imports at most ``limit`` rows: it must end within a gateway's time limit (API
+    Gateway: 29 s); the CLI imports any size with progress (README, "Export and import")."""
+    if rows > limit:
+        raise InvalidInput(
+            f"this import has {rows} rows, more than the {limit} one request takes (ENGRAM_IMPORT_MAX_ROWS): "
+            "import it with `engram import FILE --namespace NS` (any size, with progress) or split the file",
+            code="too_many_rows",
+        )

@@ -29,7 +29,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -55,6 +55,7 @@ from engram.services.chat.routing import RouteConfig, anthropic_has_images, open
 from engram.services.chat.stream_relay import StreamTap, relay_stream
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.library.threads import thread_id_of
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _thread_of(wire: Wire, body: dict[str, Any], pinned: str | None) -> str:
 class ChatConfig:
     """The chat gateway's settings.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     routing: RouteConfig
@@ -88,34 +89,6 @@ class ChatConfig:
     retry_window: timedelta
     cache: CachePolicy | None  # None: no prompt-cache markers
     responses_native: bool  # the OpenAI-compatible upstream takes `/responses` requests as they are
-
-    @classmethod
-    def from_settings(
-        cls, s: Any, *, openai_configured: bool, anthropic_configured: bool, bedrock_configured: bool = False
-    ) -> ChatConfig:
-        return cls(
-            routing=RouteConfig(
-                public_model=s.public_model_name,
-                chat_model=s.chat_model,
-                vision_model=s.vision_model,
-                allow_passthrough=s.chat_allow_model_passthrough,
-                openai_configured=openai_configured,
-                anthropic_configured=anthropic_configured,
-                bedrock_configured=bedrock_configured,
-            ),
-            inject_enabled=s.chat_inject_enabled,
-            inject_max_body_bytes=s.chat_inject_max_body_bytes,
-            boot_max_chars=s.chat_boot_max_chars,
-            patch_max_tokens=s.chat_patch_max_tokens,
-            boot_cache_seconds=s.chat_boot_cache_seconds,
-            keepalive_seconds=s.chat_keepalive_seconds,
-            store_messages=s.chat_store_messages,
-            default_max_tokens=s.chat_default_max_tokens,
-            cleanup_interval=timedelta(hours=s.cleanup_min_interval_hours),
-            retry_window=timedelta(minutes=s.chat_retry_window_minutes),
-            cache=CachePolicy(ttl=s.anthropic_cache_ttl) if s.anthropic_cache_enabled else None,
-            responses_native=s.upstream_responses_api,
-        )
 
 
 @dataclass
@@ -138,7 +111,7 @@ class ChatService:
         anthropic: ChatUpstream,
         context: TurnContextSource,
         record: ExchangeRecorder,
-        config: ChatConfig | Callable[[], ChatConfig],
+        config: ChatConfig | Live[ChatConfig],
         bedrock: ChatUpstream | None = None,
         history: HistoryService | None = None,
     ) -> None:
@@ -150,12 +123,7 @@ class ChatService:
         self._bedrock = bedrock
         self._context = context
         self._record = record
-        # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        self._config_of: Callable[[], ChatConfig] = config if callable(config) else (lambda: config)
-
-    @property
-    def _config(self) -> ChatConfig:
-        return self._config_of()
+        self._config = Live.of(config)
 
     # -- the request ----------------------------------------------------------------------------
     async def handle(
@@ -179,7 +147,7 @@ class ChatService:
                 ex.responses = body
                 body = responses_to_chat(body)
             ex.body = body
-            ex.persist = self._config.store_messages and not guide_dog
+            ex.persist = self._config().store_messages and not guide_dog
             ex.conversation = _thread_of(wire, body, conversation_id)
             kept = None
             # The chat doors only: a Responses client chains its own turns (previous_response_id).
@@ -188,11 +156,14 @@ class ChatService:
                 ex.body = body
             has_images = anthropic_has_images(body) if wire == "anthropic" else openai_has_images(body)
             ex.route = route(
-                str(body.get("model") or ""), has_images=has_images, config=self._config.routing, vision_only=guide_dog
+                str(body.get("model") or ""),
+                has_images=has_images,
+                config=self._config().routing,
+                vision_only=guide_dog,
             )
             ex.user_text = last_user_text(body)
             # The Responses door goes to the upstream as it is when the upstream speaks that API too.
-            ex.native = ex.responses is not None and ex.route.provider == "openai" and self._config.responses_native
+            ex.native = ex.responses is not None and ex.route.provider == "openai" and self._config().responses_native
             upstream_body = self._to_upstream(ex)
             if not guide_dog:
                 upstream_body = await self._inject(ex, upstream_body, len(raw), memory_off)
@@ -226,7 +197,7 @@ class ChatService:
         if ex.route.provider == "bedrock":
             # Prompt caching on Bedrock: the adapter places Converse cache points (Claude models only)
             # where a top-level ``cache_control`` asks for them; the settings decide, not the client.
-            cache = self._config.cache
+            cache = self._config().cache
             if cache is None:
                 out.pop("cache_control", None)
             else:
@@ -252,24 +223,24 @@ class ChatService:
             return {**body, "model": model}
         if ex.wire != "anthropic":
             ex.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return openai_request_to_anthropic(body, model, default_max_tokens=self._config.default_max_tokens)
+            return openai_request_to_anthropic(body, model, default_max_tokens=self._config().default_max_tokens)
         return anthropic_request_to_openai(body, model)
 
     # -- memory -------------------------------------------------------------------------------------
     async def _inject(self, ex: Exchange, body: dict[str, Any], size: int, memory_off: bool) -> dict[str, Any]:
         assert ex.route is not None
-        if not self._config.inject_enabled or memory_off:
+        if not self._config().inject_enabled or memory_off:
             ex.reason = "disabled"
             return body
-        if size > self._config.inject_max_body_bytes:
+        if size > self._config().inject_max_body_bytes:
             ex.reason = "body_too_large"
             return body
         t0 = time.perf_counter()
         told = await self._context.gather(
             ex,
-            boot_cache_seconds=self._config.boot_cache_seconds,
-            boot_max_chars=self._config.boot_max_chars,
-            patch_max_tokens=self._config.patch_max_tokens,
+            boot_cache_seconds=self._config().boot_cache_seconds,
+            boot_max_chars=self._config().boot_max_chars,
+            patch_max_tokens=self._config().patch_max_tokens,
         )
         ex.recall_ms = (time.perf_counter() - t0) * 1000
         info: Injected
@@ -277,7 +248,7 @@ class ChatService:
             body, info = inject_responses(body, told.boot, told.recall, told.reminders, told.conversations)
         elif ex.route.provider == "anthropic":
             body, info = inject_anthropic(
-                body, told.boot, told.recall, self._config.cache, told.reminders, told.conversations
+                body, told.boot, told.recall, self._config().cache, told.reminders, told.conversations
             )
         else:
             body, info = inject_openai(body, told.boot, told.recall, told.reminders, told.conversations)
@@ -311,7 +282,7 @@ class ChatService:
                 ex.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
             return await self._whole(ex, raw)
-        done, _ = await asyncio.wait({task}, timeout=self._config.keepalive_seconds)
+        done, _ = await asyncio.wait({task}, timeout=self._config().keepalive_seconds)
         ex.upstream_ms = (time.perf_counter() - t0) * 1000
         first: UpstreamReply | None = None
         if done:
@@ -389,7 +360,7 @@ class ChatService:
             task,
             reply,
             tap,
-            keepalive_seconds=self._config.keepalive_seconds,
+            keepalive_seconds=self._config().keepalive_seconds,
             settle=settle,
             settle_failed=settle_failed,
         )
@@ -402,7 +373,7 @@ class ChatService:
 
     # -- models and usage --------------------------------------------------------------------------------
     async def models(self) -> dict[str, Any]:
-        cfg = self._config.routing
+        cfg = self._config().routing
         names: list[str] = [cfg.public_model]
         for name in (cfg.chat_model, cfg.vision_model):
             if name and name not in names:

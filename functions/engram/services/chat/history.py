@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any, Protocol
 
-from engram.domain.errors import InvalidInput, NotFound
+from engram.domain.errors import VERSION_CONFLICT, Conflict, InvalidInput, NotFound
 from engram.domain.models import Message
 from engram.domain.ports import ChatModel, Clock, JobQueue, KeyValueRows, MessageRows, ThreadRows
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ CURSOR_PREFIX = "history:"
 JOB = "history"
 SUMMARY_HEADING = "Summary of the earlier conversation in this thread:"
 _READ_SLACK = 20  # messages read beyond the window's turns (unanswered turns, tool rows)
+_EDIT_ATTEMPTS = 5  # a hand edit re-read after a rotation landed between its read and its write
 
 SUMMARY_SYSTEM = """\
 You keep the running summary of one long conversation between a user and an assistant.
@@ -54,21 +56,12 @@ tone between them. Drop small talk. Write plain prose in the conversation's lang
 
 @dataclass(frozen=True)
 class HistoryConfig:
-    """``settings.py`` holds the defaults (written once); ``from_settings`` maps them."""
+    """``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them."""
 
     rotate_turns: int
     rotate_minutes: float
     budget_chars: int
     summary_max_chars: int
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> HistoryConfig:
-        return cls(
-            rotate_turns=settings.history_rotate_turns,
-            rotate_minutes=settings.history_rotate_minutes,
-            budget_chars=settings.history_budget_chars,
-            summary_max_chars=settings.history_summary_max_chars,
-        )
 
 
 @dataclass(frozen=True)
@@ -120,18 +113,14 @@ class HistoryService:
         store: HistoryStore,
         clock: Clock,
         model: ChatModel | None,
-        config: HistoryConfig | Callable[[], HistoryConfig],
+        config: HistoryConfig | Live[HistoryConfig],
         queue: JobQueue | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._model = model
-        self._config_of: Callable[[], HistoryConfig] = config if callable(config) else (lambda: config)
+        self._config = Live.of(config)
         self._queue = queue
-
-    @property
-    def _config(self) -> HistoryConfig:
-        return self._config_of()
 
     def attach_queue(self, queue: JobQueue) -> None:
         """The queue rotation jobs go to (bootstrap builds the queue after this service)."""
@@ -139,7 +128,15 @@ class HistoryService:
 
     # -- the state ----------------------------------------------------------------------------------
     def state(self, namespace: str, thread: str) -> ThreadHistory:
+        return self._read(namespace, thread)[0]
+
+    def _read(self, namespace: str, thread: str) -> tuple[ThreadHistory, str | None]:
+        """The thread's state and the raw row it was read from (what a write back must still find)."""
         raw = self._store.get_cursor(namespace, CURSOR_PREFIX + thread)
+        return self._parse(thread, raw), raw
+
+    @staticmethod
+    def _parse(thread: str, raw: str | None) -> ThreadHistory:
         if not raw:
             return ThreadHistory(thread=thread)
         data = json.loads(raw)
@@ -152,7 +149,9 @@ class HistoryService:
             updated_at=datetime.fromisoformat(data["updated_at"]) if data.get("updated_at") else None,
         )
 
-    def _save(self, namespace: str, state: ThreadHistory) -> ThreadHistory:
+    def _save(self, namespace: str, state: ThreadHistory, read: str | None) -> ThreadHistory | None:
+        """Write ``state`` back over the row ``read``; ``None`` if the row changed since (nothing written:
+        docs/ARCHITECTURE.md, "Write rules")."""
         state = replace(state, updated_at=self._clock.now())
         data = {
             "summary": state.summary,
@@ -160,19 +159,26 @@ class HistoryService:
             "rotations": state.rotations,
             "updated_at": state.updated_at.isoformat() if state.updated_at else None,
         }
-        self._store.set_cursor(namespace, CURSOR_PREFIX + state.thread, json.dumps(data, ensure_ascii=False))
+        value = json.dumps(data, ensure_ascii=False)
+        if not self._store.replace_cursor(namespace, CURSOR_PREFIX + state.thread, value, expected=read):
+            return None
         return state
 
     def set_summary(self, namespace: str, thread: str, summary: str) -> ThreadHistory:
         """Replace a thread's summary (an edit; the window is unchanged). Empty clears it."""
         text = summary.strip()
-        limit = self._config.summary_max_chars
+        limit = self._config().summary_max_chars
         if len(text) > limit:
             raise InvalidInput(
                 f"a summary is at most {limit} characters (ENGRAM_HISTORY_SUMMARY_MAX_CHARS); got {len(text)}",
                 code="summary_too_long",
             )
-        return self._save(namespace, replace(self.state(namespace, thread), summary=text))
+        for _ in range(_EDIT_ATTEMPTS):  # a rotation may land between the read and the write: read again
+            state, raw = self._read(namespace, thread)
+            saved = self._save(namespace, replace(state, summary=text), raw)
+            if saved is not None:
+                return saved
+        raise Conflict(f"thread {thread!r}'s history kept changing; try again", code=VERSION_CONFLICT)
 
     def copy_summary(self, namespace: str, thread: str, source: str) -> ThreadHistory:
         """Start ``thread`` from ``source``'s summary (its own window is unchanged)."""
@@ -187,7 +193,7 @@ class HistoryService:
     # -- the request ----------------------------------------------------------------------------------
     def load(self, namespace: str, thread: str) -> History:
         """The history a request of ``thread`` is given, and whether a rotation is due."""
-        cfg = self._config
+        cfg = self._config()
         state = self.state(namespace, thread)
         turns = self._window(namespace, thread, state, max_turns=4 * cfg.rotate_turns)
         due = bool(self._to_fold(turns, cfg))
@@ -243,8 +249,8 @@ class HistoryService:
     async def rotate(self, namespace: str, thread: str) -> dict[str, Any]:
         """Fold the window's oldest turns into the summary, if a rotation is due (the ``history`` job;
         a second delivery of the same job finds nothing due)."""
-        cfg = self._config
-        state = self.state(namespace, thread)
+        cfg = self._config()
+        state, raw = self._read(namespace, thread)
         turns = self._window(namespace, thread, state, max_turns=4 * cfg.rotate_turns)
         fold = self._to_fold(turns, cfg)
         if not fold:
@@ -253,10 +259,11 @@ class HistoryService:
         if self._model is not None:
             summary = await self._summarize(state.summary, fold, cfg.summary_max_chars)
         last = fold[-1].assistant
-        self._save(
-            namespace,
-            replace(state, summary=summary, until=(last.created_at, last.id), rotations=state.rotations + 1),
-        )
+        folded = replace(state, summary=summary, until=(last.created_at, last.id), rotations=state.rotations + 1)
+        if self._save(namespace, folded, raw) is None:
+            # The summary was edited (or another rotation landed) while the model wrote: the person's edit
+            # stays; the window is still due and the next turn queues the rotation again, from the edit.
+            return {"job": JOB, "thread": thread, "folded": 0, "errors": 0, "conflict": True}
         return {"job": JOB, "thread": thread, "folded": len(fold), "errors": 0}
 
     async def _summarize(self, summary: str, fold: Sequence[Turn], max_chars: int) -> str:

@@ -6,14 +6,13 @@ persona ones); active memories with next to no text (``ENGRAM_EMPTY_MEMORY_MIN_C
 memories deleted, superseded or expired for longer than ``hard_delete_after_days``
 are erased — the search document first, and when that fails the row stays for the next run, so
 the index never keeps a vector whose row is gone. Index writes that failed since the last run are
-repaired first (``MemoryService.repair_index``). Skills deleted longer ago than their restore window
+repaired first (``IndexUpkeep.repair``). Skills deleted longer ago than their restore window
 (30 days) are purged with their resource files (``SkillService.purge_deleted``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -32,8 +31,8 @@ from engram.domain.ports import (
     StoreAdmin,
     ThreadRows,
 )
+from engram.services.index.upkeep import IndexUpkeep
 from engram.services.jobs.runs import NamespaceLocks, record_run
-from engram.services.library.memories import record_index_failure
 from engram.services.library.skills import SkillService
 from engram.services.library.threads import ThreadService
 
@@ -47,7 +46,7 @@ HARD_DELETE_STATUSES = ("deleted", "superseded", "expired")
 class RetentionPolicy:
     """How long each kind of row is kept.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     messages_days: int
@@ -58,19 +57,6 @@ class RetentionPolicy:
     memory_unseen_days: int
     hard_delete_days: int
     empty_min_chars: int  # active memories with fewer letters or digits are deleted; 0 = never
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> RetentionPolicy:
-        return cls(
-            messages_days=settings.retention_messages_days,
-            usage_days=settings.retention_usage_days,
-            events_days=settings.retention_events_days,
-            journal_days=settings.retention_journal_days,
-            idempotency_days=settings.retention_idempotency_days,
-            memory_unseen_days=settings.memory_expire_unseen_days,
-            hard_delete_days=settings.hard_delete_after_days,
-            empty_min_chars=settings.empty_memory_min_chars,
-        )
 
 
 @dataclass
@@ -131,7 +117,7 @@ class CleanupService:
         clock: Clock,
         policy: RetentionPolicy,
         locks: NamespaceLocks | None = None,
-        repair: Callable[[str], int] | None = None,
+        upkeep: IndexUpkeep | None = None,
         skills: SkillService | None = None,
         conversations: Any = None,
     ) -> None:
@@ -139,8 +125,9 @@ class CleanupService:
         # services.conversations.ConversationService: messages deleted here leave its index too.
         self._conversations = conversations
         self._skills = skills
-        self._repair = repair
         self._index = index
+        # Repairs the namespace's missed index writes first, and records what a hard delete leaves behind.
+        self._upkeep = upkeep or IndexUpkeep(store, index, None, clock)
         self._clock = clock
         self._policy = policy
         self._locks = locks or NamespaceLocks()
@@ -171,11 +158,10 @@ class CleanupService:
 
     def _clean(self, namespace: str, result: NamespaceCleanup) -> None:
         now = self._clock.now()
-        if self._repair is not None:
-            try:
-                result.index_repaired = self._repair(namespace)
-            except EngramError as exc:  # the index is still away: the record stays for the next run
-                result.errors.append({"error": exc.code, "op": "index_repair"})
+        try:
+            result.index_repaired = self._upkeep.repair(namespace)
+        except EngramError as exc:  # the index is still away: the record stays for the next run
+            result.errors.append({"error": exc.code, "op": "index_repair"})
         p = self._policy
         messages_before = now - timedelta(days=p.messages_days)
         self._forget_messages(namespace, messages_before, result)
@@ -212,19 +198,19 @@ class CleanupService:
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)
-        handled: set[str] = set()  # a listing may lag the writes (DynamoDB indexes): each row once per run
+        after: tuple[datetime, str] | None = None
         while True:
-            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE)
-            doomed = [
-                m for m in page if m.id not in handled and expires_by_retention(m, now, self._policy.memory_unseen_days)
-            ]
-            for memory in doomed:
-                handled.add(memory.id)
-                if self._retire(memory, "expired", now, result):
+            # Oldest sighting first, paged past the rows that stay (pinned, identity, core): a first page
+            # full of them must not hide the expirable rows behind it.
+            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE, after=after)
+            for memory in page:
+                unseen_too_long = expires_by_retention(memory, now, self._policy.memory_unseen_days)
+                if unseen_too_long and self._retire(memory, "expired", now, result):
                     result.expired += 1
-            # Pinned/durable memories stay in the page; stop when nothing in it could expire.
-            if len(page) < _PAGE or not doomed:
+            if len(page) < _PAGE:
                 return
+            last = page[-1]
+            after = (last.last_seen_at or last.created_at, last.id)
 
     def _retire(self, memory: Memory, status: str, now: datetime, result: NamespaceCleanup) -> bool:
         """Move ``memory`` to ``status`` at the version read (one edited, archived or restored since is
@@ -286,7 +272,7 @@ class CleanupService:
                 except Conflict as exc:
                     failed.add(memory.id)
                     # Its document may have been written by the restore before the delete above.
-                    record_index_failure(self._store, namespace, memory.id, exc.code, "upsert", now)
+                    self._upkeep.record_failure(namespace, memory.id, exc.code, "upsert")
                     continue
                 result.hard_deleted += 1
             if len(failed) >= _PAGE:  # a whole page keeps failing: leave the rest for the next run

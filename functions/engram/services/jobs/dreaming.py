@@ -31,7 +31,7 @@ import logging
 import re
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date as Date
 from datetime import datetime, time, timedelta
@@ -70,6 +70,7 @@ from engram.services.library.memories import MemoryPatch, MemoryService, MemoryW
 from engram.services.library.notes import NoteService
 from engram.services.models import prompts
 from engram.services.models.reply import as_list, as_str, as_str_list, as_unit, parse_json_object
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ MAX_DAY_ATTEMPTS = 3
 class DreamConfig:
     """The dreaming job's limits.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     timezone: str
@@ -91,17 +92,6 @@ class DreamConfig:
     memory_context_limit: int
     excerpt_limit: int
     max_message_chars: int
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> DreamConfig:
-        return cls(
-            timezone=settings.timezone,
-            max_messages=settings.dream_max_messages,
-            max_tokens=settings.dream_max_tokens,
-            memory_context_limit=settings.dream_memory_context_limit,
-            excerpt_limit=settings.dream_excerpt_limit,
-            max_message_chars=settings.extract_max_message_chars,
-        )
 
 
 @dataclass
@@ -179,7 +169,7 @@ class DreamingService:
         embedder: Embedder | None,
         model: ChatModel | None,
         clock: Clock,
-        config: DreamConfig | Callable[[], DreamConfig],
+        config: DreamConfig | Live[DreamConfig],
         locks: NamespaceLocks | None = None,
     ) -> None:
         self._store = store
@@ -189,13 +179,8 @@ class DreamingService:
         self._embedder = embedder
         self._model = model
         self._clock = clock
-        # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        self._config_of: Callable[[], DreamConfig] = config if callable(config) else (lambda: config)
+        self._config = Live.of(config)
         self._locks = locks or NamespaceLocks()
-
-    @property
-    def _config(self) -> DreamConfig:
-        return self._config_of()
 
     @property
     def configured(self) -> bool:
@@ -203,7 +188,7 @@ class DreamingService:
         return self._model is not None
 
     def yesterday(self) -> str:
-        local = self._clock.now().astimezone(ZoneInfo(self._config.timezone))
+        local = self._clock.now().astimezone(ZoneInfo(self._config().timezone))
         return (local.date() - timedelta(days=1)).isoformat()
 
     async def run(self, date: str | None = None, force: bool = False, namespace: str | None = None) -> DreamReport:
@@ -212,7 +197,7 @@ class DreamingService:
                 "dreaming needs a model: set ENGRAM_DREAM_MODEL (or ENGRAM_CHAT_MODEL) and ENGRAM_UPSTREAM_BASE_URL"
             )
         day = date or self.yesterday()
-        day_bounds(day, self._config.timezone)  # validate before touching anything
+        day_bounds(day, self._config().timezone)  # validate before touching anything
         namespaces = [namespace] if namespace else await asyncio.to_thread(self._store.list_namespaces)
         report = DreamReport(date=day)
         for ns in namespaces:
@@ -252,7 +237,7 @@ class DreamingService:
         context = await asyncio.to_thread(self._relevant_memories, namespace, messages)
         result.memories_in_context = len(context)
         digest = await asyncio.to_thread(self._store.get_digest, namespace)
-        tz = ZoneInfo(self._config.timezone)
+        tz = ZoneInfo(self._config().timezone)
         try:
             reply = await self._model.complete(
                 prompts.dream_messages(
@@ -260,12 +245,12 @@ class DreamingService:
                     messages,
                     context,
                     digest.content if digest else "",
-                    max_chars=self._config.max_message_chars,
-                    excerpt_limit=self._config.excerpt_limit,
+                    max_chars=self._config().max_message_chars,
+                    excerpt_limit=self._config().excerpt_limit,
                     tz=tz,
                 ),
                 json_mode=True,
-                max_tokens=self._config.max_tokens,
+                max_tokens=self._config().max_tokens,
                 temperature=0.2,
             )
             plan = parse_json_object(reply)
@@ -310,8 +295,8 @@ class DreamingService:
 
     def _day_messages(self, namespace: str, day: str) -> list[Message]:
         """The day's messages, oldest first; the latest ``max_messages`` when there are more."""
-        start, end = day_bounds(day, self._config.timezone)
-        kept: deque[Message] = deque(maxlen=self._config.max_messages)
+        start, end = day_bounds(day, self._config().timezone)
+        kept: deque[Message] = deque(maxlen=self._config().max_messages)
         after: str | None = None
         while True:
             page = self._store.list_messages(namespace, since=start, until=end, limit=_PAGE, after_id=after)
@@ -321,7 +306,7 @@ class DreamingService:
             after = page[-1].id
 
     def _relevant_memories(self, namespace: str, messages: Sequence[Message]) -> list[Memory]:
-        limit = self._config.memory_context_limit
+        limit = self._config().memory_context_limit
         if limit == 0:
             return []
         query = prompts.clip(" ".join(m.content for m in messages if m.role == "user"), 2000)
@@ -358,7 +343,7 @@ class DreamingService:
         Nothing in a model answer can stop the dream halfway: invalid items are dropped (reported
         in ``errors`` with the item's place), what can be clamped is clamped, and each step that
         still fails (a store error on one row) is reported while the others go on."""
-        plan = _validate_plan(raw_plan, messages, self._config.excerpt_limit, result)
+        plan = _validate_plan(raw_plan, messages, self._config().excerpt_limit, result)
         shown = {m.id for m in context}
         touched: set[str] = set()
         for update in plan.updates:

@@ -60,6 +60,7 @@ from engram.services.library.memories import MemoryService, MemoryWrite
 from engram.services.models import prompts
 from engram.services.models.reply import as_list, as_str, as_str_list, as_unit, parse_json_object
 from engram.services.recall.conversations import ConversationService
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ KNOWN_KEYS = 30
 class ExtractionConfig:
     """The extraction job's limits.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     window_hours: float
@@ -87,19 +88,6 @@ class ExtractionConfig:
     min_importance: float  # below it an extracted memory is dropped (README, "Coming from Aelios")
     interval_hours: int  # how often the job runs: a batch's attempts are counted once per interval
     max_attempts: int = 5  # not a setting
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> ExtractionConfig:
-        return cls(
-            window_hours=settings.extract_window_hours,
-            max_messages=settings.extract_max_messages,
-            max_batches=settings.extract_max_batches,
-            max_tokens=settings.extract_max_tokens,
-            max_message_chars=settings.extract_max_message_chars,
-            review_confidence=settings.review_confidence,
-            min_importance=settings.memory_min_importance,
-            interval_hours=settings.extract_interval_hours,
-        )
 
 
 @dataclass(frozen=True)
@@ -236,7 +224,7 @@ class ExtractionService:
         candidates: CandidateService,
         model: ChatModel | None,
         clock: Clock,
-        config: ExtractionConfig | Callable[[], ExtractionConfig],
+        config: ExtractionConfig | Live[ExtractionConfig],
         locks: NamespaceLocks | None = None,
         index: SearchIndex | None = None,
         conversations: ConversationService | None = None,
@@ -250,13 +238,8 @@ class ExtractionService:
         self._candidates = candidates
         self._model = model
         self._clock = clock
-        # A callable is read per use: runtime settings (admin panel) change it without a restart.
-        self._config_of: Callable[[], ExtractionConfig] = config if callable(config) else (lambda: config)
+        self._config = Live.of(config)
         self._locks = locks or NamespaceLocks()
-
-    @property
-    def _config(self) -> ExtractionConfig:
-        return self._config_of()
 
     @property
     def configured(self) -> bool:
@@ -307,7 +290,7 @@ class ExtractionService:
 
     async def _extract(self, namespace: str, until: datetime, result: NamespaceExtraction) -> None:
         fetch = functools.partial(self._next_batch, namespace, until)
-        if await self._batches(namespace, fetch, CURSOR, result, self._config.max_batches):
+        if await self._batches(namespace, fetch, CURSOR, result, self._config().max_batches):
             result.more = bool(await asyncio.to_thread(self._next_batch, namespace, until, 1))
 
     async def backfill(
@@ -351,7 +334,7 @@ class ExtractionService:
     def _backfill_batch(self, namespace: str, end: _Cursor) -> list[Message]:
         cursor = _Cursor.load(self._store.get_cursor(namespace, BACKFILL))
         until = end.ts + timedelta(microseconds=1) if end.id is not None else end.ts
-        limit = self._config.max_messages
+        limit = self._config().max_messages
         if cursor is None:
             rows = self._store.list_messages_stored(namespace, until=until, limit=limit)
         else:
@@ -390,9 +373,9 @@ class ExtractionService:
             known = await asyncio.to_thread(self._known_keys, namespace, readable)
             try:
                 reply = await self._model.complete(
-                    prompts.extraction_messages(readable, max_chars=self._config.max_message_chars, known=known),
+                    prompts.extraction_messages(readable, max_chars=self._config().max_message_chars, known=known),
                     json_mode=True,
-                    max_tokens=self._config.max_tokens,
+                    max_tokens=self._config().max_tokens,
                     temperature=0.0,
                 )
                 items, rejected = parse_extraction(reply, [m.id for m in batch])
@@ -411,12 +394,12 @@ class ExtractionService:
 
     # -- sync steps (run in a worker thread) -------------------------------------------------
     def _next_batch(self, namespace: str, until: datetime, limit: int | None = None) -> list[Message]:
-        limit = limit or self._config.max_messages
+        limit = limit or self._config().max_messages
         cursor = _Cursor.load(self._store.get_cursor(namespace, CURSOR))
         if cursor is None:
             # First run: only the current window. Anchor the cursor there so a quiet first window
             # does not make the next run look back a full window again.
-            since = until - timedelta(hours=self._config.window_hours)
+            since = until - timedelta(hours=self._config().window_hours)
             self._store.set_cursor(namespace, CURSOR, _Cursor(since, None).dump())
             return self._store.list_messages_stored(namespace, since=since, until=until, limit=limit)
         return self._after(namespace, cursor, until, limit)
@@ -471,10 +454,10 @@ class ExtractionService:
 
     def _route(self, namespace: str, item: Extracted, batch: list[Message], result: NamespaceExtraction) -> None:
         sources = item.source_message_ids or [m.id for m in batch]
-        if item.importance < self._config.min_importance:
+        if item.importance < self._config().min_importance:
             result.unimportant += 1
             return
-        if item.confidence < self._config.review_confidence:
+        if item.confidence < self._config().review_confidence:
             if self._pending_twin(namespace, item.content):
                 result.seen += 1
                 return
@@ -528,12 +511,12 @@ class ExtractionService:
         scheduler's early retry) costs no attempt."""
         raw = self._store.get_cursor(namespace, FAILURES)
         state = json.loads(raw) if raw else {}
-        slot = int(self._clock.now().timestamp() // (self._config.interval_hours * 3600))
+        slot = int(self._clock.now().timestamp() // (self._config().interval_hours * 3600))
         same = state.get("first") == batch[0].id
         if same and state.get("slot") == slot:
             return
         count = int(state.get("count", 0)) + 1 if same else 1
-        if count < self._config.max_attempts:
+        if count < self._config().max_attempts:
             state = {"first": batch[0].id, "count": count, "slot": slot}
             self._store.set_cursor(namespace, FAILURES, json.dumps(state))
             return

@@ -53,7 +53,7 @@ class Cleanup(Protocol):
 
 
 class IndexRepair(Protocol):
-    def repair_index(self, namespace: str) -> int: ...
+    def repair(self, namespace: str) -> int: ...
 
 
 class History(Protocol):
@@ -71,7 +71,7 @@ class JobServices:
     extraction: Extraction
     dreaming: Dreaming
     cleanup: Cleanup
-    memories: IndexRepair
+    upkeep: IndexRepair
     reindex: Callable[[], Reindex]  # late: the reindex service needs the queue, which needs the runner
     history: History | None = None  # server-kept history (services/chat/history.py)
     # Writes the replica index's snapshots of namespaces changed by at least n rows; returns how many.
@@ -135,7 +135,7 @@ def _cleanup(s: JobServices, payload: Mapping[str, Any], deadline: float | None)
 
 def _index_repair(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
     namespace = _required_str(payload, "namespace", "index_repair", "'namespace'")
-    return {"job": "index_repair", "repaired": s.memories.repair_index(namespace), "errors": 0}
+    return {"job": "index_repair", "repaired": s.upkeep.repair(namespace), "errors": 0}
 
 
 def _reindex(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:

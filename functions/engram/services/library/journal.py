@@ -424,10 +424,10 @@ def _revert_summary(
     store: JournalStore, clock: Clock, row_id: str, before: dict[str, Any] | None, after: dict[str, Any] | None
 ) -> None:
     namespace = str((after or before or {}).get("namespace"))
-    current = store.get_cursor(namespace, row_id)
-    if current != (after or {}).get("value"):
+    expected = (after or {}).get("value")
+    # Conditional on the value the run left (KeyValueRows.replace_cursor): a summary edited since stays.
+    if not store.replace_cursor(namespace, row_id, str((before or {}).get("value") or ""), expected=expected):
         raise _changed_since("summary", row_id)
-    store.set_cursor(namespace, row_id, str((before or {}).get("value") or ""))
 
 
 def _revert_reminder(

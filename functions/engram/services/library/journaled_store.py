@@ -140,14 +140,23 @@ class JournaledStore:
             return
         before = self._inner.get_cursor(namespace, name)
         self._inner.set_cursor(namespace, name, value)
-        if before != value:
+        self._cursor(namespace, name, before, value)
+
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        replaced = self._inner.replace_cursor(namespace, name, value, expected=expected)
+        if replaced and name.startswith(self._cursor_prefixes):
+            self._cursor(namespace, name, expected, value)
+        return replaced
+
+    def _cursor(self, namespace: str, name: str, before: str | None, after: str) -> None:
+        if before != after:
             self._record(
                 namespace,
                 "summary",
                 "update" if before else "create",
                 name,
                 {"namespace": namespace, "value": before} if before is not None else None,
-                {"namespace": namespace, "value": value},
+                {"namespace": namespace, "value": after},
             )
 
     # -- reminders -----------------------------------------------------------------------------

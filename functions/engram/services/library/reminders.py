@@ -10,7 +10,7 @@ and a turn that vanished without settling leaves a lease that runs out after ``l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -21,6 +21,7 @@ from engram.domain.models import Memory, Reminder
 from engram.domain.ports import Clock, MemoryRows, ReminderRows
 from engram.domain.reminder_time import ReminderRequest, find_time, reminder_request
 from engram.services.library.memories import MemoryPatch, MemoryService
+from engram.services.runtime_settings import Live
 
 ReminderView = Literal["upcoming", "delivered", "missed"]
 MAX_PER_TURN = 5
@@ -30,18 +31,12 @@ MAX_PER_TURN = 5
 class ReminderConfig:
     """When a reminder counts as missed, how long a turn holds one, the user's time zone.
 
-    ``settings.py`` holds the defaults (written once); ``from_settings`` maps them.
+    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
     """
 
     missed_after_days: float
     lease_seconds: float
     timezone: str
-
-    @classmethod
-    def from_settings(cls, s: Any) -> ReminderConfig:
-        return cls(
-            missed_after_days=s.reminder_missed_after_days, lease_seconds=s.reminder_lease_seconds, timezone=s.timezone
-        )
 
 
 @dataclass(frozen=True)
@@ -60,22 +55,18 @@ class ReminderService:
         store: ReminderStore,
         memories: MemoryService,
         clock: Clock,
-        config: ReminderConfig | Callable[[], ReminderConfig],
+        config: ReminderConfig | Live[ReminderConfig],
     ) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
-        self._config_of: Callable[[], ReminderConfig] = config if callable(config) else (lambda: config)
-
-    @property
-    def _config(self) -> ReminderConfig:
-        return self._config_of()
+        self._config = Live.of(config)
 
     # -- the chat turn ------------------------------------------------------------------------
     def claim_due(self, namespace: str, owner: str) -> list[DueReminder]:
         """The due reminders this turn now holds (at most ``MAX_PER_TURN``), soonest first."""
         now = self._clock.now()
-        cfg = self._config
+        cfg = self._config()
         due = self._store.list_reminders(
             namespace,
             "pending",
@@ -110,7 +101,7 @@ class ReminderService:
         """The reminder lines of the per-turn patch, in the configured time zone."""
         if not due:
             return ""
-        zone = ZoneInfo(self._config.timezone)
+        zone = ZoneInfo(self._config().timezone)
         lines = [
             f"- ({d.reminder.remind_at.astimezone(zone):%Y-%m-%d %H:%M}) {' '.join(d.memory.content.split())}"
             for d in due
@@ -119,18 +110,18 @@ class ReminderService:
 
     def request_in(self, text: str) -> ReminderRequest | None:
         """A "remind me <when> to <what>" message, in the configured time zone."""
-        return reminder_request(text, self._clock.now(), ZoneInfo(self._config.timezone))
+        return reminder_request(text, self._clock.now(), ZoneInfo(self._config().timezone))
 
     def time_in(self, text: str) -> datetime | None:
         """An explicit day and time ("tomorrow at 9") in a remembered fact, in the configured time zone."""
-        found = find_time(text, self._clock.now(), ZoneInfo(self._config.timezone))
+        found = find_time(text, self._clock.now(), ZoneInfo(self._config().timezone))
         return found[0] if found else None
 
     # -- REST / MCP ---------------------------------------------------------------------------
     def list(self, namespace: str, view: ReminderView, *, limit: int = 100) -> list[dict[str, Any]]:
         """``upcoming``: pending, not yet missed (due ones included, soonest first); ``missed``: pending
         and older than ``missed_after_days``; ``delivered``."""
-        cutoff = self._clock.now() - timedelta(days=self._config.missed_after_days)
+        cutoff = self._clock.now() - timedelta(days=self._config().missed_after_days)
         if view == "upcoming":
             rows = self._store.list_reminders(namespace, "pending", due_after=cutoff, limit=limit)
         elif view == "missed":

@@ -10,7 +10,7 @@ serves it two ways:
   terms) plus the one-line descriptions of the skills allocated to the agent (``x-engram-agent``),
   rendered within ``ENGRAM_CHAT_BOOT_MAX_CHARS``; rendered blocks are kept briefly per namespace and agent.
 - ``package``: the whole package as data for REST ``GET /v1/memory_boot`` and the MCP ``memory_boot``
-  tool (one call, so the two are the same), which may ask for more (``BootLimits.package``: the 20
+  tool (one call, so the two are the same), which may ask for more (``bootstrap/configs.boot_package``: the 20
   newest precious notes, every glossary term) and add what the chat block leaves out because a chat
   already has it or it changes every turn: the long tail (the next ``ENGRAM_BOOT_LONGTAIL`` active
   memories by importance beyond the stable ones, so an agent sees what else is known), the last
@@ -60,11 +60,6 @@ class BootLimits:
     glossary: int | None
     longtail: int
     today: int
-
-    @classmethod
-    def package(cls, settings: Any) -> BootLimits:
-        """REST and MCP (``settings.py`` holds the two defaults that are settings)."""
-        return cls(precious=20, glossary=None, longtail=settings.boot_longtail, today=settings.boot_today_messages)
 
 
 CHAT_BLOCK = BootLimits(precious=10, glossary=50, longtail=0, today=0)

@@ -35,6 +35,7 @@ from engram.domain.ports import Clock, KeyValueRows, MessageRows, SearchIndex, T
 from engram.domain.recall_scoring import recency_factor
 from engram.domain.text import estimate_tokens, tokenize
 from engram.services.index.gated_embedder import GatedEmbedder
+from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
@@ -111,19 +112,6 @@ class ConversationConfig:
     candidates: int = 60
     recency_weight: float = 0.2
     index_batch: int = 64
-
-    @classmethod
-    def from_settings(cls, s: Any) -> ConversationConfig:
-        return cls(
-            enabled=s.conversation_recall_enabled,
-            threads=s.conversation_recall_threads,
-            fragments=s.conversation_recall_fragments,
-            neighbours=s.conversation_recall_neighbours,
-            seen_ttl_hours=s.conversation_recall_seen_ttl_hours,
-            min_relevance=s.conversation_recall_min_relevance,
-            message_chars=s.conversation_recall_message_chars,
-            recency_half_life_days=s.recall_recency_half_life_days,
-        )
 
 
 @dataclass(frozen=True)
@@ -224,19 +212,19 @@ class ConversationService:
         index: SearchIndex,
         embedder: GatedEmbedder | None,
         clock: Clock,
-        config: ConversationConfig | Callable[[], ConversationConfig],
+        config: ConversationConfig | Live[ConversationConfig],
         query_vector: Callable[[str, str], Sequence[float]] | None = None,
     ) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._clock = clock
-        self._config_of: Callable[[], ConversationConfig] = config if callable(config) else (lambda: config)
+        self._config = Live.of(config)
         self._query_vector = query_vector
 
     @property
     def config(self) -> ConversationConfig:
-        return self._config_of()
+        return self._config()
 
     @property
     def index(self) -> SearchIndex:

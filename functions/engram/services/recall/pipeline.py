@@ -23,9 +23,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -60,6 +60,7 @@ from engram.services.index.guard import is_index_unavailable
 from engram.services.models import prompts
 from engram.services.models.reply import parse_json_object
 from engram.services.recall.background import BackgroundVectors
+from engram.services.runtime_settings import Live
 from engram.services.sync_bridge import run_sync
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ BUDGET_MAX_HITS = 20
 @dataclass(frozen=True)
 class RecallConfig:
     """Weights and thresholds of the pipeline: each field is the setting ``recall_<field>`` (``settings.py``
-    holds the defaults, written once; ``from_settings`` builds it)."""
+    holds the defaults, written once; ``bootstrap/configs.py`` builds it)."""
 
     top_k: int
     candidates: int
@@ -104,11 +105,6 @@ class RecallConfig:
     compress_model: str
     compress_timeout_s: float
     max_query_chars: int
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> RecallConfig:
-        """Every field ``<name>`` is the setting ``recall_<name>``."""
-        return cls(**{f.name: getattr(settings, f"recall_{f.name}") for f in fields(cls)})
 
 
 class RecallHit(BaseModel):
@@ -264,7 +260,7 @@ class RecallService:
         reranker: Reranker | None,
         compressor: ChatModel | None,
         clock: Clock,
-        config: RecallConfig | Callable[[], RecallConfig],
+        config: RecallConfig | Live[RecallConfig],
     ) -> None:
         self._store = store
         self._index = index
@@ -272,8 +268,7 @@ class RecallService:
         self._reranker = reranker
         self._compressor = compressor
         self._clock = clock
-        # A callable is read per recall: runtime settings (admin panel) change it without a restart.
-        self._config_of: Callable[[], RecallConfig] = config if callable(config) else (lambda: config)
+        self._config = Live.of(config)
         self._pool_lock = threading.Lock()
         self._embed_pool: ThreadPoolExecutor | None = None
         # Keyed by namespace too: a hit (``embed_cached``, or a faster answer) must not tell one namespace
@@ -284,16 +279,12 @@ class RecallService:
 
     @property
     def config(self) -> RecallConfig:
-        return self._config_of()
+        return self._config()
 
     def warm(self) -> bool:
         """Embed the reference background of small-namespace relevance now (start-up, tests, benchmarks)
         rather than on a helper thread after the first small recall; whether it is ready."""
         return self._background is not None and self._background.vectors(wait=True) is not None
-
-    @property
-    def _config(self) -> RecallConfig:
-        return self._config_of()
 
     def recall(
         self,
@@ -312,7 +303,7 @@ class RecallService:
         ``budget_tokens`` (> 0) instead every memory above the floor, best first, while its line fits in
         that many tokens (at most ``BUDGET_MAX_HITS``), those below ``sure_relevance`` marked tentative;
         ``refine=False`` leaves out the model stages (reranker, compression)."""
-        cfg = self._config
+        cfg = self._config()
         budget = budget_tokens if budget_tokens and budget_tokens > 0 and top_k is None else None
         run = _Run(
             namespace=namespace,
@@ -559,7 +550,7 @@ class RecallService:
         try:
             lines = run_sync(
                 self._compress(run.text, [h.memory.content for h in hits]),
-                timeout=self._config.compress_timeout_s + 1,
+                timeout=self._config().compress_timeout_s + 1,
             )
             hits = [h.model_copy(update={"text": line}) for h, line in zip(hits, lines, strict=True)]
             stages.ran.append("compress")
@@ -647,7 +638,7 @@ class RecallService:
         """The query's embedding, from the cache a recall of the same text filled (conversation recall)."""
         if self._embedder is None:
             raise NotConfigured("no embedder")
-        return self._query_vector(namespace, text[-self._config.max_query_chars :])[0]
+        return self._query_vector(namespace, text[-self._config().max_query_chars :])[0]
 
     def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
         """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""
@@ -675,7 +666,7 @@ class RecallService:
         messages = prompts.compress_messages(query, contents)
         raw = await asyncio.wait_for(
             self._compressor.complete(messages, json_mode=True, max_tokens=60 * len(contents) + 50, temperature=0.0),
-            timeout=self._config.compress_timeout_s,
+            timeout=self._config().compress_timeout_s,
         )
         lines = parse_json_object(raw).get("lines")
         if not isinstance(lines, list) or len(lines) != len(contents):

@@ -117,6 +117,12 @@ class ExportDocument(BaseModel):
     threads: list[dict[str, Any]] = Field(default_factory=list)
     usage: list[dict[str, Any]] = Field(default_factory=list)
 
+    def row_count(self) -> int:
+        """Every row the document holds, all kinds together (the digest counts as one)."""
+        lists = (self.memories, self.candidates, self.messages, self.precious, self.glossary, self.daily_logs)
+        more = (self.skills, self.threads, self.usage)
+        return sum(len(rows) for rows in (*lists, *more)) + (self.digest is not None)
+
 
 @dataclass
 class ImportReport:
@@ -336,7 +342,7 @@ class TransferService:
                 run.rows("skills", document.skills, skill, step)
             if not dry_run:
                 embed = progress("embed", len(run.inserted_active)) if progress else None
-                run.report.indexed = self._memories.reindex_ids(namespace, run.inserted_active, progress=embed)
+                run.report.indexed = self._memories.upkeep.reindex_ids(namespace, run.inserted_active, progress=embed)
         report = {**run.report.to_dict(), "dry_run": dry_run}
         if journal_run is not None:
             report["run_id"] = journal_run.id  # undo: POST /v1/runs/{run_id}/undo

@@ -392,11 +392,22 @@ class DynamoMemories(DynamoStoreBase):
         rows.sort(key=lambda m: (m.status_changed_at or m.updated_at, m.id))
         return rows[:limit]
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
         check_limit(limit)
-        items = self._db.query(
-            pk=f"{self._pk(namespace)}#MEM#active", index="GSI2", sk_before=to_iso(before), page_size=limit
-        )
+        pk = f"{self._pk(namespace)}#MEM#active"
+        if after is None:
+            items = self._db.query(pk=pk, index="GSI2", sk_before=to_iso(before), page_size=limit)
+        else:
+            # BETWEEN is inclusive: the previous page's last row comes back first and is dropped below;
+            # ``<time>#<id>`` keys of rows seen at ``before`` sort after ``before`` itself, as with sk_before.
+            lo = sort_key(*after)
+            items = (
+                item
+                for item in self._db.query(pk=pk, index="GSI2", sk_between=(lo, to_iso(before)), page_size=limit + 1)
+                if item["GSI2SK"] != lo
+            )
         rows: list[Memory] = []
         for item in items:
             rows.append(to_model(Memory, item))

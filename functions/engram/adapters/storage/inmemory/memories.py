@@ -164,16 +164,18 @@ class InMemoryMemories(InMemoryStoreBase):
             ]
         return sorted(rows, key=lambda m: (changed_at(m), m.id))[:limit]
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
         check_limit(limit)
 
-        def seen_at(memory: Memory) -> datetime:
-            return memory.last_seen_at or memory.created_at
+        def order(memory: Memory) -> tuple[datetime, str]:
+            return memory.last_seen_at or memory.created_at, memory.id
 
         with self._lock:
             rows = self._memories.get(namespace, {}).values()
-            unseen = [m for m in rows if m.status == "active" and seen_at(m) < before]
-        return sorted(unseen, key=lambda m: (seen_at(m), m.id))[:limit]
+            unseen = [m for m in rows if m.status == "active" and order(m)[0] < before]
+        return sorted((m for m in unseen if after is None or order(m) > after), key=order)[:limit]
 
     # -- review candidates ----------------------------------------------------------------
     def insert_candidate(self, candidate: Candidate) -> Candidate:

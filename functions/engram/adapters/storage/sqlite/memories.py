@@ -185,14 +185,16 @@ class SqliteMemories(SqliteStoreBase):
             [namespace, *statuses, to_iso(before), limit],
         )
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
         check_limit(limit)
         seen_at = "COALESCE(last_seen_at, created_at)"
-        return self._select(
-            MEMORIES,
-            f"namespace = ? AND status = 'active' AND {seen_at} < ? ORDER BY {seen_at}, id LIMIT ?",
-            [namespace, to_iso(before), limit],
-        )
+        where, params = f"namespace = ? AND status = 'active' AND {seen_at} < ?", [namespace, to_iso(before)]
+        if after is not None:
+            where += f" AND ({seen_at} > ? OR ({seen_at} = ? AND id > ?))"
+            params += [to_iso(after[0]), to_iso(after[0]), after[1]]
+        return self._select(MEMORIES, f"{where} ORDER BY {seen_at}, id LIMIT ?", [*params, limit])
 
     # -- review candidates ----------------------------------------------------------------
     def insert_candidate(self, candidate: Candidate) -> Candidate:
