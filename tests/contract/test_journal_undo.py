@@ -250,3 +250,26 @@ def test_a_run_that_changed_nothing_is_recorded_only_when_asked(
     with journal.run("import", detail={"namespace": NS}) as kept:
         clock.advance(seconds=1)
     assert [r.id for r in journal.runs(NS).items] == [kept.id]
+
+
+def test_a_merge_is_recorded_and_its_undo_puts_the_sources_back(
+    store: MemoryStore, rows: JournaledStore, journal: Journal
+) -> None:
+    # Given two memories merged into one in a run (supersede_many: the panel's merge by hand)
+    one = store.insert_memory(a_memory("one", content="tea at 7"))
+    two = store.insert_memory(a_memory("two", content="green tea"))
+    retire = {"status": "superseded", "superseded_by_id": "both", "status_changed_at": at(1)}
+    with journal.run("merge", source="test") as run:
+        rows.supersede_many(
+            [one.model_copy(update=retire), two.model_copy(update=retire)],
+            a_memory("both", content="green tea at 7", supersedes_id="one", minute=1),
+        )
+    assert _changes(journal, run.id) == [
+        ("memory", "supersede", "one"),
+        ("memory", "supersede", "two"),
+        ("memory", "create", "both"),
+    ]
+    # When the run is undone / Then the sources are active as they were, the merged memory deleted
+    assert journal.undo(NS, run.id)["reverted"] == 3
+    assert [_state(store.get_memory(NS, m)) for m in ("one", "two")] == [("active", "tea at 7"), ("active", "green tea")]
+    assert store.get_memory(NS, "both").status == "deleted"

@@ -45,11 +45,13 @@ from engram.services.index.guard import GuardedIndex
 from engram.services.index.reindex import ReindexService
 from engram.services.index.upkeep import IndexUpkeep
 from engram.services.jobs.cleanup import CleanupService
+from engram.services.jobs.consolidation import ConsolidationService
 from engram.services.jobs.dreaming import DreamingService
 from engram.services.jobs.extraction import ExtractionService
 from engram.services.jobs.registry import JOBS, JobRunner, JobServices
 from engram.services.jobs.runs import NamespaceLocks
 from engram.services.library.candidates import CandidateService
+from engram.services.library.curation import CurationService
 from engram.services.library.journal import Journal
 from engram.services.library.journaled_store import journaled
 from engram.services.library.memories import MemoryService
@@ -124,6 +126,8 @@ class Container:
     reindex: ReindexService
     jobs: JobRunner  # every job by name, and what follows a run (services/jobs/registry.py)
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
+    curation: CurationService  # merges by hand, core candidates
+    consolidation: ConsolidationService  # consolidation drafts (a queued job)
     chat: ChatService  # the chat gateway
     _closers: Closers = field(default_factory=list)
 
@@ -211,6 +215,8 @@ class _Jobs:
     runner: JobRunner
     queue: JobQueue
     history: HistoryService
+    curation: CurationService
+    consolidation: ConsolidationService
 
 
 def build_container(settings: Settings | None = None, overrides: Overrides | None = None) -> Container:
@@ -272,6 +278,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         reindex=jobs.reindex,
         jobs=jobs.runner,
         moving_in=MovingInService(lib.transfer, jobs.extract_model),
+        curation=jobs.curation,
+        consolidation=jobs.consolidation,
         chat=chat,
         _closers=closers,
     )
@@ -376,6 +384,9 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         conversations=lib.conversations,
     )
     conversations = lib.conversations
+    # Drafts by hand use the extraction model (README, "Curating by hand").
+    curation = CurationService(store, memories, clock, extract_model)
+    consolidation = ConsolidationService(store, curation, clock, extract_model)
     runner = JobRunner(
         JobServices(
             extraction=extraction,
@@ -384,6 +395,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
             upkeep=memories.upkeep,
             reindex=lambda: reindex,
             history=history,
+            consolidation=consolidation,
             # The conversation index is a replica beside the memory index (docs/conversations.md).
             snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
             journal=base.journal,
@@ -394,7 +406,8 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
     reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
     queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
-    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history)
+    consolidation.attach_queue(queue)
+    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history, curation, consolidation)
 
 
 def _build_conversations(

@@ -114,6 +114,12 @@ class MemoryRows(Protocol):
         (active). Both or neither."""
         ...
 
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        """``supersede`` of several rows by one (a merge): every row of ``olds`` replaced, each read at
+        its ``version``, and ``new`` inserted, in one transaction; the fact_key one of them frees may go
+        to ``new``. All or none."""
+        ...
+
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         """Hard-delete the row (retention only); ``False`` for an unknown id. With ``version``, only the
         row still at that version (else ``Conflict``, ``version_conflict``, and the row stays)."""

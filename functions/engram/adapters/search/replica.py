@@ -433,10 +433,6 @@ class ReplicaSearchIndex:
                 log.exception("writing a search snapshot failed")
         return written
 
-    def loaded_namespaces(self) -> list[str]:
-        with self._lock:
-            return list(self._spaces)
-
     def close(self) -> None:
         with self._lock:
             for space in self._spaces.values():

@@ -125,7 +125,17 @@ class ConversationSearchRequest(BaseModel):
 
 
 # -- memories ---------------------------------------------------------------------------------
-@router.post("/memories", tags=["memories"], status_code=201, responses=CONFLICT)
+_REPLAYED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Nothing new was created: a retry with an `external_id` seen before (`action`: `existing`), "
+        "the same memory seen again (`seen`), or a change to a protected memory filed for review (`proposed`). "
+        "The body has the shape of the 201."
+    },
+    **CONFLICT,
+}
+
+
+@router.post("/memories", tags=["memories"], status_code=201, responses=_REPLAYED)
 def create_memory(request: Request, response: Response, body: MemoryCreateRequest, who: Write) -> dict[str, Any]:
     """Remember something. With `fact_key`: same key + same meaning -> marked seen; same key + new
     content -> supersedes the old version. `external_id` makes retries idempotent."""

@@ -1,10 +1,11 @@
 """The REST API (`/v1/...`): a thin layer over the services. Handlers are sync (run in a thread pool).
 
 This module serves `/health`, message ingest, the counts and the cache, and composes `/v1` from one router
-per concern, in this order: ``memories`` (memories and search), ``notes`` (precious, glossary, digest,
-boot), ``candidates`` (the review queue), ingest and stats (here), ``transfer`` (export, import), the
-cache (here). What they share: ``rest_shared``. Threads, reminders, skills, jobs and admin have routers of
-their own, installed by ``app.py``.
+per concern, in this order: ``curation`` (the duplicate check, merges, core candidates, consolidation
+drafts: its fixed paths go before `/memories/{id}`), ``memories`` (memories and search), ``notes``
+(precious, glossary, digest, boot), ``candidates`` (the review queue), ingest and stats (here),
+``transfer`` (export, import), the cache (here). What they share: ``rest_shared``. Threads, reminders,
+skills, jobs and admin have routers of their own, installed by ``app.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.policies import CACHE_KEY_MAX_CHARS, CACHE_VALUE_MAX_BYTES
-from engram.entrypoints.http import candidates, memories, notes, transfer
+from engram.entrypoints.http import candidates, curation, memories, notes, transfer
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
 from engram.services.library.messages import MessageIn
 
@@ -130,5 +131,5 @@ def delete_cache(request: Request, key: str, who: CacheWrite) -> dict[str, Any]:
 
 
 router = APIRouter(prefix="/v1")
-for part in (memories.router, notes.router, candidates.router, _counts, transfer.router, _cache):
+for part in (curation.router, memories.router, notes.router, candidates.router, _counts, transfer.router, _cache):
     router.include_router(part)

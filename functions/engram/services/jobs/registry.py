@@ -60,6 +60,10 @@ class History(Protocol):
     async def rotate(self, namespace: str, thread: str) -> dict[str, Any]: ...
 
 
+class Consolidation(Protocol):
+    async def run(self, namespace: str, draft_id: str, *, deadline: float | None = None) -> dict[str, Any]: ...
+
+
 class Reindex(Protocol):
     def run(self, namespace: str, run_id: str, *, deadline: float | None = None) -> dict[str, Any]: ...
 
@@ -74,6 +78,7 @@ class JobServices:
     upkeep: IndexRepair
     reindex: Callable[[], Reindex]  # late: the reindex service needs the queue, which needs the runner
     history: History | None = None  # server-kept history (services/chat/history.py)
+    consolidation: Consolidation | None = None  # consolidation drafts (services/jobs/consolidation.py)
     # Writes the replica index's snapshots of namespaces changed by at least n rows; returns how many.
     snapshot: Callable[[int], int] = lambda _min_changes: 0
     # Every run is a run of the change journal (services/library/journal.py): its changes are recorded with it.
@@ -156,6 +161,17 @@ async def _history(s: JobServices, payload: Mapping[str, Any], deadline: float |
     return dict(await s.history.rotate(namespace, thread))
 
 
+async def _consolidate(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
+    """Draft a consolidation the person asked for (services/jobs/consolidation.py)."""
+    needs = "'namespace' and 'draft_id'"
+    namespace = _required_str(payload, "namespace", "consolidate", needs)
+    draft_id = _required_str(payload, "draft_id", "consolidate", needs)
+    if s.consolidation is None:
+        raise InvalidInput("consolidate job: no consolidation service")
+    state = await s.consolidation.run(namespace, draft_id, deadline=deadline)
+    return {"job": "consolidate", "state": state.get("state"), "items": len(state.get("items") or []), "errors": 0}
+
+
 def _never_failed(report: Report) -> bool:
     return False
 
@@ -210,6 +226,7 @@ JOBS: dict[str, Job] = {
         Job("index_repair", _index_repair, None, "IndexRepairRuns"),
         Job("reindex", _reindex, 1, "ReindexRuns"),
         Job("history", _history, None, "HistoryRotations"),
+        Job("consolidate", _consolidate, None, "ConsolidationRuns"),
     )
 }
 

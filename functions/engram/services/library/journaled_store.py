@@ -88,6 +88,14 @@ class JournaledStore:
         self._memory("create", None, created)
         return retired, created
 
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        befores = [self._memory_before(m.namespace, m.id) for m in olds]
+        retired, created = self._inner.supersede_many(olds, new)
+        for before, after in zip(befores, retired, strict=True):
+            self._memory("supersede", before, after)
+        self._memory("create", None, created)
+        return retired, created
+
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         deleted = self._inner.delete_memory_row(namespace, memory_id, version=version)
         if deleted:

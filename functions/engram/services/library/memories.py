@@ -125,6 +125,40 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class WritePlan:
+    """What a write decided before acting: ``target`` is the memory it sees, supersedes, finds or proposes
+    a change to (``None`` for a new one); ``vector`` the new text's, when one was computed."""
+
+    action: WriteAction
+    reason: str
+    target: Memory | None
+    vector: list[float] | None
+
+
+@dataclass(frozen=True)
+class WriteCheck:
+    """``MemoryService.check``: what a write would do, and the nearest active memories (with cosines
+    when vectors are on)."""
+
+    action: WriteAction
+    reason: str
+    target: Memory | None
+    near: list[tuple[Memory, float | None]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "memory": self.target.model_dump(mode="json") if self.target else None,
+            "protected": bool(self.target and is_protected(self.target)),
+            "near": [
+                {"memory": m.model_dump(mode="json"), "similarity": None if s is None else round(s, 4)}
+                for m, s in self.near
+            ],
+        }
+
+
+@dataclass(frozen=True)
 class MemoryRules:
     """When a new memory is the same as an existing one.
 
@@ -187,13 +221,26 @@ class MemoryService:
 
         if fact_key:
             return self._upsert_retrying(namespace, req, content, tags, fact_key, dedup=dedup, automated=automated)
-        vector: list[float] | None = None
-        if dedup:
-            vector = self.upkeep.embed_document(content)
-            twin = self._find_twin(namespace, content, req.type, vector)
-            if twin is not None:
-                return WriteResult(self._mark_seen(twin, tags), "seen", reason="near-identical memory")
-        return self._create(namespace, req, content, tags, None, vector)
+        plan = self._plan_unkeyed(namespace, req, content, dedup=dedup)
+        if plan.target is not None:
+            return WriteResult(self._mark_seen(plan.target, tags), "seen", reason=plan.reason)
+        return self._create(namespace, req, content, tags, None, plan.vector)
+
+    def check(self, namespace: str, req: MemoryWrite, *, dedup: bool = False, near: int = 5) -> WriteCheck:
+        """What ``write(namespace, req, dedup=dedup)`` would do now, written nowhere (``POST
+        /v1/memories/check``): the action and the memory it would touch, decided by the write's own
+        steps (``_plan_unkeyed``, ``_plan_keyed``), and the ``near`` closest active memories. Pinned or
+        core memories are named as such: a person's write supersedes them, a job's is proposed."""
+        content = clean_content(req.content)
+        vector = self.upkeep.embed_document(content)
+        plan: WritePlan | None = None
+        if req.external_id and (existing := self._store.find_by_external_id(namespace, req.external_id)):
+            plan = WritePlan("existing", "external_id seen before", existing, vector)
+        elif req.fact_key:
+            plan = self._plan_keyed(namespace, req, content, normalize_fact_key(req.fact_key), dedup=dedup)
+        else:
+            plan = self._plan_unkeyed(namespace, req, content, dedup=dedup, vector=vector)
+        return WriteCheck(plan.action, plan.reason, plan.target, self._near(namespace, content, None, vector, near))
 
     def _upsert_retrying(
         self,
@@ -235,6 +282,25 @@ class MemoryService:
         dedup: bool,
         automated: bool,
     ) -> WriteResult:
+        plan = self._plan_keyed(namespace, req, content, fact_key, dedup=dedup, automated=automated)
+        current, vector = plan.target, plan.vector
+        if current is None:
+            return self._create(namespace, req, content, tags, fact_key, vector)
+        if plan.action == "seen":
+            return WriteResult(self._mark_seen(current, tags), "seen", reason=plan.reason)
+        if plan.action == "proposed":
+            candidate = self.propose_change(current, req)
+            return WriteResult(current, "proposed", reason=plan.reason, candidate=candidate)
+        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
+        old, new = self._swap(current, new, reason=plan.reason)
+        self.upkeep.sync(new, vector)
+        self._sync_reminder(new)
+        return WriteResult(new, "superseded", previous=old, reason=plan.reason)
+
+    def _plan_keyed(
+        self, namespace: str, req: MemoryWrite, content: str, fact_key: str, *, dedup: bool, automated: bool = False
+    ) -> WritePlan:
+        """The decision of an upsert by ``fact_key`` (``domain/policies.decide_upsert``), from the store now."""
         vector: list[float] | None = None
         current = self._store.find_active_by_fact_key(namespace, fact_key)
         similarity = None
@@ -250,19 +316,24 @@ class MemoryService:
                 similarity = cosine(vector, other)
         decision = decide_upsert(current, content, similarity, self._rules().dedup_cosine, explicit=not dedup)
         if current is None:
-            return self._create(namespace, req, content, tags, fact_key, vector)
+            return WritePlan("created", decision.reason, None, vector)
         if decision.action == "seen":
-            return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
+            return WritePlan("seen", decision.reason, current, vector)
         if automated and is_protected(current):
-            candidate = self.propose_change(current, req)
-            return WriteResult(
-                current, "proposed", reason="protected memory: change proposed for review", candidate=candidate
-            )
-        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
-        old, new = self._swap(current, new, reason=decision.reason)
-        self.upkeep.sync(new, vector)
-        self._sync_reminder(new)
-        return WriteResult(new, "superseded", previous=old, reason=decision.reason)
+            return WritePlan("proposed", "protected memory: change proposed for review", current, vector)
+        return WritePlan("superseded", decision.reason, current, vector)
+
+    def _plan_unkeyed(
+        self, namespace: str, req: MemoryWrite, content: str, *, dedup: bool, vector: list[float] | None = None
+    ) -> WritePlan:
+        """The decision of a write without a key: a new memory, or (``dedup``) the near-identical twin seen."""
+        if not dedup:
+            return WritePlan("created", "new memory", None, vector)
+        vector = vector if vector is not None else self.upkeep.embed_document(content)
+        twin = self._find_twin(namespace, content, req.type, vector)
+        if twin is not None:
+            return WritePlan("seen", "near-identical memory", twin, vector)
+        return WritePlan("created", "new memory", None, vector)
 
     def _create(
         self,
@@ -340,6 +411,56 @@ class MemoryService:
             self._sync_reminder(new)
             return WriteResult(new, "superseded", previous=old, reason="explicit supersede")
         raise kept_changing(old_id)
+
+    def merge(self, sources: Sequence[Memory], req: MemoryWrite, *, reason: str) -> tuple[list[Memory], Memory]:
+        """Supersede every one of ``sources`` (each at the version it was read: a row changed since is
+        refused with ``version_conflict``, nothing written) by one new memory, in one transaction
+        (``supersede_many``). The new memory links back to the first source; each source links to it.
+        Its ``fact_key`` may be one a source holds; one held by another active memory is refused."""
+        namespace = sources[0].namespace
+        inactive = [m.id for m in sources if m.status != "active"]
+        if inactive:
+            raise Conflict(f"memory {inactive[0]} is not active; only active memories can be merged")
+        content = clean_content(req.content)
+        fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
+        if fact_key and fact_key not in {m.fact_key for m in sources}:
+            taken = self._store.find_active_by_fact_key(namespace, fact_key)
+            if taken is not None:
+                raise Conflict(f"fact_key {fact_key!r} is already used by active memory {taken.id}")
+        new = self._new_memory(namespace, req, content, clean_tags(req.tags), fact_key, supersedes=sources[0].id)
+        now = self._clock.now()
+        retired = {"status": "superseded", "superseded_by_id": new.id, "status_changed_at": now, "updated_at": now}
+        stored, new = self._store.supersede_many([m.model_copy(update=retired) for m in sources], new)
+        for memory in sources:
+            self.upkeep.unindex(memory)
+            self._event(namespace, "superseded", memory.id, {"by": new.id, "reason": reason})
+        self._event(namespace, "created", new.id, {"source": new.source, "merged": [m.id for m in sources]})
+        self.upkeep.sync(new, None)
+        self._sync_reminder(new)
+        return stored, self._store.get_memory(namespace, new.id)
+
+    def unmerge(self, merged: Memory, before: Sequence[Memory], after: Sequence[Memory]) -> list[Memory]:
+        """Undo a ``merge``: ``before`` (the sources as they were) written back over ``after`` (the sources
+        as the merge left them), and ``merged`` taken out, in one transaction, then its row erased. Every
+        row must still be as the merge left it (``merged`` at the version the caller read after the
+        merge): one changed since is refused (``version_conflict``) and nothing is written. The
+        sources' counters stay as they are (a replace never writes them)."""
+        namespace = merged.namespace
+        now = self._clock.now()
+        gone = merged.model_copy(update={"status": "deleted", "status_changed_at": now, "updated_at": now})
+        versions = {m.id: m.version for m in after}
+        rows = [gone, *(m.model_copy(update={"version": versions[m.id]}) for m in before)]
+        written = self._store.update_memories(rows)
+        self.upkeep.unindex(merged)
+        try:
+            self._store.delete_memory_row(namespace, merged.id, version=written[0].version)
+        except EngramError as exc:  # it stays deleted; retention erases it
+            log.warning("the undone merge %s could not be erased: %s", merged.id, exc.code)
+        self._event(namespace, "unmerged", merged.id, {"restored": [m.id for m in before]})
+        for memory in written[1:]:
+            self._event(namespace, "restored", memory.id, {"unmerged": merged.id})
+            self.upkeep.sync(memory, None)
+        return written[1:]
 
     def update(self, namespace: str, memory_id: str, patch: MemoryPatch, *, version: int | None = None) -> Memory:
         """Edit in place (``version``: as ``supersede``)."""
@@ -581,23 +702,30 @@ class MemoryService:
         return seen
 
     def _find_twin(self, namespace: str, content: str, type_: str, vector: list[float] | None) -> Memory | None:
-        try:
-            hits = (
-                self._index.vector_search(namespace, vector, k=5, types=(type_,))
-                if vector is not None
-                else self._index.keyword_search(namespace, content, k=5, types=(type_,))
-            )
-        except EngramError as exc:  # no twin check without the index; the write itself goes on
-            log.warning("duplicate check skipped: %s", exc.code)
-            return None
-        # Keyword scores are not cosines: without a vector only the same wording makes a twin.
-        scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
-        for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
-            if memory.status == "active" and near_duplicate(
-                memory.content, content, scores.get(memory.id), self._rules().dedup_cosine
-            ):
+        for memory, score in self._near(namespace, content, type_, vector, 5):
+            if near_duplicate(memory.content, content, score, self._rules().dedup_cosine):
                 return memory
         return None
+
+    def _near(
+        self, namespace: str, content: str, type_: str | None, vector: list[float] | None, k: int
+    ) -> list[tuple[Memory, float | None]]:
+        """The ``k`` active memories nearest ``content`` (of ``type_`` when given), best first, each with its
+        cosine (``None`` without a vector: keyword scores are not cosines, so then only the same wording
+        makes a twin). Empty while the index cannot answer: the write itself goes on."""
+        types = (type_,) if type_ else ()
+        try:
+            hits = (
+                self._index.vector_search(namespace, vector, k=k, types=types)
+                if vector is not None
+                else self._index.keyword_search(namespace, content, k=k, types=types)
+            )
+        except EngramError as exc:
+            log.warning("duplicate check skipped: %s", exc.code)
+            return []
+        scores: dict[str, float | None] = {h.memory_id: (h.score if vector is not None else None) for h in hits}
+        rows = self._store.get_memories(namespace, list(scores))
+        return [(m, scores[m.id]) for m in rows if m.status == "active"]
 
     def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
         self._store.append_event(

@@ -133,13 +133,17 @@ class SqliteMemories(SqliteStoreBase):
             after = [to_iso(chunk[-1].created_at), chunk[-1].id]
 
     def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
-        if old.namespace != new.namespace:
-            raise InvalidInput("supersede needs both memories in the same namespace")
+        stored, new = self.supersede_many([old], new)
+        return stored[0], new
+
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        if not olds or any(old.namespace != new.namespace for old in olds):
+            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
         with self._transaction() as db:
-            # The old row goes first: it frees the fact_key the new row takes.
-            stored_old = _replace(db, old)
+            # The old rows go first: they free the fact_key the new row takes.
+            stored = [_replace(db, old) for old in olds]
             db.execute(MEMORIES.insert_sql, MEMORIES.insert_params(new))
-        return stored_old, new
+        return stored, new
 
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         with self._session() as db:
