@@ -271,5 +271,6 @@ def test_a_merge_is_recorded_and_its_undo_puts_the_sources_back(
     ]
     # When the run is undone / Then the sources are active as they were, the merged memory deleted
     assert journal.undo(NS, run.id)["reverted"] == 3
-    assert [_state(store.get_memory(NS, m)) for m in ("one", "two")] == [("active", "tea at 7"), ("active", "green tea")]
+    states = [_state(store.get_memory(NS, m)) for m in ("one", "two")]
+    assert states == [("active", "tea at 7"), ("active", "green tea")]
     assert store.get_memory(NS, "both").status == "deleted"
