@@ -86,7 +86,7 @@ LOGIN_ATTEMPTS = 5
 LOGIN_WINDOW_S = 60
 
 
-def install(app: FastAPI, container: Container) -> None:
+def mount(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)

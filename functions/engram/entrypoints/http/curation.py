@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.models import MemoryLayer, MemoryType
 from engram.entrypoints.http.memories import Version
 from engram.entrypoints.http.openapi import CONFLICT
@@ -184,3 +185,8 @@ def apply_consolidation(request: Request, draft_id: str, body: ApplyRequest, who
 @router.post("/consolidations/{draft_id}/discard", responses=CONFLICT)
 def discard_consolidation(request: Request, draft_id: str, who: Write) -> dict[str, Any]:
     return _c(request).consolidation.discard(who.namespace, draft_id)
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router, prefix="/v1")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Memory, MemoryFilter, MemoryType
 from engram.entrypoints.http.openapi import CONFLICT
@@ -283,3 +284,8 @@ def search_conversations(request: Request, body: ConversationSearchRequest, who:
     if body.include_prompt:
         out["prompt"] = service.render(result.fragments, _c(request).settings.chat_patch_max_tokens)[0]
     return out
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router, prefix="/v1")

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 
+from engram.bootstrap import Container
 from engram.entrypoints.http.rest_shared import Read, Write, _c
 from engram.services.library.journal import change_view, run_view
 
 router = APIRouter(prefix="/v1", tags=["runs"])
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router)
+
 
 Cursor = Annotated[str | None, Query(max_length=500, description="`next_cursor` of the previous page")]
 

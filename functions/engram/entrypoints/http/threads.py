@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Thread
 from engram.entrypoints.http.openapi import CONFLICT
@@ -122,3 +123,8 @@ def put_summary(request: Request, thread_id: str, body: SummaryRequest, who: Wri
 def delete_summary(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
     """Clear the summary (the turns folded into it stay out of the window)."""
     return _c(request).history.clear(who.namespace, thread_id).to_dict()
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router)

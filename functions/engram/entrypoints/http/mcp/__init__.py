@@ -65,7 +65,7 @@ def build_server(container: Container) -> StrictServer:
     return server
 
 
-def install(app: FastAPI, container: Container) -> None:
+def mount(app: FastAPI, container: Container) -> None:
     """Serve the MCP server at ``/mcp`` and run its session manager inside the host app's lifespan."""
     settings = container.settings
     server = build_server(container)
