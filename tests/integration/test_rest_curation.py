@@ -170,3 +170,49 @@ def test_consolidation_draft_runs_as_a_job_and_applies_only_when_confirmed(
         assert contents == ["Drinks tea at 7 sharp", "Has a cat"]
         # And it cannot be applied again
         assert owner.post(f"/v1/consolidations/{draft_id}/apply", json={"items": []}).status_code == 409
+
+
+def test_erase_for_good_needs_the_memory_or_thread_out_of_use_first(owner: httpx.Client) -> None:
+    # Given an active memory and a live thread
+    memory = _remember(owner, "Old address: Rue de la Paix")
+    owner.post("/v1/ingest/messages", json={"messages": [{"role": "user", "content": "hi", "conversation_id": "t1"}]})
+    # When they are erased while in use, Then it is refused and both stay
+    assert owner.post(f"/v1/memories/{memory['id']}/erase", json={}).status_code == 422  # no confirmation
+    still = owner.post(f"/v1/memories/{memory['id']}/erase", json={"confirm": True})
+    assert still.status_code == 409 and still.json()["error"]["code"] == "still_active"
+    assert owner.post("/v1/threads/t1/erase", json={"confirm": True}).json()["error"]["code"] == "not_deleted"
+    # When they are deleted first, then erased (the memory at the version read)
+    deleted = owner.delete(f"/v1/memories/{memory['id']}").json()
+    erase = {"json": {"confirm": True}}
+    assert (
+        owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": memory["version"]}, **erase).status_code
+        == 409
+    )
+    assert (
+        owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": deleted["version"]}, **erase).status_code
+        == 200
+    )
+    owner.delete("/v1/threads/t1").raise_for_status()
+    assert owner.post("/v1/threads/t1/erase", json={"confirm": True}).json() == {"erased": "t1"}
+    # Then both are gone for good
+    assert owner.get(f"/v1/memories/{memory['id']}").status_code == 404
+    assert owner.get("/v1/threads/t1").status_code == 404
+
+
+def test_usage_is_reported_per_day_too(server: EngramServer, owner: httpx.Client) -> None:
+    from datetime import timedelta
+
+    from engram.domain.models import UsageRecord, new_id
+
+    # Given usage on two days
+    now = server.container.clock.now()
+    for tokens, ago in ((10, 0), (20, 1), (5, 1)):
+        record = UsageRecord(
+            id=new_id("use"), namespace="alice", model="m", input_tokens=tokens, created_at=now - timedelta(days=ago)
+        )
+        server.container.store.append_usage(record)
+    # When the report is read, Then each day has its sum, oldest first
+    report = owner.get("/v1/usage", params={"days": 7}).json()
+    assert [(d["requests"], d["input_tokens"]) for d in report["daily"]] == [(2, 25), (1, 10)]
+    assert report["models"] == [{"model": "m", "requests": 3, "input_tokens": 35, "output_tokens": 0,
+                                 "cache_read_tokens": 0, "cache_write_tokens": 0}]  # fmt: skip

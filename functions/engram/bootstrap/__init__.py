@@ -29,6 +29,7 @@ from engram.bootstrap.adapters import (
     build_skills,
     build_store,
     local_db_path,
+    search_reconcile,
     search_snapshots,
     with_secret,
 )
@@ -382,6 +383,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         upkeep=memories.upkeep,
         skills=lib.skills,
         conversations=lib.conversations,
+        reconcile=search_reconcile(settings, lambda: (index, lib.conversations.index)),
     )
     conversations = lib.conversations
     # Drafts by hand use the extraction model (README, "Curating by hand").

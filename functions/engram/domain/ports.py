@@ -651,7 +651,8 @@ class BlobStore(Protocol):
     """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
 
     Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key;
-    ``delete`` of an unknown key does nothing.
+    ``delete`` of an unknown key does nothing; ``list_keys(prefix)`` gives every key starting with
+    ``prefix`` and when it was last written (UTC), in key order.
     """
 
     def put(self, key: str, data: bytes) -> None: ...
@@ -659,6 +660,8 @@ class BlobStore(Protocol):
     def get(self, key: str) -> bytes | None: ...
 
     def delete(self, key: str) -> None: ...
+
+    def list_keys(self, prefix: str) -> list[tuple[str, datetime]]: ...
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import MutableHeaders
@@ -28,6 +28,7 @@ from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
 from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.openapi import error_response as documented
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
 
@@ -204,6 +205,23 @@ def _admin_api(container: Container) -> APIRouter:
         container.runtime.update(body.values)
         log.info("runtime settings changed: %s", sorted(body.values))
         return {"items": container.runtime.describe(), "info": _info(container, who)}
+
+    @api.get(
+        "/models",
+        responses={
+            502: documented("502", "The upstream did not answer with a model list."),
+            503: documented("503", "No OpenAI-compatible upstream is configured."),
+        },
+    )
+    async def provider_models(
+        who: Admin, q: Annotated[str, Query(max_length=200, description="Only ids containing this text.")] = ""
+    ) -> dict[str, Any]:
+        """The models the OpenAI-compatible upstream offers (its `/models`), for the settings' model fields;
+        `q` filters them (case aside). The client-facing `GET /v1/models` is unchanged: it lists only what
+        the gateway accepts."""
+        ids = await container.chat.provider_models()
+        needle = q.strip().lower()
+        return {"items": [i for i in ids if needle in i.lower()]}
 
     @api.get("/health")
     def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:

@@ -14,13 +14,20 @@ from pydantic import BaseModel, Field
 from engram.bootstrap import Container
 from engram.domain.models import MemoryLayer, MemoryType
 from engram.entrypoints.http.memories import Version
-from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.openapi import CONFLICT, error_response
 from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, TagList, Text, Write, _c
 from engram.services.jobs.consolidation import MAX_MEMORIES, ItemDecision
 from engram.services.library.curation import MAX_MERGE_SOURCES, MergeFields, SourceRef
 from engram.services.library.memories import MemoryWrite
 
 router = APIRouter(tags=["curation"])
+
+# A source id that is not in your namespace: 404 (it is in the body, so the document would not say so).
+_SOURCES = {**CONFLICT, 404: error_response("404", "A memory named in `sources` is not in your namespace.")}
+_NEEDS_MODEL = {
+    **CONFLICT,
+    503: error_response("503", "No extraction model is configured (the message says which setting)."),
+}
 
 MemoryId = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -109,14 +116,14 @@ def check_memory(request: Request, body: CheckRequest, who: Read) -> dict[str, A
 
 
 # -- merges ------------------------------------------------------------------------------------------
-@router.post("/memories/merge/draft", responses=CONFLICT)
+@router.post("/memories/merge/draft", responses=_SOURCES)
 async def draft_merge(request: Request, body: DraftRequest, who: Write) -> dict[str, Any]:
     """The merged memory proposed for 2-10 active memories (nothing is written): drafted by the extraction
     model when one is configured, else the texts joined (`drafted_by`)."""
     return (await _c(request).curation.draft(who.namespace, _refs(body.sources))).to_dict()
 
 
-@router.post("/memories/merge", status_code=201, responses=CONFLICT)
+@router.post("/memories/merge", status_code=201, responses=_SOURCES)
 def merge_memories(request: Request, body: MergeRequest, who: Write) -> dict[str, Any]:
     """Merge 2-10 active memories into one: they are superseded by it (linked to it) in one transaction.
     A source changed since the `version` given: 409 `version_conflict`, nothing written. Undo with
@@ -143,7 +150,7 @@ def core_candidates(request: Request, who: Read, limit: Annotated[int, Query(ge=
 
 
 # -- consolidation drafts ----------------------------------------------------------------------------
-@router.post("/consolidations", status_code=202, responses=CONFLICT)
+@router.post("/consolidations", status_code=202, responses=_NEEDS_MODEL)
 def start_consolidation(request: Request, body: ConsolidationRequest, who: Write) -> dict[str, Any]:
     """Ask the model for a consolidated set of the memories created in [`since`, `until`) or of
     `memory_ids` (a queued job; poll `GET /v1/consolidations/{id}` for `done`/`total` and the items).

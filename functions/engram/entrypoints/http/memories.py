@@ -214,6 +214,24 @@ def restore_memory(
     return _tagged(response, _c(request).memories.restore(who.namespace, memory_id, version=version))
 
 
+class EraseRequest(BaseModel):
+    """An erase cannot be undone: the body says so on purpose."""
+
+    model_config = STRICT
+
+    confirm: Literal[True] = Field(description="`true`: erase for good, no restore afterwards.")
+
+
+@router.post("/memories/{memory_id}/erase", tags=["memories"], responses=CONFLICT)
+def erase_memory(
+    request: Request, memory_id: str, body: EraseRequest, who: Write, version: ExpectedVersion
+) -> dict[str, Any]:
+    """Erase a deleted, archived, superseded or expired memory for good (`{"confirm": true}`; 409
+    `still_active` for an active one: delete it first). No restore afterwards."""
+    erased = _c(request).memories.erase(who.namespace, memory_id, version=version)
+    return {"erased": erased.id}
+
+
 @router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201, responses=CONFLICT)
 def supersede_memory(
     request: Request, memory_id: str, body: SupersedeRequest, who: Write, if_match: IfMatch = None

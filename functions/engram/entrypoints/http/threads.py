@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Thread
+from engram.entrypoints.http.memories import EraseRequest
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
 from engram.services.library.messages import ThreadId
@@ -82,6 +83,13 @@ def delete_thread(request: Request, thread_id: str, who: Write) -> dict[str, Any
 @router.post("/threads/{thread_id}/restore")
 def restore_thread(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
     return _thread(_c(request).threads.restore(who.namespace, thread_id))
+
+
+@router.post("/threads/{thread_id}/erase", responses=CONFLICT)
+def erase_thread(request: Request, thread_id: str, body: EraseRequest, who: Write) -> dict[str, Any]:
+    """Erase a thread in the recycle bin for good, with its messages (`{"confirm": true}`; 409
+    `not_deleted` otherwise)."""
+    return {"erased": _c(request).threads.erase(who.namespace, thread_id).id}
 
 
 @router.post("/threads/{thread_id}/merge", responses=CONFLICT)

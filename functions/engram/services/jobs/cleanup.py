@@ -13,6 +13,7 @@ repaired first (``IndexUpkeep.repair``). Skills deleted longer ago than their re
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -81,6 +82,10 @@ class NamespaceCleanup:
 @dataclass
 class CleanupReport:
     namespaces: list[NamespaceCleanup] = field(default_factory=list)
+    # The nightly run over every namespace (run() without one) also does what spans them:
+    skill_files_collected: int = 0  # resource files no skill version names any more (SkillService)
+    replicas_rebuilt: int = 0  # replica namespaces whose count differed from their log, rebuilt
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         keys = (
@@ -100,7 +105,9 @@ class CleanupReport:
         return {
             "job": "cleanup",
             **{k: sum(int(getattr(ns, k)) for ns in self.namespaces) for k in keys},
-            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "skill_files_collected": self.skill_files_collected,
+            "replicas_rebuilt": self.replicas_rebuilt,
+            "errors": sum(len(ns.errors) for ns in self.namespaces) + len(self.errors),
             "namespaces": [asdict(ns) for ns in self.namespaces],
         }
 
@@ -120,11 +127,14 @@ class CleanupService:
         upkeep: IndexUpkeep | None = None,
         skills: SkillService | None = None,
         conversations: Any = None,
+        reconcile: Callable[[], int] | None = None,
     ) -> None:
         self._store = store
         # services.conversations.ConversationService: messages deleted here leave its index too.
         self._conversations = conversations
         self._skills = skills
+        # The replica backend's count check (bootstrap.adapters.search_reconcile): how many it rebuilt.
+        self._reconcile = reconcile
         self._index = index
         # Repairs the namespace's missed index writes first, and records what a hard delete leaves behind.
         self._upkeep = upkeep or IndexUpkeep(store, index, None, clock)
@@ -135,7 +145,23 @@ class CleanupService:
     def run(self, namespace: str | None = None) -> CleanupReport:
         """Clean every namespace (or one)."""
         namespaces = [namespace] if namespace else self._namespaces()
-        return CleanupReport(namespaces=[self._run_namespace(ns) for ns in namespaces])
+        report = CleanupReport(namespaces=[self._run_namespace(ns) for ns in namespaces])
+        if namespace is None:
+            self._across_namespaces(report)
+        return report
+
+    def _across_namespaces(self, report: CleanupReport) -> None:
+        """The nightly run's steps over every namespace at once; a failure is reported, the next night retries."""
+        if self._skills is not None:
+            try:
+                report.skill_files_collected = self._skills.collect_orphan_files(now=self._clock.now())
+            except EngramError as exc:
+                report.errors.append({"error": exc.code, "op": "skill_files", "message": exc.message[:300]})
+        if self._reconcile is not None:
+            try:
+                report.replicas_rebuilt = self._reconcile()
+            except EngramError as exc:
+                report.errors.append({"error": exc.code, "op": "replica_reconcile", "message": exc.message[:300]})
 
     def _namespaces(self) -> list[str]:
         """The store's namespaces, and those that only have skills (an agent that never chats)."""

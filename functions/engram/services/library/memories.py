@@ -529,6 +529,18 @@ class MemoryService:
             self.upkeep.unindex(memory)
         return updated
 
+    def erase(self, namespace: str, memory_id: str, *, version: int | None = None) -> Memory:
+        """Erase a memory for good (the panel's "Erase for good"): only one already out of use (deleted,
+        archived, superseded or expired; delete it first), at the ``version`` given, or as it is now.
+        Its document leaves the index; a reminder of it no longer finds it. Returns the row as erased."""
+        memory = read_at(self._store, namespace, memory_id, version)
+        if memory.status == "active":
+            raise Conflict(f"memory {memory_id} is active: delete it first, then erase it", code="still_active")
+        self.upkeep.unindex(memory)
+        self._store.delete_memory_row(namespace, memory_id, version=memory.version)
+        self._event(namespace, "erased", None, {"memory": memory_id})
+        return memory
+
     def restore(self, namespace: str, memory_id: str, *, version: int | None = None) -> Memory:
         """Make a superseded, archived, deleted or expired memory active again. The active memory it
         replaces (the holder of its fact_key, or the active head of its chain: ``_holder_of``) is

@@ -62,7 +62,7 @@ def register(tools: Toolbox) -> None:
         who = caller(ctx, WRITE)
         fields = MergeFields(content=content, type=type, tags=tags)
         fields.set_fields = frozenset(name for name, value in (("type", type), ("tags", tags)) if value is not None)
-        result = c.curation.merge(who.namespace, [SourceRef(i) for i in ids], fields, source="mcp")
+        result = c.curation.merge(who.namespace, [SourceRef(i) for i in ids], fields)
         return {"memory": memory_json(result.memory), "sources": [memory_json(m) for m in result.sources]}
 
     @tool(WRITES)
