@@ -12,6 +12,9 @@ full record in ``metadata``: ``fact_key``, ``seen_count``, ``last_seen_at``, ver
 Pawwake's backup (schema 5: ``backup_id``, ``merged_from``, ``superseded_by``, ``source_session``,
 ``source_message_ids``, ``remind_at`` / ``reminder_delivered_at``; older files with ``id`` still read);
 mem0's ``Memory.get_all()`` and the platform client's ``get_all()`` (``expiration_date``, ``immutable``).
+
+Over 450 lines on purpose: four small converters and the field rules they share (ids, times, layers,
+the dropped-field count) in one module, so a rule changes for every format at once.
 """
 
 from __future__ import annotations

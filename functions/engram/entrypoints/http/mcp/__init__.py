@@ -27,7 +27,6 @@ from engram.bootstrap import Container
 from engram.entrypoints.http.mcp import conversations, curation, memories, notes, overview, reminders, runs, skills
 from engram.entrypoints.http.mcp.compat import StrictServer
 from engram.entrypoints.http.mcp.gate import McpGate, security_settings
-from engram.entrypoints.http.mcp.toolkit import Toolbox
 
 PATH = "/mcp"
 
@@ -59,9 +58,8 @@ def build_server(container: Container) -> StrictServer:
     )
     root.handlers[:] = root_handlers
     root.setLevel(root_level)
-    tools = Toolbox(server, container)
     for module in TOOL_MODULES:
-        module.register(tools)
+        module.TOOLS.register(server)
     return server
 
 
