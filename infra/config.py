@@ -24,6 +24,10 @@ VECTOR_DIMENSIONS = (256, 512, 1024)
 SEARCH_BACKENDS = ("opensearch", "replica")
 EMBEDDERS = ("bedrock", "local")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
+RERANKERS = ("none", "bedrock", "http")
+# The functions' own bound of one rerank call (engram/settings.py, rerank_timeout_s: le=...).
+RERANK_TIMEOUT_MAX_S = float(next(m.le for m in Settings.model_fields["rerank_timeout_s"].metadata if hasattr(m, "le")))
+_HTTPS_URL = re.compile(r"^https://[^\s/?#]+(/\S*)?$")
 _NAME = re.compile(rf"^[a-z][a-z0-9-]{{2,{COLLECTION_NAME_MAX - 1}}}$")
 _LAYER_ARN = re.compile(r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -77,10 +81,14 @@ class EngramConfig:
     vision_model: str = FUNCTIONS.vision_model
     # Extra Bedrock model ids the functions may invoke (chat models named `bedrock/<id>`).
     bedrock_models: tuple[str, ...] = ()
-    # Reranker: "none" or "bedrock"; the rerank API is not in every region, hence rerank_region.
+    # Reranker: "none", "bedrock" (the Bedrock Rerank API, not in every region, hence rerank_region) or
+    # "http" (a /v1/rerank-compatible endpoint at rerank_url; its key, if any, is the secret's
+    # rerank_api_key field). rerank_model is the Bedrock model id, or the `model` sent to the endpoint.
     reranker: str = FUNCTIONS.reranker
     rerank_model: str = FUNCTIONS.rerank_model
     rerank_region: str = FUNCTIONS.rerank_region
+    rerank_url: str = FUNCTIONS.rerank_url
+    rerank_timeout_s: float = FUNCTIONS.rerank_timeout_s
     # Retention in days (cleanup job; DynamoDB TTL backs up the first four).
     retention_messages_days: int = FUNCTIONS.retention_messages_days
     retention_usage_days: int = FUNCTIONS.retention_usage_days
@@ -151,8 +159,6 @@ class EngramConfig:
             raise ValueError(f"embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
         if self.collection_generation not in COLLECTION_GENERATIONS:
             raise ValueError(f"collection_generation must be one of {COLLECTION_GENERATIONS}")
-        if self.reranker not in ("none", "bedrock"):
-            raise ValueError("reranker must be 'none' or 'bedrock'")
         if not _NAME.fullmatch(self.collection_name):
             raise ValueError(
                 f"collection_name {self.collection_name!r}: 3-{COLLECTION_NAME_MAX} characters (its policies add "
@@ -194,11 +200,48 @@ class EngramConfig:
             raise ValueError("replica_expected_memories must be 1-2,000,000 (beyond that: search_backend=opensearch)")
         if self.api_reserved_concurrency < 0:
             raise ValueError("api_reserved_concurrency must be 0 (none) or more")
+        self._check_reranker()
         body = self._env_int("MAX_BODY_BYTES")
         if not 1024 <= body <= LAMBDA_MAX_BODY_BYTES:
             raise ValueError(
                 f"ENGRAM_MAX_BODY_BYTES (engram:max_body_bytes or extra_env) is {body}: on Lambda it must be "
                 f"1024-{LAMBDA_MAX_BODY_BYTES} (Lambda refuses invocations over 6 MB before Engram can answer 413)"
+            )
+
+    def _check_reranker(self) -> None:
+        """The reranker the functions get (the settings or extra_env) and its settings fit together."""
+        env = self.function_env()
+        reranker, url = env["ENGRAM_RERANKER"], env.get("ENGRAM_RERANK_URL", "")
+        if reranker not in RERANKERS:
+            raise ValueError(f"reranker (engram:reranker or extra_env) must be one of {RERANKERS}, got {reranker!r}")
+        if "ENGRAM_RERANK_API_KEY" in self.extra_env:
+            raise ValueError(
+                "ENGRAM_RERANK_API_KEY does not belong in extra_env (the functions' environment is readable in "
+                "the console and the template): put it in the secret as rerank_api_key (docs/aws.md, 'Fill in "
+                "the secret')"
+            )
+        if reranker == "http":
+            if not _HTTPS_URL.fullmatch(url):
+                raise ValueError(
+                    f"reranker=http needs engram:rerank_url, the https:// URL of a /v1/rerank-compatible endpoint "
+                    f"the functions can reach over the internet (got {url!r}); its key goes in the secret as "
+                    "rerank_api_key"
+                )
+            if env["ENGRAM_RERANK_MODEL"] == FUNCTIONS.rerank_model:
+                raise ValueError(
+                    f"reranker=http sends engram:rerank_model to the endpoint as its model, and "
+                    f"{FUNCTIONS.rerank_model!r} is a Bedrock model id: set the model your endpoint serves "
+                    "(e.g. bge-reranker-v2-m3)"
+                )
+        elif url:
+            raise ValueError(f"engram:rerank_url is used only with reranker=http (reranker is {reranker!r})")
+        if env.get("ENGRAM_RERANK_REGION") and reranker != "bedrock":
+            raise ValueError(f"engram:rerank_region is used only with reranker=bedrock (reranker is {reranker!r})")
+        timeout = float(env["ENGRAM_RERANK_TIMEOUT_S"])
+        if not 0 < timeout <= RERANK_TIMEOUT_MAX_S:
+            raise ValueError(
+                f"ENGRAM_RERANK_TIMEOUT_S (engram:rerank_timeout_s or extra_env) is {timeout}: it must be above 0 "
+                f"and at most {RERANK_TIMEOUT_MAX_S} s (past it recall keeps the fused order)"
             )
 
     def _env_int(self, name: str, low: int | None = None, high: int | None = None) -> int:
@@ -306,6 +349,7 @@ class EngramConfig:
             "ENGRAM_DREAM_MODEL": self.dream_model,
             "ENGRAM_RERANKER": self.reranker,
             "ENGRAM_RERANK_MODEL": self.rerank_model,
+            "ENGRAM_RERANK_TIMEOUT_S": str(self.rerank_timeout_s),
             "ENGRAM_RETENTION_MESSAGES_DAYS": str(self.retention_messages_days),
             "ENGRAM_RETENTION_USAGE_DAYS": str(self.retention_usage_days),
             "ENGRAM_RETENTION_EVENTS_DAYS": str(self.retention_events_days),
@@ -330,6 +374,8 @@ class EngramConfig:
             env["ENGRAM_VISION_MODEL"] = self.vision_model
         if self.rerank_region:
             env["ENGRAM_RERANK_REGION"] = self.rerank_region
+        if self.rerank_url:
+            env["ENGRAM_RERANK_URL"] = self.rerank_url
         if self.revision:
             env["DEPLOY_REVISION"] = self.revision
         env.update(self.extra_env)

@@ -11,8 +11,8 @@ from constructs import Construct
 
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = ROOT / "functions"
-RUNTIME = lambda_.Runtime.PYTHON_3_12  # matches layers/build.py --python-version
-ARCHITECTURE = lambda_.Architecture.X86_64  # matches --platform manylinux2014_x86_64 and the LWA X86 layer
+RUNTIME = lambda_.Runtime.PYTHON_3_12  # matches layers/build.py PYTHON_VERSION (Amazon Linux 2023, glibc 2.34)
+ARCHITECTURE = lambda_.Architecture.X86_64  # matches layers/build.py --arch x86_64 and the LWA X86 layer
 ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.pytest_cache", "**/*.egg-info"]
 # Lambda's log filter (JSON format) must pass what ENGRAM_LOG_LEVEL lets Engram write.
 APPLICATION_LOG_LEVELS = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
 from infra.functions import ARCHITECTURE, ASSET_EXCLUDES, FUNCTIONS_DIR, ROOT, RUNTIME
-from layers.build import unzipped_size
+from layers.build import PYTHON_VERSION, STAMP_PREFIX, is_built_from, lock_path, unzipped_size
 
 # The Lambda Web Adapter's public layers live in this account in every commercial ("aws") region.
 # Other partitions are not supported: China regions publish the adapter from other accounts, and
@@ -39,11 +40,25 @@ def require_supported_region(region: str | None) -> None:
         )
 
 
-def ensure_layer_built(layer_dir: Path, requirements: str = "requirements.txt") -> Path:
-    """Build the layer with layers/build.py unless ``<layer_dir>/python`` already exists."""
-    if not (layer_dir / "python").is_dir():
-        build = [sys.executable, str(ROOT / "layers" / "build.py"), "--out", str(layer_dir)]
-        subprocess.run([*build, "--requirements", str(ROOT / "layers" / requirements)], check=True)
+def build_layer(layer_dir: Path, requirements: Path) -> None:
+    """Run layers/build.py for ``requirements`` (its hashed lock) into ``layer_dir``."""
+    build = [sys.executable, str(ROOT / "layers" / "build.py"), "--out", str(layer_dir)]
+    subprocess.run([*build, "--requirements", str(requirements)], check=True)
+
+
+def ensure_layer_built(
+    layer_dir: Path, requirements: str | Path = "requirements.txt", *, build: Callable[[Path, Path], None] = build_layer
+) -> Path:
+    """Build the layer with layers/build.py unless ``layer_dir`` holds its lock as the lock is now.
+
+    A layer is stamped with the digest of the lock it was built from (layers/build.py), so a changed lock
+    (a new pin, another hash) rebuilds it at the next synth instead of deploying the old packages.
+    """
+    source = requirements if isinstance(requirements, Path) else ROOT / "layers" / requirements
+    if not is_built_from(layer_dir, lock_path(source)):
+        build(layer_dir, source)
+        if not is_built_from(layer_dir, lock_path(source)):
+            raise ValueError(f"{layer_dir} was not built from {lock_path(source).name} (layers/build.py)")
     return layer_dir
 
 
@@ -119,10 +134,13 @@ class Layers(Construct):
         return lambda_.LayerVersion(
             self,
             construct_id,
-            code=lambda_.Code.from_asset(str(path)),
+            # The stamp of the lock it was built from stays out of the layer (it decides rebuilds only).
+            code=lambda_.Code.from_asset(str(path), exclude=[f"{STAMP_PREFIX}*"]),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
-            description=description.format(platform="manylinux2014_x86_64, cp312"),
+            description=description.format(
+                platform=f"cp{PYTHON_VERSION.replace('.', '')} manylinux_2_34 x86_64, hashed lock"
+            ),
         )
 
     @property

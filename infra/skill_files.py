@@ -32,13 +32,13 @@ class SkillFiles(Construct):
             removal_policy=removal_policy,
         )
 
-    def grant(self, grantee: iam.IGrantable) -> None:
-        """Get, put and delete objects under ``skills/`` (adapters/storage/blobs.py calls nothing else):
-        purging a skill deleted 30 days ago removes the files no other skill uses (services/library/skills.py)."""
+    def grant(self, grantee: iam.IGrantable, *, delete: bool = False) -> None:
+        """Get and put objects under ``skills/`` (adapters/storage/blobs.py calls nothing else); ``delete``:
+        the cleanup function only, which purges skills deleted 30 days ago and the files no version names
+        any more (services/library/skills.py). A lookup on the request path purges only the rows."""
+        actions = ["s3:GetObject", "s3:PutObject", *(["s3:DeleteObject"] if delete else [])]
         iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-            resource_arns=[self.bucket.arn_for_objects(f"{SKILL_FILES_PREFIX}*")],
+            grantee=grantee, actions=actions, resource_arns=[self.bucket.arn_for_objects(f"{SKILL_FILES_PREFIX}*")]
         )
-        # A missing file is then a 404 (NotFound), not a 403.
+        # A missing file is then a 404 (NotFound), not a 403; cleanup lists skills/ for files no version names.
         iam.Grant.add_to_principal(grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.bucket.bucket_arn])

@@ -149,7 +149,8 @@ class EngramStack(Stack):
 
         # Least privilege per function (docs/aws.md, "What each function may do"): every function reads and
         # writes the table (an explicit action list) and reads the secret; the HTTP functions read
-        # snapshots, the jobs also write them; extraction and dreaming never touch skill files.
+        # snapshots, the jobs also write them; only cleanup deletes skill files, extraction and dreaming never
+        # touch them.
         functions: list[lambda_.Function] = [api.function, mcp.function, *jobs.functions]
         http = [api.function, mcp.function]
         bedrock = self._bedrock_statements(cfg)
@@ -163,10 +164,11 @@ class EngramStack(Stack):
                 snapshots.grant(fn, write=fn not in http)
             for statement in bedrock:
                 fn.add_to_role_policy(statement)
-        # Skill files: the HTTP functions read and upload them, and delete the files of a skill whose
-        # restore window ended when they meet it (services/library/skills.py purges lazily); cleanup purges them.
-        for fn in [*http, jobs.cleanup_function]:
+        # Skill files: the HTTP functions read and upload them; only cleanup deletes them (the skills purged
+        # 30 days after their deletion, and files no version names any more: services/library/skills.py).
+        for fn in http:
             skill_files.grant(fn)
+        skill_files.grant(jobs.cleanup_function, delete=True)
         if search is not None:
             search.finalize(extra_principals=cfg.data_access_principals)
         alarms = Alarms(

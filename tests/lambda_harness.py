@@ -85,11 +85,14 @@ def synth_template(**config: Any) -> dict[str, Any]:
 
     from infra.config import EngramConfig
     from infra.stack import EngramStack
+    from layers.build import lock_path, stamp
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     with tempfile.TemporaryDirectory(prefix="engram-layer-") as layer, tempfile.TemporaryDirectory() as out:
         (Path(layer) / "python").mkdir()
         (Path(layer) / "python" / "placeholder.txt").write_text("built by layers/build.py\n")
+        for requirements in (ROOT / "layers").glob("requirements*.txt"):
+            stamp(Path(layer), lock_path(requirements))  # as built from its current lock: no rebuild
         app = cdk.App(outdir=out, context=context)
         settings = dataclasses.replace(
             EngramConfig.from_context(app.node),

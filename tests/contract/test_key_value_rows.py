@@ -75,6 +75,21 @@ def test_cursors(store: KeyValueRows) -> None:
     assert store.get_cursor(OTHER, "extraction") is None
 
 
+def test_a_cursor_is_replaced_only_from_the_value_read(store: KeyValueRows) -> None:
+    # Given no cursor: a replace expecting one fails, expecting none creates it once
+    assert not store.replace_cursor(NS, "history:t", "v1", expected="v0")
+    assert store.replace_cursor(NS, "history:t", "v1", expected=None)
+    assert not store.replace_cursor(NS, "history:t", "other", expected=None)
+    # When two writers read v1 and both replace it
+    first = store.replace_cursor(NS, "history:t", "from writer A", expected="v1")
+    second = store.replace_cursor(NS, "history:t", "from writer B", expected="v1")
+    # Then only the first lands; the other is told, and nothing of it is written
+    assert (first, second) == (True, False)
+    assert store.get_cursor(NS, "history:t") == "from writer A"
+    assert store.get_cursor(OTHER, "history:t") is None
+    assert store.replace_cursor(OTHER, "history:t", "own", expected=None)
+
+
 def test_cache(store: KeyValueRows, clock: ManualClock) -> None:
     # Given a JSON value cached without expiry, one expiring later and one already expired (the
     # store's clock decides, never the wall clock)

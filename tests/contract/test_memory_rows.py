@@ -336,6 +336,53 @@ def test_supersede_at_a_stale_version_conflicts_and_stores_nothing(store: Memory
     assert store.get_memories(NS, ["m2"]) == []
 
 
+def test_supersede_many_retires_every_old_row_and_hands_a_key_to_the_new_one(store: MemoryRows) -> None:
+    # Given three active memories, one holding a key
+    a = store.insert_memory(a_memory("m1", fact_key="city", content="Paris"))
+    b = store.insert_memory(a_memory("m2", content="lives near the river", minute=1))
+    c = store.insert_memory(a_memory("m3", content="moved in 2024", minute=2))
+    # When they are merged into one new memory that takes the key
+    retire = {"status": "superseded", "superseded_by_id": "m4", "status_changed_at": at(5)}
+    olds = [m.model_copy(update=retire) for m in (a, b, c)]
+    new = a_memory("m4", fact_key="city", minute=5, content="Paris, by the river, since 2024", supersedes_id="m1")
+    stored, returned = store.supersede_many(olds, new)
+    # Then every old row is one version on and superseded, and the new one holds the key
+    assert stored == [old.model_copy(update={"version": 2}) for old in olds]
+    assert returned == new
+    assert store.get_memories(NS, ["m1", "m2", "m3"]) == stored
+    assert store.find_active_by_fact_key(NS, "city") == new
+
+
+def test_supersede_many_with_one_stale_row_changes_nothing(store: MemoryRows) -> None:
+    # Given two memories read, the second then edited by another writer
+    a = store.insert_memory(a_memory("m1", fact_key="city"))
+    b = store.insert_memory(a_memory("m2", minute=1))
+    edited = store.update_memory(b.model_copy(update={"content": "edited meanwhile"}))
+    # When both, as first read, are merged
+    retire = {"status": "superseded", "superseded_by_id": "m3"}
+    with pytest.raises(Conflict) as caught:
+        store.supersede_many(
+            [a.model_copy(update=retire), b.model_copy(update=retire)], a_memory("m3", fact_key="city")
+        )
+    # Then nothing changed: the first row keeps its key, the new row was not stored
+    assert caught.value.code == "version_conflict"
+    assert store.get_memory(NS, "m1") == a
+    assert store.get_memory(NS, "m2") == edited
+    assert store.get_memories(NS, ["m3"]) == []
+    assert store.find_active_by_fact_key(NS, "city") == a
+
+
+def test_supersede_many_refuses_an_old_row_of_another_namespace(store: MemoryRows) -> None:
+    # Given a memory in another namespace
+    other = store.insert_memory(a_memory("m1", namespace=OTHER))
+    # When a merge names it
+    with pytest.raises(InvalidInput):
+        store.supersede_many([other.model_copy(update={"status": "superseded"})], a_memory("m2"))
+    # Then it is unchanged and nothing was stored
+    assert store.get_memory(OTHER, "m1") == other
+    assert store.get_memories(NS, ["m2"]) == []
+
+
 def test_supersede_returns_the_old_row_one_version_on(store: MemoryRows) -> None:
     # Given an active memory / When it is superseded
     old = store.insert_memory(a_memory("m1", fact_key="city"))
@@ -524,6 +571,22 @@ def test_memories_unseen_since(store: MemoryRows) -> None:
     assert ids(found) == ["never-seen", "seen-early"]
     assert ids(store.memories_unseen_since(NS, at(60), limit=1)) == ["never-seen"]
     assert store.memories_unseen_since(OTHER, at(60)) == []
+
+
+def test_memories_unseen_since_pages_after_a_row(store: MemoryRows) -> None:
+    # Given five unseen memories, two of them sighted at the same moment
+    for name, minute in (("a", 1), ("b", 2), ("c1", 3), ("c2", 3), ("d", 4)):
+        store.insert_memory(a_memory(name, minute=minute))
+    # When paging two at a time, each page after the previous page's last (sighting, id)
+    pages, after = [], None
+    while True:
+        page = store.memories_unseen_since(NS, at(60), limit=2, after=after)
+        pages.append(ids(page))
+        if len(page) < 2:
+            break
+        after = (page[-1].last_seen_at or page[-1].created_at, page[-1].id)
+    # Then every row comes exactly once, in order, ties broken by id
+    assert pages == [["a", "b"], ["c1", "c2"], ["d"]]
 
 
 def test_memory_rows_are_isolated_by_namespace(store: MemoryRows) -> None:

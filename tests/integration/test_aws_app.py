@@ -227,3 +227,31 @@ async def test_reindex_is_a_job_on_the_queue_that_continues_itself_and_reports_o
     assert (state["state"], state["done"], state["total"]) == ("done", 12, 12)
     assert state["run_id"] == started.json()["run_id"]
     api.close()
+
+
+async def test_a_binary_skill_file_arrives_base64_encoded_and_is_stored_byte_for_byte(
+    aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the app with the stack's skill files bucket (moto S3)
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="engram-skill-files")
+    monkeypatch.setenv("ENGRAM_SKILLS_BUCKET", "engram-skill-files")
+    app = create_app(build_container(load_settings()))
+    data = bytes(range(256)) * 8 + b"\x00\xff\r\n\x1a"  # every byte value, NUL, CR LF, Ctrl-Z
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client:
+        created = await client.send(
+            to_request(rest_event("POST", "/v1/skills", {"content": "# Pdf tools\nFill.", "name": "pdf-tools"}))
+        )
+        assert created.status_code == 201, created.text
+        # When API Gateway delivers the PUT of a binary file: application/octet-stream is a binary media type
+        # of the stack, so the event's body is base64 with isBase64Encoded (the Web Adapter decodes it)
+        event = rest_event("PUT", "/v1/skills/pdf-tools/files/bin/tool.bin")
+        event["multiValueHeaders"]["Content-Type"] = ["application/octet-stream"]
+        event["body"], event["isBase64Encoded"] = base64.b64encode(data).decode(), True
+        put = await client.send(to_request(event))
+        assert put.status_code == 201, put.text
+        # Then the bucket holds exactly the bytes, and a GET returns them
+        (stored,) = s3.list_objects_v2(Bucket="engram-skill-files", Prefix="skills/")["Contents"]
+        assert s3.get_object(Bucket="engram-skill-files", Key=stored["Key"])["Body"].read() == data
+        fetched = await client.send(to_request(rest_event("GET", "/v1/skills/pdf-tools/files/bin/tool.bin")))
+        assert fetched.status_code == 200 and fetched.content == data

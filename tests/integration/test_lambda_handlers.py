@@ -94,7 +94,7 @@ class FakeContainer:
             extraction=self.extraction,
             dreaming=self.dreaming,
             cleanup=self.cleanup,
-            memories=self.extraction,
+            upkeep=self.extraction,
             reindex=lambda: self.cleanup,
             history=self.history,
         )

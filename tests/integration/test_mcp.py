@@ -25,6 +25,7 @@ from tests.servers import access_log_lines
 ALL_TOOLS = {
     "memory_search", "memory_recall", "memory_list", "memory_get", "memory_upsert", "memory_remember",
     "memory_update", "memory_supersede", "memory_archive", "memory_restore", "memory_delete", "memory_stats",
+    "memory_check", "memory_merge", "memory_unmerge",
     "memory_export", "memory_ingest", "memory_boot", "memory_pin", "glossary_set", "digest_get", "digest_set",
     "reminder_list", "reminder_snooze", "reminder_cancel", "thread_list", "thread_messages",
     "thread_summary", "thread_summary_set", "conversation_search",
@@ -32,6 +33,7 @@ ALL_TOOLS = {
     "skill_delete", "skill_files",
 }  # fmt: skip
 READ_TOOLS = {"memory_search", "memory_recall", "memory_list", "memory_get", "memory_stats", "memory_export",
+              "memory_check",
               "memory_boot", "digest_get", "reminder_list", "thread_list", "thread_messages", "thread_summary",
               "conversation_search", "skill_list", "skill_get", "skill_search", "skill_files"}  # fmt: skip
 INIT = {
@@ -415,3 +417,28 @@ async def test_thread_tools(server: EngramServer) -> None:
         read = await call(mcp, "thread_messages", thread_id="trip")
         assert [m["content"] for m in read["items"]] == ["we fly to Kyoto"]
         assert "not found" in await call_error(mcp, "thread_messages", thread_id="nope")
+
+
+async def test_check_merge_and_unmerge_tools(server: EngramServer) -> None:
+    async with mcp_client(server) as mcp:
+        # Given two overlapping memories
+        a = (await call(mcp, "memory_remember", content="The user runs on Sundays"))["memory"]
+        b = (await call(mcp, "memory_remember", content="The user runs 10 km", tags=["sport"]))["memory"]
+        # When a new text is checked, Then it says what a save would do and writes nothing
+        checked = await call(mcp, "memory_check", content="The user runs on Sundays!")
+        assert (checked["action"], checked["memory"]["id"]) == ("seen", a["id"])
+        assert "namespace" not in checked["memory"]
+        # When they are merged
+        merged = await call(mcp, "memory_merge", ids=[a["id"], b["id"]], content="The user runs 10 km on Sundays")
+        # Then both are superseded by the merged memory, which keeps their tags
+        assert {s["superseded_by_id"] for s in merged["sources"]} == {merged["memory"]["id"]}
+        assert merged["memory"]["tags"] == ["sport"]
+        # When it is unmerged, Then both are back as they were
+        undone = await call(mcp, "memory_unmerge", id=merged["memory"]["id"])
+        assert [(m["id"], m["status"], m["content"]) for m in undone["restored"]] == [
+            (a["id"], "active", a["content"]),
+            (b["id"], "active", b["content"]),
+        ]
+        # And a merge of one memory, or an unmerge of a memory no merge made, is a tool error
+        assert "ids" in await call_error(mcp, "memory_merge", ids=[a["id"]], content="x")
+        assert "not made by a merge" in await call_error(mcp, "memory_unmerge", id=a["id"])

@@ -359,7 +359,7 @@ class MemoryMachine(RuleBasedStateMachine):
         self._step()
         self.index.down = False
         self.clock.advance(minutes=1)  # past the settle time of event listings
-        self.memories.repair_index(self.ns)
+        self.memories.upkeep.repair(self.ns)
         active = {m.id for m in self.store.iter_memories(self.ns, ("active",))}
         assert self.index.docs == active
 

@@ -57,3 +57,33 @@ def test_two_processes_share_memories_through_their_replicas(tmp_path: Path) -> 
     for container in (a, b, c):
         container.close()
     assert list((tmp_path / "replica").iterdir()) == []
+
+
+def test_the_nightly_cleanup_rebuilds_a_replica_that_missed_a_late_log_entry(tmp_path: Path) -> None:
+    from engram.adapters.search.document_log import LATE_OVERLAP_MS, LogRow
+    from engram.adapters.search.replica import ReplicaSearchIndex
+    from engram.services.index.guard import GuardedIndex
+
+    # Given a process with memories, and a log entry that landed hours after its sequence number (a write
+    # retried after an outage): no sync reaches that far back
+    a = build_container(_settings(tmp_path))
+    a.memories.write("alice", MemoryWrite(content="Alice plays the cello"))
+    index = a.index.inner if isinstance(a.index, GuardedIndex) else a.index
+    assert isinstance(index, ReplicaSearchIndex)
+    late = index._spaces["alice"].cursor - LATE_OVERLAP_MS - 3_600_000
+    index._log.put(LogRow(namespace="alice", memory_id="late-1", seq=late, type="fact", text="Alice keeps bees"))
+    assert index.keyword_search("alice", "bees") == []
+    # When a per-namespace cleanup runs (after chats) / Then it does not count the replica against the log
+    assert a.jobs.run("cleanup", {"namespace": "alice"}).report["replicas_rebuilt"] == 0
+    # When the nightly cleanup runs over every namespace / Then the replica is rebuilt from the log
+    report = a.jobs.run("cleanup", {"all": True}).report
+    assert report["replicas_rebuilt"] == 1 and report["errors"] == 0
+    assert [h.memory_id for h in index.keyword_search("alice", "bees")] == ["late-1"]
+    # And a process that starts later loads the rebuilt snapshot: it holds the late row too
+    c = build_container(_settings(tmp_path))
+    c_index = c.index.inner if isinstance(c.index, GuardedIndex) else c.index
+    assert [h.memory_id for h in c_index.keyword_search("alice", "bees")] == ["late-1"]
+    # And the next night finds nothing to rebuild
+    assert a.jobs.run("cleanup", {"all": True}).report["replicas_rebuilt"] == 0
+    for container in (a, c):
+        container.close()

@@ -38,6 +38,9 @@ def test_hydrate_and_snapshot_fit_the_sized_function(size: int) -> None:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             out[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     index_mb = index_bytes(size, 1024) / 1e6
+    measured = {k: v for mode in out.values() for k, v in mode.items() if isinstance(v, int | float)}
+    sized = {"index_mb": round(index_mb), "memory_mb": memory_mb(size, 1024), "tmp_mb": ephemeral_mb(size, 1024)}
+    print(f"replica size {size}: {json.dumps({**measured, **sized})}")  # the numbers bench/README.md records
     # Then the snapshot streams: writing it adds far less than the index to the process
     assert out["snapshot-write"]["snapshot_peak_mb"] < 0.5 * index_mb
     # And the process and its /tmp (index + snapshot copy) fit what the stack gives a function for this size

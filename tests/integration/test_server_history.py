@@ -138,6 +138,36 @@ def test_a_failed_summary_call_keeps_the_window_for_a_later_job(make_gateway) ->
     assert chat(gw, "question 3").headers["x-engram-history"] == "2"
 
 
+def test_a_summary_edited_while_a_rotation_runs_is_kept(make_gateway) -> None:
+    gw = make_gateway(history_rotate_turns=1, queue=RecordingQueue())
+    for n in (1, 2):
+        gw.upstream.script(Reply(text=f"answer {n}"))
+        chat(gw, f"question {n}")
+    history = gw.container.history
+    model = history._model  # the summary model: the scripted fake upstream
+
+    class EditsWhileWriting:
+        """The summary model, during whose call the person edits the summary in the panel."""
+
+        async def complete(self, messages: Any, **kwargs: Any) -> str:
+            history.set_summary("default", THREAD, "Written by hand: the user is planning a trip.")
+            return await model.complete(messages, **kwargs)
+
+    history._model = EditsWhileWriting()
+    gw.upstream.script(Reply(text="A summary from before the edit."))
+    # When the rotation's model answers after the edit landed
+    report = run_sync(history.rotate("default", THREAD))
+    # Then the person's edit stays, nothing is folded, and the rotation says why
+    assert report == {"job": "history", "thread": THREAD, "folded": 0, "errors": 0, "conflict": True}
+    state = history.state("default", THREAD)
+    assert (state.summary, state.rotations) == ("Written by hand: the user is planning a trip.", 0)
+    # And the next rotation folds from the edited summary
+    history._model = model
+    gw.upstream.script(Reply(text="Trip planning; questions 1 and 2."))
+    assert run_sync(history.rotate("default", THREAD))["folded"] >= 1
+    assert "Written by hand" in gw.upstream.last("/v1/chat/completions").json["messages"][-1]["content"]
+
+
 def test_the_anthropic_door_streaming_with_claude_cache_markers(make_gateway) -> None:
     # Given a thread with a summary and two stored turns, through the Anthropic door to Claude
     gw = make_gateway(history_rotate_turns=5, queue=RecordingQueue(), chat_model="claude-sonnet-4-5")

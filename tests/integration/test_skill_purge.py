@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,61 @@ def test_cleanup_purges_skills_deleted_30_days_ago_and_their_unshared_files(back
             assert on_disk == [shared_key.rsplit("/")[-1]]
         # And a second run finds nothing more
         assert cleanup.run().to_dict()["skills_purged"] == 0
+
+
+class _NoDeleteRight:
+    """The skill files bucket as the HTTP functions see it on AWS: read and put, but a delete is refused
+    (infra/skill_files.py grants s3:DeleteObject to the cleanup function only)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.put, self.get, self.list_keys = inner.put, inner.get, inner.list_keys
+
+    def delete(self, key: str) -> None:
+        raise AssertionError(f"the request path deleted the skill file {key} (only cleanup may)")
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_only_the_cleanup_job_deletes_skill_files(backend: str, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from engram.domain.errors import NotFound
+
+    with BACKENDS[backend](tmp_path) as (store, skill_store, blobs):
+        # Given a skill with a file of its own and one it shares, deleted 32 days ago
+        clock = ManualClock(datetime.now(UTC) - timedelta(days=32))
+        requests = SkillService(skill_store, _NoDeleteRight(blobs), clock)  # what the API and MCP functions run
+        nightly = SkillService(skill_store, blobs, clock)  # what the cleanup function runs
+        cleanup = CleanupService(store, InMemorySearchIndex(), clock, config(RetentionPolicy), skills=nightly)
+        requests.import_("agent", "# Old\nv1", name="old", files={"run.sh": SHARED, "own.txt": OWN})
+        requests.import_("agent", "# Live\nkept", name="live", files={"run.sh": SHARED})
+        requests.delete("agent", "old")
+        own_key = next(
+            blob_key("agent", f.sha256)
+            for f in skill_store.list_versions("agent", "old")[0].files
+            if f.path == "own.txt"
+        )
+        clock.set(datetime.now(UTC))
+        # When a request meets it past its restore window / Then its rows go, and no file is deleted
+        with pytest.raises(NotFound):
+            requests.get("agent", "old")
+        assert skill_store.find_skill("agent", "old") is None and blobs.get(own_key) == OWN
+        # And importing the name again starts over at version 1 (still without deleting anything)
+        assert requests.import_("agent", "# Old again", name="old").version.version == 1
+        # When the nightly cleanup runs the same day / Then a file younger than the grace stays (an import
+        # uploads its files before the version row that names them)
+        assert cleanup.run().skill_files_collected == 0 and blobs.get(own_key) == OWN
+        # When it runs two days later / Then the file no version names is deleted; the shared one stays
+        clock.advance(days=2)
+        report = cleanup.run().to_dict()
+        assert report["skill_files_collected"] == 1 and report["errors"] == 0
+        assert blobs.get(own_key) is None and blobs.get(blob_key("agent", _sha(SHARED))) == SHARED
+        assert requests.get_file("agent", "live", "run.sh")[1] == SHARED
+        # And a per-namespace run (after chats) collects nothing: that is the nightly run's
+        assert cleanup.run("agent").skill_files_collected == 0
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

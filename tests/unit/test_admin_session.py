@@ -164,7 +164,7 @@ def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block(
     # Given alice's reindex queued and not yet run
     queue = HeldQueue()
     clock = ManualClock()
-    service = ReindexService(InMemoryMemoryStore(clock=clock), memories=None, embedder=None, clock=clock, queue=queue)
+    service = ReindexService(InMemoryMemoryStore(clock=clock), upkeep=None, embedder=None, clock=clock, queue=queue)
     alice = service.start("alice")
     # When bob starts one and polls, Then he gets his own run and never alice's
     bob = service.start("bob")

@@ -54,6 +54,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("services/index/guard.py", "time.monotonic"): "retry back-off while the search index is unavailable",
     ("services/runtime_settings.py", "time.monotonic"): "re-read interval of the runtime settings row (5 s)",
     ("services/index/reindex.py", "time.monotonic"): "the deadline of a reindex slice (the Lambda's remaining time)",
+    ("services/jobs/consolidation.py", "time.monotonic"): "the deadline of a consolidation draft's slice (likewise)",
     ("entrypoints/lambdas/runtime.py", "time.monotonic"): "that deadline, from the invocation's remaining time",
     ("entrypoints/console.py", "time.monotonic"): "the CLI progress bar's rate and redraw interval",
     # Latency measurement: reported in headers, logs and recall stages, decided nothing.

@@ -115,3 +115,31 @@ def test_docs_behind_a_stage_prefix_load_the_document_under_that_prefix() -> Non
         assert doc["servers"] == [{"url": "/prod"}]
         # And the API itself still answers at the paths the adapter passes on
         assert client.get("/health").status_code == 200
+
+
+def test_every_operation_that_takes_a_key_declares_its_rate_limit(spec: dict[str, Any]) -> None:
+    # Every request with a key counts against the key's per-minute limit (auth.authenticate), so each
+    # such operation may answer 429 in the Error shape, saying when to retry
+    for method, path, op in _operations(spec):
+        if "security" not in op:
+            continue
+        limited = op["responses"].get("429")
+        assert limited is not None, f"{method} {path}"
+        assert limited["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+        assert "Retry-After" in limited["headers"], f"{method} {path}"
+
+
+def test_an_idempotent_replay_of_a_memory_write_is_documented_as_200(spec: dict[str, Any]) -> None:
+    responses = spec["paths"]["/v1/memories"]["post"]["responses"]
+    assert {"200", "201", "409", "429"} <= set(responses)
+    assert "external_id" in responses["200"]["description"]
+
+
+def test_a_replayed_memory_write_answers_200_as_documented(app: Any) -> None:
+    client = TestClient(app)
+    auth = {"authorization": f"Bearer {KEY}"}
+    body = {"content": "Alice keeps bees", "external_id": "openapi-doc-replay-1"}
+    first = client.post("/v1/memories", json=body, headers=auth)
+    again = client.post("/v1/memories", json=body, headers=auth)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["action"] == "existing" and again.json()["memory"]["id"] == first.json()["memory"]["id"]

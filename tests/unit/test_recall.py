@@ -12,6 +12,7 @@ import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.bootstrap import configs
+from engram.domain import fusion
 from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import GlossaryTerm, IndexedDoc, Memory, SearchHit
 from engram.domain.recall_scoring import (
@@ -21,7 +22,6 @@ from engram.domain.recall_scoring import (
     glossary_matches,
     importance_factor,
     is_live,
-    normalize_scores,
     recency_factor,
     repeat_factor,
 )
@@ -138,17 +138,9 @@ def test_rrf_is_weighted_and_normalized() -> None:
 
 def test_score_fusion_normalizes_each_retriever() -> None:
     # Given BM25 scores (unbounded) and cosines (narrow range)
-    kw = normalize_scores(
-        [SearchHit(memory_id="a", score=12.0), SearchHit(memory_id="b", score=6.0)], floor_at_last=False
-    )
-    vec = normalize_scores(
-        [
-            SearchHit(memory_id="b", score=0.85),
-            SearchHit(memory_id="c", score=0.80),
-            SearchHit(memory_id="a", score=0.75),
-        ],
-        floor_at_last=True,
-    )
+    # (normalized as the pipeline does: BM25 divided by the best, cosines min-max over the list)
+    kw = fusion.max_normalized([("a", 12.0), ("b", 6.0)])
+    vec = fusion.min_max([("b", 0.85), ("c", 0.80), ("a", 0.75)])
     # When fused 1.5 : 1
     fused = fuse_scores([(kw, 1.5), (vec, 1.0)])
     # Then each list spans [0, 1] and the weighted sum is divided by the weight total
@@ -157,7 +149,7 @@ def test_score_fusion_normalizes_each_retriever() -> None:
     assert fused["a"] == pytest.approx(0.6)
     assert fused["b"] == pytest.approx((0.75 + 1.0) / 2.5)
     assert fused["c"] == pytest.approx(0.2)
-    assert normalize_scores([SearchHit(memory_id="z", score=0.5)], floor_at_last=True) == {"z": 1.0}
+    assert fusion.min_max([("z", 0.5)]) == {"z": 1.0}
 
 
 def test_importance_recency_and_repeat_factors() -> None:

@@ -16,7 +16,8 @@ from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.bootstrap import Overrides, build_container
 from engram.domain.errors import UpstreamUnavailable
 from engram.services.index.reindex import STATE_KEY
-from engram.services.library.memories import INDEX_DIRTY, MemoryWrite
+from engram.services.index.upkeep import INDEX_DIRTY
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock

@@ -17,7 +17,7 @@ from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamUnavail
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.services.index.gated_embedder import GatedEmbedder
 from engram.services.index.guard import GuardedIndex, is_index_unavailable
-from engram.services.library.memories import INDEX_DIRTY, MemoryWrite
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -159,7 +159,7 @@ def test_writes_while_the_index_is_away_are_kept_and_repaired_when_it_answers_ag
     assert first.created and second.created
     failed = c.store.list_events(NS, kind="index_failed")
     assert {e.memory_id for e in failed} == {first.memory.id, second.memory.id}
-    assert c.store.get_cache(NS, INDEX_DIRTY) is not None
+    assert c.upkeep.health(NS).status == "pending"
     assert InMemorySearchIndex.keyword_search(index, NS, "cello") == []
     # When the index answers again (the next call through the guard succeeds)
     index.error = None
@@ -170,7 +170,7 @@ def test_writes_while_the_index_is_away_are_kept_and_repaired_when_it_answers_ag
     assert [h.memory_id for h in c.index.keyword_search(NS, "cello")] == [first.memory.id]
     assert [h.memory_id for h in c.index.keyword_search(NS, "tomatoes")] == [second.memory.id]
     assert c.index.info().vectors == 2
-    assert c.store.get_cache(NS, INDEX_DIRTY) is None
+    assert c.upkeep.health(NS).status == "ok"
     c.close()
 
 
@@ -182,7 +182,7 @@ def test_the_cleanup_job_repairs_what_a_restarted_process_no_longer_remembers() 
     kept = c.memories.write(NS, MemoryWrite(content="Alice works as a nurse")).memory
     dropped = c.memories.write(NS, MemoryWrite(content="Alice lives in Oslo")).memory
     c.memories.set_status(NS, dropped.id, "deleted")  # its index delete fails too
-    c.memories.take_dirty()
+    c.upkeep.take_dirty()
     index.error = None
     super(SwitchableIndex, index).upsert(  # a stale document the failed delete left behind
         IndexedDoc(memory_id=dropped.id, namespace=NS, text=dropped.content, type="fact", created_at=clock.now())
@@ -194,7 +194,7 @@ def test_the_cleanup_job_repairs_what_a_restarted_process_no_longer_remembers() 
     assert report["index_repaired"] == 2 and report["errors"] == 0
     assert [h.memory_id for h in c.index.keyword_search(NS, "nurse")] == [kept.id]
     assert c.index.keyword_search(NS, "Oslo") == []
-    assert c.store.get_cache(NS, INDEX_DIRTY) is None
+    assert c.upkeep.health(NS).status == "ok"
     # And a second run has nothing left to repair
     assert c.cleanup.run(NS).to_dict()["index_repaired"] == 0
     c.close()
@@ -208,13 +208,13 @@ def test_a_repair_while_the_index_is_still_away_keeps_the_record() -> None:
     c.memories.write(NS, MemoryWrite(content="Alice plays the cello"))
     # When the repair runs while the index is still away
     with pytest.raises(UpstreamUnavailable):
-        c.memories.repair_index(NS)
+        c.upkeep.repair(NS)
     # Then the record stays for the next attempt, which succeeds once the index is back
-    assert c.store.get_cache(NS, INDEX_DIRTY) is not None
+    assert c.upkeep.health(NS).status == "pending"
     index.error = None
     clock.advance(seconds=30)
-    assert c.memories.repair_index(NS) == 1
-    assert c.store.get_cache(NS, INDEX_DIRTY) is None
+    assert c.upkeep.repair(NS) == 1
+    assert c.upkeep.health(NS).status == "ok"
     assert (
         c.store.get_cursor(NS, "index:repaired")
         == c.store.list_events(NS, kind="index_failed")[0].created_at.isoformat()

@@ -29,6 +29,7 @@ from engram.bootstrap.adapters import (
     build_skills,
     build_store,
     local_db_path,
+    search_reconcile,
     search_snapshots,
     with_secret,
 )
@@ -42,12 +43,15 @@ from engram.services.chat.usage_report import UsageReportService
 from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.index.guard import GuardedIndex
 from engram.services.index.reindex import ReindexService
+from engram.services.index.upkeep import IndexUpkeep
 from engram.services.jobs.cleanup import CleanupService
+from engram.services.jobs.consolidation import ConsolidationService
 from engram.services.jobs.dreaming import DreamingService
 from engram.services.jobs.extraction import ExtractionService
 from engram.services.jobs.registry import JOBS, JobRunner, JobServices
 from engram.services.jobs.runs import NamespaceLocks
 from engram.services.library.candidates import CandidateService
+from engram.services.library.curation import CurationService
 from engram.services.library.memories import MemoryService
 from engram.services.library.messages import MessageService
 from engram.services.library.notes import NoteService
@@ -98,6 +102,7 @@ class Container:
     limits: RequestLimits  # requests per minute per key
     queue: JobQueue
     memories: MemoryService
+    upkeep: IndexUpkeep  # the index's mirror of the memories: sync, failed writes, repair, health
     candidates: CandidateService
     notes: NoteService  # precious notes, glossary, digest
     messages: MessageService  # message ingest
@@ -118,6 +123,8 @@ class Container:
     reindex: ReindexService
     jobs: JobRunner  # every job by name, and what follows a run (services/jobs/registry.py)
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
+    curation: CurationService  # merges by hand, core candidates
+    consolidation: ConsolidationService  # consolidation drafts (a queued job)
     chat: ChatService  # the chat gateway
     _closers: Closers = field(default_factory=list)
 
@@ -204,6 +211,8 @@ class _Jobs:
     runner: JobRunner
     queue: JobQueue
     history: HistoryService
+    curation: CurationService
+    consolidation: ConsolidationService
 
 
 def build_container(settings: Settings | None = None, overrides: Overrides | None = None) -> Container:
@@ -243,6 +252,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         limits=build_limits(settings, clock, o.rate_limiter),
         queue=jobs.queue,
         memories=lib.memories,
+        upkeep=lib.memories.upkeep,
         candidates=lib.candidates,
         notes=lib.notes,
         messages=lib.messages,
@@ -263,6 +273,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         reindex=jobs.reindex,
         jobs=jobs.runner,
         moving_in=MovingInService(lib.transfer, jobs.extract_model),
+        curation=jobs.curation,
+        consolidation=jobs.consolidation,
         chat=chat,
         _closers=closers,
     )
@@ -288,7 +300,10 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
 
 def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:
     store, clock, runtime = base.store, base.clock, base.runtime
-    memories = MemoryService(store, base.index, base.embedder, clock, runtime.provider(configs.memory_rules))
+    upkeep = IndexUpkeep(store, base.index, base.embedder, clock)
+    memories = MemoryService(
+        store, base.index, base.embedder, clock, runtime.provider(configs.memory_rules), upkeep=upkeep
+    )
     local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
     stats = NamespaceStats(store, local_day)
     recall = o.recall or build_recall(settings, runtime, store, base.index, base.embedder, clock, o.compress_model)
@@ -357,29 +372,35 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         clock,
         configs.retention(settings),
         locks,
-        repair=memories.repair_index,
+        upkeep=memories.upkeep,
         skills=lib.skills,
         conversations=lib.conversations,
+        reconcile=search_reconcile(settings, lambda: (index, lib.conversations.index)),
     )
     conversations = lib.conversations
+    # Drafts by hand use the extraction model (README, "Curating by hand").
+    curation = CurationService(store, memories, clock, extract_model)
+    consolidation = ConsolidationService(store, curation, clock, extract_model)
     runner = JobRunner(
         JobServices(
             extraction=extraction,
             dreaming=dreaming,
             cleanup=cleanup,
-            memories=memories,
+            upkeep=memories.upkeep,
             reindex=lambda: reindex,
             history=history,
+            consolidation=consolidation,
             # The conversation index is a replica beside the memory index (docs/conversations.md).
             snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
         )
     )
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
     queue: JobQueue = o.queue or build_queue(settings) or InlineJobQueue(runner.run, JOBS)
-    reindex = ReindexService(store, memories, base.embedder, clock, queue)
-    queue_repairs_when_back(index, memories, queue)
+    reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
+    queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
-    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history)
+    consolidation.attach_queue(queue)
+    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history, curation, consolidation)
 
 
 def _build_conversations(
@@ -414,11 +435,11 @@ def _build_conversations(
     )
 
 
-def queue_repairs_when_back(index: GuardedIndex, memories: MemoryService, queue: JobQueue) -> None:
+def queue_repairs_when_back(index: GuardedIndex, upkeep: IndexUpkeep, queue: JobQueue) -> None:
     """When the index answers again, queue a repair of the namespaces whose writes failed meanwhile."""
 
     def recovered() -> None:
-        for namespace in memories.take_dirty():
+        for namespace in upkeep.take_dirty():
             queue.enqueue("index_repair", {"namespace": namespace})
 
     index.on_recovered = recovered

@@ -65,7 +65,7 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     if settings.skills_bucket:
         blobs = S3BlobStore(settings.skills_bucket, region_name=region)
     elif settings.store == "memory":
-        blobs = InMemoryBlobStore()
+        blobs = InMemoryBlobStore(clock)
     else:
         blobs = LocalBlobStore(data_dir / "skills")
     return SkillService(store, blobs, clock, embedder)
@@ -240,23 +240,35 @@ def build_queue(settings: Settings) -> JobQueue | None:
     return SqsJobQueue(settings.cleanup_queue_url, region_name=settings.aws_region or None)
 
 
+def _replicas(settings: Settings, indexes: Callable[[], Iterable[SearchIndex]]) -> list[ReplicaSearchIndex]:
+    """The ``replica`` indexes among ``indexes`` (none unless ``ENGRAM_SEARCH=replica``)."""
+    if settings.search != "replica":
+        return []  # and the replica module (numpy) is never imported where no replica runs
+    from engram.adapters.search.replica import ReplicaSearchIndex
+
+    unwrapped = (guarded.inner if isinstance(guarded, GuardedIndex) else guarded for guarded in indexes())
+    return [index for index in unwrapped if isinstance(index, ReplicaSearchIndex)]
+
+
 def search_snapshots(settings: Settings, indexes: Callable[[], Iterable[SearchIndex]]) -> Callable[[int], int]:
     """What writes the ``replica`` index's snapshots after a job: of each namespace changed by at least
     ``min_changes`` rows since its last one (docs/aws.md); returns how many. Other indexes: nothing."""
 
     def snapshot(min_changes: int) -> int:
-        if settings.search != "replica":
-            return 0  # and the replica module (numpy) is never imported where no replica runs
-        from engram.adapters.search.replica import ReplicaSearchIndex
-
-        written = 0
-        for guarded in indexes():
-            index = guarded.inner if isinstance(guarded, GuardedIndex) else guarded
-            if isinstance(index, ReplicaSearchIndex):
-                written += index.snapshot_all(min_changes=min_changes)
-        return written
+        return sum(index.snapshot_all(min_changes=min_changes) for index in _replicas(settings, indexes))
 
     return snapshot
+
+
+def search_reconcile(settings: Settings, indexes: Callable[[], Iterable[SearchIndex]]) -> Callable[[], int]:
+    """What holds each ``replica`` index against its log (the nightly cleanup): a namespace whose count
+    differs is rebuilt from the log and snapshotted (docs/aws.md, "Search backends"); returns how many
+    were rebuilt. Other indexes: nothing."""
+
+    def reconcile() -> int:
+        return sum(len(index.reconcile_all()) for index in _replicas(settings, indexes))
+
+    return reconcile
 
 
 def with_secret(settings: Settings) -> Settings:

@@ -114,6 +114,12 @@ class MemoryRows(Protocol):
         (active). Both or neither."""
         ...
 
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        """``supersede`` of several rows by one (a merge): every row of ``olds`` replaced, each read at
+        its ``version``, and ``new`` inserted, in one transaction; the fact_key one of them frees may go
+        to ``new``. All or none."""
+        ...
+
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         """Hard-delete the row (retention only); ``False`` for an unknown id. With ``version``, only the
         row still at that version (else ``Conflict``, ``version_conflict``, and the row stays)."""
@@ -129,8 +135,12 @@ class MemoryRows(Protocol):
         """Memories in ``statuses`` whose status changed before ``before`` (hard-delete sweep)."""
         ...
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
-        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``."""
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
+        """Active memories whose last sighting (``last_seen_at`` or ``created_at``) is before ``before``,
+        oldest first (by sighting, then id); ``after``: the (sighting, id) of the previous page's last row,
+        so a sweep pages past rows it leaves alone (pinned, identity)."""
         ...
 
 
@@ -350,6 +360,11 @@ class KeyValueRows(Protocol):
     def get_cursor(self, namespace: str, name: str) -> str | None: ...
 
     def set_cursor(self, namespace: str, name: str, value: str) -> None: ...
+
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        """Set the cursor only if it still holds ``expected`` (``None``: absent) — a read-modify-write
+        of a cursor row (a thread's kept history) never replaces a value it did not read; ``True`` if set."""
+        ...
 
     def get_cache(self, namespace: str, key: str) -> Any | None:
         """The cached value, or ``None`` if absent or expired."""
@@ -605,7 +620,8 @@ class BlobStore(Protocol):
     """Small binary objects by key (skill resource files): the data dir locally, S3 on AWS.
 
     Keys are ``/``-separated safe names the caller builds; ``get`` returns ``None`` for an unknown key;
-    ``delete`` of an unknown key does nothing.
+    ``delete`` of an unknown key does nothing; ``list_keys(prefix)`` gives every key starting with
+    ``prefix`` and when it was last written (UTC), in key order.
     """
 
     def put(self, key: str, data: bytes) -> None: ...
@@ -613,6 +629,8 @@ class BlobStore(Protocol):
     def get(self, key: str) -> bytes | None: ...
 
     def delete(self, key: str) -> None: ...
+
+    def list_keys(self, prefix: str) -> list[tuple[str, datetime]]: ...
 
 
 @runtime_checkable

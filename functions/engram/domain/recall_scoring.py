@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from engram.domain import fusion
-from engram.domain.models import GlossaryTerm, Memory, SearchHit
+from engram.domain.models import GlossaryTerm, Memory
 from engram.domain.text import is_cjk, tokenize
 
 
@@ -28,13 +28,6 @@ def fuse_rrf(ranked_lists: Sequence[tuple[Sequence[str], float]], k: int = 60) -
         for rank, mid in enumerate(ids):
             scores[mid] = scores.get(mid, 0.0) + weight / (k + rank + 1) / total
     return scores
-
-
-def normalize_scores(hits: Sequence[SearchHit], *, floor_at_last: bool) -> dict[str, float]:
-    """Scores to [0, 1]: divided by the best (``floor_at_last=False``, BM25) or min-max over the
-    list (``True``, cosine: its raw range depends on the model)."""
-    pairs = [(h.memory_id, h.score) for h in hits]
-    return fusion.min_max(pairs) if floor_at_last else fusion.max_normalized(pairs)
 
 
 def fuse_scores(weighted: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:

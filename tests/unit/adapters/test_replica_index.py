@@ -317,3 +317,62 @@ def test_a_late_log_entry_is_applied_before_the_snapshot(shared_log: SearchLog, 
     assert index.snapshot("a")
     assert ids(index.keyword_search("a", "tardy")) == ["late"]
     index.close()
+
+
+def test_reconcile_rebuilds_a_replica_whose_count_differs_from_the_log(shared_log: SearchLog, tmp_path: Path) -> None:
+    from engram.adapters.search.document_log import LATE_OVERLAP_MS
+
+    # Given a replica with a snapshot, and two log entries that landed later than even the wide catch-up
+    # reaches (a retry after a long outage): a new memory, and the tombstone of one the replica holds
+    snapshots = DirSnapshotStore(tmp_path / "s")
+    index = replica(shared_log, tmp_path, "r", snapshots=snapshots)
+    for n, word in enumerate(("violin", "piano", "drum")):
+        index.upsert(doc(f"m{n}", f"a {word} fact"))
+    cursor = index._spaces["a"].cursor
+    late = cursor - LATE_OVERLAP_MS - 3_600_000
+    shared_log.put(LogRow(namespace="a", memory_id="lost", seq=late, type="fact", text="a lost oboe fact"))
+    shared_log.put(LogRow(namespace="a", memory_id="m0", seq=late + 1, deleted=True))
+    shared_log.put(LogRow(namespace="a", memory_id="extra", seq=late + 2, type="fact", text="a lost tuba fact"))
+    assert shared_log.count("a") == 4  # m1, m2, lost, extra
+    # When it syncs and writes its snapshot / Then neither reaches the replica (3 held, the log has 4)
+    index.snapshot("a")
+    assert ids(index.keyword_search("a", "lost")) == [] and index.info("a").documents == 3
+    # When the nightly cleanup reconciles it / Then the replica is rebuilt from the log and holds what it has
+    spy = SpyLog(shared_log)
+    index._log = spy  # type: ignore[assignment]
+    assert index.reconcile_all() == ["a"]
+    assert spy.full_reads == 1
+    assert sorted(ids(index.keyword_search("a", "lost"))) == ["extra", "lost"]
+    assert ids(index.keyword_search("a", "violin")) == [] and index.info("a").documents == 4
+    # And its snapshot was written with the rebuild: a cold replica starts from it
+    assert index.snapshot("a") is False
+    cold = replica(shared_log, tmp_path, "cold", snapshots=snapshots)
+    assert sorted(ids(cold.keyword_search("a", "lost"))) == ["extra", "lost"]
+    # And when the counts agree, nothing is rebuilt (no full read of the log)
+    assert index.reconcile("a") is False and spy.full_reads == 1
+    cold.close()
+    index.close()
+
+
+def test_a_full_hydrate_reads_and_applies_the_log_page_by_page(
+    shared_log: SearchLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engram.adapters.search import replica as replica_module
+    from engram.adapters.search import replica_log
+
+    # Given small pages and batches (2000 each in use: a hydrate never holds the whole namespace's rows)
+    monkeypatch.setattr(replica_log, "ALL_ROWS_PAGE", 3)
+    monkeypatch.setattr(replica_module, "HYDRATE_BATCH", 2)
+    writer = replica(shared_log, tmp_path, "w")
+    for n in range(11):
+        writer.upsert(doc(f"m{n:02d}", f"note {n} about the harbour"))
+    writer.delete("a", "m05")
+    # When a cold replica without a snapshot hydrates / Then every live row arrives once, in id order pages
+    rows = list(shared_log.all_rows("a"))
+    assert [r.memory_id for r in rows] == sorted({r.memory_id for r in rows}) and len(rows) == 10
+    cold = replica(shared_log, tmp_path, "cold")
+    assert cold.info("a").documents == 10 and len(ids(cold.keyword_search("a", "harbour", k=50))) == 10
+    # And its cursor is the newest entry's (the tombstone, read by the sync before the search)
+    assert cold._spaces["a"].cursor == max(r.seq for r in shared_log.changed_since("a", 0))
+    writer.close()
+    cold.close()

@@ -96,6 +96,23 @@ def test_unseen_memories_expire_except_pinned_identity_and_persona(env: Env) -> 
     assert doomed.id not in [h.memory_id for h in hits]
 
 
+def test_expiry_pages_past_a_full_page_of_memories_that_stay(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram.services.jobs import cleanup as cleanup_module
+
+    # Given pages of 2 rows, and the three oldest unseen memories pinned (they never expire)
+    monkeypatch.setattr(cleanup_module, "_PAGE", 2)
+    kept = [env.remember(f"Pinned fact number {i}", pinned=True) for i in range(3)]
+    doomed = env.remember("The user once tried sushi")
+    for days, memory in zip((190, 189, 188, 181), (*kept, doomed), strict=True):
+        backdate(env, memory.id, created_at=ago(env, days=days), last_seen_at=ago(env, days=days))
+    # When cleanup runs
+    result = env.container.cleanup.run(NS).to_dict()
+    # Then the expirable memory behind the pinned ones expired; the pinned stay
+    assert result["expired"] == 1
+    assert env.container.store.get_memory(NS, doomed.id).status == "expired"
+    assert all(env.container.store.get_memory(NS, m.id).status == "active" for m in kept)
+
+
 def _container_with(index: FlakyIndex, clock: ManualClock, tmp_store: str = "memory") -> Any:
     # No wait after an index failure: the next run comes a day later in real life, here at once.
     settings = Settings(

@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 # The warning's fixed start: the stack's metric filter counts log lines that begin with it (infra/alarms.py).
 CEILING_MESSAGE = "replica index near its ceiling"
 CEILING_WARN_SHARE = 0.8
+# Log rows a full hydrate applies at a time (docs/aws.md, "Replica sizes and ceiling").
+HYDRATE_BATCH = 2000
 
 
 class _Prefixed:
@@ -176,11 +178,11 @@ class ReplicaSearchIndex:
             self._sync(namespace, space)
         return space
 
-    def _load(self, namespace: str, meta: LogMeta) -> _Namespace:
+    def _load(self, namespace: str, meta: LogMeta, *, use_snapshot: bool = True) -> _Namespace:
         path = self._dir / f"{namespace_key(namespace)}.sqlite3"
         for leftover in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
-        restored = self._restore_snapshot(namespace, path, meta)
+        restored = self._restore_snapshot(namespace, path, meta) if use_snapshot else None
         index = self._open_index(path)
         space = _Namespace(index=index, path=path, epoch=meta.epoch, applied=dict(restored[1]) if restored else {})
         if restored is None:
@@ -188,10 +190,16 @@ class ReplicaSearchIndex:
             # An empty vector cache now, so the whole log's vectors go into it as they are written instead
             # of being read back from SQLite by the first search.
             index.warm(namespace)
-            rows = list(self._log.all_rows(namespace))
-            self._apply(space, rows, meta)
-            space.cursor = max((r.seq for r in rows), default=0)
-            space.changes_since_snapshot = len(rows)
+            # In batches: the whole namespace's rows (~3 KB each at 1024 dimensions) are never held at once.
+            batch: list[LogRow] = []
+            total = 0
+            for row in self._log.all_rows(namespace):
+                batch.append(row)
+                if len(batch) == HYDRATE_BATCH:
+                    self._apply(space, batch, meta)
+                    total, batch = total + len(batch), []
+            self._apply(space, batch, meta)
+            space.changes_since_snapshot = total + len(batch)
         else:
             cursor = space.cursor = restored[0]
             rows = self._log.changed_since(namespace, max(0, cursor - OVERLAP_MS))
@@ -421,6 +429,43 @@ class ReplicaSearchIndex:
         self._check_ceiling(namespace, space)
         return True
 
+    def reconcile(self, namespace: str) -> bool:
+        """Hold the namespace's replica against the log and rebuild it from the log on a mismatch.
+
+        After the late catch-up (``LATE_OVERLAP_MS``), the replica must hold as many documents as the log
+        has live rows. A row whose log entry landed later still (a retry after a long outage) was skipped
+        by every sync: the counts differ, and the namespace is rebuilt from the whole log here and its
+        snapshot written, so every cold start gets the rebuild (the nightly cleanup job calls this;
+        docs/aws.md, "Search backends"). Returns whether it rebuilt.
+        """
+        with self._lock:
+            space = self._fresh(namespace, force=True)
+            self._catch_up(namespace, space, LATE_OVERLAP_MS)
+            held, logged = space.index.info(namespace).documents, self._log.count(namespace)
+            if held == logged:
+                return False
+            log.warning(
+                "the search replica of a namespace holds %d documents, its log %d: rebuilding it from the log",
+                held,
+                logged,
+            )
+            space.index.close()
+            meta = self._log.meta()
+            self._meta = meta
+            rebuilt = self._spaces[namespace] = self._load(namespace, meta, use_snapshot=False)
+            rebuilt.changes_since_snapshot = max(rebuilt.changes_since_snapshot, 1)
+        try:  # the rebuild reaches every cold start through its snapshot
+            self.snapshot(namespace)
+        except Exception:  # the next job's snapshot tries again (the rebuild is marked changed)
+            log.exception("writing the search snapshot of a rebuilt replica failed")
+        return True
+
+    def reconcile_all(self) -> list[str]:
+        """``reconcile`` every namespace of the log; the namespaces rebuilt."""
+        with self._lock:
+            names = sorted(set(self._log.namespaces()) | set(self._spaces))
+        return [name for name in names if self.reconcile(name)]
+
     def snapshot_all(self, *, min_changes: int = 1) -> int:
         """``snapshot`` every namespace of the log (a cold job loads each from its snapshot + deltas)."""
         with self._lock:
@@ -432,10 +477,6 @@ class ReplicaSearchIndex:
             except Exception:  # a snapshot only speeds up cold starts: the next run tries again
                 log.exception("writing a search snapshot failed")
         return written
-
-    def loaded_namespaces(self) -> list[str]:
-        with self._lock:
-            return list(self._spaces)
 
     def close(self) -> None:
         with self._lock:

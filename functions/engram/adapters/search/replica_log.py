@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS {prefix}_docs (
 CREATE INDEX IF NOT EXISTS {prefix}_docs_by_seq ON {prefix}_docs (namespace, seq);
 CREATE TABLE IF NOT EXISTS {prefix}_meta (key TEXT PRIMARY KEY, value TEXT);
 """
+# Rows of one page of ``all_rows`` (a 1024-dimension row is ~3 KB: ~6 MB a page).
+ALL_ROWS_PAGE = 2000
 _COLUMNS = "namespace, memory_id, seq, deleted, type, text, vec, dimension, epoch"
 
 
@@ -123,15 +125,32 @@ class SqliteSearchLog:
             return [_row(r) for r in rows.fetchall()]
 
     def all_rows(self, namespace: str) -> Iterator[LogRow]:
-        with self._lock:
-            rows = (
-                self._db()
-                .execute(
-                    f"SELECT {_COLUMNS} FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0", (namespace,)
+        """Page by page (``ALL_ROWS_PAGE`` rows by memory id), so a hydrate never holds the whole log."""
+        after = ""
+        while True:
+            with self._lock:
+                rows = (
+                    self._db()
+                    .execute(
+                        f"SELECT {_COLUMNS} FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0 "
+                        "AND memory_id > ? ORDER BY memory_id LIMIT ?",
+                        (namespace, after, ALL_ROWS_PAGE),
+                    )
+                    .fetchall()
                 )
-                .fetchall()
+            yield from map(_row, rows)
+            if len(rows) < ALL_ROWS_PAGE:
+                return
+            after = rows[-1][1]
+
+    def count(self, namespace: str) -> int:
+        with self._lock:
+            found = (
+                self._db()
+                .execute(f"SELECT COUNT(*) FROM {self._prefix}_docs WHERE namespace = ? AND deleted = 0", (namespace,))
+                .fetchone()
             )
-        return (_row(r) for r in rows)
+        return int(found[0])
 
     def namespaces(self) -> list[str]:
         with self._lock:
@@ -270,6 +289,28 @@ class DynamoSearchLog:
             ConsistentRead=True,
         )
         return (row for row in map(self._row, items) if not row.deleted)
+
+    def count(self, namespace: str) -> int:
+        """Live rows, counted by DynamoDB (Select=COUNT: no item leaves the table; the read is still billed)."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
+            "FilterExpression": "attribute_not_exists(deleted) OR deleted = :no",  # as _row reads it
+            "ExpressionAttributeValues": {
+                ":pk": {"S": f"NS#{namespace}"},
+                ":prefix": {"S": f"{self._kind}#"},
+                ":no": {"BOOL": False},
+            },
+            "Select": "COUNT",
+            "ConsistentRead": True,
+        }
+        total = 0
+        while True:
+            response = self._call("query", **kwargs)
+            total += int(response.get("Count", 0))
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return total
+            kwargs["ExclusiveStartKey"] = last
 
     def namespaces(self) -> list[str]:
         items = self._query(

@@ -3,25 +3,35 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from engram.adapters.aws_errors import translate
+from engram.adapters.clock import SystemClock
 from engram.adapters.files import write_private
+from engram.domain.ports import Clock
 
 
 class InMemoryBlobStore:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()  # when each key was written (list_keys)
         self._blobs: dict[str, bytes] = {}
+        self._written: dict[str, datetime] = {}
 
     def put(self, key: str, data: bytes) -> None:
         self._blobs[key] = bytes(data)
+        self._written[key] = self._clock.now()
 
     def get(self, key: str) -> bytes | None:
         return self._blobs.get(key)
 
     def delete(self, key: str) -> None:
         self._blobs.pop(key, None)
+        self._written.pop(key, None)
+
+    def list_keys(self, prefix: str) -> list[tuple[str, datetime]]:
+        return sorted((k, self._written[k]) for k in self._blobs if k.startswith(prefix))
 
 
 class LocalBlobStore:
@@ -45,6 +55,17 @@ class LocalBlobStore:
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def list_keys(self, prefix: str) -> list[tuple[str, datetime]]:
+        root = self._root.resolve()
+        if not root.is_dir():
+            return []
+        found = []
+        for path in root.rglob("*"):
+            key = path.relative_to(root).as_posix()
+            if path.is_file() and key.startswith(prefix):
+                found.append((key, datetime.fromtimestamp(path.stat().st_mtime, UTC)))
+        return sorted(found)
 
 
 class S3BlobStore:
@@ -83,3 +104,16 @@ class S3BlobStore:
             self._s3.delete_object(Bucket=self._bucket, Key=key)  # an absent key is no error in S3
         except Exception as exc:
             raise translate(exc, "S3 delete_object") from exc
+
+    def list_keys(self, prefix: str) -> list[tuple[str, datetime]]:
+        found: list[tuple[str, datetime]] = []
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix}
+        try:
+            while True:  # ListObjectsV2 answers up to 1,000 keys a page, in key order
+                page = self._s3.list_objects_v2(**kwargs)
+                found += [(item["Key"], item["LastModified"]) for item in page.get("Contents", [])]
+                if not page.get("IsTruncated"):
+                    return found
+                kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        except Exception as exc:
+            raise translate(exc, "S3 list_objects_v2") from exc

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import MutableHeaders
@@ -28,9 +28,9 @@ from engram.domain.models import IndexInfo
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.errors import error_response
 from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.openapi import error_response as documented
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import AdminSessions, LoginLimiter, same_origin
-from engram.services.library.memories import INDEX_DIRTY
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ LOGIN_ATTEMPTS = 5
 LOGIN_WINDOW_S = 60
 
 
-def install(app: FastAPI, container: Container) -> None:
+def mount(app: FastAPI, container: Container) -> None:
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
@@ -206,6 +206,23 @@ def _admin_api(container: Container) -> APIRouter:
         log.info("runtime settings changed: %s", sorted(body.values))
         return {"items": container.runtime.describe(), "info": _info(container, who)}
 
+    @api.get(
+        "/models",
+        responses={
+            502: documented("502", "The upstream did not answer with a model list."),
+            503: documented("503", "No OpenAI-compatible upstream is configured."),
+        },
+    )
+    async def provider_models(
+        who: Admin, q: Annotated[str, Query(max_length=200, description="Only ids containing this text.")] = ""
+    ) -> dict[str, Any]:
+        """The models the OpenAI-compatible upstream offers (its `/models`), for the settings' model fields;
+        `q` filters them (case aside). The client-facing `GET /v1/models` is unchanged: it lists only what
+        the gateway accepts."""
+        ids = await container.chat.provider_models()
+        needle = q.strip().lower()
+        return {"items": [i for i in ids if needle in i.lower()]}
+
     @api.get("/health")
     def deep_health(request: Request, response: Response, who: Admin) -> dict[str, Any]:
         """Check the store and the search index now (a network call each on AWS), the embedding model
@@ -257,8 +274,7 @@ def _health_checks(container: Container, namespace: str) -> dict[str, Any]:
         else:
             checks["embedder"] = {"status": embedder.state, "model": embedder.model_id}
     try:
-        dirty = container.store.get_cache(namespace, INDEX_DIRTY)
-        checks["index_repair"] = {"status": "pending" if dirty else "ok"}
+        checks["index_repair"] = {"status": container.upkeep.health(namespace).status}
     except Exception as exc:
         checks["index_repair"] = {"status": "error", "error": getattr(exc, "code", type(exc).__name__)}
     return checks

@@ -33,6 +33,7 @@ from engram.entrypoints.http.auth import token_from_headers
 from engram.entrypoints.http.errors import engram_error_response, error_body, install_error_handlers
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
+from engram.entrypoints.http.routes import mount_all
 from engram.entrypoints.http.session import COOKIE_NAME
 from engram.entrypoints.logs import bind_request, configure_logging, unbind
 from engram.settings import load_settings
@@ -241,26 +242,8 @@ def create_app(container: Container | None = None) -> FastAPI:
     app.state.startup_hooks = []
     install_error_handlers(app)
 
-    app.include_router(rest.public)
-    door_refusal: Callable[[str, EngramError], Response | None] | None = None
-    if settings.surface == "mcp":
-        # The MCP function on AWS: only /mcp and /health.
-        _install_mcp(app, container)
-    else:
-        # Imported here, not at the top: the MCP function (above) serves none of these.
-        from engram.entrypoints.http import admin, chat, job_routes, reminders, skills, threads
-
-        app.include_router(rest.router)
-        app.include_router(threads.router)
-        app.include_router(reminders.router)
-        app.include_router(skills.router)
-        chat.install(app, container)
-        door_refusal = chat.door_refusal
-        job_routes.install(app, container)
-        # `api` (the API function on AWS) leaves MCP out: its SDK is a large share of a cold start.
-        if settings.surface != "api":
-            _install_mcp(app, container)
-        admin.install(app, container)
+    mount_all(app, container, settings.surface)
+    door_refusal: Callable[[str, EngramError], Response | None] | None = getattr(app.state, "door_refusal", None)
     public_paths = {route.path for route in rest.public.routes if isinstance(route, APIRoute)}
     install_openapi(app, public_paths=public_paths)
     app.add_middleware(
@@ -274,14 +257,6 @@ def create_app(container: Container | None = None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
     return app
-
-
-def _install_mcp(app: FastAPI, container: Container) -> None:
-    """The MCP server at /mcp. Imported here, not at the top: the MCP SDK is a large share of a cold
-    start, and the API function (``ENGRAM_SURFACE=api``) must not load it (tests/integration/test_surfaces.py)."""
-    from engram.entrypoints.http import mcp
-
-    mcp.install(app, container)
 
 
 @asynccontextmanager

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c, write_body
@@ -60,3 +61,8 @@ def decide_candidate(
         action = service.merge if decision == "merge" else service.supersede
         cand, result = action(who.namespace, candidate_id, body.target_id, content=body.content, note=body.note)
     return {"candidate": cand.model_dump(mode="json"), **write_body(result)}
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router, prefix="/v1")

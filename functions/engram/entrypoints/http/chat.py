@@ -55,8 +55,10 @@ _ANTHROPIC_TYPES = {
 }
 
 
-def install(app: FastAPI, container: Container) -> None:
+def mount(app: FastAPI, container: Container) -> None:
+    """The chat doors; the body-limit middleware answers their refusals in the door's shape."""
     app.include_router(router)
+    app.state.door_refusal = door_refusal
 
     @asynccontextmanager
     async def close_clients(_: FastAPI) -> AsyncIterator[None]:

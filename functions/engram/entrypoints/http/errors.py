@@ -80,22 +80,27 @@ def engram_error_response(exc: e.EngramError) -> JSONResponse:
 
 
 def allowed_methods(app: Any, path: str) -> list[str]:
-    """Every method some route of ``app`` serves at ``path`` (routes of included routers too)."""
+    """Every method some route of ``app`` serves at ``path`` (routes of included routers too). A path that
+    a route names exactly (``/v1/memories/check``) allows that route's methods, not those of a route with
+    a parameter that also matches it (``/v1/memories/{memory_id}``): what the OpenAPI document says."""
+    exact: set[str] = set()
     methods: set[str] = set()
-    for regex, route_methods in _route_table(app.router.routes):
+    for regex, route_path, route_methods in _route_table(app.router.routes):
         if regex.match(path):
             methods |= route_methods
-    return sorted(methods)
+            if route_path == path:
+                exact |= route_methods
+    return sorted(exact or methods)
 
 
-def _route_table(routes: Any) -> Iterator[tuple[re.Pattern[str], set[str]]]:
+def _route_table(routes: Any) -> Iterator[tuple[re.Pattern[str], str, set[str]]]:
     for route in routes:
         contexts = getattr(route, "effective_route_contexts", None)  # FastAPI's included routers
         if contexts is not None:
             for ctx in contexts() if callable(contexts) else contexts:
-                yield ctx.path_regex, set(ctx.methods or ())
+                yield ctx.path_regex, ctx.path, set(ctx.methods or ())
         elif getattr(route, "methods", None) and hasattr(route, "path_regex"):
-            yield route.path_regex, set(route.methods)
+            yield route.path_regex, getattr(route, "path", ""), set(route.methods)
 
 
 def install_error_handlers(app: FastAPI) -> None:

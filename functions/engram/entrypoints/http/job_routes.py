@@ -80,6 +80,6 @@ def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
     return _c(request).jobs.run("cleanup", {"namespace": who.namespace}).report
 
 
-def install(app: FastAPI, container: Container) -> None:
+def mount(app: FastAPI, container: Container) -> None:
     app.include_router(router)
     install_schedule(app, container)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Memory, MemoryFilter, MemoryType
 from engram.entrypoints.http.openapi import CONFLICT
@@ -125,7 +126,17 @@ class ConversationSearchRequest(BaseModel):
 
 
 # -- memories ---------------------------------------------------------------------------------
-@router.post("/memories", tags=["memories"], status_code=201, responses=CONFLICT)
+_REPLAYED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Nothing new was created: a retry with an `external_id` seen before (`action`: `existing`), "
+        "the same memory seen again (`seen`), or a change to a protected memory filed for review (`proposed`). "
+        "The body has the shape of the 201."
+    },
+    **CONFLICT,
+}
+
+
+@router.post("/memories", tags=["memories"], status_code=201, responses=_REPLAYED)
 def create_memory(request: Request, response: Response, body: MemoryCreateRequest, who: Write) -> dict[str, Any]:
     """Remember something. With `fact_key`: same key + same meaning -> marked seen; same key + new
     content -> supersedes the old version. `external_id` makes retries idempotent."""
@@ -203,6 +214,24 @@ def restore_memory(
     return _tagged(response, _c(request).memories.restore(who.namespace, memory_id, version=version))
 
 
+class EraseRequest(BaseModel):
+    """An erase cannot be undone: the body says so on purpose."""
+
+    model_config = STRICT
+
+    confirm: Literal[True] = Field(description="`true`: erase for good, no restore afterwards.")
+
+
+@router.post("/memories/{memory_id}/erase", tags=["memories"], responses=CONFLICT)
+def erase_memory(
+    request: Request, memory_id: str, body: EraseRequest, who: Write, version: ExpectedVersion
+) -> dict[str, Any]:
+    """Erase a deleted, archived, superseded or expired memory for good (`{"confirm": true}`; 409
+    `still_active` for an active one: delete it first). No restore afterwards."""
+    erased = _c(request).memories.erase(who.namespace, memory_id, version=version)
+    return {"erased": erased.id}
+
+
 @router.post("/memories/{memory_id}/supersede", tags=["memories"], status_code=201, responses=CONFLICT)
 def supersede_memory(
     request: Request, memory_id: str, body: SupersedeRequest, who: Write, if_match: IfMatch = None
@@ -273,3 +302,8 @@ def search_conversations(request: Request, body: ConversationSearchRequest, who:
     if body.include_prompt:
         out["prompt"] = service.render(result.fragments, _c(request).settings.chat_patch_max_tokens)[0]
     return out
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router, prefix="/v1")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.policies import DIGEST_RULE
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
 from engram.services.library.notes import GlossaryIn
@@ -139,3 +140,8 @@ def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
     from fastapi.encoders import jsonable_encoder
 
     return dict(jsonable_encoder(data))
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router, prefix="/v1")

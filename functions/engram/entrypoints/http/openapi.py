@@ -7,7 +7,9 @@
   400 the body is not JSON, or a service rule refused a value (a bad cursor, a missing target);
   401/403 no key, or a key without the scope; 404 an unknown id in the path; 413 a body over
   `ENGRAM_MAX_BODY_BYTES`; 422 a field missing, of the wrong type or out of its bounds (before any
-  handler runs); 409 where a version or key conflict can happen (declared on those routes).
+  handler runs); 409 where a version or key conflict can happen (declared on those routes); 429 on
+  every operation that takes a key: each request counts against the key's per-minute limit
+  (`services/ratelimit.py`), and the answer says when to retry (`Retry-After`).
   FastAPI's own 422 schema (`detail`) is replaced: Engram's 422 is the `Error` shape too.
 """
 
@@ -44,15 +46,23 @@ _DESCRIPTIONS = {
     "409": "A conflict: another version or another holder of the key changed first.",
     "413": "The body is larger than ENGRAM_MAX_BODY_BYTES.",
     "422": "A field is missing, of the wrong type or out of its bounds.",
+    "429": "Over this key's requests (or chat turns) per minute; retry after `Retry-After` seconds.",
+}
+RETRY_AFTER: dict[str, Any] = {
+    "description": "Seconds to wait before the next request.",
+    "schema": {"type": "integer", "minimum": 1},
 }
 
 
 def error_response(status: str, description: str | None = None) -> dict[str, Any]:
-    """One documented error response in the `Error` shape."""
-    return {
+    """One documented error response in the `Error` shape (a 429 with its `Retry-After` header)."""
+    response: dict[str, Any] = {
         "description": description or _DESCRIPTIONS.get(status, "An error."),
         "content": {"application/json": {"schema": ERROR_REF}},
     }
+    if status == "429":
+        response["headers"] = {"Retry-After": RETRY_AFTER}
+    return response
 
 
 CONFLICT: dict[int | str, dict[str, Any]] = {409: error_response("409")}
@@ -86,7 +96,7 @@ def complete(schema: dict[str, Any], public_paths: Collection[str]) -> dict[str,
             wanted: list[str] = []
             if path not in public_paths:
                 operation["security"] = [{"bearer": []}, {"apiKey": []}]
-                wanted += ["401", "403"]
+                wanted += ["401", "403", "429"]  # every request with a key is counted (auth.authenticate)
             if has_body:
                 wanted += ["400", "413", "422"]
             if params:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel
 
+from engram.bootstrap import Container
 from engram.domain.models import Reminder
 from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, Write, _c
 from engram.services.library.reminders import ReminderView
@@ -46,3 +47,8 @@ def snooze_reminder(request: Request, memory_id: str, body: SnoozeRequest, who: 
 def cancel_reminder(request: Request, memory_id: str, who: Write) -> dict[str, Any]:
     """Stop the reminder: the memory stays, its `remind_at` is cleared."""
     return _reminder(_c(request).reminders.cancel(who.namespace, memory_id))
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router)

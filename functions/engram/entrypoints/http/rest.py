@@ -1,10 +1,9 @@
 """The REST API (`/v1/...`): a thin layer over the services. Handlers are sync (run in a thread pool).
 
-This module serves `/health`, message ingest, the counts and the cache, and composes `/v1` from one router
-per concern, in this order: ``memories`` (memories and search), ``notes`` (precious, glossary, digest,
-boot), ``candidates`` (the review queue), ingest and stats (here), ``transfer`` (export, import), the
-cache (here). What they share: ``rest_shared``. Threads, reminders, skills, jobs and admin have routers of
-their own, installed by ``app.py``.
+This module serves `/`, `/health`, message ingest, the counts and the cache. Every other concern has a
+module of its own (``curation``, ``memories``, ``notes``, ``candidates``, ``transfer``, ``threads``,
+``reminders``, ``skills``, ``chat``, ``job_routes``, ``admin``, ``mcp``), all mounted in one place and
+order: ``routes.py``. What the REST modules share: ``rest_shared``.
 """
 
 from __future__ import annotations
@@ -14,13 +13,12 @@ import logging
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
 from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput, NotFound
 from engram.domain.policies import CACHE_KEY_MAX_CHARS, CACHE_VALUE_MAX_BYTES
-from engram.entrypoints.http import candidates, memories, notes, transfer
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, CacheRead, CacheWrite, IsoDatetime, Read, Write, _c
 from engram.services.library.messages import MessageIn
 
@@ -129,6 +127,15 @@ def delete_cache(request: Request, key: str, who: CacheWrite) -> dict[str, Any]:
     return {"deleted": key}
 
 
-router = APIRouter(prefix="/v1")
-for part in (memories.router, notes.router, candidates.router, _counts, transfer.router, _cache):
-    router.include_router(part)
+def mount_public(app: FastAPI, container: Container) -> None:
+    """`/` and `/health`, on every surface (no key)."""
+    app.include_router(public)
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Message ingest and the counts."""
+    app.include_router(_counts, prefix="/v1")
+
+
+def mount_cache(app: FastAPI, container: Container) -> None:
+    app.include_router(_cache, prefix="/v1")

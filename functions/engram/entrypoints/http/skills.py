@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import InvalidInput
 from engram.domain.skills import MAX_DESCRIPTION_CHARS, MAX_SKILL_CHARS, MAX_SKILL_FILES, MAX_SKILL_TAGS
@@ -185,3 +186,8 @@ def get_skill_file(
     file, data = _service(request).get_file(who.namespace, name, path, version)
     headers = {"x-engram-sha256": file.sha256, "x-content-type-options": "nosniff"}
     return Response(data, media_type="application/octet-stream", headers=headers)
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router)

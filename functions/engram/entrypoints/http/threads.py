@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
+from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Thread
+from engram.entrypoints.http.memories import EraseRequest
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Read, Write, _c
 from engram.services.library.messages import ThreadId
@@ -83,6 +85,13 @@ def restore_thread(request: Request, thread_id: str, who: Write) -> dict[str, An
     return _thread(_c(request).threads.restore(who.namespace, thread_id))
 
 
+@router.post("/threads/{thread_id}/erase", responses=CONFLICT)
+def erase_thread(request: Request, thread_id: str, body: EraseRequest, who: Write) -> dict[str, Any]:
+    """Erase a thread in the recycle bin for good, with its messages (`{"confirm": true}`; 409
+    `not_deleted` otherwise)."""
+    return {"erased": _c(request).threads.erase(who.namespace, thread_id).id}
+
+
 @router.post("/threads/{thread_id}/merge", responses=CONFLICT)
 def merge_thread(request: Request, thread_id: str, body: ThreadMergeRequest, who: Write) -> dict[str, Any]:
     """Move every message of this thread into `into` (which must exist and not be in the recycle bin);
@@ -122,3 +131,8 @@ def put_summary(request: Request, thread_id: str, body: SummaryRequest, who: Wri
 def delete_summary(request: Request, thread_id: str, who: Write) -> dict[str, Any]:
     """Clear the summary (the turns folded into it stay out of the window)."""
     return _c(request).history.clear(who.namespace, thread_id).to_dict()
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, FastAPI, Query, Request
 
+from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Export, Write, _c
@@ -97,3 +98,8 @@ def _within_limit(rows: int, limit: int) -> None:
             "import it with `engram import FILE --namespace NS` (any size, with progress) or split the file",
             code="too_many_rows",
         )
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """Its routes on the app (``routes.py`` mounts every module)."""
+    app.include_router(router, prefix="/v1")

@@ -372,6 +372,22 @@ class ChatService:
                 await upstream.aclose()
 
     # -- models and usage --------------------------------------------------------------------------------
+    async def provider_models(self) -> list[str]:
+        """The model ids the OpenAI-compatible upstream lists at its ``/models`` (the admin panel's model
+        field offers them; ``GET /v1/models`` lists them only with passthrough on). ``NotConfigured``
+        without that upstream; an upstream that cannot answer is ``UpstreamUnavailable``."""
+        if not self._config().routing.openai_configured:
+            raise NotConfigured("no OpenAI-compatible upstream: set ENGRAM_UPSTREAM_BASE_URL to list its models")
+        try:
+            reply = await asyncio.wait_for(self._openai.send("GET", "/models"), 5.0)
+            data = json.loads(await reply.aread()).get("data") or []
+        except (TimeoutError, ValueError, AttributeError) as exc:
+            raise UpstreamUnavailable(f"the upstream's model list could not be read: {type(exc).__name__}") from exc
+        if not isinstance(data, list):
+            raise UpstreamUnavailable("the upstream's model list is not a list")
+        ids = (item.get("id") for item in data if isinstance(item, dict))
+        return sorted({str(i) for i in ids if isinstance(i, str) and i})
+
     async def models(self) -> dict[str, Any]:
         cfg = self._config().routing
         names: list[str] = [cfg.public_model]
@@ -379,11 +395,8 @@ class ChatService:
             if name and name not in names:
                 names.append(name)
         if cfg.allow_passthrough and cfg.openai_configured:
-            with contextlib.suppress(EngramError, ValueError, KeyError, TypeError, AttributeError):
-                reply = await asyncio.wait_for(self._openai.send("GET", "/models"), 5.0)
-                for item in json.loads(await reply.aread()).get("data") or []:
-                    if item.get("id") and item["id"] not in names:
-                        names.append(str(item["id"]))
+            with contextlib.suppress(EngramError):
+                names += [n for n in await self.provider_models() if n not in names]
         created = int(time.time())
         return {
             "object": "list",

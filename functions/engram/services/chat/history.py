@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any, Protocol
 
-from engram.domain.errors import InvalidInput, NotFound
+from engram.domain.errors import VERSION_CONFLICT, Conflict, InvalidInput, NotFound
 from engram.domain.models import Message
 from engram.domain.ports import ChatModel, Clock, JobQueue, KeyValueRows, MessageRows, ThreadRows
 from engram.services.runtime_settings import Live
@@ -44,6 +44,7 @@ CURSOR_PREFIX = "history:"
 JOB = "history"
 SUMMARY_HEADING = "Summary of the earlier conversation in this thread:"
 _READ_SLACK = 20  # messages read beyond the window's turns (unanswered turns, tool rows)
+_EDIT_ATTEMPTS = 5  # a hand edit re-read after a rotation landed between its read and its write
 
 SUMMARY_SYSTEM = """\
 You keep the running summary of one long conversation between a user and an assistant.
@@ -127,7 +128,15 @@ class HistoryService:
 
     # -- the state ----------------------------------------------------------------------------------
     def state(self, namespace: str, thread: str) -> ThreadHistory:
+        return self._read(namespace, thread)[0]
+
+    def _read(self, namespace: str, thread: str) -> tuple[ThreadHistory, str | None]:
+        """The thread's state and the raw row it was read from (what a write back must still find)."""
         raw = self._store.get_cursor(namespace, CURSOR_PREFIX + thread)
+        return self._parse(thread, raw), raw
+
+    @staticmethod
+    def _parse(thread: str, raw: str | None) -> ThreadHistory:
         if not raw:
             return ThreadHistory(thread=thread)
         data = json.loads(raw)
@@ -140,7 +149,9 @@ class HistoryService:
             updated_at=datetime.fromisoformat(data["updated_at"]) if data.get("updated_at") else None,
         )
 
-    def _save(self, namespace: str, state: ThreadHistory) -> ThreadHistory:
+    def _save(self, namespace: str, state: ThreadHistory, read: str | None) -> ThreadHistory | None:
+        """Write ``state`` back over the row ``read``; ``None`` if the row changed since (nothing written:
+        docs/ARCHITECTURE.md, "Write rules")."""
         state = replace(state, updated_at=self._clock.now())
         data = {
             "summary": state.summary,
@@ -148,7 +159,9 @@ class HistoryService:
             "rotations": state.rotations,
             "updated_at": state.updated_at.isoformat() if state.updated_at else None,
         }
-        self._store.set_cursor(namespace, CURSOR_PREFIX + state.thread, json.dumps(data, ensure_ascii=False))
+        value = json.dumps(data, ensure_ascii=False)
+        if not self._store.replace_cursor(namespace, CURSOR_PREFIX + state.thread, value, expected=read):
+            return None
         return state
 
     def set_summary(self, namespace: str, thread: str, summary: str) -> ThreadHistory:
@@ -160,7 +173,12 @@ class HistoryService:
                 f"a summary is at most {limit} characters (ENGRAM_HISTORY_SUMMARY_MAX_CHARS); got {len(text)}",
                 code="summary_too_long",
             )
-        return self._save(namespace, replace(self.state(namespace, thread), summary=text))
+        for _ in range(_EDIT_ATTEMPTS):  # a rotation may land between the read and the write: read again
+            state, raw = self._read(namespace, thread)
+            saved = self._save(namespace, replace(state, summary=text), raw)
+            if saved is not None:
+                return saved
+        raise Conflict(f"thread {thread!r}'s history kept changing; try again", code=VERSION_CONFLICT)
 
     def copy_summary(self, namespace: str, thread: str, source: str) -> ThreadHistory:
         """Start ``thread`` from ``source``'s summary (its own window is unchanged)."""
@@ -232,7 +250,7 @@ class HistoryService:
         """Fold the window's oldest turns into the summary, if a rotation is due (the ``history`` job;
         a second delivery of the same job finds nothing due)."""
         cfg = self._config()
-        state = self.state(namespace, thread)
+        state, raw = self._read(namespace, thread)
         turns = self._window(namespace, thread, state, max_turns=4 * cfg.rotate_turns)
         fold = self._to_fold(turns, cfg)
         if not fold:
@@ -241,10 +259,11 @@ class HistoryService:
         if self._model is not None:
             summary = await self._summarize(state.summary, fold, cfg.summary_max_chars)
         last = fold[-1].assistant
-        self._save(
-            namespace,
-            replace(state, summary=summary, until=(last.created_at, last.id), rotations=state.rotations + 1),
-        )
+        folded = replace(state, summary=summary, until=(last.created_at, last.id), rotations=state.rotations + 1)
+        if self._save(namespace, folded, raw) is None:
+            # The summary was edited (or another rotation landed) while the model wrote: the person's edit
+            # stays; the window is still due and the next turn queues the rotation again, from the edit.
+            return {"job": JOB, "thread": thread, "folded": 0, "errors": 0, "conflict": True}
         return {"job": JOB, "thread": thread, "folded": len(fold), "errors": 0}
 
     async def _summarize(self, summary: str, fold: Sequence[Turn], max_chars: int) -> str:

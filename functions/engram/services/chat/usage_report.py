@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from engram.domain.ports import AuditRows, Clock
@@ -16,18 +16,28 @@ class UsageReportService:
         self._clock = clock
 
     def report(self, namespace: str, *, days: int = 30) -> dict[str, Any]:
-        """Requests and tokens (input, output, cache read/write) per model over the last ``days``."""
+        """Requests and tokens (input, output, cache read/write) per model over the last ``days``, and the
+        same per day (UTC dates, oldest first) and per day and model (``per_day``)."""
         since = self._clock.now() - timedelta(days=days)
         per_model: dict[str, dict[str, int]] = {}
+        per_day: dict[str, dict[str, int]] = {}
+        per_day_model: dict[tuple[str, str], dict[str, int]] = {}
         for rec in self._store.list_usage(namespace, since=since):
-            row = per_model.setdefault(rec.model, dict.fromkeys(_COLUMNS, 0))
-            row["requests"] += 1
-            row["input_tokens"] += rec.input_tokens
-            row["output_tokens"] += rec.output_tokens
-            row["cache_read_tokens"] += rec.cache_read_tokens
-            row["cache_write_tokens"] += rec.cache_write_tokens
+            day = rec.created_at.astimezone(UTC).date().isoformat()
+            for row in (
+                per_model.setdefault(rec.model, dict.fromkeys(_COLUMNS, 0)),
+                per_day.setdefault(day, dict.fromkeys(_COLUMNS, 0)),
+                per_day_model.setdefault((day, rec.model), dict.fromkeys(_COLUMNS, 0)),
+            ):
+                row["requests"] += 1
+                row["input_tokens"] += rec.input_tokens
+                row["output_tokens"] += rec.output_tokens
+                row["cache_read_tokens"] += rec.cache_read_tokens
+                row["cache_write_tokens"] += rec.cache_write_tokens
         return {
             "since": since.isoformat(),
             "days": days,
             "models": [{"model": m, **v} for m, v in sorted(per_model.items())],
+            "daily": [{"date": d, **v} for d, v in sorted(per_day.items())],
+            "per_day": [{"date": d, "model": m, **v} for (d, m), v in sorted(per_day_model.items())],
         }

@@ -25,7 +25,7 @@ from engram.domain.errors import EngramError, NotConfigured
 from engram.domain.models import Memory, new_id
 from engram.domain.ports import Clock, JobQueue, KeyValueRows, MemoryRows, StoreAdmin
 from engram.services.index.gated_embedder import GatedEmbedder
-from engram.services.library.memories import MemoryService
+from engram.services.index.upkeep import IndexUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +48,18 @@ class ReindexStore(MemoryRows, KeyValueRows, StoreAdmin, Protocol):
 
 
 class ReindexService:
-    """Start, run (resumably) and report index rebuilds (``MemoryService.index_memories`` writes the documents)."""
+    """Start, run (resumably) and report index rebuilds (``IndexUpkeep.index_memories`` writes the documents)."""
 
     def __init__(
         self,
         store: ReindexStore,
-        memories: MemoryService,
+        upkeep: IndexUpkeep,
         embedder: GatedEmbedder | None,
         clock: Clock,
         queue: JobQueue | None = None,
     ) -> None:
         self._store = store
-        self._memories = memories
+        self._upkeep = upkeep
         self._embedder = embedder
         self._clock = clock
         self._queue = queue
@@ -155,7 +155,7 @@ class ReindexService:
             return state
         started = datetime.fromisoformat(state["started_at"])
         for ns in state["namespaces"]:
-            self._memories.mark_index_repaired(ns, started)
+            self._upkeep.mark_repaired(ns, started)
         state.update(state="done", finished_at=self._clock.now().isoformat(), checkpoint=None)
         self._save(namespace, state)
         log.info("reindex %s done: %d memories in %d namespaces", run_id, state["done"], len(state["namespaces"]))
@@ -187,7 +187,7 @@ class ReindexService:
                 # Every invocation gets at least one batch done, whatever its deadline.
                 if deadline is not None and worked and time.monotonic() >= deadline:
                     return False
-                self._memories.index_memories(chunk, bar)
+                self._upkeep.index_memories(chunk, bar)
                 worked = True
                 last = chunk[-1]
                 state["done"] += len(chunk)

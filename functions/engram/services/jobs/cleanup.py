@@ -6,7 +6,7 @@ persona ones); active memories with next to no text (``ENGRAM_EMPTY_MEMORY_MIN_C
 memories deleted, superseded or expired for longer than ``hard_delete_after_days``
 are erased — the search document first, and when that fails the row stays for the next run, so
 the index never keeps a vector whose row is gone. Index writes that failed since the last run are
-repaired first (``MemoryService.repair_index``). Skills deleted longer ago than their restore window
+repaired first (``IndexUpkeep.repair``). Skills deleted longer ago than their restore window
 (30 days) are purged with their resource files (``SkillService.purge_deleted``).
 """
 
@@ -31,8 +31,8 @@ from engram.domain.ports import (
     StoreAdmin,
     ThreadRows,
 )
+from engram.services.index.upkeep import IndexUpkeep
 from engram.services.jobs.runs import NamespaceLocks, record_run
-from engram.services.library.memories import record_index_failure
 from engram.services.library.skills import SkillService
 from engram.services.library.threads import ThreadService
 
@@ -79,6 +79,10 @@ class NamespaceCleanup:
 @dataclass
 class CleanupReport:
     namespaces: list[NamespaceCleanup] = field(default_factory=list)
+    # The nightly run over every namespace (run() without one) also does what spans them:
+    skill_files_collected: int = 0  # resource files no skill version names any more (SkillService)
+    replicas_rebuilt: int = 0  # replica namespaces whose count differed from their log, rebuilt
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         keys = (
@@ -98,7 +102,9 @@ class CleanupReport:
         return {
             "job": "cleanup",
             **{k: sum(int(getattr(ns, k)) for ns in self.namespaces) for k in keys},
-            "errors": sum(len(ns.errors) for ns in self.namespaces),
+            "skill_files_collected": self.skill_files_collected,
+            "replicas_rebuilt": self.replicas_rebuilt,
+            "errors": sum(len(ns.errors) for ns in self.namespaces) + len(self.errors),
             "namespaces": [asdict(ns) for ns in self.namespaces],
         }
 
@@ -115,16 +121,20 @@ class CleanupService:
         clock: Clock,
         policy: RetentionPolicy,
         locks: NamespaceLocks | None = None,
-        repair: Callable[[str], int] | None = None,
+        upkeep: IndexUpkeep | None = None,
         skills: SkillService | None = None,
         conversations: Any = None,
+        reconcile: Callable[[], int] | None = None,
     ) -> None:
         self._store = store
         # services.conversations.ConversationService: messages deleted here leave its index too.
         self._conversations = conversations
         self._skills = skills
-        self._repair = repair
+        # The replica backend's count check (bootstrap.adapters.search_reconcile): how many it rebuilt.
+        self._reconcile = reconcile
         self._index = index
+        # Repairs the namespace's missed index writes first, and records what a hard delete leaves behind.
+        self._upkeep = upkeep or IndexUpkeep(store, index, None, clock)
         self._clock = clock
         self._policy = policy
         self._locks = locks or NamespaceLocks()
@@ -132,7 +142,23 @@ class CleanupService:
     def run(self, namespace: str | None = None) -> CleanupReport:
         """Clean every namespace (or one)."""
         namespaces = [namespace] if namespace else self._namespaces()
-        return CleanupReport(namespaces=[self._run_namespace(ns) for ns in namespaces])
+        report = CleanupReport(namespaces=[self._run_namespace(ns) for ns in namespaces])
+        if namespace is None:
+            self._across_namespaces(report)
+        return report
+
+    def _across_namespaces(self, report: CleanupReport) -> None:
+        """The nightly run's steps over every namespace at once; a failure is reported, the next night retries."""
+        if self._skills is not None:
+            try:
+                report.skill_files_collected = self._skills.collect_orphan_files(now=self._clock.now())
+            except EngramError as exc:
+                report.errors.append({"error": exc.code, "op": "skill_files", "message": exc.message[:300]})
+        if self._reconcile is not None:
+            try:
+                report.replicas_rebuilt = self._reconcile()
+            except EngramError as exc:
+                report.errors.append({"error": exc.code, "op": "replica_reconcile", "message": exc.message[:300]})
 
     def _namespaces(self) -> list[str]:
         """The store's namespaces, and those that only have skills (an agent that never chats)."""
@@ -155,11 +181,10 @@ class CleanupService:
 
     def _clean(self, namespace: str, result: NamespaceCleanup) -> None:
         now = self._clock.now()
-        if self._repair is not None:
-            try:
-                result.index_repaired = self._repair(namespace)
-            except EngramError as exc:  # the index is still away: the record stays for the next run
-                result.errors.append({"error": exc.code, "op": "index_repair"})
+        try:
+            result.index_repaired = self._upkeep.repair(namespace)
+        except EngramError as exc:  # the index is still away: the record stays for the next run
+            result.errors.append({"error": exc.code, "op": "index_repair"})
         p = self._policy
         messages_before = now - timedelta(days=p.messages_days)
         self._forget_messages(namespace, messages_before, result)
@@ -195,19 +220,19 @@ class CleanupService:
 
     def _expire(self, namespace: str, now: datetime, result: NamespaceCleanup) -> None:
         before = now - timedelta(days=self._policy.memory_unseen_days)
-        handled: set[str] = set()  # a listing may lag the writes (DynamoDB indexes): each row once per run
+        after: tuple[datetime, str] | None = None
         while True:
-            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE)
-            doomed = [
-                m for m in page if m.id not in handled and expires_by_retention(m, now, self._policy.memory_unseen_days)
-            ]
-            for memory in doomed:
-                handled.add(memory.id)
-                if self._retire(memory, "expired", now, result):
+            # Oldest sighting first, paged past the rows that stay (pinned, identity, core): a first page
+            # full of them must not hide the expirable rows behind it.
+            page = self._store.memories_unseen_since(namespace, before, limit=_PAGE, after=after)
+            for memory in page:
+                unseen_too_long = expires_by_retention(memory, now, self._policy.memory_unseen_days)
+                if unseen_too_long and self._retire(memory, "expired", now, result):
                     result.expired += 1
-            # Pinned/durable memories stay in the page; stop when nothing in it could expire.
-            if len(page) < _PAGE or not doomed:
+            if len(page) < _PAGE:
                 return
+            last = page[-1]
+            after = (last.last_seen_at or last.created_at, last.id)
 
     def _retire(self, memory: Memory, status: str, now: datetime, result: NamespaceCleanup) -> bool:
         """Move ``memory`` to ``status`` at the version read (one edited, archived or restored since is
@@ -269,7 +294,7 @@ class CleanupService:
                 except Conflict as exc:
                     failed.add(memory.id)
                     # Its document may have been written by the restore before the delete above.
-                    record_index_failure(self._store, namespace, memory.id, exc.code, "upsert", now)
+                    self._upkeep.record_failure(namespace, memory.id, exc.code, "upsert")
                     continue
                 result.hard_deleted += 1
             if len(failed) >= _PAGE:  # a whole page keeps failing: leave the rest for the next run

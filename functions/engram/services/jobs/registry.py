@@ -51,11 +51,15 @@ class Cleanup(Protocol):
 
 
 class IndexRepair(Protocol):
-    def repair_index(self, namespace: str) -> int: ...
+    def repair(self, namespace: str) -> int: ...
 
 
 class History(Protocol):
     async def rotate(self, namespace: str, thread: str) -> dict[str, Any]: ...
+
+
+class Consolidation(Protocol):
+    async def run(self, namespace: str, draft_id: str, *, deadline: float | None = None) -> dict[str, Any]: ...
 
 
 class Reindex(Protocol):
@@ -69,9 +73,10 @@ class JobServices:
     extraction: Extraction
     dreaming: Dreaming
     cleanup: Cleanup
-    memories: IndexRepair
+    upkeep: IndexRepair
     reindex: Callable[[], Reindex]  # late: the reindex service needs the queue, which needs the runner
     history: History | None = None  # server-kept history (services/chat/history.py)
+    consolidation: Consolidation | None = None  # consolidation drafts (services/jobs/consolidation.py)
     # Writes the replica index's snapshots of namespaces changed by at least n rows; returns how many.
     snapshot: Callable[[int], int] = lambda _min_changes: 0
 
@@ -131,7 +136,7 @@ def _cleanup(s: JobServices, payload: Mapping[str, Any], deadline: float | None)
 
 def _index_repair(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
     namespace = _required_str(payload, "namespace", "index_repair", "'namespace'")
-    return {"job": "index_repair", "repaired": s.memories.repair_index(namespace), "errors": 0}
+    return {"job": "index_repair", "repaired": s.upkeep.repair(namespace), "errors": 0}
 
 
 def _reindex(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
@@ -150,6 +155,17 @@ async def _history(s: JobServices, payload: Mapping[str, Any], deadline: float |
     if s.history is None:
         raise InvalidInput("history job: no history service")
     return dict(await s.history.rotate(namespace, thread))
+
+
+async def _consolidate(s: JobServices, payload: Mapping[str, Any], deadline: float | None) -> Report:
+    """Draft a consolidation the person asked for (services/jobs/consolidation.py)."""
+    needs = "'namespace' and 'draft_id'"
+    namespace = _required_str(payload, "namespace", "consolidate", needs)
+    draft_id = _required_str(payload, "draft_id", "consolidate", needs)
+    if s.consolidation is None:
+        raise InvalidInput("consolidate job: no consolidation service")
+    state = await s.consolidation.run(namespace, draft_id, deadline=deadline)
+    return {"job": "consolidate", "state": state.get("state"), "items": len(state.get("items") or []), "errors": 0}
 
 
 def _never_failed(report: Report) -> bool:
@@ -206,6 +222,7 @@ JOBS: dict[str, Job] = {
         Job("index_repair", _index_repair, None, "IndexRepairRuns"),
         Job("reindex", _reindex, 1, "ReindexRuns"),
         Job("history", _history, None, "HistoryRotations"),
+        Job("consolidate", _consolidate, None, "ConsolidationRuns"),
     )
 }
 

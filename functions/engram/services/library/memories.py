@@ -1,33 +1,28 @@
-"""Writing and curating memories: upsert by fact key, versions, status changes, index sync.
+"""Writing and curating memories: upsert by fact key, versions, status changes.
 
-The store is the source of truth; the search index mirrors active memories. An index failure never
-loses a write: the row is kept, the failure is recorded in the store (an ``index_failed`` event for the
-memory and a per-namespace "index dirty" flag), and ``repair_index`` (run by the cleanup job, and queued
-when the index answers again) or `engram reindex` brings the mirror back in line.
+The store is the source of truth; the search index mirrors active memories through the index upkeep
+(``services/index/upkeep.py``: every write here calls ``upkeep.sync`` / ``upkeep.unindex``, and an index
+failure never loses a write: it is recorded there and repaired later).
 
-Over 400 lines on purpose: every write and its index sync (or the recorded failure) happen in one call,
-so the writes and the mirror's upkeep stay in one class. Request models and the same-wording rule live
-in ``domain/`` (``policies.py``, ``wording.py``).
+Over 450 lines on purpose: every write path (create, upsert, supersede, update, status change, restore)
+and the race handling they share stay in one class; the versioned replace is ``library/versions.py``.
+Request models and the same-wording rule live in ``domain/`` (``policies.py``, ``wording.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound, is_version_conflict, version_conflict
+from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound, is_version_conflict
 from engram.domain.models import (
     MEMORY_STATUSES,
     Candidate,
-    IndexedDoc,
     Memory,
     MemoryEvent,
     MemoryFilter,
@@ -55,23 +50,18 @@ from engram.domain.ports import (
     SearchIndex,
 )
 from engram.domain.wording import near_duplicate, salient_difference, same_wording
-from engram.services.index.guard import is_index_unavailable
+from engram.services.index.upkeep import IndexUpkeep
+from engram.services.library.versions import VERSION_ATTEMPTS, back_off, kept_changing, read_at, replace_memory
 from engram.services.runtime_settings import Live
 
 log = logging.getLogger(__name__)
 
-INDEX_DIRTY = "index:dirty"  # cache key: this namespace has index writes to repair
-INDEX_REPAIRED = "index:repaired"  # cursor: index_failed events up to this time are repaired
-REPAIR_EVENTS = 1000  # more failures than this since the last repair: reindex the whole namespace
-REPAIR_SETTLE = timedelta(seconds=10)  # event listings may lag writes (DynamoDB indexes: ~1 s)
 
 WriteAction = Literal["created", "seen", "superseded", "existing", "proposed"]
-_REINDEX_READ = 500  # memories read per round of reindex_ids
 MAX_LIST_OFFSET = 10_000  # offset paging reads the rows it skips; beyond this, page by cursor
 _SKIP_PAGE = 200  # rows read per step of an offset skip
 _MAX_CHAIN = 1000  # versions followed to find the active head of a chain without a key
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
-_VERSION_ATTEMPTS = 8  # fresh reads of a row other writers keep changing, before a clean 409
 
 
 class MemoryWrite(BaseModel):
@@ -135,6 +125,40 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class WritePlan:
+    """What a write decided before acting: ``target`` is the memory it sees, supersedes, finds or proposes
+    a change to (``None`` for a new one); ``vector`` the new text's, when one was computed."""
+
+    action: WriteAction
+    reason: str
+    target: Memory | None
+    vector: list[float] | None
+
+
+@dataclass(frozen=True)
+class WriteCheck:
+    """``MemoryService.check``: what a write would do, and the nearest active memories (with cosines
+    when vectors are on)."""
+
+    action: WriteAction
+    reason: str
+    target: Memory | None
+    near: list[tuple[Memory, float | None]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "memory": self.target.model_dump(mode="json") if self.target else None,
+            "protected": bool(self.target and is_protected(self.target)),
+            "near": [
+                {"memory": m.model_dump(mode="json"), "similarity": None if s is None else round(s, 4)}
+                for m, s in self.near
+            ],
+        }
+
+
+@dataclass(frozen=True)
 class MemoryRules:
     """When a new memory is the same as an existing one.
 
@@ -163,15 +187,15 @@ class MemoryService:
         embedder: Embedder | None,
         clock: Clock,
         rules: MemoryRules | Live[MemoryRules],
+        upkeep: IndexUpkeep | None = None,
     ) -> None:
         self._store = store
-        self._index = index
-        self._embedder = embedder
+        self._index = index  # read for the duplicate check; written only through the upkeep
         self._clock = clock
         self._rules = Live.of(rules)
-        # Namespaces whose index writes failed in this process (the store keeps the durable record).
-        self._dirty: set[str] = set()
-        self._dirty_lock = threading.Lock()
+        # The index's mirror of these memories (one per container, shared with reindex, cleanup and the
+        # guard's repairs; its own when none is given).
+        self.upkeep = upkeep or IndexUpkeep(store, index, embedder, clock)
 
     # -- writes -----------------------------------------------------------------------------
     def write(self, namespace: str, req: MemoryWrite, *, dedup: bool = False, automated: bool = False) -> WriteResult:
@@ -197,13 +221,26 @@ class MemoryService:
 
         if fact_key:
             return self._upsert_retrying(namespace, req, content, tags, fact_key, dedup=dedup, automated=automated)
-        vector: list[float] | None = None
-        if dedup:
-            vector = self._embed_document(content)
-            twin = self._find_twin(namespace, content, req.type, vector)
-            if twin is not None:
-                return WriteResult(self._mark_seen(twin, tags), "seen", reason="near-identical memory")
-        return self._create(namespace, req, content, tags, None, vector)
+        plan = self._plan_unkeyed(namespace, req, content, dedup=dedup)
+        if plan.target is not None:
+            return WriteResult(self._mark_seen(plan.target, tags), "seen", reason=plan.reason)
+        return self._create(namespace, req, content, tags, None, plan.vector)
+
+    def check(self, namespace: str, req: MemoryWrite, *, dedup: bool = False, near: int = 5) -> WriteCheck:
+        """What ``write(namespace, req, dedup=dedup)`` would do now, written nowhere (``POST
+        /v1/memories/check``): the action and the memory it would touch, decided by the write's own
+        steps (``_plan_unkeyed``, ``_plan_keyed``), and the ``near`` closest active memories. Pinned or
+        core memories are named as such: a person's write supersedes them, a job's is proposed."""
+        content = clean_content(req.content)
+        vector = self.upkeep.embed_document(content)
+        plan: WritePlan | None = None
+        if req.external_id and (existing := self._store.find_by_external_id(namespace, req.external_id)):
+            plan = WritePlan("existing", "external_id seen before", existing, vector)
+        elif req.fact_key:
+            plan = self._plan_keyed(namespace, req, content, normalize_fact_key(req.fact_key), dedup=dedup)
+        else:
+            plan = self._plan_unkeyed(namespace, req, content, dedup=dedup, vector=vector)
+        return WriteCheck(plan.action, plan.reason, plan.target, self._near(namespace, content, None, vector, near))
 
     def _upsert_retrying(
         self,
@@ -221,7 +258,7 @@ class MemoryService:
         another writer's version landed, so a few rounds settle any burst; a clean Conflict after."""
         lost: Conflict | None = None
         for attempt in range(_KEY_ATTEMPTS):
-            _back_off(attempt)
+            back_off(attempt)
             try:
                 return self._upsert(namespace, req, content, tags, fact_key, dedup=dedup, automated=automated)
             except Conflict as exc:
@@ -245,6 +282,25 @@ class MemoryService:
         dedup: bool,
         automated: bool,
     ) -> WriteResult:
+        plan = self._plan_keyed(namespace, req, content, fact_key, dedup=dedup, automated=automated)
+        current, vector = plan.target, plan.vector
+        if current is None:
+            return self._create(namespace, req, content, tags, fact_key, vector)
+        if plan.action == "seen":
+            return WriteResult(self._mark_seen(current, tags), "seen", reason=plan.reason)
+        if plan.action == "proposed":
+            candidate = self.propose_change(current, req)
+            return WriteResult(current, "proposed", reason=plan.reason, candidate=candidate)
+        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
+        old, new = self._swap(current, new, reason=plan.reason)
+        self.upkeep.sync(new, vector)
+        self._sync_reminder(new)
+        return WriteResult(new, "superseded", previous=old, reason=plan.reason)
+
+    def _plan_keyed(
+        self, namespace: str, req: MemoryWrite, content: str, fact_key: str, *, dedup: bool, automated: bool = False
+    ) -> WritePlan:
+        """The decision of an upsert by ``fact_key`` (``domain/policies.decide_upsert``), from the store now."""
         vector: list[float] | None = None
         current = self._store.find_active_by_fact_key(namespace, fact_key)
         similarity = None
@@ -254,25 +310,30 @@ class MemoryService:
             and not same_wording(current.content, content)
             and salient_difference(current.content, content) is None
         ):
-            vector = self._embed_document(content)
-            other = self._embed_document(current.content) if vector is not None else None
+            vector = self.upkeep.embed_document(content)
+            other = self.upkeep.embed_document(current.content) if vector is not None else None
             if vector is not None and other is not None:
                 similarity = cosine(vector, other)
         decision = decide_upsert(current, content, similarity, self._rules().dedup_cosine, explicit=not dedup)
         if current is None:
-            return self._create(namespace, req, content, tags, fact_key, vector)
+            return WritePlan("created", decision.reason, None, vector)
         if decision.action == "seen":
-            return WriteResult(self._mark_seen(current, tags), "seen", reason=decision.reason)
+            return WritePlan("seen", decision.reason, current, vector)
         if automated and is_protected(current):
-            candidate = self.propose_change(current, req)
-            return WriteResult(
-                current, "proposed", reason="protected memory: change proposed for review", candidate=candidate
-            )
-        new = self._new_memory(namespace, req, content, tags, fact_key, supersedes=current.id)
-        old, new = self._swap(current, new, reason=decision.reason)
-        self._sync_index(new, vector)
-        self._sync_reminder(new)
-        return WriteResult(new, "superseded", previous=old, reason=decision.reason)
+            return WritePlan("proposed", "protected memory: change proposed for review", current, vector)
+        return WritePlan("superseded", decision.reason, current, vector)
+
+    def _plan_unkeyed(
+        self, namespace: str, req: MemoryWrite, content: str, *, dedup: bool, vector: list[float] | None = None
+    ) -> WritePlan:
+        """The decision of a write without a key: a new memory, or (``dedup``) the near-identical twin seen."""
+        if not dedup:
+            return WritePlan("created", "new memory", None, vector)
+        vector = vector if vector is not None else self.upkeep.embed_document(content)
+        twin = self._find_twin(namespace, content, req.type, vector)
+        if twin is not None:
+            return WritePlan("seen", "near-identical memory", twin, vector)
+        return WritePlan("created", "new memory", None, vector)
 
     def _create(
         self,
@@ -292,7 +353,7 @@ class MemoryService:
                 return WriteResult(prior, "existing", reason="external_id seen before")
             raise
         self._event(namespace, "created", memory.id, {"source": memory.source})
-        self._sync_index(memory, vector)
+        self.upkeep.sync(memory, vector)
         self._sync_reminder(memory)
         return WriteResult(memory, "created", reason="new memory")
 
@@ -327,9 +388,9 @@ class MemoryService:
         row's fact_key unless ``req`` names one. With ``version`` (the one the caller read), a memory
         that changed since is refused (``Conflict``, ``version_conflict``); without, a lost race is
         retried from a fresh read (docs/ARCHITECTURE.md, "Write rules")."""
-        for attempt in range(_VERSION_ATTEMPTS):
-            _back_off(attempt)
-            old = self._read_at(namespace, old_id, version)
+        for attempt in range(VERSION_ATTEMPTS):
+            back_off(attempt)
+            old = read_at(self._store, namespace, old_id, version)
             if old.status != "active":
                 raise Conflict(f"memory {old_id} is {old.status}; only an active memory can be superseded")
             content = clean_content(req.content)
@@ -346,10 +407,60 @@ class MemoryService:
                 if version is not None or not is_version_conflict(exc):
                     raise
                 continue
-            self._sync_index(new, None)
+            self.upkeep.sync(new, None)
             self._sync_reminder(new)
             return WriteResult(new, "superseded", previous=old, reason="explicit supersede")
-        raise _kept_changing(old_id)
+        raise kept_changing(old_id)
+
+    def merge(self, sources: Sequence[Memory], req: MemoryWrite, *, reason: str) -> tuple[list[Memory], Memory]:
+        """Supersede every one of ``sources`` (each at the version it was read: a row changed since is
+        refused with ``version_conflict``, nothing written) by one new memory, in one transaction
+        (``supersede_many``). The new memory links back to the first source; each source links to it.
+        Its ``fact_key`` may be one a source holds; one held by another active memory is refused."""
+        namespace = sources[0].namespace
+        inactive = [m.id for m in sources if m.status != "active"]
+        if inactive:
+            raise Conflict(f"memory {inactive[0]} is not active; only active memories can be merged")
+        content = clean_content(req.content)
+        fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
+        if fact_key and fact_key not in {m.fact_key for m in sources}:
+            taken = self._store.find_active_by_fact_key(namespace, fact_key)
+            if taken is not None:
+                raise Conflict(f"fact_key {fact_key!r} is already used by active memory {taken.id}")
+        new = self._new_memory(namespace, req, content, clean_tags(req.tags), fact_key, supersedes=sources[0].id)
+        now = self._clock.now()
+        retired = {"status": "superseded", "superseded_by_id": new.id, "status_changed_at": now, "updated_at": now}
+        stored, new = self._store.supersede_many([m.model_copy(update=retired) for m in sources], new)
+        for memory in sources:
+            self.upkeep.unindex(memory)
+            self._event(namespace, "superseded", memory.id, {"by": new.id, "reason": reason})
+        self._event(namespace, "created", new.id, {"source": new.source, "merged": [m.id for m in sources]})
+        self.upkeep.sync(new, None)
+        self._sync_reminder(new)
+        return stored, self._store.get_memory(namespace, new.id)
+
+    def unmerge(self, merged: Memory, before: Sequence[Memory], after: Sequence[Memory]) -> list[Memory]:
+        """Undo a ``merge``: ``before`` (the sources as they were) written back over ``after`` (the sources
+        as the merge left them), and ``merged`` taken out, in one transaction, then its row erased. Every
+        row must still be as the merge left it (``merged`` at the version the caller read after the
+        merge): one changed since is refused (``version_conflict``) and nothing is written. The
+        sources' counters stay as they are (a replace never writes them)."""
+        namespace = merged.namespace
+        now = self._clock.now()
+        gone = merged.model_copy(update={"status": "deleted", "status_changed_at": now, "updated_at": now})
+        versions = {m.id: m.version for m in after}
+        rows = [gone, *(m.model_copy(update={"version": versions[m.id]}) for m in before)]
+        written = self._store.update_memories(rows)
+        self.upkeep.unindex(merged)
+        try:
+            self._store.delete_memory_row(namespace, merged.id, version=written[0].version)
+        except EngramError as exc:  # it stays deleted; retention erases it
+            log.warning("the undone merge %s could not be erased: %s", merged.id, exc.code)
+        self._event(namespace, "unmerged", merged.id, {"restored": [m.id for m in before]})
+        for memory in written[1:]:
+            self._event(namespace, "restored", memory.id, {"unmerged": merged.id})
+            self.upkeep.sync(memory, None)
+        return written[1:]
 
     def update(self, namespace: str, memory_id: str, patch: MemoryPatch, *, version: int | None = None) -> Memory:
         """Edit in place (``version``: as ``supersede``)."""
@@ -368,7 +479,7 @@ class MemoryService:
             return memory
         self._event(namespace, "updated", memory_id, {"fields": fields})
         if updated.status == "active":
-            self._sync_index(updated, None)
+            self.upkeep.sync(updated, None)
         if updated.remind_at != memory.remind_at:
             self._sync_reminder(updated, cleared=updated.remind_at is None)
         return updated
@@ -415,16 +526,28 @@ class MemoryService:
         memory, updated = self._replace(namespace, memory_id, change, version=version)
         if updated is not memory:
             self._event(namespace, status, memory_id, {"reason": reason} if reason else {})
-            self._unindex(memory)
+            self.upkeep.unindex(memory)
         return updated
+
+    def erase(self, namespace: str, memory_id: str, *, version: int | None = None) -> Memory:
+        """Erase a memory for good (the panel's "Erase for good"): only one already out of use (deleted,
+        archived, superseded or expired; delete it first), at the ``version`` given, or as it is now.
+        Its document leaves the index; a reminder of it no longer finds it. Returns the row as erased."""
+        memory = read_at(self._store, namespace, memory_id, version)
+        if memory.status == "active":
+            raise Conflict(f"memory {memory_id} is active: delete it first, then erase it", code="still_active")
+        self.upkeep.unindex(memory)
+        self._store.delete_memory_row(namespace, memory_id, version=memory.version)
+        self._event(namespace, "erased", None, {"memory": memory_id})
+        return memory
 
     def restore(self, namespace: str, memory_id: str, *, version: int | None = None) -> Memory:
         """Make a superseded, archived, deleted or expired memory active again. The active memory it
         replaces (the holder of its fact_key, or the active head of its chain: ``_holder_of``) is
         superseded by the restored version, in the same transaction (``version``: as ``supersede``)."""
-        for attempt in range(_VERSION_ATTEMPTS):
-            _back_off(attempt)
-            memory = self._read_at(namespace, memory_id, version)
+        for attempt in range(VERSION_ATTEMPTS):
+            back_off(attempt)
+            memory = read_at(self._store, namespace, memory_id, version)
             if memory.status == "active":
                 return memory
             now = self._clock.now()
@@ -443,38 +566,16 @@ class MemoryService:
                 # round reads both again (and refuses a row no longer at the caller's ``version``).
                 continue
             if holder is not None:
-                self._unindex(holder)
+                self.upkeep.unindex(holder)
             self._event(namespace, "restored", memory_id, {"replaced": holder.id} if holder else {})
-            self._sync_index(revived, None)
+            self.upkeep.sync(revived, None)
             return revived
-        raise _kept_changing(memory_id)
-
-    def _read_at(self, namespace: str, memory_id: str, version: int | None) -> Memory:
-        """The memory, refused (``version_conflict``) if it is no longer at the ``version`` the caller read."""
-        memory = self._store.get_memory(namespace, memory_id)
-        if version is not None and memory.version != version:
-            raise version_conflict(memory_id, version, memory.version)
-        return memory
+        raise kept_changing(memory_id)
 
     def _replace(
         self, namespace: str, memory_id: str, change: Callable[[Memory], Memory | None], *, version: int | None
     ) -> tuple[Memory, Memory]:
-        """Read the row, ``change`` it and write it back at the version read: (as read, as written; the
-        same object when ``change`` found nothing to do). With ``version`` (what a person or a job read
-        before deciding) a row that moved on is refused; without, a lost race is retried from a fresh
-        read (docs/ARCHITECTURE.md, "Write rules")."""
-        for attempt in range(_VERSION_ATTEMPTS):
-            _back_off(attempt)
-            memory = self._read_at(namespace, memory_id, version)
-            changed = change(memory)
-            if changed is None:
-                return memory, memory
-            try:
-                return memory, self._store.update_memory(changed)
-            except Conflict as exc:
-                if version is not None or not is_version_conflict(exc):
-                    raise
-        raise _kept_changing(memory_id)
+        return replace_memory(self._store, namespace, memory_id, change, version=version)
 
     def _holder_of(self, namespace: str, memory: Memory) -> Memory | None:
         """The active memory a restored version replaces: the holder of its fact_key, else (a chain without
@@ -554,98 +655,6 @@ class MemoryService:
             seen.add(fwd.id)
         return chain
 
-    # -- index maintenance ------------------------------------------------------------------
-    def reindex(self, namespace: str, *, progress: Any = None) -> int:
-        """Re-embed and re-index every active memory of ``namespace``; returns the count. Raises
-        if the index is unavailable."""
-        return self.index_memories(list(self._store.iter_memories(namespace, ("active",))), progress)
-
-    def reindex_ids(self, namespace: str, memory_ids: Sequence[str], *, progress: Any = None) -> int:
-        """Embed and index these memories (the active ones) in bounded batches; ``progress(n)``
-        after each batch. Returns how many were indexed."""
-        done = 0
-        for start in range(0, len(memory_ids), _REINDEX_READ):
-            chunk = memory_ids[start : start + _REINDEX_READ]
-            memories = [m for m in self._store.get_memories(namespace, chunk) if m.status == "active"]
-            done += self.index_memories(memories, progress, strict=False)
-            if progress is not None and len(memories) < len(chunk):
-                progress(len(chunk) - len(memories))  # the ids that were no longer active
-        return done
-
-    def index_memories(self, active: Sequence[Memory], progress: Any = None, *, strict: bool = True) -> int:
-        """Embed and index ``active`` in batches; ``progress(n)`` after each batch. ``strict``: an
-        unavailable index or embedder raises instead of being recorded for repair."""
-        done = 0
-        batch = 32
-        for start in range(0, len(active), batch):
-            chunk = active[start : start + batch]
-            vectors: list[list[float]] | list[None] = [None] * len(chunk)
-            if self._embedder is not None:
-                try:
-                    vectors = self._embedder.embed_documents([m.content for m in chunk])
-                except EngramError as exc:
-                    if strict:
-                        raise
-                    log.warning("embedding failed, indexing without vectors: %s", exc.code)
-            for memory, vector in zip(chunk, vectors, strict=True):
-                self._sync_index(memory, vector, embed=vector is None and not strict, strict=strict, recheck=False)
-            # Memories retired while the batch was indexed (their unindex ran before our upsert) leave it.
-            stored = {m.id: m for m in self._store.get_memories(chunk[0].namespace, [m.id for m in chunk])}
-            for memory in chunk:
-                current = stored.get(memory.id)
-                if current is None or current.status != "active":
-                    self._unindex(current or memory)
-            done += len(chunk)
-            if progress is not None:
-                progress(len(chunk))
-        return done
-
-    def take_dirty(self) -> list[str]:
-        """Namespaces whose index writes failed in this process since the last call."""
-        with self._dirty_lock:
-            dirty, self._dirty = sorted(self._dirty), set()
-        return dirty
-
-    def mark_index_repaired(self, namespace: str, until: datetime) -> None:
-        """Every index failure recorded up to ``until`` is repaired (a reindex of the namespace ran)."""
-        self._store.set_cursor(namespace, INDEX_REPAIRED, until.isoformat())
-        self._clear_dirty(namespace, until)
-
-    def _clear_dirty(self, namespace: str, until: datetime) -> None:
-        flag = self._store.get_cache(namespace, INDEX_DIRTY)
-        # A failure recorded after ``until`` keeps the flag for the next repair.
-        if flag is not None and datetime.fromisoformat(flag["at"]) <= until:
-            self._store.delete_cache(namespace, INDEX_DIRTY)
-
-    def repair_index(self, namespace: str) -> int:
-        """Re-index the memories whose index writes failed (recorded in the store); returns how many
-        were repaired. Raises if the index is still unavailable (the record stays for the next try)."""
-        flag = self._store.get_cache(namespace, INDEX_DIRTY)
-        if flag is None:
-            return 0
-        started = self._clock.now()
-        raw = self._store.get_cursor(namespace, INDEX_REPAIRED)
-        since = datetime.fromisoformat(raw) if raw else None
-        events = self._store.list_events(namespace, kind="index_failed", limit=REPAIR_EVENTS)
-        pending = [e for e in events if since is None or e.created_at > since]
-        if len(events) >= REPAIR_EVENTS and len(pending) == len(events):
-            count = self.reindex(namespace)  # too many to repair one by one
-            self.mark_index_repaired(namespace, started)
-            return count
-        ids = list(dict.fromkeys(e.memory_id for e in reversed(pending) if e.memory_id))
-        memories = self._store.get_memories(namespace, ids)
-        count = self.index_memories([m for m in memories if m.status == "active"])
-        for gone in (m for m in memories if m.status != "active"):
-            self._index.delete(namespace, gone.id, gone.index_ref)
-            count += 1
-        if pending:
-            self.mark_index_repaired(namespace, max(e.created_at for e in pending))
-        elif started - datetime.fromisoformat(flag["at"]) > REPAIR_SETTLE:
-            # Nothing newer than the cursor, and the flag is older than a listing's lag: stale.
-            self._clear_dirty(namespace, started)
-        log.info("index repair of %s: %d memories", namespace, count)
-        return count
-
     # -- internals --------------------------------------------------------------------------
     def _new_memory(
         self,
@@ -686,7 +695,7 @@ class MemoryService:
             update={"status": "superseded", "superseded_by_id": new.id, "status_changed_at": now, "updated_at": now}
         )
         old, new = self._store.supersede(old, new)
-        self._unindex(current)
+        self.upkeep.unindex(current)
         self._event(new.namespace, "superseded", current.id, {"by": new.id, "reason": reason})
         return old, new
 
@@ -705,110 +714,30 @@ class MemoryService:
         return seen
 
     def _find_twin(self, namespace: str, content: str, type_: str, vector: list[float] | None) -> Memory | None:
-        try:
-            hits = (
-                self._index.vector_search(namespace, vector, k=5, types=(type_,))
-                if vector is not None
-                else self._index.keyword_search(namespace, content, k=5, types=(type_,))
-            )
-        except EngramError as exc:  # no twin check without the index; the write itself goes on
-            log.warning("duplicate check skipped: %s", exc.code)
-            return None
-        # Keyword scores are not cosines: without a vector only the same wording makes a twin.
-        scores = {h.memory_id: h.score for h in hits} if vector is not None else {}
-        for memory in self._store.get_memories(namespace, list(scores or (h.memory_id for h in hits))):
-            if memory.status == "active" and near_duplicate(
-                memory.content, content, scores.get(memory.id), self._rules().dedup_cosine
-            ):
+        for memory, score in self._near(namespace, content, type_, vector, 5):
+            if near_duplicate(memory.content, content, score, self._rules().dedup_cosine):
                 return memory
         return None
 
-    def _embed_document(self, text: str) -> list[float] | None:
-        return self._try_embed(text)[0]
-
-    def _try_embed(self, text: str) -> tuple[list[float] | None, str | None]:
-        """The document vector, or ``None`` and the error code when the document must be repaired
-        later (an embedder that cannot run now; not a model change, which needs a reindex anyway)."""
-        if self._embedder is None:
-            return None, None
+    def _near(
+        self, namespace: str, content: str, type_: str | None, vector: list[float] | None, k: int
+    ) -> list[tuple[Memory, float | None]]:
+        """The ``k`` active memories nearest ``content`` (of ``type_`` when given), best first, each with its
+        cosine (``None`` without a vector: keyword scores are not cosines, so then only the same wording
+        makes a twin). Empty while the index cannot answer: the write itself goes on."""
+        types = (type_,) if type_ else ()
         try:
-            return self._embedder.embed_documents([text])[0], None
-        except EngramError as exc:
-            log.warning("embedding failed, continuing without a vector: %s", exc.code)
-            return None, None if exc.code == "reindex_needed" else exc.code
-
-    def _sync_index(
-        self,
-        memory: Memory,
-        vector: Sequence[float] | None,
-        *,
-        embed: bool = True,
-        strict: bool = False,
-        recheck: bool = True,
-    ) -> None:
-        """Mirror ``memory`` into the index. A failure is recorded for repair; with ``strict`` an
-        unavailable index raises instead (a reindex or repair must not report work it did not do).
-        ``recheck``: read the row again after the write and take the document out if the memory was
-        retired meanwhile (batches do it once per batch instead: ``index_memories``)."""
-        missing: str | None = None
-        if vector is None and embed:
-            vector, missing = self._try_embed(memory.content)
-        try:
-            ref = self._index.upsert(
-                IndexedDoc(
-                    memory_id=memory.id,
-                    namespace=memory.namespace,
-                    text=memory.content,
-                    type=memory.type,
-                    vector=tuple(vector) if vector is not None else None,
-                    importance=memory.importance,
-                    pinned=memory.pinned,
-                    created_at=memory.created_at,
-                )
+            hits = (
+                self._index.vector_search(namespace, vector, k=k, types=types)
+                if vector is not None
+                else self._index.keyword_search(namespace, content, k=k, types=types)
             )
         except EngramError as exc:
-            if strict and is_index_unavailable(exc):
-                raise
-            log.warning("index upsert failed for %s: %s", memory.id, exc.code)
-            self._index_failed(memory.namespace, memory.id, exc.code, "upsert")
-            return
-        if missing is not None:
-            self._index_failed(memory.namespace, memory.id, missing, "embed")
-        if recheck:
-            # An archive, delete or supersede that landed while this document was written unindexed
-            # before it: read the row after the write, so that the index keeps no retired memory.
-            try:
-                current = self._store.get_memory(memory.namespace, memory.id)
-            except NotFound:
-                current = None
-            if current is None or current.status != "active":
-                self._unindex(memory.model_copy(update={"index_ref": ref}))
-                return
-        if ref != (memory.index_ref or memory.id):  # None means "the memory id", as the local index uses
-
-            def set_ref(current: Memory) -> Memory | None:
-                return current.model_copy(update={"index_ref": ref}) if current.index_ref != ref else None
-
-            self._replace(memory.namespace, memory.id, set_ref, version=None)
-
-    def _unindex(self, memory: Memory) -> None:
-        try:
-            self._index.delete(memory.namespace, memory.id, memory.index_ref)
-        except EngramError as exc:
-            log.warning("index delete failed for %s: %s", memory.id, exc.code)
-            self._index_failed(memory.namespace, memory.id, exc.code, "delete")
-
-    def _index_failed(self, namespace: str, memory_id: str, code: str, op: str) -> None:
-        """Record what the index misses, in the store, so that ``repair_index`` finds it."""
-        with self._dirty_lock:
-            self._dirty.add(namespace)
-        try:
-            self._record_index_failure(namespace, memory_id, code, op)
-        except EngramError as exc:  # the write itself is stored; a reindex still repairs the mirror
-            log.warning("could not record the index failure of %s: %s", memory_id, exc.code)
-
-    def _record_index_failure(self, namespace: str, memory_id: str, code: str, op: str) -> None:
-        record_index_failure(self._store, namespace, memory_id, code, op, self._clock.now())
+            log.warning("duplicate check skipped: %s", exc.code)
+            return []
+        scores: dict[str, float | None] = {h.memory_id: (h.score if vector is not None else None) for h in hits}
+        rows = self._store.get_memories(namespace, list(scores))
+        return [(m, scores[m.id]) for m in rows if m.status == "active"]
 
     def _event(self, namespace: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
         self._store.append_event(
@@ -821,38 +750,3 @@ class MemoryService:
                 created_at=self._clock.now(),
             )
         )
-
-
-class IndexRepairRecords(AuditRows, KeyValueRows, Protocol):
-    """Where a missed index write is recorded for ``MemoryService.repair_index``."""
-
-
-def record_index_failure(
-    store: IndexRepairRecords, namespace: str, memory_id: str, code: str, op: str, now: datetime
-) -> None:
-    """Record what the index misses, in the store, so that ``MemoryService.repair_index`` finds it."""
-    store.append_event(
-        MemoryEvent(
-            id=new_id("evt"),
-            namespace=namespace,
-            kind="index_failed",
-            memory_id=memory_id,
-            detail={"error": code, "op": op},
-            created_at=now,
-        )
-    )
-    store.put_cache(namespace, INDEX_DIRTY, {"at": now.isoformat()})
-
-
-def _back_off(attempt: int) -> None:
-    """Before another round of a write that lost a race: let the winner finish; spread the retries."""
-    if attempt:
-        time.sleep(random.uniform(0, 0.005 * attempt))
-
-
-def _kept_changing(memory_id: str) -> Conflict:
-    return Conflict(
-        f"memory {memory_id} was changed by other writes at the same time {_VERSION_ATTEMPTS} times in a row; "
-        "try again",
-        code="version_conflict",
-    )

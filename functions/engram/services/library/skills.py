@@ -6,7 +6,8 @@ soft delete, resource files (README, "Skills"; rules in ``domain/skills.py``).
 - Every version stays readable; restoring version k writes it again as the newest (n+1).
 - Deleting is soft: the skill disappears from listings, search and injection, and can be restored
   for ``RESTORE_DAYS``; after that the cleanup job purges it (``purge_deleted``: every version, and the
-  resource files no other skill of the namespace uses), or the next lookup of the name does.
+  resource files no other skill of the namespace uses), or the next lookup of the name purges its rows
+  (only the cleanup job deletes files: ``collect_orphan_files`` takes those a lookup left).
 - Resource files are stored once per content (key: namespace + SHA-256) in the ``BlobStore``, so each
   version's manifest keeps pointing at the bytes it had.
 
@@ -66,9 +67,15 @@ class ImportResult:
     created: bool  # False: the content was unchanged, nothing written
 
 
+BLOB_PREFIX = "skills/"  # every resource file's key starts here (infra/skill_files.py grants this prefix only)
+# A file no version names is deleted only once it is this old: an import uploads its files before it
+# writes the version row that names them.
+ORPHAN_GRACE = timedelta(days=1)
+
+
 def blob_key(namespace: str, sha256: str) -> str:
     """Where a file's bytes live: the namespace (hashed, so any namespace string is a safe key) + content hash."""
-    return f"skills/{hashlib.sha256(namespace.encode()).hexdigest()[:32]}/{sha256}"
+    return f"{BLOB_PREFIX}{hashlib.sha256(namespace.encode()).hexdigest()[:32]}/{sha256}"
 
 
 class SkillService:
@@ -86,7 +93,7 @@ class SkillService:
         skill = self._store.find_skill(namespace, skill_name(name))
         if skill is not None and skill.deleted_at is not None:
             if skill.deleted_at + timedelta(days=RESTORE_DAYS) <= self._clock.now():
-                self._purge(namespace, skill.name)  # its restore window is over
+                self._purge(namespace, skill.name, files=False)  # its restore window is over
                 skill = None
             elif not deleted:
                 raise NotFound(
@@ -116,7 +123,7 @@ class SkillService:
         for skill in self._store.list_skills(namespace):
             if skill.deleted_at is not None:
                 if skill.deleted_at + timedelta(days=RESTORE_DAYS) <= self._clock.now():
-                    self._purge(namespace, skill.name)
+                    self._purge(namespace, skill.name, files=False)
                     continue
                 if not deleted:
                     continue
@@ -254,7 +261,7 @@ class SkillService:
         now = self._clock.now()
         head = self._store.find_skill(namespace, name)
         if head is not None and not self._restorable(head):
-            self._purge(namespace, name)  # deleted longer ago than the restore window: start over
+            self._purge(namespace, name, files=False)  # deleted longer ago than the restore window: start over
             head = None
         latest = self._store.get_version(namespace, name, head.version) if head is not None else None
         if manifest is None:
@@ -301,19 +308,41 @@ class SkillService:
     def namespaces(self) -> list[str]:
         return self._store.list_namespaces()
 
-    def _purge(self, namespace: str, name: str) -> int:
+    def collect_orphan_files(self, *, now: datetime | None = None) -> int:
+        """Delete the resource files no version of any skill uses any more, written ``ORPHAN_GRACE`` ago
+        or earlier (the cleanup job, nightly); returns how many.
+
+        A lookup that meets a skill past its restore window purges its rows only (the HTTP functions may
+        not delete files on AWS, docs/aws.md "What each function may do"), and an import that failed after
+        its upload leaves a file no version names: this collects both. The grace keeps a file uploaded by
+        an import whose version row is not written yet (files go first)."""
+        before = (now or self._clock.now()) - ORPHAN_GRACE
+        used = {
+            blob_key(namespace, f.sha256)
+            for namespace in self._store.list_namespaces()
+            for skill in self._store.list_skills(namespace)
+            for version in self._store.list_versions(namespace, skill.name)
+            for f in version.files
+        }
+        doomed = [key for key, written in self._blobs.list_keys(BLOB_PREFIX) if key not in used and written <= before]
+        for key in doomed:
+            self._blobs.delete(key)
+        return len(doomed)
+
+    def _purge(self, namespace: str, name: str, *, files: bool = True) -> int:
         """Remove a skill for good: first the bytes of its files that no other skill of the namespace
         uses (files are stored once per content), then its rows, so a failure leaves the rows and the
-        next run tries again. Returns how many files were deleted."""
-        files = {f.sha256 for v in self._store.list_versions(namespace, name) for f in v.files}
-        if files:
+        next run tries again. Returns how many files were deleted. ``files=False`` (a lookup on the
+        request path): the rows only; ``collect_orphan_files`` deletes the files later."""
+        files_of = {f.sha256 for v in self._store.list_versions(namespace, name) for f in v.files} if files else set()
+        if files_of:
             for other in self._store.list_skills(namespace):
                 if other.name != name:
-                    files -= {f.sha256 for v in self._store.list_versions(namespace, other.name) for f in v.files}
-        for sha in sorted(files):
+                    files_of -= {f.sha256 for v in self._store.list_versions(namespace, other.name) for f in v.files}
+        for sha in sorted(files_of):
             self._blobs.delete(blob_key(namespace, sha))
         self._store.purge(namespace, name)
-        return len(files)
+        return len(files_of)
 
     def _restorable(self, skill: Skill) -> bool:
         return skill.deleted_at is None or skill.deleted_at + timedelta(days=RESTORE_DAYS) > self._clock.now()

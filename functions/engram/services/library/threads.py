@@ -76,6 +76,14 @@ class ThreadService:
         moved = self._store.move_thread(namespace, thread_id, into)
         return self._store.get_thread(namespace, into), moved
 
+    def erase(self, namespace: str, thread_id: str) -> Thread:
+        """Erase a thread in the recycle bin for good, with its messages (the panel's "Erase for good")."""
+        thread = self._store.get_thread(namespace, thread_id)
+        if thread.deleted_at is None:
+            raise Conflict(f"thread {thread_id} is not in the recycle bin: delete it first", code="not_deleted")
+        self._store.purge_thread(namespace, thread_id)
+        return thread
+
     def purge_deleted(self, namespace: str, *, older_than_days: int, now: datetime | None = None) -> int:
         """Hard-delete the threads (and their messages) in the recycle bin for longer than the given days."""
         before = (now or self._clock.now()) - timedelta(days=older_than_days)

@@ -1,6 +1,8 @@
 """Every prompt Engram sends to a model itself, and the rendering of their inputs: extraction and
-dreaming (the jobs), scoring a text file on moving in (``services/transfer/other_systems.py``) and recall
-compression (``services/recall/pipeline.py``). Every reply is read by ``services/models/reply.parse_json_object``
+dreaming (the jobs), scoring a text file on moving in (``services/transfer/other_systems.py``), recall
+compression (``services/recall/pipeline.py``), and curation's drafts (a merge: ``services/library/curation.py``;
+a consolidation: ``services/jobs/consolidation.py``). Every reply is read by
+``services/models/reply.parse_json_object``
 (bare JSON, a ```json fence, or JSON inside prose).
 
 The prompts name every output field the parsers read (``services/jobs/extraction.py``,
@@ -106,6 +108,43 @@ COMPRESS_SYSTEM = (
     "could matter for the message. Same language as the memory. Reply with JSON: "
     '{"lines": ["...", ...]} with exactly one line per memory, in order.'
 )
+
+
+MERGE_SYSTEM = f"""You merge several memories about one user into one memory, for the user to review.
+Keep every fact, name, number, date and preference the memories state; drop only what repeats. Where
+they disagree, keep the most recent (the memories are listed oldest first). Write one short,
+self-contained text in the third person, in the language the memories are written in.
+
+Answer with exactly one JSON object and nothing else, of this shape:
+{{"content": "...", "type": "...", "tags": ["..."]}}
+type is one of {_TYPES}."""
+
+CONSOLIDATE_SYSTEM = f"""You tidy the long-term memories of one user of an AI assistant. You receive a list
+of memories (JSON lines, each with its id, oldest first). Propose a consolidated set: merge memories that
+repeat or overlap into one, and rewrite one that is unclear, keeping every fact, name, number, date and
+preference. Leave out of your answer every memory that is fine as it is. Never invent facts. Write in the
+language the memories are written in.
+
+Answer with exactly one JSON object and nothing else, of this shape:
+{{"items": [{{"source_ids": ["..."], "content": "...", "type": "...", "importance": 0.0-1.0,
+  "tags": ["..."], "reason": "..."}}]}}
+
+Each item replaces the memories in its source_ids (ids from the list only; at most 10, each id in at
+most one item) by its content. type is one of {_TYPES}. reason says in a few words why. An empty list
+when nothing needs consolidating."""
+
+
+def merge_messages(memories: Sequence[Memory]) -> list[dict[str, Any]]:
+    """The merge draft call: the memories to merge, oldest first (services/library/curation.py)."""
+    ordered = sorted(memories, key=lambda m: m.created_at)
+    lines = "\n".join(json.dumps(render_memory(m), ensure_ascii=False) for m in ordered)
+    return [{"role": "system", "content": MERGE_SYSTEM}, {"role": "user", "content": "Memories:\n" + lines}]
+
+
+def consolidate_messages(memories: Sequence[Memory]) -> list[dict[str, Any]]:
+    """One batch of a consolidation draft (services/jobs/consolidation.py): the memories, oldest first."""
+    lines = "\n".join(json.dumps(render_memory(m), ensure_ascii=False) for m in memories)
+    return [{"role": "system", "content": CONSOLIDATE_SYSTEM}, {"role": "user", "content": "Memories:\n" + lines}]
 
 
 def score_messages(lines: Sequence[str]) -> list[dict[str, Any]]:

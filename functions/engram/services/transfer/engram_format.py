@@ -328,7 +328,7 @@ class TransferService:
             run.rows("skills", document.skills, skill, step)
         if not dry_run:
             embed = progress("embed", len(run.inserted_active)) if progress else None
-            run.report.indexed = self._memories.reindex_ids(namespace, run.inserted_active, progress=embed)
+            run.report.indexed = self._memories.upkeep.reindex_ids(namespace, run.inserted_active, progress=embed)
         return {**run.report.to_dict(), "dry_run": dry_run}
 
 

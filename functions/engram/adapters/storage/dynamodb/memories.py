@@ -16,7 +16,7 @@ from engram.adapters.storage.common import (
     to_iso,
 )
 from engram.adapters.storage.dynamodb.base import DynamoStoreBase, cursor_sort_key
-from engram.adapters.storage.dynamodb.table import Cancelled, fields, sort_key, to_model
+from engram.adapters.storage.dynamodb.table import MAX_TRANSACTION_ITEMS, Cancelled, fields, sort_key, to_model
 from engram.domain.errors import VERSION_CONFLICT, Conflict, EngramError, InvalidInput, NotFound, version_conflict
 from engram.domain.models import MEMORY_COUNTERS, MEMORY_STATUSES, Candidate, Memory, MemoryFilter, Page
 
@@ -300,24 +300,33 @@ class DynamoMemories(DynamoStoreBase):
             yield to_model(Memory, item)
 
     def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
-        if old.namespace != new.namespace:
-            raise InvalidInput("supersede needs both memories in the same namespace")
-        current = self._read_memory(old.namespace, old.id)
-        if current is None:
-            raise NotFound(f"memory {old.id} not found")
-        if current.version != old.version:
-            raise version_conflict(old.id, old.version, current.version)
+        stored, new = self.supersede_many([old], new)
+        return stored[0], new
+
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        if not olds or any(old.namespace != new.namespace for old in olds):
+            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
+        current: list[Memory | None] = []
+        for old in olds:
+            row = self._read_memory(old.namespace, old.id)
+            if row is None:
+                raise NotFound(f"memory {old.id} not found")
+            if row.version != old.version:
+                raise version_conflict(old.id, old.version, row.version)
+            current.append(row)
         self._register(new.namespace)
         operations = [
-            self._replace_operation(old),
+            *(self._replace_operation(old) for old in olds),
             self._put_memory_operation(new, exists=False),
-            *self._lock_operations(old.namespace, [current], [old, new]),
+            *self._lock_operations(new.namespace, current, [*olds, new]),
         ]
+        if len(operations) > MAX_TRANSACTION_ITEMS:
+            raise InvalidInput(f"too many memories to supersede in one transaction ({len(olds)})")
         try:
             self._db.transact(operations)
         except Cancelled as exc:
-            raise self._why_not_replaced([old], f"cannot supersede {old.id} with {new.id}: id or key taken") from exc
-        return replaced(old), new
+            raise self._why_not_replaced(olds, f"cannot supersede with {new.id}: id or key taken") from exc
+        return [replaced(old) for old in olds], new
 
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         pk = self._pk(namespace)
@@ -392,11 +401,22 @@ class DynamoMemories(DynamoStoreBase):
         rows.sort(key=lambda m: (m.status_changed_at or m.updated_at, m.id))
         return rows[:limit]
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
         check_limit(limit)
-        items = self._db.query(
-            pk=f"{self._pk(namespace)}#MEM#active", index="GSI2", sk_before=to_iso(before), page_size=limit
-        )
+        pk = f"{self._pk(namespace)}#MEM#active"
+        if after is None:
+            items = self._db.query(pk=pk, index="GSI2", sk_before=to_iso(before), page_size=limit)
+        else:
+            # BETWEEN is inclusive: the previous page's last row comes back first and is dropped below;
+            # ``<time>#<id>`` keys of rows seen at ``before`` sort after ``before`` itself, as with sk_before.
+            lo = sort_key(*after)
+            items = (
+                item
+                for item in self._db.query(pk=pk, index="GSI2", sk_between=(lo, to_iso(before)), page_size=limit + 1)
+                if item["GSI2SK"] != lo
+            )
         rows: list[Memory] = []
         for item in items:
             rows.append(to_model(Memory, item))

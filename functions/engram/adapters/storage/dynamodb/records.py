@@ -120,17 +120,29 @@ class DynamoRecords(DynamoStoreBase):
         return str(item["value"]) if item else None
 
     def set_cursor(self, namespace: str, name: str, value: str) -> None:
-        self._db.put(
-            {
-                "PK": self._pk(namespace),
-                "SK": f"CURSOR#{name}",
-                "entity": "cursor",
-                "namespace": namespace,
-                "name": name,
-                "value": value,
-                "updated_at": to_iso(self._clock.now()),
-            }
+        self._db.put(self._cursor_item(namespace, name, value))
+
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        item = self._cursor_item(namespace, name, value)
+        if expected is None:
+            return self._db.put(item, condition="attribute_not_exists(PK)")
+        return self._db.put(
+            item,
+            condition="#value = :expected",
+            ExpressionAttributeNames={"#value": "value"},
+            ExpressionAttributeValues={":expected": {"S": expected}},
         )
+
+    def _cursor_item(self, namespace: str, name: str, value: str) -> dict[str, Any]:
+        return {
+            "PK": self._pk(namespace),
+            "SK": f"CURSOR#{name}",
+            "entity": "cursor",
+            "namespace": namespace,
+            "name": name,
+            "value": value,
+            "updated_at": to_iso(self._clock.now()),
+        }
 
     def get_cache(self, namespace: str, key: str) -> Any | None:
         item = self._db.get(self._pk(namespace), f"CACHE#{key}")

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - exercised only without the aws extra
 M = TypeVar("M", bound=BaseModel)
 
 MAX_TRANSACTION_RETRIES = 5
+MAX_TRANSACTION_ITEMS = 100  # what one TransactWriteItems call may hold
 
 # The table the adapter expects (infra/storage.py creates the same; tests/infra checks they agree).
 TABLE_KEYS = {"PK": "HASH", "SK": "RANGE"}

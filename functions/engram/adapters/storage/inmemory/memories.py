@@ -114,20 +114,26 @@ class InMemoryMemories(InMemoryStoreBase):
         return oldest_first(rows)
 
     def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
-        if old.namespace != new.namespace:
-            raise InvalidInput("supersede needs both memories in the same namespace")
+        stored, new = self.supersede_many([old], new)
+        return stored[0], new
+
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        if not olds or any(old.namespace != new.namespace for old in olds):
+            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
         with self._lock:
-            rows = self._memories.get(old.namespace, {})
-            stored_old = self._checked_replace(old, rows)
+            rows = self._memories.get(new.namespace, {})
+            after = dict(rows)
+            for old in olds:
+                after[old.id] = self._checked_replace(old, after)
             if new.id in rows:
                 raise Conflict(f"memory {new.id} already exists")
-            # Check both rows against the state after the swap before touching anything.
-            after = {**rows, old.id: stored_old, new.id: new}
-            self._check_memory_unique(old, after)
-            self._check_memory_unique(new, after)
-            rows[old.id] = stored_old
+            after[new.id] = new
+            # Check every row against the state after the swap before touching anything.
+            for row in (*olds, new):
+                self._check_memory_unique(row, after)
+            rows.update({old.id: after[old.id] for old in olds})
             rows[new.id] = new
-            return replaced(old), new
+            return [replaced(old) for old in olds], new
 
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         with self._lock:
@@ -164,16 +170,18 @@ class InMemoryMemories(InMemoryStoreBase):
             ]
         return sorted(rows, key=lambda m: (changed_at(m), m.id))[:limit]
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
         check_limit(limit)
 
-        def seen_at(memory: Memory) -> datetime:
-            return memory.last_seen_at or memory.created_at
+        def order(memory: Memory) -> tuple[datetime, str]:
+            return memory.last_seen_at or memory.created_at, memory.id
 
         with self._lock:
             rows = self._memories.get(namespace, {}).values()
-            unseen = [m for m in rows if m.status == "active" and seen_at(m) < before]
-        return sorted(unseen, key=lambda m: (seen_at(m), m.id))[:limit]
+            unseen = [m for m in rows if m.status == "active" and order(m)[0] < before]
+        return sorted((m for m in unseen if after is None or order(m) > after), key=order)[:limit]
 
     # -- review candidates ----------------------------------------------------------------
     def insert_candidate(self, candidate: Candidate) -> Candidate:

@@ -86,6 +86,14 @@ class InMemoryRecords(InMemoryStoreBase):
         with self._lock:
             self._cursors.setdefault(namespace, {})[name] = value
 
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        with self._lock:
+            cursors = self._cursors.setdefault(namespace, {})
+            if cursors.get(name) != expected:
+                return False
+            cursors[name] = value
+            return True
+
     def get_cache(self, namespace: str, key: str) -> Any | None:
         with self._lock:
             entry = self._cache.get(namespace, {}).get(key)

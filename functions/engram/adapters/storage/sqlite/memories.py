@@ -133,13 +133,17 @@ class SqliteMemories(SqliteStoreBase):
             after = [to_iso(chunk[-1].created_at), chunk[-1].id]
 
     def supersede(self, old: Memory, new: Memory) -> tuple[Memory, Memory]:
-        if old.namespace != new.namespace:
-            raise InvalidInput("supersede needs both memories in the same namespace")
+        stored, new = self.supersede_many([old], new)
+        return stored[0], new
+
+    def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
+        if not olds or any(old.namespace != new.namespace for old in olds):
+            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
         with self._transaction() as db:
-            # The old row goes first: it frees the fact_key the new row takes.
-            stored_old = _replace(db, old)
+            # The old rows go first: they free the fact_key the new row takes.
+            stored = [_replace(db, old) for old in olds]
             db.execute(MEMORIES.insert_sql, MEMORIES.insert_params(new))
-        return stored_old, new
+        return stored, new
 
     def delete_memory_row(self, namespace: str, memory_id: str, *, version: int | None = None) -> bool:
         with self._session() as db:
@@ -185,14 +189,16 @@ class SqliteMemories(SqliteStoreBase):
             [namespace, *statuses, to_iso(before), limit],
         )
 
-    def memories_unseen_since(self, namespace: str, before: datetime, *, limit: int = 500) -> list[Memory]:
+    def memories_unseen_since(
+        self, namespace: str, before: datetime, *, limit: int = 500, after: tuple[datetime, str] | None = None
+    ) -> list[Memory]:
         check_limit(limit)
         seen_at = "COALESCE(last_seen_at, created_at)"
-        return self._select(
-            MEMORIES,
-            f"namespace = ? AND status = 'active' AND {seen_at} < ? ORDER BY {seen_at}, id LIMIT ?",
-            [namespace, to_iso(before), limit],
-        )
+        where, params = f"namespace = ? AND status = 'active' AND {seen_at} < ?", [namespace, to_iso(before)]
+        if after is not None:
+            where += f" AND ({seen_at} > ? OR ({seen_at} = ? AND id > ?))"
+            params += [to_iso(after[0]), to_iso(after[0]), after[1]]
+        return self._select(MEMORIES, f"{where} ORDER BY {seen_at}, id LIMIT ?", [*params, limit])
 
     # -- review candidates ----------------------------------------------------------------
     def insert_candidate(self, candidate: Candidate) -> Candidate:

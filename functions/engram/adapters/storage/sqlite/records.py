@@ -78,6 +78,15 @@ class SqliteRecords(SqliteStoreBase):
             (namespace, name, value),
         )
 
+    def replace_cursor(self, namespace: str, name: str, value: str, *, expected: str | None) -> bool:
+        if expected is None:
+            sql = (
+                "INSERT INTO cursors (namespace, name, value) VALUES (?, ?, ?) ON CONFLICT (namespace, name) DO NOTHING"
+            )
+            return self._execute(sql, (namespace, name, value)) == 1
+        sql = "UPDATE cursors SET value = ? WHERE namespace = ? AND name = ? AND value = ?"
+        return self._execute(sql, (value, namespace, name, expected)) == 1
+
     def get_cache(self, namespace: str, key: str) -> Any | None:
         entry = self._select_one(
             CACHE,

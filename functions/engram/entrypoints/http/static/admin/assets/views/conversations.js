@@ -1,9 +1,11 @@
 // Conversations: the threads of every client (docs/threads.md) — list, read (oldest first, a page at a
 // time), rename, merge into another thread, delete to the recycle bin and restore; read, edit, clear or copy
-// the summary of its server-kept history (README, "Server-kept history"). Message text is
-// inserted as text nodes (dom.js), never parsed as HTML.
+// the summary of its server-kept history (README, "Server-kept history"); a batch of selected threads
+// deleted, restored, erased for good or exported. Message text is inserted as text nodes (dom.js),
+// never parsed as HTML.
 import { del, get, patch, post, put } from '../api.js';
-import { button, card, chip, confirmDialog, empty, field, fmtAgo, fmtDate, h, openDialog, select, toast } from '../dom.js';
+import { button, card, chip, confirmDialog, downloadJson, empty, field, fmtAgo, fmtDate, h, openDialog, select, toast } from '../dom.js';
+import { each, selection } from './batch.js';
 
 const PAGE = 50;
 const path = (id, rest = '') => `v1/threads/${encodeURIComponent(id)}${rest}`;
@@ -17,6 +19,49 @@ export async function render(root, ctx) {
   const detail = h('div', { class: 'stack', id: 'thread-detail' });
   const bin = h('input', { type: 'checkbox', name: 'deleted', checked: state.bin, 'aria-label': 'Show the recycle bin' });
   let cursor = null;
+  const picked = selection({
+    id: 'thread-batch',
+    noun: { one: 'conversation', plural: 'conversations' },
+    actions: [
+      { label: 'Delete', iconName: 'trash', run: (rows) => batch(rows.filter((t) => !t.deleted_at), (t) => del(path(t.id)), 'moved to the recycle bin') },
+      { label: 'Restore', iconName: 'restore', run: (rows) => batch(rows.filter((t) => t.deleted_at), (t) => post(path(t.id, '/restore')), 'restored') },
+      { label: 'Export', iconName: 'download', run: exportThreads },
+      { label: 'Erase for good…', iconName: 'trash', kind: 'ghost small danger-text', run: eraseForGood },
+    ],
+  });
+  async function batch(rows, fn, verb) {
+    if (!rows.length) { toast('None of the selected conversations can take this.', 'error'); return; }
+    await each(rows, fn, (n) => `${plural(n, 'conversation')} ${verb}`);
+    picked.clear();
+    await load();
+  }
+  async function eraseForGood(rows) {
+    const n = rows.length;
+    const ok = await confirmDialog(`Erase ${plural(n, 'conversation')} for good?`,
+      `The ${n === 1 ? 'selected conversation and its messages' : `${n} selected conversations and their messages`} will be gone for good: no restore.`,
+      { confirm: `Erase ${n}`, danger: true });
+    if (!ok) return;
+    await batch(rows, async (t) => {
+      if (!t.deleted_at) await del(path(t.id));
+      await post(path(t.id, '/erase'), { confirm: true });
+    }, 'erased for good');
+    detail.replaceChildren();
+  }
+  async function exportThreads(rows) {
+    const threads = [];
+    for (const t of rows) {
+      const messages = [];
+      let next;
+      do {
+        const res = await get(path(t.id, '/messages'), { limit: 200, cursor: next });
+        messages.push(...res.items);
+        next = res.next_cursor;
+      } while (next);
+      threads.push({ ...t, messages });
+    }
+    downloadJson({ threads }, 'engram-conversations-selection.json');
+    toast(`${plural(rows.length, 'conversation')} exported`);
+  }
 
   async function load(first = true) {
     const res = await get('v1/threads', { deleted: bin.checked ? 'true' : undefined, limit: PAGE, cursor: first ? undefined : cursor });
@@ -31,6 +76,7 @@ export async function render(root, ctx) {
 
   function row(t) {
     return h('article', { class: 'item thread', dataset: { id: t.id } },
+      picked.checkbox(t, `conversation ${titleOf(t)}`),
       h('div', { class: 'thread-head' },
         h('strong', { class: 'thread-title' }, titleOf(t)),
         chip(plural(t.message_count, 'message')),
@@ -149,6 +195,7 @@ export async function render(root, ctx) {
 
   bin.addEventListener('change', () => {
     state.bin = bin.checked;
+    picked.clear();
     detail.replaceChildren();
     load().catch((err) => toast(err.message, 'error'));
   });
@@ -156,7 +203,7 @@ export async function render(root, ctx) {
     h('header', { class: 'page-head' },
       h('div', null, h('h1', null, 'Conversations'), h('p', { class: 'muted' }, 'Threads from every client, most recently active first.'))),
     h('div', { class: 'grid' },
-      card(null, h('label', { class: 'check' }, bin, ' Recycle bin'), list, more),
+      card(null, h('label', { class: 'check' }, bin, ' Recycle bin'), picked.bar, list, more),
       detail));
   await load();
   let selected = window.location.hash.split('/').slice(1).join('/');

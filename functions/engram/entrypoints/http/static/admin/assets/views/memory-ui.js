@@ -47,6 +47,17 @@ export function memoryCard(m, { onChange, score = null } = {}) {
     );
   }
   actions.append(button('Versions', () => versionsDialog(m.id, refresh), { kind: 'ghost small', iconName: 'history' }));
+  if (m.status === 'active' && (m.source === 'merge' || m.source === 'consolidation')) {
+    // A merge can be taken back: its sources return exactly as they were (README, "Curating by hand").
+    actions.append(button('Undo merge', async () => {
+      if (!await confirmDialog('Undo this merge?', 'The memories it was made of come back exactly as they were, and this one is erased.', { confirm: 'Undo merge' })) return;
+      try {
+        const res = await post(`v1/memories/${m.id}/unmerge`);
+        toast(`Merge undone: ${res.restored.length} memories restored`);
+        refresh(null);
+      } catch (err) { toast(err.message, 'error'); }
+    }, { kind: 'ghost small', iconName: 'restore' }));
+  }
   if (m.status === 'active') {
     actions.append(
       button('Archive', () => run(() => post(`v1/memories/${m.id}/archive`, undefined, at), 'Archived'),

@@ -9,6 +9,19 @@ function zoneList() {
   return list;
 }
 
+// The provider's models for the model fields; a provider that cannot list them leaves free text.
+async function modelList(note) {
+  const list = h('datalist', { id: 'model-list' });
+  try {
+    const res = await get('v1/admin/models');
+    list.append(...res.items.map((id) => h('option', { value: id })));
+    note.textContent = `${res.items.length} models offered by the provider: type in a model field to search them.`;
+  } catch (err) {
+    note.textContent = `The provider's model list could not be read (${err.message}); type a model name.`;
+  }
+  return list;
+}
+
 function control(item) {
   const attrs = { name: item.name, id: `set-${item.name}`, 'aria-describedby': `help-${item.name}` };
   if (item.kind === 'integer' || item.kind === 'number') {
@@ -16,6 +29,8 @@ function control(item) {
   }
   if (item.kind === 'boolean') return h('input', { ...attrs, type: 'checkbox', checked: item.value });
   if (item.kind === 'timezone') return h('input', { ...attrs, type: 'text', list: 'tz-list', value: item.value ?? '', autocomplete: 'off', spellcheck: 'false' });
+  // A model field offers the provider's model list (GET /v1/admin/models): type to search it.
+  if (item.group === 'Models') return h('input', { ...attrs, type: 'search', list: 'model-list', value: item.value ?? '', autocomplete: 'off', spellcheck: 'false', placeholder: 'type to search the provider\'s models' });
   return h('input', { ...attrs, type: 'text', value: item.value ?? '', placeholder: item.default ? '' : 'default', spellcheck: 'false' });
 }
 
@@ -73,9 +88,10 @@ export async function render(root) {
       h('p', { class: 'field-hint', id: `help-${item.name}` }, item.description, ' ', h('span', { class: 'default' }, `Default: ${defaultText}.`))));
   }
 
+  const modelNote = h('p', { class: 'muted small', id: 'model-list-note' });
   const form = h('form', { class: 'settings-form' },
-    zoneList(),
-    [...groups.entries()].map(([group, rows]) => card(group, rows)),
+    zoneList(), await modelList(modelNote),
+    [...groups.entries()].map(([group, rows]) => card(group, group === 'Models' ? modelNote : null, rows)),
     h('div', { class: 'savebar' }, status, save));
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
