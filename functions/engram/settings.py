@@ -2,6 +2,10 @@
 
 Parsed once by ``bootstrap``; nothing else reads the environment. The README's settings table is
 generated from the field descriptions here (``engram settings --markdown``).
+
+Over 450 lines on purpose: one field per setting with its default, bounds and description, written once
+in one class (docs/ARCHITECTURE.md, "One change, one place"); the mapping to service configs is
+``bootstrap/configs.py``.
 """
 
 from __future__ import annotations
