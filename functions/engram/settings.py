@@ -2,6 +2,10 @@
 
 Parsed once by ``bootstrap``; nothing else reads the environment. The README's settings table is
 generated from the field descriptions here (``engram settings --markdown``).
+
+Over 450 lines on purpose: one field per setting with its default, bounds and description, written once
+in one class (docs/ARCHITECTURE.md, "One change, one place"); the mapping to service configs is
+``bootstrap/configs.py``.
 """
 
 from __future__ import annotations
@@ -421,6 +425,12 @@ class Settings(BaseSettings):
     retention_usage_days: int = Field(30, ge=1, description="Usage log rows are deleted after this many days.")
     retention_events_days: int = Field(30, ge=1, description="Memory events (audit trail, job runs) are deleted after.")
     retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
+    retention_journal_days: int = Field(
+        90,
+        ge=1,
+        description="The change journal (each run's changes, with the rows before and after; docs/journal.md) is "
+        "deleted after this many days: older runs can no longer be undone.",
+    )
     memory_expire_unseen_days: int = Field(
         180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
     )

@@ -286,3 +286,35 @@ def test_settings_model_field_offers_the_provider_models(
     # (the public alias and the chat model: no passthrough, so none of the provider's other models)
     assert [m["id"] for m in api.get("/v1/models").json()["data"]] == ["companion", "gpt-small"]
     _unharmed(page, width)
+
+
+def test_consolidation_draft_is_edited_and_applied_only_on_confirm(
+    page: Any, api: httpx.Client, fake_upstream: upstream.FakeUpstream, width: str
+) -> None:
+    # Given three memories and a model that proposes merging two of them (its text carrying markup)
+    rows = [_remember(api, t) for t in ("Tea at 7", "Drinks tea at seven", f"Has a cat {XSS}")]
+    item = {"source_ids": [rows[0]["id"], rows[1]["id"]], "content": f"Drinks tea at 7 {XSS}", "reason": XSS}
+    fake_upstream.script(upstream.Reply(text=json.dumps({"items": [item]})))
+    login(page)
+    page.locator("#tabs a[data-tab=memories]").click()
+    expect(page.locator("#memory-list .memory")).to_have_count(3)
+    for text in ("Tea at 7", "Drinks tea at seven", "Has a cat"):
+        _select(page, "#memory-list", text)
+    # When a consolidation of the three is drafted
+    page.locator("#memory-batch").get_by_role("button", name="Consolidate…").click()
+    dialog = page.locator("dialog[open]")
+    expect(dialog.locator(".consolidation-item")).to_have_count(1)
+    box = dialog.get_by_role("textbox", name="Text of item it1")
+    expect(box).to_have_value(f"Drinks tea at 7 {XSS}")
+    expect(dialog.locator(".consolidation-item .merge-sources li")).to_have_count(2)
+    # Then nothing has changed yet
+    assert sorted(m["version"] for m in api.get("/v1/memories").json()["items"]) == [1, 1, 1]
+    # When the item is edited and applied
+    box.fill("Drinks tea at 7 sharp")
+    shot(page, f"{width}-consolidation", full_page=False)
+    dialog.get_by_role("button", name="Apply").click()
+    # Then it is one merge with the edited text
+    expect(page.locator(".toast").last).to_contain_text("1 change applied")
+    contents = sorted(m["content"] for m in api.get("/v1/memories").json()["items"])
+    assert contents == sorted(["Drinks tea at 7 sharp", f"Has a cat {XSS}"])
+    _unharmed(page, width)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,19 @@ def test_importing_every_module_does_no_work() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+LONG_MODULE = 450  # lines (docs/ARCHITECTURE.md, "Where each behaviour lives": a longer module says why)
+
+
+def test_a_long_module_says_why_at_its_top() -> None:
+    # Given every module of the package, When one is longer than LONG_MODULE lines,
+    # Then its docstring states why it is kept whole ("Over N lines on purpose: ...")
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > LONG_MODULE:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if not re.search(r"Over \d+ lines on purpose", doc):
+                unexplained.append(f"{path.relative_to(PACKAGE)} ({text.count(chr(10))} lines)")
+    assert not unexplained, "long modules that do not say why: " + ", ".join(unexplained)

@@ -17,6 +17,9 @@ and its vector in float16, plus a change sequence), so a replica is rebuilt with
 - ``reset`` bumps the shared *epoch*; a replica that sees a new epoch rebuilds from the log.
 
 See docs/aws.md ("Search backends") for the costs and the freshness this buys.
+
+Over 450 lines on purpose: the sync, the snapshots and the epoch share one per-namespace state under one
+lock; the log's rows and ports are ``replica_log.py`` and ``document_log.py``.
 """
 
 from __future__ import annotations

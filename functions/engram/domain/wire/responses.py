@@ -18,6 +18,9 @@ has no place for them: reasoning items (their encrypted content belongs to the p
 them), hosted tools (web search, file search, namespaces of tools), ``include``, ``store`` (Engram keeps
 no response objects: a client sends the whole conversation each turn, as Codex does with
 ``store: false``).
+
+Over 450 lines on purpose: the request, the whole answer and the stream events are the two directions of
+one translation, kept together so a field handled one way is handled the other.
 """
 
 from __future__ import annotations

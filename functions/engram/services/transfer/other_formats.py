@@ -12,6 +12,9 @@ full record in ``metadata``: ``fact_key``, ``seen_count``, ``last_seen_at``, ver
 Pawwake's backup (schema 5: ``backup_id``, ``merged_from``, ``superseded_by``, ``source_session``,
 ``source_message_ids``, ``remind_at`` / ``reminder_delivered_at``; older files with ``id`` still read);
 mem0's ``Memory.get_all()`` and the platform client's ``get_all()`` (``expiration_date``, ``immutable``).
+
+Over 450 lines on purpose: four small converters and the field rules they share (ids, times, layers,
+the dropped-field count) in one module, so a rule changes for every format at once.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from engram.domain.errors import InvalidInput
 from engram.domain.models import MEMORY_TYPES
 
-FORMATS = ("aelios", "pawwake", "mem0", "text")
+# The systems Engram moves in from: the one list the REST `from` parameter, the CLI's `--from` and the MCP
+# and panel imports take.
+ForeignFormat = Literal["aelios", "pawwake", "mem0", "text"]
+FORMATS: tuple[str, ...] = get_args(ForeignFormat)
 _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,90}$")
 PAWWAKE_LAYERS = {1: "fragment", 2: "event", 3: "core"}
 # Memory fields an Aelios export carries under ``metadata`` with Engram's own names.

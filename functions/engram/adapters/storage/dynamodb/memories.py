@@ -1,4 +1,9 @@
-"""Memories and review candidates on the DynamoDB table: rows, uniqueness locks, listings, sweeps."""
+"""Memories and review candidates on the DynamoDB table: rows, uniqueness locks, listings, sweeps.
+
+Over 450 lines on purpose: every write of a memory row (versioned replace, supersede and restore
+transactions, the fact-key and external-id locks, counters) shares the lock items and condition
+expressions kept here; the SQLite and in-memory stores hold the same in their ``memories.py``.
+"""
 
 from __future__ import annotations
 

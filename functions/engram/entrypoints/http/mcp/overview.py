@@ -7,41 +7,51 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 
-from engram.entrypoints.http.mcp.toolkit import EXPORT, READ, READ_ONLY, Toolbox, caller, drop_namespace, jsonable
+from engram.entrypoints.http.mcp.toolkit import (
+    EXPORT,
+    READ,
+    READ_ONLY,
+    ToolList,
+    caller,
+    container_of,
+    drop_namespace,
+    jsonable,
+)
+
+TOOLS = ToolList()
 
 
-def register(tools: Toolbox) -> None:
-    """The boot package, the digest, counts and the export."""
-    c, tool = tools.container, tools.tool
+# -- overview -------------------------------------------------------------------------
+@TOOLS.tool(READ_ONLY)
+def memory_boot(ctx: Context) -> dict[str, Any]:
+    """The cold-boot package for a new session: digest, yesterday's log, pinned/identity/persona
+    memories, the long tail (the next memories by importance), precious notes, glossary, today's
+    latest messages and stats. Call once at the start of a session."""
+    who = caller(ctx, READ)
+    return dict(drop_namespace(jsonable(container_of(ctx).boot.package(who.namespace))))
 
-    # -- overview -------------------------------------------------------------------------
-    @tool(READ_ONLY)
-    def memory_boot(ctx: Context) -> dict[str, Any]:
-        """The cold-boot package for a new session: digest, yesterday's log, pinned/identity/persona
-        memories, the long tail (the next memories by importance), precious notes, glossary, today's
-        latest messages and stats. Call once at the start of a session."""
-        who = caller(ctx, READ)
-        return dict(drop_namespace(jsonable(c.boot.package(who.namespace))))
 
-    @tool(READ_ONLY)
-    def digest_get(ctx: Context) -> dict[str, Any]:
-        """Read the digest (the user's ≤500-character summary); empty when none was written yet."""
-        who = caller(ctx, READ)
-        digest = c.notes.get_digest(who.namespace)
-        return {
-            "content": digest.content if digest else "",
-            "updated_at": digest.updated_at.isoformat() if digest else None,
-        }
+@TOOLS.tool(READ_ONLY)
+def digest_get(ctx: Context) -> dict[str, Any]:
+    """Read the digest (the user's ≤500-character summary); empty when none was written yet."""
+    who = caller(ctx, READ)
+    digest = container_of(ctx).notes.get_digest(who.namespace)
+    return {
+        "content": digest.content if digest else "",
+        "updated_at": digest.updated_at.isoformat() if digest else None,
+    }
 
-    @tool(READ_ONLY)
-    def memory_stats(ctx: Context) -> dict[str, Any]:
-        """Counts: memories by status and type, pending review candidates, messages, precious notes, glossary."""
-        who = caller(ctx, READ)
-        return dict(jsonable(c.stats.counts(who.namespace)))
 
-    @tool(READ_ONLY)
-    def memory_export(ctx: Context) -> dict[str, Any]:
-        """Export every row of the user's memory as one JSON document (memories, messages, precious,
-        glossary, digest, logs). Large; use only when the user asks for a backup or export."""
-        who = caller(ctx, EXPORT)
-        return dict(c.transfer.export(who.namespace))
+@TOOLS.tool(READ_ONLY)
+def memory_stats(ctx: Context) -> dict[str, Any]:
+    """Counts: memories by status and type, pending review candidates, messages, precious notes, glossary."""
+    who = caller(ctx, READ)
+    return dict(jsonable(container_of(ctx).stats.counts(who.namespace)))
+
+
+@TOOLS.tool(READ_ONLY)
+def memory_export(ctx: Context) -> dict[str, Any]:
+    """Export every row of the user's memory as one JSON document (memories, messages, precious,
+    glossary, digest, logs). Large; use only when the user asks for a backup or export."""
+    who = caller(ctx, EXPORT)
+    return dict(container_of(ctx).transfer.export(who.namespace))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -25,6 +24,7 @@ from engram.domain.access import Principal
 from engram.domain.errors import EngramError, Forbidden, is_version_conflict
 from engram.domain.models import Memory, MemoryLayer, MemoryType
 from engram.domain.policies import MAX_CONTENT_CHARS, MAX_TAGS, instant_in_range
+from engram.entrypoints.http.state import container_of as request_container
 from engram.services.library.memories import WriteResult
 
 PRINCIPAL_KEY = "engram.principal"  # where the gate leaves the Principal in the ASGI scope
@@ -95,21 +95,36 @@ RemindAt = Annotated[
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
-class Toolbox:
-    """What a tool module registers its tools with: the server and the services they call."""
+class ToolList:
+    """A tool module's tools, in the order they are listed (``tools/list``): each is a module-level
+    function decorated ``@TOOLS.tool(annotations)``; ``register`` puts them on a server. A tool reaches
+    the services through ``container_of(ctx)`` and its caller through ``caller(ctx, scope)``."""
 
-    server: MCPServer
-    container: Container
+    def __init__(self) -> None:
+        self._tools: list[tuple[Callable[..., Any], ToolAnnotations]] = []
 
     def tool(self, annotations: ToolAnnotations) -> Callable[[_F], _F]:
-        """Register the decorated function as a tool named after it, with the error mapping applied."""
+        """Add the decorated function as a tool named after it (unchanged: tests may call it directly)."""
 
-        def register(fn: _F) -> _F:
-            self.server.add_tool(model_errors(fn), name=fn.__name__, annotations=annotations, structured_output=True)
+        def add(fn: _F) -> _F:
+            self._tools.append((fn, annotations))
             return fn
 
-        return register
+        return add
+
+    def register(self, server: MCPServer) -> None:
+        """Every tool on ``server``, with the error mapping applied."""
+        for fn, marks in self._tools:
+            call = model_errors(fn) if marks is READ_ONLY else hand_edit(model_errors(fn))
+            server.add_tool(call, name=fn.__name__, annotations=marks, structured_output=True)
+
+
+def container_of(ctx: Context) -> Container:
+    """The services of the process serving this call (the app's container, as for a REST request)."""
+    request = ctx.request_context.request
+    if not isinstance(request, Request):
+        raise ToolError("not authenticated: send 'Authorization: Bearer <key>'")
+    return request_container(request)
 
 
 def aware(when: datetime | None) -> datetime | None:
@@ -147,6 +162,22 @@ def model_errors(fn: _F) -> _F:
             first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
             where = ".".join(str(p) for p in first.get("loc", ()))
             raise ToolError(f"{where}: {first['msg']}" if where else str(first["msg"])) from exc
+
+    return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
+
+
+def hand_edit(fn: _F) -> _F:
+    """A tool call that may write is a hand edit: one ``edit`` run of the change journal, recorded if it
+    changed a row (docs/journal.md; the HTTP routes' runs: ``entrypoints/http/hand_edits.py``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs.get("ctx", args[0] if args else None)
+        if not isinstance(ctx, Context):  # not a served call (a test calling the function): no run
+            return fn(*args, **kwargs)
+        journal = container_of(ctx).journal
+        with journal.run("edit", source="mcp", detail={"tool": fn.__name__}, always_record=False):
+            return fn(*args, **kwargs)
 
     return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
 

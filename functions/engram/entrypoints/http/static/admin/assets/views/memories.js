@@ -29,6 +29,7 @@ export async function render(root) {
     noun: { one: 'memory', plural: 'memories' },
     actions: [
       { label: 'Merge…', iconName: 'merge', run: (rows) => mergeDialog(rows, () => { picked.clear(); run(); }) },
+      { label: 'Consolidate…', iconName: 'refresh', run: (rows) => consolidateDialog(rows, () => { picked.clear(); run(); }) },
       { label: 'Archive', iconName: 'archive', run: (rows) => batch(rows, (m) => post(`v1/memories/${m.id}/archive`, undefined, { ifMatch: m.version }), 'archived') },
       { label: 'Delete', iconName: 'trash', run: (rows) => batch(rows, (m) => del(`v1/memories/${m.id}`, { ifMatch: m.version }), 'deleted') },
       { label: 'Restore', iconName: 'restore', run: (rows) => batch(rows, (m) => post(`v1/memories/${m.id}/restore`, undefined, { ifMatch: m.version }), 'restored') },
@@ -189,4 +190,56 @@ function coreCandidates(changed) {
     };
     try { await load(); } catch (err) { body.replaceChildren(h('p', { class: 'callout error' }, err.message)); }
   }, { wide: true });
+}
+
+// A consolidation draft of the selected memories: the model proposes items (each replacing some of them)
+// as a job; each item is edited, kept or dropped here, and nothing changes until "Apply" (README,
+// "Curating by hand").
+async function consolidateDialog(rows, done) {
+  let draft = await post('v1/consolidations', { memory_ids: rows.map((m) => m.id) });
+  const applied = await openDialog('Consolidation draft', async ({ body, footer, close }) => {
+    const progress = h('p', { class: 'muted', id: 'consolidation-progress', role: 'status' });
+    body.append(progress);
+    while (draft.state === 'running') {
+      progress.textContent = `The model is drafting… ${draft.done} of ${draft.total || '?'} batches`;
+      await new Promise((resolve) => { setTimeout(resolve, 400); });
+      if (!body.isConnected) return;
+      draft = await get(`v1/consolidations/${encodeURIComponent(draft.id)}`);
+    }
+    if (draft.state !== 'ready') {
+      progress.textContent = `The draft stopped: ${draft.note || draft.state}`;
+      footer.append(button('Close', () => close(null), { kind: 'ghost' }));
+      return;
+    }
+    progress.textContent = draft.items.length
+      ? `${draft.items.length} proposed change${draft.items.length === 1 ? '' : 's'}: edit, keep or drop each; nothing changes until you apply.`
+      : 'Nothing to consolidate: these memories are fine as they are.';
+    const items = draft.items.map((item) => {
+      const keep = h('input', { type: 'checkbox', checked: true, 'aria-label': `Keep item ${item.id}` });
+      const text = h('textarea', { rows: 3, maxlength: 4000, 'aria-label': `Text of item ${item.id}` });
+      text.value = item.content;
+      const el = h('article', { class: 'item consolidation-item', dataset: { id: item.id } },
+        h('label', { class: 'check' }, keep, h('span', null, 'Keep this change')),
+        text,
+        item.reason ? h('p', { class: 'muted small' }, item.reason) : null,
+        h('p', { class: 'muted small' }, `Replaces ${item.sources.length}:`),
+        h('ul', { class: 'merge-sources' }, item.sources.map((src) => h('li', null, src.memory ? src.memory.content : '(gone)'))));
+      return { item, keep, text, el };
+    });
+    body.append(...items.map((i) => i.el));
+    footer.append(
+      button('Discard draft', async () => {
+        try { await post(`v1/consolidations/${encodeURIComponent(draft.id)}/discard`); close(null); } catch (err) { toast(err.message, 'error'); }
+      }, { kind: 'ghost' }),
+      button('Apply', async () => {
+        const accepted = items.filter((i) => i.keep.checked).map((i) => ({ id: i.item.id, content: i.text.value.trim() || i.item.content }));
+        try { close(await post(`v1/consolidations/${encodeURIComponent(draft.id)}/apply`, { items: accepted })); } catch (err) { toast(err.message, 'error'); }
+      }, { kind: 'primary', iconName: 'check' }));
+  }, { wide: true });
+  if (!applied) return;
+  const results = applied.results || [];
+  const ok = results.filter((r) => r.status === 'applied').length;
+  const refused = results.filter((r) => r.status === 'refused');
+  toast(`${ok} change${ok === 1 ? '' : 's'} applied${refused.length ? `; ${refused.length} refused: ${refused[0].message}` : ''}`, refused.length ? 'error' : 'ok');
+  done();
 }
