@@ -391,7 +391,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
     )
     conversations = lib.conversations
     # Drafts by hand use the extraction model (README, "Curating by hand").
-    curation = CurationService(store, memories, clock, extract_model)
+    curation = CurationService(store, memories, clock, extract_model, journal=base.journal)
     consolidation = ConsolidationService(store, curation, clock, extract_model)
     runner = JobRunner(
         JobServices(
