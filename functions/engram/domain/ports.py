@@ -627,6 +627,11 @@ class SkillStore(Protocol):
 
     def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None: ...
 
+    def get_versions(self, namespace: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SkillVersion]:
+        """The versions among ``wanted`` (name, version) that exist, by (name, version): one read for many
+        (skill search reads every live skill's body; a batch read on DynamoDB, not one per skill)."""
+        ...
+
     def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
         """Oldest first."""
         ...
