@@ -251,6 +251,7 @@ class UsageRecord(Frozen):
     id: str
     namespace: str
     model: str
+    thread: str | None = None  # the conversation of the chat turn (rows written before it was kept: None)
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0

@@ -367,6 +367,7 @@ class ExchangeRecorder:
                 id=new_id("use"),
                 namespace=ex.namespace,
                 model=ex.route.model,
+                thread=ex.conversation,
                 input_tokens=usage.input,
                 output_tokens=usage.output,
                 cache_read_tokens=usage.cache_read,

@@ -217,6 +217,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX events_by_run ON events (namespace, run_id, id) WHERE run_id IS NOT NULL",
         "CREATE INDEX events_runs ON events (namespace, created_at, id) WHERE id = run_id",
     ),
+    # 8: the conversation a usage row was spent in (GET /v1/usage per thread); older rows have none.
+    ("ALTER TABLE usage ADD COLUMN thread TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
