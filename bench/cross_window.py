@@ -64,7 +64,7 @@ def measure(turns: int, keyword_now: bool) -> tuple[list[float], list[float], in
     with tempfile.TemporaryDirectory(prefix="engram-xwin-") as tmp:
         clock = Clock()
         store = SqliteMemoryStore(Path(tmp) / "store.db", clock=clock)
-        index = GuardedIndex(SqliteSearchIndex(Path(tmp) / "conv.db"))
+        index = GuardedIndex(SqliteSearchIndex(Path(tmp) / "conv.db"), clock=clock)
         conversations = ConversationService(
             store, index, None, clock, service_config(ConversationConfig, min_relevance=0.0)
         )

@@ -15,12 +15,16 @@ namespace size no more than ``MAX_STRAYS`` or than the previous rule already had
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from engram.domain.text import estimate_tokens
-from engram.services.recall.pipeline import TENTATIVE_HEAD
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
+
+from engram.domain.text import estimate_tokens  # noqa: E402
+from engram.services.recall.pipeline import TENTATIVE_HEAD  # noqa: E402
 
 FLOORS = (0.0, 0.02, 0.05, 0.08, 0.1, 0.15, 0.2, 0.3)
 BUDGETS = (60, 120, 200, 300, 400)
@@ -36,6 +40,8 @@ class Turn:
     size: str  # "full" or the namespace size
     answers: frozenset[str]
     deep: tuple[tuple[str, float, int], ...]  # memory id, relevance, tokens of its line
+    # What the relevance estimate saw per deep hit (``bench/relevance_features.py``), for re-fitting.
+    features: tuple[tuple[float, float, int, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,10 @@ class Config:
 
     def label(self) -> str:
         return f"floor {self.floor:g}, " + (f"budget {self.budget}" if self.budget else f"top {TOP_K}")
+
+
+# The rule before issue 24: floor 0.2, the 5 best (the strays it had at each size are the limit there).
+BEFORE = Config(0.2, None)
 
 
 def line_tokens(content: str, kind: str = "fact", date: str = "2025-01-01") -> int:
@@ -138,7 +148,9 @@ def choose(turns: Sequence[Turn], before: Config) -> tuple[Config, bool]:
     return best[1], best[0] >= GOAL_SHARE
 
 
-def report(turns: Sequence[Turn], current: Config) -> Config:
+def report(turns: Sequence[Turn], current: Config, configured: Config | None = None) -> Config:
+    """The curve per split and row, the configuration ``choose`` picks on tuning, and whether the
+    configured default (the settings' floor and budget) is that pick."""
     chosen, reached = choose(turns, current)
     print("\nInjection curve: answer memories injected (answerable turns) / stray memories per unanswerable turn")
     print(
@@ -153,7 +165,9 @@ def report(turns: Sequence[Turn], current: Config) -> Config:
         print("|---|" + "---|" * len(names) + "---|")
         full = [t for t in turns if t.split == split and t.size == "full"]
         for config in configs():
-            marks = " **(default)**" if config == chosen else " (before)" if config == current else ""
+            marks = " **(chosen)**" if config == chosen else " (before)" if config == current else ""
+            if configured is not None and config == configured:
+                marks += " (configured default)"
             cells = []
             for name in names:
                 p = measure(rows[name], config)
@@ -164,7 +178,30 @@ def report(turns: Sequence[Turn], current: Config) -> Config:
         f"\nChosen on tuning: {chosen.label()} ({verdict} {GOAL_SHARE:.0%} of answer memories "
         f"at <= {MAX_STRAYS:g} stray)."
     )
+    if configured is not None:
+        same = "is" if configured == chosen else "is NOT"
+        print(f"The configured default ({configured.label()}) {same} the chosen point.")
     return chosen
+
+
+def main() -> None:
+    """Re-read a ``bench/quality.py --dump`` file: the curve and the choice again, no recall run."""
+    import argparse
+    import pickle
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dump", type=Path)
+    parser.add_argument("--floor", type=float, default=None, help="the configured floor to compare")
+    parser.add_argument("--budget", type=int, default=None, help="the configured budget to compare")
+    args = parser.parse_args()
+    with args.dump.open("rb") as f:
+        data = pickle.load(f)  # a file bench/quality.py wrote
+    configured = Config(args.floor, args.budget) if args.floor is not None else None
+    report(data["turns"], BEFORE, configured)
+
+
+if __name__ == "__main__":
+    main()
 
 
 def _size_key(name: str) -> int:

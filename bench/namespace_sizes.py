@@ -31,6 +31,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 
 from engram.domain.models import Memory  # noqa: E402
 
+from bench import relevance_features  # noqa: E402
 from bench.bilingual import DATA, load_personas  # noqa: E402
 from bench.common import Pipeline  # noqa: E402
 from bench.retrieval import TUNING, default_data, load  # noqa: E402
@@ -62,6 +63,7 @@ class Ask:
     ranked: list[tuple[str, float, str]]  # memory id, relevance, content
     vector_top: str | None
     no_answer: bool = False  # a question with no answer anywhere (not only absent from this namespace)
+    features: tuple[tuple[float, float, int, bool], ...] = ()  # per ranked hit (``relevance_features``)
 
 
 @dataclass
@@ -100,6 +102,10 @@ def collect(pipe: Pipeline, sources: Iterable[Source], sizes: Iterable[int], lim
     """Every question of every source asked in a namespace with and without its answer, at each size."""
     assert pipe.embedder is not None
     tally = SizeTally()
+    relevance_features.capture()
+    sources = list(sources)
+    assert pipe.embedder is not None
+    pipe.embedder.prefetch_queries([q for s in sources for q, _ in s.questions])
     for source in sources:
         vectors = dict(
             zip(
@@ -146,7 +152,9 @@ def _ask(
     pipe: Pipeline, source: Source, size: int, ns: str, query: str, answers: set[str], *, no_answer: bool = False
 ) -> Ask:
     assert pipe.embedder is not None
+    relevance_features.take([])
     hits = pipe.service.recall(ns, query, top_k=DEEP, min_relevance=0.0).hits
+    features = relevance_features.take([h.memory.id for h in hits])
     vector = pipe.index.vector_search(ns, pipe.embedder.embed_query(query), k=1)
     return Ask(
         source.dataset,
@@ -156,6 +164,7 @@ def _ask(
         [(h.memory.id, h.relevance, h.memory.content) for h in hits],
         vector[0].memory_id if vector else None,
         no_answer,
+        features,
     )
 
 

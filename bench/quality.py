@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pickle
 import sys
 import time
 from collections import defaultdict
@@ -39,7 +40,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 from engram.services.chat.injection import render_patch  # noqa: E402
 from engram.services.recall.pipeline import render_prompt  # noqa: E402
 
-from bench import injection_curve, namespace_sizes  # noqa: E402
+from bench import injection_curve, namespace_sizes, relevance_features  # noqa: E402
 from bench.bilingual import DATA, LABELS, estimate_tokens, index_persona, load_personas  # noqa: E402
 from bench.common import Pipeline  # noqa: E402
 from bench.injection_curve import Turn, line_tokens  # noqa: E402
@@ -98,7 +99,9 @@ def ask(pipe: Pipeline, tally: Tally, ns: str, query: str, answers: set[str], li
     gateway = pipe.service.recall(ns, query, top_k=top_k)
     tokens = estimate_tokens(render_patch([], render_prompt(gateway))) if gateway.hits else 0
     # Other floors from one deeper ranking: the floor drops hits, then the first top_k are kept.
+    relevance_features.take([])
     deep = pipe.service.recall(ns, query, top_k=injection_curve_depth(), min_relevance=0.0).hits
+    features = relevance_features.take([h.memory.id for h in deep])
     floors = sorted(set(FLOORS) | {pipe.config.min_relevance})
     injected = {f: [h.memory.id for h in deep if h.relevance >= f][:top_k] for f in floors}
     dataset = rows[0].split(" ")[0]
@@ -110,6 +113,7 @@ def ask(pipe: Pipeline, tally: Tally, ns: str, query: str, answers: set[str], li
             "full",
             frozenset(answers),
             tuple((h.memory.id, h.relevance, line_tokens(h.memory.content)) for h in deep),
+            features,
         )
     )
     if not answers:
@@ -213,6 +217,7 @@ def size_turns(sizes: namespace_sizes.SizeTally) -> list[Turn]:
             str(a.size),
             frozenset(a.answers),
             tuple((mid, rel, line_tokens(content)) for mid, rel, content in a.ranked),
+            a.features,
         )
         for a in sizes.asks
     ]
@@ -229,6 +234,9 @@ def main() -> None:
     parser.add_argument("--reranker", default="", help="a /v1/rerank-compatible endpoint (or its base URL)")
     parser.add_argument("--rerank-model", default="bge-reranker-v2-m3")
     parser.add_argument("--no-cross-window", action="store_true")
+    parser.add_argument(
+        "--dump", type=Path, default=None, help="pickle every simulated turn and size ask here (re-fit / re-choose)"
+    )
     args = parser.parse_args()
     locomo = args.data or default_data()
     reranker = None
@@ -240,7 +248,14 @@ def main() -> None:
     tally = Tally()
     t0 = time.perf_counter()
     sizes = namespace_sizes.SizeTally()
+    relevance_features.capture()
     try:
+        questions = [q["q"] for p in load_personas(args.bilingual, []) for q in p["questions"]]
+        if not args.no_locomo and locomo.exists():
+            questions += [q["q"] for conv in load(locomo) for q in conv["questions"]]
+        print(f"[{time.perf_counter() - t0:6.1f}s] {len(questions)} question vectors (disk cache)", flush=True)
+        assert pipe.embedder is not None
+        pipe.embedder.prefetch_queries(questions)
         run_bilingual(pipe, tally, args.bilingual, t0)
         sources = list(namespace_sizes.bilingual_sources(args.bilingual))
         if args.no_locomo:
@@ -258,8 +273,15 @@ def main() -> None:
     report(tally, pipe.config.min_relevance, pipe.config.top_k)
     if sizes.asks:
         namespace_sizes.report(sizes)
-    current = injection_curve.Config(0.2, None)
-    injection_curve.report(tally.turns + size_turns(sizes), current)
+    turns = tally.turns + size_turns(sizes)
+    if args.dump:
+        with args.dump.open("wb") as f:
+            pickle.dump({"turns": turns, "asks": sizes.asks}, f)
+        print(f"\nturns and size asks written to {args.dump}", flush=True)
+    configured = injection_curve.Config(
+        pipe.config.min_relevance, pipe.config.budget_tokens or None, pipe.config.sure_relevance
+    )
+    injection_curve.report(turns, injection_curve.BEFORE, configured)
     if not args.no_cross_window:
         from bench import cross_window
 

@@ -94,6 +94,7 @@ class EngramConfig:
     retention_usage_days: int = FUNCTIONS.retention_usage_days
     retention_events_days: int = FUNCTIONS.retention_events_days
     retention_idempotency_days: int = FUNCTIONS.retention_idempotency_days
+    retention_journal_days: int = FUNCTIONS.retention_journal_days  # the change journal (docs/journal.md)
     memory_expire_unseen_days: int = FUNCTIONS.memory_expire_unseen_days
     hard_delete_after_days: int = FUNCTIONS.hard_delete_after_days
     # Search backend: "replica" (no search service: each function keeps a private copy of the index in
@@ -354,6 +355,7 @@ class EngramConfig:
             "ENGRAM_RETENTION_USAGE_DAYS": str(self.retention_usage_days),
             "ENGRAM_RETENTION_EVENTS_DAYS": str(self.retention_events_days),
             "ENGRAM_RETENTION_IDEMPOTENCY_DAYS": str(self.retention_idempotency_days),
+            "ENGRAM_RETENTION_JOURNAL_DAYS": str(self.retention_journal_days),
             "ENGRAM_MEMORY_EXPIRE_UNSEEN_DAYS": str(self.memory_expire_unseen_days),
             "ENGRAM_HARD_DELETE_AFTER_DAYS": str(self.hard_delete_after_days),
             "ENGRAM_LOG_LEVEL": self.log_level,

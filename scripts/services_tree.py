@@ -83,9 +83,15 @@ TEXT_SUFFIXES = {".py", ".md", ".json", ".toml", ".cfg", ".txt", ".js", ".html"}
 
 
 def _new_children(new_package: str) -> set[str]:
-    """The modules a new package holds (a dotted name followed by one of these is already new)."""
+    """The modules a new package holds (a dotted name followed by one of these is already new): the
+    moved ones and any module written in the package since (``services/jobs/consolidation.py``)."""
     prefix = new_package + "."
-    return {new[len(prefix) :].split(".")[0] for new in MOVES.values() if new.startswith(prefix)}
+    moved = {new[len(prefix) :].split(".")[0] for new in MOVES.values() if new.startswith(prefix)}
+    directory = PACKAGE / new_package.replace(".", "/")
+    if not directory.is_dir():
+        return moved
+    written = {path.stem for path in directory.glob("*.py") if path.stem != "__init__"}
+    return moved | written | {path.name for path in directory.iterdir() if (path / "__init__.py").exists()}
 
 
 def _dotted_rules() -> list[tuple[re.Pattern[str], str]]:

@@ -443,6 +443,12 @@ class Settings(BaseSettings):
     retention_usage_days: int = Field(30, ge=1, description="Usage log rows are deleted after this many days.")
     retention_events_days: int = Field(30, ge=1, description="Memory events (audit trail, job runs) are deleted after.")
     retention_idempotency_days: int = Field(7, ge=1, description="Idempotency keys are deleted after this many days.")
+    retention_journal_days: int = Field(
+        90,
+        ge=1,
+        description="The change journal (each run's changes, with the rows before and after; docs/journal.md) is "
+        "deleted after this many days: older runs can no longer be undone.",
+    )
     memory_expire_unseen_days: int = Field(
         180, ge=1, description="Non-pinned memories other than identity/persona expire after this many days unseen."
     )

@@ -48,8 +48,10 @@ def an_event(event_id: str, *, namespace: str = NS, minute: float = 0, **fields:
     return MemoryEvent(id=event_id, namespace=namespace, **{**defaults, **fields})
 
 
-def a_usage(usage_id: str, *, namespace: str = NS, minute: float = 0) -> UsageRecord:
-    return UsageRecord(id=usage_id, namespace=namespace, model="gpt-x", input_tokens=10, created_at=at(minute))
+def a_usage(usage_id: str, *, namespace: str = NS, minute: float = 0, thread: str | None = "t1") -> UsageRecord:
+    return UsageRecord(
+        id=usage_id, namespace=namespace, model="gpt-x", thread=thread, input_tokens=10, created_at=at(minute)
+    )
 
 
 def ids(rows: Any) -> list[str]:

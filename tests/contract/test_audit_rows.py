@@ -42,6 +42,14 @@ def test_events(store: AuditRows) -> None:
     assert ids(store.list_events(OTHER)) == ["ex"]
 
 
+def test_usage_keeps_its_thread_or_none(store: AuditRows) -> None:
+    # Given a usage row of a thread and one from before threads were kept with usage
+    store.append_usage(a_usage("u1", minute=1))
+    store.append_usage(a_usage("u2", minute=2, thread=None))
+    # Then both read back as written
+    assert store.list_usage(NS) == [a_usage("u1", minute=1), a_usage("u2", minute=2, thread=None)]
+
+
 def test_usage(store: AuditRows) -> None:
     # Given three usage records and one in another namespace
     for n in (2, 0, 1):

@@ -192,3 +192,17 @@ def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContext
         assert [key for key, _ in listed] == ["skills/ns2/abc", "skills/ns2/abd"]
         assert all(abs(datetime.now(UTC) - written) < timedelta(minutes=5) for _, written in listed)
         assert blobs.list_keys("skills/ns1/") == [] and blobs.list_keys("nothing/") == []
+
+
+def test_many_versions_are_read_at_once(skills: SkillStore) -> None:
+    # Given two skills with versions, one in another namespace
+    for name, version in (("alpha", 1), ("alpha", 2), ("pdf-tools", 1)):
+        head, row = _pair(name, version)
+        skills.add_version(head, row)
+    skills.add_version(*_pair("alpha", 3, namespace="bob"))
+    # When versions are read together, some of them missing or asked twice
+    found = skills.get_versions("alice", [("alpha", 2), ("pdf-tools", 1), ("alpha", 3), ("nope", 1), ("alpha", 2)])
+    # Then exactly the existing ones of that namespace come back, by (name, version)
+    assert set(found) == {("alpha", 2), ("pdf-tools", 1)}
+    assert found[("alpha", 2)].version == 2 and found[("pdf-tools", 1)].name == "pdf-tools"
+    assert skills.get_versions("alice", []) == {}

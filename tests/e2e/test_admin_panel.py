@@ -747,3 +747,114 @@ def test_conversations_view_reads_renames_merges_deletes_and_restores(
     assert mobile.evaluate("document.documentElement.scrollWidth") <= 390
     shot(mobile, "phone-conversation", full_page=False)
     phone.close()
+
+
+# -- what changed (the change journal, docs/journal.md) ---------------------------------------------
+def _journal_seed(owner: httpx.Client, server: EngramServer) -> dict[str, Any]:
+    """A memory edited by hand over REST, and a run whose every rendered field carries markup."""
+    from engram.services.library.journal import Journal
+    from engram.services.library.memories import MemoryWrite
+
+    tea = owner.post("/v1/memories", json={"content": "Alice likes green tea in the morning"}).json()["memory"]
+    oolong = {"content": "Alice likes oolong tea in the morning"}
+    assert owner.patch(f"/v1/memories/{tea['id']}", json=oolong).is_success
+    c = server.container
+    with c.journal.run(XSS, source=XSS, detail={"tool": XSS}), Journal.because(XSS):
+        c.memories.write("alice", MemoryWrite(content=XSS, tags=["<b>bold</b>"]))
+        c.journal.record("alice", XSS, XSS, XSS, {"content": XSS, XSS: XSS}, {"content": f"{XSS} v2", XSS: "x"})
+    return tea
+
+
+def _open_every_run(page: Any) -> None:
+    cards = page.locator(".run-card")
+    for n in range(cards.count()):
+        shown = cards.nth(n).get_by_role("button", name="Show changes")
+        if shown.count():
+            shown.click()
+            expect(cards.nth(n).get_by_role("button", name="Hide changes")).to_be_visible()
+
+
+def _inert(page: Any) -> None:
+    assert page.locator(".page img").count() == 0
+    assert page.locator(".page script").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    assert page.title() != "pwned"
+    assert page.dialogs_seen == []  # type: ignore[attr-defined]
+    assert page.console_errors == []  # type: ignore[attr-defined]
+
+
+def test_what_changed_shows_diffs_undoes_after_confirming_and_redoes(
+    page: Any, panel_server: EngramServer, owner_api: httpx.Client
+) -> None:
+    # Given a hand edit over REST and a run full of markup
+    tea = _journal_seed(owner_api, panel_server)
+    # When What changed is opened
+    login(page)
+    expect(page.locator("[data-view=today]")).to_be_visible()
+    page.goto("/admin/#more/changes")
+    cards = page.locator(".run-card")
+    expect(cards).to_have_count(3)  # the markup run, the edit, the memory written
+    edit = page.locator(".run-card", has_text="Edit (rest)").first
+    expect(edit).to_contain_text("1 change")
+    # Then the edit's change reads as a word diff of the memory
+    edit.get_by_role("button", name="Show changes").click()
+    expect(edit.locator(".diff del")).to_have_text("green")
+    expect(edit.locator(".diff ins")).to_have_text("oolong")
+    # And every field of the markup run is shown as text, nothing of it runs
+    _open_every_run(page)
+    marked = page.locator(".run-card").first
+    expect(marked.locator(".run-kind")).to_have_text(XSS)
+    expect(marked.locator(".change-reason").first).to_contain_text(XSS)
+    expect(marked.locator(".diff-key", has_text="onerror").first).to_have_text(XSS)
+    shot(page, "what-changed")
+    _inert(page)
+    # When the edit's undo is asked for and cancelled / Then nothing changes
+    edit.get_by_role("button", name="Undo").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Undo this run?")
+    dialog.get_by_role("button", name="Cancel").click()
+    assert owner_api.get(f"/v1/memories/{tea['id']}").json()["content"] == "Alice likes oolong tea in the morning"
+    # When it is confirmed / Then the memory is as before the edit, and the undo is listed first
+    edit.get_by_role("button", name="Undo").click()
+    page.get_by_role("dialog").get_by_role("button", name="Undo").click()
+    expect(page.locator(".toast", has_text="Reverted 1")).to_be_visible()
+    assert owner_api.get(f"/v1/memories/{tea['id']}").json()["content"] == "Alice likes green tea in the morning"
+    undo = page.locator(".run-card").first
+    expect(undo.locator(".run-kind")).to_have_text("Undo")
+    # When the undo is redone / Then the edit is back
+    undo.get_by_role("button", name="Redo").click()
+    page.get_by_role("dialog").get_by_role("button", name="Redo").click()
+    expect(page.locator(".toast", has_text="Reverted 1").last).to_be_visible()
+    assert owner_api.get(f"/v1/memories/{tea['id']}").json()["content"] == "Alice likes oolong tea in the morning"
+    runs = owner_api.get("/v1/runs").json()["items"]
+    assert [(r["kind"], r["source"]) for r in runs[:2]] == [("undo", "panel"), ("undo", "panel")]
+    _inert(page)
+
+
+def test_what_changed_on_a_phone(browser: Any, panel_server: EngramServer, owner_api: httpx.Client) -> None:
+    # Given the same runs, on a phone-sized screen
+    _journal_seed(owner_api, panel_server)
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, base_url=panel_server.url
+    )
+    phone = context.new_page()
+    phone.dialogs_seen = []  # type: ignore[attr-defined]
+    phone.on("dialog", lambda d: (phone.dialogs_seen.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
+    phone.console_errors = []  # type: ignore[attr-defined]
+    phone.on("pageerror", lambda exc: phone.console_errors.append(str(exc)))  # type: ignore[attr-defined]
+    login(phone)
+    expect(phone.locator("[data-view=today]")).to_be_visible()
+    # When every run's changes are opened
+    phone.goto("/admin/#more/changes")
+    expect(phone.locator(".run-card")).to_have_count(3)
+    _open_every_run(phone)
+    expect(phone.locator(".diff ins", has_text="oolong")).to_be_visible()
+    # Then it reads without sideways scrolling, and the markup stayed text
+    wide = phone.evaluate(
+        "[...document.querySelectorAll('.page *')].filter(e => e.getBoundingClientRect().right > 391)"
+        ".map(e => e.tagName + '.' + e.className + ':' + Math.round(e.getBoundingClientRect().right)).slice(0, 8)"
+    )
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390, wide
+    shot(phone, "phone-what-changed", full_page=False)
+    _inert(phone)
+    context.close()

@@ -246,6 +246,7 @@ def test_usage_view_shows_tokens_per_model_and_day(page: Any, server: EngramServ
                 id=new_id("use"),
                 namespace="alice",
                 model=model,
+                thread=f"trip {XSS}" if ago else "groceries",
                 input_tokens=tokens,
                 output_tokens=1,
                 created_at=now - timedelta(days=ago),
@@ -260,6 +261,10 @@ def test_usage_view_shows_tokens_per_model_and_day(page: Any, server: EngramServ
     expect(page.locator("#usage-days tbody tr")).to_have_count(2)
     expect(page.locator("#usage-days tbody tr").last).to_contain_text("101")
     expect(page.locator("#usage-day-models tbody tr")).to_have_count(3)
+    threads = page.locator("#usage-threads tbody tr")
+    expect(threads).to_have_count(2)
+    expect(threads.first).to_contain_text("groceries")
+    expect(threads.last.locator("td").first).to_have_text(f"trip {XSS}")
     shot(page, f"{width}-usage", full_page=False)
     _unharmed(page, width)
 

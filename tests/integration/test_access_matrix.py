@@ -108,6 +108,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/reminders"): R,
     ("POST", "/v1/reminders/{memory_id}/snooze"): W,
     ("POST", "/v1/reminders/{memory_id}/cancel"): W,
+    ("GET", "/v1/runs"): R,
+    ("GET", "/v1/runs/{run_id}"): R,
+    ("GET", "/v1/runs/{run_id}/changes"): R,
+    ("POST", "/v1/runs/{run_id}/undo"): W,
     ("GET", "/v1/stats"): R,
     ("GET", "/v1/export"): X,
     ("POST", "/v1/import"): W,
@@ -175,6 +179,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "thread_summary_set": (W, {"thread_id": "matrix-thread", "summary": "a summary"}),
     "reminder_snooze": (W, {"memory_id": "@MEM", "until": "2099-01-01T09:00:00+00:00"}),
     "reminder_cancel": (W, {"memory_id": "@MEM"}),
+    "run_list": (R, {}),
+    "run_undo": (W, {"run_id": "run_unknown"}),
     "memory_ingest": (W, {"messages": [{"role": "user", "content": "matrix message"}]}),
     "skill_import": (W, {"content": "# matrix skill", "name": "matrix-skill"}),
     "skill_list": (R, {}),
@@ -224,7 +230,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     memory = container.memories.write(ns, MemoryWrite(content=f"{SECRET} memory", fact_key="pref:garden")).memory
     precious = container.notes.add_precious(ns, f"{SECRET} note")
     term = container.notes.set_term(ns, GlossaryIn(term=f"{SECRET}", definition=f"{SECRET} term"))
-    container.notes.set_digest(ns, f"{SECRET} digest")
+    with container.journal.run("edit", source="test") as run:  # a journal run whose change holds SECRET
+        container.notes.set_digest(ns, f"{SECRET} digest")
     container.store.put_cache(ns, "matrix-key", {"v": SECRET})
     candidate = container.store.insert_candidate(
         Candidate(id="cand_matrix_1", namespace=ns, content=f"{SECRET} candidate", created_at=container.clock.now())
@@ -246,6 +253,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "decision": "approve",
         "key": "matrix-key",
         "agent": "codex",
+        "run_id": run.id,
     }
     with TestClient(create_app(container), base_url="http://localhost") as client:
         yield {"client": client, "container": container, "params": params, "memory": memory}

@@ -172,6 +172,8 @@ def test_exchange_is_stored_once_and_a_retry_is_not_stored_twice(make_gateway) -
     assert row["model"] == "fake-chat"
     assert row["requests"] >= 3
     assert row["cache_read_tokens"] >= 60 + 90 and row["cache_write_tokens"] >= 10
+    # And per thread: every turn was in the one conversation these requests name
+    assert [t["thread"] for t in usage["threads"]] == [rows[0].conversation_id]
 
 
 def test_guide_dog_uses_the_vision_model_and_stores_nothing(make_gateway) -> None:

@@ -276,3 +276,32 @@ def test_the_check_answers_as_the_write_would(store: MemoryStore) -> None:
     # And the writes then do what was said
     assert p.memories.write(NS, MemoryWrite(content="Lives in Paris", fact_key="profile:city")).action == "superseded"
     assert p.memories.write(NS, MemoryWrite(content="Likes green tea!"), dedup=True).action == "seen"
+
+
+def test_a_merge_is_a_run_of_the_change_journal_and_its_undo_there_restores_the_sources(store: MemoryStore) -> None:
+    from engram.services.library.journaled_store import journaled
+
+    # Given the services on the journaled store (as bootstrap wires them) and two memories
+    journal, rows = journaled(store, SystemClock())
+    memories = MemoryService(rows, InMemorySearchIndex(), None, SystemClock(), config(MemoryRules))
+    curation = CurationService(rows, memories, SystemClock(), journal=journal)
+    a = memories.write(NS, MemoryWrite(content="Runs on Sundays", fact_key="sport:running")).memory
+    b = memories.write(NS, MemoryWrite(content="Runs 10 km", tags=["sport"])).memory
+    before = store.get_memories(NS, [a.id, b.id])
+    # When they are merged
+    result = curation.merge(NS, [SourceRef(a.id), SourceRef(b.id)], _fields("Runs 10 km on Sundays"))
+    # Then the merge is a run whose changes are the two sources retired and the merged memory created
+    assert result.run_id is not None
+    record = journal.get_run(NS, result.run_id)
+    assert record.kind == "merge"
+    changed = {c.memory_id for c in journal.changes(NS, result.run_id).items}
+    assert changed == {a.id, b.id, result.memory.id}
+    # When that run is undone in the journal
+    journal.undo(NS, result.run_id, source="test")
+    # Then the sources are active again as they were, and the merged memory is no longer active
+    after = store.get_memories(NS, [a.id, b.id])
+    assert [m.model_dump(exclude={"version", "updated_at"}) for m in after] == [
+        m.model_dump(exclude={"version", "updated_at"}) for m in before
+    ]
+    assert store.get_memory(NS, result.memory.id).status != "active"
+    assert store.find_active_by_fact_key(NS, "sport:running") == after[0]

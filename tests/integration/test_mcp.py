@@ -27,15 +27,16 @@ ALL_TOOLS = {
     "memory_update", "memory_supersede", "memory_archive", "memory_restore", "memory_delete", "memory_stats",
     "memory_check", "memory_merge", "memory_unmerge",
     "memory_export", "memory_ingest", "memory_boot", "memory_pin", "glossary_set", "digest_get", "digest_set",
-    "reminder_list", "reminder_snooze", "reminder_cancel", "thread_list", "thread_messages",
+    "reminder_list", "reminder_snooze", "reminder_cancel", "run_list", "run_undo", "thread_list", "thread_messages",
     "thread_summary", "thread_summary_set", "conversation_search",
     "skill_import", "skill_list", "skill_get", "skill_search", "skill_allocate",
     "skill_delete", "skill_files",
 }  # fmt: skip
 READ_TOOLS = {"memory_search", "memory_recall", "memory_list", "memory_get", "memory_stats", "memory_export",
               "memory_check",
-              "memory_boot", "digest_get", "reminder_list", "thread_list", "thread_messages", "thread_summary",
-              "conversation_search", "skill_list", "skill_get", "skill_search", "skill_files"}  # fmt: skip
+              "memory_boot", "digest_get", "reminder_list", "run_list", "thread_list", "thread_messages",
+              "thread_summary", "conversation_search", "skill_list", "skill_get", "skill_search",
+              "skill_files"}  # fmt: skip
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,

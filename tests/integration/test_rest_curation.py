@@ -206,13 +206,20 @@ def test_usage_is_reported_per_day_too(server: EngramServer, owner: httpx.Client
 
     # Given usage on two days
     now = server.container.clock.now()
-    for tokens, ago in ((10, 0), (20, 1), (5, 1)):
+    for tokens, ago, thread in ((10, 0, "kyoto"), (20, 1, "oslo"), (5, 1, None)):
         record = UsageRecord(
-            id=new_id("use"), namespace="alice", model="m", input_tokens=tokens, created_at=now - timedelta(days=ago)
+            id=new_id("use"),
+            namespace="alice",
+            model="m",
+            thread=thread,
+            input_tokens=tokens,
+            created_at=now - timedelta(days=ago),
         )
         server.container.store.append_usage(record)
     # When the report is read, Then each day has its sum, oldest first
     report = owner.get("/v1/usage", params={"days": 7}).json()
     assert [(d["requests"], d["input_tokens"]) for d in report["daily"]] == [(2, 25), (1, 10)]
+    # And each thread its own, the most spent first (rows without a thread under null)
+    assert [(t["thread"], t["input_tokens"]) for t in report["threads"]] == [("oslo", 20), ("kyoto", 10), (None, 5)]
     assert report["models"] == [{"model": "m", "requests": 3, "input_tokens": 35, "output_tokens": 0,
                                  "cache_read_tokens": 0, "cache_write_tokens": 0}]  # fmt: skip

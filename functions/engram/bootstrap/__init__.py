@@ -42,6 +42,7 @@ from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel,
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.chat.gateway import ChatService
+from engram.services.chat.history import CURSOR_PREFIX as HISTORY_KEY
 from engram.services.chat.history import HistoryService
 from engram.services.chat.usage_report import UsageReportService
 from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
@@ -56,6 +57,8 @@ from engram.services.jobs.registry import JOBS, JobRunner, JobServices
 from engram.services.jobs.runs import NamespaceLocks
 from engram.services.library.candidates import CandidateService
 from engram.services.library.curation import CurationService
+from engram.services.library.journal import Journal
+from engram.services.library.journaled_store import journaled
 from engram.services.library.memories import MemoryService
 from engram.services.library.messages import MessageService
 from engram.services.library.notes import NoteService
@@ -97,10 +100,11 @@ class Container:
     """Everything a process needs, built once."""
 
     settings: Settings
-    store: MemoryStore
+    store: MemoryStore  # journaled: the writes of an open run are recorded (services/library/journal.py)
     index: GuardedIndex
     embedder: GatedEmbedder | None
     clock: Clock
+    journal: Journal  # the change journal: runs, their changes, undo (docs/journal.md)
     keys: KeyRing
     runtime: RuntimeSettings[Settings]  # the owner's overrides of the safe settings (admin panel); `.effective()`
     limits: RequestLimits  # requests per minute per key
@@ -179,6 +183,7 @@ class _Foundation:
 
     clock: Clock
     store: MemoryStore
+    journal: Journal
     index: GuardedIndex
     raw_embedder: Embedder | None
     embedder: GatedEmbedder | None
@@ -251,6 +256,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         index=base.index,
         embedder=base.embedder,
         clock=clock,
+        journal=base.journal,
         keys=o.keys or build_keyring(settings),
         runtime=base.runtime,
         limits=build_limits(settings, clock, o.rate_limiter),
@@ -286,7 +292,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
 
 def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundation:
     clock = o.clock or SystemClock()
-    store = o.store or build_store(settings, closers, clock)
+    # Every service gets the journaled store: a run's writes are recorded with it (docs/journal.md).
+    journal, store = journaled(o.store or build_store(settings, closers, clock), clock, cursor_prefixes=(HISTORY_KEY,))
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(
@@ -304,12 +311,13 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
         else None
     )
     runtime = RuntimeSettings(store, settings)
-    return _Foundation(clock, store, index, raw_embedder, embedder, runtime)
+    return _Foundation(clock, store, journal, index, raw_embedder, embedder, runtime)
 
 
 def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:
     store, clock, runtime = base.store, base.clock, base.runtime
     upkeep = IndexUpkeep(store, base.index, base.embedder, clock)
+    base.journal.on_memories_changed = upkeep.resync
     memories = MemoryService(
         store, base.index, base.embedder, clock, runtime.provider(configs.memory_rules), upkeep=upkeep
     )
@@ -335,7 +343,7 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
         messages=MessageService(store, clock, on_stored=conversations.index_stored),
         local_day=local_day,
         stats=stats,
-        transfer=TransferService(store, memories, clock, skills),
+        transfer=TransferService(store, memories, clock, skills, journal=base.journal),
         recall=recall,
         conversations=conversations,
         boot=BootService(store, local_day, stats, skills, package_limits=configs.boot_package(settings)),
@@ -392,7 +400,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
     )
     conversations = lib.conversations
     # Drafts by hand use the extraction model (README, "Curating by hand").
-    curation = CurationService(store, memories, clock, extract_model)
+    curation = CurationService(store, memories, clock, extract_model, journal=base.journal)
     consolidation = ConsolidationService(store, curation, clock, extract_model)
     runner = JobRunner(
         JobServices(
@@ -405,6 +413,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
             consolidation=consolidation,
             # The conversation index is a replica beside the memory index (docs/conversations.md).
             snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
+            journal=base.journal,
         )
     )
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.

@@ -124,6 +124,7 @@ def retention(s: Settings) -> RetentionPolicy:
         messages_days=s.retention_messages_days,
         usage_days=s.retention_usage_days,
         events_days=s.retention_events_days,
+        journal_days=s.retention_journal_days,
         idempotency_days=s.retention_idempotency_days,
         memory_unseen_days=s.memory_expire_unseen_days,
         hard_delete_days=s.hard_delete_after_days,

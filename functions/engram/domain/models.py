@@ -225,7 +225,13 @@ class DailyLog(Frozen):
 
 
 class MemoryEvent(Frozen):
-    """Audit trail: what happened to a memory (or what a job did), and why."""
+    """Audit trail: what happened to a memory (or what a job did), and why.
+
+    The change journal (docs/journal.md) is kept in the same log: a run's record is the event whose
+    ``id`` is its ``run_id`` (kind ``job.<name>``, ``import``, ``edit``, ``undo``, ...), and each change
+    the run made is an event of kind ``change`` with that ``run_id`` (its row, before, after and why in
+    ``detail``; ``memory_id`` set when the row is a memory, so the memory's history lists it).
+    """
 
     id: str
     namespace: str
@@ -233,12 +239,19 @@ class MemoryEvent(Frozen):
     memory_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
+    run_id: str | None = None
+
+    @property
+    def is_run(self) -> bool:
+        """Whether this event is the record of a run (not one of its changes)."""
+        return self.run_id is not None and self.id == self.run_id
 
 
 class UsageRecord(Frozen):
     id: str
     namespace: str
     model: str
+    thread: str | None = None  # the conversation of the chat turn (rows written before it was kept: None)
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0

@@ -330,13 +330,43 @@ class AuditRows(Protocol):
         """Newest first."""
         ...
 
-    def delete_events_before(self, namespace: str, before: datetime) -> int: ...
+    def delete_events_before(self, namespace: str, before: datetime) -> int:
+        """Retention of the event log; the journal's rows (events with a ``run_id``) are left to
+        ``JournalRows.delete_journal_before``."""
+        ...
 
     def append_usage(self, usage: UsageRecord) -> None: ...
 
     def list_usage(self, namespace: str, *, since: datetime | None = None) -> list[UsageRecord]: ...
 
     def delete_usage_before(self, namespace: str, before: datetime) -> int: ...
+
+
+@runtime_checkable
+class JournalRows(Protocol):
+    """The change journal, kept in the event log (docs/journal.md): a run's record is the event whose id
+    is its ``run_id``; its changes are the other events carrying that ``run_id``.
+
+    - ``list_runs``: the run records, newest first (``created_at`` desc, then id desc), paged.
+    - ``list_run_changes``: one run's changes in the order they were written (id ascending: ids are
+      time-ordered), paged; the run's own record is not among them.
+    - ``delete_journal_before``: retention of the journal (run records and changes created before
+      ``before``); ``AuditRows.delete_events_before`` leaves journal rows alone.
+    - ``delete_memory_events``: every event about one memory (journal changes included), for the
+      erasure of that memory for good.
+    """
+
+    def get_run(self, namespace: str, run_id: str) -> MemoryEvent | None: ...
+
+    def list_runs(self, namespace: str, *, limit: int = 50, cursor: str | None = None) -> Page[MemoryEvent]: ...
+
+    def list_run_changes(
+        self, namespace: str, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[MemoryEvent]: ...
+
+    def delete_journal_before(self, namespace: str, before: datetime) -> int: ...
+
+    def delete_memory_events(self, namespace: str, memory_id: str) -> int: ...
 
 
 @runtime_checkable
@@ -397,6 +427,7 @@ class MemoryStore(
     ReminderRows,
     NoteRows,
     AuditRows,
+    JournalRows,
     KeyValueRows,
     StoreAdmin,
     Protocol,
@@ -595,6 +626,11 @@ class SkillStore(Protocol):
         ...
 
     def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None: ...
+
+    def get_versions(self, namespace: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SkillVersion]:
+        """The versions among ``wanted`` (name, version) that exist, by (name, version): one read for many
+        (skill search reads every live skill's body; a batch read on DynamoDB, not one per skill)."""
+        ...
 
     def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
         """Oldest first."""

@@ -18,7 +18,7 @@ from engram.entrypoints import job_commands
 from engram.entrypoints.console import Progress, settings_from
 from engram.services.jobs.migrate import MigrationService
 from engram.services.transfer.engram_format import KINDS, ExportDocument
-from engram.services.transfer.other_formats import convert
+from engram.services.transfer.other_formats import FORMATS, convert
 from engram.services.transfer.other_systems import score
 from engram.settings import Settings
 
@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     import_.add_argument(
         "--from",
         dest="source_format",
-        choices=("aelios", "pawwake", "mem0", "text"),
+        choices=FORMATS,
         help="move in from another system: an Aelios export, a Pawwake backup, a mem0 export, text (a memory a line)",
     )
     import_.add_argument(

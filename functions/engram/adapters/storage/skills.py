@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
 from engram.adapters.storage.dynamodb.table import Cancelled, DynamoTable
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.skills import Skill, SkillVector, SkillVersion
+
+_SQL_PAIRS = 400  # (name, version) pairs per query: two variables each, under SQLite's limit
 
 
 def pack_vector(vector: tuple[float, ...]) -> bytes:
@@ -63,6 +66,10 @@ class InMemorySkillStore:
 
     def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None:
         return self._versions.get((namespace, name, version))
+
+    def get_versions(self, namespace: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SkillVersion]:
+        found = ((key, self._versions.get((namespace, *key))) for key in wanted)
+        return {key: row for key, row in found if row is not None}
 
     def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
         found = [v for (ns, n, _), v in self._versions.items() if ns == namespace and n == name]
@@ -163,6 +170,18 @@ class SqliteSkillStore:
         )
         return SkillVersion.model_validate_json(rows[0]) if rows else None
 
+    def get_versions(self, namespace: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SkillVersion]:
+        out: dict[tuple[str, int], SkillVersion] = {}
+        keys = list(dict.fromkeys(wanted))
+        for start in range(0, len(keys), _SQL_PAIRS):
+            chunk = keys[start : start + _SQL_PAIRS]
+            pairs = ", ".join("(?, ?)" for _ in chunk)
+            sql = f"SELECT row FROM skill_versions WHERE namespace = ? AND (name, version) IN (VALUES {pairs})"
+            for raw in self._rows(sql, namespace, *(v for key in chunk for v in key)):
+                row = SkillVersion.model_validate_json(raw)
+                out[(row.name, row.version)] = row
+        return out
+
     def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
         rows = self._rows(
             "SELECT row FROM skill_versions WHERE namespace = ? AND name = ? ORDER BY version", namespace, name
@@ -213,16 +232,20 @@ class DynamoSkillStore:
         self._table = table_name
         self._db: DynamoTable | None = None
 
-    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        """One call through the store's table toolkit (errors translated by ``adapters/aws_errors.py``)."""
-        if self._db is None:  # built on first use: a cold start that touches no skill pays nothing
+    def _toolkit(self) -> DynamoTable:
+        """The store's table toolkit, built on first use: a cold start that touches no skill pays nothing."""
+        if self._db is None:
             if self._client is None:
                 import boto3
 
                 self._client = boto3.client("dynamodb", region_name=self._region or None)
             self._db = DynamoTable(self._client, self._table)
+        return self._db
+
+    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """One call through the store's table toolkit (errors translated by ``adapters/aws_errors.py``)."""
         try:
-            return self._db.call(operation, **kwargs)
+            return self._toolkit().call(operation, **kwargs)
         except Cancelled as exc:
             if "ConditionalCheckFailed" in exc.reasons:
                 raise Conflict("this skill version exists") from exc
@@ -239,29 +262,13 @@ class DynamoSkillStore:
             "row": {"S": row.model_dump_json()},
         }
 
-    def _items(self, pk: str, prefix: str = "", **extra: Any) -> list[dict[str, Any]]:
-        """Every item of partition ``pk`` whose sort key starts with ``prefix``, page after page."""
-        values: dict[str, Any] = {":pk": {"S": pk}}
-        condition = "PK = :pk"
-        if prefix:
-            condition += " AND begins_with(SK, :prefix)"
-            values[":prefix"] = {"S": prefix}
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-            **extra,
-        }
-        out: list[dict[str, Any]] = []
-        while True:
-            response = self._call("query", **kwargs)
-            out.extend(response.get("Items", []))
-            if not response.get("LastEvaluatedKey"):
-                return out
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+    def _items(self, pk: str, prefix: str = "", projection: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Every item of partition ``pk`` whose sort key starts with ``prefix`` (the table toolkit's paged,
+        strongly consistent query), as Python values."""
+        return list(self._toolkit().query(pk=pk, sk_prefix=prefix or None, projection=projection))
 
     def _query(self, namespace: str, prefix: str) -> list[str]:
-        return [item["row"]["S"] for item in self._items(f"NS#{namespace}", prefix, ConsistentRead=True)]
+        return [str(item["row"]) for item in self._items(f"NS#{namespace}", prefix)]
 
     def _get(self, namespace: str, sk: str) -> str | None:
         key = {"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}}
@@ -300,6 +307,12 @@ class DynamoSkillStore:
         row = self._get(namespace, f"SKILLV#{name}#{version:06d}")
         return SkillVersion.model_validate_json(row) if row else None
 
+    def get_versions(self, namespace: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SkillVersion]:
+        """One BatchGetItem per 100 versions (the table toolkit's ``batch_get``), not a GetItem each."""
+        keys = [(f"NS#{namespace}", f"SKILLV#{name}#{version:06d}") for name, version in dict.fromkeys(wanted)]
+        rows = (SkillVersion.model_validate_json(item["row"]) for item in self._toolkit().batch_get(keys))
+        return {(row.name, row.version): row for row in rows}
+
     def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
         return [SkillVersion.model_validate_json(r) for r in self._query(namespace, f"SKILLV#{name}#")]
 
@@ -310,7 +323,7 @@ class DynamoSkillStore:
             self._call("delete_item", TableName=self._table, Key={"PK": {"S": f"NS#{namespace}"}, "SK": {"S": sk}})
 
     def list_namespaces(self) -> list[str]:
-        return sorted(item["SK"]["S"] for item in self._items(NAMESPACES_PK, ProjectionExpression="SK"))
+        return sorted(str(item["SK"]) for item in self._items(NAMESPACES_PK, projection=("SK",)))
 
     def put_vector(self, namespace: str, vector: SkillVector) -> None:
         item = {
@@ -326,13 +339,13 @@ class DynamoSkillStore:
 
     def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
         return {
-            item["name"]["S"]: SkillVector(
-                name=item["name"]["S"],
-                version=int(item["version"]["N"]),
-                model_id=item["model_id"]["S"],
-                vector=unpack_vector(bytes(item["vector"]["B"])),
+            str(item["name"]): SkillVector(
+                name=str(item["name"]),
+                version=int(item["version"]),
+                model_id=str(item["model_id"]),
+                vector=unpack_vector(bytes(item["vector"])),
             )
-            for item in self._items(f"NS#{namespace}", "SKILLVEC#", ConsistentRead=True)
+            for item in self._items(f"NS#{namespace}", "SKILLVEC#")
         }
 
 

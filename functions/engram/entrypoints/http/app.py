@@ -31,6 +31,7 @@ from engram.entrypoints.http import rest
 from engram.entrypoints.http.aliases import PathAliasMiddleware
 from engram.entrypoints.http.auth import token_from_headers
 from engram.entrypoints.http.errors import engram_error_response, error_body, install_error_handlers
+from engram.entrypoints.http.hand_edits import HandEditMiddleware
 from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
 from engram.entrypoints.http.routes import mount_all
@@ -254,6 +255,7 @@ def create_app(container: Container | None = None) -> FastAPI:
         open_paths=frozenset(public_paths | {"/admin/login", "/admin/logout"}),
         door_refusal=door_refusal,
     )
+    app.add_middleware(HandEditMiddleware, journal=container.journal)  # docs/journal.md
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
     return app

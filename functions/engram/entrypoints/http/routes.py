@@ -44,6 +44,7 @@ MOUNTS: tuple[Mount, ...] = (
     Mount("rest", REST, "mount_cache"),
     Mount("threads", REST),
     Mount("reminders", REST),
+    Mount("runs", REST),  # the change journal (docs/journal.md)
     Mount("skills", REST),
     Mount("chat", REST),
     Mount("job_routes", REST),

@@ -11,6 +11,7 @@ from engram.domain.errors import InvalidInput
 from engram.entrypoints.http.openapi import CONFLICT
 from engram.entrypoints.http.rest_shared import STRICT, Export, Write, _c
 from engram.services.transfer.engram_format import ExportDocument
+from engram.services.transfer.other_formats import ForeignFormat
 
 router = APIRouter()
 
@@ -25,7 +26,7 @@ def export(request: Request, who: Export) -> dict[str, Any]:
     return dict(_c(request).transfer.export(who.namespace))
 
 
-ImportFormat = Literal["engram", "aelios", "pawwake", "mem0", "text"]
+ImportFormat = Literal["engram", ForeignFormat]
 # The body's shape depends on `from` (an Engram export, another system's JSON, or text), which a schema
 # cannot tie to a query parameter: the body is any JSON (or text), checked by the format's reader (400).
 _IMPORT_BODY: dict[str, Any] = {

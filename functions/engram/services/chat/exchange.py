@@ -359,6 +359,7 @@ class ExchangeRecorder:
                 id=new_id("use"),
                 namespace=req.namespace,
                 model=req.route.model,
+                thread=req.conversation,
                 input_tokens=usage.input,
                 output_tokens=usage.output,
                 cache_read_tokens=usage.cache_read,

@@ -161,6 +161,15 @@ class IndexUpkeep:
                 progress(len(chunk) - len(memories))  # the ids that were no longer active
         return done
 
+    def resync(self, namespace: str, memory_ids: Sequence[str]) -> None:
+        """Bring the index in line with these rows as they are now: the active ones indexed, the others
+        taken out (after an undo rewrote them: docs/journal.md). A failure is recorded for repair."""
+        rows = self._store.get_memories(namespace, list(memory_ids))
+        for memory in rows:
+            if memory.status != "active":
+                self.unindex(memory)
+        self.index_memories([m for m in rows if m.status == "active"], strict=False)
+
     def index_memories(self, active: Sequence[Memory], progress: Progress | None = None, *, strict: bool = True) -> int:
         """Embed and index ``active`` in batches; ``progress(n)`` after each batch. ``strict``: an
         unavailable index or embedder raises instead of being recorded for repair."""

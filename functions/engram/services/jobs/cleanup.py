@@ -24,6 +24,7 @@ from engram.domain.policies import expires_by_retention, too_short
 from engram.domain.ports import (
     AuditRows,
     Clock,
+    JournalRows,
     KeyValueRows,
     MemoryRows,
     MessageRows,
@@ -52,6 +53,7 @@ class RetentionPolicy:
     messages_days: int
     usage_days: int
     events_days: int
+    journal_days: int  # the change journal (docs/journal.md): older runs can no longer be undone
     idempotency_days: int
     memory_unseen_days: int
     hard_delete_days: int
@@ -64,6 +66,7 @@ class NamespaceCleanup:
     messages: int = 0
     usage: int = 0
     events: int = 0
+    journal: int = 0
     idempotency: int = 0
     expired: int = 0
     emptied: int = 0
@@ -109,7 +112,7 @@ class CleanupReport:
         }
 
 
-class CleanupStore(MemoryRows, MessageRows, ThreadRows, AuditRows, KeyValueRows, StoreAdmin, Protocol):
+class CleanupStore(MemoryRows, MessageRows, ThreadRows, AuditRows, JournalRows, KeyValueRows, StoreAdmin, Protocol):
     """What the retention job deletes, and its cursors."""
 
 
@@ -191,6 +194,7 @@ class CleanupService:
         result.messages = self._store.delete_messages_before(namespace, messages_before)
         result.usage = self._store.delete_usage_before(namespace, now - timedelta(days=p.usage_days))
         result.events = self._store.delete_events_before(namespace, now - timedelta(days=p.events_days))
+        result.journal = self._store.delete_journal_before(namespace, now - timedelta(days=p.journal_days))
         result.idempotency = self._store.delete_idempotency_before(namespace, now - timedelta(days=p.idempotency_days))
         self._expire(namespace, now, result)
         self._sweep_empty(namespace, now, result)

@@ -65,6 +65,7 @@ from engram.domain.ports import (
     StoreAdmin,
 )
 from engram.services.jobs.runs import NamespaceLocks, failure_of, record_run
+from engram.services.library.journal import Journal
 from engram.services.library.memories import MemoryPatch, MemoryService, MemoryWrite, is_protected
 from engram.services.library.notes import NoteService
 from engram.services.models import prompts
@@ -446,9 +447,10 @@ class DreamingService:
         if target.id in touched:  # updated in the same plan: the update wins
             result.ignored += 1
             return
-        self._memories.set_status(
-            namespace, target.id, "archived", reason=f"dream: {archive.reason}", version=target.version
-        )
+        with Journal.because(archive.reason):  # the model's reason, kept with the change (docs/journal.md)
+            self._memories.set_status(
+                namespace, target.id, "archived", reason=f"dream: {archive.reason}", version=target.version
+            )
         result.archived += 1
 
     def _excerpts(self, namespace: str, excerpts: list[_Excerpt], result: NamespaceDream) -> None:
@@ -460,14 +462,15 @@ class DreamingService:
             kept.add(excerpt.needle)
 
     def _add_excerpt(self, namespace: str, excerpt: _Excerpt, result: NamespaceDream) -> None:
-        self._notes.add_precious(
-            namespace,
-            excerpt.quote,
-            reason=excerpt.reason,
-            tags=excerpt.tags,
-            source="dreaming",
-            source_message_ids=excerpt.source_message_ids,
-        )
+        with Journal.because(excerpt.reason):
+            self._notes.add_precious(
+                namespace,
+                excerpt.quote,
+                reason=excerpt.reason,
+                tags=excerpt.tags,
+                source="dreaming",
+                source_message_ids=excerpt.source_message_ids,
+            )
         result.excerpts += 1
 
     def _digest(self, namespace: str, digest: str, result: NamespaceDream) -> None:

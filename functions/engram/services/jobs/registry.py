@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 from engram.domain.errors import Conflict, InvalidInput
 from engram.domain.models import IdempotencyRecord
 from engram.domain.ports import Clock, KeyValueRows
+from engram.services.library.journal import Journal
 from engram.services.sync_bridge import run_sync
 
 log = logging.getLogger("engram.jobs")
@@ -79,6 +81,8 @@ class JobServices:
     consolidation: Consolidation | None = None  # consolidation drafts (services/jobs/consolidation.py)
     # Writes the replica index's snapshots of namespaces changed by at least n rows; returns how many.
     snapshot: Callable[[int], int] = lambda _min_changes: 0
+    # Every run is a run of the change journal (services/library/journal.py): its changes are recorded with it.
+    journal: Journal | None = None
 
 
 @dataclass(frozen=True)
@@ -244,12 +248,21 @@ class JobRunner:
 
     def run(self, name: str, payload: Mapping[str, Any], *, deadline: float | None = None) -> JobResult:
         job = job_named(name)
-        return self._finish(job, job.call(self._services, payload, deadline))
+        with self._journaled(job, payload):
+            report = job.call(self._services, payload, deadline)
+        return self._finish(job, report)
 
     async def run_async(self, name: str, payload: Mapping[str, Any], *, deadline: float | None = None) -> JobResult:
         job = job_named(name)
-        report = await job.acall(self._services, payload, deadline)
+        with self._journaled(job, payload):
+            report = await job.acall(self._services, payload, deadline)
         return await asyncio.to_thread(self._finish, job, report)
+
+    def _journaled(self, job: Job, payload: Mapping[str, Any]) -> AbstractContextManager[object]:
+        """The run of the change journal this job run is (docs/journal.md); none without a journal."""
+        if self._services.journal is None:
+            return nullcontext()
+        return self._services.journal.run(f"job.{job.name}", source="job", always_record=False)
 
     def snapshot(self, min_changes: int = 1) -> int:
         """Write the replica index's snapshots now (of namespaces changed by at least ``min_changes`` rows)."""

@@ -12,6 +12,7 @@ from typing import Any
 from engram.domain.errors import Conflict, EngramError
 from engram.domain.models import MemoryEvent, new_id
 from engram.domain.ports import AuditRows, Clock
+from engram.services.library.journal import report_to_run
 
 log = logging.getLogger("engram.jobs")
 
@@ -53,11 +54,14 @@ def failure_of(exc: Exception, what: str, namespace: str) -> dict[str, Any]:
 
 
 def record_run(store: AuditRows, clock: Clock, job: str, namespace: str, detail: dict[str, Any]) -> None:
-    """Log the one-line summary of a job run and keep it as an event row (``GET /v1/jobs``). A record
+    """Log the one-line summary of a job run and keep it as an event row (``GET /v1/jobs``): the record of
+    the journal's open run (``services/library/journal.py``), else an event of its own. A record
     that cannot be written is logged, never raised: the run's work is done and must not be repeated."""
     counts = " ".join(f"{k}={v}" for k, v in detail.items() if isinstance(v, int | float | bool) or v is None)
     errors = detail.get("errors") or []
     log.info("%s ns=%s %s errors=%d", job, namespace, counts, len(errors))
+    if report_to_run(namespace, job, detail):  # the run's record, written when the run closes (docs/journal.md)
+        return
     try:
         store.append_event(
             MemoryEvent(

@@ -8,6 +8,9 @@ which only grows) and erases the merged memory, provided none of them changed si
 ``version_conflict``, nothing written). The memory event log's retention bounds how long a merge can be
 undone (``ENGRAM_RETENTION_EVENTS_DAYS``).
 
+Each merge and each undone merge is one run of the change journal (docs/journal.md): listed with its
+changes, and undoable there as well.
+
 The draft's text comes from the extraction model when one is configured (``services/models/prompts.py``,
 read by ``services/models/reply.parse_json_object``); otherwise, or when the model fails, the sources'
 texts joined. Nothing is written by a draft.
@@ -16,7 +19,8 @@ texts joined. Nothing is written by a draft.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +28,7 @@ from engram.domain.errors import Conflict, EngramError, InvalidInput, NotFound, 
 from engram.domain.models import MEMORY_TYPES, Memory, MemoryEvent, MemoryLayer, MemoryType, new_id
 from engram.domain.policies import MAX_CONTENT_CHARS
 from engram.domain.ports import AuditRows, ChatModel, Clock, MemoryRows
+from engram.services.library.journal import Journal
 from engram.services.library.memories import MemoryService, MemoryWrite
 from engram.services.models import prompts
 from engram.services.models.reply import as_str, as_str_list, parse_json_object
@@ -76,11 +81,13 @@ class MergeDraft:
 class MergeResult:
     memory: Memory
     sources: list[Memory]
+    run_id: str | None = None  # the merge's run in the change journal (docs/journal.md)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "memory": self.memory.model_dump(mode="json"),
             "sources": [m.model_dump(mode="json") for m in self.sources],
+            "run_id": self.run_id,
         }
 
 
@@ -146,7 +153,10 @@ class CurationService:
         memories: MemoryService,
         clock: Clock,
         model: ChatModel | None = None,
+        *,
+        journal: Journal | None = None,
     ) -> None:
+        self._journal = journal
         self._store = store
         self._memories = memories
         self._clock = clock
@@ -224,7 +234,8 @@ class CurationService:
             source=source,
             source_message_ids=list(dict.fromkeys(i for m in sources for i in m.source_message_ids))[:200],
         )
-        stored, merged = self._memories.merge(sources, req, reason=f"merged ({source})")
+        with self._run("merge", source, [m.id for m in sources]) as run_id:
+            stored, merged = self._memories.merge(sources, req, reason=f"merged ({source})")
         self._store.append_event(
             MemoryEvent(
                 id=new_id("evt"),
@@ -236,11 +247,21 @@ class CurationService:
                     "after_versions": {m.id: m.version for m in stored},
                     "merged_version": merged.version,
                     "source": source,
+                    "run_id": run_id,
                 },
                 created_at=self._clock.now(),
             )
         )
-        return MergeResult(memory=merged, sources=stored)
+        return MergeResult(memory=merged, sources=stored, run_id=run_id)
+
+    @contextmanager
+    def _run(self, kind: str, source: str, ids: list[str]) -> Iterator[str | None]:
+        """The merge (or its undo) as one run of the change journal: listed in the runs, undone there too."""
+        if self._journal is None:
+            yield None
+            return
+        with self._journal.run(kind, source=source, detail={"memories": ids}) as run:
+            yield run.id
 
     def undo_merge(self, namespace: str, merged_id: str) -> list[Memory]:
         """Restore the sources of the merge that made ``merged_id`` exactly as they were, and erase the
@@ -267,7 +288,8 @@ class CurationService:
                 f"memory {missing[0]} changed after the merge; undo refused so that change is not lost",
                 code="version_conflict",
             )
-        return self._memories.unmerge(merged, before, after)
+        with self._run("unmerge", "merge", [merged_id]):
+            return self._memories.unmerge(merged, before, after)
 
     # -- core candidates ---------------------------------------------------------------------------
     def core_candidates(self, namespace: str, *, limit: int = 20) -> list[CoreCandidate]:

@@ -149,10 +149,8 @@ class SkillService:
         skills = self.list_skills(namespace)
         if not skills or not query.strip():
             return []
-        bodies = {}
-        for skill in skills:
-            row = self._store.get_version(namespace, skill.name, skill.version)
-            bodies[skill.name] = row.content if row is not None else ""
+        rows = self._store.get_versions(namespace, [(s.name, s.version) for s in skills])
+        bodies = {s.name: row.content if (row := rows.get((s.name, s.version))) else "" for s in skills}
         counts = {s.name: _field_counts(s, bodies[s.name]) for s in skills}
         keyword = _bm25(set(query_tokens), counts)
         vector = self._vector_scores(namespace, query, skills, bodies)

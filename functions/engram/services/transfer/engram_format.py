@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date as Date
 from datetime import datetime
@@ -72,6 +73,7 @@ from engram.domain.ports import (
     ReminderRows,
     ThreadRows,
 )
+from engram.services.library.journal import Journal, Run
 from engram.services.library.memories import MemoryService
 from engram.services.library.messages import MessageIn
 from engram.services.library.notes import GlossaryIn
@@ -218,12 +220,18 @@ def _tags(row: dict[str, Any]) -> tuple[str, ...]:
 
 class TransferService:
     def __init__(
-        self, store: TransferStore, memories: MemoryService, clock: Clock, skills: SkillService | None = None
+        self,
+        store: TransferStore,
+        memories: MemoryService,
+        clock: Clock,
+        skills: SkillService | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self._store = store
         self._memories = memories
         self._clock = clock
         self._skills = skills  # services.skills.SkillService (None: exports and imports carry no skills)
+        self._journal = journal  # an import is a run of the change journal (docs/journal.md)
 
     # -- export -----------------------------------------------------------------------------
     def export(self, namespace: str) -> dict[str, Any]:
@@ -301,35 +309,44 @@ class TransferService:
 
         With ``dry_run`` nothing is written: the report says what a real run would create, skip and refuse.
         ``foreign``: the rows come from another system (``services/transfer/other_systems.py``): importing counts as
-        seeing them, and their own expiry applies.
+        seeing them, and their own expiry applies. A real import is a run of the change journal: the report's
+        ``run_id`` undoes it (docs/journal.md).
         """
-        run = _Import(self._store, self._clock, namespace, dry_run=dry_run, foreign=foreign)
-        run.survey(document.memories)
-        total = sum(len(getattr(document, k)) for k in KINDS if k != "digest") + int(document.digest is not None)
-        step = progress("import", total) if progress else (lambda n: None)
-        # Messages and memories first: candidates and notes refer to them.
-        run.rows("messages", document.messages, run.message, step)
-        run.rows("memories", document.memories, run.memory, step)
-        run.rows("candidates", document.candidates, run.candidate, step)
-        run.rows("precious", document.precious, run.precious, step)
-        run.rows("glossary", document.glossary, run.glossary, step)
-        run.rows("daily_logs", document.daily_logs, run.daily_log, step)
-        if document.digest is not None:
-            run.rows("digest", [document.digest], run.digest, step)
-        run.rows("threads", document.threads, run.thread, step)
-        run.rows("usage", document.usage, run.usage, step)
-        if document.skills and self._skills is not None:
-            skills = self._skills
+        journaled: AbstractContextManager[Run | None] = nullcontext()
+        if self._journal is not None and not dry_run:
+            detail = {"namespace": namespace, "from": "other_system" if foreign else "engram_export"}
+            journaled = self._journal.run("import", detail=detail)
+        with journaled as journal_run:
+            run = _Import(self._store, self._clock, namespace, dry_run=dry_run, foreign=foreign)
+            run.survey(document.memories)
+            total = sum(len(getattr(document, k)) for k in KINDS if k != "digest") + int(document.digest is not None)
+            step = progress("import", total) if progress else (lambda n: None)
+            # Messages and memories first: candidates and notes refer to them.
+            run.rows("messages", document.messages, run.message, step)
+            run.rows("memories", document.memories, run.memory, step)
+            run.rows("candidates", document.candidates, run.candidate, step)
+            run.rows("precious", document.precious, run.precious, step)
+            run.rows("glossary", document.glossary, run.glossary, step)
+            run.rows("daily_logs", document.daily_logs, run.daily_log, step)
+            if document.digest is not None:
+                run.rows("digest", [document.digest], run.digest, step)
+            run.rows("threads", document.threads, run.thread, step)
+            run.rows("usage", document.usage, run.usage, step)
+            if document.skills and self._skills is not None:
+                skills = self._skills
 
-            def skill(row: dict[str, Any]) -> tuple[str, str | None, str]:
-                outcome, detail = skills.import_exported(namespace, row, dry_run=dry_run)
-                return (outcome, row.get("name"), detail) if outcome == "skipped" else (outcome, detail, "")
+                def skill(row: dict[str, Any]) -> tuple[str, str | None, str]:
+                    outcome, detail = skills.import_exported(namespace, row, dry_run=dry_run)
+                    return (outcome, row.get("name"), detail) if outcome == "skipped" else (outcome, detail, "")
 
-            run.rows("skills", document.skills, skill, step)
-        if not dry_run:
-            embed = progress("embed", len(run.inserted_active)) if progress else None
-            run.report.indexed = self._memories.upkeep.reindex_ids(namespace, run.inserted_active, progress=embed)
-        return {**run.report.to_dict(), "dry_run": dry_run}
+                run.rows("skills", document.skills, skill, step)
+            if not dry_run:
+                embed = progress("embed", len(run.inserted_active)) if progress else None
+                run.report.indexed = self._memories.upkeep.reindex_ids(namespace, run.inserted_active, progress=embed)
+        report = {**run.report.to_dict(), "dry_run": dry_run}
+        if journal_run is not None:
+            report["run_id"] = journal_run.id  # undo: POST /v1/runs/{run_id}/undo
+        return report
 
 
 class _Import:

@@ -26,12 +26,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from engram.domain.errors import InvalidInput
 from engram.domain.models import MEMORY_TYPES
 
-FORMATS = ("aelios", "pawwake", "mem0", "text")
+# The systems Engram moves in from: the one list the REST `from` parameter, the CLI's `--from` and the MCP
+# and panel imports take.
+ForeignFormat = Literal["aelios", "pawwake", "mem0", "text"]
+FORMATS: tuple[str, ...] = get_args(ForeignFormat)
 _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,90}$")
 PAWWAKE_LAYERS = {1: "fragment", 2: "event", 3: "core"}
 # Memory fields an Aelios export carries under ``metadata`` with Engram's own names.

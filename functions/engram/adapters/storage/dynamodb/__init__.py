@@ -28,6 +28,9 @@ precious / glossary        ``NS#ns`` / ``PREC#<id>``, ``GLOSS#<id>``
 digest / daily log         ``NS#ns`` / ``DIGEST``, ``DAY#<yyyy-mm-dd>``
 event                      ``NS#ns`` / ``EVT#<id>``        ``NS#ns#EVT`` / ``<created>#<id>``;
                                                            GSI2 ``NS#ns#EVTMEM#<memory>`` / same
+journal run record         ``NS#ns`` / ``EVT#<run id>``    as an event; GSI2 ``NS#ns#RUNS`` / ``<created>#<id>``
+journal change             ``NS#ns`` / ``RUN#<run>#<id>``  as an event (docs/journal.md; a run's changes
+                                                           are one base-table query, in the order written)
 usage                      ``NS#ns`` / ``USAGE#<id>``      ``NS#ns#USAGE`` / ``<created>#<id>``
 idempotency key, cursor    ``NS#ns`` / ``IDEM#<key>``, ``CURSOR#<name>``
 cache entry                ``NS#ns`` / ``CACHE#<key>``     (value kept as JSON text in ``value_json``)
@@ -36,8 +39,9 @@ rate-limit counter         ``RATE#<key>`` / ``W#<window start>``  (written by ``
 =========================  ==============================  ===========================================
 
 Every access is a GetItem, a Query or a transaction; nothing scans. Rows keep their fields as plain
-attributes (plus ``kind``) so they read well in the console. Messages, usage, events, idempotency
-keys and expiring cache entries carry a ``ttl`` (epoch seconds) as a backstop to the cleanup job.
+attributes (plus ``kind``) so they read well in the console. Messages, usage, events (not the
+journal's: its retention is the cleanup job's), idempotency keys and expiring cache entries carry a
+``ttl`` (epoch seconds) as a backstop to the cleanup job.
 Memory sweep time (GSI2) is the last sighting for active rows and the status change for the others.
 
 Consistency: GetItem, base-table queries (messages, precious, glossary, daily logs, idempotency) and

@@ -4,14 +4,15 @@ cache entries, the namespace registry) on the DynamoDB table."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import cache_text, check_limit, to_iso
-from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, DynamoStoreBase
+from engram.adapters.storage.common import cache_text, check_limit, decode_cursor, to_iso
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, DynamoStoreBase, cursor_sort_key
 from engram.adapters.storage.dynamodb.table import epoch, fields, sort_key, to_model
 from engram.domain.errors import Conflict
-from engram.domain.models import IdempotencyRecord, MemoryEvent, UsageRecord
+from engram.domain.models import IdempotencyRecord, MemoryEvent, Page, UsageRecord
 
 
 class DynamoRecords(DynamoStoreBase):
@@ -25,10 +26,15 @@ class DynamoRecords(DynamoStoreBase):
             "entity": "event",
             "GSI1PK": f"{pk}#EVT",
             "GSI1SK": order,
-            "ttl": self._ttl(event.created_at, self._log_ttl),
             **fields(event),
         }
-        if event.memory_id is not None:
+        if event.run_id is None:
+            item["ttl"] = self._ttl(event.created_at, self._log_ttl)
+        elif not event.is_run:  # a run's change sits under its run (docs/journal.md), kept by the journal's retention
+            item["SK"] = f"RUN#{event.run_id}#{event.id}"
+        if event.is_run:
+            item |= {"GSI2PK": f"{pk}#RUNS", "GSI2SK": order}
+        elif event.memory_id is not None:
             item |= {"GSI2PK": f"{pk}#EVTMEM#{event.memory_id}", "GSI2SK": order}
         if not self._db.put(item, "attribute_not_exists(PK)"):
             raise Conflict(f"event {event.id} already exists")
@@ -51,15 +57,65 @@ class DynamoRecords(DynamoStoreBase):
                     break
         return rows
 
-    def _delete_logged_before(self, namespace: str, partition: str, prefix: str, before: datetime) -> int:
+    def _delete_logged_before(
+        self, namespace: str, partition: str, before: datetime, doomed: Callable[[dict[str, Any]], bool]
+    ) -> int:
         pk = self._pk(namespace)
-        items = self._db.query(pk=f"{pk}#{partition}", index="GSI1", sk_before=to_iso(before), projection=("PK", "SK"))
-        doomed = [(pk, item["SK"]) for item in items if item["SK"].startswith(prefix)]
-        self._db.batch_delete(doomed)
-        return len(doomed)
+        items = self._db.query(
+            pk=f"{pk}#{partition}", index="GSI1", sk_before=to_iso(before), projection=("PK", "SK", "run_id")
+        )
+        keys = [(pk, item["SK"]) for item in items if doomed(item)]
+        self._db.batch_delete(keys)
+        return len(keys)
 
     def delete_events_before(self, namespace: str, before: datetime) -> int:
-        return self._delete_logged_before(namespace, "EVT", "EVT#", before)
+        return self._delete_logged_before(
+            namespace, "EVT", before, lambda item: item["SK"].startswith("EVT#") and "run_id" not in item
+        )
+
+    # -- the change journal (docs/journal.md) -----------------------------------------------
+    def get_run(self, namespace: str, run_id: str) -> MemoryEvent | None:
+        item = self._db.get(self._pk(namespace), f"EVT#{run_id}")
+        event = to_model(MemoryEvent, item) if item else None
+        return event if event is not None and event.is_run else None
+
+    def list_runs(self, namespace: str, *, limit: int = 50, cursor: str | None = None) -> Page[MemoryEvent]:
+        check_limit(limit)
+        items = self._db.query(
+            pk=f"{self._pk(namespace)}#RUNS",
+            index="GSI2",
+            sk_before=cursor_sort_key(cursor),
+            forward=False,
+            page_size=limit + 1,
+        )
+        return self._page(items, lambda item: to_model(MemoryEvent, item), limit, lambda e: (e.created_at, e.id))
+
+    def list_run_changes(
+        self, namespace: str, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[MemoryEvent]:
+        check_limit(limit)
+        prefix = f"RUN#{run_id}#"
+        after = decode_cursor(cursor)[1] if cursor is not None else ""
+        items = self._db.query(
+            pk=self._pk(namespace), sk_between=(f"{prefix}{after}", f"{prefix}~"), page_size=limit + 2
+        )
+        return self._page(
+            items,
+            lambda item: to_model(MemoryEvent, item),
+            limit,
+            lambda e: (e.created_at, e.id),
+            keep=lambda e: e.id > after,
+        )
+
+    def delete_journal_before(self, namespace: str, before: datetime) -> int:
+        return self._delete_logged_before(namespace, "EVT", before, lambda item: "run_id" in item)
+
+    def delete_memory_events(self, namespace: str, memory_id: str) -> int:
+        pk = self._pk(namespace)
+        items = self._db.query(pk=f"{pk}#EVTMEM#{memory_id}", index="GSI2", projection=("PK", "SK"))
+        keys = [(pk, item["SK"]) for item in items]
+        self._db.batch_delete(keys)
+        return len(keys)
 
     def append_usage(self, usage: UsageRecord) -> None:
         pk = self._pk(usage.namespace)
@@ -84,7 +140,7 @@ class DynamoRecords(DynamoStoreBase):
         return [to_model(UsageRecord, item) for item in items]
 
     def delete_usage_before(self, namespace: str, before: datetime) -> int:
-        return self._delete_logged_before(namespace, "USAGE", "USAGE#", before)
+        return self._delete_logged_before(namespace, "USAGE", before, lambda item: item["SK"].startswith("USAGE#"))
 
     # -- idempotency, cursors, cache, namespaces ----------------------------------------------
     def get_idempotency(self, namespace: str, key: str) -> IdempotencyRecord | None:

@@ -7,10 +7,16 @@ import json
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import cache_text, check_limit
-from engram.adapters.storage.inmemory.base import InMemoryStoreBase, delete_where, newest_first, oldest_first
+from engram.adapters.storage.common import cache_text, check_limit, cut_page, decode_cursor
+from engram.adapters.storage.inmemory.base import (
+    InMemoryStoreBase,
+    delete_where,
+    newest_first,
+    oldest_first,
+    page,
+)
 from engram.domain.errors import Conflict
-from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord
+from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, Page, UsageRecord
 
 
 class InMemoryRecords(InMemoryStoreBase):
@@ -36,7 +42,40 @@ class InMemoryRecords(InMemoryStoreBase):
 
     def delete_events_before(self, namespace: str, before: datetime) -> int:
         with self._lock:
-            return delete_where(self._events, namespace, lambda e: e.created_at < before)
+            return delete_where(self._events, namespace, lambda e: e.run_id is None and e.created_at < before)
+
+    # -- the change journal (docs/journal.md) -----------------------------------------------
+    def get_run(self, namespace: str, run_id: str) -> MemoryEvent | None:
+        with self._lock:
+            event = self._events.get(namespace, {}).get(run_id)
+        return event if event is not None and event.is_run else None
+
+    def list_runs(self, namespace: str, *, limit: int = 50, cursor: str | None = None) -> Page[MemoryEvent]:
+        with self._lock:
+            runs = [e for e in self._events.get(namespace, {}).values() if e.is_run]
+        return page(runs, limit, cursor)
+
+    def list_run_changes(
+        self, namespace: str, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[MemoryEvent]:
+        check_limit(limit)
+        after = decode_cursor(cursor)[1] if cursor is not None else ""
+        with self._lock:
+            changes = [
+                e
+                for e in self._events.get(namespace, {}).values()
+                if e.run_id == run_id and not e.is_run and e.id > after
+            ]
+        changes.sort(key=lambda e: e.id)
+        return cut_page(changes[: limit + 1], limit, lambda e: (e.created_at, e.id))
+
+    def delete_journal_before(self, namespace: str, before: datetime) -> int:
+        with self._lock:
+            return delete_where(self._events, namespace, lambda e: e.run_id is not None and e.created_at < before)
+
+    def delete_memory_events(self, namespace: str, memory_id: str) -> int:
+        with self._lock:
+            return delete_where(self._events, namespace, lambda e: e.memory_id == memory_id)
 
     def append_usage(self, usage: UsageRecord) -> None:
         with self._lock:

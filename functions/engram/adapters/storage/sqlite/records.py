@@ -8,11 +8,11 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import cache_text, check_limit, to_iso
+from engram.adapters.storage.common import cache_text, check_limit, cut_page, decode_cursor, to_iso
 from engram.adapters.storage.sqlite.base import SqliteStoreBase
 from engram.adapters.storage.sqlite.tables import CACHE, EVENTS, IDEMPOTENCY, USAGE
 from engram.domain.errors import UpstreamUnavailable
-from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, UsageRecord
+from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, Page, UsageRecord
 
 
 class SqliteRecords(SqliteStoreBase):
@@ -36,7 +36,37 @@ class SqliteRecords(SqliteStoreBase):
         return self._select(EVENTS, f"{where} ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit])
 
     def delete_events_before(self, namespace: str, before: datetime) -> int:
-        return self._execute("DELETE FROM events WHERE namespace = ? AND created_at < ?", (namespace, to_iso(before)))
+        return self._execute(
+            "DELETE FROM events WHERE namespace = ? AND created_at < ? AND run_id IS NULL", (namespace, to_iso(before))
+        )
+
+    # -- the change journal (docs/journal.md) -----------------------------------------------
+    def get_run(self, namespace: str, run_id: str) -> MemoryEvent | None:
+        return self._select_one(EVENTS, "namespace = ? AND id = ? AND run_id = id", (namespace, run_id))
+
+    def list_runs(self, namespace: str, *, limit: int = 50, cursor: str | None = None) -> Page[MemoryEvent]:
+        return self._page(EVENTS, "namespace = ? AND run_id = id", [namespace], limit, cursor)
+
+    def list_run_changes(
+        self, namespace: str, run_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[MemoryEvent]:
+        check_limit(limit)
+        after = decode_cursor(cursor)[1] if cursor is not None else ""
+        rows = self._select(
+            EVENTS,
+            "namespace = ? AND run_id = ? AND id != run_id AND id > ? ORDER BY id LIMIT ?",
+            (namespace, run_id, after, limit + 1),
+        )
+        return cut_page(rows, limit, lambda e: (e.created_at, e.id))
+
+    def delete_journal_before(self, namespace: str, before: datetime) -> int:
+        return self._execute(
+            "DELETE FROM events WHERE namespace = ? AND created_at < ? AND run_id IS NOT NULL",
+            (namespace, to_iso(before)),
+        )
+
+    def delete_memory_events(self, namespace: str, memory_id: str) -> int:
+        return self._execute("DELETE FROM events WHERE namespace = ? AND memory_id = ?", (namespace, memory_id))
 
     def append_usage(self, usage: UsageRecord) -> None:
         self._execute(USAGE.insert_sql, USAGE.insert_params(usage))

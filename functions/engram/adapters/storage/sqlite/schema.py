@@ -210,6 +210,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 6: memory row versions (docs/ARCHITECTURE.md, "Write rules"); rows stored before read as version 1.
     ("ALTER TABLE memories ADD COLUMN version INTEGER NOT NULL DEFAULT 1",),
+    # 7: the change journal in the event log (docs/journal.md): a run's record is the event whose id is
+    # its run_id; the run's changes carry the run_id.
+    (
+        "ALTER TABLE events ADD COLUMN run_id TEXT",
+        "CREATE INDEX events_by_run ON events (namespace, run_id, id) WHERE run_id IS NOT NULL",
+        "CREATE INDEX events_runs ON events (namespace, created_at, id) WHERE id = run_id",
+    ),
+    # 8: the conversation a usage row was spent in (GET /v1/usage per thread); older rows have none.
+    ("ALTER TABLE usage ADD COLUMN thread TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

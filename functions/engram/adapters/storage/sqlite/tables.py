@@ -34,7 +34,7 @@ ITER_CHUNK = 500
 IDS_PER_QUERY = 500
 
 M = TypeVar("M", bound=BaseModel)
-Listed = TypeVar("Listed", Memory, Candidate)
+Listed = TypeVar("Listed", Memory, Candidate, MemoryEvent)
 
 
 def marks(count: int) -> str:

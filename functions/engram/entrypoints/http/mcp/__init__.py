@@ -24,7 +24,7 @@ from fastapi import FastAPI
 
 from engram import __version__
 from engram.bootstrap import Container
-from engram.entrypoints.http.mcp import conversations, curation, memories, notes, overview, reminders, skills
+from engram.entrypoints.http.mcp import conversations, curation, memories, notes, overview, reminders, runs, skills
 from engram.entrypoints.http.mcp.compat import StrictServer
 from engram.entrypoints.http.mcp.gate import McpGate, security_settings
 
@@ -44,7 +44,7 @@ Engram is the user's long-term memory, shared across chat windows, clients and m
 """
 
 # The order tools are listed in (tools/list): each module registers a contiguous run of it.
-TOOL_MODULES = (memories, curation, notes, conversations, reminders, overview, skills)
+TOOL_MODULES = (memories, curation, notes, conversations, reminders, runs, overview, skills)
 
 
 def build_server(container: Container) -> StrictServer:

@@ -115,7 +115,8 @@ class ToolList:
     def register(self, server: MCPServer) -> None:
         """Every tool on ``server``, with the error mapping applied."""
         for fn, marks in self._tools:
-            server.add_tool(model_errors(fn), name=fn.__name__, annotations=marks, structured_output=True)
+            call = model_errors(fn) if marks is READ_ONLY else hand_edit(model_errors(fn))
+            server.add_tool(call, name=fn.__name__, annotations=marks, structured_output=True)
 
 
 def container_of(ctx: Context) -> Container:
@@ -161,6 +162,22 @@ def model_errors(fn: _F) -> _F:
             first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
             where = ".".join(str(p) for p in first.get("loc", ()))
             raise ToolError(f"{where}: {first['msg']}" if where else str(first["msg"])) from exc
+
+    return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
+
+
+def hand_edit(fn: _F) -> _F:
+    """A tool call that may write is a hand edit: one ``edit`` run of the change journal, recorded if it
+    changed a row (docs/journal.md; the HTTP routes' runs: ``entrypoints/http/hand_edits.py``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs.get("ctx", args[0] if args else None)
+        if not isinstance(ctx, Context):  # not a served call (a test calling the function): no run
+            return fn(*args, **kwargs)
+        journal = container_of(ctx).journal
+        with journal.run("edit", source="mcp", detail={"tool": fn.__name__}, always_record=False):
+            return fn(*args, **kwargs)
 
     return cast(_F, wrapper)  # functools.wraps keeps the signature the SDK reads
 

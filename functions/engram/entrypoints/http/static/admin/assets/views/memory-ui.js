@@ -168,7 +168,10 @@ export function versionsDialog(memoryId, onChange) {
           }, { kind: 'ghost small', iconName: 'restore' }) : null))));
       const history = events.items.length
         ? h('details', { class: 'events' }, h('summary', null, `History (${events.items.length} events)`),
-          h('ul', null, events.items.map((e) => h('li', null, h('code', null, e.kind), ' · ', fmtDate(e.created_at)))))
+          h('ul', null, events.items.map((e) => h('li', null,
+            // A change of the journal (docs/journal.md) names what it did and why; More › What changed has its run.
+            h('code', null, e.kind === 'change' ? (e.detail?.op || e.kind) : e.kind), ' · ', fmtDate(e.created_at),
+            e.kind === 'change' && e.detail?.reason ? ` · ${e.detail.reason}` : null))))
         : null;
       body.replaceChildren();
       append(body, [h('p', { class: 'muted' }, 'Oldest first. Restoring a version makes it the active one again.'), list, history]);

@@ -1,11 +1,13 @@
-// More: precious notes, glossary, reminders, usage, maintenance (jobs, reindex, export, import).
+// More: precious notes, glossary, reminders, usage, what changed (the change journal: changes.js),
+// maintenance (jobs, reindex, export, import).
 import { api, del, get, patch, post } from '../api.js';
 import { button, card, chip, confirmDialog, downloadJson, empty, field, fmtAgo, fmtDate, h, openDialog, toast } from '../dom.js';
 import { JOBS, runList, runRow, statusOf, summarize } from './jobs-ui.js';
+import { render as changes } from './changes.js';
 import { reminders } from './reminders.js';
 import { usage } from './usage.js';
 
-const SECTIONS = [['precious', 'Precious'], ['glossary', 'Glossary'], ['reminders', 'Reminders'], ['usage', 'Usage'], ['maintenance', 'Maintenance']];
+const SECTIONS = [['precious', 'Precious'], ['glossary', 'Glossary'], ['reminders', 'Reminders'], ['usage', 'Usage'], ['changes', 'What changed'], ['maintenance', 'Maintenance']];
 let pollTimer = null;
 
 export async function render(root, ctx) {
@@ -16,7 +18,7 @@ export async function render(root, ctx) {
     SECTIONS.map(([key, label]) => h('a', { href: `#more/${key}`, class: key === section ? 'active' : '', 'aria-current': key === section ? 'page' : null }, label)));
   const body = h('div', { class: 'section-body' });
   root.append(h('header', { class: 'page-head' }, h('div', null, h('h1', null, 'More'))), tabs, body);
-  await { precious, glossary, reminders, usage, maintenance }[section](body, ctx);
+  await { precious, glossary, reminders, usage, changes, maintenance }[section](body, ctx);
 }
 
 // -- precious ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// Usage (More → Usage): tokens per day and per model from `GET /v1/usage` (what the chat gateway
-// recorded). Model names are text nodes.
+// Usage (More → Usage): tokens per model, per day and per conversation from `GET /v1/usage` (what the chat
+// gateway recorded). Model and thread names are text nodes.
 import { get } from '../api.js';
 import { card, empty, h } from '../dom.js';
 
@@ -33,10 +33,12 @@ export async function usage(root) {
         (r) => [r.model, number(r.requests), number(r.input_tokens), number(r.output_tokens), number(r.cache_read_tokens), number(r.cache_write_tokens)])),
       card('Per day', table('usage-days', ['Day (UTC)', 'Requests', 'Tokens', ''], res.daily,
         (r) => [r.date, number(r.requests), number(tokens(r)), bar(tokens(r) / most)])),
+      card('Per conversation', table('usage-threads', ['Conversation', 'Requests', 'Input', 'Output'], res.threads,
+        (r) => [r.thread ?? '(not recorded)', number(r.requests), number(r.input_tokens), number(r.output_tokens)])),
       card('Per day and model', table('usage-day-models', ['Day (UTC)', 'Model', 'Input', 'Output'], res.per_day,
         (r) => [r.date, r.model, number(r.input_tokens), number(r.output_tokens)])));
   };
   days.addEventListener('change', () => load());
-  root.append(h('p', { class: 'muted' }, 'Tokens the chat gateway recorded, per model and per day.'), days, body);
+  root.append(h('p', { class: 'muted' }, 'Tokens the chat gateway recorded, per model, per day and per conversation.'), days, body);
   await load();
 }
