@@ -6,7 +6,9 @@ Bodies are ``{"job": "cleanup", "payload": {"namespace": "..."}}`` (from ``SqsJo
 again after index writes failed) or ``{"job": "reindex", "payload": {"namespace", "run_id"}}`` (the
 admin panel's and REST's reindex, services/index/reindex.py: it stops before this invocation's deadline and
 queues its own continuation) or ``{"job": "history", "payload": {"namespace", "thread"}}`` (a thread's
-server-kept history is due a rotation: services/chat/history.py). A failed record is reported
+server-kept history is due a rotation: services/chat/history.py) or ``{"job": "consolidate", "payload":
+{"namespace", "draft_id"}}`` (a consolidation draft the person asked for, services/jobs/consolidation.py:
+like a reindex, it stops between batches before the deadline and queues its continuation). A failed record is reported
 back (ReportBatchItemFailures) and retried by SQS, then dead-lettered. Each message id is processed
 once (``services/jobs/registry.run_once``: a conditional put claims it, so two deliveries at once never both
 run; after success it is kept as an idempotency key, and a redelivery is acknowledged unprocessed).
