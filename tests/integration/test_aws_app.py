@@ -20,6 +20,7 @@ from engram.adapters.queue.sqs import SqsJobQueue
 from engram.adapters.storage.dynamodb import DynamoMemoryStore, create_table
 from engram.bootstrap import build_container
 from engram.entrypoints.http.app import create_app
+from engram.services.library.journaled_store import JournaledStore
 from engram.settings import load_settings
 
 from tests.fakes.moto_aws import REGION, mocked_aws
@@ -80,8 +81,8 @@ def rest_event(method: str, path: str, body: Any = None, key: str = OWNER_KEY) -
 def test_settings_as_the_stack_sets_them_build_aws_adapters(aws_env: dict[str, str]) -> None:
     # Given the environment of a deployed function / When the container is built
     container = build_container(load_settings())
-    # Then it uses DynamoDB and SQS, and takes the keys from the secret
-    assert isinstance(container.store, DynamoMemoryStore)
+    # Then it uses DynamoDB (behind the journal's recording wrapper) and SQS, and takes the keys from the secret
+    assert isinstance(container.store, JournaledStore) and isinstance(container.store.inner, DynamoMemoryStore)
     assert isinstance(container.queue, SqsJobQueue)
     assert container.settings.api_key is not None and container.settings.api_key.get_secret_value() == OWNER_KEY
     assert container.settings.admin_password is not None
