@@ -190,7 +190,15 @@ def test_blob_store_keeps_bytes_by_key(factory: Callable[[Path], AbstractContext
         blobs.put("skillsx/ns9/zzz", b"not under the prefix")
         listed = blobs.list_keys("skills/")
         assert [key for key, _ in listed] == ["skills/ns2/abc", "skills/ns2/abd"]
-        assert all(abs(datetime.now(UTC) - written) < timedelta(minutes=5) for _, written in listed)
+        # (a file's time is the file system's clock, which a faked process clock does not move: either is now)
+        probe = tmp_path / "clock-probe"
+        probe.write_bytes(b"")
+        file_now = datetime.fromtimestamp(probe.stat().st_mtime, UTC)
+        nows = (datetime.now(UTC), file_now)
+        assert all(
+            written.tzinfo is not None and min(abs(now - written) for now in nows) < timedelta(minutes=5)
+            for _, written in listed
+        )
         assert blobs.list_keys("skills/ns1/") == [] and blobs.list_keys("nothing/") == []
 
 
