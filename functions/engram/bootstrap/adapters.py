@@ -144,7 +144,8 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
     from engram.adapters.search.document_log import SearchLog, SnapshotStore
     from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
-    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+    from engram.adapters.storage.blobs import LocalBlobStore
+    from engram.adapters.storage.snapshots import S3SnapshotStore
 
     data_dir = Path(settings.data_dir).expanduser()
     suffix = "-conversations" if conversations else ""
@@ -154,7 +155,7 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
         path = local_db_path(settings)
         private_dir(path.parent)
         search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
-        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
+        snapshots = LocalBlobStore(data_dir / f"snapshots{suffix}")
     elif settings.store == "dynamodb":
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
