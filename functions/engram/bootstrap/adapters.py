@@ -46,10 +46,11 @@ def local_db_path(settings: Settings) -> Path:
 
 
 def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
-    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
-    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    """The skills library: its rows in the store (memory / the SQLite file's skill tables / the DynamoDB
+    table), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS. Locally, the
+    ``skills.db`` of an earlier version is moved into the store here, on first start."""
     from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
-    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore, SqliteSkillStore
+    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore
 
     region = settings.aws_region or None
     data_dir = Path(settings.data_dir).expanduser()
@@ -57,9 +58,14 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     if settings.store == "dynamodb":
         store = DynamoSkillStore(settings.table_name, region_name=region)
     elif settings.store == "sqlite":
-        private_dir(data_dir)
-        store = SqliteSkillStore(data_dir / "skills.db")
-        closers.append(store.close)
+        from engram.adapters.storage.sqlite.skills import LEGACY_SKILLS_DB, SqliteSkillStore
+
+        path = local_db_path(settings)
+        private_data_dir(path.parent)
+        sqlite_skills = SqliteSkillStore(path, clock=clock)
+        closers.append(sqlite_skills.close)
+        sqlite_skills.adopt_skills_db(path.with_name(LEGACY_SKILLS_DB))
+        store = sqlite_skills
     else:
         store = InMemorySkillStore()
     blobs: BlobStore
