@@ -46,10 +46,11 @@ def local_db_path(settings: Settings) -> Path:
 
 
 def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
-    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
-    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    """The skills library: its rows in the store (memory / the SQLite file's skill tables / the DynamoDB
+    table), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS. Locally, the
+    ``skills.db`` of an earlier version is moved into the store here, on first start."""
     from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
-    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore, SqliteSkillStore
+    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore
 
     region = settings.aws_region or None
     data_dir = Path(settings.data_dir).expanduser()
@@ -57,9 +58,14 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     if settings.store == "dynamodb":
         store = DynamoSkillStore(settings.table_name, region_name=region)
     elif settings.store == "sqlite":
-        private_dir(data_dir)
-        store = SqliteSkillStore(data_dir / "skills.db")
-        closers.append(store.close)
+        from engram.adapters.storage.sqlite.skills import LEGACY_SKILLS_DB, SqliteSkillStore
+
+        path = local_db_path(settings)
+        private_data_dir(path.parent)
+        sqlite_skills = SqliteSkillStore(path, clock=clock)
+        closers.append(sqlite_skills.close)
+        sqlite_skills.adopt_skills_db(path.with_name(LEGACY_SKILLS_DB))
+        store = sqlite_skills
     else:
         store = InMemorySkillStore()
     blobs: BlobStore
@@ -144,7 +150,8 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
     from engram.adapters.search.document_log import SearchLog, SnapshotStore
     from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
-    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+    from engram.adapters.storage.blobs import LocalBlobStore
+    from engram.adapters.storage.snapshots import S3SnapshotStore
 
     data_dir = Path(settings.data_dir).expanduser()
     suffix = "-conversations" if conversations else ""
@@ -154,7 +161,7 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
         path = local_db_path(settings)
         private_dir(path.parent)
         search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
-        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
+        snapshots = LocalBlobStore(data_dir / f"snapshots{suffix}")
     elif settings.store == "dynamodb":
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
