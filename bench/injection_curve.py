@@ -7,10 +7,12 @@ at or above its floor, best first, while their lines fit in its budget, exactly 
 ``RecallService.recall(..., budget_tokens=B)`` does (``services/recall/pipeline.py``, ``within_budget``); the
 "top 5" rows are the previous rule (the floor, then the 5 best). Answerable turns count the share of
 their answer memories injected; unanswerable turns (``no_answer`` questions, and every question asked
-in a namespace that does not hold its answer) count the memories injected, all of them stray.
+in a namespace that does not hold its answer) count the memories injected, all of them stray. At each
+namespace size the asks in another person's / conversation's namespace (true absence) are their own
+row ("size N elsewhere"), beside the row of the present asks and the absent ones in the same source.
 The default is chosen on the tuning rows only (``choose``): the highest answer share on the full sets
 whose stray memories stay <= ``MAX_STRAYS`` per unanswerable turn on average there, and at every
-namespace size no more than ``MAX_STRAYS`` or than the previous rule already had.
+namespace size, both rows, no more than ``MAX_STRAYS`` or than the previous rule already had.
 """
 
 from __future__ import annotations
@@ -171,7 +173,8 @@ def report(turns: Sequence[Turn], current: Config, configured: Config | None = N
             cells = []
             for name in names:
                 p = measure(rows[name], config)
-                cells.append(f"{p.share:.0%} / " + (f"{p.strays:.2f}" if p.unanswerable else "—"))
+                share = f"{p.share:.0%}" if p.answerable else "—"
+                cells.append(f"{share} / " + (f"{p.strays:.2f}" if p.unanswerable else "—"))
             print(f"| {config.label()}{marks} | " + " | ".join(cells) + f" | {measure(full, config).tokens:.0f} |")
     verdict = "reaches" if reached else "does NOT reach"
     print(
@@ -204,6 +207,10 @@ if __name__ == "__main__":
     main()
 
 
-def _size_key(name: str) -> int:
-    tail = name.rsplit(" ", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+def _size_key(name: str) -> tuple[int, str]:
+    """The size and what follows it in a row name (locomo size 50 elsewhere: 50, elsewhere); full: 0."""
+    words = name.split(" ")
+    if "size" not in words:
+        return 0, ""
+    at = words.index("size")
+    return int(words[at + 1]), " ".join(words[at + 2 :])

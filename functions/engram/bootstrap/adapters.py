@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engram.adapters.files import private_data_dir, private_dir
+from engram.domain.deployment import CONVERSATION_SNAPSHOT_PREFIX, TITAN_V2
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import (
     BlobStore,
@@ -172,7 +173,7 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
             snapshots = S3SnapshotStore(
                 settings.snapshot_bucket,
                 region_name=settings.aws_region or None,
-                **({"prefix": "search/conversations/"} if conversations else {}),
+                **({"prefix": CONVERSATION_SNAPSHOT_PREFIX} if conversations else {}),
             )
     else:
         raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
@@ -226,7 +227,7 @@ def _raw_embedder(settings: Settings, instances: int) -> Embedder | None:
             dimensions=settings.embedding_dimensions,
         )
     if settings.embedder == "bedrock":
-        from engram.adapters.embed.bedrock import TITAN_V2, BedrockEmbedder
+        from engram.adapters.embed.bedrock import BedrockEmbedder
 
         return BedrockEmbedder(
             settings.embedding_model or TITAN_V2, settings.embedding_dimensions, region=settings.aws_region or None

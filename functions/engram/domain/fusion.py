@@ -23,7 +23,7 @@ docs/recall.md ("Fusion" and "Relevance") for the measurements behind the defaul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import Literal
@@ -41,6 +41,15 @@ MIN_BACKGROUND = 8
 UNPADDED_CAP = 0.45
 HUBNESS_NEIGHBOURS = 10
 HUBNESS_WEIGHT = 0.5
+# In a small namespace (a padded candidate list) the relevance estimate also measures a candidate against
+# the namespace's other memories (docs/recall.md, "Relevance at every size"): the location its standout is
+# measured from is raised to their median, shrunk toward the background's by this many pseudo-memories
+# (the weakest shrinkage that kept the tuning rows' confident strays <= 5 %: bench/relevance_replay.py).
+NAMESPACE_PRIOR = 20.0
+# And a query word found in more than this share of a small namespace's memories (the speakers' names,
+# "the user") is no evidence for any of them; from this many memories on (fewer say nothing about "most").
+COMMON_SHARE = 0.5
+COMMON_MIN_MEMORIES = 4
 
 
 def script_of(text: str) -> Script:
@@ -133,13 +142,57 @@ def standout(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
     """Each score in standard deviations above the list's median (a scale-free "how distinct")."""
     if len(hits) < 3:
         return {mid: 0.0 for mid, _ in hits}
-    values = [s for _, s in hits]
-    mid_value = median(values)
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    mid_value, sd = _median_sd([s for _, s in hits])
     if sd <= 1e-12:
         return {mid: 0.0 for mid, _ in hits}
     return {mid: (s - mid_value) / sd for mid, s in hits}
+
+
+def _median_sd(values: Sequence[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    return median(values), math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def standout_in_namespace(
+    padded: Sequence[tuple[str, float]], real: Collection[str], prior: float = NAMESPACE_PRIOR
+) -> dict[str, float]:
+    """The standout of each ``real`` entry of a padded list (``padded_background``), measured from the
+    higher of the list's median and the median of the namespace's other memories shrunk toward it: with
+    ``n`` others, ``w = n / (n + prior)`` and ``w * median(others) + (1 - w) * median(list)``.
+
+    The background sentences share nothing with a namespace, so against them alone every memory of a
+    namespace whose memories all share something with the query (five dialogue turns naming the speaker
+    the question names) "stands out"; what a memory holds beyond its namespace-mates is the evidence. Few
+    others say little about the namespace, hence the shrinkage. Entries not in ``real`` are left out."""
+    own = {mid: s for mid, s in padded if mid in real}
+    if len(padded) < 3 or len(own) < 2:
+        base = standout(padded)
+        return {mid: base[mid] for mid in own}
+    location, sd = _median_sd([s for _, s in padded])
+    if sd <= 1e-12:
+        return {mid: 0.0 for mid in own}
+    out: dict[str, float] = {}
+    for mid, s in own.items():
+        others = [v for m, v in own.items() if m != mid]
+        w = len(others) / (len(others) + prior)
+        raised = max(location, w * median(others) + (1 - w) * location)
+        out[mid] = (s - raised) / sd
+    return out
+
+
+def without_common(
+    weights: Mapping[str, float],
+    docs: Sequence[frozenset[str]],
+    share: float = COMMON_SHARE,
+    min_docs: int = COMMON_MIN_MEMORIES,
+) -> dict[str, float]:
+    """``weights`` (``token_weights``) with every query token found in more than ``share`` of ``docs`` set
+    to 0, when there are at least ``min_docs``: a word in most of a namespace's memories tells none of them
+    apart (with five memories, ``log(1 + N / (1 + df))`` still gives a name in all five a third of a rare
+    word's weight)."""
+    if len(docs) < min_docs:
+        return dict(weights)
+    return {t: 0.0 if sum(1 for d in docs if t in d) > share * len(docs) else w for t, w in weights.items()}
 
 
 @dataclass(frozen=True)
@@ -149,6 +202,8 @@ class Evidence:
     keyword_confidence: float
     keyword_weight: float
     vector_weight: float
+    # What ``relevance`` reads per candidate (in a small namespace not what the fusion ranked by:
+    # ``standout_in_namespace``, ``without_common``).
     coverage: Mapping[str, float]
     vector_standout: Mapping[str, float]
     has_vectors: bool = False
@@ -181,8 +236,9 @@ DEFAULT_RELEVANCE = RelevanceModel()
 def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAULT_RELEVANCE) -> float:
     """Estimated probability in [0, 1] that ``memory_id`` helps answer the query (see ``RelevanceModel``).
 
-    In a small namespace the standout is measured against the padded background (``adaptive_fuse``), so
-    the same model holds at every size (bench/README.md, "Namespace size")."""
+    In a small namespace the standout is measured against the padded background and the namespace's other
+    memories, and words most of them hold carry no coverage (``adaptive_fuse``), so the same model holds
+    at every size (bench/README.md, "Namespace size")."""
     cov = evidence.coverage.get(memory_id, 0.0)
     if evidence.vector_position is not None:
         # No background yet (the first seconds of a process): the best of a handful is "maybe", never sure.
@@ -228,6 +284,8 @@ def adaptive_fuse(
     hubness: float = HUBNESS_WEIGHT,
     background: Sequence[tuple[float, Script]] | None = None,
     background_size: int = 50,
+    namespace_prior: float = NAMESPACE_PRIOR,
+    common_words: bool = True,
 ) -> tuple[dict[str, float], Evidence]:
     """Fused scores in [0, 1] (weighted mean of normalized keyword and vector scores) and the evidence.
 
@@ -245,6 +303,9 @@ def adaptive_fuse(
     scripts. A vector list shorter than ``background_size`` (a small namespace) is padded with the
     nearest of them before the script correction and the standout, so both compare each candidate with
     the background a large namespace would give (``padded_background``); the padding is never ranked.
+    The relevance estimate of a padded list also reads ``standout_in_namespace`` (with
+    ``namespace_prior``) and, with ``common_words``, ``without_common`` (``bench/relevance_replay.py``
+    compares other values).
     """
     docs = {mid: tokens_of(mid) for mid in dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])}
     weights = token_weights(query_tokens, list(docs.values()))
@@ -265,6 +326,15 @@ def adaptive_fuse(
     centred_all = script_centred(padded, scripts, strength=script_strength)
     centred = [(mid, s) for mid, s in centred_all if mid in real]
     distinct = {mid: s for mid, s in standout(centred_all).items() if mid in real}
+    # What the relevance estimate reads. A padded list is a small namespace whose candidates are all its
+    # memories: each is also measured against its namespace-mates, and words in most of them carry no
+    # evidence (``standout_in_namespace``, ``without_common``). The ranking keeps ``distinct`` and ``cov``.
+    relevance_standout, relevance_coverage = distinct, cov
+    if len(padded) > len(vector):
+        relevance_standout = standout_in_namespace(centred_all, real, namespace_prior)
+        if common_words:
+            common = without_common(weights, list(docs.values()))
+            relevance_coverage = {mid: coverage(common, d) for mid, d in docs.items()}
     w_k = keyword_weight * confidence if keyword else 0.0
     w_v = vector_weight if vector else 0.0
     if standout_ref > 0 and distinct:
@@ -284,8 +354,8 @@ def adaptive_fuse(
         keyword_confidence=confidence,
         keyword_weight=w_k,
         vector_weight=w_v,
-        coverage=cov,
-        vector_standout=distinct,
+        coverage=relevance_coverage,
+        vector_standout=relevance_standout,
         has_vectors=bool(vector),
         vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND and len(padded) == len(vector) else None,
         thin_keyword=not vector and len(keyword) < MIN_BACKGROUND,
@@ -318,12 +388,6 @@ def padded_background(
     return padded, scripts
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
 def diversify(
     ranked: Sequence[str], scores: Mapping[str, float], tokens_of: Callable[[str], frozenset[str]], penalty: float
 ) -> dict[str, float]:
@@ -333,15 +397,28 @@ def diversify(
     if penalty <= 0 or len(ranked) < 2:
         return {mid: scores[mid] for mid in ranked}
     tokens = {mid: tokens_of(mid) for mid in ranked}
+    sizes = {mid: len(t) for mid, t in tokens.items()}
     overlap = dict.fromkeys(ranked, 0.0)
     remaining = list(ranked)
     out: dict[str, float] = {}
     while remaining:
         # The best adjusted score, the earliest on a tie (by position: ``remaining.index`` in the key
         # made each pick quadratic, the whole cubic in the pool; bench/profiles/recall-1k.svg).
-        at = max(range(len(remaining)), key=lambda i: (scores[remaining[i]] - penalty * overlap[remaining[i]], -i))
+        adjusted = [scores[mid] - penalty * overlap[mid] for mid in remaining]
+        at = adjusted.index(max(adjusted))  # the first of the best
         best = remaining.pop(at)
-        out[best] = scores[best] - penalty * overlap[best]
+        out[best] = adjusted[at]
+        placed, placed_size = tokens[best], sizes[best]
+        if not placed:
+            continue  # an empty token set overlaps nothing (Jaccard 0)
         for mid in remaining:
-            overlap[mid] = max(overlap[mid], _jaccard(tokens[mid], tokens[best]))
+            # Jaccard (shared / union, the union's size without building it); skipped when the sizes
+            # alone cannot beat the overlap already noted (Jaccard is at most the smaller size over the larger).
+            size, seen = sizes[mid], overlap[mid]
+            if not size or (size / placed_size if size < placed_size else placed_size / size) <= seen:
+                continue
+            shared = len(tokens[mid] & placed)
+            share = shared / (size + placed_size - shared)
+            if share > seen:
+                overlap[mid] = share
     return out

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.storage.blobs import CHUNK
+from engram.domain.deployment import SNAPSHOT_PREFIX
 
 if TYPE_CHECKING:  # the document log needs numpy, which only the replica's functions have
     from engram.adapters.search.document_log import ByteSink, ByteSource
@@ -22,7 +23,12 @@ class S3SnapshotStore:
     """Blobs as objects of one bucket (encrypted, private; old versions expire by the bucket's lifecycle)."""
 
     def __init__(
-        self, bucket: str, client: Any | None = None, *, region_name: str | None = None, prefix: str = "search/"
+        self,
+        bucket: str,
+        client: Any | None = None,
+        *,
+        region_name: str | None = None,
+        prefix: str = SNAPSHOT_PREFIX,
     ) -> None:
         if client is None:
             import boto3
