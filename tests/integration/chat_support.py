@@ -44,6 +44,9 @@ class Gateway:
             time.sleep(0.01)
 
 
+MakeGateway = Callable[..., Gateway]  # the make_gateway fixture: start_gateway's keyword arguments
+
+
 def gateway_settings(upstream: FakeUpstream, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "store": "memory",
@@ -113,7 +116,7 @@ def start_gateway(
 
 
 @pytest.fixture
-def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
+def make_gateway(upstream: FakeUpstream) -> Iterator[MakeGateway]:
     """Start real gateways (in-memory store and index, keyword recall) against the fake upstream."""
     stack = ExitStack()
     upstream.reset()
