@@ -73,8 +73,7 @@ class FakeEmbeddingsServer:
     def root_url(self) -> str:
         """Without ``/v1``: the endpoint URL for boto3's ``bedrock-runtime`` client."""
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"
 
     def start(self) -> FakeEmbeddingsServer:
         fake = self
