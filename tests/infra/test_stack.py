@@ -1096,8 +1096,8 @@ def test_the_replica_is_sized_for_its_expected_index_and_alarms_near_the_ceiling
     replica: tuple[EngramStack, Template],
 ) -> None:
     from engram.adapters.search.replica import CEILING_MESSAGE
+    from engram.domain.deployment import REPLICA_CEILING_MESSAGE
 
-    from infra.alarms import REPLICA_CEILING_MESSAGE
     from infra.replica_sizing import ceiling, ephemeral_mb
 
     # Given the replica backend at the default 50,000 expected memories (1024 dimensions)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engram.adapters.files import private_data_dir, private_dir
+from engram.domain.deployment import CONVERSATION_SNAPSHOT_PREFIX, TITAN_V2
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import (
     BlobStore,
@@ -46,10 +47,11 @@ def local_db_path(settings: Settings) -> Path:
 
 
 def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
-    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table),
-    resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS."""
+    """The skills library: its rows in the store (memory / the SQLite file's skill tables / the DynamoDB
+    table), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS. Locally, the
+    ``skills.db`` of an earlier version is moved into the store here, on first start."""
     from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
-    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore, SqliteSkillStore
+    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore
 
     region = settings.aws_region or None
     data_dir = Path(settings.data_dir).expanduser()
@@ -57,9 +59,14 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     if settings.store == "dynamodb":
         store = DynamoSkillStore(settings.table_name, region_name=region)
     elif settings.store == "sqlite":
-        private_dir(data_dir)
-        store = SqliteSkillStore(data_dir / "skills.db")
-        closers.append(store.close)
+        from engram.adapters.storage.sqlite.skills import LEGACY_SKILLS_DB, SqliteSkillStore
+
+        path = local_db_path(settings)
+        private_data_dir(path.parent)
+        sqlite_skills = SqliteSkillStore(path, clock=clock)
+        closers.append(sqlite_skills.close)
+        sqlite_skills.adopt_skills_db(path.with_name(LEGACY_SKILLS_DB))
+        store = sqlite_skills
     else:
         store = InMemorySkillStore()
     blobs: BlobStore
@@ -144,7 +151,8 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
     from engram.adapters.search.document_log import SearchLog, SnapshotStore
     from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
-    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+    from engram.adapters.storage.blobs import LocalBlobStore
+    from engram.adapters.storage.snapshots import S3SnapshotStore
 
     data_dir = Path(settings.data_dir).expanduser()
     suffix = "-conversations" if conversations else ""
@@ -154,7 +162,7 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
         path = local_db_path(settings)
         private_dir(path.parent)
         search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
-        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
+        snapshots = LocalBlobStore(data_dir / f"snapshots{suffix}")
     elif settings.store == "dynamodb":
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
@@ -165,7 +173,7 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
             snapshots = S3SnapshotStore(
                 settings.snapshot_bucket,
                 region_name=settings.aws_region or None,
-                **({"prefix": "search/conversations/"} if conversations else {}),
+                **({"prefix": CONVERSATION_SNAPSHOT_PREFIX} if conversations else {}),
             )
     else:
         raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
@@ -219,7 +227,7 @@ def _raw_embedder(settings: Settings, instances: int) -> Embedder | None:
             dimensions=settings.embedding_dimensions,
         )
     if settings.embedder == "bedrock":
-        from engram.adapters.embed.bedrock import TITAN_V2, BedrockEmbedder
+        from engram.adapters.embed.bedrock import BedrockEmbedder
 
         return BedrockEmbedder(
             settings.embedding_model or TITAN_V2, settings.embedding_dimensions, region=settings.aws_region or None
