@@ -30,7 +30,6 @@ tracer = Tracer(service=METRICS_SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=METRICS_SERVICE)
 
 
-
 class JobContainer(Protocol):
     """What the job Lambdas use of the container (a ``bootstrap.Container``): the runner, and the store and
     clock of SQS deliveries' claims. Tests give a smaller one through ``set_container_factory``."""
