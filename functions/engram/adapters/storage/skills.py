@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, namespace_item
 from engram.adapters.storage.dynamodb.table import Cancelled, DynamoTable
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.skills import Skill, SkillVector, SkillVersion
@@ -160,7 +160,7 @@ class DynamoSkillStore:
                 },
                 {"Put": {"TableName": self._table, "Item": self._item(skill.namespace, f"SKILL#{skill.name}", skill)}},
                 # The table's namespace registry, which the cleanup job walks (a skills-only namespace too).
-                {"Put": {"TableName": self._table, "Item": _namespace_item(skill.namespace)}},
+                {"Put": {"TableName": self._table, "Item": self._toolkit().ser(namespace_item(skill.namespace))}},
             ],
         )
 
@@ -211,13 +211,3 @@ class DynamoSkillStore:
             )
             for item in self._items(f"NS#{namespace}", "SKILLVEC#")
         }
-
-
-def _namespace_item(namespace: str) -> dict[str, Any]:
-    """The DynamoDB store's namespace registry item (``dynamodb/base.py`` puts the same)."""
-    return {
-        "PK": {"S": NAMESPACES_PK},
-        "SK": {"S": namespace},
-        "entity": {"S": "namespace"},
-        "namespace": {"S": namespace},
-    }
