@@ -178,7 +178,7 @@ def test_a_small_namespace_that_all_shares_the_query_s_name_vouches_for_none_of_
     background: list[tuple[float, fusion.Script]] = [(0.75 + 0.0005 * i, "latin") for i in range(60)]
     vector = [("cat", 0.84), ("tea", 0.835), ("gym", 0.83), ("meeting", 0.83), ("plate", 0.825)]
 
-    def evidence_of(**options: bool) -> fusion.Evidence:
+    def evidence_of(*, common_words: bool = True) -> fusion.Evidence:
         return fusion.adaptive_fuse(
             tokenize("What did Melanie paint?"),
             [],
@@ -186,7 +186,7 @@ def test_a_small_namespace_that_all_shares_the_query_s_name_vouches_for_none_of_
             lambda m: frozenset(tokenize(names[m])),
             scripts(),
             background=background,
-            **options,
+            common_words=common_words,
         )[1]
 
     evidence = evidence_of()
