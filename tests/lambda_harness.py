@@ -47,12 +47,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.fakes.loopback import LoopbackServer
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -816,32 +816,23 @@ def exact_knn(target: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]
     return 200, json.dumps(payload).encode()
 
 
-class OpenSearchProxy(LoopbackServer):
+class OpenSearchProxy:
     """A front for osmem-server (``target``) that adds what the harness needs of a vector collection:
     exact kNN for ``knn`` queries (``exact_knn``), and optionally a wake-up delay: every request is
     answered only after ``delay`` seconds, like a NextGen collection scaled to zero. ``stop()``
     releases waiting requests (they get 503)."""
 
-    methods = ("GET", "POST", "PUT", "DELETE", "HEAD")
-
     def __init__(self, target: str, *, delay: float = 0.0) -> None:
-        super().__init__()
         self.target = target.rstrip("/")
         self.delay = delay
         self.requests = 0
         self._release = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
-        return self.root_url
-
-    def respond(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, bytes, Mapping[str, str]]:
-        self.requests += 1
-        try:
-            status, payload, ctype = self._answer(method, path, headers, body)
-        except httpx.HTTPError as exc:
-            status, payload, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
-        return status, payload, {"Content-Type": ctype}
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def _answer(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, bytes, str]:
         if self.delay:
@@ -857,12 +848,50 @@ class OpenSearchProxy(LoopbackServer):
         upstream = httpx.request(method, self.target + path, content=body, headers=forwarded, timeout=30)
         return upstream.status_code, upstream.content, upstream.headers.get("content-type", "application/json")
 
+    def start(self) -> OpenSearchProxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def _handle(self) -> None:
+                proxy.requests += 1
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                try:
+                    status, payload, ctype = proxy._answer(self.command, self.path, self.headers, body)
+                except httpx.HTTPError as exc:
+                    status, payload, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
+                with contextlib.suppress(OSError):
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
     def stop(self) -> None:
         self._release.set()
-        super().stop()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> OpenSearchProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
-class HoldingDynamoProxy(LoopbackServer):
+class HoldingDynamoProxy:
     """A front for the moto server's DynamoDB that one instance's SDK talks to
     (``AWS_ENDPOINT_URL_DYNAMODB``): it passes every call through, except that once ``arm()``ed it holds
     the first write to a memory row (PutItem, UpdateItem or TransactWriteItems on a ``MEM#`` item) until
@@ -871,17 +900,18 @@ class HoldingDynamoProxy(LoopbackServer):
     WRITES = frozenset({"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"})
 
     def __init__(self, target: str) -> None:
-        super().__init__()
         self.target = target.rstrip("/")
         self.held = threading.Event()  # set when a write is being held
         self.operations: list[str] = []  # every call passed, by operation name
         self._armed = False
         self._release = threading.Event()
         self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
-        return self.root_url
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def arm(self) -> None:
         self._armed = True
@@ -896,7 +926,7 @@ class HoldingDynamoProxy(LoopbackServer):
                 return True
             return False
 
-    def respond(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, bytes, Mapping[str, str]]:
+    def _answer(self, path: str, headers: Message, body: bytes) -> tuple[int, bytes, dict[str, str]]:
         operation = (headers.get("X-Amz-Target") or "").rpartition(".")[2]
         self.operations.append(operation)
         if self._hold(operation, body):
@@ -908,9 +938,41 @@ class HoldingDynamoProxy(LoopbackServer):
         kept = {k: v for k, v in upstream.headers.items() if k.lower().startswith(("x-amz", "content-type"))}
         return upstream.status_code, upstream.content, kept
 
+    def start(self) -> HoldingDynamoProxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, payload, headers = proxy._answer(self.path, self.headers, body)
+                with contextlib.suppress(OSError):
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
     def stop(self) -> None:
         self._release.set()
-        super().stop()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> HoldingDynamoProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 # -- putting it together ------------------------------------------------------------------------------------
