@@ -388,12 +388,6 @@ def padded_background(
     return padded, scripts
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
 def diversify(
     ranked: Sequence[str], scores: Mapping[str, float], tokens_of: Callable[[str], frozenset[str]], penalty: float
 ) -> dict[str, float]:
@@ -403,15 +397,28 @@ def diversify(
     if penalty <= 0 or len(ranked) < 2:
         return {mid: scores[mid] for mid in ranked}
     tokens = {mid: tokens_of(mid) for mid in ranked}
+    sizes = {mid: len(t) for mid, t in tokens.items()}
     overlap = dict.fromkeys(ranked, 0.0)
     remaining = list(ranked)
     out: dict[str, float] = {}
     while remaining:
         # The best adjusted score, the earliest on a tie (by position: ``remaining.index`` in the key
         # made each pick quadratic, the whole cubic in the pool; bench/profiles/recall-1k.svg).
-        at = max(range(len(remaining)), key=lambda i: (scores[remaining[i]] - penalty * overlap[remaining[i]], -i))
+        adjusted = [scores[mid] - penalty * overlap[mid] for mid in remaining]
+        at = adjusted.index(max(adjusted))  # the first of the best
         best = remaining.pop(at)
-        out[best] = scores[best] - penalty * overlap[best]
+        out[best] = adjusted[at]
+        placed, placed_size = tokens[best], sizes[best]
+        if not placed:
+            continue  # an empty token set overlaps nothing (Jaccard 0)
         for mid in remaining:
-            overlap[mid] = max(overlap[mid], _jaccard(tokens[mid], tokens[best]))
+            # Jaccard (shared / union, the union's size without building it); skipped when the sizes
+            # alone cannot beat the overlap already noted (Jaccard is at most the smaller size over the larger).
+            size, seen = sizes[mid], overlap[mid]
+            if not size or (size / placed_size if size < placed_size else placed_size / size) <= seen:
+                continue
+            shared = len(tokens[mid] & placed)
+            share = shared / (size + placed_size - shared)
+            if share > seen:
+                overlap[mid] = share
     return out
