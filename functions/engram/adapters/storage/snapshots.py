@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.aws_errors import translate
 from engram.adapters.files import write_private
 
@@ -50,9 +51,7 @@ class S3SnapshotStore:
         self, bucket: str, client: Any | None = None, *, region_name: str | None = None, prefix: str = "search/"
     ) -> None:
         if client is None:
-            import boto3
-
-            client = boto3.client("s3", region_name=region_name or None)
+            client = new_client("s3", region_name)
         self._client = client
         self._bucket = bucket
         self._prefix = prefix
