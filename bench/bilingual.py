@@ -32,6 +32,7 @@ import time
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
@@ -69,12 +70,12 @@ def metrics(ranked: list[str], answers: list[str]) -> dict[str, float]:
     }
 
 
-def load_personas(path: Path, only: list[str]) -> list[dict]:
+def load_personas(path: Path, only: list[str]) -> list[dict[str, Any]]:
     personas = json.loads(path.read_text(encoding="utf-8"))["personas"]
     return [p for p in personas if not only or p["id"] in only]
 
 
-def index_persona(pipe: Pipeline, persona: dict) -> None:
+def index_persona(pipe: Pipeline, persona: dict[str, Any]) -> None:
     """Every memory into the store (with its status) and into the index (superseded ones too)."""
     texts = [m["text"] for m in persona["memories"]]
     vectors = pipe.embedder.embed_documents(texts) if pipe.embedder else [None] * len(texts)
@@ -160,13 +161,13 @@ def main() -> None:
     for group in ("all", "tuning", "held-out"):
         for label in ["all", *LABELS]:
             for method in methods:
-                acc = sums.get((group, label, method))
-                if not acc or not acc[4]:
+                total = sums.get((group, label, method))
+                if not total or not total[4]:
                     continue
-                n = int(acc[4])
-                r5 = bold(acc[0] / n, acc[0] >= max(sums[(group, label, x)][0] for x in methods))
-                ndcg = bold(acc[1] / n, acc[1] >= max(sums[(group, label, x)][1] for x in methods))
-                print(f"| {group} | {label} | {n} | {method} | {r5} | {ndcg} | {acc[2] / n:.3f} | {int(acc[3])} |")
+                n = int(total[4])
+                r5 = bold(total[0] / n, total[0] >= max(sums[(group, label, x)][0] for x in methods))
+                ndcg = bold(total[1] / n, total[1] >= max(sums[(group, label, x)][1] for x in methods))
+                print(f"| {group} | {label} | {n} | {method} | {r5} | {ndcg} | {total[2] / n:.3f} | {int(total[3])} |")
     print(f"\nno_answer questions and tokens injected per chat turn (gateway settings: top_k {gateway_k}, ")
     print(f"min_relevance {getattr(pipe.config, 'min_relevance', 0.0)})\n")
     print("| measure | value |")

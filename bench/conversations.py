@@ -131,7 +131,9 @@ def cost_rows(messages: list[Message], turns: int) -> list[tuple[str, float, flo
     return rows
 
 
-def build(conv: dict[str, Any], tmp: Path, embed: bool) -> tuple[ConversationService, SqliteMemoryStore]:
+def build(
+    conv: dict[str, Any], tmp: Path, embed: bool
+) -> tuple[ConversationService, SqliteMemoryStore, CachedEmbedder | None]:
     last = max(m.created_at for m in conv["messages"])
     clock = FixedClock(last + timedelta(days=30))  # the store and the service share it
     store = SqliteMemoryStore(tmp / f"{conv['id']}-{embed}.db", clock=clock)
@@ -139,12 +141,12 @@ def build(conv: dict[str, Any], tmp: Path, embed: bool) -> tuple[ConversationSer
         store.insert_message(m)
     index = GuardedIndex(SqliteSearchIndex(tmp / f"{conv['id']}-{embed}-conv.db"), clock=clock)
     cached = CachedEmbedder() if embed else None
-    gate = GatedEmbedder(cached, index) if cached is not None else None  # type: ignore[arg-type]
+    gate = GatedEmbedder(cached, index) if cached is not None else None
     config = conversation_config(ConversationConfig, threads=2, fragments=2, neighbours=1, min_relevance=0.0)
     service = ConversationService(store, index, gate, clock, config)
     while service.index_new(conv["id"], max_messages=100_000).more:
         pass
-    return service, store
+    return service, store, cached
 
 
 def main() -> None:
@@ -183,11 +185,11 @@ def main() -> None:
             for n, conv in enumerate(convs):
                 # Off topic: the next conversation's questions, about people this one never mentions.
                 other = convs[(n + 1) % len(convs)]["questions"][:per_conv] if len(convs) > 1 else []
-                service, store = build(conv, tmp, embed)
+                service, store, embedder = build(conv, tmp, embed)
                 messages += len(conv["messages"])
                 for q in conv["questions"][:per_conv]:
-                    if embed:  # the recall has embedded the turn already: the query vector is cached
-                        service._query_vector(conv["id"], q["question"])
+                    if embedder is not None:  # the recall has embedded the turn already: the vector is cached
+                        embedder.embed_query(q["question"])
                     asked += 1
                     for floor, row in floors.items():
                         t = time.perf_counter()
@@ -197,8 +199,8 @@ def main() -> None:
                         row["fragments"] += len(result.fragments)
                         row["hits"] += bool(shown & set(q["evidence"]))
                 for q in other:
-                    if embed:
-                        service._query_vector(conv["id"], q["question"])
+                    if embedder is not None:
+                        embedder.embed_query(q["question"])
                     for floor, row in floors.items():
                         row["off"] += len(service.search(conv["id"], q["question"], min_relevance=floor).fragments)
                 store.close()

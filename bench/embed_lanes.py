@@ -46,7 +46,7 @@ HANZI = (
 
 
 def chinese(rng: random.Random, chars: int) -> str:
-    sentences = []
+    sentences: list[str] = []
     while sum(len(s) for s in sentences) < chars:
         sentences.append("".join(rng.choice(HANZI) for _ in range(rng.randint(12, 30))) + "。")
     return "".join(sentences)[:chars]
@@ -86,7 +86,13 @@ def run(label: str, *, priority: bool, max_tokens: int, writes: int, chars: int,
             threads = [threading.Thread(target=write, args=(t,)) for t in long_texts]
             for t in threads:
                 t.start()
-            watcher = threading.Thread(target=lambda: ([t.join() for t in threads], done.set()))
+
+            def watch() -> None:
+                for t in threads:
+                    t.join()
+                done.set()
+
+            watcher = threading.Thread(target=watch)
             watcher.start()
             busy: list[float] = []
             i = 0

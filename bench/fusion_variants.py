@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
@@ -38,6 +39,16 @@ from bench.candidates import Question, all_questions  # noqa: E402
 from tests.configs import config  # noqa: E402
 
 Ranker = Callable[[Question], list[str]]
+
+
+class Knobs(TypedDict, total=False):
+    """The fusion parameters a variant changes (keyword arguments of ``fusion.adaptive_fuse``)."""
+
+    hubness: float
+    script_strength: float
+    standout_ref: float
+    confidence_floor: float
+    confidence_full: float
 
 
 @lru_cache(maxsize=100_000)
@@ -69,7 +80,7 @@ def density(q: Question, k: int = fusion.HUBNESS_NEIGHBOURS) -> dict[str, float]
 
 
 def adaptive(
-    q: Question, *, hub_k: int = fusion.HUBNESS_NEIGHBOURS, **params: float
+    q: Question, *, hub_k: int = fusion.HUBNESS_NEIGHBOURS, **params: Unpack[Knobs]
 ) -> tuple[dict[str, float], fusion.Evidence]:
     keyword, vector = live(q)
     return fusion.adaptive_fuse(
@@ -79,7 +90,7 @@ def adaptive(
         lambda m: tokens(q.texts.get(m, "")),
         {m: script(t) for m, t in q.texts.items()},
         density=density(q, hub_k) if params.get("hubness", 1.0) > 0 else None,
-        **params,  # type: ignore[arg-type]
+        **params,
     )
 
 
@@ -109,6 +120,11 @@ def pipeline(q: Question, fused: dict[str, float], diversity: float = DEFAULTS.d
     return sorted(kept, key=lambda m: (-scores[m], m))
 
 
+def adaptive_with(*, hub_k: int = fusion.HUBNESS_NEIGHBOURS, **params: Unpack[Knobs]) -> Ranker:
+    """The adaptive pipeline with these parameters changed."""
+    return lambda q: pipeline(q, adaptive(q, hub_k=hub_k, **params)[0])
+
+
 def variants() -> dict[str, Ranker]:
     v: dict[str, Ranker] = {
         "bm25": lambda q: [m for m, _ in q.keyword],
@@ -125,16 +141,14 @@ def variants() -> dict[str, Ranker]:
         "adaptive + hubness, script strength 0.5": lambda q: pipeline(q, adaptive(q, script_strength=0.5)[0]),
     }
     for k in (5, 20):
-        v[f"adaptive + hubness k = {k}"] = lambda q, n=k: pipeline(q, adaptive(q, hub_k=n)[0])
+        v[f"adaptive + hubness k = {k}"] = adaptive_with(hub_k=k)
     for w in (0.25, 1.0):
-        v[f"adaptive + hubness weight {w}"] = lambda q, x=w: pipeline(q, adaptive(q, hubness=x)[0])
+        v[f"adaptive + hubness weight {w}"] = adaptive_with(hubness=w)
     for ref in (0.0, 3.0):
-        v[f"adaptive + hubness, vector weight x standout/{ref:g}"] = lambda q, r=ref: pipeline(
-            q, adaptive(q, standout_ref=r)[0]
-        )
+        v[f"adaptive + hubness, vector weight x standout/{ref:g}"] = adaptive_with(standout_ref=ref)
     for floor, full in ((0.0, 1.0), (0.2, 0.5), (0.4, 0.7)):
-        v[f"adaptive + hubness, confidence ramp {floor}-{full}"] = lambda q, a=floor, b=full: pipeline(
-            q, adaptive(q, confidence_floor=a, confidence_full=b)[0]
+        v[f"adaptive + hubness, confidence ramp {floor}-{full}"] = adaptive_with(
+            confidence_floor=floor, confidence_full=full
         )
     return v
 

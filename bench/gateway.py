@@ -79,7 +79,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
         chat_store_messages=recall,
         log_level="WARNING",
         rate_limit_chat_per_minute=0,  # one key sends every request: measure the gateway, not the limit
-    )  # type: ignore[call-arg]
+    )
     clock = SystemClock()  # one clock for the store and the container
     container = build_container(
         settings, Overrides(store=InMemoryMemoryStore(clock=clock), index=InMemorySearchIndex(), clock=clock)

@@ -122,7 +122,7 @@ def main() -> None:
         server.stop()
 
     def median_ms(samples: list[dict[str, Any]], key: str) -> float:
-        return statistics.median(s[key] for s in samples) * 1000
+        return float(statistics.median(s[key] for s in samples)) * 1000
 
     bare = median_ms(rows["import fastapi"], "import")
     ratios: dict[str, float] = {}

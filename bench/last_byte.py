@@ -162,7 +162,7 @@ def gateway(stack: ExitStack, upstream_url: str, *, store: Any, data_dir: Path, 
 
     from tests.servers import serve_app
 
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         store="sqlite" if store is None else "memory",
         search="memory",
         embedder="none",

@@ -37,7 +37,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 import numpy as np  # noqa: E402
 from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
-from engram.adapters.search.sqlite import ANN_THRESHOLD, SqliteSearchIndex  # noqa: E402
+from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
+from engram.adapters.search.vector_cache import ANN_THRESHOLD  # noqa: E402
 from engram.adapters.storage.inmemory import InMemoryMemoryStore  # noqa: E402
 from engram.domain.models import IndexedDoc, Memory  # noqa: E402
 from engram.services.recall.pipeline import RecallConfig, RecallService  # noqa: E402

@@ -38,7 +38,7 @@ def capture() -> None:
         )
         return _original(evidence, memory_id, *args, **kwargs)
 
-    fusion.relevance = recording  # type: ignore[assignment]
+    fusion.relevance = recording
 
 
 def take(memory_ids: list[str]) -> tuple[Features, ...]:

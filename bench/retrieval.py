@@ -26,6 +26,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
@@ -54,7 +55,7 @@ def parse_when(raw: str | None) -> datetime:
     return datetime(2023, 1, 1, tzinfo=UTC)
 
 
-def load(path: Path) -> list[dict]:
+def load(path: Path) -> list[dict[str, Any]]:
     out = []
     for conv in json.loads(path.read_text(encoding="utf-8")):
         c = conv["conversation"]
@@ -145,11 +146,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for group in ("all", "held-out", "tuning"):
         for method in methods:
-            acc = sums.get((group, method))
-            if not acc:
+            total = sums.get((group, method))
+            if not total:
                 continue
             n = counts[group]
-            r5, r10, ndcg, sh = (v / n for v in acc)
+            r5, r10, ndcg, sh = (v / n for v in total)
             print(f"| {group} ({n}) | {method} | {r5:.3f} | {r10:.3f} | {ndcg:.3f} | {sh:.3f} |")
     print(f"\n{time.perf_counter() - t0:.0f}s")
 

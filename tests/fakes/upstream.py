@@ -215,8 +215,8 @@ class FakeUpstream:
             )
             if reply.drop_after is not None:  # promise the whole body, send half of it, hang up
                 raw = json.dumps(data).encode()
-                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                response_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+                await send({"type": "http.response.start", "status": 200, "headers": response_headers})
                 await send({"type": "http.response.body", "body": raw[: len(raw) // 2], "more_body": True})
                 raise _Dropped("scripted drop")
             await _send_json(send, 200, data)
@@ -361,7 +361,7 @@ def _anthropic_message(r: Reply, model: str) -> dict[str, Any]:
 
 def _anthropic_events(r: Reply, model: str) -> list[bytes]:
     start_usage = {**_anthropic_usage(r.usage), "output_tokens": 1}
-    msg = {
+    msg: dict[str, Any] = {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",
