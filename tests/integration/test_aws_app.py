@@ -125,17 +125,15 @@ async def test_health_answers_for_the_web_adapter_readiness_check(aws_env: dict[
 def test_one_client_per_aws_service_and_the_rare_ones_on_first_use(
     aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given every boto3 client Engram builds recorded by service
-    from engram.adapters import aws_clients
-
+    # Given every boto3 client built recorded by service
     built: list[str] = []
-    real = aws_clients.new_client
+    real = boto3.client
 
     def recording(service: str, *args: Any, **kwargs: Any) -> Any:
         built.append(service)
         return real(service, *args, **kwargs)
 
-    monkeypatch.setattr(aws_clients, "new_client", recording)
+    monkeypatch.setattr(boto3, "client", recording)
     monkeypatch.setenv("ENGRAM_EXTRACT_MODEL", "bedrock/amazon.nova-lite-v1:0")
     # When the API function's app is built
     container = build_container(load_settings())
