@@ -171,7 +171,8 @@ def report(turns: Sequence[Turn], current: Config, configured: Config | None = N
             cells = []
             for name in names:
                 p = measure(rows[name], config)
-                cells.append(f"{p.share:.0%} / " + (f"{p.strays:.2f}" if p.unanswerable else "—"))
+                share = f"{p.share:.0%}" if p.answerable else "—"
+                cells.append(f"{share} / " + (f"{p.strays:.2f}" if p.unanswerable else "—"))
             print(f"| {config.label()}{marks} | " + " | ".join(cells) + f" | {measure(full, config).tokens:.0f} |")
     verdict = "reaches" if reached else "does NOT reach"
     print(
@@ -204,6 +205,10 @@ if __name__ == "__main__":
     main()
 
 
-def _size_key(name: str) -> int:
-    tail = name.rsplit(" ", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+def _size_key(name: str) -> tuple[int, str]:
+    """The size and what follows it in a row name (locomo size 50 elsewhere: 50, elsewhere); full: 0."""
+    words = name.split(" ")
+    if "size" not in words:
+        return 0, ""
+    at = words.index("size")
+    return int(words[at + 1]), " ".join(words[at + 2 :])

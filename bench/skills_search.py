@@ -37,7 +37,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 from engram.adapters.clock import SystemClock  # noqa: E402
 from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
 from engram.adapters.storage.blobs import LocalBlobStore  # noqa: E402
-from engram.adapters.storage.skills import SqliteSkillStore  # noqa: E402
+from engram.adapters.storage.sqlite.skills import SqliteSkillStore  # noqa: E402
 from engram.services.index.gated_embedder import ClippedEmbedder  # noqa: E402
 from engram.services.library.skills import SkillService, rank_by_vector  # noqa: E402
 
@@ -110,8 +110,8 @@ def hits(service: SkillService) -> int:
 
 def run(size: int, runs: int, e5: ClippedEmbedder) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        plain_store = SqliteSkillStore(Path(tmp) / "plain.db")
-        store = SqliteSkillStore(Path(tmp) / "skills.db")
+        plain_store = SqliteSkillStore(Path(tmp) / "plain.sqlite3", clock=SystemClock())
+        store = SqliteSkillStore(Path(tmp) / "engram.sqlite3", clock=SystemClock())
         keyword = SkillService(plain_store, LocalBlobStore(Path(tmp) / "blobs"), SystemClock())
         hybrid = SkillService(store, LocalBlobStore(Path(tmp) / "blobs"), SystemClock(), e5)
         start = time.perf_counter()

@@ -23,16 +23,13 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from engram.domain.deployment import METRICS_NAMESPACE, METRICS_SERVICE, REPLICA_CEILING_MESSAGE
 
 PERIOD = Duration.minutes(5)
-# Where the job functions' Powertools metrics go (their POWERTOOLS_METRICS_NAMESPACE and _SERVICE_NAME,
-# set in infra/config.py; tests/infra/test_stack.py holds them equal). A job's error metric counts the
-# failures of one run (docs/aws.md, Alarms).
-METRICS_NAMESPACE = "Engram"
-METRICS_SERVICE = "engram"
+# The job functions' Powertools metrics go to METRICS_NAMESPACE / METRICS_SERVICE (engram.domain.deployment,
+# which infra/config.py sets as POWERTOOLS_*). A job's error metric counts the failures of one run
+# (docs/aws.md, Alarms). The replica's warning starts with REPLICA_CEILING_MESSAGE.
 REPLICA_CEILING_METRIC = "ReplicaNearCeiling"
-# The start of the replica's warning (engram.adapters.search.replica.CEILING_MESSAGE; a test holds them equal).
-REPLICA_CEILING_MESSAGE = "replica index near its ceiling"
 API_PERIOD = Duration.minutes(15)
 API_5XX_RATE = 0.05
 API_MIN_REQUESTS = 5

@@ -15,12 +15,13 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from constructs import Node
+from engram.domain.deployment import METRICS_NAMESPACE, METRICS_SERVICE, TITAN_DIMENSIONS, TITAN_V2
 from engram.settings import Settings
 
 from infra.bedrock_models import resolve_model
 from infra.search import COLLECTION_NAME_MAX
 
-VECTOR_DIMENSIONS = (256, 512, 1024)
+VECTOR_DIMENSIONS = TITAN_DIMENSIONS
 SEARCH_BACKENDS = ("opensearch", "replica")
 EMBEDDERS = ("bedrock", "local")
 COLLECTION_GENERATIONS = ("classic", "nextgen")
@@ -69,7 +70,7 @@ class EngramConfig:
     # "Embeddings").
     embedder: str = "bedrock"
     # Bedrock embedding model and its vector size (Titan v2: 256, 512 or 1024); unused with embedder=local.
-    embedding_model: str = "amazon.titan-embed-text-v2:0"
+    embedding_model: str = TITAN_V2
     vector_dimension: int = 1024
     # Models for the jobs, `bedrock/<model-id>` or an upstream model name.
     extract_model: str = "bedrock/amazon.nova-lite-v1:0"
@@ -367,8 +368,8 @@ class EngramConfig:
             "ENGRAM_CLEANUP_MINUTE": str(self.cleanup_minute),
             "ENGRAM_EXTRACT_INTERVAL_HOURS": str(self.extract_interval_hours),
             "ENGRAM_SCHEDULER_ENABLED": "false",
-            "POWERTOOLS_SERVICE_NAME": "engram",
-            "POWERTOOLS_METRICS_NAMESPACE": "Engram",
+            "POWERTOOLS_SERVICE_NAME": METRICS_SERVICE,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         }
         if self.chat_model:
             env["ENGRAM_CHAT_MODEL"] = self.chat_model

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from engram.domain.deployment import REPLICA_WARN_SHARE
+
 # Bytes of index per memory: the float32 vector plus its text, FTS5 postings and row (bench/replica.py).
 TEXT_BYTES_PER_MEMORY = 900
 # /tmp: the index, its snapshot copy while a job writes it, and room for SQLite's journal and the code.
@@ -24,9 +26,10 @@ MEMORY_COPIES = 1.5
 # Lambda's limits (MB).
 EPHEMERAL_MIN_MB, EPHEMERAL_MAX_MB = 512, 10_240
 MEMORY_MAX_MB = 10_240
-# Sized for this much more than the expected index, and warned about at this share of the ceiling.
+# Sized for this much more than the expected index, and warned about at the functions' share of the
+# ceiling (engram.domain.deployment).
 HEADROOM = 1.5
-WARN_SHARE = 0.8
+WARN_SHARE = REPLICA_WARN_SHARE
 
 
 def index_bytes(memories: int, dimension: int) -> int:

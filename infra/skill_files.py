@@ -11,9 +11,7 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
-
-# The functions read and write only under this prefix (engram.services.library.skills.blob_key).
-SKILL_FILES_PREFIX = "skills/"
+from engram.domain.deployment import SKILL_FILES_PREFIX  # where the functions keep skill files (blob_key)
 
 
 class SkillFiles(Construct):

@@ -11,9 +11,8 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
+from engram.domain.deployment import SNAPSHOT_PREFIX  # where the functions keep snapshots (S3SnapshotStore)
 
-# The functions read and write only under this prefix (engram.adapters.storage.snapshots.S3SnapshotStore).
-SNAPSHOT_PREFIX = "search/"
 OLD_SNAPSHOT_DAYS = 7
 
 

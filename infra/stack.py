@@ -11,6 +11,7 @@ from aws_cdk import Aws, CfnOutput, Fn, RemovalPolicy, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
+from engram.services.jobs.registry import JOBS
 
 from infra import replica_sizing
 from infra.alarms import Alarms
@@ -180,7 +181,7 @@ class EngramStack(Stack):
                 "Dream": jobs.dream_function,
                 "Cleanup": jobs.cleanup_function,
             },
-            job_error_metrics={"Extract": "ExtractionErrors", "Dream": "DreamErrors"},
+            job_error_metrics=_error_metrics({"Extract": "extract", "Dream": "dream"}),
             rest_api=api.rest_api,
             http_functions={"Api": api.function, "Mcp": mcp.function},
             mcp_function=mcp.function,
@@ -238,3 +239,8 @@ class EngramStack(Stack):
             # use is still limited by the InvokeModel statement above).
             statements.append(iam.PolicyStatement(actions=["bedrock:Rerank"], resources=["*"]))
         return statements
+
+
+def _error_metrics(jobs: dict[str, str]) -> dict[str, str]:
+    """Each scheduled job's error metric, as its function writes it (the job registry names it)."""
+    return {name: metric for name, job in jobs.items() if (metric := JOBS[job].error_metric) is not None}

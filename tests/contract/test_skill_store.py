@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.adapters.storage.skills import InMemorySkillStore, SqliteSkillStore
+from engram.adapters.storage.skills import InMemorySkillStore
+from engram.adapters.storage.sqlite.skills import SqliteSkillStore
 from engram.domain.errors import Conflict
 from engram.domain.ports import SkillStore
 from engram.domain.skills import Skill, SkillFile, SkillVector, SkillVersion
+
+from tests.fakes.clock import ManualClock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -24,7 +27,7 @@ def _memory(tmp_path: Path) -> Iterator[SkillStore]:
 
 @contextmanager
 def _sqlite(tmp_path: Path) -> Iterator[SkillStore]:
-    store = SqliteSkillStore(tmp_path / "skills.db")
+    store = SqliteSkillStore(tmp_path / "engram.sqlite3", clock=ManualClock())
     try:
         yield store
     finally:

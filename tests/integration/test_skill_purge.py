@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.blobs import LocalBlobStore
-from engram.adapters.storage.skills import SqliteSkillStore
+from engram.adapters.storage.sqlite.skills import SqliteSkillStore
 from engram.services.jobs.cleanup import CleanupService, RetentionPolicy
 from engram.services.library.skills import SkillService, blob_key
 
@@ -28,7 +28,7 @@ def _local(tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
     from engram.adapters.storage.sqlite import SqliteMemoryStore
 
     skills, store = (
-        SqliteSkillStore(tmp_path / "skills.db"),
+        SqliteSkillStore(tmp_path / "engram.sqlite3", clock=ManualClock()),
         SqliteMemoryStore(tmp_path / "engram.sqlite3", clock=ManualClock()),
     )
     try:

@@ -139,7 +139,7 @@ def test_local_files_stay_in_their_directory(tmp_path: Path) -> None:
 # -- REST ------------------------------------------------------------------------------------------
 def test_rest_import_versions_files_allocate_delete(server: EngramServer) -> None:
     with server.client() as alice, server.client(OTHER_KEY) as bob:
-        # Given a skill imported with a resource file (a real SQLite data dir: skills.db + files)
+        # Given a skill imported with a resource file (a real SQLite data dir: the store's file + files)
         resp = alice.post("/v1/skills", json={"content": SKILL_MD, "files": {"scripts/fill.py": "print(1)"}})
         assert resp.status_code == 201 and resp.json()["version"]["version"] == 1
         assert alice.post("/v1/skills", json={"content": SKILL_MD}).status_code == 200  # unchanged

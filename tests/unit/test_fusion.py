@@ -167,6 +167,63 @@ def test_a_tiny_namespace_is_judged_against_the_reference_background() -> None:
     assert max(fusion.relevance(flat, m) for m in ("cat", "tea", "gym")) < 0.1
 
 
+def test_a_small_namespace_that_all_shares_the_query_s_name_vouches_for_none_of_it() -> None:
+    # Given five memories all well above the everyday background (each names the person the question
+    # names), none standing out from the others
+    names = {m: f"Melanie: {DOCS[m]}" for m in DOCS}
+    background: list[tuple[float, fusion.Script]] = [(0.75 + 0.0005 * i, "latin") for i in range(60)]
+    vector = [("cat", 0.84), ("tea", 0.835), ("gym", 0.83), ("meeting", 0.83), ("plate", 0.825)]
+    _, evidence = fusion.adaptive_fuse(
+        tokenize("What did Melanie paint?"),
+        [],
+        vector,
+        lambda m: frozenset(tokenize(names[m])),
+        scripts(),
+        background=background,
+    )
+    # Then what they share with the question, they share with each other: it counts for less
+    plain = fusion.standout(fusion.padded_background(vector, {}, background, 50)[0])
+    assert evidence.vector_standout["cat"] < plain["cat"] - 0.4
+    # And the name in all five memories is no evidence for any of them
+    assert evidence.coverage["cat"] == 0.0
+    # So none is called relevant, where the background alone would have made the best one "maybe"
+    before = fusion.Evidence(0.0, 0.0, 1.0, {"cat": 0.25}, {"cat": plain["cat"]}, has_vectors=True)
+    assert fusion.relevance(before, "cat") > 0.25
+    assert max(fusion.relevance(evidence, m) for m in DOCS) < 0.15
+
+
+def test_a_memory_that_stands_out_from_its_namespace_mates_is_still_relevant() -> None:
+    # Given five memories near the background and one far above both
+    vector = [("cat", 0.97), ("tea", 0.80), ("gym", 0.79), ("meeting", 0.79), ("plate", 0.78)]
+    fused, evidence = fuse("who waits for me at home", [], vector, background=BACKGROUND)
+    # Then it is relevant and the others are not; the ranking is the vectors' own
+    assert fusion.relevance(evidence, "cat") > 0.5
+    assert max(fusion.relevance(evidence, m) for m in ("tea", "gym", "meeting", "plate")) < 0.1
+    assert top(fused) == "cat"
+
+
+def test_a_word_in_most_of_a_small_namespace_weighs_nothing() -> None:
+    docs = [frozenset({"melani", "paint"}), frozenset({"melani", "run"}), frozenset({"melani"}), frozenset({"car"})]
+    weights = fusion.token_weights(["melani", "paint"], docs)
+    common = fusion.without_common(weights, docs)
+    # "melani" is in 3 of 4 memories: no weight; "paint" keeps its rarity weight
+    assert common == {"melani": 0.0, "paint": weights["paint"]}
+    # Three memories are too few to say what "most" of them hold
+    assert fusion.without_common(weights, docs[:3]) == weights
+
+
+def test_the_namespace_s_own_location_is_shrunk_toward_the_background_s() -> None:
+    padded = [("a", 1.0), ("b", 0.9)] + [(f"{fusion.BACKGROUND_PREFIX}{i}", 0.5) for i in range(8)]
+    plain = fusion.standout(padded)
+    within = fusion.standout_in_namespace(padded, {"a", "b"}, prior=1.0)
+    # One namespace-mate at 0.9 with a prior of one pseudo-memory: the location is halfway, 0.7 (not 0.5)
+    sd = (1.0 - 0.9) / (plain["a"] - plain["b"])  # the list's spread, from two of its standouts
+    assert within["a"] == pytest.approx(plain["a"] - (0.7 - 0.5) / sd)
+    # The background's entries are not scored; a list with one memory is the plain standout
+    assert set(within) == {"a", "b"}
+    assert fusion.standout_in_namespace(padded, {"a"}) == {"a": plain["a"]}
+
+
 def test_the_padding_is_never_ranked_and_a_full_list_is_not_padded() -> None:
     vector = [("cat", 0.90), ("tea", 0.74), ("gym", 0.73)]
     fused, _ = fuse("who waits for me at home", [], vector, background=BACKGROUND)

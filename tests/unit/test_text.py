@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engram.domain.text import is_cjk, tokenize
+from engram.domain.text import is_cjk, text_batches, tokenize
 
 
 def test_english_is_lowercased_stemmed_and_stopworded() -> None:
@@ -33,3 +33,13 @@ def test_query_and_document_share_tokens() -> None:
     doc = set(tokenize("我对花生过敏，吃了会起疹子"))
     query = set(tokenize("花生过敏怎么办"))
     assert {"花生", "生过", "过敏"} <= doc & query
+
+
+def test_text_batches_keep_order_and_bound_items_and_characters() -> None:
+    # Given texts of various lengths, one longer than a batch may hold
+    texts = ["aa", "bbb", "c", "d" * 20, "ee", "f", "g"]
+    # When they are batched by at most 3 items and about 6 characters
+    batches = list(text_batches(texts, max_items=3, max_chars=6))
+    # Then the order is kept, no batch passes either bound but the one long text, alone
+    assert batches == [["aa", "bbb", "c"], ["d" * 20], ["ee", "f", "g"]]
+    assert list(text_batches([], max_items=3, max_chars=6)) == []

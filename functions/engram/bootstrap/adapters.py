@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from engram.adapters.aws_clients import AwsClients
 from engram.adapters.files import private_data_dir, private_dir
+from engram.domain.deployment import CONVERSATION_SNAPSHOT_PREFIX, TITAN_V2
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import (
     BlobStore,
@@ -49,20 +50,26 @@ def local_db_path(settings: Settings) -> Path:
 def build_skills(
     settings: Settings, clock: Clock, closers: Closers, clients: AwsClients, embedder: Embedder | None = None
 ) -> SkillService:
-    """The skills library: its rows beside the store's (memory / ``skills.db`` / the DynamoDB table, on the
-    store's client), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS (an S3
-    client built on first use: few requests read a skill's files)."""
+    """The skills library: its rows in the store (memory / the SQLite file's skill tables / the DynamoDB
+    table, on the store's client), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET``
+    on AWS (an S3 client built on first use: few requests read a skill's files). Locally, the
+    ``skills.db`` of an earlier version is moved into the store here, on first start."""
     from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
-    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore, SqliteSkillStore
+    from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore
 
     data_dir = Path(settings.data_dir).expanduser()
     store: SkillStore
     if settings.store == "dynamodb":
         store = DynamoSkillStore(settings.table_name, clients.client("dynamodb"))
     elif settings.store == "sqlite":
-        private_dir(data_dir)
-        store = SqliteSkillStore(data_dir / "skills.db")
-        closers.append(store.close)
+        from engram.adapters.storage.sqlite.skills import LEGACY_SKILLS_DB, SqliteSkillStore
+
+        path = local_db_path(settings)
+        private_data_dir(path.parent)
+        sqlite_skills = SqliteSkillStore(path, clock=clock)
+        closers.append(sqlite_skills.close)
+        sqlite_skills.adopt_skills_db(path.with_name(LEGACY_SKILLS_DB))
+        store = sqlite_skills
     else:
         store = InMemorySkillStore()
     blobs: BlobStore
@@ -150,7 +157,8 @@ def build_replica(settings: Settings, clients: AwsClients, *, conversations: boo
     from engram.adapters.search.document_log import SearchLog, SnapshotStore
     from engram.adapters.search.replica import ReplicaSearchIndex
     from engram.adapters.search.replica_log import DynamoSearchLog, SqliteSearchLog
-    from engram.adapters.storage.snapshots import DirSnapshotStore, S3SnapshotStore
+    from engram.adapters.storage.blobs import LocalBlobStore
+    from engram.adapters.storage.snapshots import S3SnapshotStore
 
     data_dir = Path(settings.data_dir).expanduser()
     suffix = "-conversations" if conversations else ""
@@ -160,7 +168,7 @@ def build_replica(settings: Settings, clients: AwsClients, *, conversations: boo
         path = local_db_path(settings)
         private_dir(path.parent)
         search_log = SqliteSearchLog(path, prefix="replica_conv" if conversations else "replica")
-        snapshots = DirSnapshotStore(data_dir / f"snapshots{suffix}")
+        snapshots = LocalBlobStore(data_dir / f"snapshots{suffix}")
     elif settings.store == "dynamodb":
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
@@ -172,7 +180,7 @@ def build_replica(settings: Settings, clients: AwsClients, *, conversations: boo
             snapshots = S3SnapshotStore(
                 settings.snapshot_bucket,
                 clients.client("s3"),
-                **({"prefix": "search/conversations/"} if conversations else {}),
+                **({"prefix": CONVERSATION_SNAPSHOT_PREFIX} if conversations else {}),
             )
     else:
         raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
@@ -226,7 +234,7 @@ def _raw_embedder(settings: Settings, clients: AwsClients, instances: int) -> Em
             dimensions=settings.embedding_dimensions,
         )
     if settings.embedder == "bedrock":
-        from engram.adapters.embed.bedrock import EMBED_OPTIONS, TITAN_V2, BedrockEmbedder
+        from engram.adapters.embed.bedrock import EMBED_OPTIONS, BedrockEmbedder
 
         # Built now: recall embeds the query of most chat turns and searches.
         return BedrockEmbedder(

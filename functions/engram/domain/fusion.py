@@ -23,7 +23,7 @@ docs/recall.md ("Fusion" and "Relevance") for the measurements behind the defaul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import Literal
@@ -41,6 +41,15 @@ MIN_BACKGROUND = 8
 UNPADDED_CAP = 0.45
 HUBNESS_NEIGHBOURS = 10
 HUBNESS_WEIGHT = 0.5
+# In a small namespace (a padded candidate list) the relevance estimate also measures a candidate against
+# the namespace's other memories (docs/recall.md, "Relevance at every size"): the location its standout is
+# measured from is raised to their median, shrunk toward the background's by this many pseudo-memories
+# (the weakest shrinkage that kept the tuning rows' confident strays <= 5 %: bench/README.md).
+NAMESPACE_PRIOR = 20.0
+# And a query word found in more than this share of a small namespace's memories (the speakers' names,
+# "the user") is no evidence for any of them; from this many memories on (fewer say nothing about "most").
+COMMON_SHARE = 0.5
+COMMON_MIN_MEMORIES = 4
 
 
 def script_of(text: str) -> Script:
@@ -142,6 +151,51 @@ def standout(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
     return {mid: (s - mid_value) / sd for mid, s in hits}
 
 
+def standout_in_namespace(
+    padded: Sequence[tuple[str, float]], real: Collection[str], prior: float = NAMESPACE_PRIOR
+) -> dict[str, float]:
+    """The standout of each ``real`` entry of a padded list (``padded_background``), measured from the
+    higher of the list's median and the median of the namespace's other memories shrunk toward it: with
+    ``n`` others, ``w = n / (n + prior)`` and ``w * median(others) + (1 - w) * median(list)``.
+
+    The background sentences share nothing with a namespace, so against them alone every memory of a
+    namespace whose memories all share something with the query (five dialogue turns naming the speaker
+    the question names) "stands out"; what a memory holds beyond its namespace-mates is the evidence. Few
+    others say little about the namespace, hence the shrinkage. Entries not in ``real`` are left out."""
+    base = standout(padded)
+    values = [s for _, s in padded]
+    own = {mid: s for mid, s in padded if mid in real}
+    if len(values) < 3 or len(own) < 2:
+        return {mid: base.get(mid, 0.0) for mid in own}
+    location = median(values)
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if sd <= 1e-12:
+        return {mid: 0.0 for mid in own}
+    out: dict[str, float] = {}
+    for mid, s in own.items():
+        others = [v for m, v in own.items() if m != mid]
+        w = len(others) / (len(others) + prior)
+        raised = max(location, w * median(others) + (1 - w) * location)
+        out[mid] = (s - raised) / sd
+    return out
+
+
+def without_common(
+    weights: Mapping[str, float],
+    docs: Sequence[frozenset[str]],
+    share: float = COMMON_SHARE,
+    min_docs: int = COMMON_MIN_MEMORIES,
+) -> dict[str, float]:
+    """``weights`` (``token_weights``) with every query token found in more than ``share`` of ``docs`` set
+    to 0, when there are at least ``min_docs``: a word in most of a namespace's memories tells none of them
+    apart (with five memories, ``log(1 + N / (1 + df))`` still gives a name in all five a third of a rare
+    word's weight)."""
+    if len(docs) < min_docs:
+        return dict(weights)
+    return {t: 0.0 if sum(1 for d in docs if t in d) > share * len(docs) else w for t, w in weights.items()}
+
+
 @dataclass(frozen=True)
 class Evidence:
     """What the fusion learned about one query (also the inputs of ``relevance``)."""
@@ -149,6 +203,8 @@ class Evidence:
     keyword_confidence: float
     keyword_weight: float
     vector_weight: float
+    # What ``relevance`` reads per candidate (in a small namespace not what the fusion ranked by:
+    # ``standout_in_namespace``, ``without_common``).
     coverage: Mapping[str, float]
     vector_standout: Mapping[str, float]
     has_vectors: bool = False
@@ -181,8 +237,9 @@ DEFAULT_RELEVANCE = RelevanceModel()
 def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAULT_RELEVANCE) -> float:
     """Estimated probability in [0, 1] that ``memory_id`` helps answer the query (see ``RelevanceModel``).
 
-    In a small namespace the standout is measured against the padded background (``adaptive_fuse``), so
-    the same model holds at every size (bench/README.md, "Namespace size")."""
+    In a small namespace the standout is measured against the padded background and the namespace's other
+    memories, and words most of them hold carry no coverage (``adaptive_fuse``), so the same model holds
+    at every size (bench/README.md, "Namespace size")."""
     cov = evidence.coverage.get(memory_id, 0.0)
     if evidence.vector_position is not None:
         # No background yet (the first seconds of a process): the best of a handful is "maybe", never sure.
@@ -265,6 +322,14 @@ def adaptive_fuse(
     centred_all = script_centred(padded, scripts, strength=script_strength)
     centred = [(mid, s) for mid, s in centred_all if mid in real]
     distinct = {mid: s for mid, s in standout(centred_all).items() if mid in real}
+    # What the relevance estimate reads. A padded list is a small namespace whose candidates are all its
+    # memories: each is also measured against its namespace-mates, and words in most of them carry no
+    # evidence (``standout_in_namespace``, ``without_common``). The ranking keeps ``distinct`` and ``cov``.
+    relevance_standout, relevance_coverage = distinct, cov
+    if len(padded) > len(vector):
+        relevance_standout = standout_in_namespace(centred_all, real)
+        common = without_common(weights, list(docs.values()))
+        relevance_coverage = {mid: coverage(common, d) for mid, d in docs.items()}
     w_k = keyword_weight * confidence if keyword else 0.0
     w_v = vector_weight if vector else 0.0
     if standout_ref > 0 and distinct:
@@ -284,8 +349,8 @@ def adaptive_fuse(
         keyword_confidence=confidence,
         keyword_weight=w_k,
         vector_weight=w_v,
-        coverage=cov,
-        vector_standout=distinct,
+        coverage=relevance_coverage,
+        vector_standout=relevance_standout,
         has_vectors=bool(vector),
         vector_position=min_max(centred) if 0 < len(vector) < MIN_BACKGROUND and len(padded) == len(vector) else None,
         thin_keyword=not vector and len(keyword) < MIN_BACKGROUND,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Literal
 
@@ -291,3 +291,18 @@ def clip_to_tokens(
         text = text[:size] if keep == "head" else text[-size:]
         tokens = count(text)
     return text
+
+
+def text_batches(texts: Iterable[str], *, max_items: int, max_chars: int) -> Iterator[list[str]]:
+    """``texts`` in order, in batches of at most ``max_items`` and about ``max_chars`` characters (a text
+    longer than that alone is a batch of one): what one embedding call is given."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        if batch and (len(batch) >= max_items or size + len(text) > max_chars):
+            yield batch
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text)
+    if batch:
+        yield batch

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,16 @@ def _namespaces(container: Container, args: argparse.Namespace) -> list[str]:
     return [args.namespace] if args.namespace else list(container.store.list_namespaces())
 
 
-def _print(args: argparse.Namespace, summary: str, report: dict[str, Any]) -> None:
+def _done(args: argparse.Namespace, summary: str, report: dict[str, Any]) -> int:
+    """Print the run (the summary and each error, or ``--json`` the whole report); 1 when anything failed."""
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False, default=str))
-        return
-    print(summary)
-    for ns in report["namespaces"]:
-        for error in ns.get("errors", []):
-            print(f"  {ns.get('namespace', '?')}: {error.get('error')}: {error.get('message', '')}")
+    else:
+        print(summary)
+        for ns in report["namespaces"]:
+            for error in ns.get("errors", []):
+                print(f"  {ns.get('namespace', '?')}: {error.get('error')}: {error.get('message', '')}")
+    return 1 if report.get("errors") else 0
 
 
 def _merge(job: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -54,34 +58,36 @@ def cmd_backfill(args: argparse.Namespace, container: Container) -> int:
         parts.append(run_sync(container.extraction.backfill(ns, progress=bar)))
         bar.close()
     r = ExtractionReport(namespaces=parts).to_dict()
-    _print(
+    return _done(
         args,
         f"backfill: {r['messages']} messages in {r['batches']} batches -> {r['created']} created, "
         f"{r['seen']} seen, {r['superseded']} superseded, {r['candidates']} for review; {r['errors']} errors"
         + (" (run it again to resume)" if r["errors"] else ""),
         r,
     )
-    return 1 if r["errors"] else 0
+
+
+def _each_namespace(
+    args: argparse.Namespace, container: Container, job: str, payload: Callable[[str], dict[str, Any]]
+) -> dict[str, Any]:
+    """Run ``job`` once per namespace (``--namespace``: that one only) with a progress bar; the reports merged."""
+    namespaces = _namespaces(container, args)
+    bar = Progress(len(namespaces), job)
+    parts = []
+    for ns in namespaces:
+        parts.append(container.jobs.run(job, payload(ns)).report)
+        bar()
+    bar.close()
+    return _merge(job, parts)
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    container = _container(args)
-    if args.backfill:
-        try:
+    with closing(_container(args)) as container:
+        if args.backfill:
             return cmd_backfill(args, container)
-        finally:
-            container.close()
-    try:
-        namespaces = _namespaces(container, args)
-        bar = Progress(len(namespaces), "extract")
-        parts = []
-        for ns in namespaces:
-            parts.append(container.jobs.run("extract", {"namespace": ns}).report)
-            bar()
-        bar.close()
-        r = _merge("extract", parts)
+        r = _each_namespace(args, container, "extract", lambda ns: {"namespace": ns})
         more = sum(1 for ns in r["namespaces"] if ns.get("more"))
-        _print(
+        return _done(
             args,
             f"extract: {r.get('messages', 0)} messages in {r.get('batches', 0)} batches -> "
             f"{r.get('created', 0)} created, {r.get('seen', 0)} seen, {r.get('superseded', 0)} superseded, "
@@ -89,28 +95,18 @@ def cmd_extract(args: argparse.Namespace) -> int:
             + (f"; {more} namespace(s) have more (next run continues)" if more else ""),
             r,
         )
-        return 1 if r.get("errors") else 0
-    finally:
-        container.close()
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
-    container = _container(args)
-    try:
-        namespaces = _namespaces(container, args)
-        bar = Progress(len(namespaces), "dream")
-        parts = []
-        for ns in namespaces:
-            payload = {"date": args.date, "force": args.force, "namespace": ns}
-            parts.append(container.jobs.run("dream", payload).report)
-            bar()
-        bar.close()
-        r = _merge("dream", parts)
+    with closing(_container(args)) as container:
+        r = _each_namespace(
+            args, container, "dream", lambda ns: {"date": args.date, "force": args.force, "namespace": ns}
+        )
         statuses: dict[str, int] = {}
         for ns in r["namespaces"]:
             statuses[ns["status"]] = statuses.get(ns["status"], 0) + 1
         day = r.get("date") or container.dreaming.yesterday()
-        _print(
+        return _done(
             args,
             f"dream {day}: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'no namespaces'}; "
             f"{r.get('superseded', 0)} updated (new versions), {r.get('updated', 0)} retagged, "
@@ -120,23 +116,12 @@ def cmd_dream(args: argparse.Namespace) -> int:
             f"{r.get('errors', 0)} errors",
             r,
         )
-        return 1 if r.get("errors") else 0
-    finally:
-        container.close()
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    container = _container(args)
-    try:
-        namespaces = _namespaces(container, args)
-        bar = Progress(len(namespaces), "cleanup")
-        parts = []
-        for ns in namespaces:
-            parts.append(container.jobs.run("cleanup", {"namespace": ns}).report)
-            bar()
-        bar.close()
-        r = _merge("cleanup", parts)
-        _print(
+    with closing(_container(args)) as container:
+        r = _each_namespace(args, container, "cleanup", lambda ns: {"namespace": ns})
+        return _done(
             args,
             f"cleanup: deleted {r.get('messages', 0)} messages, {r.get('usage', 0)} usage rows, "
             f"{r.get('events', 0)} events, {r.get('idempotency', 0)} idempotency keys; "
@@ -144,9 +129,6 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
             f"{r.get('kept_for_retry', 0)} kept for retry; {r.get('errors', 0)} errors",
             r,
         )
-        return 1 if r.get("errors") else 0
-    finally:
-        container.close()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -120,12 +120,11 @@ def test_a_keys_file_readable_by_others_is_reported(tmp_path: Path, caplog: pyte
 def test_two_writers_of_one_key_never_collide_and_the_file_is_never_readable_by_others(
     tmp_path: Path, kind: str
 ) -> None:
-    # Given a local blob store (skill files) or snapshot store (replica snapshots), and a umask that
-    # would make a freshly created file readable by everyone
+    # Given the local blob store, written whole (skill files) or streamed (replica snapshots), and a
+    # umask that would make a freshly created file readable by everyone
     from engram.adapters.storage.blobs import LocalBlobStore
-    from engram.adapters.storage.snapshots import DirSnapshotStore
 
-    store = LocalBlobStore(tmp_path / kind) if kind == "blobs" else DirSnapshotStore(tmp_path / kind)
+    store = LocalBlobStore(tmp_path / kind)
     errors: list[BaseException] = []
     modes: set[int] = set()
     done = threading.Event()
@@ -134,7 +133,7 @@ def test_two_writers_of_one_key_never_collide_and_the_file_is_never_readable_by_
         try:
             for i in range(150):
                 data = f"{n}-{i}".encode() * 100
-                if isinstance(store, DirSnapshotStore):  # snapshots stream (SnapshotStore.put_stream)
+                if kind == "snapshots":  # snapshots stream (SnapshotStore.put_stream)
                     store.put_stream("skills/a/file.bin", io.BytesIO(data))
                 else:
                     store.put("skills/a/file.bin", data)
@@ -166,7 +165,7 @@ def test_two_writers_of_one_key_never_collide_and_the_file_is_never_readable_by_
     # When two writers put the same key at once / Then neither failed, the last whole value is kept,
     # no file was ever readable by others, and no temporary file is left behind
     assert errors == []
-    if isinstance(store, DirSnapshotStore):
+    if kind == "snapshots":
         sink = io.BytesIO()
         value: bytes | None = sink.getvalue() if store.get_into("skills/a/file.bin", sink) else None
     else:

@@ -15,7 +15,7 @@ from engram.adapters.search.document_log import LogRow, SearchLog, pack_vector, 
 from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
-from engram.adapters.storage.snapshots import DirSnapshotStore
+from engram.adapters.storage.blobs import LocalBlobStore
 from engram.domain.models import IndexedDoc
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -171,7 +171,7 @@ def test_a_cold_replica_starts_from_the_snapshot_and_applies_later_changes(
     shared_log: SearchLog, tmp_path: Path
 ) -> None:
     # Given a replica that wrote 30 memories and a snapshot, then one more memory and a delete
-    snapshots = DirSnapshotStore(tmp_path / "snapshots")
+    snapshots = LocalBlobStore(tmp_path / "snapshots")
     a = replica(shared_log, tmp_path, "a", snapshots=snapshots)
     for n in range(30):
         a.upsert(doc(f"m{n:02d}", f"memory number {n} about kites", (1.0, float(n), 0.0)))
@@ -225,7 +225,7 @@ def test_each_process_keeps_a_private_directory_removed_on_close(shared_log: Sea
 class _Chunks:
     """A ``SnapshotStore`` that records the largest single read/write, to show snapshots stream."""
 
-    def __init__(self, inner: DirSnapshotStore) -> None:
+    def __init__(self, inner: LocalBlobStore) -> None:
         self.inner = inner
         self.largest = 0
 
@@ -248,7 +248,7 @@ def test_snapshots_stream_in_chunks_and_restore_byte_for_byte(tmp_path: Path) ->
     # Given a replica with a thousand long documents (a multi-MB SQLite file; the SQLite log: it is about the
     # snapshot, not the log)
     shared_log = SqliteSearchLog(tmp_path / "engram.db")
-    store = _Chunks(DirSnapshotStore(tmp_path / "snapshots"))
+    store = _Chunks(LocalBlobStore(tmp_path / "snapshots"))
     writer = ReplicaSearchIndex(shared_log, tmp_path / "writer", snapshots=store, sync_seconds=60)
     words = " ".join(f"w{j}" for j in range(400))
     for i in range(1000):
@@ -268,7 +268,7 @@ def test_snapshots_stream_in_chunks_and_restore_byte_for_byte(tmp_path: Path) ->
 
 
 def test_a_corrupt_snapshot_is_ignored_and_the_log_rebuilds(shared_log: SearchLog, tmp_path: Path) -> None:
-    store = DirSnapshotStore(tmp_path / "snapshots")
+    store = LocalBlobStore(tmp_path / "snapshots")
     writer = replica(shared_log, tmp_path, "writer", snapshots=store)
     writer.upsert(doc("m1", "cello lessons"))
     assert writer.snapshot("a")
@@ -287,7 +287,7 @@ def test_nearing_the_ceiling_warns_and_never_refuses_a_write(
     from engram.adapters.search.replica import CEILING_MESSAGE
 
     # Given a replica sized for 10 memories
-    index = replica(shared_log, tmp_path, "small", snapshots=DirSnapshotStore(tmp_path / "s"), ceiling=10)
+    index = replica(shared_log, tmp_path, "small", snapshots=LocalBlobStore(tmp_path / "s"), ceiling=10)
     # When it holds 12 (more than the ceiling)
     for i in range(12):
         index.upsert(doc(f"m{i}", f"fact {i}"))
@@ -304,7 +304,7 @@ def test_a_late_log_entry_is_applied_before_the_snapshot(shared_log: SearchLog, 
     from engram.adapters.search.document_log import OVERLAP_MS
 
     # Given a replica that synced past a row whose log entry lands later than the sync overlap
-    index = replica(shared_log, tmp_path, "r", snapshots=DirSnapshotStore(tmp_path / "s"))
+    index = replica(shared_log, tmp_path, "r", snapshots=LocalBlobStore(tmp_path / "s"))
     index.upsert(doc("m1", "first fact"))
     cursor = index._spaces["a"].cursor
     late_seq = cursor - OVERLAP_MS - 60_000  # stamped a minute before the overlap reaches
@@ -324,7 +324,7 @@ def test_reconcile_rebuilds_a_replica_whose_count_differs_from_the_log(shared_lo
 
     # Given a replica with a snapshot, and two log entries that landed later than even the wide catch-up
     # reaches (a retry after a long outage): a new memory, and the tombstone of one the replica holds
-    snapshots = DirSnapshotStore(tmp_path / "s")
+    snapshots = LocalBlobStore(tmp_path / "s")
     index = replica(shared_log, tmp_path, "r", snapshots=snapshots)
     for n, word in enumerate(("violin", "piano", "drum")):
         index.upsert(doc(f"m{n}", f"a {word} fact"))

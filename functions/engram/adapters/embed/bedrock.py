@@ -15,11 +15,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from engram.adapters.aws_clients import ClientOptions, new_client
 from engram.adapters.aws_errors import translate
+from engram.domain.deployment import TITAN_DIMENSIONS, TITAN_V2
 from engram.domain.errors import InvalidInput
 
-TITAN_V2 = "amazon.titan-embed-text-v2:0"
 EMBED_OPTIONS = ClientOptions(connect_timeout=3, read_timeout=20, max_attempts=3, retry_mode="adaptive")
-TITAN_DIMENSIONS = (256, 512, 1024)
 COHERE_DIMENSION = 1024
 COHERE_BATCH = 96
 COHERE_MAX_CHARS = 2048

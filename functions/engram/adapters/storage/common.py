@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, get_args
 
@@ -112,3 +112,9 @@ def memory_matches(memory: Memory, filters: MemoryFilter) -> bool:
 def replaced(memory: Memory) -> Memory:
     """``memory`` as a replace stores it: one version on (docs/ARCHITECTURE.md, "Write rules")."""
     return memory.model_copy(update={"version": memory.version + 1})
+
+
+def check_supersede(olds: Sequence[Memory], new: Memory) -> None:
+    """``supersede_many``'s precondition on every store: at least one old row, all in the new one's namespace."""
+    if not olds or any(old.namespace != new.namespace for old in olds):
+        raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")

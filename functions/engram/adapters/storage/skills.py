@@ -1,5 +1,5 @@
-"""``SkillStore`` adapters: in memory (tests), SQLite (a ``skills.db`` next to the local store) and
-DynamoDB (items in the store's table). Each passes ``tests/contract/test_skill_store.py``.
+"""``SkillStore`` adapters: in memory (tests) and DynamoDB (items in the store's table); the SQLite one is
+``sqlite/skills.py`` (tables of the local store). Each passes ``tests/contract/test_skill_store.py``.
 
 DynamoDB items (``ns`` = namespace, versions zero-padded so sort-key order is version order):
 
@@ -16,21 +16,16 @@ read with strongly consistent GetItem / base-table queries; ``add_version`` is o
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from array import array
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from engram.adapters.aws_clients import new_client
-from engram.adapters.files import private_sqlite
-from engram.adapters.storage.dynamodb.base import NAMESPACES_PK
+from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, namespace_item
 from engram.adapters.storage.dynamodb.table import Cancelled, DynamoTable
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.skills import Skill, SkillVector, SkillVersion
-
-_SQL_PAIRS = 400  # (name, version) pairs per query: two variables each, under SQLite's limit
 
 
 def pack_vector(vector: tuple[float, ...]) -> bytes:
@@ -91,137 +86,6 @@ class InMemorySkillStore:
 
     def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
         return {name: v for (ns, name), v in self._vectors.items() if ns == namespace}
-
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS skills (
-        namespace TEXT NOT NULL, name TEXT NOT NULL, row TEXT NOT NULL, PRIMARY KEY (namespace, name))""",
-    """CREATE TABLE IF NOT EXISTS skill_versions (
-        namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, row TEXT NOT NULL,
-        PRIMARY KEY (namespace, name, version))""",
-    """CREATE TABLE IF NOT EXISTS skill_vectors (
-        namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, model_id TEXT NOT NULL,
-        vector BLOB NOT NULL, PRIMARY KEY (namespace, name))""",
-)
-
-
-class SqliteSkillStore:
-    """Skills in their own SQLite file (rows as JSON next to their keys); one connection, one lock."""
-
-    def __init__(self, path: str | Path) -> None:
-        private_sqlite(Path(path))
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._lock = threading.RLock()
-        for statement in _SCHEMA:
-            self._db.execute(statement)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _rows(self, sql: str, *params: Any) -> list[str]:
-        try:
-            with self._lock:
-                return [row[0] for row in self._db.execute(sql, params).fetchall()]
-        except sqlite3.Error as exc:
-            raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
-
-    def find_skill(self, namespace: str, name: str) -> Skill | None:
-        rows = self._rows("SELECT row FROM skills WHERE namespace = ? AND name = ?", namespace, name)
-        return Skill.model_validate_json(rows[0]) if rows else None
-
-    def list_skills(self, namespace: str) -> list[Skill]:
-        rows = self._rows("SELECT row FROM skills WHERE namespace = ? ORDER BY name", namespace)
-        return [Skill.model_validate_json(r) for r in rows]
-
-    def add_version(self, skill: Skill, version: SkillVersion) -> None:
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.execute(
-                        "INSERT INTO skill_versions (namespace, name, version, row) VALUES (?, ?, ?, ?)",
-                        (version.namespace, version.name, version.version, version.model_dump_json()),
-                    )
-                    self._put(skill)
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            except sqlite3.IntegrityError as exc:
-                raise Conflict(f"skill {version.name!r} version {version.version} exists") from exc
-            except sqlite3.Error as exc:
-                raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
-
-    def _put(self, skill: Skill) -> None:
-        self._db.execute(
-            "INSERT INTO skills (namespace, name, row) VALUES (?, ?, ?) "
-            "ON CONFLICT (namespace, name) DO UPDATE SET row = excluded.row",
-            (skill.namespace, skill.name, skill.model_dump_json()),
-        )
-
-    def put_skill(self, skill: Skill) -> None:
-        with self._lock:
-            self._put(skill)
-
-    def get_version(self, namespace: str, name: str, version: int) -> SkillVersion | None:
-        rows = self._rows(
-            "SELECT row FROM skill_versions WHERE namespace = ? AND name = ? AND version = ?", namespace, name, version
-        )
-        return SkillVersion.model_validate_json(rows[0]) if rows else None
-
-    def get_versions(self, namespace: str, wanted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], SkillVersion]:
-        out: dict[tuple[str, int], SkillVersion] = {}
-        keys = list(dict.fromkeys(wanted))
-        for start in range(0, len(keys), _SQL_PAIRS):
-            chunk = keys[start : start + _SQL_PAIRS]
-            pairs = ", ".join("(?, ?)" for _ in chunk)
-            sql = f"SELECT row FROM skill_versions WHERE namespace = ? AND (name, version) IN (VALUES {pairs})"
-            for raw in self._rows(sql, namespace, *(v for key in chunk for v in key)):
-                row = SkillVersion.model_validate_json(raw)
-                out[(row.name, row.version)] = row
-        return out
-
-    def list_versions(self, namespace: str, name: str) -> list[SkillVersion]:
-        rows = self._rows(
-            "SELECT row FROM skill_versions WHERE namespace = ? AND name = ? ORDER BY version", namespace, name
-        )
-        return [SkillVersion.model_validate_json(r) for r in rows]
-
-    def purge(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM skill_versions WHERE namespace = ? AND name = ?", (namespace, name))
-            self._db.execute("DELETE FROM skill_vectors WHERE namespace = ? AND name = ?", (namespace, name))
-            self._db.execute("DELETE FROM skills WHERE namespace = ? AND name = ?", (namespace, name))
-
-    def list_namespaces(self) -> list[str]:
-        return self._rows("SELECT DISTINCT namespace FROM skills ORDER BY namespace")
-
-    def put_vector(self, namespace: str, vector: SkillVector) -> None:
-        try:
-            with self._lock:
-                self._db.execute(
-                    "INSERT INTO skill_vectors (namespace, name, version, model_id, vector) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (namespace, name) DO UPDATE SET version = excluded.version, "
-                    "model_id = excluded.model_id, vector = excluded.vector",
-                    (namespace, vector.name, vector.version, vector.model_id, pack_vector(vector.vector)),
-                )
-        except sqlite3.Error as exc:
-            raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
-
-    def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
-        try:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT name, version, model_id, vector FROM skill_vectors WHERE namespace = ?", (namespace,)
-                ).fetchall()
-        except sqlite3.Error as exc:
-            raise UpstreamUnavailable(f"the skills database failed: {exc}") from exc
-        return {
-            name: SkillVector(name=name, version=version, model_id=model, vector=unpack_vector(blob))
-            for name, version, model, blob in rows
-        }
 
 
 class DynamoSkillStore:
@@ -295,7 +159,7 @@ class DynamoSkillStore:
                 },
                 {"Put": {"TableName": self._table, "Item": self._item(skill.namespace, f"SKILL#{skill.name}", skill)}},
                 # The table's namespace registry, which the cleanup job walks (a skills-only namespace too).
-                {"Put": {"TableName": self._table, "Item": _namespace_item(skill.namespace)}},
+                {"Put": {"TableName": self._table, "Item": self._toolkit().ser(namespace_item(skill.namespace))}},
             ],
         )
 
@@ -346,13 +210,3 @@ class DynamoSkillStore:
             )
             for item in self._items(f"NS#{namespace}", "SKILLVEC#")
         }
-
-
-def _namespace_item(namespace: str) -> dict[str, Any]:
-    """The DynamoDB store's namespace registry item (``dynamodb/base.py`` puts the same)."""
-    return {
-        "PK": {"S": NAMESPACES_PK},
-        "SK": {"S": namespace},
-        "entity": {"S": "namespace"},
-        "namespace": {"S": namespace},
-    }

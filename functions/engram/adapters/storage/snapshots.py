@@ -1,4 +1,5 @@
-"""Where the ``replica`` search backend keeps its snapshots: a directory locally, an S3 bucket on AWS.
+"""Where the ``replica`` search backend keeps its snapshots on AWS: an S3 bucket (locally, a directory of
+the data dir through ``blobs.LocalBlobStore``, the store of skill files too).
 
 Both stream (``SnapshotStore`` in adapters/search/document_log.py): a snapshot is copied in 1 MB chunks,
 and S3 uploads it in 16 MB parts, so its size costs disk, never memory.
@@ -6,49 +7,29 @@ and S3 uploads it in 16 MB parts, so its size costs disk, never memory.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_clients import new_client
 from engram.adapters.aws_errors import translate
-from engram.adapters.files import write_private
+from engram.adapters.storage.blobs import CHUNK
+from engram.domain.deployment import SNAPSHOT_PREFIX
 
 if TYPE_CHECKING:  # the document log needs numpy, which only the replica's functions have
     from engram.adapters.search.document_log import ByteSink, ByteSource
 
 MB = 1024 * 1024
-CHUNK = 1 * MB  # bytes copied at a time
-
-
-class DirSnapshotStore:
-    """Blobs as owner-only files under ``directory`` (written to a temporary name, then renamed)."""
-
-    def __init__(self, directory: str | Path) -> None:
-        self._dir = Path(directory)
-
-    def _path(self, key: str) -> Path:
-        if ".." in key.split("/") or key.startswith("/"):
-            raise ValueError(f"bad snapshot key {key!r}")
-        return self._dir / key
-
-    def get_into(self, key: str, sink: ByteSink) -> bool:
-        try:
-            with self._path(key).open("rb") as source:
-                shutil.copyfileobj(source, sink, CHUNK)
-        except FileNotFoundError:
-            return False
-        return True
-
-    def put_stream(self, key: str, stream: ByteSource) -> None:
-        write_private(self._path(key), lambda out: shutil.copyfileobj(stream, out, CHUNK))
 
 
 class S3SnapshotStore:
     """Blobs as objects of one bucket (encrypted, private; old versions expire by the bucket's lifecycle)."""
 
     def __init__(
-        self, bucket: str, client: Any | None = None, *, region_name: str | None = None, prefix: str = "search/"
+        self,
+        bucket: str,
+        client: Any | None = None,
+        *,
+        region_name: str | None = None,
+        prefix: str = SNAPSHOT_PREFIX,
     ) -> None:
         if client is None:
             client = new_client("s3", region_name)

@@ -18,14 +18,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.bootstrap import Container, build_container
+from engram.domain.deployment import METRICS_NAMESPACE, METRICS_SERVICE
 from engram.entrypoints.logs import configure_logging
 from engram.services.jobs.registry import JOBS, JobResult
 from engram.settings import load_settings
 
 # Service and namespace defaults keep local runs and tests working without POWERTOOLS_* variables.
-logger = Logger(service="engram")
-tracer = Tracer(service="engram")
-metrics = Metrics(namespace="Engram", service="engram")
+logger = Logger(service=METRICS_SERVICE)
+tracer = Tracer(service=METRICS_SERVICE)
+metrics = Metrics(namespace=METRICS_NAMESPACE, service=METRICS_SERVICE)
 
 _lock = threading.Lock()
 _container: Container | None = None

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from engram.domain.ports import Embedder
+from engram.domain.text import text_batches
 
 Lane = Literal["query", "document"]
 
@@ -176,13 +177,4 @@ class FairEmbedder:
             self._cond.notify_all()
 
     def _batches(self, texts: Sequence[str]) -> Iterator[list[str]]:
-        batch: list[str] = []
-        size = 0
-        for text in texts:
-            if batch and (len(batch) >= self._document_items or size + len(text) > self._document_chars):
-                yield batch
-                batch, size = [], 0
-            batch.append(text)
-            size += len(text)
-        if batch:
-            yield batch
+        return text_batches(texts, max_items=self._document_items, max_chars=self._document_chars)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from engram.domain.deployment import SKILL_FILES_PREFIX  # the only prefix the stack grants (infra/skill_files.py)
 from engram.domain.errors import InvalidInput, NotConfigured, NotFound
 from engram.domain.fusion import adaptive_fuse, script_of
 from engram.domain.policies import clean_tags
@@ -68,7 +69,6 @@ class ImportResult:
     created: bool  # False: the content was unchanged, nothing written
 
 
-BLOB_PREFIX = "skills/"  # every resource file's key starts here (infra/skill_files.py grants this prefix only)
 # A file no version names is deleted only once it is this old: an import uploads its files before it
 # writes the version row that names them.
 ORPHAN_GRACE = timedelta(days=1)
@@ -76,7 +76,7 @@ ORPHAN_GRACE = timedelta(days=1)
 
 def blob_key(namespace: str, sha256: str) -> str:
     """Where a file's bytes live: the namespace (hashed, so any namespace string is a safe key) + content hash."""
-    return f"{BLOB_PREFIX}{hashlib.sha256(namespace.encode()).hexdigest()[:32]}/{sha256}"
+    return f"{SKILL_FILES_PREFIX}{hashlib.sha256(namespace.encode()).hexdigest()[:32]}/{sha256}"
 
 
 class SkillService:
@@ -324,7 +324,9 @@ class SkillService:
             for version in self._store.list_versions(namespace, skill.name)
             for f in version.files
         }
-        doomed = [key for key, written in self._blobs.list_keys(BLOB_PREFIX) if key not in used and written <= before]
+        doomed = [
+            key for key, written in self._blobs.list_keys(SKILL_FILES_PREFIX) if key not in used and written <= before
+        ]
         for key in doomed:
             self._blobs.delete(key)
         return len(doomed)

@@ -50,6 +50,7 @@ events, usage) are eventually consistent, usually within a second.
 """
 
 from engram.adapters.storage.dynamodb.store import DynamoMemoryStore
-from engram.adapters.storage.dynamodb.table import TABLE_INDEXES, TABLE_KEYS, create_table
+from engram.adapters.storage.dynamodb.table import create_table
+from engram.domain.deployment import TABLE_INDEXES, TABLE_KEYS
 
 __all__ = ["TABLE_INDEXES", "TABLE_KEYS", "DynamoMemoryStore", "create_table"]

@@ -42,7 +42,7 @@ class DynamoStoreBase:
         """Remember that ``namespace`` has rows (once per process per namespace)."""
         if namespace in self._known_namespaces:
             return
-        self._db.put({"PK": NAMESPACES_PK, "SK": namespace, "entity": "namespace", "namespace": namespace})
+        self._db.put(namespace_item(namespace))
         self._known_namespaces.add(namespace)
 
     @staticmethod
@@ -62,3 +62,8 @@ class DynamoStoreBase:
                 if len(rows) > limit:
                     break
         return cut_page(rows, limit, position)
+
+
+def namespace_item(namespace: str) -> dict[str, Any]:
+    """The table's registry item of a namespace (the cleanup job walks them; skills register theirs too)."""
+    return {"PK": NAMESPACES_PK, "SK": namespace, "entity": "namespace", "namespace": namespace}

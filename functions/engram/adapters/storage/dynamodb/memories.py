@@ -15,6 +15,7 @@ from typing import Any
 from engram.adapters.storage.common import (
     CANDIDATE_STATUSES,
     check_limit,
+    check_supersede,
     empty_memory_counts,
     memory_matches,
     replaced,
@@ -309,8 +310,7 @@ class DynamoMemories(DynamoStoreBase):
         return stored[0], new
 
     def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
-        if not olds or any(old.namespace != new.namespace for old in olds):
-            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
+        check_supersede(olds, new)
         current: list[Memory | None] = []
         for old in olds:
             row = self._read_memory(old.namespace, old.id)

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from engram.adapters.aws_errors import translate
 from engram.adapters.storage.common import to_iso
+from engram.domain.deployment import TABLE_INDEXES, TABLE_KEYS, TTL_ATTRIBUTE  # infra/storage.py reads them too
 from engram.domain.errors import UpstreamRateLimited, UpstreamUnavailable
 
 try:  # boto3 is in the `aws` extra and the Lambda layer; the module must import without it.
@@ -30,10 +31,6 @@ M = TypeVar("M", bound=BaseModel)
 
 MAX_TRANSACTION_RETRIES = 5
 MAX_TRANSACTION_ITEMS = 100  # what one TransactWriteItems call may hold
-
-# The table the adapter expects (infra/storage.py creates the same; tests/infra checks they agree).
-TABLE_KEYS = {"PK": "HASH", "SK": "RANGE"}
-TABLE_INDEXES = {"GSI1": ("GSI1PK", "GSI1SK"), "GSI2": ("GSI2PK", "GSI2SK")}
 
 
 def create_table(client: Any, table_name: str) -> None:
@@ -54,7 +51,9 @@ def create_table(client: Any, table_name: str) -> None:
         ],
     )
     client.get_waiter("table_exists").wait(TableName=table_name)
-    client.update_time_to_live(TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+    client.update_time_to_live(
+        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+    )
 
 
 # -- value conversion ---------------------------------------------------------------------------

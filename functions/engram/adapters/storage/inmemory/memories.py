@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from engram.adapters.storage.common import check_limit, empty_memory_counts, memory_matches, replaced
+from engram.adapters.storage.common import check_limit, check_supersede, empty_memory_counts, memory_matches, replaced
 from engram.adapters.storage.inmemory.base import InMemoryStoreBase, oldest_first, page
-from engram.domain.errors import Conflict, InvalidInput, NotFound, version_conflict
+from engram.domain.errors import Conflict, NotFound, version_conflict
 from engram.domain.models import MEMORY_COUNTERS, Candidate, Memory, MemoryFilter, Page
 
 
@@ -118,8 +118,7 @@ class InMemoryMemories(InMemoryStoreBase):
         return stored[0], new
 
     def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
-        if not olds or any(old.namespace != new.namespace for old in olds):
-            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
+        check_supersede(olds, new)
         with self._lock:
             rows = self._memories.get(new.namespace, {})
             after = dict(rows)

@@ -57,14 +57,8 @@ class InMemoryMessages(InMemoryStoreBase):
                 if after_id not in rows:
                     raise NotFound(f"message {after_id} not found")
                 after = (rows[after_id].created_at, after_id)
-            selected = [
-                m
-                for m in rows.values()
-                if (since is None or m.created_at >= since)
-                and (until is None or m.created_at < until)
-                and (after is None or (m.created_at, m.id) > after)
-            ]
-        return oldest_first(selected)[:limit]
+            timed = [(m.created_at, m) for m in rows.values()]
+        return _window(timed, since, until, after)[:limit]
 
     def list_messages_stored(
         self,
@@ -78,14 +72,7 @@ class InMemoryMessages(InMemoryStoreBase):
         check_limit(limit)
         with self._lock:
             rows = [(m.stored_at, m) for m in self._messages.get(namespace, {}).values() if m.stored_at is not None]
-        picked = [
-            (at, m)
-            for at, m in rows
-            if (since is None or at >= since)
-            and (until is None or at < until)
-            and (after is None or (at, m.id) > after)
-        ]
-        return [m for _, m in sorted(picked, key=lambda row: (row[0], row[1].id))][:limit]
+        return _window(rows, since, until, after)[:limit]
 
     def count_messages(self, namespace: str, *, since: datetime | None = None) -> int:
         with self._lock:
@@ -181,3 +168,19 @@ class InMemoryMessages(InMemoryStoreBase):
         with self._lock:
             self._threads.get(namespace, {}).pop(thread_id, None)
             return delete_where(self._messages, namespace, lambda m: m.conversation_id == thread_id)
+
+
+def _window(
+    timed: Sequence[tuple[datetime, Message]],
+    since: datetime | None,
+    until: datetime | None,
+    after: tuple[datetime, str] | None,
+) -> list[Message]:
+    """The messages whose time ``t`` (created or stored) has ``since <= t < until`` and ``(t, id)`` past
+    ``after``, in (t, id) order: the listings' window, whichever time they read."""
+    picked = [
+        (at, m)
+        for at, m in timed
+        if (since is None or at >= since) and (until is None or at < until) and (after is None or (at, m.id) > after)
+    ]
+    return [m for _, m in sorted(picked, key=lambda row: (row[0], row[1].id))]

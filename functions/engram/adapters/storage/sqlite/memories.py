@@ -7,10 +7,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from engram.adapters.storage.common import check_limit, empty_memory_counts, replaced, to_iso
+from engram.adapters.storage.common import check_limit, check_supersede, empty_memory_counts, replaced, to_iso
 from engram.adapters.storage.sqlite.base import SqliteStoreBase
 from engram.adapters.storage.sqlite.tables import CANDIDATES, IDS_PER_QUERY, ITER_CHUNK, MEMORIES, marks
-from engram.domain.errors import InvalidInput, NotFound, version_conflict
+from engram.domain.errors import NotFound, version_conflict
 from engram.domain.models import MEMORY_COUNTERS, Candidate, Memory, MemoryFilter, Page
 
 # A replace writes every column but the key, the counters and the version, at the version it read
@@ -137,8 +137,7 @@ class SqliteMemories(SqliteStoreBase):
         return stored[0], new
 
     def supersede_many(self, olds: Sequence[Memory], new: Memory) -> tuple[list[Memory], Memory]:
-        if not olds or any(old.namespace != new.namespace for old in olds):
-            raise InvalidInput("supersede needs at least one old memory, all in the new one's namespace")
+        check_supersede(olds, new)
         with self._transaction() as db:
             # The old rows go first: they free the fact_key the new row takes.
             stored = [_replace(db, old) for old in olds]

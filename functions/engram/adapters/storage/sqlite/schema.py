@@ -219,6 +219,43 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 8: the conversation a usage row was spent in (GET /v1/usage per thread); older rows have none.
     ("ALTER TABLE usage ADD COLUMN thread TEXT",),
+    # 9: skills (README, "Skills"), which lived in a skills.db of their own before; sqlite/skills.py
+    # copies such a file in on first start. Vectors are float32 bytes.
+    (
+        """CREATE TABLE skills (
+            namespace TEXT NOT NULL,
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            description TEXT NOT NULL,
+            tags TEXT NOT NULL,
+            agents TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            deleted_at TEXT,
+            PRIMARY KEY (namespace, name)
+        )""",
+        """CREATE TABLE skill_versions (
+            namespace TEXT NOT NULL,
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            description TEXT NOT NULL,
+            tags TEXT NOT NULL,
+            files TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            restored_from INTEGER,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, name, version)
+        )""",
+        """CREATE TABLE skill_vectors (
+            namespace TEXT NOT NULL,
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            model_id TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (namespace, name)
+        )""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

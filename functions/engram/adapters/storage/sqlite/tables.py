@@ -27,6 +27,7 @@ from engram.domain.models import (
     Thread,
     UsageRecord,
 )
+from engram.domain.skills import Skill, SkillVersion
 
 BUSY_TIMEOUT_S = 10.0
 ITER_CHUNK = 500
@@ -101,6 +102,8 @@ USAGE = Table("usage", UsageRecord, ("namespace", "id"))
 IDEMPOTENCY = Table("idempotency", IdempotencyRecord, ("namespace", "key"), ("value",))
 # Cache values are JSON text already (see ``put_cache``), so the column holds them as they are.
 CACHE = Table("cache", CacheEntry, ("namespace", "key"))
+SKILLS = Table("skills", Skill, ("namespace", "name"), ("tags", "agents"))
+SKILL_VERSIONS = Table("skill_versions", SkillVersion, ("namespace", "name", "version"), ("tags", "files"))
 
 
 def conflict_message(exc: sqlite3.IntegrityError) -> str:

@@ -150,6 +150,30 @@ def memory_get(
     return out
 
 
+def _write(
+    content: Content,
+    type: Type,
+    layer: Layer,
+    importance: Importance,
+    confidence: Confidence,
+    pinned: bool,
+    tags: Tags | None,
+    **extra: Any,
+) -> MemoryWrite:
+    """A memory write made by a tool (``source`` ``mcp``; no tags given: none), with what only that tool sets."""
+    return MemoryWrite(
+        content=content,
+        type=type,
+        layer=layer,
+        importance=importance,
+        confidence=confidence,
+        pinned=pinned,
+        tags=tags or [],
+        source="mcp",
+        **extra,
+    )
+
+
 @TOOLS.tool(WRITES)
 def memory_upsert(
     ctx: Context,
@@ -168,18 +192,7 @@ def memory_upsert(
     version is superseded (history kept).
     Use this for facts that can change: where the user lives, their editor, a project's stack."""
     who = caller(ctx, WRITE)
-    req = MemoryWrite(
-        content=content,
-        type=type,
-        fact_key=fact_key,
-        layer=layer,
-        importance=importance,
-        confidence=confidence,
-        pinned=pinned,
-        tags=tags or [],
-        source="mcp",
-        external_id=external_id,
-    )
+    req = _write(content, type, layer, importance, confidence, pinned, tags, fact_key=fact_key, external_id=external_id)
     return written_json(container_of(ctx).memories.write(who.namespace, req))
 
 
@@ -201,17 +214,7 @@ def memory_remember(
     memory_upsert instead when the fact has a natural key and may change later. With `remind_at`
     it is also a reminder: Engram puts it into the user's first chat turn after that time."""
     who = caller(ctx, WRITE)
-    req = MemoryWrite(
-        content=content,
-        type=type,
-        layer=layer,
-        importance=importance,
-        confidence=confidence,
-        pinned=pinned,
-        tags=tags or [],
-        source="mcp",
-        remind_at=aware(remind_at),
-    )
+    req = _write(content, type, layer, importance, confidence, pinned, tags, remind_at=aware(remind_at))
     return written_json(container_of(ctx).memories.write(who.namespace, req, dedup=True))
 
 
@@ -269,17 +272,7 @@ def memory_supersede(
     """Replace an outdated or wrong memory with a corrected version. The old one becomes
     `superseded` (restorable with memory_restore); the new one keeps its fact_key unless you pass one."""
     who = caller(ctx, WRITE)
-    req = MemoryWrite(
-        content=content,
-        type=type,
-        fact_key=fact_key,
-        layer=layer,
-        importance=importance,
-        confidence=confidence,
-        pinned=pinned,
-        tags=tags or [],
-        source="mcp",
-    )
+    req = _write(content, type, layer, importance, confidence, pinned, tags, fact_key=fact_key)
     return written_json(container_of(ctx).memories.supersede(who.namespace, id, req, version=version))
 
 
