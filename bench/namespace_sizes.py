@@ -75,6 +75,8 @@ class Ask:
     no_answer: bool = False  # a question with no answer anywhere (not only absent from this namespace)
     features: tuple[tuple[float, float, int, bool], ...] = ()  # per ranked hit (``relevance_features``)
     absent: str = ""  # SAME or ELSEWHERE where the answer is absent
+    # The recall's fusion inputs, when ``relevance_features.capture_fusion()`` is on (``relevance_replay``).
+    fusion: relevance_features.FusionCall | None = None
 
 
 @dataclass
@@ -190,8 +192,10 @@ def _ask(
 ) -> Ask:
     assert pipe.embedder is not None
     relevance_features.take([])
+    relevance_features.take_fusion()
     hits = pipe.service.recall(ns, query, top_k=DEEP, min_relevance=0.0).hits
     features = relevance_features.take([h.memory.id for h in hits])
+    fused = relevance_features.take_fusion()
     vector = pipe.index.vector_search(ns, pipe.embedder.embed_query(query), k=1)
     return Ask(
         source.dataset,
@@ -203,6 +207,7 @@ def _ask(
         no_answer,
         features,
         absent,
+        fused,
     )
 
 

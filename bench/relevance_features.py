@@ -7,7 +7,8 @@ relevance model and the injection default can be re-fitted and re-chosen from on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from engram.domain import fusion
@@ -46,3 +47,68 @@ def take(memory_ids: list[str]) -> tuple[Features, ...]:
     out = tuple(_seen.get(m, (0.0, 0.0, 0, False)) for m in memory_ids)
     _seen.clear()
     return out
+
+
+@dataclass(frozen=True)
+class FusionCall:
+    """The inputs of one ``fusion.adaptive_fuse`` call, replayable (``bench/relevance_replay.py``)."""
+
+    query_tokens: tuple[str, ...]
+    keyword: tuple[tuple[str, float], ...]
+    vector: tuple[tuple[str, float], ...]
+    tokens: dict[str, frozenset[str]]
+    scripts: dict[str, fusion.Script]
+    options: dict[str, Any]
+
+    def replay(self, **overrides: Any) -> tuple[dict[str, float], fusion.Evidence]:
+        return fusion.adaptive_fuse(
+            self.query_tokens,
+            self.keyword,
+            self.vector,
+            self.tokens.__getitem__,
+            self.scripts,
+            **{**self.options, **overrides},
+        )
+
+
+_calls: list[FusionCall] = []
+_original_fuse: Callable[..., tuple[dict[str, float], fusion.Evidence]] | None = None
+
+
+def capture_fusion() -> None:
+    """Also record every ``adaptive_fuse`` call's inputs (idempotent); ``take_fusion`` reads the last."""
+    global _original_fuse
+    if _original_fuse is not None:
+        return
+    _original_fuse = fusion.adaptive_fuse
+
+    def recording(
+        query_tokens: Sequence[str],
+        keyword: Sequence[tuple[str, float]],
+        vector: Sequence[tuple[str, float]],
+        tokens_of: Callable[[str], frozenset[str]],
+        script_of_id: Mapping[str, fusion.Script],
+        **options: Any,
+    ) -> tuple[dict[str, float], fusion.Evidence]:
+        assert _original_fuse is not None
+        ids = dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])
+        _calls.append(
+            FusionCall(
+                tuple(query_tokens),
+                tuple(keyword),
+                tuple(vector),
+                {m: tokens_of(m) for m in ids},
+                dict(script_of_id),
+                dict(options),
+            )
+        )
+        return _original_fuse(query_tokens, keyword, vector, tokens_of, script_of_id, **options)
+
+    fusion.adaptive_fuse = recording
+
+
+def take_fusion() -> FusionCall | None:
+    """The last recorded fusion call since the previous ``take_fusion`` (``None``: none, or not capturing)."""
+    last = _calls[-1] if _calls else None
+    _calls.clear()
+    return last

@@ -173,19 +173,25 @@ def test_a_small_namespace_that_all_shares_the_query_s_name_vouches_for_none_of_
     names = {m: f"Melanie: {DOCS[m]}" for m in DOCS}
     background: list[tuple[float, fusion.Script]] = [(0.75 + 0.0005 * i, "latin") for i in range(60)]
     vector = [("cat", 0.84), ("tea", 0.835), ("gym", 0.83), ("meeting", 0.83), ("plate", 0.825)]
-    _, evidence = fusion.adaptive_fuse(
-        tokenize("What did Melanie paint?"),
-        [],
-        vector,
-        lambda m: frozenset(tokenize(names[m])),
-        scripts(),
-        background=background,
-    )
+
+    def evidence_of(**options: bool) -> fusion.Evidence:
+        return fusion.adaptive_fuse(
+            tokenize("What did Melanie paint?"),
+            [],
+            vector,
+            lambda m: frozenset(tokenize(names[m])),
+            scripts(),
+            background=background,
+            **options,
+        )[1]
+
+    evidence = evidence_of()
     # Then what they share with the question, they share with each other: it counts for less
     plain = fusion.standout(fusion.padded_background(vector, {}, background, 50)[0])
     assert evidence.vector_standout["cat"] < plain["cat"] - 0.4
-    # And the name in all five memories is no evidence for any of them
+    # And the name in all five memories is no evidence for any of them (the rule can be turned off)
     assert evidence.coverage["cat"] == 0.0
+    assert evidence_of(common_words=False).coverage["cat"] > 0.0
     # So none is called relevant, where the background alone would have made the best one "maybe"
     before = fusion.Evidence(0.0, 0.0, 1.0, {"cat": 0.25}, {"cat": plain["cat"]}, has_vectors=True)
     assert fusion.relevance(before, "cat") > 0.25

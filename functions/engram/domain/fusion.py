@@ -44,7 +44,7 @@ HUBNESS_WEIGHT = 0.5
 # In a small namespace (a padded candidate list) the relevance estimate also measures a candidate against
 # the namespace's other memories (docs/recall.md, "Relevance at every size"): the location its standout is
 # measured from is raised to their median, shrunk toward the background's by this many pseudo-memories
-# (the weakest shrinkage that kept the tuning rows' confident strays <= 5 %: bench/README.md).
+# (the weakest shrinkage that kept the tuning rows' confident strays <= 5 %: bench/relevance_replay.py).
 NAMESPACE_PRIOR = 20.0
 # And a query word found in more than this share of a small namespace's memories (the speakers' names,
 # "the user") is no evidence for any of them; from this many memories on (fewer say nothing about "most").
@@ -142,13 +142,15 @@ def standout(hits: Sequence[tuple[str, float]]) -> dict[str, float]:
     """Each score in standard deviations above the list's median (a scale-free "how distinct")."""
     if len(hits) < 3:
         return {mid: 0.0 for mid, _ in hits}
-    values = [s for _, s in hits]
-    mid_value = median(values)
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    mid_value, sd = _median_sd([s for _, s in hits])
     if sd <= 1e-12:
         return {mid: 0.0 for mid, _ in hits}
     return {mid: (s - mid_value) / sd for mid, s in hits}
+
+
+def _median_sd(values: Sequence[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    return median(values), math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
 def standout_in_namespace(
@@ -162,14 +164,11 @@ def standout_in_namespace(
     namespace whose memories all share something with the query (five dialogue turns naming the speaker
     the question names) "stands out"; what a memory holds beyond its namespace-mates is the evidence. Few
     others say little about the namespace, hence the shrinkage. Entries not in ``real`` are left out."""
-    base = standout(padded)
-    values = [s for _, s in padded]
     own = {mid: s for mid, s in padded if mid in real}
-    if len(values) < 3 or len(own) < 2:
-        return {mid: base.get(mid, 0.0) for mid in own}
-    location = median(values)
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if len(padded) < 3 or len(own) < 2:
+        base = standout(padded)
+        return {mid: base[mid] for mid in own}
+    location, sd = _median_sd([s for _, s in padded])
     if sd <= 1e-12:
         return {mid: 0.0 for mid in own}
     out: dict[str, float] = {}
@@ -285,6 +284,8 @@ def adaptive_fuse(
     hubness: float = HUBNESS_WEIGHT,
     background: Sequence[tuple[float, Script]] | None = None,
     background_size: int = 50,
+    namespace_prior: float = NAMESPACE_PRIOR,
+    common_words: bool = True,
 ) -> tuple[dict[str, float], Evidence]:
     """Fused scores in [0, 1] (weighted mean of normalized keyword and vector scores) and the evidence.
 
@@ -302,6 +303,9 @@ def adaptive_fuse(
     scripts. A vector list shorter than ``background_size`` (a small namespace) is padded with the
     nearest of them before the script correction and the standout, so both compare each candidate with
     the background a large namespace would give (``padded_background``); the padding is never ranked.
+    The relevance estimate of a padded list also reads ``standout_in_namespace`` (with
+    ``namespace_prior``) and, with ``common_words``, ``without_common`` (``bench/relevance_replay.py``
+    compares other values).
     """
     docs = {mid: tokens_of(mid) for mid in dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])}
     weights = token_weights(query_tokens, list(docs.values()))
@@ -327,9 +331,10 @@ def adaptive_fuse(
     # evidence (``standout_in_namespace``, ``without_common``). The ranking keeps ``distinct`` and ``cov``.
     relevance_standout, relevance_coverage = distinct, cov
     if len(padded) > len(vector):
-        relevance_standout = standout_in_namespace(centred_all, real)
-        common = without_common(weights, list(docs.values()))
-        relevance_coverage = {mid: coverage(common, d) for mid, d in docs.items()}
+        relevance_standout = standout_in_namespace(centred_all, real, namespace_prior)
+        if common_words:
+            common = without_common(weights, list(docs.values()))
+            relevance_coverage = {mid: coverage(common, d) for mid, d in docs.items()}
     w_k = keyword_weight * confidence if keyword else 0.0
     w_v = vector_weight if vector else 0.0
     if standout_ref > 0 and distinct:
@@ -383,12 +388,6 @@ def padded_background(
     return padded, scripts
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
 def diversify(
     ranked: Sequence[str], scores: Mapping[str, float], tokens_of: Callable[[str], frozenset[str]], penalty: float
 ) -> dict[str, float]:
@@ -398,15 +397,28 @@ def diversify(
     if penalty <= 0 or len(ranked) < 2:
         return {mid: scores[mid] for mid in ranked}
     tokens = {mid: tokens_of(mid) for mid in ranked}
+    sizes = {mid: len(t) for mid, t in tokens.items()}
     overlap = dict.fromkeys(ranked, 0.0)
     remaining = list(ranked)
     out: dict[str, float] = {}
     while remaining:
         # The best adjusted score, the earliest on a tie (by position: ``remaining.index`` in the key
         # made each pick quadratic, the whole cubic in the pool; bench/profiles/recall-1k.svg).
-        at = max(range(len(remaining)), key=lambda i: (scores[remaining[i]] - penalty * overlap[remaining[i]], -i))
+        adjusted = [scores[mid] - penalty * overlap[mid] for mid in remaining]
+        at = adjusted.index(max(adjusted))  # the first of the best
         best = remaining.pop(at)
-        out[best] = scores[best] - penalty * overlap[best]
+        out[best] = adjusted[at]
+        placed, placed_size = tokens[best], sizes[best]
+        if not placed:
+            continue  # an empty token set overlaps nothing (Jaccard 0)
         for mid in remaining:
-            overlap[mid] = max(overlap[mid], _jaccard(tokens[mid], tokens[best]))
+            # Jaccard (shared / union, the union's size without building it); skipped when the sizes
+            # alone cannot beat the overlap already noted (Jaccard is at most the smaller size over the larger).
+            size, seen = sizes[mid], overlap[mid]
+            if not size or (size / placed_size if size < placed_size else placed_size / size) <= seen:
+                continue
+            shared = len(tokens[mid] & placed)
+            share = shared / (size + placed_size - shared)
+            if share > seen:
+                overlap[mid] = share
     return out

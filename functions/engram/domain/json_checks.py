@@ -9,7 +9,7 @@ dicts document the chat doors in the OpenAPI document.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Schema = Mapping[str, Any]
@@ -72,18 +72,61 @@ def check_shape(value: Any, schema: Schema, where: str = "") -> None:
             stack.extend((item[i], sch["items"], f"{path}[{i}]") for i in reversed(range(len(item))))
 
 
+def shape_checker(schema: Schema) -> Callable[[Any], None]:
+    """``check_shape`` against ``schema``, compiled once: a well-formed value is checked by nested
+    closures built from the schema (no paths built, no stack), and only a value that fails is checked
+    again by ``check_shape`` for its error, so the error is the same. Every chat request and upstream
+    stream event is checked (bench/gateway.py)."""
+    valid = _compile(schema)
+
+    def check(value: Any) -> None:
+        if not valid(value):
+            check_shape(value, schema)
+
+    return check
+
+
+def _compile(schema: Schema) -> Callable[[Any], bool]:
+    """Whether a value matches ``schema`` (the rules of ``check_shape``; recursion only as deep as the
+    schema)."""
+    kinds = schema.get("type")
+    names: tuple[str, ...] = () if kinds is None else (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    types = tuple(t for n in names for t in _PYTHON_TYPES[n])
+    # ``True`` is an int to Python, not an integer or a number to JSON Schema (``_is``).
+    no_bool = "boolean" not in names and ("integer" in names or "number" in names)
+    required = tuple(schema.get("required", ()))
+    props = tuple((key, _compile(sub)) for key, sub in schema.get("properties", {}).items())
+    items = _compile(schema["items"]) if "items" in schema else None
+
+    def valid(value: Any) -> bool:
+        if names and (not isinstance(value, types) or (no_bool and isinstance(value, bool))):
+            return False
+        if isinstance(value, dict):
+            for key in required:
+                if key not in value:
+                    return False
+            for key, sub in props:
+                if key in value and not sub(value[key]):
+                    return False
+        elif items is not None and isinstance(value, list):
+            for element in value:
+                if not items(element):
+                    return False
+        return True
+
+    return valid
+
+
 def depth_exceeds(value: Any, limit: int) -> bool:
-    """True when arrays/objects nest deeper than ``limit`` (iterative: deep input cannot overflow it)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
+    """True when arrays/objects nest deeper than ``limit`` (recursing at most ``limit`` levels: deep input
+    cannot overflow it)."""
+    return isinstance(value, (dict, list)) and _deeper(value, 1, limit)
+
+
+def _deeper(item: dict[str, Any] | list[Any], depth: int, limit: int) -> bool:
+    if depth > limit:
+        return True
+    for child in item.values() if isinstance(item, dict) else item:
+        if isinstance(child, (dict, list)) and _deeper(child, depth + 1, limit):
             return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False

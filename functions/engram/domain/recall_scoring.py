@@ -60,8 +60,10 @@ def repeat_factor(last_injected_at: datetime | None, now: datetime, window_minut
     return decay if now - last_injected_at < timedelta(minutes=window_minutes) else 1.0
 
 
+@lru_cache(maxsize=16384)
 def fold_text(text: str) -> str:
-    """Case, width, whitespace and punctuation folded away (``same_meaning_text`` in one key)."""
+    """Case, width, whitespace and punctuation folded away (``same_meaning_text`` in one key; cached like
+    ``token_set``: the same memories come back query after query)."""
     text = unicodedata.normalize("NFKC", text).casefold()
     return "".join(ch for ch in text if ch.isalnum())
 
@@ -69,7 +71,8 @@ def fold_text(text: str) -> str:
 def jaccard(a: Set[str], b: Set[str]) -> float:
     if not a or not b:
         return 0.0
-    return len(a & b) / len(a | b)
+    shared = len(a & b)  # the union's size without building it
+    return shared / (len(a) + len(b) - shared)
 
 
 @lru_cache(maxsize=16384)
@@ -88,22 +91,36 @@ def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tupl
     """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
     kept: list[Memory] = []
     seen_folds: set[str] = set()
-    kept_tokens: list[frozenset[str]] = []
+    kept_tokens: list[tuple[frozenset[str], int]] = []
     dropped = 0
     for memory in memories:
         folded = fold_text(memory.content)
         tokens = token_set(memory.content)
         if folded in seen_folds or (
-            jaccard_threshold < 1.0
-            and len(tokens) >= 3
-            and any(jaccard(tokens, t) >= jaccard_threshold for t in kept_tokens)
+            jaccard_threshold < 1.0 and len(tokens) >= 3 and _near_any(tokens, kept_tokens, jaccard_threshold)
         ):
             dropped += 1
             continue
         seen_folds.add(folded)
-        kept_tokens.append(tokens)
+        kept_tokens.append((tokens, len(tokens)))
         kept.append(memory)
     return kept, dropped
+
+
+def _near_any(tokens: frozenset[str], kept: Sequence[tuple[frozenset[str], int]], threshold: float) -> bool:
+    """Whether ``jaccard(tokens, t) >= threshold`` for one of ``kept`` (token sets with their sizes).
+
+    The same comparison as ``jaccard`` (the same float), inlined: the pool's pairs are the recall's largest
+    cost (bench/profiles). A pair whose sizes alone put it under the threshold is skipped (Jaccard is at
+    most the smaller size over the larger)."""
+    size = len(tokens)
+    for other, other_size in kept:
+        if (size / other_size if other_size > size else other_size / size) < threshold:
+            continue
+        shared = len(tokens & other)
+        if shared / (size + other_size - shared) >= threshold:
+            return True
+    return False
 
 
 def is_live(memory: Memory, namespace: str, now: datetime, types: Collection[str]) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from engram.domain.errors import EngramError, InvalidInput, UpstreamUnavailable
-from engram.domain.json_checks import ShapeError, check_shape, depth_exceeds
+from engram.domain.json_checks import ShapeError, check_shape, depth_exceeds, shape_checker
 from engram.domain.wire import anthropic as w
 from engram.domain.wire import shapes as ws
 from engram.domain.wire import usage as u
@@ -327,7 +327,46 @@ def test_check_shape_names_the_first_bad_path() -> None:
         check_shape(True, {"type": "integer"})  # a bool is not a number on the wire
 
 
-def test_depth_is_measured_without_recursion() -> None:
+_SCHEMAS = [
+    ws.OPENAI_REQUEST,
+    ws.ANTHROPIC_REQUEST,
+    ws.RESPONSES_REQUEST,
+    ws.OPENAI_CHUNK,
+    ws.ANTHROPIC_EVENT,
+    ws.RESPONSES_EVENT,
+    ws.OPENAI_RESPONSE,
+    ws.ANTHROPIC_RESPONSE,
+    ws.RESPONSES_RESPONSE,
+]
+
+
+def _outcome(check: Any, value: Any) -> str | None:
+    try:
+        check(value)
+    except ShapeError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("index", range(len(_SCHEMAS)))
+@FUZZ
+@given(data=st.data())
+def test_a_compiled_shape_checker_decides_and_words_errors_as_check_shape(index: int, data: st.DataObject) -> None:
+    schema = _SCHEMAS[index]
+    value = data.draw(from_schema(schema, hostile=True) | from_schema(schema) | json_values)
+    assert _outcome(shape_checker(schema), value) == _outcome(lambda v: check_shape(v, schema), value)
+
+
+def test_a_compiled_shape_checker_refuses_a_bool_for_a_number() -> None:
+    check = shape_checker({"type": "object", "properties": {"n": {"type": ["integer", "null"]}}})
+    check({"n": 3})
+    check({"n": None})
+    with pytest.raises(ShapeError, match="n: must be an integer or null"):
+        check({"n": True})
+    shape_checker({"type": ["boolean", "integer"]})(True)
+
+
+def test_depth_is_measured_without_overflow() -> None:
     deep: Any = []
     for _ in range(100_000):
         deep = [deep]

@@ -62,11 +62,16 @@ class _Doc:
 class _Namespace:
     docs: dict[str, _Doc] = field(default_factory=dict)
     df: Counter[str] = field(default_factory=Counter)
+    # term -> the documents holding it: a query scores only the documents that match one of its terms
+    # (scanning every document was most of a keyword recall's cost at 1,000 memories; bench/gateway.py).
+    postings: dict[str, set[str]] = field(default_factory=dict)
     total_length: int = 0
 
     def add(self, doc: _Doc) -> None:
         self.docs[doc.memory_id] = doc
         self.df.update(doc.tf.keys())
+        for term in doc.tf:
+            self.postings.setdefault(term, set()).add(doc.memory_id)
         self.total_length += doc.length
 
     def remove(self, memory_id: str) -> None:
@@ -77,6 +82,11 @@ class _Namespace:
         for term in doc.tf:
             if self.df[term] <= 0:
                 del self.df[term]
+            holders = self.postings.get(term)
+            if holders is not None:
+                holders.discard(memory_id)
+                if not holders:
+                    del self.postings[term]
         self.total_length -= doc.length
 
 
@@ -128,18 +138,28 @@ class InMemorySearchIndex:
             idf = {t: math.log(1.0 + (n_docs - ns.df[t] + 0.5) / (ns.df[t] + 0.5)) for t in terms if ns.df[t]}
             if not idf:
                 return []
-            scored: list[tuple[float, str]] = []
-            for doc in ns.docs.values():
-                if wanted and doc.type not in wanted:
-                    continue
-                score = 0.0
-                norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / avg_len) if avg_len else BM25_K1
-                for term, weight in idf.items():
-                    tf = doc.tf.get(term)
-                    if tf:
-                        score += weight * tf * (BM25_K1 + 1.0) / (tf + norm)
-                if score > 0:
-                    scored.append((-score, doc.memory_id))
+            # Term by term over its postings: each document's score is the same sum, in the same order
+            # (the query's terms), as scoring document by document; documents matching no term are
+            # never visited.
+            scores: dict[str, float] = {}
+            norms: dict[str, float] = {}
+            docs = ns.docs
+            for term, weight in idf.items():
+                for mid in ns.postings[term]:
+                    norm = norms.get(mid)
+                    if norm is None:
+                        doc = docs[mid]
+                        if wanted and doc.type not in wanted:
+                            norm = norms[mid] = -1.0
+                        else:
+                            norm = norms[mid] = (
+                                BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / avg_len) if avg_len else BM25_K1
+                            )
+                    if norm < 0:
+                        continue  # not of the wanted types
+                    tf = docs[mid].tf[term]
+                    scores[mid] = scores.get(mid, 0.0) + weight * tf * (BM25_K1 + 1.0) / (tf + norm)
+            scored = [(-score, mid) for mid, score in scores.items() if score > 0]
         # Only the top k become SearchHit objects (building one per matching document dominated the cost).
         return [SearchHit(memory_id=mid, score=-neg) for neg, mid in heapq.nsmallest(k, scored)]
 

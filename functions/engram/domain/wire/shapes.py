@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from engram.domain.errors import InvalidInput, UpstreamUnavailable
-from engram.domain.json_checks import Schema, ShapeError, check_shape, depth_exceeds
+from engram.domain.errors import MESSAGE_CHARS, InvalidInput, UpstreamUnavailable
+from engram.domain.json_checks import Schema, ShapeError, depth_exceeds, shape_checker
 
 Wire = Literal["openai", "anthropic", "responses"]  # "responses": an upstream's Responses API answers
 
@@ -340,6 +340,9 @@ _UPSTREAM = {
 }
 
 
+_UPSTREAM_CHECKS = {wire: (shape_checker(whole), shape_checker(event)) for wire, (whole, event) in _UPSTREAM.items()}
+
+
 class _TooDeep(ValueError):
     pass
 
@@ -355,17 +358,17 @@ def _decode(raw: bytes | str) -> Any:
     return value
 
 
-_REQUESTS: dict[str, tuple[Schema, str]] = {
-    "openai": (OPENAI_REQUEST, "messages"),
-    "anthropic": (ANTHROPIC_REQUEST, "messages"),
-    "responses": (RESPONSES_REQUEST, "input"),
+_REQUESTS = {
+    "openai": (shape_checker(OPENAI_REQUEST), "messages"),
+    "anthropic": (shape_checker(ANTHROPIC_REQUEST), "messages"),
+    "responses": (shape_checker(RESPONSES_REQUEST), "input"),
 }
 
 
 def parse_chat_request(raw: bytes, wire: Literal["openai", "anthropic", "responses"]) -> dict[str, Any]:
     """The client's chat body, checked: JSON, an object, not absurdly deep, and every field Engram
     reads of the right type. Raises ``InvalidInput`` (400) with the first offending path."""
-    schema, required = _REQUESTS[wire]
+    check, required = _REQUESTS[wire]
     try:
         body = _decode(raw)
     except _TooDeep as exc:
@@ -373,7 +376,7 @@ def parse_chat_request(raw: bytes, wire: Literal["openai", "anthropic", "respons
     except ValueError as exc:
         raise InvalidInput("request body is not valid JSON", code="invalid_json") from exc
     try:
-        check_shape(body, schema)
+        check(body)
     except ShapeError as exc:
         if exc.where == required and exc.problem == "is required":
             what = "an 'input' string or list" if required == "input" else "a 'messages' list"
@@ -386,7 +389,7 @@ def parse_chat_request(raw: bytes, wire: Literal["openai", "anthropic", "respons
 def check_upstream_response(data: Any, wire: Wire) -> dict[str, Any]:
     """A decoded non-stream upstream answer, checked; ``UpstreamUnavailable`` (502) when malformed."""
     try:
-        check_shape(data, _UPSTREAM[wire][0])
+        _UPSTREAM_CHECKS[wire][0](data)
     except ShapeError as exc:
         raise UpstreamUnavailable(f"the upstream sent a malformed response ({exc})", code="upstream_malformed") from exc
     assert isinstance(data, dict)
@@ -402,7 +405,7 @@ def parse_upstream_event(data: str, wire: Wire) -> dict[str, Any]:
             "the upstream sent a stream event that is not JSON", code="upstream_malformed"
         ) from exc
     try:
-        check_shape(value, _UPSTREAM[wire][1])
+        _UPSTREAM_CHECKS[wire][1](value)
     except ShapeError as exc:
         raise UpstreamUnavailable(
             f"the upstream sent a malformed stream event ({exc})", code="upstream_malformed"
@@ -415,4 +418,4 @@ def upstream_error_message(error: Any) -> str:
     """The text of an upstream ``error`` field, whatever its shape (object with ``message``, or text)."""
     if isinstance(error, dict):
         error = error.get("message", error)
-    return str(error)[:300]
+    return str(error)[:MESSAGE_CHARS]

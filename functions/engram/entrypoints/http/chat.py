@@ -7,10 +7,16 @@ One mapping table for errors (``errors.status_for``), rendered in the client's w
 when the body already speaks the door's wire; otherwise the provider's status and message are given the
 door's shape (an OpenAI-compatible upstream's error on the Anthropic door, and the reverse).
 Every chat response carries the ``x-engram-*`` headers.
+
+The doors are FastAPI routes (their OpenAPI entries, and the answer to any other method), but a POST to
+one is answered by ``ChatDoorsMiddleware`` before FastAPI's routing: the same handler (``_chat``), the
+same auth, limits, errors and headers, without matching the request against every route of the app and
+without a task group around the streamed body (bench/README.md, "Gateway overhead").
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -18,7 +24,9 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from starlette._utils import get_route_path
 from starlette.responses import StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
@@ -58,6 +66,7 @@ _ANTHROPIC_TYPES = {
 def mount(app: FastAPI, container: Container) -> None:
     """The chat doors; the body-limit middleware answers their refusals in the door's shape."""
     app.include_router(router)
+    app.add_middleware(ChatDoorsMiddleware)
     app.state.door_refusal = door_refusal
 
     @asynccontextmanager
@@ -100,6 +109,95 @@ _DOORS: tuple[tuple[str, Wire], ...] = (
     ("/chat/completions", "openai"),  # also guide-dog
     ("/v1/responses", "responses"),
 )
+
+
+# POST paths answered by ChatDoorsMiddleware: (wire, guide-dog) by path; under `/agents/{agent}` the
+# three doors of `_AGENT_DOORS` (the routes below declare the same paths).
+_FIXED_DOORS: dict[str, tuple[Wire, bool]] = {
+    "/v1/chat/completions": ("openai", False),
+    "/v1/messages": ("anthropic", False),
+    "/v1/responses": ("responses", False),
+    "/v1/guide-dog/chat/completions": ("openai", True),
+}
+_AGENT_DOORS: dict[str, Wire] = {
+    "v1/chat/completions": "openai",
+    "v1/messages": "anthropic",
+    "v1/responses": "responses",
+}
+
+
+def door_of(path: str) -> tuple[Wire, bool, str | None] | None:
+    """The door a POST to ``path`` (the app's route path) opens: its wire, whether it is guide-dog, and
+    the agent its path names; None for any other path. The same paths as the routes: ``{agent}`` is one
+    non-empty path segment, as Starlette matches it."""
+    fixed = _FIXED_DOORS.get(path)
+    if fixed is not None:
+        return fixed[0], fixed[1], None
+    if path.startswith("/agents/"):
+        agent, slash, rest = path[len("/agents/") :].partition("/")
+        wire = _AGENT_DOORS.get(rest) if agent and slash else None
+        if wire is not None:
+            return wire, False, agent
+    return None
+
+
+class ChatDoorsMiddleware:
+    """Answers a POST to a chat door with the door's handler directly, before FastAPI's routing and
+    its per-request layers (route matching over every route, the exception and exit-stack middleware,
+    the streamed body's task group): one turn's own CPU is what the gateway adds to every chat request
+    (issue #23; bench/gateway.py). The outer middleware (request id, body limit and key check, path
+    aliases) runs as for every request; anything else goes on to the app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        door = door_of(get_route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if door is None:
+            await self.app(scope, receive, send)
+            return
+        wire, guide_dog, agent = door
+        response = await _chat(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent)
+        if isinstance(response, StreamingResponse):
+            await send_stream(response, receive, send)
+        else:
+            await response(scope, receive, send)
+
+
+async def send_stream(response: StreamingResponse, receive: Receive, send: Send) -> None:
+    """``response`` sent as Starlette sends a stream, without its task group: each chunk as it comes,
+    and a client that goes away (``http.disconnect``) cancels the body where it waits, so the relay
+    settles the turn as ``client_disconnected`` (services/chat/stream_relay.py). A body left unfinished
+    is closed here, before the response ends, not whenever it is collected."""
+    task = asyncio.current_task()
+    assert task is not None
+    state = {"done": False, "gone": False}
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not state["done"]:
+            state["gone"] = True
+            task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    body = response.body_iterator
+    try:
+        await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+        async for chunk in body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        state["done"] = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        if not state["gone"]:
+            raise
+        task.uncancel()  # the client went away: the request ends here, as Starlette's would
+    finally:
+        state["done"] = True
+        watcher.cancel()
+        closer = getattr(body, "aclose", None)
+        if closer is not None:
+            await closer()
 
 
 def door_refusal(path: str, exc: EngramError) -> Response | None:
