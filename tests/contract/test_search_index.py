@@ -35,6 +35,9 @@ INDEXES: dict[str, Callable[[Path, ExitStack], SearchIndex]] = {
     # The same adapter with its HNSW graph on from the first vector, built in the foreground (big namespaces
     # build it in the background and scan exactly until it is ready).
     "sqlite-ann": lambda tmp, _: SqliteSearchIndex(tmp / "engram.db", ann_threshold=1, ann_background=False),
+    # The same adapter ranking keywords from its in-memory postings from the first document (big namespaces
+    # do; small ones are ranked by FTS5).
+    "sqlite-postings": lambda tmp, _: SqliteSearchIndex(tmp / "engram.db", keyword_threshold=1),
     # A private replica per process of the document log in the store (SQLite file, DynamoDB under moto).
     "replica-sqlite": lambda tmp, _: ReplicaSearchIndex(SqliteSearchLog(tmp / "engram.db"), tmp / "replica"),
     "replica-dynamodb": _replica_on_dynamodb,
