@@ -122,6 +122,38 @@ async def test_health_answers_for_the_web_adapter_readiness_check(aws_env: dict[
     assert response.status_code == 200
 
 
+def test_one_client_per_aws_service_and_the_rare_ones_on_first_use(
+    aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given every boto3 client built recorded by service
+    built: list[str] = []
+    real = boto3.client
+
+    def recording(service: str, *args: Any, **kwargs: Any) -> Any:
+        built.append(service)
+        return real(service, *args, **kwargs)
+
+    monkeypatch.setattr(boto3, "client", recording)
+    monkeypatch.setenv("ENGRAM_EXTRACT_MODEL", "bedrock/amazon.nova-lite-v1:0")
+    # When the API function's app is built
+    container = build_container(load_settings())
+    create_app(container)
+    # Then the store, the rate limiter and the skills library share one DynamoDB client, and neither the
+    # queue's SQS client nor the jobs' Bedrock client is built yet (bench/README.md, "Cold start")
+    assert sorted(built) == ["dynamodb", "secretsmanager"]
+    store = container.store.inner
+    assert isinstance(store, DynamoMemoryStore)
+    limiter: Any = container.limits._limiter
+    skill_store: Any = container.skills._store
+    assert limiter._db.client is store._db.client
+    assert skill_store._toolkit().client is store._db.client
+    # When a job is queued, then the SQS client is built, once
+    container.queue.enqueue("cleanup", {"namespace": "default"})
+    container.queue.enqueue("cleanup", {"namespace": "default"})
+    assert sorted(built) == ["dynamodb", "secretsmanager", "sqs"]
+    container.close()
+
+
 def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the stack's defaults: Bedrock models for the jobs and the Bedrock reranker
     from engram.adapters.llm.bedrock import BedrockChatModel, BedrockReranker
