@@ -7,10 +7,12 @@ at or above its floor, best first, while their lines fit in its budget, exactly 
 ``RecallService.recall(..., budget_tokens=B)`` does (``services/recall/pipeline.py``, ``within_budget``); the
 "top 5" rows are the previous rule (the floor, then the 5 best). Answerable turns count the share of
 their answer memories injected; unanswerable turns (``no_answer`` questions, and every question asked
-in a namespace that does not hold its answer) count the memories injected, all of them stray.
+in a namespace that does not hold its answer) count the memories injected, all of them stray. At each
+namespace size the asks in another person's / conversation's namespace (true absence) are their own
+row ("size N elsewhere"), beside the row of the present asks and the absent ones in the same source.
 The default is chosen on the tuning rows only (``choose``): the highest answer share on the full sets
 whose stray memories stay <= ``MAX_STRAYS`` per unanswerable turn on average there, and at every
-namespace size no more than ``MAX_STRAYS`` or than the previous rule already had.
+namespace size, both rows, no more than ``MAX_STRAYS`` or than the previous rule already had.
 """
 
 from __future__ import annotations

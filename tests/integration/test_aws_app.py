@@ -18,7 +18,7 @@ pytest.importorskip("moto")
 import boto3
 from engram.adapters.queue.sqs import SqsJobQueue
 from engram.adapters.storage.dynamodb import DynamoMemoryStore, create_table
-from engram.bootstrap import build_container
+from engram.bootstrap import Container, build_container
 from engram.entrypoints.http.app import create_app
 from engram.services.library.journaled_store import JournaledStore
 from engram.settings import load_settings
@@ -69,7 +69,7 @@ def to_request(event: dict[str, Any]) -> httpx.Request:
 
 
 def rest_event(method: str, path: str, body: Any = None, key: str = OWNER_KEY) -> dict[str, Any]:
-    event = json.loads((EVENTS / "apigw_rest_proxy.json").read_text())
+    event: dict[str, Any] = json.loads((EVENTS / "apigw_rest_proxy.json").read_text())
     event["httpMethod"], event["path"] = method, path
     event["resource"], event["pathParameters"] = "/{proxy+}", {"proxy": path.lstrip("/")}
     event["multiValueHeaders"]["Authorization"] = [f"Bearer {key}"]
@@ -122,9 +122,43 @@ async def test_health_answers_for_the_web_adapter_readiness_check(aws_env: dict[
     assert response.status_code == 200
 
 
+def test_one_client_per_aws_service_and_the_rare_ones_on_first_use(
+    aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given every boto3 client built recorded by service
+    built: list[str] = []
+    real = boto3.client
+
+    def recording(service: str, *args: Any, **kwargs: Any) -> Any:
+        built.append(service)
+        return real(service, *args, **kwargs)
+
+    monkeypatch.setattr(boto3, "client", recording)
+    monkeypatch.setenv("ENGRAM_EXTRACT_MODEL", "bedrock/amazon.nova-lite-v1:0")
+    # When the API function's app is built
+    container = build_container(load_settings())
+    create_app(container)
+    # Then the store, the rate limiter and the skills library share one DynamoDB client, and neither the
+    # queue's SQS client nor the jobs' Bedrock client is built yet (bench/README.md, "Cold start")
+    assert sorted(built) == ["dynamodb", "secretsmanager"]
+    store = container.store.inner
+    assert isinstance(store, DynamoMemoryStore)
+    limiter: Any = container.limits._limiter
+    skill_store: Any = container.skills._store
+    assert limiter._db.client is store._db.client
+    assert skill_store._toolkit().client is store._db.client
+    # When a job is queued, then the SQS client is built, once
+    container.queue.enqueue("cleanup", {"namespace": "default"})
+    container.queue.enqueue("cleanup", {"namespace": "default"})
+    assert sorted(built) == ["dynamodb", "secretsmanager", "sqs"]
+    container.close()
+
+
 def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the stack's defaults: Bedrock models for the jobs and the Bedrock reranker
     from engram.adapters.llm.bedrock import BedrockChatModel, BedrockReranker
+    from engram.bootstrap.models import RuntimeChatModel
+    from engram.services.recall.pipeline import RecallService
 
     monkeypatch.setenv("ENGRAM_EXTRACT_MODEL", "bedrock/amazon.nova-lite-v1:0")
     monkeypatch.setenv("ENGRAM_DREAM_MODEL", "bedrock/amazon.nova-lite-v1:0")
@@ -134,9 +168,12 @@ def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monk
     container = build_container(load_settings())
     # Then the jobs talk to Bedrock Converse (one client shared) and recall reranks with Bedrock
     # (the job models follow the runtime settings through a RuntimeChatModel wrapper)
-    extract_model = container.extraction._model._model()
+    extract_runtime, dream_runtime = container.extraction._model, container.dreaming._model
+    assert isinstance(extract_runtime, RuntimeChatModel) and isinstance(dream_runtime, RuntimeChatModel)
+    extract_model = extract_runtime._model()
     assert isinstance(extract_model, BedrockChatModel)
-    assert extract_model is container.dreaming._model._model()
+    assert extract_model is dream_runtime._model()
+    assert isinstance(container.recall, RecallService)
     assert isinstance(container.recall._reranker, BedrockReranker)
     container.close()
 
@@ -152,13 +189,15 @@ def test_cleanup_lambda_runs_the_real_cleanup_on_dynamodb(aws_env: dict[str, str
 
     runtime.set_container_factory(None)
     try:
-        store = runtime.get_container().store
+        built = runtime.get_container()
+        assert isinstance(built, Container)  # the one bootstrap builds, with its whole store
+        store = built.store
         old = Message(
             id="msg_old",
             namespace="default",
             role="user",
             content="hi",
-            created_at=runtime.get_container().clock.now() - timedelta(days=30),
+            created_at=built.clock.now() - timedelta(days=30),
         )
         store.insert_message(old)
         batch = json.loads((EVENTS / "sqs_cleanup_batch.json").read_text())

@@ -8,9 +8,11 @@ and under ~30 s; ``ENGRAM_FUZZ_EXAMPLES`` raises the count (the ``slow`` variant
 
 One setting differs from schemathesis' defaults, on purpose: a schema-valid request may get a 400,
 which the API documents as "a rule refused a value" for rules a schema cannot state (an unknown
-cursor, a fact key that is not `category:slug` after normalization, a merge without its target).
-Every other status a schema-valid request gets still fails the run (a 422 would mean the schema and
-the validation disagree), as does any 5xx.
+cursor, a merge without its target). Skill names, agent ids and fact keys are not among them: the
+document states the patterns their rules accept exactly (tests/unit/test_policies.py), so a value
+schemathesis makes from a pattern is accepted and one against it is refused. Every other status a
+schema-valid request gets still fails the run (a 422 would mean the schema and the validation
+disagree), as does any 5xx.
 """
 
 from __future__ import annotations

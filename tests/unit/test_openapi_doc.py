@@ -143,3 +143,35 @@ def test_a_replayed_memory_write_answers_200_as_documented(app: Any) -> None:
     again = client.post("/v1/memories", json=body, headers=auth)
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["action"] == "existing" and again.json()["memory"]["id"] == first.json()["memory"]["id"]
+
+
+def test_skill_names_agent_ids_and_fact_keys_state_the_pattern_their_rule_checks(spec: dict[str, Any]) -> None:
+    from engram.domain.policies import OPTIONAL_FACT_KEY_PATTERN
+    from engram.domain.skills import AGENT_ID_PATTERN, SKILL_NAME_PATTERN
+
+    # Given every place a skill name, an agent id or a fact key enters the API
+    stated: dict[str, set[str]] = {}
+    for _method, path, op in _operations(spec):
+        for param in op.get("parameters", []):
+            if param["name"] in ("name", "agent", "fact_key"):
+                stated.setdefault(f"{path} {param['name']}", set()).add(param["schema"].get("pattern", "-"))
+    schemas = spec["components"]["schemas"]
+    for model, field in [
+        ("SkillImportRequest", "name"),
+        ("AllocateRequest", "agent_id"),
+        ("MemoryCreateRequest", "fact_key"),
+        ("SupersedeRequest", "fact_key"),
+        ("MemoryPatchRequest", "fact_key"),
+        ("MergeRequest", "fact_key"),
+    ]:
+        prop = schemas[model]["properties"][field]
+        branches = [prop, *prop.get("anyOf", [])]
+        stated[f"{model}.{field}"] = {b["pattern"] for b in branches if "pattern" in b} or {"-"}
+    # Then each states the pattern the domain's rule accepts exactly (checked there: tests/unit/test_policies.py)
+    expected = {"name": SKILL_NAME_PATTERN, "agent": AGENT_ID_PATTERN, "agent_id": AGENT_ID_PATTERN}
+    for where, patterns in stated.items():
+        last = where.split(" ")[-1].split(".")[-1]
+        want = expected.get(last, OPTIONAL_FACT_KEY_PATTERN)
+        assert patterns == {want}, where
+    assert "/v1/skills/{name} name" in stated and "/agents/{agent}/v1/models agent" in stated
+    assert "/v1/memories fact_key" in stated

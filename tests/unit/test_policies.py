@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Memory
 from engram.domain.policies import (
+    FACT_KEY_PATTERN,
     clean_content,
     clean_tags,
     decide_upsert,
@@ -15,6 +17,9 @@ from engram.domain.policies import (
     normalize_fact_key,
     truncate_digest,
 )
+from engram.domain.skills import AGENT_ID_PATTERN, SKILL_NAME_PATTERN, agent_id, skill_name
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -129,3 +134,47 @@ def test_ids_sort_in_creation_order_even_within_one_millisecond() -> None:
 
     ids = [new_id("evt") for _ in range(2000)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+# The OpenAPI document states these patterns for the API's fields (entrypoints/http/openapi.stated): a
+# rule accepts a value exactly when the pattern matches it, and what it stores matches it too.
+_NEAR_MISSES = st.text(
+    alphabet=st.sampled_from([*"aZ9_ :.-/#!\t\n", "城", "Ｐ", "İ", "ﬁ", "¨", "\xa0", "\u3000", "😀", "：", "\u212a"]),
+    max_size=50,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_NEAR_MISSES, st.from_regex(FACT_KEY_PATTERN), st.text(max_size=60)))
+def test_the_fact_key_rule_accepts_exactly_its_pattern(raw: str) -> None:
+    matches = re.fullmatch(FACT_KEY_PATTERN, raw) is not None
+    try:
+        stored = normalize_fact_key(raw)
+    except InvalidInput:
+        assert not matches
+        return
+    assert matches
+    assert re.fullmatch(FACT_KEY_PATTERN, stored) and normalize_fact_key(stored) == stored
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_NEAR_MISSES, st.from_regex(SKILL_NAME_PATTERN), st.from_regex(AGENT_ID_PATTERN)))
+def test_skill_names_and_agent_ids_accept_exactly_their_patterns(raw: str) -> None:
+    for pattern, rule in ((SKILL_NAME_PATTERN, skill_name), (AGENT_ID_PATTERN, agent_id)):
+        matches = re.fullmatch(pattern, raw) is not None
+        try:
+            kept = rule(raw)
+        except InvalidInput:
+            assert not matches
+            continue
+        assert matches and re.fullmatch(pattern, kept) and rule(kept) == kept
+
+
+def test_fact_keys_fold_case_spaces_and_compatibility_forms_but_keep_what_would_break() -> None:
+    assert normalize_fact_key("pet: ｃａｔ  name") == "pet:_cat_name"
+    assert normalize_fact_key("note:ﬁle") == "note:file"
+    assert normalize_fact_key("note:¨") == "note:¨"  # its compatibility form starts with a space
+    assert normalize_fact_key("note:" + "İ" * 120) == "note:" + "İ" * 120  # lower-cased it would be 240 long
+    for refused in ("pet:cat\tname", "pet:a#b", "pet：cat", "ｐｅｔ:cat", "pet:cat!"):
+        with pytest.raises(InvalidInput):
+            normalize_fact_key(refused)

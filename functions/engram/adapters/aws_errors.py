@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engram.domain.errors import (
+    MESSAGE_CHARS,
     EngramError,
     InvalidInput,
     NotConfigured,
@@ -48,7 +49,7 @@ def translate(exc: Exception, what: str) -> EngramError:
         error = response.get("Error", {})
         code = str(error.get("Code", ""))
         code = code[:1].upper() + code[1:]  # stream exception events name them `throttlingException`, ...
-        message = str(error.get("Message", ""))[:300]
+        message = str(error.get("Message", ""))[:MESSAGE_CHARS]
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 502)
         if code in THROTTLED:
             return UpstreamRateLimited(f"{what}: throttled ({code})")

@@ -12,15 +12,14 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.aws_errors import translate
 from engram.domain.errors import InvalidInput
 
 
 def read_secret_json(secret_arn: str, *, region: str | None = None, client: Any | None = None) -> dict[str, Any]:
     if client is None:
-        import boto3
-
-        client = boto3.client("secretsmanager", region_name=region or None)
+        client = new_client("secretsmanager", region)
     try:
         response = client.get_secret_value(SecretId=secret_arn)
     except (ClientError, BotoCoreError) as exc:

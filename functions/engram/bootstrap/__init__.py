@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from engram.adapters.aws_clients import AwsClients
 from engram.adapters.clock import SystemClock
 from engram.adapters.files import write_private
 from engram.adapters.queue.inline import InlineJobQueue
@@ -70,7 +71,7 @@ from engram.services.local_day import LocalDay
 from engram.services.ratelimit import RequestLimits
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
-from engram.services.recall.pipeline import RecallService
+from engram.services.recall.pipeline import Recall
 from engram.services.runtime_settings import RuntimeSettings
 from engram.services.transfer.engram_format import TransferService
 from engram.services.transfer.other_systems import MovingInService
@@ -117,7 +118,7 @@ class Container:
     local_day: LocalDay  # today and yesterday in ENGRAM_TIMEZONE
     stats: NamespaceStats  # the counts of a namespace
     transfer: TransferService
-    recall: RecallService
+    recall: Recall
     conversations: ConversationService  # recall of past conversations
     boot: BootService  # the boot package (chat block, REST, MCP)
     usage: UsageReportService
@@ -171,7 +172,7 @@ class Overrides:
     extract_model: ChatModel | Unset | None = UNSET  # None: extraction not configured
     dream_model: ChatModel | Unset | None = UNSET  # None: dreaming not configured
     compress_model: ChatModel | None = None  # recall compression
-    recall: RecallService | None = None
+    recall: Recall | None = None
     skills: SkillService | None = None
     conversations: ConversationService | None = None
     chat: ChatService | None = None
@@ -201,7 +202,7 @@ class _Library:
     local_day: LocalDay
     stats: NamespaceStats
     transfer: TransferService
-    recall: RecallService
+    recall: Recall
     conversations: ConversationService
     boot: BootService
     skills: SkillService
@@ -229,9 +230,11 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
     settings = with_secret(settings or load_settings())
     o = overrides or Overrides()
     closers: Closers = []
-    base = _foundation(settings, o, closers)
-    lib = _library(settings, o, base, closers)
-    jobs = _jobs(settings, o, base, lib)
+    # One client per AWS service for this container's adapters (adapters/aws_clients.py).
+    clients = AwsClients(settings.aws_region)
+    base = _foundation(settings, o, closers, clients)
+    lib = _library(settings, o, base, closers, clients)
+    jobs = _jobs(settings, o, base, lib, clients)
     chat = o.chat or build_chat(
         settings,
         ChatParts(
@@ -259,7 +262,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         journal=base.journal,
         keys=o.keys or build_keyring(settings),
         runtime=base.runtime,
-        limits=build_limits(settings, clock, o.rate_limiter),
+        limits=build_limits(settings, clock, clients, o.rate_limiter),
         queue=jobs.queue,
         memories=lib.memories,
         upkeep=lib.memories.upkeep,
@@ -290,16 +293,18 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
     )
 
 
-def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundation:
+def _foundation(settings: Settings, o: Overrides, closers: Closers, clients: AwsClients) -> _Foundation:
     clock = o.clock or SystemClock()
     # Every service gets the journaled store: a run's writes are recorded with it (docs/journal.md).
-    journal, store = journaled(o.store or build_store(settings, closers, clock), clock, cursor_prefixes=(HISTORY_KEY,))
+    journal, store = journaled(
+        o.store or build_store(settings, closers, clock, clients), clock, cursor_prefixes=(HISTORY_KEY,)
+    )
     # Every index call goes through the guard, and nothing here calls the index: building the app
     # touches no network (docs/aws.md, "Cold starts").
     index = GuardedIndex(
-        o.index or build_index(settings, closers), clock=clock, retry_seconds=settings.search_retry_seconds
+        o.index or build_index(settings, closers, clients), clock=clock, retry_seconds=settings.search_retry_seconds
     )
-    raw_embedder = build_embedder(settings) if isinstance(o.embedder, Unset) else o.embedder
+    raw_embedder = build_embedder(settings, clients) if isinstance(o.embedder, Unset) else o.embedder
     embedder = (
         GatedEmbedder(
             raw_embedder,
@@ -314,7 +319,7 @@ def _foundation(settings: Settings, o: Overrides, closers: Closers) -> _Foundati
     return _Foundation(clock, store, journal, index, raw_embedder, embedder, runtime)
 
 
-def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers) -> _Library:
+def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Closers, clients: AwsClients) -> _Library:
     store, clock, runtime = base.store, base.clock, base.runtime
     upkeep = IndexUpkeep(store, base.index, base.embedder, clock)
     base.journal.on_memories_changed = upkeep.resync
@@ -323,7 +328,9 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
     )
     local_day = LocalDay(clock, runtime.provider(lambda s: s.timezone))
     stats = NamespaceStats(store, local_day)
-    recall = o.recall or build_recall(settings, runtime, store, base.index, base.embedder, clock, o.compress_model)
+    recall = o.recall or build_recall(
+        settings, runtime, store, base.index, base.embedder, clock, clients, o.compress_model
+    )
     # Skill vectors record their own model, so skills use the embedder directly, not the index's gate.
     raw = base.raw_embedder
     skill_embedder = (
@@ -331,9 +338,9 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
         if raw is not None
         else None
     )
-    skills = o.skills or build_skills(settings, clock, closers, skill_embedder)
+    skills = o.skills or build_skills(settings, clock, closers, clients, skill_embedder)
     conversations = o.conversations or _build_conversations(
-        settings, runtime, store, raw, clock, recall, o.conversation_index, closers
+        settings, runtime, store, raw, clock, recall, o.conversation_index, closers, clients
     )
     return _Library(
         memories=memories,
@@ -352,10 +359,10 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
     )
 
 
-def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) -> _Jobs:
+def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, clients: AwsClients) -> _Jobs:
     store, clock, index, runtime = base.store, base.clock, base.index, base.runtime
     # The jobs' models follow the runtime settings (admin panel); the upstream stays the environment's.
-    upstreams = ModelUpstreams(bedrock_runtime=o.bedrock_runtime)
+    upstreams = ModelUpstreams(bedrock_runtime=o.bedrock_runtime, clients=clients)
 
     def job_model(given: ChatModel | Unset | None, name: Callable[[Settings], str]) -> ChatModel | None:
         return runtime_model(settings, runtime, name, upstreams) if isinstance(given, Unset) else given
@@ -417,7 +424,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library) ->
         )
     )
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
-    queue: JobQueue = o.queue or build_queue(settings) or InlineJobQueue(runner.run, JOBS)
+    queue: JobQueue = o.queue or build_queue(settings, clients) or InlineJobQueue(runner.run, JOBS)
     reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
     queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
@@ -431,14 +438,15 @@ def _build_conversations(
     store: MemoryStore,
     raw_embedder: Embedder | None,
     clock: Clock,
-    recall: RecallService,
+    recall: Recall,
     index: SearchIndex | None,
     closers: Closers,
+    clients: AwsClients,
 ) -> ConversationService:
     """Recall of past conversations: its own index of the messages (the memory index's backend, beside
     it), gated on its own embedding model (docs/conversations.md)."""
     guarded = GuardedIndex(
-        index or build_index(settings, closers, conversations=True),
+        index or build_index(settings, closers, clients, conversations=True),
         clock=clock,
         retry_seconds=settings.search_retry_seconds,
     )

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engram.adapters.aws_clients import AwsClients
 from engram.adapters.files import private_data_dir, private_dir
 from engram.domain.deployment import CONVERSATION_SNAPSHOT_PREFIX, TITAN_V2
 from engram.domain.errors import NotConfigured
@@ -46,18 +47,20 @@ def local_db_path(settings: Settings) -> Path:
     return Path(settings.data_dir).expanduser() / LOCAL_DB_NAME
 
 
-def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: Embedder | None = None) -> SkillService:
+def build_skills(
+    settings: Settings, clock: Clock, closers: Closers, clients: AwsClients, embedder: Embedder | None = None
+) -> SkillService:
     """The skills library: its rows in the store (memory / the SQLite file's skill tables / the DynamoDB
-    table), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET`` on AWS. Locally, the
+    table, on the store's client), resource files in the data dir locally and in ``ENGRAM_SKILLS_BUCKET``
+    on AWS (an S3 client built on first use: few requests read a skill's files). Locally, the
     ``skills.db`` of an earlier version is moved into the store here, on first start."""
     from engram.adapters.storage.blobs import InMemoryBlobStore, LocalBlobStore, S3BlobStore
     from engram.adapters.storage.skills import DynamoSkillStore, InMemorySkillStore
 
-    region = settings.aws_region or None
     data_dir = Path(settings.data_dir).expanduser()
     store: SkillStore
     if settings.store == "dynamodb":
-        store = DynamoSkillStore(settings.table_name, region_name=region)
+        store = DynamoSkillStore(settings.table_name, clients.client("dynamodb"))
     elif settings.store == "sqlite":
         from engram.adapters.storage.sqlite.skills import LEGACY_SKILLS_DB, SqliteSkillStore
 
@@ -71,7 +74,7 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
         store = InMemorySkillStore()
     blobs: BlobStore
     if settings.skills_bucket:
-        blobs = S3BlobStore(settings.skills_bucket, region_name=region)
+        blobs = S3BlobStore(settings.skills_bucket, clients.lazy("s3"))
     elif settings.store == "memory":
         blobs = InMemoryBlobStore(clock)
     else:
@@ -79,8 +82,9 @@ def build_skills(settings: Settings, clock: Clock, closers: Closers, embedder: E
     return SkillService(store, blobs, clock, embedder)
 
 
-def build_store(settings: Settings, closers: Closers, clock: Clock) -> MemoryStore:
-    """The store of ``settings``, on the container's one clock (docs/ARCHITECTURE.md, "One clock")."""
+def build_store(settings: Settings, closers: Closers, clock: Clock, clients: AwsClients) -> MemoryStore:
+    """The store of ``settings``, on the container's one clock (docs/ARCHITECTURE.md, "One clock") and,
+    on DynamoDB, its one DynamoDB client."""
     if settings.store == "memory":
         from engram.adapters.storage.inmemory import InMemoryMemoryStore
 
@@ -100,7 +104,7 @@ def build_store(settings: Settings, closers: Closers, clock: Clock) -> MemorySto
             raise NotConfigured("ENGRAM_STORE=dynamodb needs ENGRAM_TABLE_NAME")
         return DynamoMemoryStore(
             settings.table_name,
-            region_name=settings.aws_region or None,
+            clients.client("dynamodb"),
             message_ttl_days=settings.retention_messages_days,
             log_ttl_days=settings.retention_events_days,
             idempotency_ttl_days=settings.retention_idempotency_days,
@@ -109,7 +113,9 @@ def build_store(settings: Settings, closers: Closers, clock: Clock) -> MemorySto
     raise NotConfigured(f"store {settings.store!r} is not available in this build")
 
 
-def build_index(settings: Settings, closers: Closers, *, conversations: bool = False) -> SearchIndex:
+def build_index(
+    settings: Settings, closers: Closers, clients: AwsClients, *, conversations: bool = False
+) -> SearchIndex:
     """The memory index, or (``conversations``) the index of conversation messages beside it: its own
     SQLite file, OpenSearch index, or replica log."""
     if settings.search == "memory":
@@ -138,13 +144,13 @@ def build_index(settings: Settings, closers: Closers, *, conversations: bool = F
         closers.append(opensearch.close)
         return opensearch
     if settings.search == "replica":
-        replica = build_replica(settings, conversations=conversations)
+        replica = build_replica(settings, clients, conversations=conversations)
         closers.append(replica.close)
         return replica
     raise NotConfigured(f"search index {settings.search!r} is not available in this build")
 
 
-def build_replica(settings: Settings, *, conversations: bool = False) -> ReplicaSearchIndex:
+def build_replica(settings: Settings, clients: AwsClients, *, conversations: bool = False) -> ReplicaSearchIndex:
     """The ``replica`` index: a private copy per process of the document log in the store (docs/aws.md).
     The conversation index has its own log (``replica_conv_*`` tables / ``CDOC`` items), snapshots and
     replica directory (``<replica dir>-conversations``)."""
@@ -167,12 +173,13 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
         if not settings.table_name:
             raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_TABLE_NAME with ENGRAM_STORE=dynamodb")
         search_log = DynamoSearchLog(
-            settings.table_name, region_name=settings.aws_region or None, kind="CDOC" if conversations else "SDOC"
+            settings.table_name, clients.client("dynamodb"), kind="CDOC" if conversations else "SDOC"
         )
         if settings.snapshot_bucket:
+            # Built now: a new instance's first query of a namespace reads its snapshot.
             snapshots = S3SnapshotStore(
                 settings.snapshot_bucket,
-                region_name=settings.aws_region or None,
+                clients.client("s3"),
                 **({"prefix": CONVERSATION_SNAPSHOT_PREFIX} if conversations else {}),
             )
     else:
@@ -191,15 +198,15 @@ def build_replica(settings: Settings, *, conversations: bool = False) -> Replica
     )
 
 
-def build_embedder(settings: Settings) -> Embedder | None:
+def build_embedder(settings: Settings, clients: AwsClients) -> Embedder | None:
     """The configured embedder, its calls shared fairly between namespaces (``FairEmbedder``): the local
     model's copies are its slots; a remote model takes ``REMOTE_SLOTS`` calls at once, documents in its
     own larger batches."""
     if settings.embedder == "local":
         instances = settings.embedding_instances or min(4, os.cpu_count() or 1)
-        inner = _raw_embedder(settings, instances)
+        inner = _raw_embedder(settings, clients, instances)
         return None if inner is None else FairEmbedder(inner, slots=instances)
-    inner = _raw_embedder(settings, 1)
+    inner = _raw_embedder(settings, clients, 1)
     if inner is None:
         return None
     return FairEmbedder(inner, slots=REMOTE_SLOTS, document_items=64, document_chars=64 * 8000)
@@ -208,7 +215,7 @@ def build_embedder(settings: Settings) -> Embedder | None:
 REMOTE_SLOTS = 8
 
 
-def _raw_embedder(settings: Settings, instances: int) -> Embedder | None:
+def _raw_embedder(settings: Settings, clients: AwsClients, instances: int) -> Embedder | None:
     if settings.embedder == "none":
         return None
     if settings.embedder == "local":
@@ -227,22 +234,27 @@ def _raw_embedder(settings: Settings, instances: int) -> Embedder | None:
             dimensions=settings.embedding_dimensions,
         )
     if settings.embedder == "bedrock":
-        from engram.adapters.embed.bedrock import BedrockEmbedder
+        from engram.adapters.embed.bedrock import EMBED_OPTIONS, BedrockEmbedder
 
+        # Built now: recall embeds the query of most chat turns and searches.
         return BedrockEmbedder(
-            settings.embedding_model or TITAN_V2, settings.embedding_dimensions, region=settings.aws_region or None
+            settings.embedding_model or TITAN_V2,
+            settings.embedding_dimensions,
+            client=clients.client("bedrock-runtime", EMBED_OPTIONS),
         )
     raise NotConfigured(f"embedder {settings.embedder!r} is not available in this build")
 
 
-def build_limits(settings: Settings, clock: Clock, limiter: RateLimiter | None = None) -> RequestLimits:
+def build_limits(
+    settings: Settings, clock: Clock, clients: AwsClients, limiter: RateLimiter | None = None
+) -> RequestLimits:
     """Per-key request limits: counters in process locally, in the DynamoDB table on AWS (every Lambda
-    instance shares them)."""
+    instance shares them; the store's client)."""
     if limiter is None:
         if settings.store == "dynamodb" and settings.table_name:
             from engram.adapters.ratelimit.dynamodb import DynamoRateLimiter
 
-            limiter = DynamoRateLimiter(settings.table_name, region_name=settings.aws_region or None, clock=clock)
+            limiter = DynamoRateLimiter(settings.table_name, clients.client("dynamodb"), clock=clock)
         else:
             from engram.adapters.ratelimit.inprocess import InProcessRateLimiter
 
@@ -254,15 +266,16 @@ def build_limits(settings: Settings, clock: Clock, limiter: RateLimiter | None =
     )
 
 
-def build_queue(settings: Settings) -> JobQueue | None:
-    """SQS on AWS; ``None`` otherwise (the jobs wiring supplies the in-process queue)."""
+def build_queue(settings: Settings, clients: AwsClients) -> JobQueue | None:
+    """SQS on AWS, its client built on first use (a few requests queue a job); ``None`` otherwise (the
+    jobs wiring supplies the in-process queue)."""
     if settings.queue != "sqs":
         return None
-    from engram.adapters.queue.sqs import SqsJobQueue
+    from engram.adapters.queue.sqs import SQS_OPTIONS, SqsJobQueue
 
     if not settings.cleanup_queue_url:
         raise NotConfigured("ENGRAM_QUEUE=sqs needs ENGRAM_CLEANUP_QUEUE_URL")
-    return SqsJobQueue(settings.cleanup_queue_url, region_name=settings.aws_region or None)
+    return SqsJobQueue(settings.cleanup_queue_url, clients.lazy("sqs", SQS_OPTIONS))
 
 
 def _replicas(settings: Settings, indexes: Callable[[], Iterable[SearchIndex]]) -> list[ReplicaSearchIndex]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engram.adapters.aws_clients import AwsClients
 from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
 from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
 from engram.bootstrap import configs
@@ -27,7 +28,7 @@ from engram.services.library.messages import MessageService
 from engram.services.library.reminders import ReminderService
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
-from engram.services.recall.pipeline import RecallService
+from engram.services.recall.pipeline import Recall, RecallService
 from engram.services.runtime_settings import RuntimeSettings
 from engram.settings import Settings
 
@@ -68,6 +69,7 @@ class ModelUpstreams:
     """The clients Engram's own model calls share: one per provider, and one Bedrock model per name."""
 
     bedrock_runtime: Any = None  # a boto3 bedrock-runtime client to use (tests pass a fake); None: built on use
+    clients: AwsClients | None = None  # the container's AWS clients (the models' Bedrock client among them)
     openai: OpenAICompatUpstream | None = None
     anthropic: AnthropicUpstream | None = None
     bedrock: dict[str, ChatModel] = field(default_factory=dict)
@@ -84,7 +86,7 @@ def build_chat_model(settings: Settings, model: str, shared: ModelUpstreams) -> 
                 from engram.adapters.llm.bedrock import BedrockChatModel
 
                 shared.bedrock[model] = BedrockChatModel(
-                    model, region=settings.aws_region or None, client=shared.bedrock_runtime
+                    model, region=settings.aws_region or None, client=_jobs_bedrock_client(settings, shared)
                 )
             except ModuleNotFoundError as exc:  # an install without the `aws` extra (botocore)
                 log.warning("no Bedrock adapter (%s is not installed): extraction and dreaming are off", exc.name)
@@ -106,6 +108,17 @@ def build_chat_model(settings: Settings, model: str, shared: ModelUpstreams) -> 
     return None
 
 
+def _jobs_bedrock_client(settings: Settings, shared: ModelUpstreams) -> Any:
+    """The Bedrock client of Engram's own model calls: the given one, else the container's, built on first
+    use (on the HTTP functions few requests call the jobs' model; the worker's jobs do). Without a
+    region setting the adapter builds its own now, so a missing region is said at start."""
+    if shared.bedrock_runtime is not None or shared.clients is None or not settings.aws_region:
+        return shared.bedrock_runtime
+    from engram.adapters.llm.bedrock import CHAT_MODEL_OPTIONS
+
+    return shared.clients.lazy("bedrock-runtime", CHAT_MODEL_OPTIONS)
+
+
 def runtime_model(
     settings: Settings, runtime: RuntimeSettings[Settings], name: Callable[[Settings], str], shared: ModelUpstreams
 ) -> RuntimeChatModel | None:
@@ -123,16 +136,22 @@ def build_recall(
     index: SearchIndex,
     embedder: Embedder | None,
     clock: Clock,
+    clients: AwsClients,
     compressor: ChatModel | None = None,
 ) -> RecallService:
     config = runtime.provider(configs.recall)
     reranker: Reranker | None = None
     if settings.reranker == "bedrock":
-        from engram.adapters.llm.bedrock import BedrockReranker
+        from engram.adapters.llm.bedrock import BedrockReranker, rerank_options
 
+        region = settings.rerank_region or settings.aws_region
         reranker = BedrockReranker(
             settings.rerank_model,
-            region=settings.rerank_region or settings.aws_region,
+            region=region,
+            # Built now: recall reranks most chat turns' hits.
+            client=clients.client("bedrock-agent-runtime", rerank_options(settings.rerank_timeout_s), region=region)
+            if region
+            else None,
             timeout_s=settings.rerank_timeout_s,
         )
     elif settings.reranker == "http":
@@ -142,7 +161,8 @@ def build_recall(
         reranker = HttpReranker(settings.rerank_url, settings.rerank_model, key, timeout_s=settings.rerank_timeout_s)
     if compressor is None and settings.recall_compress_model:
         # Like the jobs' models: the name follows the runtime settings, the upstream is the environment's.
-        compressor = runtime_model(settings, runtime, lambda eff: eff.recall_compress_model, ModelUpstreams())
+        upstreams = ModelUpstreams(clients=clients)
+        compressor = runtime_model(settings, runtime, lambda eff: eff.recall_compress_model, upstreams)
         if compressor is None:
             log.warning("ENGRAM_RECALL_COMPRESS_MODEL is set but no upstream is configured: compression is off")
     # On Lambda no thread may run past a response (the instance freezes after the last byte).
@@ -158,7 +178,7 @@ class ChatParts:
     store: MemoryStore
     messages: MessageService
     memories: MemoryService
-    recall: RecallService
+    recall: Recall
     boot: BootService
     clock: Clock
     queue: JobQueue

@@ -6,6 +6,10 @@ Adapters translate SDK errors into these (``raise ... from exc``); each entry po
 
 from __future__ import annotations
 
+# The most of an error's text kept where it is reported or recorded (a job's report, a run record, an
+# upstream's or AWS's message inside ours), so one long message never bloats a row or a response.
+MESSAGE_CHARS = 300
+
 
 class EngramError(Exception):
     """Root of every error Engram raises on purpose."""

@@ -42,22 +42,42 @@ LOG_SUMMARY_CHARS = 4000
 LOG_SECTIONS = 12
 LOG_SECTION_CHARS = 4000
 
-# category:slug — category is lower-case ASCII; the slug may be any letters or digits (so Chinese
-# slugs work) plus . _ - /
-_FACT_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}:[\w.\-/]{1,120}$", re.UNICODE)
+# A fact key is `category:slug` (README, "Fact keys"). What the API accepts is exactly FACT_KEY_PATTERN,
+# the pattern the OpenAPI document states (ECMA-262 and Python read it alike): a category of ASCII letters,
+# digits and `_` starting with a letter (up to 40 characters), a colon, and a slug of letters or digits of
+# any script and `_ . - /` (up to 120 characters); ASCII spaces around it are ignored and spaces inside
+# become `_`. Non-ASCII punctuation and symbols count as letters; whitespace, controls and ASCII
+# punctuation other than `_ . - /` are refused. The slug's character class is written as what it
+# excludes, so it needs no Unicode property escapes.
+_SLUG_CHAR = (
+    "[^\\x00-\\x2c\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\xa0"
+    "\\u1680\\u2000-\\u200b\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]"
+)
+FACT_KEY_PATTERN = f"^ *[A-Za-z][A-Za-z0-9_ ]{{0,39}}:(?: |{_SLUG_CHAR}){{0,119}}{_SLUG_CHAR} *$"
+_FACT_KEY = re.compile(FACT_KEY_PATTERN)
+# A request's `fact_key` field: a key, or empty for none.
+OPTIONAL_FACT_KEY_PATTERN = f"^$|{FACT_KEY_PATTERN}"
+# The stored form: lower-case category, no spaces (a canonical key is itself an accepted key).
+_CANONICAL = re.compile(f"^[a-z][a-z0-9_]{{0,39}}:{_SLUG_CHAR}{{1,120}}$")
+FACT_KEY_RULE = (
+    "'category:slug': category a-z A-Z 0-9 _ starting with a letter, up to 40 characters; slug letters or "
+    "digits of any script and _ . - /, up to 120 characters; spaces inside become _, case is folded"
+)
 
 
 def normalize_fact_key(raw: str) -> str:
-    """Lower-case, trim, spaces to underscores; raise ``InvalidInput`` unless it is ``category:slug``."""
-    key = unicodedata.normalize("NFKC", raw).strip().lower()
-    key = re.sub(r"\s+", "_", key)
-    if not _FACT_KEY.match(key):
-        raise InvalidInput(
-            f"invalid fact_key {raw!r}: expected 'category:slug' (category a-z0-9_, up to 40 chars; "
-            "slug letters, digits, . _ - /, up to 120 chars)",
-            code="invalid_fact_key",
-        )
-    return key
+    """The stored form of a fact key: trimmed, runs of spaces to ``_``, lower-case, and in Unicode's
+    compatibility form (NFKC) where that form is itself a valid key; ``InvalidInput``
+    (``invalid_fact_key``) unless ``raw`` matches ``FACT_KEY_PATTERN``."""
+    if not _FACT_KEY.fullmatch(raw):
+        raise InvalidInput(f"invalid fact_key {raw[:200]!r}: expected {FACT_KEY_RULE}", code="invalid_fact_key")
+    key = re.sub(" +", "_", raw.strip(" "))
+    lowered = key.lower()
+    for candidate in (unicodedata.normalize("NFKC", lowered), lowered):
+        if _CANONICAL.fullmatch(candidate):
+            return candidate
+    # Lower-casing lengthened the slug past its limit (U+0130 becomes two characters): ASCII only.
+    return "".join(c.lower() if c.isascii() else c for c in key)
 
 
 def clean_content(raw: str) -> str:

@@ -25,8 +25,12 @@ MAX_SKILL_FILES = 50
 MAX_AGENTS = 50
 RESTORE_DAYS = 30  # a deleted skill can be restored this long
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_AGENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
+# What the API accepts, exactly: the patterns the OpenAPI document states (README, "Skills for coding
+# agents"); ASCII spaces around a name or an agent id are ignored, a name's case is folded.
+SKILL_NAME_PATTERN = "^ *[A-Za-z0-9][A-Za-z0-9._-]{0,63} *$"
+AGENT_ID_PATTERN = "^ *[A-Za-z0-9][A-Za-z0-9._:@-]{0,63} *$"
+_NAME = re.compile(SKILL_NAME_PATTERN)
+_AGENT = re.compile(AGENT_ID_PATTERN)
 _PATH_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
 
 
@@ -84,24 +88,25 @@ def embedding_text(skill: Skill | SkillVersion, content: str) -> str:
 
 
 def skill_name(raw: str) -> str:
-    """Lower-cased; ``InvalidInput`` unless 1..64 of ``a-z 0-9 . _ -`` starting with a letter or digit."""
-    name = raw.strip().lower()
-    if not _NAME.match(name):
+    """Trimmed and lower-cased; ``InvalidInput`` unless ``raw`` matches ``SKILL_NAME_PATTERN``: 1..64 of
+    ``a-z 0-9 . _ -`` (either case) starting with a letter or digit."""
+    if not _NAME.fullmatch(raw):
         raise InvalidInput(
             f"invalid skill name {raw[:80]!r}: 1-64 characters a-z, 0-9, '.', '_', '-', "
             "starting with a letter or digit",
             code="invalid_skill_name",
         )
-    return name
+    return raw.strip(" ").lower()
 
 
 def agent_id(raw: str) -> str:
-    agent = raw.strip()
-    if not _AGENT.match(agent):
+    """Trimmed; ``InvalidInput`` unless ``raw`` matches ``AGENT_ID_PATTERN``."""
+    if not _AGENT.fullmatch(raw):
         raise InvalidInput(
-            f"invalid agent id {raw[:80]!r}: 1-64 characters A-Z a-z 0-9 . _ : @ -", code="invalid_agent_id"
+            f"invalid agent id {raw[:80]!r}: 1-64 characters A-Z a-z 0-9 . _ : @ - starting with a letter or digit",
+            code="invalid_agent_id",
         )
-    return agent
+    return raw.strip(" ")
 
 
 def file_path(raw: str) -> str:

@@ -13,10 +13,12 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram.adapters.aws_clients import ClientOptions, new_client
 from engram.adapters.aws_errors import translate
 from engram.domain.deployment import TITAN_DIMENSIONS, TITAN_V2
 from engram.domain.errors import InvalidInput
 
+EMBED_OPTIONS = ClientOptions(connect_timeout=3, read_timeout=20, max_attempts=3, retry_mode="adaptive")
 COHERE_DIMENSION = 1024
 COHERE_BATCH = 96
 COHERE_MAX_CHARS = 2048
@@ -56,11 +58,7 @@ class BedrockEmbedder:
                 raise InvalidInput(f"Cohere Embed vectors have {COHERE_DIMENSION} dimensions, not {dimension}")
             dimension = COHERE_DIMENSION
         if client is None:
-            import boto3
-            from botocore.config import Config
-
-            config = Config(connect_timeout=3, read_timeout=20, retries={"max_attempts": 3, "mode": "adaptive"})
-            client = boto3.client("bedrock-runtime", region_name=region or None, config=config)
+            client = new_client("bedrock-runtime", region, EMBED_OPTIONS)
         self._client = client
         self._model_id = model_id
         self._dimension = dimension

@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram.adapters.aws_clients import ClientOptions, new_client
 from engram.adapters.aws_errors import translate
 from engram.domain.errors import InvalidInput, NotConfigured
 from engram.domain.wire.converse import (
@@ -34,12 +35,15 @@ from engram.domain.wire.converse import (
 RERANK_MAX_DOCUMENTS = 1000
 
 
-def _client(service: str, region: str | None, read_timeout: int) -> Any:
-    import boto3
-    from botocore.config import Config
+# The jobs' model waits up to 5 minutes for a reply; the reranker up to its deadline (rerank_options).
+CHAT_MODEL_OPTIONS = ClientOptions(connect_timeout=3, read_timeout=300, max_attempts=3, retry_mode="adaptive")
 
-    config = Config(connect_timeout=3, read_timeout=read_timeout, retries={"max_attempts": 3, "mode": "adaptive"})
-    return boto3.client(service, region_name=region or None, config=config)
+
+def rerank_options(timeout_s: float) -> ClientOptions:
+    """The reranker's client: the deadline (ENGRAM_RERANK_TIMEOUT_S) bounds each read."""
+    return ClientOptions(
+        connect_timeout=3, read_timeout=max(1, math.ceil(timeout_s)), max_attempts=3, retry_mode="adaptive"
+    )
 
 
 class BedrockChatModel:
@@ -57,7 +61,7 @@ class BedrockChatModel:
         if not model_id:
             raise InvalidInput("empty Bedrock model id")
         self._model_id = model_id
-        self._client = client or _client("bedrock-runtime", region, read_timeout=300)
+        self._client = client or new_client("bedrock-runtime", region, CHAT_MODEL_OPTIONS)
         self._default_max_tokens = default_max_tokens
 
     @property
@@ -264,13 +268,10 @@ class BedrockChatUpstream:
                         "bedrock/ models need an AWS region: set ENGRAM_AWS_REGION (or AWS_REGION), "
                         "and AWS credentials (an IAM role, AWS_PROFILE or AWS_ACCESS_KEY_ID)"
                     )
-                import boto3
-                from botocore.config import Config
-
                 connect, read = self._timeouts
                 # No SDK retries: the client (or its user) decides; a throttle goes back as 429 at once.
-                config = Config(connect_timeout=connect, read_timeout=read, retries={"max_attempts": 1})
-                self._client = boto3.client("bedrock-runtime", region_name=self.region, config=config)
+                options = ClientOptions(connect_timeout=connect, read_timeout=read, max_attempts=1)
+                self._client = new_client("bedrock-runtime", self.region, options)
             return self._client
 
     def _call(self, operation: str, request: dict[str, Any], what: str) -> Any:
@@ -350,8 +351,8 @@ class BedrockReranker:
         self._model_arn = (
             model_id if model_id.startswith("arn:") else f"arn:aws:bedrock:{region}::foundation-model/{model_id}"
         )
-        # The deadline (ENGRAM_RERANK_TIMEOUT_S) bounds each read; recall keeps the fused order past it.
-        self._client = client or _client("bedrock-agent-runtime", region, read_timeout=max(1, math.ceil(timeout_s)))
+        # Recall keeps the fused order past the deadline (rerank_options).
+        self._client = client or new_client("bedrock-agent-runtime", region, rerank_options(timeout_s))
 
     def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         if not documents:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engram.adapters.aws_clients import ClientOptions, new_client
 from engram.adapters.aws_errors import translate
 from engram.domain.errors import InvalidInput, UpstreamUnavailable
 
@@ -18,6 +19,8 @@ except ImportError:  # pragma: no cover - only without the aws extra
     BotoCoreError = ClientError = Exception
 
 MAX_BODY_BYTES = 256 * 1024
+# Short timeouts: a slow queue never holds up a chat turn for long.
+SQS_OPTIONS = ClientOptions(connect_timeout=2, read_timeout=5, max_attempts=2, retry_mode="standard")
 _MISSING = {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"}
 
 
@@ -41,11 +44,7 @@ class SqsJobQueue:
         if not queue_url:
             raise InvalidInput("SqsJobQueue needs a queue URL (ENGRAM_CLEANUP_QUEUE_URL)")
         if client is None:
-            import boto3
-            from botocore.config import Config
-
-            config = Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 2, "mode": "standard"})
-            client = boto3.client("sqs", region_name=region_name or None, config=config)
+            client = new_client("sqs", region_name, SQS_OPTIONS)
         self._client = client
         self._url = queue_url
 

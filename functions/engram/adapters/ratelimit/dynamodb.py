@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.storage.dynamodb.table import DynamoTable
 from engram.domain.errors import InvalidInput
 from engram.domain.ports import Clock
@@ -29,9 +30,7 @@ class DynamoRateLimiter:
         if not table_name:
             raise InvalidInput("DynamoRateLimiter needs a table name (ENGRAM_TABLE_NAME)")
         if client is None:
-            import boto3
-
-            client = boto3.client("dynamodb", region_name=region_name or None)
+            client = new_client("dynamodb", region_name)
         self._db = DynamoTable(client, table_name)  # errors translated by adapters/aws_errors.py
         self._clock = clock  # windows follow the container's clock (docs/ARCHITECTURE.md, "One clock")
 

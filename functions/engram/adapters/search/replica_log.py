@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.files import private_sqlite
 from engram.adapters.search.document_log import TOMBSTONE_DAYS, LogMeta, LogRow
 from engram.adapters.storage.dynamodb.table import ConditionFailed, DynamoTable
@@ -213,9 +214,7 @@ class DynamoSearchLog:
         self._meta_key = META_KEY if kind == "SDOC" else {"PK": {"S": "SEARCHMETA"}, "SK": {"S": f"META#{kind}"}}
         self._namespaces_pk = NAMESPACES_PK if kind == "SDOC" else f"{NAMESPACES_PK}#{kind}"
         if client is None:
-            import boto3
-
-            client = boto3.client("dynamodb", region_name=region_name or None)
+            client = new_client("dynamodb", region_name)
         self._db = DynamoTable(client, table_name)
         self._known: set[str] = set()
 

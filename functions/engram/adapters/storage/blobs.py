@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.aws_errors import translate
 from engram.adapters.clock import SystemClock
 from engram.adapters.files import write_private
@@ -103,9 +104,7 @@ class S3BlobStore:
     @property
     def _s3(self) -> Any:
         if self._client is None:  # built on first use, like DynamoSkillStore's client
-            import boto3
-
-            self._client = boto3.client("s3", region_name=self._region or None)
+            self._client = new_client("s3", self._region)
         return self._client
 
     def put(self, key: str, data: bytes) -> None:

@@ -21,6 +21,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, namespace_item
 from engram.adapters.storage.dynamodb.table import Cancelled, DynamoTable
 from engram.domain.errors import Conflict, UpstreamUnavailable
@@ -100,9 +101,7 @@ class DynamoSkillStore:
         """The store's table toolkit, built on first use: a cold start that touches no skill pays nothing."""
         if self._db is None:
             if self._client is None:
-                import boto3
-
-                self._client = boto3.client("dynamodb", region_name=self._region or None)
+                self._client = new_client("dynamodb", self._region)
             self._db = DynamoTable(self._client, self._table)
         return self._db
 

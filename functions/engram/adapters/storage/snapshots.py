@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.aws_errors import translate
 from engram.adapters.storage.blobs import CHUNK
 from engram.domain.deployment import SNAPSHOT_PREFIX
@@ -31,9 +32,7 @@ class S3SnapshotStore:
         prefix: str = SNAPSHOT_PREFIX,
     ) -> None:
         if client is None:
-            import boto3
-
-            client = boto3.client("s3", region_name=region_name or None)
+            client = new_client("s3", region_name)
         self._client = client
         self._bucket = bucket
         self._prefix = prefix

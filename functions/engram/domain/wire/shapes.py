@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from engram.domain.errors import InvalidInput, UpstreamUnavailable
+from engram.domain.errors import MESSAGE_CHARS, InvalidInput, UpstreamUnavailable
 from engram.domain.json_checks import Schema, ShapeError, depth_exceeds, shape_checker
 
 Wire = Literal["openai", "anthropic", "responses"]  # "responses": an upstream's Responses API answers
@@ -418,4 +418,4 @@ def upstream_error_message(error: Any) -> str:
     """The text of an upstream ``error`` field, whatever its shape (object with ``message``, or text)."""
     if isinstance(error, dict):
         error = error.get("message", error)
-    return str(error)[:300]
+    return str(error)[:MESSAGE_CHARS]

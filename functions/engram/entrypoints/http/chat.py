@@ -30,12 +30,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
-from engram.domain.skills import agent_id
+from engram.domain.skills import AGENT_ID_PATTERN, agent_id
 from engram.domain.wire.errors import error_message, error_wire
 from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST, RESPONSES_REQUEST
 from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
-from engram.entrypoints.http.openapi import error_response
+from engram.entrypoints.http.openapi import error_response, stated
 from engram.entrypoints.http.state import container_of
 from engram.services.chat.gateway import ChatReply, ChatService
 from engram.services.chat.turn import Wire
@@ -217,7 +217,8 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
         # Which agent's skills the boot block lists: the header, else the base URL's `/agents/{id}`
         # (a client setting), else the key's `agent` (README, "Skills for coding agents").
         header = (request.headers.get("x-engram-agent") or "").strip()
-        agent = header or (agent_id(path_agent) if path_agent is not None else None) or principal.agent
+        in_path = agent_id(path_agent) if path_agent is not None else None  # checked even when the header wins
+        agent = header or in_path or principal.agent
     except EngramError as exc:
         return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
     raw = await request.body()
@@ -324,7 +325,9 @@ async def responses(request: Request) -> Response:
 
 # The same doors under a base URL that names the agent, for clients that cannot send headers
 # (`http://host/agents/codex/v1`, `ANTHROPIC_BASE_URL=http://host/agents/claude-code`).
-_AGENT = "An agent id: the skills allocated to it are listed in the boot block (an `x-engram-agent` header wins)."
+_AGENT_DOC = "An agent id: the skills allocated to it are listed in the boot block (an `x-engram-agent` header wins)."
+# The pattern is stated in the document and checked by agent_id (400 invalid_agent_id: openapi.stated).
+AgentPath = Annotated[str, Path(description=_AGENT_DOC, json_schema_extra=stated(AGENT_ID_PATTERN))]
 
 
 @router.post(
@@ -333,7 +336,7 @@ _AGENT = "An agent id: the skills allocated to it are listed in the boot block (
     summary="OpenAI-compatible chat with memory, as the agent named in the path",
     openapi_extra=_chat_doc("openai"),
 )
-async def agent_chat_completions(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
+async def agent_chat_completions(request: Request, agent: AgentPath) -> Response:
     return await _chat(request, "openai", path_agent=agent)
 
 
@@ -343,7 +346,7 @@ async def agent_chat_completions(request: Request, agent: Annotated[str, Path(de
     summary="Anthropic Messages API with memory, as the agent named in the path",
     openapi_extra=_chat_doc("anthropic"),
 )
-async def agent_messages(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
+async def agent_messages(request: Request, agent: AgentPath) -> Response:
     return await _chat(request, "anthropic", path_agent=agent)
 
 
@@ -353,7 +356,7 @@ async def agent_messages(request: Request, agent: Annotated[str, Path(descriptio
     summary="OpenAI Responses API with memory, as the agent named in the path",
     openapi_extra=_chat_doc("responses"),
 )
-async def agent_responses(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Response:
+async def agent_responses(request: Request, agent: AgentPath) -> Response:
     return await _chat(request, "responses", path_agent=agent)
 
 
@@ -375,8 +378,11 @@ async def models(request: Request) -> Any:
 
 
 @router.get("/agents/{agent}/v1/models", tags=["chat"], summary="Models a chat client can pick (agent base URL)")
-async def agent_models(request: Request, agent: Annotated[str, Path(description=_AGENT)]) -> Any:
-    return await models(request)
+async def agent_models(request: Request, agent: AgentPath) -> Any:
+    principal = authenticate(request)
+    principal.require("chat:proxy")
+    agent_id(agent)  # refused like the chat doors' (400 invalid_agent_id)
+    return await _service(request).models()
 
 
 @router.get("/v1/usage", tags=["chat"], summary="Token usage per model (input, output, cache read/write)")

@@ -18,7 +18,7 @@ from engram.entrypoints.http.openapi import CONFLICT, error_response
 from engram.entrypoints.http.rest_shared import STRICT, IsoDatetime, Read, TagList, Text, Write, _c
 from engram.services.jobs.consolidation import MAX_MEMORIES, ItemDecision
 from engram.services.library.curation import MAX_MERGE_SOURCES, MergeFields, SourceRef
-from engram.services.library.memories import MemoryWrite
+from engram.services.library.memories import FactKeyField, MemoryWrite
 
 router = APIRouter(tags=["curation"])
 
@@ -69,7 +69,7 @@ class MergeRequest(BaseModel):
     sources: Sources
     content: Text
     type: MemoryType | None = None
-    fact_key: str | None = Field(default=None, max_length=200)
+    fact_key: FactKeyField | None = Field(default=None, max_length=200)
     layer: MemoryLayer | None = None
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from engram.bootstrap import Container
 from engram.domain.errors import InvalidInput
 from engram.domain.models import Memory, MemoryFilter, MemoryType
-from engram.entrypoints.http.openapi import CONFLICT
+from engram.domain.policies import OPTIONAL_FACT_KEY_PATTERN, normalize_fact_key
+from engram.entrypoints.http.openapi import CONFLICT, stated
 from engram.entrypoints.http.rest_shared import STRICT, WHOLE, IsoDatetime, Read, TagList, Text, Write, _c, write_body
 from engram.services.library.memories import MemoryPatch, MemoryWrite, parse_statuses
 
@@ -158,12 +159,17 @@ def list_memories(
     layer: Literal["fragment", "event", "core"] | None = None,
     tag: str | None = None,
     pinned: bool | None = None,
-    fact_key: str | None = None,
+    fact_key: Annotated[
+        str | None,
+        Query(description="Only the memory under this key.", json_schema_extra=stated(OPTIONAL_FACT_KEY_PATTERN)),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
 ) -> dict[str, Any]:
+    # The key as it is stored: `Pet:Cat Name` finds `pet:cat_name`; an invalid one is a 400 (invalid_fact_key).
+    key = normalize_fact_key(fact_key) if fact_key else None
     filters = MemoryFilter(
-        types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=fact_key
+        types=tuple(type or ()), statuses=parse_statuses(status), layer=layer, tag=tag, pinned=pinned, fact_key=key
     )
     page = _c(request).memories.list_memories(who.namespace, filters, limit=limit, cursor=cursor or None)
     return {"items": [m.model_dump(mode="json") for m in page.items], "next_cursor": page.next_cursor}

@@ -4,7 +4,8 @@
   `x-api-key: <key>` (two schemes, either is enough).
 - Errors: every error is `{"error": {"message", "type", "code"}}` (the `Error` schema). Each operation
   lists the statuses it can answer, by the same rules everywhere:
-  400 the body is not JSON, or a service rule refused a value (a bad cursor, a missing target);
+  400 the body is not JSON, or a service rule refused a value (a bad cursor, a missing target; a skill
+  name, agent id or fact key against the pattern the document states for it: ``stated``);
   401/403 no key, or a key without the scope; 404 an unknown id in the path; 413 a body over
   `ENGRAM_MAX_BODY_BYTES`; 422 a field missing, of the wrong type or out of its bounds (before any
   handler runs); 409 where a version or key conflict can happen (declared on those routes); 429 on
@@ -52,6 +53,14 @@ RETRY_AFTER: dict[str, Any] = {
     "description": "Seconds to wait before the next request.",
     "schema": {"type": "integer", "minimum": 1},
 }
+
+
+def stated(pattern: str) -> dict[str, Any]:
+    """``json_schema_extra`` that states ``pattern`` in the document without FastAPI enforcing it: the
+    domain's rule accepts exactly the pattern (``domain/skills.py``, ``domain/policies.py``) and refuses
+    with 400 and its own code (`invalid_skill_name`, `invalid_agent_id`, `invalid_fact_key`), which the
+    clients and the README promise, not a 422."""
+    return {"pattern": pattern}
 
 
 def error_response(status: str, description: str | None = None) -> dict[str, Any]:

@@ -7,15 +7,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.bootstrap import Container
 from engram.domain.access import Principal
 from engram.domain.errors import InvalidInput
-from engram.domain.skills import MAX_DESCRIPTION_CHARS, MAX_SKILL_CHARS, MAX_SKILL_FILES, MAX_SKILL_TAGS
+from engram.domain.skills import (
+    AGENT_ID_PATTERN,
+    MAX_DESCRIPTION_CHARS,
+    MAX_SKILL_CHARS,
+    MAX_SKILL_FILES,
+    MAX_SKILL_TAGS,
+    SKILL_NAME_PATTERN,
+    agent_id,
+)
 from engram.entrypoints.http.auth import require
-from engram.entrypoints.http.openapi import CONFLICT
+from engram.entrypoints.http.openapi import CONFLICT, stated
 from engram.entrypoints.http.state import container_of
 from engram.services.library.skills import ImportResult, SkillService, skill_json, version_json
 
@@ -24,7 +32,12 @@ router = APIRouter(prefix="/v1/skills", tags=["skills"])
 Read = Annotated[Principal, Depends(require("memory:read"))]
 Write = Annotated[Principal, Depends(require("memory:write"))]
 STRICT = ConfigDict(extra="forbid", strict=True)
-Name = Annotated[str, Field(min_length=1, max_length=64)]
+# The patterns are stated in the document and checked by the domain (400 invalid_skill_name /
+# invalid_agent_id: openapi.stated).
+Name = Annotated[str, Field(min_length=1, max_length=64, json_schema_extra=stated(SKILL_NAME_PATTERN))]
+NamePath = Annotated[
+    str, Path(description="The skill's name (case is folded).", json_schema_extra=stated(SKILL_NAME_PATTERN))
+]
 
 
 class SkillImportRequest(BaseModel):
@@ -47,7 +60,12 @@ class SkillImportRequest(BaseModel):
 class AllocateRequest(BaseModel):
     model_config = STRICT
 
-    agent_id: str = Field(min_length=1, max_length=64, description="`claude-code`, `codex`, `cursor` or any id.")
+    agent_id: str = Field(
+        min_length=1,
+        max_length=64,
+        description="`claude-code`, `codex`, `cursor` or any id.",
+        json_schema_extra=stated(AGENT_ID_PATTERN),
+    )
     allocated: bool = Field(default=True, description="`false` removes the allocation.")
 
 
@@ -94,7 +112,14 @@ def import_skill(request: Request, body: SkillImportRequest, who: Write, respons
 def list_skills(
     request: Request,
     who: Read,
-    agent: Annotated[str | None, Query(max_length=64, description="Only skills allocated to this agent.")] = None,
+    agent: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Only skills allocated to this agent.",
+            json_schema_extra=stated(AGENT_ID_PATTERN),
+        ),
+    ] = None,
     tag: Annotated[str | None, Query(max_length=64)] = None,
     query: Annotated[
         str | None,
@@ -109,13 +134,14 @@ def list_skills(
     if query is not None:
         hits = service.search(who.namespace, query, limit=limit)
         return {"items": [{**skill_json(s), "score": score} for s, score in hits]}
+    agent = agent_id(agent) if agent is not None else None  # 400 invalid_agent_id, like an allocation's
     skills = service.list_skills(who.namespace, agent=agent, tag=tag, deleted=deleted)[:limit]
     return {"items": [skill_json(s) for s in skills]}
 
 
 @router.get("/{name}")
 def get_skill(
-    request: Request, name: str, who: Read, version: Annotated[int | None, Query(ge=1, le=1_000_000)] = None
+    request: Request, name: NamePath, who: Read, version: Annotated[int | None, Query(ge=1, le=1_000_000)] = None
 ) -> dict[str, Any]:
     """A skill with the full text of its latest version (or of `version`)."""
     skill, row = _service(request).get(who.namespace, name, version)
@@ -123,28 +149,28 @@ def get_skill(
 
 
 @router.get("/{name}/versions")
-def skill_versions(request: Request, name: str, who: Read) -> dict[str, Any]:
+def skill_versions(request: Request, name: NamePath, who: Read) -> dict[str, Any]:
     """Every version, oldest first (without their text: `GET /v1/skills/{name}?version=N`)."""
     rows = _service(request).versions(who.namespace, name)
     return {"items": [version_json(v, content=False) for v in rows]}
 
 
 @router.post("/{name}/allocate")
-def allocate_skill(request: Request, name: str, body: AllocateRequest, who: Write) -> dict[str, Any]:
+def allocate_skill(request: Request, name: NamePath, body: AllocateRequest, who: Write) -> dict[str, Any]:
     """Allocate the skill to an agent (its name and description then reach that agent's chats)."""
     skill = _service(request).allocate(who.namespace, name, body.agent_id, allocated=body.allocated)
     return {"skill": skill_json(skill)}
 
 
 @router.delete("/{name}")
-def delete_skill(request: Request, name: str, who: Write) -> dict[str, Any]:
+def delete_skill(request: Request, name: NamePath, who: Write) -> dict[str, Any]:
     """Soft delete: gone from listings, search and chats; `POST .../restore` brings it back for 30 days."""
     return {"skill": skill_json(_service(request).delete(who.namespace, name))}
 
 
 @router.post("/{name}/restore", responses=_CREATED)
 def restore_skill(
-    request: Request, name: str, who: Write, response: Response, body: RestoreRequest | None = None
+    request: Request, name: NamePath, who: Write, response: Response, body: RestoreRequest | None = None
 ) -> dict[str, Any]:
     """Undo a delete; with `version`, write that version again as the newest."""
     service = _service(request)
@@ -162,7 +188,7 @@ _FILE_BODY: dict[str, Any] = {
 
 
 @router.put("/{name}/files/{path:path}", responses=_CREATED, openapi_extra=_FILE_BODY)
-async def put_skill_file(request: Request, name: str, path: str, who: Write, response: Response) -> dict[str, Any]:
+async def put_skill_file(request: Request, name: NamePath, path: str, who: Write, response: Response) -> dict[str, Any]:
     """Add or replace a resource file (the raw body; at most 256 KiB, 2 MiB per skill, safe relative
     paths only): a new version when the bytes changed."""
     from starlette.concurrency import run_in_threadpool
@@ -180,7 +206,11 @@ async def put_skill_file(request: Request, name: str, path: str, who: Write, res
     responses={200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
 )
 def get_skill_file(
-    request: Request, name: str, path: str, who: Read, version: Annotated[int | None, Query(ge=1, le=1_000_000)] = None
+    request: Request,
+    name: NamePath,
+    path: str,
+    who: Read,
+    version: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
 ) -> Response:
     """A resource file's bytes (of the latest version, or of `version`)."""
     file, data = _service(request).get_file(who.namespace, name, path, version)

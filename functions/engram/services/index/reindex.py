@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from engram.domain.errors import EngramError, NotConfigured
+from engram.domain.errors import MESSAGE_CHARS, EngramError, NotConfigured
 from engram.domain.models import Memory, new_id
 from engram.domain.ports import Clock, JobQueue, KeyValueRows, MemoryRows, StoreAdmin
 from engram.services.index.gated_embedder import GatedEmbedder
@@ -88,7 +88,7 @@ class ReindexService:
         try:
             self._queue.enqueue(JOB, {"namespace": namespace, "run_id": state["run_id"]})
         except EngramError as exc:
-            state.update(state="error", error=f"could not queue the reindex: {exc.message}"[:300])
+            state.update(state="error", error=f"could not queue the reindex: {exc.message}"[:MESSAGE_CHARS])
             self._save(namespace, state)
             raise
         return state
@@ -225,4 +225,4 @@ class ReindexService:
 
 def _describe(exc: Exception) -> str:
     message = exc.message if isinstance(exc, EngramError) else str(exc)
-    return f"{type(exc).__name__}: {message}"[:300]
+    return f"{type(exc).__name__}: {message}"[:MESSAGE_CHARS]

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from engram.domain.errors import Conflict, EngramError, NotFound
+from engram.domain.errors import MESSAGE_CHARS, Conflict, EngramError, NotFound
 from engram.domain.models import Memory, MemoryFilter
 from engram.domain.policies import expires_by_retention, too_short
 from engram.domain.ports import (
@@ -156,12 +156,14 @@ class CleanupService:
             try:
                 report.skill_files_collected = self._skills.collect_orphan_files(now=self._clock.now())
             except EngramError as exc:
-                report.errors.append({"error": exc.code, "op": "skill_files", "message": exc.message[:300]})
+                report.errors.append({"error": exc.code, "op": "skill_files", "message": exc.message[:MESSAGE_CHARS]})
         if self._reconcile is not None:
             try:
                 report.replicas_rebuilt = self._reconcile()
             except EngramError as exc:
-                report.errors.append({"error": exc.code, "op": "replica_reconcile", "message": exc.message[:300]})
+                report.errors.append(
+                    {"error": exc.code, "op": "replica_reconcile", "message": exc.message[:MESSAGE_CHARS]}
+                )
 
     def _namespaces(self) -> list[str]:
         """The store's namespaces, and those that only have skills (an agent that never chats)."""
@@ -176,7 +178,7 @@ class CleanupService:
             with self._locks.hold("cleanup", namespace):
                 self._clean(namespace, result)
         except EngramError as exc:
-            result.errors.append({"error": exc.code, "message": exc.message[:300]})
+            result.errors.append({"error": exc.code, "message": exc.message[:MESSAGE_CHARS]})
         detail = asdict(result)
         detail.pop("namespace")
         record_run(self._store, self._clock, "cleanup", namespace, detail)

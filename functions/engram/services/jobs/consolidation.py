@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from engram.domain.errors import Conflict, EngramError, InvalidInput, NotConfigured, NotFound
+from engram.domain.errors import MESSAGE_CHARS, Conflict, EngramError, InvalidInput, NotConfigured, NotFound
 from engram.domain.models import MEMORY_TYPES, Memory, MemoryType, new_id
 from engram.domain.policies import MAX_CONTENT_CHARS, clean_content
 from engram.domain.ports import ChatModel, Clock, JobQueue, KeyValueRows, MemoryRows
@@ -130,7 +130,7 @@ class ConsolidationService:
         try:
             self._queue.enqueue(JOB, {"namespace": namespace, "draft_id": state["id"]})
         except EngramError as exc:
-            self._finish(namespace, state, "error", f"could not queue the draft: {exc.message}"[:300])
+            self._finish(namespace, state, "error", f"could not queue the draft: {exc.message}"[:MESSAGE_CHARS])
             raise
         return state
 
@@ -181,7 +181,7 @@ class ConsolidationService:
                 self._add_items(state, batch, parse_consolidation(reply, batch))
             except EngramError as exc:
                 log.warning("consolidation batch %d of %s failed: %s", number, draft_id, exc.code)
-                state["errors"].append({"batch": number, "error": exc.code, "message": exc.message[:300]})
+                state["errors"].append({"batch": number, "error": exc.code, "message": exc.message[:MESSAGE_CHARS]})
             state["done"] = number + 1
             self._save(namespace, state)
         if batches and len(state["errors"]) == len(batches):
@@ -254,7 +254,7 @@ class ConsolidationService:
             sources = self._curation.read_sources(namespace, refs)
             result = self._curation.merge_rows(sources, fields, source="consolidation")
         except EngramError as exc:
-            return {"item": item["id"], "status": "refused", "error": exc.code, "message": exc.message[:300]}
+            return {"item": item["id"], "status": "refused", "error": exc.code, "message": exc.message[:MESSAGE_CHARS]}
         return {"item": item["id"], "status": "applied", "memory_id": result.memory.id}
 
     def discard(self, namespace: str, draft_id: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from datetime import datetime, time, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured
+from engram.domain.errors import MESSAGE_CHARS, EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, DailyLog, Memory, MemoryFilter, Message
 from engram.domain.policies import (
     LOG_SECTION_CHARS,
@@ -258,7 +258,7 @@ class DreamingService:
             code = exc.code if isinstance(exc, EngramError) else "model_error"
             log.warning("dream model call failed for %s on %s: %s", namespace, day, code)
             result.status = "failed"
-            result.errors.append({"error": code, "message": str(exc)[:300]})
+            result.errors.append({"error": code, "message": str(exc)[:MESSAGE_CHARS]})
             return
         await asyncio.to_thread(self._apply, namespace, day, plan, messages, context, result)
 
@@ -373,7 +373,9 @@ class DreamingService:
         try:
             step(*args)
         except EngramError as exc:  # this step only: reported, the plan goes on (no failure of the run)
-            result.errors.append({"error": exc.code, "message": exc.message[:300], "item": step.__name__.strip("_")})
+            result.errors.append(
+                {"error": exc.code, "message": exc.message[:MESSAGE_CHARS], "item": step.__name__.strip("_")}
+            )
 
     def _target(self, namespace: str, target_id: str, shown: set[str], result: NamespaceDream) -> Memory | None:
         if target_id not in shown:
@@ -521,7 +523,7 @@ def _validate_plan(raw: dict[str, Any], messages: list[Message], excerpt_limit: 
 
     def drop(item: str, code: str, message: str) -> None:
         result.dropped += 1
-        result.errors.append({"error": code, "message": message[:300], "item": item})
+        result.errors.append({"error": code, "message": message[:MESSAGE_CHARS], "item": item})
 
     def items(name: str) -> list[tuple[str, dict[str, Any]]]:
         out = []

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
-from engram.domain.errors import EngramError, InvalidInput, NotConfigured
+from engram.domain.errors import MESSAGE_CHARS, EngramError, InvalidInput, NotConfigured
 from engram.domain.models import MEMORY_TYPES, IdempotencyRecord, Memory, MemoryType, Message
 from engram.domain.policies import normalize_fact_key
 from engram.domain.ports import (
@@ -286,7 +286,7 @@ class ExtractionService:
         except Exception as exc:  # the next run resumes from the conversation cursor
             code = exc.code if isinstance(exc, EngramError) else "conversation_index_failed"
             log.warning("indexing messages for conversation recall failed for %s: %s", namespace, code)
-            result.fail({"error": code, "message": str(exc)[:300], "stage": "conversation_index"})
+            result.fail({"error": code, "message": str(exc)[:MESSAGE_CHARS], "stage": "conversation_index"})
 
     async def _extract(self, namespace: str, until: datetime, result: NamespaceExtraction) -> None:
         fetch = functools.partial(self._next_batch, namespace, until)
@@ -382,7 +382,7 @@ class ExtractionService:
             except Exception as exc:  # any model failure: keep the cursor, try again next run
                 code = exc.code if isinstance(exc, EngramError) else "model_error"
                 log.warning("extraction model call failed for %s: %s", namespace, code)
-                result.fail({"error": code, "message": str(exc)[:300], "first_message_id": batch[0].id})
+                result.fail({"error": code, "message": str(exc)[:MESSAGE_CHARS], "first_message_id": batch[0].id})
                 if cursor_name == CURSOR:
                     await asyncio.to_thread(self._note_failure, namespace, batch, result)
                 return False  # the backfill stops here and resumes at this batch next time
@@ -443,7 +443,9 @@ class ExtractionService:
                     self._route(namespace, item, batch, result)
                 except EngramError as exc:  # this item only: reported, the run goes on
                     result.rejected += 1
-                    result.errors.append({"error": exc.code, "message": exc.message[:300], "item": item.content[:80]})
+                    result.errors.append(
+                        {"error": exc.code, "message": exc.message[:MESSAGE_CHARS], "item": item.content[:80]}
+                    )
         else:
             result.skipped_batches += 1  # applied before (another run, or a crash before the cursor moved)
         self._store.set_cursor(namespace, cursor_name, _position(batch[-1]).dump())

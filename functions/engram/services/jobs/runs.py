@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from engram.domain.errors import Conflict, EngramError
+from engram.domain.errors import MESSAGE_CHARS, Conflict, EngramError
 from engram.domain.models import MemoryEvent, new_id
 from engram.domain.ports import AuditRows, Clock
 from engram.services.library.journal import report_to_run
@@ -48,9 +48,9 @@ def failure_of(exc: Exception, what: str, namespace: str) -> dict[str, Any]:
     exception with its traceback). The run goes on with the next namespace (docs/aws.md, "Alarms")."""
     if isinstance(exc, EngramError):
         log.warning("%s for %s: %s", what, namespace, exc.code)
-        return {"error": exc.code, "message": exc.message[:300]}
+        return {"error": exc.code, "message": exc.message[:MESSAGE_CHARS]}
     log.exception("%s for %s", what, namespace)
-    return {"error": "internal_error", "message": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"error": "internal_error", "message": f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]}
 
 
 def record_run(store: AuditRows, clock: Clock, job: str, namespace: str, detail: dict[str, Any]) -> None:

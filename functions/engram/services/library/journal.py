@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from engram.domain.errors import Conflict, EngramError, NotFound
+from engram.domain.errors import MESSAGE_CHARS, Conflict, EngramError, NotFound
 from engram.domain.models import (
     MEMORY_COUNTERS,
     Candidate,
@@ -287,7 +287,7 @@ class Journal:
                     skipped.append({**where, "reason": str(exc)})
                     continue
                 except (Conflict, NotFound) as exc:
-                    conflicts.append({**where, "error": exc.code, "message": exc.message[:300]})
+                    conflicts.append({**where, "error": exc.code, "message": exc.message[:MESSAGE_CHARS]})
                     continue
                 reverted += 1
                 if row == "memory":

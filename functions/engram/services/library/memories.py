@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,7 @@ from engram.domain.models import (
     new_id,
 )
 from engram.domain.policies import (
+    OPTIONAL_FACT_KEY_PATTERN,
     clean_content,
     clean_tags,
     cosine,
@@ -64,6 +65,11 @@ _MAX_CHAIN = 1000  # versions followed to find the active head of a chain withou
 _KEY_ATTEMPTS = 10  # rounds of an upsert that lost its key to concurrent writers before a clean 409
 
 
+# The pattern is stated in the OpenAPI document and checked by normalize_fact_key (a 400
+# `invalid_fact_key`, entrypoints/http/openapi.stated), not by pydantic.
+FactKeyField = Annotated[str, Field(json_schema_extra={"pattern": OPTIONAL_FACT_KEY_PATTERN})]
+
+
 class MemoryWrite(BaseModel):
     """A request to remember something. ``fact_key`` makes it an upsert."""
 
@@ -71,7 +77,7 @@ class MemoryWrite(BaseModel):
 
     content: str
     type: MemoryType = "fact"
-    fact_key: str | None = None
+    fact_key: FactKeyField | None = None
     layer: MemoryLayer = "fragment"
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
@@ -90,7 +96,7 @@ class MemoryPatch(BaseModel):
 
     content: str | None = None
     type: MemoryType | None = None
-    fact_key: str | None = None
+    fact_key: FactKeyField | None = None
     layer: MemoryLayer | None = None
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from engram.adapters.aws_clients import new_client
 from engram.adapters.storage.dynamodb.memories import DynamoMemories
 from engram.adapters.storage.dynamodb.notes import DynamoNotes
 from engram.adapters.storage.dynamodb.records import DynamoRecords
@@ -31,9 +32,7 @@ class DynamoMemoryStore(DynamoMemories, DynamoUpgrades, DynamoNotes, DynamoRecor
         if not table_name:
             raise InvalidInput("DynamoMemoryStore needs a table name (ENGRAM_TABLE_NAME)")
         if client is None:
-            import boto3
-
-            client = boto3.client("dynamodb", region_name=region_name or None)
+            client = new_client("dynamodb", region_name)
         self._db = DynamoTable(client, table_name)
         self._message_ttl = timedelta(days=message_ttl_days)
         self._log_ttl = timedelta(days=log_ttl_days)
