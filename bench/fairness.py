@@ -60,6 +60,7 @@ def _serve_gateway(config: str, upstream: str, keys_file: str) -> None:
     from engram.bootstrap import Overrides, build_container
     from engram.entrypoints.http.app import create_app
     from engram.services.library.memories import MemoryWrite
+    from engram.services.recall.pipeline import RecallService
     from engram.settings import Settings
 
     from tests.servers import free_port
@@ -94,6 +95,7 @@ def _serve_gateway(config: str, upstream: str, keys_file: str) -> None:
     ]
     for w in writes:
         container.memories.write("alice", w)
+    assert isinstance(container.recall, RecallService)  # the real one (no override)
     container.recall.warm()
     port = free_port()
     server = uvicorn.Server(

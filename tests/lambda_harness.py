@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -833,7 +834,7 @@ class OpenSearchProxy:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def _answer(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes, str]:
+    def _answer(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, bytes, str]:
         if self.delay:
             self._release.wait(self.delay)
             if self._release.is_set():
@@ -925,7 +926,7 @@ class HoldingDynamoProxy:
                 return True
             return False
 
-    def _answer(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
+    def _answer(self, path: str, headers: Message, body: bytes) -> tuple[int, bytes, dict[str, str]]:
         operation = (headers.get("X-Amz-Target") or "").rpartition(".")[2]
         self.operations.append(operation)
         if self._hold(operation, body):

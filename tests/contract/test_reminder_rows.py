@@ -11,7 +11,7 @@ from tests.contract.rows import NS, OTHER, at
 
 
 def a_reminder(memory_id: str, minute: float, *, namespace: str = NS, **fields: object) -> Reminder:
-    return Reminder(namespace=namespace, memory_id=memory_id, remind_at=at(minute), **fields)  # type: ignore[arg-type]
+    return Reminder(namespace=namespace, memory_id=memory_id, remind_at=at(minute), **fields)
 
 
 def _ids(rows: list[Reminder]) -> list[str]:

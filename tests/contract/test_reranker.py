@@ -30,7 +30,7 @@ class Harness(Protocol):
 class HttpHarness:
     def __init__(self, server: FakeRerankServer) -> None:
         self.server = server
-        self.reranker = HttpReranker(server.base_url, "bge-reranker-v2-m3", "rk-test", timeout_s=2.0)
+        self.reranker: Reranker = HttpReranker(server.base_url, "bge-reranker-v2-m3", "rk-test", timeout_s=2.0)
 
     def expect(self, query: str, documents: list[str]) -> None:
         return  # the fake server scores whatever it is sent
@@ -51,7 +51,7 @@ class BedrockHarness:
         )
         self.stub = Stubber(self.client)
         self.stub.activate()
-        self.reranker = BedrockReranker("cohere.rerank-v3-5:0", region="us-west-2", client=self.client)
+        self.reranker: Reranker = BedrockReranker("cohere.rerank-v3-5:0", region="us-west-2", client=self.client)
 
     def expect(self, query: str, documents: list[str]) -> None:
         if not documents:

@@ -7,7 +7,7 @@ tests/integration/test_opensearch_index.py."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +18,7 @@ from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.errors import InvalidInput
-from engram.domain.models import IndexedDoc
+from engram.domain.models import IndexedDoc, SearchHit
 from engram.domain.ports import NeighbourDensity, SearchIndex
 
 
@@ -78,11 +78,13 @@ def keyword_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Se
     yield from _open(request, tmp_path)
 
 
-def doc(mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None):
+def doc(
+    mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None
+) -> IndexedDoc:
     return IndexedDoc(memory_id=mid, namespace=ns, text=text, type=type_, vector=vector, created_at=T0)
 
 
-def ids(hits) -> list[str]:
+def ids(hits: Iterable[SearchHit]) -> list[str]:
     return [h.memory_id for h in hits]
 
 

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import pytest
 from engram.domain.errors import InvalidInput, NotFound
-from engram.domain.ports import MemoryStore, ThreadRows
+from engram.domain.ports import MemoryStore, MessageRows, ThreadRows
 
 from tests.contract.rows import NS, OTHER, a_message, all_pages, at, ids
 
 
-def _say(store: ThreadRows, message_id: str, thread: str, minute: float, namespace: str = NS) -> None:
+class Rows(ThreadRows, MessageRows, Protocol):
+    """Threads, and the messages that make them (``insert_message`` keeps the thread)."""
+
+
+def _say(store: Rows, message_id: str, thread: str, minute: float, namespace: str = NS) -> None:
     store.insert_message(a_message(message_id, namespace=namespace, minute=minute, conversation_id=thread))
 
 
-def test_a_thread_appears_with_its_first_message_and_counts_the_rest(store: ThreadRows) -> None:
+def test_a_thread_appears_with_its_first_message_and_counts_the_rest(store: Rows) -> None:
     # Given two messages in thread "trip" and one in "work"
     _say(store, "m1", "trip", 0)
     _say(store, "m2", "trip", 5)
@@ -32,7 +38,7 @@ def test_a_thread_appears_with_its_first_message_and_counts_the_rest(store: Thre
         store.get_thread(OTHER, "trip")
 
 
-def test_list_threads_most_recently_active_first_with_pages(store: ThreadRows) -> None:
+def test_list_threads_most_recently_active_first_with_pages(store: Rows) -> None:
     # Given four threads last active at minutes 10, 40, 20, 30 and one in another namespace
     for n, minute in enumerate([10, 40, 20, 30]):
         _say(store, f"m{n}", f"t{n}", minute)
@@ -44,7 +50,7 @@ def test_list_threads_most_recently_active_first_with_pages(store: ThreadRows) -
         store.list_threads(NS, cursor="not-a-cursor")
 
 
-def test_rename_and_recycle_bin(store: ThreadRows) -> None:
+def test_rename_and_recycle_bin(store: Rows) -> None:
     # Given two threads
     _say(store, "m1", "a", 0)
     _say(store, "m2", "b", 1)
@@ -66,7 +72,7 @@ def test_rename_and_recycle_bin(store: ThreadRows) -> None:
         store.update_thread(OTHER, "a", title="x", deleted_at=None)
 
 
-def test_a_new_message_takes_a_thread_out_of_the_recycle_bin(store: ThreadRows) -> None:
+def test_a_new_message_takes_a_thread_out_of_the_recycle_bin(store: Rows) -> None:
     _say(store, "m1", "a", 0)
     store.update_thread(NS, "a", title="t", deleted_at=at(1))
     _say(store, "m2", "a", 2)
@@ -74,7 +80,7 @@ def test_a_new_message_takes_a_thread_out_of_the_recycle_bin(store: ThreadRows) 
     assert (thread.deleted_at, thread.message_count, thread.title) == (None, 2, "t")
 
 
-def test_thread_messages_oldest_first_with_pages(store: ThreadRows) -> None:
+def test_thread_messages_oldest_first_with_pages(store: Rows) -> None:
     # Given a thread with five messages (two at the same instant), interleaved with another thread
     for message_id, minute in [("a", 0), ("c", 10), ("b", 10), ("d", 20), ("e", 30)]:
         _say(store, message_id, "t", minute)
@@ -90,7 +96,7 @@ def test_thread_messages_oldest_first_with_pages(store: ThreadRows) -> None:
     assert store.list_thread_messages(NS, "nope").items == []
 
 
-def test_move_thread_merges_messages_counts_and_times(store: ThreadRows) -> None:
+def test_move_thread_merges_messages_counts_and_times(store: Rows) -> None:
     # Given thread "a" (minutes 0, 30) and thread "b" (minute 10)
     _say(store, "m1", "a", 0)
     _say(store, "m2", "a", 30)
@@ -111,7 +117,7 @@ def test_move_thread_merges_messages_counts_and_times(store: ThreadRows) -> None
         store.move_thread(NS, "b", "nope")
 
 
-def test_purge_thread_deletes_it_and_its_messages_only(store: ThreadRows) -> None:
+def test_purge_thread_deletes_it_and_its_messages_only(store: Rows) -> None:
     _say(store, "m1", "a", 0)
     _say(store, "m2", "a", 1)
     _say(store, "m3", "b", 2)
@@ -123,7 +129,7 @@ def test_purge_thread_deletes_it_and_its_messages_only(store: ThreadRows) -> Non
     assert store.purge_thread(NS, "a") == 0
 
 
-def test_retention_uncounts_deleted_messages(store: ThreadRows) -> None:
+def test_retention_uncounts_deleted_messages(store: Rows) -> None:
     _say(store, "m1", "a", 0)
     _say(store, "m2", "a", 10)
     store.delete_messages_before(NS, at(5))

@@ -65,10 +65,10 @@ def owner_api(panel_server: EngramServer) -> Iterator[httpx.Client]:
 def page(browser: Any, panel_server: EngramServer) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=panel_server.url)
     page = context.new_page()
-    page.dialogs_seen = []  # type: ignore[attr-defined]
-    page.on("dialog", lambda d: (page.dialogs_seen.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
-    page.console_errors = []  # type: ignore[attr-defined]
-    page.on("pageerror", lambda exc: page.console_errors.append(str(exc)))  # type: ignore[attr-defined]
+    page.dialogs_seen = []
+    page.on("dialog", lambda d: (page.dialogs_seen.append(d.message), d.dismiss()))
+    page.console_errors = []
+    page.on("pageerror", lambda exc: page.console_errors.append(str(exc)))
     yield page
     context.close()
 
@@ -306,8 +306,8 @@ def test_html_in_a_memory_stays_inert_text(page: Any, panel_server: EngramServer
     # And no script ran: no flag, no title change, no dialog, no page error
     assert page.evaluate("window.__pwned") is None
     assert page.title() != "pwned"
-    assert page.dialogs_seen == []  # type: ignore[attr-defined]
-    assert page.console_errors == []  # type: ignore[attr-defined]
+    assert page.dialogs_seen == []
+    assert page.console_errors == []
 
 
 # -- review ----------------------------------------------------------------------------------------
@@ -662,7 +662,7 @@ def test_conversations_view_edits_clears_and_copies_a_kept_summary(
     page.locator("dialog[open]").get_by_role("button", name="Save").click()
     expect(page.locator(".toast").last).to_contain_text("Summary cleared")
     assert owner_api.get("/v1/threads/kyoto/summary").json()["summary"] == ""
-    assert page.console_errors == []  # type: ignore[attr-defined]
+    assert page.console_errors == []
 
 
 def test_conversations_view_reads_renames_merges_deletes_and_restores(
@@ -733,7 +733,7 @@ def test_conversations_view_reads_renames_merges_deletes_and_restores(
     expect(page.locator("#thread-list .thread")).to_have_count(1)
     assert owner_api.get("/v1/threads/trip-2026").json()["deleted_at"] is None
     assert page.evaluate("window.__pwned") is None and page.title() != "pwned"
-    assert page.dialogs_seen == [] and page.console_errors == []  # type: ignore[attr-defined]
+    assert page.dialogs_seen == [] and page.console_errors == []
 
     # And on a phone the thread reads without sideways scrolling
     phone = browser.new_context(
@@ -755,7 +755,9 @@ def _journal_seed(owner: httpx.Client, server: EngramServer) -> dict[str, Any]:
     from engram.services.library.journal import Journal
     from engram.services.library.memories import MemoryWrite
 
-    tea = owner.post("/v1/memories", json={"content": "Alice likes green tea in the morning"}).json()["memory"]
+    tea: dict[str, Any] = owner.post("/v1/memories", json={"content": "Alice likes green tea in the morning"}).json()[
+        "memory"
+    ]
     oolong = {"content": "Alice likes oolong tea in the morning"}
     assert owner.patch(f"/v1/memories/{tea['id']}", json=oolong).is_success
     c = server.container
@@ -779,8 +781,8 @@ def _inert(page: Any) -> None:
     assert page.locator(".page script").count() == 0
     assert page.evaluate("window.__pwned") is None
     assert page.title() != "pwned"
-    assert page.dialogs_seen == []  # type: ignore[attr-defined]
-    assert page.console_errors == []  # type: ignore[attr-defined]
+    assert page.dialogs_seen == []
+    assert page.console_errors == []
 
 
 def test_what_changed_shows_diffs_undoes_after_confirming_and_redoes(
@@ -839,10 +841,10 @@ def test_what_changed_on_a_phone(browser: Any, panel_server: EngramServer, owner
         viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, base_url=panel_server.url
     )
     phone = context.new_page()
-    phone.dialogs_seen = []  # type: ignore[attr-defined]
-    phone.on("dialog", lambda d: (phone.dialogs_seen.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
-    phone.console_errors = []  # type: ignore[attr-defined]
-    phone.on("pageerror", lambda exc: phone.console_errors.append(str(exc)))  # type: ignore[attr-defined]
+    phone.dialogs_seen = []
+    phone.on("dialog", lambda d: (phone.dialogs_seen.append(d.message), d.dismiss()))
+    phone.console_errors = []
+    phone.on("pageerror", lambda exc: phone.console_errors.append(str(exc)))
     login(phone)
     expect(phone.locator("[data-view=today]")).to_be_visible()
     # When every run's changes are opened

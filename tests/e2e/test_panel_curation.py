@@ -59,9 +59,9 @@ def page(browser: Any, server: EngramServer, width: str) -> Iterator[Any]:
         viewport=WIDTHS[width], is_mobile=phone, has_touch=phone, base_url=server.url, accept_downloads=True
     )
     page = context.new_page()
-    page.console_errors = []  # type: ignore[attr-defined]
-    page.on("pageerror", lambda exc: page.console_errors.append(str(exc)))  # type: ignore[attr-defined]
-    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))  # type: ignore[attr-defined]
+    page.console_errors = []
+    page.on("pageerror", lambda exc: page.console_errors.append(str(exc)))
+    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
     yield page
     context.close()
 
@@ -73,7 +73,7 @@ def _unharmed(page: Any, width: str) -> None:
     assert page.locator("main img").count() == 0
     if width == "phone":
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
-    assert page.console_errors == []  # type: ignore[attr-defined]
+    assert page.console_errors == []
 
 
 def _remember(api: httpx.Client, content: str, **fields: Any) -> dict[str, Any]:

@@ -13,7 +13,6 @@ share words get similar vectors. Script failures with ``fail_next`` (status code
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -21,11 +20,14 @@ import re
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
+from email.message import Message
 from typing import Any
 from urllib.parse import unquote
 
 from engram.domain.text import tokenize
+
+from tests.fakes.loopback import JSON, LoopbackServer
 
 TITAN_INVOKE = re.compile(r"^/model/([^/]+)/invoke$")
 
@@ -41,15 +43,14 @@ def fake_vector(text: str, dimension: int) -> list[float]:
     return [x / norm for x in vec]
 
 
-class FakeEmbeddingsServer:
+class FakeEmbeddingsServer(LoopbackServer):
     def __init__(self, dimension: int = 64, api_key: str | None = None) -> None:
+        super().__init__()
         self.dimension = dimension
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self._script: deque[tuple[str, float]] = deque()
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- scripting ------------------------------------------------------------------------
     def fail_next(self, status: int, times: int = 1) -> None:
@@ -64,94 +65,47 @@ class FakeEmbeddingsServer:
         with self._lock:
             return self._script.popleft() if self._script else None
 
-    # -- lifecycle ------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
         return f"{self.root_url}/v1"
 
-    @property
-    def root_url(self) -> str:
-        """Without ``/v1``: the endpoint URL for boto3's ``bedrock-runtime`` client."""
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    # ``root_url`` (LoopbackServer), without ``/v1``: the endpoint URL for boto3's ``bedrock-runtime`` client.
 
-    def start(self) -> FakeEmbeddingsServer:
-        fake = self
+    # -- serving --------------------------------------------------------------------------
+    def respond(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, bytes, Mapping[str, str]]:
+        status, payload = self._answer(path, headers, body)
+        return status, json.dumps(payload).encode(), JSON
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
+    def _titan(self, model_id: str, raw: bytes) -> dict[str, Any]:
+        body = json.loads(raw)
+        self.requests.append({"model": model_id, **body})
+        text = str(body.get("inputText") or "")
+        dim = int(body.get("dimensions") or 1024)
+        return {"embedding": fake_vector(text, dim), "inputTextTokenCount": len(tokenize(text))}
 
-            def _titan(self, model_id: str, raw: bytes) -> None:
-                body = json.loads(raw)
-                fake.requests.append({"model": model_id, **body})
-                text = str(body.get("inputText") or "")
-                dim = int(body.get("dimensions") or 1024)
-                self._send(200, {"embedding": fake_vector(text, dim), "inputTextTokenCount": len(tokenize(text))})
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                titan = TITAN_INVOKE.match(self.path)
-                if titan is not None:
-                    self._titan(unquote(titan.group(1)), raw)
-                    return
-                if self.path.rstrip("/") != "/v1/embeddings":
-                    self._send(404, {"error": {"message": "not found"}})
-                    return
-                if fake.api_key and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
-                    self._send(401, {"error": {"message": "bad key", "type": "invalid_request_error"}})
-                    return
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    self._send(400, {"error": {"message": "invalid json"}})
-                    return
-                fake.requests.append(body)
-                action = fake._next_action()
-                if action is not None:
-                    kind, value = action
-                    if kind == "status":
-                        self._send(int(value), {"error": {"message": f"scripted {int(value)}"}})
-                        return
-                    time.sleep(value)
-                inputs = body.get("input")
-                texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-                dim = int(body.get("dimensions") or fake.dimension)
-                data = [
-                    {"object": "embedding", "index": i, "embedding": fake_vector(t, dim)} for i, t in enumerate(texts)
-                ]
-                # Answer out of order: clients must sort by "index".
-                data.reverse()
-                self._send(
-                    200,
-                    {"object": "list", "data": data, "model": body.get("model"), "usage": {"prompt_tokens": 0}},
-                )
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeEmbeddingsServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _answer(self, path: str, headers: Message, raw: bytes) -> tuple[int, dict[str, Any]]:
+        titan = TITAN_INVOKE.match(path)
+        if titan is not None:
+            return 200, self._titan(unquote(titan.group(1)), raw)
+        if path.rstrip("/") != "/v1/embeddings":
+            return 404, {"error": {"message": "not found"}}
+        if self.api_key and headers.get("Authorization") != f"Bearer {self.api_key}":
+            return 401, {"error": {"message": "bad key", "type": "invalid_request_error"}}
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return 400, {"error": {"message": "invalid json"}}
+        self.requests.append(body)
+        action = self._next_action()
+        if action is not None:
+            kind, value = action
+            if kind == "status":
+                return int(value), {"error": {"message": f"scripted {int(value)}"}}
+            time.sleep(value)
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        dim = int(body.get("dimensions") or self.dimension)
+        data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, dim)} for i, t in enumerate(texts)]
+        # Answer out of order: clients must sort by "index".
+        data.reverse()
+        return 200, {"object": "list", "data": data, "model": body.get("model"), "usage": {"prompt_tokens": 0}}

@@ -1,16 +1,18 @@
 """A spy around the real recall service: records every query; ``fail=True`` makes every call raise
 (to test that a recall failure never fails a chat); with ``hold`` set to an event, each call waits for
-it first (the turn's context deadline)."""
+it first (the turn's context deadline). It is a ``Recall`` (services/recall/pipeline.py), so mypy checks
+it against what the gateway asks of recall."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Sequence
-from typing import Any
+
+from engram.services.recall.pipeline import Recall, RecallConfig, RecallResult
 
 
-class SpyRecall:
-    def __init__(self, inner: Any, *, fail: bool = False) -> None:
+class SpyRecall(Recall):
+    def __init__(self, inner: Recall, *, fail: bool = False) -> None:
         self.inner = inner
         self.fail = fail
         self.hold: threading.Event | None = None
@@ -27,8 +29,10 @@ class SpyRecall:
         types: Sequence[str] = (),
         exclude_ids: Collection[str] = (),
         record_injection: bool = False,
-        **options: Any,
-    ) -> Any:
+        min_relevance: float | None = None,
+        budget_tokens: int | None = None,
+        refine: bool = True,
+    ) -> RecallResult:
         self.calls.append(query)
         if self.hold is not None:
             self.hold.wait(30)
@@ -41,7 +45,9 @@ class SpyRecall:
             types=types,
             exclude_ids=exclude_ids,
             record_injection=record_injection,
-            **options,
+            min_relevance=min_relevance,
+            budget_tokens=budget_tokens,
+            refine=refine,
         )
         self.returned += 1
         return result
@@ -51,9 +57,8 @@ class SpyRecall:
         self.inner.record_injected(namespace, memory_ids)
 
     @property
-    def config(self) -> Any:
+    def config(self) -> RecallConfig:
         return self.inner.config
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:
-        vector: Sequence[float] = self.inner.query_vector(namespace, text)
-        return vector
+        return self.inner.query_vector(namespace, text)

@@ -15,10 +15,13 @@ import json
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
+from email.message import Message
 from typing import Any
 
 from engram.domain.text import tokenize
+
+from tests.fakes.loopback import JSON, LoopbackServer
 
 
 def fake_score(query: str, document: str) -> float:
@@ -28,16 +31,15 @@ def fake_score(query: str, document: str) -> float:
     return len(wanted & set(tokenize(document))) / len(wanted)
 
 
-class FakeRerankServer:
+class FakeRerankServer(LoopbackServer):
     def __init__(self, *, api_key: str | None = None, logits: bool = False, path: str = "/v1/rerank") -> None:
+        super().__init__()
         self.api_key = api_key
         self.logits = logits
         self.path = path
         self.requests: list[dict[str, Any]] = []
         self._script: deque[tuple[str, float]] = deque()
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- scripting ------------------------------------------------------------------------
     def fail_next(self, status: int, times: int = 1) -> None:
@@ -56,6 +58,10 @@ class FakeRerankServer:
         with self._lock:
             return self._script.popleft() if self._script else None
 
+    @property
+    def base_url(self) -> str:
+        return self.root_url
+
     # -- serving --------------------------------------------------------------------------
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         query, documents = str(body["query"]), [str(d) for d in body["documents"]]
@@ -69,57 +75,18 @@ class FakeRerankServer:
             "meta": {"billed_units": {"search_units": 1}},
         }
 
-    def __enter__(self) -> FakeRerankServer:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet
-                return
-
-            def _send(self, status: int, payload: bytes) -> None:
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    return  # the client gave up at its deadline
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path != server.path:
-                    self._send(404, b'{"message": "not found"}')
-                    return
-                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
-                    self._send(401, b'{"message": "invalid api key"}')
-                    return
-                body = json.loads(raw or b"{}")
-                server.requests.append(body)
-                step = server._next()
-                if step is not None and step[0] == "status":
-                    self._send(int(step[1]), b'{"message": "scripted failure"}')
-                    return
-                if step is not None and step[0] == "slow":
-                    time.sleep(step[1])
-                if step is not None and step[0] == "malformed":
-                    self._send(200, b'{"data": []}')
-                    return
-                self._send(200, json.dumps(server.answer(body)).encode())
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def respond(self, method: str, path: str, headers: Message, raw: bytes) -> tuple[int, bytes, Mapping[str, str]]:
+        if path != self.path:
+            return 404, b'{"message": "not found"}', JSON
+        if self.api_key and headers.get("Authorization") != f"Bearer {self.api_key}":
+            return 401, b'{"message": "invalid api key"}', JSON
+        body = json.loads(raw or b"{}")
+        self.requests.append(body)
+        step = self._next()
+        if step is not None and step[0] == "status":
+            return int(step[1]), b'{"message": "scripted failure"}', JSON
+        if step is not None and step[0] == "slow":
+            time.sleep(step[1])
+        if step is not None and step[0] == "malformed":
+            return 200, b'{"data": []}', JSON
+        return 200, json.dumps(self.answer(body)).encode(), JSON

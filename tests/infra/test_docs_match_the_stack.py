@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ DEPLOY = README[README.index("## Deploy to AWS") : README.index("## Recall and r
 
 
 @pytest.fixture(scope="module")
-def templates(layer_dir: Path) -> dict[str, dict[str, Any]]:
+def templates(layer_dir: Path) -> dict[str, Mapping[str, Any]]:
     out = {}
     for backend in ("replica", "opensearch"):
         cfg = EngramConfig(layer_dir=str(layer_dir), replica_layer_dir=str(layer_dir), search_backend=backend)

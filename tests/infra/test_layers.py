@@ -61,9 +61,9 @@ def test_each_layer_has_a_current_hashed_lock_of_wheels_the_runtime_loads(requir
             assert name in pins and wanted.specifier.contains(pins[name], prereleases=True), (line, pins.get(name))
     # And each pin carries a hash per wheel, one wheel per architecture unless it is pure Python
     text = lock.read_text()
-    for name in pins:
-        block = re.search(rf"^{re.escape(name)}==\S+ \\\n((?:    --hash=sha256:[0-9a-f]{{64}}.*\n)+)", text, re.M)
-        assert block, f"{name} has no hash in {lock.name}"
+    for pinned in pins:
+        block = re.search(rf"^{re.escape(pinned)}==\S+ \\\n((?:    --hash=sha256:[0-9a-f]{{64}}.*\n)+)", text, re.M)
+        assert block, f"{pinned} has no hash in {lock.name}"
     wheels = [parse_wheel_filename(w) for w in _wheels(lock)]
     assert {canonicalize_name(w[0]) for w in wheels} == set(pins)
     assert text.count("--hash=sha256:") == len(wheels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,13 @@ from infra.config import EngramConfig  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
 
 
-def _synth(layer_dir: Path, region: str, **config: Any) -> dict[str, Any]:
+def _synth(layer_dir: Path, region: str, **config: Any) -> Mapping[str, Any]:
     cfg = EngramConfig(layer_dir=str(layer_dir), replica_layer_dir=str(layer_dir), **config)
     stack = EngramStack(cdk.App(), "Engram", config=cfg, env=cdk.Environment(region=region))
-    return Template.from_stack(stack).to_json()  # type: ignore[no-any-return]
+    return Template.from_stack(stack).to_json()
 
 
-def _env(template: dict[str, Any]) -> dict[str, str]:
+def _env(template: Mapping[str, Any]) -> dict[str, str]:
     fn = next(
         r
         for r in template["Resources"].values()
@@ -36,7 +37,7 @@ def _env(template: dict[str, Any]) -> dict[str, str]:
     return fn["Properties"]["Environment"]["Variables"]  # type: ignore[no-any-return]
 
 
-def _invoke_resources(template: dict[str, Any], region: str) -> str:
+def _invoke_resources(template: Mapping[str, Any], region: str) -> str:
     statements = [
         s
         for r in template["Resources"].values()

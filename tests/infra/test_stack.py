@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +76,11 @@ def custom(layer_dir: Path) -> tuple[EngramStack, Template]:
     )
 
 
-def _resources(template: Template, type_: str) -> dict[str, dict[str, Any]]:
+def _resources(template: Template, type_: str) -> Mapping[str, Mapping[str, Any]]:
     return template.find_resources(type_)
 
 
-def _function(template: Template, handler: str) -> dict[str, Any]:
+def _function(template: Template, handler: str) -> Mapping[str, Any]:
     found = [r for r in _resources(template, "AWS::Lambda::Function").values() if r["Properties"]["Handler"] == handler]
     assert len(found) == (2 if handler == "run.sh" else 1)
     return found[0]
@@ -835,7 +836,7 @@ def local_replica(layer_dir: Path) -> tuple[EngramStack, Template]:
     return _synth(layer_dir, embedder="local", search_backend="replica", extract_model="gpt-x", dream_model="gpt-x")
 
 
-def _engram_functions(template: Template) -> list[dict[str, Any]]:
+def _engram_functions(template: Template) -> list[Mapping[str, Any]]:
     functions = _resources(template, "AWS::Lambda::Function").values()
     return [f for f in functions if "ENGRAM_STORE" in f["Properties"]["Environment"]["Variables"]]
 
@@ -911,7 +912,8 @@ def test_local_embedder_with_replica_and_no_bedrock_model_has_no_bedrock_stateme
 def test_local_embedder_stacks_pass_cdk_nag_and_cfn_lint(
     stack_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    _assert_nag_and_cfn_lint_clean(*request.getfixturevalue(stack_fixture), tmp_path)
+    stack, template = request.getfixturevalue(stack_fixture)
+    _assert_nag_and_cfn_lint_clean(stack, template, tmp_path)
 
 
 def test_unknown_embedder_is_refused() -> None:
@@ -1094,8 +1096,8 @@ def test_the_replica_is_sized_for_its_expected_index_and_alarms_near_the_ceiling
     replica: tuple[EngramStack, Template],
 ) -> None:
     from engram.adapters.search.replica import CEILING_MESSAGE
+    from engram.domain.deployment import REPLICA_CEILING_MESSAGE
 
-    from infra.alarms import REPLICA_CEILING_MESSAGE
     from infra.replica_sizing import ceiling, ephemeral_mb
 
     # Given the replica backend at the default 50,000 expected memories (1024 dimensions)

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from anthropic.types import TextBlock, ToolUseBlock
 from engram.bootstrap import Container, Overrides, build_container
+from engram.domain.ports import MemoryStore
 from engram.entrypoints.http.app import create_app
 from engram.settings import Settings
 
@@ -31,7 +33,7 @@ class Gateway:
     app: Any = None
 
     @property
-    def store(self) -> Any:
+    def store(self) -> MemoryStore:
         return self.container.store
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 3.0) -> Any:
@@ -42,6 +44,21 @@ class Gateway:
             if value or time.monotonic() > deadline:
                 return value
             time.sleep(0.01)
+
+
+MakeGateway = Callable[..., Gateway]
+
+
+def block_text(block: object) -> str:
+    """The text of an Anthropic SDK content block that must be a text block."""
+    assert isinstance(block, TextBlock), block
+    return block.text
+
+
+def block_input(block: object) -> object:
+    """The input of an Anthropic SDK content block that must be a tool call."""
+    assert isinstance(block, ToolUseBlock), block
+    return block.input  # the make_gateway fixture: start_gateway's keyword arguments
 
 
 def gateway_settings(upstream: FakeUpstream, **overrides: Any) -> Settings:
@@ -113,7 +130,7 @@ def start_gateway(
 
 
 @pytest.fixture
-def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
+def make_gateway(upstream: FakeUpstream) -> Iterator[MakeGateway]:
     """Start real gateways (in-memory store and index, keyword recall) against the fake upstream."""
     stack = ExitStack()
     upstream.reset()

@@ -18,7 +18,7 @@ pytest.importorskip("moto")
 import boto3
 from engram.adapters.queue.sqs import SqsJobQueue
 from engram.adapters.storage.dynamodb import DynamoMemoryStore, create_table
-from engram.bootstrap import build_container
+from engram.bootstrap import Container, build_container
 from engram.entrypoints.http.app import create_app
 from engram.services.library.journaled_store import JournaledStore
 from engram.settings import load_settings
@@ -69,7 +69,7 @@ def to_request(event: dict[str, Any]) -> httpx.Request:
 
 
 def rest_event(method: str, path: str, body: Any = None, key: str = OWNER_KEY) -> dict[str, Any]:
-    event = json.loads((EVENTS / "apigw_rest_proxy.json").read_text())
+    event: dict[str, Any] = json.loads((EVENTS / "apigw_rest_proxy.json").read_text())
     event["httpMethod"], event["path"] = method, path
     event["resource"], event["pathParameters"] = "/{proxy+}", {"proxy": path.lstrip("/")}
     event["multiValueHeaders"]["Authorization"] = [f"Bearer {key}"]
@@ -141,7 +141,9 @@ def test_one_client_per_aws_service_and_the_rare_ones_on_first_use(
     # Then the store, the rate limiter and the skills library share one DynamoDB client, and neither the
     # queue's SQS client nor the jobs' Bedrock client is built yet (bench/README.md, "Cold start")
     assert sorted(built) == ["dynamodb", "secretsmanager"]
-    store = container.store.inner
+    journaled = container.store
+    assert isinstance(journaled, JournaledStore)
+    store = journaled.inner
     assert isinstance(store, DynamoMemoryStore)
     limiter: Any = container.limits._limiter
     skill_store: Any = container.skills._store
@@ -157,6 +159,8 @@ def test_one_client_per_aws_service_and_the_rare_ones_on_first_use(
 def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the stack's defaults: Bedrock models for the jobs and the Bedrock reranker
     from engram.adapters.llm.bedrock import BedrockChatModel, BedrockReranker
+    from engram.bootstrap.models import RuntimeChatModel
+    from engram.services.recall.pipeline import RecallService
 
     monkeypatch.setenv("ENGRAM_EXTRACT_MODEL", "bedrock/amazon.nova-lite-v1:0")
     monkeypatch.setenv("ENGRAM_DREAM_MODEL", "bedrock/amazon.nova-lite-v1:0")
@@ -166,9 +170,12 @@ def test_bedrock_job_models_and_reranker_are_wired(aws_env: dict[str, str], monk
     container = build_container(load_settings())
     # Then the jobs talk to Bedrock Converse (one client shared) and recall reranks with Bedrock
     # (the job models follow the runtime settings through a RuntimeChatModel wrapper)
-    extract_model = container.extraction._model._model()
+    extract_runtime, dream_runtime = container.extraction._model, container.dreaming._model
+    assert isinstance(extract_runtime, RuntimeChatModel) and isinstance(dream_runtime, RuntimeChatModel)
+    extract_model = extract_runtime._model()
     assert isinstance(extract_model, BedrockChatModel)
-    assert extract_model is container.dreaming._model._model()
+    assert extract_model is dream_runtime._model()
+    assert isinstance(container.recall, RecallService)
     assert isinstance(container.recall._reranker, BedrockReranker)
     container.close()
 
@@ -184,13 +191,15 @@ def test_cleanup_lambda_runs_the_real_cleanup_on_dynamodb(aws_env: dict[str, str
 
     runtime.set_container_factory(None)
     try:
-        store = runtime.get_container().store
+        built = runtime.get_container()
+        assert isinstance(built, Container)  # the one bootstrap builds, with its whole store
+        store = built.store
         old = Message(
             id="msg_old",
             namespace="default",
             role="user",
             content="hi",
-            created_at=runtime.get_container().clock.now() - timedelta(days=30),
+            created_at=built.clock.now() - timedelta(days=30),
         )
         store.insert_message(old)
         batch = json.loads((EVENTS / "sqs_cleanup_batch.json").read_text())

@@ -23,7 +23,7 @@ def _container(data_dir: Path, search: str):  # type: ignore[no-untyped-def]
     settings = Settings(
         data_dir=data_dir,
         keys_file=write_keys(data_dir / "keys.json"),
-        search=search,  # type: ignore[arg-type]
+        search=search,
         embedder="none",
     )
     return build_container(settings)

@@ -8,17 +8,29 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+from anthropic.types import MessageParam, ToolParam
 from engram.domain.models import Digest
 from engram.domain.wire.cache_markers import count_cache_control
 from engram.services.library.memories import MemoryWrite
+from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionToolUnionParam
 
 from tests.fakes.upstream import Reply, ToolCall, Usage
-from tests.integration.chat_support import ANTHROPIC_KEY, OWNER_KEY, UPSTREAM_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import (
+    ANTHROPIC_KEY,
+    OWNER_KEY,
+    UPSTREAM_KEY,
+    Gateway,
+    MakeGateway,
+    block_input,
+    block_text,
+    make_gateway,
+    upstream,
+)
 
 __all__ = ["make_gateway", "upstream"]
 
 SYSTEM = "You are Mira, a coding companion.\nToday's date: 2026-11-30\nAnswer briefly."
-TOOLS = [
+TOOLS: list[ToolParam] = [
     {"name": "read_file", "description": "read", "input_schema": {"type": "object", "properties": {}}},
     {"name": "grep", "description": "search", "input_schema": {"type": "object", "properties": {}}},
 ]
@@ -44,7 +56,7 @@ def _strip(value: Any) -> Any:
     return value
 
 
-def test_native_claude_gets_boot_anchor_tail_tool_markers_and_an_unmarked_patch(make_gateway) -> None:
+def test_native_claude_gets_boot_anchor_tail_tool_markers_and_an_unmarked_patch(make_gateway: MakeGateway) -> None:
     # Given Claude as the chat model and some memories
     gw = make_gateway(chat_model="claude-test", anthropic_cache_ttl="1h")
     _seed(gw)
@@ -70,7 +82,7 @@ def test_native_claude_gets_boot_anchor_tail_tool_markers_and_an_unmarked_patch(
         extra_headers={"anthropic-beta": "some-beta-2025"},
     )
     msg = raw.parse()
-    assert msg.content[0].text == "Use tools/ship.sh."
+    assert block_text(msg.content[0]) == "Use tools/ship.sh."
     assert raw.headers["x-engram-reason"] == "injected"
     req = gw.upstream.last("/v1/messages")
     body = req.json
@@ -97,18 +109,20 @@ def test_native_claude_gets_boot_anchor_tail_tool_markers_and_an_unmarked_patch(
     assert usage[0]["cache_write_tokens"] == 80 and usage[0]["input_tokens"] == 1000
 
 
-def test_two_consecutive_turns_produce_byte_identical_prefixes_up_to_the_previous_tail(make_gateway) -> None:
+def test_two_consecutive_turns_produce_byte_identical_prefixes_up_to_the_previous_tail(
+    make_gateway: MakeGateway,
+) -> None:
     # Given a conversation in which each turn recalls something different
     gw = make_gateway(chat_model="claude-test")
     _seed(gw)
     gw.container.memories.write("default", MemoryWrite(content="Lin's favourite crate is serde."))
     c = claude(gw)
-    turn2 = [
+    turn2: list[MessageParam] = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello"},
         {"role": "user", "content": "where is my deploy script?"},
     ]
-    turn3 = [
+    turn3: list[MessageParam] = [
         *turn2,
         {"role": "assistant", "content": "tools/ship.sh"},
         {"role": "user", "content": "and my favourite crate?"},
@@ -131,7 +145,7 @@ def test_two_consecutive_turns_produce_byte_identical_prefixes_up_to_the_previou
     assert count_cache_control(first) <= 4 and count_cache_control(second) <= 4
 
 
-def test_native_streaming_passes_thinking_text_and_tool_use(make_gateway) -> None:
+def test_native_streaming_passes_thinking_text_and_tool_use(make_gateway: MakeGateway) -> None:
     gw = make_gateway(chat_model="claude-test")
     gw.upstream.script(
         Reply(text="Let me look.", reasoning="need the file", tool_calls=(ToolCall("read_file", '{"path": "a.rs"}'),))
@@ -142,10 +156,10 @@ def test_native_streaming_passes_thinking_text_and_tool_use(make_gateway) -> Non
         final = stream.get_final_message()
     kinds = [b.type for b in final.content]
     assert kinds == ["thinking", "text", "tool_use"]
-    assert final.content[2].input == {"path": "a.rs"} and final.stop_reason == "tool_use"
+    assert block_input(final.content[2]) == {"path": "a.rs"} and final.stop_reason == "tool_use"
 
 
-def test_openai_client_talking_to_claude_is_converted_both_ways(make_gateway) -> None:
+def test_openai_client_talking_to_claude_is_converted_both_ways(make_gateway: MakeGateway) -> None:
     # Given Claude as the chat model and an OpenAI-wire client
     gw = make_gateway(chat_model="claude-test")
     gw.upstream.script(
@@ -157,7 +171,9 @@ def test_openai_client_talking_to_claude_is_converted_both_ways(make_gateway) ->
         )
     )
     oc = openai.OpenAI(base_url=gw.url + "/v1", api_key=OWNER_KEY, max_retries=0)
-    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    tools: list[ChatCompletionToolUnionParam] = [
+        {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+    ]
     # When asking without streaming
     out = oc.chat.completions.create(
         model="companion",
@@ -171,9 +187,13 @@ def test_openai_client_talking_to_claude_is_converted_both_ways(make_gateway) ->
     assert sent["tools"][0]["name"] == "weather" and "cache_control" in sent["tools"][0]
     message = out.choices[0].message
     assert message.content == "It is sunny."
-    assert message.model_extra["reasoning_content"] == "check weather"
-    assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+    assert message.model_extra is not None and message.model_extra["reasoning_content"] == "check weather"
+    assert message.tool_calls is not None
+    call = message.tool_calls[0]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+    assert json.loads(call.function.arguments) == {"city": "Oslo"}
     assert out.choices[0].finish_reason == "tool_calls"
+    assert out.usage is not None and out.usage.prompt_tokens_details is not None
     assert out.usage.prompt_tokens == 115 and out.usage.prompt_tokens_details.cached_tokens == 100
     # And streamed the same way, ending with [DONE]
     gw.upstream.script(Reply(text="Sunny all day.", reasoning="hmm", chunks=3))
@@ -197,7 +217,7 @@ def test_openai_client_talking_to_claude_is_converted_both_ways(make_gateway) ->
     assert raw.text.rstrip().endswith("data: [DONE]")
 
 
-def test_anthropic_client_talking_to_an_openai_compatible_model_is_converted(make_gateway) -> None:
+def test_anthropic_client_talking_to_an_openai_compatible_model_is_converted(make_gateway: MakeGateway) -> None:
     # Given an OpenAI-compatible chat model and an Anthropic-wire client (Claude Code with ANTHROPIC_BASE_URL)
     gw = make_gateway()
     _seed(gw)
@@ -232,12 +252,12 @@ def test_anthropic_client_talking_to_an_openai_compatible_model_is_converted(mak
         model="companion", max_tokens=64, tools=TOOLS, messages=[{"role": "user", "content": "go"}]
     ) as stream:
         final = stream.get_final_message()
-    assert final.content[0].text == "streamed reply"
-    assert final.content[1].input == {"q": "a"} and final.stop_reason == "tool_use"
+    assert block_text(final.content[0]) == "streamed reply"
+    assert block_input(final.content[1]) == {"q": "a"} and final.stop_reason == "tool_use"
     assert gw.upstream.last().json["stream_options"] == {"include_usage": True}
 
 
-def test_native_claude_exchange_is_stored(make_gateway) -> None:
+def test_native_claude_exchange_is_stored(make_gateway: MakeGateway) -> None:
     gw = make_gateway(chat_model="claude-test")
     gw.upstream.script(Reply(text="Noted.", chunks=2))
     with claude(gw).messages.stream(

@@ -11,24 +11,33 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam, TextBlockParam, ToolParam
 from botocore.exceptions import NoCredentialsError
 from engram.domain.models import Digest
 from engram.services.library.memories import MemoryWrite
+from openai.types.chat import (
+    ChatCompletionContentPartParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
 
 from tests.fakes.bedrock_runtime import BedrockReply, BedrockTool, FakeBedrockRuntime, wait_until
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, block_text, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
 MODEL = "bedrock/anthropic.claude-3-5-haiku-20241022-v1:0"
 MODEL_ID = "anthropic.claude-3-5-haiku-20241022-v1:0"
 AUTH = {"authorization": f"Bearer {OWNER_KEY}"}
-TOOLS = [
+TOOLS: list[ChatCompletionToolUnionParam] = [
     {
         "type": "function",
         "function": {
@@ -46,7 +55,7 @@ def bedrock() -> FakeBedrockRuntime:
 
 
 @pytest.fixture
-def gw(make_gateway, bedrock: FakeBedrockRuntime) -> Gateway:
+def gw(make_gateway: MakeGateway, bedrock: FakeBedrockRuntime) -> Gateway:
     gateway: Gateway = make_gateway(chat_model=MODEL, aws_region="us-east-1", bedrock_runtime=bedrock)
     return gateway
 
@@ -67,7 +76,7 @@ def seed(gw: Gateway) -> None:
     )
 
 
-def texts(blocks: list[dict]) -> str:
+def texts(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(b["text"] for b in blocks if "text" in b)
 
 
@@ -77,14 +86,19 @@ def stored(gw: Gateway) -> list[tuple[str, str]]:
 
 
 # -- OpenAI door --------------------------------------------------------------------------------------
-def test_openai_sdk_chat_goes_to_converse_with_memories_injected_and_is_stored_once(gw, bedrock) -> None:
+def test_openai_sdk_chat_goes_to_converse_with_memories_injected_and_is_stored_once(
+    gw: Gateway, bedrock: FakeBedrockRuntime
+) -> None:
     # Given memories and a Bedrock reply with cache usage
     seed(gw)
     usage = {"inputTokens": 20, "outputTokens": 6, "cacheReadInputTokens": 900, "cacheWriteInputTokens": 100}
     bedrock.script(BedrockReply(text="Your code is apple-star-0428.", usage=usage))
     # When the openai SDK asks the alias with a system prompt holding a clock line
     system = "You are Mira.\nCurrent time: 2026-11-30 10:32"
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": "what is my test code?"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "what is my test code?"},
+    ]
     raw = oai(gw).chat.completions.with_raw_response.create(model="companion", messages=messages, max_tokens=200)
     completion = raw.parse()
     # Then Converse got the model id without the prefix, the boot block in system, the patch in the user turn
@@ -99,7 +113,9 @@ def test_openai_sdk_chat_goes_to_converse_with_memories_injected_and_is_stored_o
     # And the answer and usage (cached tokens included) come back on the OpenAI wire
     assert completion.choices[0].message.content == "Your code is apple-star-0428."
     assert completion.choices[0].finish_reason == "stop"
-    assert completion.usage.prompt_tokens == 1020 and completion.usage.prompt_tokens_details.cached_tokens == 900
+    reported = completion.usage
+    assert reported is not None and reported.prompt_tokens_details is not None
+    assert reported.prompt_tokens == 1020 and reported.prompt_tokens_details.cached_tokens == 900
     # And the exchange is stored once, a retry is not stored again, and usage is logged per model
     oai(gw).chat.completions.create(model="companion", messages=messages, max_tokens=200)
     assert stored(gw) == [("user", "what is my test code?"), ("assistant", "Your code is apple-star-0428.")]
@@ -107,7 +123,9 @@ def test_openai_sdk_chat_goes_to_converse_with_memories_injected_and_is_stored_o
     assert rows[0]["model"] == MODEL and rows[0]["cache_read_tokens"] >= 900 and rows[0]["cache_write_tokens"] >= 100
 
 
-def test_openai_sdk_streaming_passes_pieces_as_they_arrive_and_ends_with_done(gw, bedrock) -> None:
+def test_openai_sdk_streaming_passes_pieces_as_they_arrive_and_ends_with_done(
+    gw: Gateway, bedrock: FakeBedrockRuntime
+) -> None:
     # Given a Bedrock stream of 4 pieces 0.25 s apart
     bedrock.script(BedrockReply(text="abcdefgh", chunks=4, chunk_delay=0.25))
     # When streaming through the SDK
@@ -143,18 +161,21 @@ def test_openai_sdk_streaming_passes_pieces_as_they_arrive_and_ends_with_done(gw
     assert ("assistant", "abcdefgh") in rows and ("user", "hi again") in rows
 
 
-def test_tool_calls_round_trip_streaming_and_not(gw, bedrock) -> None:
+def test_tool_calls_round_trip_streaming_and_not(gw: Gateway, bedrock: FakeBedrockRuntime) -> None:
     # Given Bedrock asking for a tool, whole and streamed
     tool = BedrockTool("get_weather", '{"city": "Lyon"}', id="tooluse_abc")
     bedrock.script(BedrockReply(text="", tools=(tool,)), BedrockReply(text="Let me check.", tools=(tool,)))
     c = oai(gw)
-    ask = [{"role": "user", "content": "weather in Lyon?"}]
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "weather in Lyon?"}]
     # When the client offers a tool
     whole = c.chat.completions.create(model="companion", messages=ask, tools=TOOLS, tool_choice="auto")
     # Then Converse got the tool config and the client gets an OpenAI tool call
     spec = bedrock.last["toolConfig"]
     assert spec["tools"][0]["toolSpec"]["name"] == "get_weather" and spec["toolChoice"] == {"auto": {}}
-    call = whole.choices[0].message.tool_calls[0]
+    tool_calls = whole.choices[0].message.tool_calls
+    assert tool_calls is not None
+    call = tool_calls[0]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert (call.id, call.function.name, json.loads(call.function.arguments)) == (
         "tooluse_abc",
         "get_weather",
@@ -162,7 +183,7 @@ def test_tool_calls_round_trip_streaming_and_not(gw, bedrock) -> None:
     )
     assert whole.choices[0].finish_reason == "tool_calls"
     # And streamed, the call arrives as a head plus argument pieces
-    calls: dict[int, dict] = {}
+    calls: dict[int, dict[str, Any]] = {}
     finish = None
     for chunk in c.chat.completions.create(model="companion", messages=ask, tools=TOOLS, stream=True):
         for choice in chunk.choices:
@@ -175,9 +196,19 @@ def test_tool_calls_round_trip_streaming_and_not(gw, bedrock) -> None:
     assert finish == "tool_calls"
     # When the client sends the tool result back
     bedrock.script(BedrockReply(text="It is sunny in Lyon."))
-    follow = [
+    follow: list[ChatCompletionMessageParam] = [
         *ask,
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": call.function.arguments},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "tooluse_abc", "content": '{"sky": "sunny"}'},
     ]
     answer = c.chat.completions.create(model="companion", messages=follow, tools=TOOLS)
@@ -191,11 +222,16 @@ def test_tool_calls_round_trip_streaming_and_not(gw, bedrock) -> None:
     assert answer.choices[0].message.content == "It is sunny in Lyon."
 
 
-def test_an_image_goes_to_a_bedrock_vision_model_as_bytes(make_gateway, bedrock) -> None:
+def test_an_image_goes_to_a_bedrock_vision_model_as_bytes(
+    make_gateway: MakeGateway, bedrock: FakeBedrockRuntime
+) -> None:
     # Given a Bedrock vision model
     gw = make_gateway(chat_model=MODEL, vision_model="bedrock/amazon.nova-lite-v1:0", bedrock_runtime=bedrock)
     png = b"\x89PNG\r\n\x1a\nnot-really"
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
+    image: ChatCompletionContentPartParam = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()},
+    }
     # When a picture is sent to the alias
     oai(gw).chat.completions.create(
         model="companion", messages=[{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
@@ -207,7 +243,7 @@ def test_an_image_goes_to_a_bedrock_vision_model_as_bytes(make_gateway, bedrock)
 
 
 # -- Anthropic door -----------------------------------------------------------------------------------
-def test_anthropic_sdk_chat_through_bedrock_with_memories(gw, bedrock) -> None:
+def test_anthropic_sdk_chat_through_bedrock_with_memories(gw: Gateway, bedrock: FakeBedrockRuntime) -> None:
     # Given memories and a Bedrock reply
     seed(gw)
     bedrock.script(
@@ -226,17 +262,19 @@ def test_anthropic_sdk_chat_through_bedrock_with_memories(gw, bedrock) -> None:
     assert "apple-star-0428" in texts(request["messages"][-1]["content"])
     assert request["inferenceConfig"]["maxTokens"] == 100
     # And the reply comes back on the Anthropic wire with cache usage split out
-    assert message.content[0].text == "apple-star-0428" and message.stop_reason == "end_turn"
+    assert block_text(message.content[0]) == "apple-star-0428" and message.stop_reason == "end_turn"
     assert message.usage.input_tokens == 30 and message.usage.cache_read_input_tokens == 50
     assert stored(gw) == [("user", "what is my test code?"), ("assistant", "apple-star-0428")]
 
 
-def test_anthropic_sdk_streaming_text_and_tool_use(gw, bedrock) -> None:
+def test_anthropic_sdk_streaming_text_and_tool_use(gw: Gateway, bedrock: FakeBedrockRuntime) -> None:
     # Given a streamed Bedrock answer with text and a tool call
     tool = BedrockTool("get_weather", '{"city": "Oslo"}', id="tooluse_o")
     bedrock.script(BedrockReply(text="Checking the weather.", tools=(tool,), chunks=3))
     # When the anthropic SDK streams with a tool offered
-    tools = [{"name": "get_weather", "description": "w", "input_schema": {"type": "object", "properties": {}}}]
+    tools: list[ToolParam] = [
+        {"name": "get_weather", "description": "w", "input_schema": {"type": "object", "properties": {}}}
+    ]
     with claude(gw).messages.stream(
         model="companion", max_tokens=100, tools=tools, messages=[{"role": "user", "content": "weather in Oslo?"}]
     ) as stream:
@@ -255,27 +293,37 @@ def test_anthropic_sdk_streaming_text_and_tool_use(gw, bedrock) -> None:
 POINT = {"cachePoint": {"type": "default"}}
 
 
-def points(request: dict) -> int:
+def points(request: dict[str, Any]) -> int:
     blocks = [*(request.get("toolConfig") or {}).get("tools", []), *request.get("system", [])]
     blocks += [b for m in request["messages"] for b in m["content"]]
     return sum(1 for b in blocks if "cachePoint" in b)
 
 
-def unpointed(messages: list[dict]) -> str:
+def unpointed(messages: list[dict[str, Any]]) -> str:
     return json.dumps([[b for b in m["content"] if "cachePoint" not in b] for m in messages], sort_keys=True)
 
 
-def test_claude_on_bedrock_gets_cache_points_and_consecutive_turns_share_the_prefix(gw, bedrock) -> None:
+def test_claude_on_bedrock_gets_cache_points_and_consecutive_turns_share_the_prefix(
+    gw: Gateway, bedrock: FakeBedrockRuntime
+) -> None:
     # Given memories, and Bedrock answering turn 2 with a cache write and turn 3 (streamed) with a cache read
     seed(gw)
     bedrock.script(
         BedrockReply(text="r2", usage={"inputTokens": 10, "outputTokens": 2, "cacheWriteInputTokens": 2000}),
         BedrockReply(text="r3", usage={"inputTokens": 12, "outputTokens": 2, "cacheReadInputTokens": 2000}),
     )
-    system = {"role": "system", "content": "You are Mira.\nCurrent time: 2026-11-30 10:32"}
-    t2 = [system, {"role": "user", "content": "one"}, {"role": "assistant", "content": "r1"}]
+    system: ChatCompletionMessageParam = {"role": "system", "content": "You are Mira.\nCurrent time: 2026-11-30 10:32"}
+    t2: list[ChatCompletionMessageParam] = [
+        system,
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "r1"},
+    ]
     t2.append({"role": "user", "content": "what is my test code?"})
-    t3 = [*t2, {"role": "assistant", "content": "r2"}, {"role": "user", "content": "and my name?"}]
+    t3: list[ChatCompletionMessageParam] = [
+        *t2,
+        {"role": "assistant", "content": "r2"},
+        {"role": "user", "content": "and my name?"},
+    ]
     # When the openai SDK sends turn 2 whole and turn 3 streamed, with tools
     c = oai(gw)
     c.chat.completions.create(model="companion", messages=t2, tools=TOOLS)
@@ -300,10 +348,12 @@ def test_claude_on_bedrock_gets_cache_points_and_consecutive_turns_share_the_pre
     assert rows[0]["cache_write_tokens"] == 2000 and rows[0]["cache_read_tokens"] == 2000
 
 
-def test_anthropic_sdk_to_claude_on_bedrock_gets_our_cache_points_not_the_clients(gw, bedrock) -> None:
+def test_anthropic_sdk_to_claude_on_bedrock_gets_our_cache_points_not_the_clients(
+    gw: Gateway, bedrock: FakeBedrockRuntime
+) -> None:
     # Given a client that marks its own system prompt (Claude Code does)
-    system = [{"type": "text", "text": "You are Mira.", "cache_control": {"type": "ephemeral"}}]
-    messages = [
+    system: list[TextBlockParam] = [{"type": "text", "text": "You are Mira.", "cache_control": {"type": "ephemeral"}}]
+    messages: list[MessageParam] = [
         {"role": "user", "content": "one"},
         {"role": "assistant", "content": "r1"},
         {"role": "user", "content": "two"},
@@ -326,11 +376,13 @@ def test_anthropic_sdk_to_claude_on_bedrock_gets_our_cache_points_not_the_client
         ({"chat_model": "bedrock/meta.llama3-3-70b-instruct-v1:0"}, None),
     ],
 )
-def test_cache_points_follow_the_settings_and_only_claude_gets_them(make_gateway, bedrock, overrides, expected):
+def test_cache_points_follow_the_settings_and_only_claude_gets_them(
+    make_gateway: MakeGateway, bedrock: FakeBedrockRuntime, overrides: dict[str, Any], expected: dict[str, Any] | None
+) -> None:
     # Given a gateway with a TTL of 1h, caching off, or a model that is not Claude
     gw = make_gateway(**{"chat_model": MODEL, "aws_region": "us-east-1", **overrides}, bedrock_runtime=bedrock)
     # When a second turn is sent
-    messages = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": "You are Mira."},
         {"role": "user", "content": "one"},
         {"role": "assistant", "content": "r1"},
@@ -347,8 +399,8 @@ def test_cache_points_follow_the_settings_and_only_claude_gets_them(make_gateway
 
 
 # -- failures -----------------------------------------------------------------------------------------
-def test_bedrock_errors_map_to_statuses_on_both_wires(gw, bedrock) -> None:
-    msgs = [{"role": "user", "content": "hi"}]
+def test_bedrock_errors_map_to_statuses_on_both_wires(gw: Gateway, bedrock: FakeBedrockRuntime) -> None:
+    msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     # Given Bedrock throttling, rejecting the request, and denying access
     bedrock.script(
         BedrockReply(error_code="ThrottlingException", error_status=429),
@@ -362,20 +414,24 @@ def test_bedrock_errors_map_to_statuses_on_both_wires(gw, bedrock) -> None:
         c.chat.completions.create(model="companion", messages=msgs)
     with pytest.raises(openai.BadRequestError) as bad:
         c.chat.completions.create(model="companion", messages=msgs, stream=True)
-    assert "maxTokens exceeds the model limit" in bad.value.body["message"]
-    assert bad.value.body["type"] == "invalid_request_error"
+    body = bad.value.body
+    assert isinstance(body, dict)
+    assert "maxTokens exceeds the model limit" in body["message"]
+    assert body["type"] == "invalid_request_error"
     with pytest.raises(openai.PermissionDeniedError) as denied:
         c.chat.completions.create(model="companion", messages=msgs)
     assert "no model access" in str(denied.value)
     # And the anthropic SDK sees the throttle as a rate limit error
     with pytest.raises(anthropic.RateLimitError):
-        claude(gw).messages.create(model="companion", max_tokens=10, messages=msgs)
+        claude(gw).messages.create(model="companion", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     # And the user's turn was kept once (the same turn each time), with the last error noted
     (turn,) = gw.store.list_messages("default")
     assert (turn.role, turn.content) == ("user", "hi") and turn.error and turn.error.startswith("upstream_")
 
 
-def test_an_error_in_the_middle_of_the_stream_becomes_an_sse_error_event(gw, bedrock) -> None:
+def test_an_error_in_the_middle_of_the_stream_becomes_an_sse_error_event(
+    gw: Gateway, bedrock: FakeBedrockRuntime
+) -> None:
     # Given a stream that fails after three events
     bedrock.script(
         BedrockReply(text="abcdef", chunks=6, stream_error_after=3),
@@ -395,7 +451,7 @@ def test_an_error_in_the_middle_of_the_stream_becomes_an_sse_error_event(gw, bed
     assert (turn.role, turn.content) == ("user", "hi") and "ModelStreamErrorException" in (turn.error or "")
 
 
-def test_client_disconnect_closes_the_bedrock_stream(gw, bedrock) -> None:
+def test_client_disconnect_closes_the_bedrock_stream(gw: Gateway, bedrock: FakeBedrockRuntime) -> None:
     # Given a slow stream of 20 pieces
     bedrock.script(BedrockReply(text="x" * 20, chunks=20, chunk_delay=0.2))
     body = {"model": "companion", "stream": True, "messages": [{"role": "user", "content": "long story"}]}
@@ -411,7 +467,9 @@ def test_client_disconnect_closes_the_bedrock_stream(gw, bedrock) -> None:
     assert stream.delivered < 10
 
 
-def test_without_aws_region_or_credentials_the_error_names_the_setting(make_gateway, monkeypatch, tmp_path) -> None:
+def test_without_aws_region_or_credentials_the_error_names_the_setting(
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # Given no region anywhere (setting, environment, AWS config file)
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
@@ -423,7 +481,9 @@ def test_without_aws_region_or_credentials_the_error_names_the_setting(make_gate
     assert info.value.status_code == 503 and "ENGRAM_AWS_REGION" in str(info.value)
 
 
-def test_missing_credentials_answer_503_naming_what_to_set(gw, bedrock, monkeypatch) -> None:
+def test_missing_credentials_answer_503_naming_what_to_set(
+    gw: Gateway, bedrock: FakeBedrockRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a region but no credentials (boto3 raises NoCredentialsError at the call)
     def no_credentials(**_: object) -> None:
         raise NoCredentialsError()

@@ -12,7 +12,7 @@ from engram.domain.models import MemoryFilter
 from engram.services.library.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -51,7 +51,7 @@ def _post(gw: Gateway, path: str, body: dict[str, Any], thread: str) -> httpx.Re
     return httpx.post(gw.url + path, json=body, headers=headers, timeout=10)
 
 
-def test_claude_code_turn_is_stored_remembered_and_recalled(make_gateway) -> None:
+def test_claude_code_turn_is_stored_remembered_and_recalled(make_gateway: MakeGateway) -> None:
     gw = make_gateway(chat_model="claude-test")
     gw.container.memories.write("default", MemoryWrite(content="Lin's favourite city is Lisbon in October light."))
     # When Claude Code says "remember: ..." with its scaffolding and trailing system message
@@ -79,7 +79,7 @@ def test_claude_code_turn_is_stored_remembered_and_recalled(make_gateway) -> Non
     assert "cache_control" in sent["tools"][-1] and "cache_control" in sent["system"][-1]
 
 
-def test_openai_turn_with_a_trailing_developer_message_is_stored(make_gateway) -> None:
+def test_openai_turn_with_a_trailing_developer_message_is_stored(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.upstream.script(Reply(text="Blue it is."))
     body = {
@@ -104,7 +104,7 @@ def test_openai_turn_with_a_trailing_developer_message_is_stored(make_gateway) -
     assert sent["messages"][-1] == {"role": "developer", "content": "Answer in one line."}
 
 
-def test_head_and_get_root_answer(make_gateway) -> None:
+def test_head_and_get_root_answer(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     head = httpx.head(gw.url + "/", timeout=5)
     assert head.status_code == 200 and head.content == b""

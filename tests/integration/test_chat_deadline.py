@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
-from engram.domain.models import MemoryFilter
+from engram.domain.models import MemoryFilter, Message
 from engram.services.library.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -45,7 +45,7 @@ def _sent(gw: Gateway) -> str:
     return json.dumps(gw.upstream.last().json, ensure_ascii=False)
 
 
-def _messages(gw: Gateway) -> list[Any]:
+def _messages(gw: Gateway) -> list[Message]:
     return gw.store.list_messages("default", limit=100)
 
 
@@ -54,7 +54,9 @@ def _memories(gw: Gateway) -> list[str]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_a_recall_past_the_deadline_leaves_the_turn_going_with_what_is_ready(make_gateway, stream: bool) -> None:
+def test_a_recall_past_the_deadline_leaves_the_turn_going_with_what_is_ready(
+    make_gateway: MakeGateway, stream: bool
+) -> None:
     # Given a pinned memory (the boot block) and a recall that takes far longer than the turn's deadline
     gw = make_gateway(chat_context_deadline_seconds=0.3)
     gw.container.memories.write("default", MemoryWrite(content="Pinned fact: Lin ships on Fridays.", pinned=True))
@@ -78,7 +80,7 @@ def test_a_recall_past_the_deadline_leaves_the_turn_going_with_what_is_ready(mak
     assert [m.role for m in _messages(gw)] == ["user", "assistant"]
 
 
-def test_the_memories_a_turn_injects_are_recorded_before_its_last_byte(make_gateway) -> None:
+def test_the_memories_a_turn_injects_are_recorded_before_its_last_byte(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.container.memories.write("default", MemoryWrite(content="The deploy script is deploy.sh"))
     resp = _chat(gw, "which deploy script do I use?")
@@ -90,7 +92,7 @@ def test_the_memories_a_turn_injects_are_recorded_before_its_last_byte(make_gate
 
 
 def test_a_reminder_claim_that_lands_after_the_deadline_is_released_for_the_next_turn(
-    make_gateway, monkeypatch: pytest.MonkeyPatch
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a due reminder and a reminder claim that takes longer than the turn's deadline
     gw = make_gateway(chat_context_deadline_seconds=0.3)
@@ -116,7 +118,9 @@ def test_a_reminder_claim_that_lands_after_the_deadline_is_released_for_the_next
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_no_memory_failure_breaks_a_chat(make_gateway, monkeypatch: pytest.MonkeyPatch, stream: bool) -> None:
+def test_no_memory_failure_breaks_a_chat(
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
     # Given every memory part of a turn failing: recall, boot block, reminders, past conversations,
     # the injection record, the explicit "remember ...", the stored exchange
     gw = make_gateway(recall_fails=True)
@@ -139,7 +143,7 @@ def test_no_memory_failure_breaks_a_chat(make_gateway, monkeypatch: pytest.Monke
 
 
 def test_a_bug_after_a_write_started_still_awaits_the_write_before_the_response(
-    make_gateway, monkeypatch: pytest.MonkeyPatch
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a slow "remember ..." write and an upstream adapter that fails with a bug (not an EngramError)
     gw = make_gateway()
@@ -168,7 +172,7 @@ def test_a_bug_after_a_write_started_still_awaits_the_write_before_the_response(
     assert user.role == "user" and user.error is not None and user.error.startswith("internal_error")
 
 
-def test_memory_off_makes_the_turn_a_plain_proxy(make_gateway) -> None:
+def test_memory_off_makes_the_turn_a_plain_proxy(make_gateway: MakeGateway) -> None:
     # Given memories, and a due reminder
     gw = make_gateway()
     gw.container.memories.write("default", MemoryWrite(content="Pinned fact: Lin ships on Fridays.", pinned=True))

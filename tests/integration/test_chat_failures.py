@@ -4,16 +4,18 @@ nothing configured, missing scope, client disconnect. Driven by the `openai`/`an
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam
 from engram.domain.models import MemoryFilter
 from engram.services.library.memories import MemoryWrite
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 from tests.servers import free_port
 
 __all__ = ["make_gateway", "upstream"]
@@ -31,7 +33,7 @@ def _chat(gw: Gateway, *, stream: bool = False, content: str = "hi") -> httpx.Re
     return httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=10)
 
 
-def test_upstream_error_status_and_body_are_passed_through(make_gateway) -> None:
+def test_upstream_error_status_and_body_are_passed_through(make_gateway: MakeGateway) -> None:
     # Given an upstream that answers 429 with its own body
     gw = make_gateway()
     body = {"error": {"message": "slow down, provider quota", "type": "rate_limit", "code": "quota"}}
@@ -48,7 +50,7 @@ def test_upstream_error_status_and_body_are_passed_through(make_gateway) -> None
     assert resp.status_code == 400 and resp.json() == body
 
 
-def test_unreachable_upstream_is_502_and_timeout_is_504(make_gateway) -> None:
+def test_unreachable_upstream_is_502_and_timeout_is_504(make_gateway: MakeGateway) -> None:
     # Given nothing listening at the upstream URL
     gw = make_gateway(upstream_base_url=f"http://127.0.0.1:{free_port()}/v1")
     with pytest.raises(openai.APIStatusError) as info:
@@ -66,7 +68,7 @@ def test_unreachable_upstream_is_502_and_timeout_is_504(make_gateway) -> None:
     assert _chat(slow, stream=True).status_code == 504
 
 
-def test_slow_stream_sends_keepalives_then_an_sse_error_on_timeout(make_gateway) -> None:
+def test_slow_stream_sends_keepalives_then_an_sse_error_on_timeout(make_gateway: MakeGateway) -> None:
     # Given an upstream that hangs longer than the keep-alive interval and then times out
     gw = make_gateway(chat_keepalive_seconds=0.1, upstream_timeout=0.6)
     gw.upstream.script(Reply(hang=5))
@@ -82,7 +84,7 @@ def test_slow_stream_sends_keepalives_then_an_sse_error_on_timeout(make_gateway)
     assert text.rstrip().endswith("data: [DONE]")
 
 
-def test_slow_upstream_gets_keepalives_then_streams_normally(make_gateway) -> None:
+def test_slow_upstream_gets_keepalives_then_streams_normally(make_gateway: MakeGateway) -> None:
     gw = make_gateway(chat_keepalive_seconds=0.1)
     gw.upstream.script(Reply(text="late but fine", first_byte_delay=0.35))
     pieces = [
@@ -95,7 +97,7 @@ def test_slow_upstream_gets_keepalives_then_streams_normally(make_gateway) -> No
     assert "".join(pieces) == "late but fine"
 
 
-def test_error_after_streaming_began_is_an_sse_error_event(make_gateway) -> None:
+def test_error_after_streaming_began_is_an_sse_error_event(make_gateway: MakeGateway) -> None:
     # Given an upstream that drops the connection after a few chunks
     gw = make_gateway()
     gw.upstream.script(Reply(text="abcdefgh", chunks=8, drop_after=4))
@@ -115,17 +117,17 @@ def test_error_after_streaming_began_is_an_sse_error_event(make_gateway) -> None
     assert turn.error is not None and turn.error.startswith("upstream_unavailable: ")
 
 
-def test_anthropic_client_sees_an_error_event_after_streaming_began(make_gateway) -> None:
+def test_anthropic_client_sees_an_error_event_after_streaming_began(make_gateway: MakeGateway) -> None:
     gw = make_gateway(chat_model="claude-test")
     gw.upstream.script(Reply(text="abcdefgh", chunks=8, drop_after=6))
     c = anthropic.Anthropic(base_url=gw.url, api_key=OWNER_KEY, max_retries=0)
-    msgs = [{"role": "user", "content": "x"}]
+    msgs: list[MessageParam] = [{"role": "user", "content": "x"}]
     with pytest.raises(anthropic.APIError), c.messages.stream(model="companion", max_tokens=50, messages=msgs) as s:
         for _ in s.text_stream:
             pass
 
 
-def test_recall_failure_never_fails_the_chat(make_gateway) -> None:
+def test_recall_failure_never_fails_the_chat(make_gateway: MakeGateway) -> None:
     # Given recall that raises
     gw = make_gateway(recall_fails=True)
     gw.container.memories.write("default", MemoryWrite(content="Pinned fact.", pinned=True))
@@ -137,7 +139,7 @@ def test_recall_failure_never_fails_the_chat(make_gateway) -> None:
     assert "Pinned fact." in gw.upstream.last().json["messages"][0]["content"]
 
 
-def test_injection_reasons(make_gateway) -> None:
+def test_injection_reasons(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     # no memories at all -> no_content, nothing injected
     r = _chat(gw, content="hello")
@@ -171,7 +173,7 @@ def test_injection_reasons(make_gateway) -> None:
     assert _chat(off).headers["x-engram-reason"] == "disabled"
 
 
-def test_no_upstream_configured_is_503_naming_the_setting_and_the_rest_works(make_gateway) -> None:
+def test_no_upstream_configured_is_503_naming_the_setting_and_the_rest_works(make_gateway: MakeGateway) -> None:
     # Given no upstream at all
     gw = make_gateway(upstream_base_url="", anthropic_base_url="")
     # When chatting, Then 503 says which setting to set
@@ -190,7 +192,7 @@ def test_no_upstream_configured_is_503_naming_the_setting_and_the_rest_works(mak
     assert gw.store.list_memories("default", MemoryFilter()).items
 
 
-def test_missing_scope_and_missing_key(make_gateway, tmp_path) -> None:
+def test_missing_scope_and_missing_key(make_gateway: MakeGateway, tmp_path: Path) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps([{"key": "ek-reader-only-1", "namespace": "default", "scopes": ["memory:read"]}]))
     gw = make_gateway(keys_file=keys)
@@ -203,7 +205,7 @@ def test_missing_scope_and_missing_key(make_gateway, tmp_path) -> None:
     assert gw.upstream.requests == []
 
 
-def test_client_disconnect_cancels_the_upstream(make_gateway) -> None:
+def test_client_disconnect_cancels_the_upstream(make_gateway: MakeGateway) -> None:
     # Given a long, slow upstream stream
     gw = make_gateway()
     gw.upstream.script(Reply(text="x" * 40, chunks=40, chunk_delay=0.1))
@@ -222,7 +224,7 @@ def test_client_disconnect_cancels_the_upstream(make_gateway) -> None:
     ]
 
 
-def test_a_failed_turn_is_kept_and_its_retry_is_not_stored_twice(make_gateway) -> None:
+def test_a_failed_turn_is_kept_and_its_retry_is_not_stored_twice(make_gateway: MakeGateway) -> None:
     # Given an upstream that fails twice, then answers
     gw = make_gateway()
     gw.upstream.script(

@@ -9,9 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from engram.domain.models import Message
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -27,19 +28,21 @@ def body(door: str, text: str, *, stream: bool) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("door", list(DOORS))
-def test_the_stream_flows_while_the_write_waits_and_only_the_end_is_held(make_gateway, door: str) -> None:
+def test_the_stream_flows_while_the_write_waits_and_only_the_end_is_held(
+    make_gateway: MakeGateway, door: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a store whose message write blocks until released
     gw: Gateway = make_gateway()
     gw.upstream.script(Reply(text="aaabbbcccddd", chunks=4))
     release, writing = threading.Event(), threading.Event()
     real_insert = gw.store.insert_message
 
-    def slow_insert(message: Any) -> Any:
+    def slow_insert(message: Message) -> tuple[Message, bool]:
         writing.set()
         assert release.wait(10)
         return real_insert(message)
 
-    gw.store.insert_message = slow_insert
+    monkeypatch.setattr(gw.store, "insert_message", slow_insert)
     received: list[bytes] = []
 
     def read() -> None:
@@ -67,7 +70,9 @@ def test_the_stream_flows_while_the_write_waits_and_only_the_end_is_held(make_ga
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("door", list(DOORS))
-def test_a_failing_write_is_logged_and_the_answer_still_arrives(make_gateway, caplog, door: str, stream: bool) -> None:
+def test_a_failing_write_is_logged_and_the_answer_still_arrives(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture, door: str, stream: bool
+) -> None:
     # Given a store that cannot write messages, usage or memories
     gw: Gateway = make_gateway()
     gw.upstream.script(Reply(text="still here", chunks=2))

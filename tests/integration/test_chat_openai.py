@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import httpx
 import openai
 import pytest
-from engram.domain.models import Digest, MemoryFilter
+from engram.domain.models import Digest, Memory, MemoryFilter
 from engram.services.library.memories import MemoryWrite
+from openai.types.chat import (
+    ChatCompletionContentPartParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
 
 from tests.fakes.upstream import Reply, ToolCall, Usage
-from tests.integration.chat_support import OWNER_KEY, UPSTREAM_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, UPSTREAM_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
 AUTH = {"authorization": f"Bearer {OWNER_KEY}"}
 
 
-def memories(gw: Gateway) -> list:
+def memories(gw: Gateway) -> list[Memory]:
     return gw.store.list_memories("default", MemoryFilter()).items
 
 
@@ -27,7 +34,7 @@ def client(gw: Gateway) -> openai.OpenAI:
     return openai.OpenAI(base_url=gw.url + "/v1", api_key=OWNER_KEY, max_retries=0, timeout=10)
 
 
-def test_non_streaming_chat_goes_to_the_chat_model_with_the_gateway_key(make_gateway) -> None:
+def test_non_streaming_chat_goes_to_the_chat_model_with_the_gateway_key(make_gateway: MakeGateway) -> None:
     # Given a gateway whose alias maps to fake-chat
     gw = make_gateway()
     gw.upstream.script(Reply(text="Hi Lin!", usage=Usage(input=30, output=4, cache_read=20)))
@@ -47,7 +54,7 @@ def test_non_streaming_chat_goes_to_the_chat_model_with_the_gateway_key(make_gat
     assert UPSTREAM_KEY not in raw.http_response.text and UPSTREAM_KEY not in str(raw.headers)
 
 
-def test_streaming_passes_chunks_on_as_they_arrive_and_ends_with_done(make_gateway) -> None:
+def test_streaming_passes_chunks_on_as_they_arrive_and_ends_with_done(make_gateway: MakeGateway) -> None:
     # Given an upstream that streams 4 pieces 0.25 s apart
     gw = make_gateway()
     gw.upstream.script(Reply(text="abcdefgh", chunks=4, chunk_delay=0.25))
@@ -73,7 +80,7 @@ def test_streaming_passes_chunks_on_as_they_arrive_and_ends_with_done(make_gatew
     assert gw.upstream.last().json["stream_options"] == {"include_usage": True}
 
 
-def test_stream_with_usage_requested_passes_the_usage_chunk(make_gateway) -> None:
+def test_stream_with_usage_requested_passes_the_usage_chunk(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.upstream.script(Reply(text="ok", usage=Usage(input=50, output=2, cache_read=40)))
     chunks = list(
@@ -84,10 +91,12 @@ def test_stream_with_usage_requested_passes_the_usage_chunk(make_gateway) -> Non
             stream_options={"include_usage": True},
         )
     )
-    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens_details.cached_tokens == 40
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 40
 
 
-def test_memories_are_injected_in_stable_and_per_turn_places(make_gateway) -> None:
+def test_memories_are_injected_in_stable_and_per_turn_places(make_gateway: MakeGateway) -> None:
     # Given a pinned memory, a digest and a searchable fact
     gw = make_gateway()
     ns = "default"
@@ -116,7 +125,7 @@ def test_memories_are_injected_in_stable_and_per_turn_places(make_gateway) -> No
     assert "name is Lin" not in sent[-1]["content"]
 
 
-def test_explicit_remember_is_stored_at_once_and_recalled_in_a_new_conversation(make_gateway) -> None:
+def test_explicit_remember_is_stored_at_once_and_recalled_in_a_new_conversation(make_gateway: MakeGateway) -> None:
     # Given a user who asks the model to remember a code
     gw = make_gateway()
     c = client(gw)
@@ -137,7 +146,7 @@ def test_explicit_remember_is_stored_at_once_and_recalled_in_a_new_conversation(
     assert "apple-star-0428" in gw.upstream.last().json["messages"][-1]["content"]
 
 
-def test_chinese_remember_and_questions_are_told_apart(make_gateway) -> None:
+def test_chinese_remember_and_questions_are_told_apart(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     c = client(gw)
     c.chat.completions.create(model="companion", messages=[{"role": "user", "content": "记住：我的猫叫小米"}])
@@ -145,12 +154,15 @@ def test_chinese_remember_and_questions_are_told_apart(make_gateway) -> None:
     assert [m.content for m in memories(gw)] == ["我的猫叫小米"]
 
 
-def test_exchange_is_stored_once_and_a_retry_is_not_stored_twice(make_gateway) -> None:
+def test_exchange_is_stored_once_and_a_retry_is_not_stored_twice(make_gateway: MakeGateway) -> None:
     # Given one exchange, retried by the client with the same history
     gw = make_gateway()
     c = client(gw)
-    history = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"}]
-    msgs = [*history, {"role": "user", "content": "tell me a joke"}]
+    history: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    msgs: list[ChatCompletionMessageParam] = [*history, {"role": "user", "content": "tell me a joke"}]
     gw.upstream.script(Reply(text="A joke.", usage=Usage(input=100, output=5, cache_read=60, cache_write=10)))
     c.chat.completions.create(model="companion", messages=msgs)
     gw.upstream.script(Reply(text="Another joke.", usage=Usage(input=100, output=6, cache_read=90)))
@@ -176,11 +188,14 @@ def test_exchange_is_stored_once_and_a_retry_is_not_stored_twice(make_gateway) -
     assert [t["thread"] for t in usage["threads"]] == [rows[0].conversation_id]
 
 
-def test_guide_dog_uses_the_vision_model_and_stores_nothing(make_gateway) -> None:
+def test_guide_dog_uses_the_vision_model_and_stores_nothing(make_gateway: MakeGateway) -> None:
     # Given a memory that would match
     gw = make_gateway()
     gw.container.memories.write("default", MemoryWrite(content="remember the picture of the cat"))
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    image: ChatCompletionContentPartParam = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
+    }
     # When a picture is sent to guide-dog, even with a remember request
     g = openai.OpenAI(base_url=gw.url + "/v1/guide-dog", api_key=OWNER_KEY, max_retries=0)
     raw = g.chat.completions.with_raw_response.create(
@@ -198,10 +213,13 @@ def test_guide_dog_uses_the_vision_model_and_stores_nothing(make_gateway) -> Non
     assert len(memories(gw)) == 1
 
 
-def test_routing_images_to_vision_and_unknown_models(make_gateway) -> None:
+def test_routing_images_to_vision_and_unknown_models(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     c = client(gw)
-    image = {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}}
+    image: ChatCompletionContentPartParam = {
+        "type": "image_url",
+        "image_url": {"url": "https://example.invalid/cat.png"},
+    }
     # Given an image sent to the alias, Then it goes to the vision model
     c.chat.completions.create(model="companion", messages=[{"role": "user", "content": [image]}])
     assert gw.upstream.last().json["model"] == "fake-vision"
@@ -217,7 +235,7 @@ def test_routing_images_to_vision_and_unknown_models(make_gateway) -> None:
     assert open_gw.upstream.last().json["model"] == "gpt-other"
 
 
-def test_models_lists_the_alias_and_passthrough_models(make_gateway) -> None:
+def test_models_lists_the_alias_and_passthrough_models(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     ids = [m.id for m in client(gw).models.list()]
     assert ids == ["companion", "fake-chat", "fake-vision"]
@@ -226,27 +244,32 @@ def test_models_lists_the_alias_and_passthrough_models(make_gateway) -> None:
     assert ids[:2] == ["companion", "m1"] and "fake-chat" in ids
 
 
-def test_tool_calls_and_reasoning_pass_through(make_gateway) -> None:
+def test_tool_calls_and_reasoning_pass_through(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.upstream.script(Reply(text="", reasoning="think", tool_calls=(ToolCall("get_weather", '{"city": "Oslo"}'),)))
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    tools: list[ChatCompletionToolUnionParam] = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ]
     out = client(gw).chat.completions.create(
         model="companion", messages=[{"role": "user", "content": "weather?"}], tools=tools
     )
-    call = out.choices[0].message.tool_calls[0]
+    tool_calls = out.choices[0].message.tool_calls
+    assert tool_calls is not None
+    call = tool_calls[0]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo"})
     assert gw.upstream.last().json["tools"] == tools
 
 
 class RecordingQueue:
     def __init__(self) -> None:
-        self.jobs: list[tuple[str, dict]] = []
+        self.jobs: list[tuple[str, dict[str, Any]]] = []
 
-    def enqueue(self, job: str, payload: dict) -> None:
+    def enqueue(self, job: str, payload: dict[str, Any]) -> None:
         self.jobs.append((job, payload))
 
 
-def test_cleanup_is_enqueued_at_most_once_per_day_per_namespace(make_gateway) -> None:
+def test_cleanup_is_enqueued_at_most_once_per_day_per_namespace(make_gateway: MakeGateway) -> None:
     # Given a container with a job queue
     queue = RecordingQueue()
     gw = make_gateway(queue=queue)
@@ -259,7 +282,7 @@ def test_cleanup_is_enqueued_at_most_once_per_day_per_namespace(make_gateway) ->
     assert queue.jobs == [("cleanup", {"namespace": "default"})]
 
 
-def test_upstream_keys_are_never_logged(make_gateway, caplog) -> None:
+def test_upstream_keys_are_never_logged(make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture) -> None:
     # Given debug logging and a few requests, one failing
     caplog.set_level("DEBUG")
     gw = make_gateway()
@@ -273,7 +296,7 @@ def test_upstream_keys_are_never_logged(make_gateway, caplog) -> None:
 
 
 @pytest.mark.parametrize(("model", "kept"), [("fake-chat", False), ("openrouter/anthropic/claude-sonnet-4.5", True)])
-def test_client_cache_control_reaches_only_a_claude_upstream(make_gateway, model: str, kept: bool) -> None:
+def test_client_cache_control_reaches_only_a_claude_upstream(make_gateway: MakeGateway, model: str, kept: bool) -> None:
     # Given a client that marks its prompt for Claude's cache (Pawwake's non-Claude rule), and a gateway
     # whose chat model is `model` on the OpenAI-compatible upstream
     gw = make_gateway(chat_model=model)

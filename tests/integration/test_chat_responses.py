@@ -12,9 +12,15 @@ import openai
 import pytest
 from engram.domain.models import MemoryFilter
 from engram.services.library.memories import MemoryWrite
+from openai.types.responses import (
+    ResponseCompletedEvent,
+    ResponseFailedEvent,
+    ResponseFunctionToolCall,
+    ResponseInputParam,
+)
 
 from tests.fakes.upstream import Reply, ToolCall, Usage
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -31,7 +37,7 @@ def client(gw: Gateway, thread: str = "codex-1") -> openai.OpenAI:
     )
 
 
-def _codex_input(words: str) -> list[dict[str, Any]]:
+def _codex_input(words: str) -> ResponseInputParam:
     """What Codex sends: its prompt as developer items, the environment as a user item, then the user."""
     return [
         {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]},
@@ -44,7 +50,7 @@ def _facts(gw: Gateway) -> list[str]:
     return [m.content for m in gw.store.list_memories("default", MemoryFilter(), limit=50).items]
 
 
-def test_whole_response_with_instructions_recall_and_storage(make_gateway) -> None:
+def test_whole_response_with_instructions_recall_and_storage(make_gateway: MakeGateway) -> None:
     # Given an unpinned memory the question needs
     gw = make_gateway()
     gw.container.memories.write("default", MemoryWrite(content="Lin deploys the app with tools/ship.sh on Fridays."))
@@ -75,7 +81,7 @@ def test_whole_response_with_instructions_recall_and_storage(make_gateway) -> No
     ]
 
 
-def test_streamed_codex_turn_remembers_and_streams_responses_events(make_gateway) -> None:
+def test_streamed_codex_turn_remembers_and_streams_responses_events(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.upstream.script(Reply(text="Noted, blue.", chunks=3, usage=Usage(input=50, output=3)))
     # When Codex-shaped input streams: developer prompt, scaffolding, a reasoning item, the user's words
@@ -101,7 +107,9 @@ def test_streamed_codex_turn_remembers_and_streams_responses_events(make_gateway
         "response.completed",
     ]
     assert [e.sequence_number for e in events] == list(range(1, len(events) + 1))
-    done = events[-1].response
+    completed = events[-1]
+    assert isinstance(completed, ResponseCompletedEvent)
+    done = completed.response
     assert done.output_text == "Noted, blue." and done.usage is not None and done.usage.total_tokens == 53
     # And the fact is a memory, the turn stored without the scaffolding
     assert "my bike is blue" in _facts(gw)
@@ -115,7 +123,7 @@ def test_streamed_codex_turn_remembers_and_streams_responses_events(make_gateway
     assert sent["messages"][1] == {"role": "user", "content": ENV}
 
 
-def test_tool_calls_come_back_as_function_call_items_and_their_outputs_go_up(make_gateway) -> None:
+def test_tool_calls_come_back_as_function_call_items_and_their_outputs_go_up(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     call = ToolCall(name="exec_command", arguments='{"cmd": "ls"}', id="call_9")
     gw.upstream.script(Reply(text="", tool_calls=(call,)), Reply(text="", tool_calls=(call,)), Reply(text="Two files."))
@@ -124,11 +132,16 @@ def test_tool_calls_come_back_as_function_call_items_and_their_outputs_go_up(mak
     streamed = list(client(gw).responses.create(model="companion", input="list files", tools=tools, stream=True))
     whole = client(gw).responses.create(model="companion", input="list files", tools=tools)
     # Then each is a function_call item with the call id, name and arguments
-    item = streamed[-1].response.output[0]
+    completed = streamed[-1]
+    assert isinstance(completed, ResponseCompletedEvent)
+    item = completed.response.output[0]
+    assert isinstance(item, ResponseFunctionToolCall)
     assert item.type == "function_call" and item.call_id == "call_9" and item.name == "exec_command"
     assert json.loads(item.arguments) == {"cmd": "ls"}
     assert "response.function_call_arguments.delta" in [e.type for e in streamed]
-    assert whole.output[0].type == "function_call" and json.loads(whole.output[0].arguments) == {"cmd": "ls"}
+    whole_item = whole.output[0]
+    assert isinstance(whole_item, ResponseFunctionToolCall)
+    assert whole_item.type == "function_call" and json.loads(whole_item.arguments) == {"cmd": "ls"}
     # When the client sends the call and its output back (the whole conversation, store: false)
     history: list[Any] = [
         {"type": "message", "role": "user", "content": "list files"},
@@ -143,15 +156,17 @@ def test_tool_calls_come_back_as_function_call_items_and_their_outputs_go_up(mak
     assert sent[-1] == {"role": "tool", "tool_call_id": "call_9", "content": "a.py\nb.py"}
 
 
-def test_claude_upstream_through_the_responses_door(make_gateway) -> None:
+def test_claude_upstream_through_the_responses_door(make_gateway: MakeGateway) -> None:
     gw = make_gateway(chat_model="claude-test")
     gw.upstream.script(Reply(text="Bonjour.", reasoning="thinking it over"), Reply(text="Salut."))
     # When streaming and not, with Claude behind the alias
     events = list(client(gw).responses.create(model="companion", input=_codex_input("say hi"), stream=True))
     whole = client(gw).responses.create(model="companion", input="say hi", instructions="Be French.")
     # Then both are Responses answers; the reasoning is a reasoning item before the message
-    final = events[-1].response
-    assert events[-1].type == "response.completed" and final.output_text == "Bonjour."
+    completed = events[-1]
+    assert isinstance(completed, ResponseCompletedEvent)
+    final = completed.response
+    assert completed.type == "response.completed" and final.output_text == "Bonjour."
     assert [item.type for item in final.output] == ["reasoning", "message"]
     assert whole.output_text == "Salut."
     # And Claude got a Messages request with the instructions as system text and the user's turn
@@ -160,7 +175,7 @@ def test_claude_upstream_through_the_responses_door(make_gateway) -> None:
     assert sent["messages"][-1]["content"][0]["text"] == "say hi"
 
 
-def test_errors_in_the_responses_shape(make_gateway) -> None:
+def test_errors_in_the_responses_shape(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     url = gw.url + "/v1/responses"
     auth = {"authorization": f"Bearer {OWNER_KEY}"}
@@ -177,13 +192,16 @@ def test_errors_in_the_responses_shape(make_gateway) -> None:
     # And a stream the upstream cuts ends with one response.failed event, the user's turn kept
     gw.upstream.script(Reply(text="abcdef", chunks=6, drop_after=3))
     events = list(client(gw, "cut").responses.create(model="companion", input="tell me a story", stream=True))
-    assert events[-1].type == "response.failed"
-    assert events[-1].response.error is not None and events[-1].response.error.code == "upstream_unavailable"
+    failed = events[-1]
+    assert isinstance(failed, ResponseFailedEvent) and failed.type == "response.failed"
+    assert failed.response.error is not None
+    code: str = failed.response.error.code  # Engram's own codes are outside the SDK's list of OpenAI's
+    assert code == "upstream_unavailable"
     stored = gw.store.list_thread_messages("default", "cut").items
     assert [m.content for m in stored] == ["tell me a story"] and stored[0].error
 
 
-def test_agent_prefixed_responses_door(make_gateway) -> None:
+def test_agent_prefixed_responses_door(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.upstream.script(Reply(text="ok"))
     reply = openai.OpenAI(base_url=gw.url + "/agents/codex/v1", api_key=OWNER_KEY, max_retries=0).responses.create(
@@ -192,7 +210,7 @@ def test_agent_prefixed_responses_door(make_gateway) -> None:
     assert reply.output_text == "ok"
 
 
-def test_native_responses_upstream_gets_the_request_as_sent_plus_memory(make_gateway) -> None:
+def test_native_responses_upstream_gets_the_request_as_sent_plus_memory(make_gateway: MakeGateway) -> None:
     # Given an OpenAI-compatible upstream that speaks the Responses API, and a memory the question needs
     gw = make_gateway(upstream_responses_api=True)
     gw.container.memories.write("default", MemoryWrite(content="Lin's staging host is kestrel-7 in Frankfurt."))
@@ -212,7 +230,8 @@ def test_native_responses_upstream_gets_the_request_as_sent_plus_memory(make_gat
         )
     )
     # Then the upstream's own events reach the client, ending with its response.completed
-    assert events[-1].type == "response.completed" and events[-1].response.output_text == "kestrel-7."
+    completed = events[-1]
+    assert isinstance(completed, ResponseCompletedEvent) and completed.response.output_text == "kestrel-7."
     # And the upstream got a Responses request: reasoning item and hosted tool kept, the boot block
     # after the instructions, the memory in the user's item
     req = gw.upstream.last("/v1/responses")
@@ -236,7 +255,7 @@ def test_native_responses_upstream_gets_the_request_as_sent_plus_memory(make_gat
     assert gw.upstream.last("/v1/responses").json["input"][0]["role"] == "user"
 
 
-def test_native_responses_upstream_failure_event_ends_the_stream(make_gateway) -> None:
+def test_native_responses_upstream_failure_event_ends_the_stream(make_gateway: MakeGateway) -> None:
     gw = make_gateway(upstream_responses_api=True)
     gw.upstream.script(Reply(text="abcdef", chunks=6, drop_after=3))
     events = list(client(gw, "cut-native").responses.create(model="companion", input="tell me", stream=True))

@@ -104,7 +104,7 @@ def test_a_writer_that_keeps_losing_gets_a_clean_conflict(store: MemoryStore) ->
     MemoryService(store, InMemorySearchIndex(), None, SystemClock(), config(MemoryRules)).write(
         NS, MemoryWrite(content="first", fact_key=KEY)
     )
-    service = MemoryService(_AlwaysRaced(store), InMemorySearchIndex(), None, SystemClock(), config(MemoryRules))  # type: ignore[arg-type]
+    service = MemoryService(_AlwaysRaced(store), InMemorySearchIndex(), None, SystemClock(), config(MemoryRules))
     # When the write loses every retry
     with pytest.raises(Conflict) as err:
         service.write(NS, MemoryWrite(content="second", fact_key=KEY))

@@ -66,14 +66,14 @@ def test_a_failed_namespace_succeeds_the_invocation_counts_on_the_metric_and_is_
     ok = json.dumps({"memories": [{"content": "The user is Alice", "type": "fact", "confidence": 0.9}]})
     model.script(ok, UpstreamUnavailable("provider down"))
     # When the scheduled invocation runs
-    report: dict[str, Any] = extract.handler({"job": "extract"}, LambdaContextStub())  # type: ignore[arg-type]
+    report: dict[str, Any] = extract.handler({"job": "extract"}, LambdaContextStub())
     # Then it returns (no exception: Lambda does not retry it) with bob failed, and the metric counts it
     assert report["failed"] == ["bob"] and report["errors"] == 1
     assert _metric(capsys.readouterr().out, "ExtractionErrors") == [1.0]
     # When the next scheduled invocation runs and the model answers
     clock.advance(hours=4)
     model.script(json.dumps({"memories": [{"content": "The user is Bob", "type": "fact", "confidence": 0.9}]}))
-    again: dict[str, Any] = extract.handler({"job": "extract"}, LambdaContextStub())  # type: ignore[arg-type]
+    again: dict[str, Any] = extract.handler({"job": "extract"}, LambdaContextStub())
     # Then only bob's window went to the model, and the metric is back to 0
     assert len(model.calls) == 3 and "I am Bob" in model.calls[2].user
     assert again["failed"] == [] and _metric(capsys.readouterr().out, "ExtractionErrors") == [0.0]

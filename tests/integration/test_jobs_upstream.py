@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,6 +16,9 @@ pytest.importorskip("engram.adapters.llm.openai_compat")
 upstream = pytest.importorskip("tests.fakes.upstream")
 
 from tests.conftest import EngramServer  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.fakes.upstream import FakeUpstream
 
 
 @pytest.fixture
@@ -24,7 +28,7 @@ def fake_upstream() -> Iterator[object]:
 
 
 def test_extraction_calls_the_configured_upstream_and_retries_after_an_error(
-    make_server: Callable[..., EngramServer], fake_upstream: object
+    make_server: Callable[..., EngramServer], fake_upstream: FakeUpstream
 ) -> None:
     up = fake_upstream
     # Given a server whose extraction model is built from settings

@@ -29,7 +29,8 @@ EVENTS = Path(__file__).resolve().parents[1] / "events"
 
 
 def event(name: str) -> dict[str, Any]:
-    return json.loads((EVENTS / name).read_text())
+    loaded: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return loaded
 
 
 @dataclass

@@ -103,11 +103,12 @@ async def test_initialize_and_list_every_tool_with_schemas(server: EngramServer,
     assert "ctx" not in tools["memory_get"].input_schema["properties"]
     assert tools["memory_ingest"].input_schema["properties"]["messages"]["minItems"] == 1
     # And descriptions tell a model when to use which; annotations mark reads and deletes
-    assert "memory_upsert" in tools["memory_remember"].description
+    assert "memory_upsert" in (tools["memory_remember"].description or "")
     for name, tool in tools.items():
         assert tool.description and len(tool.description) > 40, name
         assert tool.annotations is not None and tool.annotations.read_only_hint is (name in READ_TOOLS), name
-    assert tools["memory_delete"].annotations.destructive_hint is True
+    delete_annotations = tools["memory_delete"].annotations
+    assert delete_annotations is not None and delete_annotations.destructive_hint is True
 
 
 # -- every tool ---------------------------------------------------------------------------------

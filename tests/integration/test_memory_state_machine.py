@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +238,12 @@ class MemoryMachine(RuleBasedStateMachine):
             except BaseException as exc:
                 errors.append(exc)
 
+        def bump() -> None:
+            for _ in range(bumps):
+                self.store.record_injected(self.ns, [memory_id], self.clock.now())
+
         works = [
-            lambda: [self.store.record_injected(self.ns, [memory_id], self.clock.now()) for _ in range(bumps)],
+            bump,
             lambda: self.memories.mark_seen(self.ns, memory_id),
             lambda: self.memories.set_status(self.ns, memory_id, "archived"),
             lambda: self.memories.update(self.ns, memory_id, MemoryPatch(tags=["raced"])),
@@ -266,7 +271,7 @@ class MemoryMachine(RuleBasedStateMachine):
         held = self.gate.reached.is_set()  # else it had nothing to write and is done already
         try:
             target = n if other % 3 else other  # mostly the same memory
-            {
+            changes: dict[str, Callable[[], object]] = {
                 "archive": lambda: self.person_retires(target, "archived"),
                 "delete": lambda: self.person_retires(target, "deleted"),
                 "edit": lambda: self.person_edits(target, word),
@@ -275,7 +280,8 @@ class MemoryMachine(RuleBasedStateMachine):
                 "bump": lambda: self.store.record_injected(self.ns, [self._pick(target)], self.clock.now()),
                 "seen": lambda: self.memories.mark_seen(self.ns, self._pick(target)),
                 "write": lambda: self.person_writes(word, self.store.get_memory(self.ns, memory_id).fact_key, {}),
-            }[meanwhile]()
+            }
+            changes[meanwhile]()
         finally:
             self.gate.release.set()
             thread.join(60)
@@ -300,14 +306,15 @@ class MemoryMachine(RuleBasedStateMachine):
     writers_interleave_3 = precondition(lambda self: self.ids)(_interleave(writers_interleave))
 
     def _pause(self, kind: str, memory_id: str) -> tuple[threading.Thread, list[Any]]:
-        work = {
+        works: dict[str, Callable[[], object]] = {
             "bump": lambda: self.gate.record_injected(self.ns, [memory_id], self.clock.now()),
             "seen": lambda: self.memories.mark_seen(self.ns, memory_id),
             "tag": lambda: self.memories.update(self.ns, memory_id, MemoryPatch(tags=["paused"])),
             "archive": lambda: self.memories.set_status(self.ns, memory_id, "archived"),
             "restore": lambda: self.memories.restore(self.ns, memory_id),
             "supersede": lambda: self.memories.supersede(self.ns, memory_id, MemoryWrite(content="Paused version")),
-        }[kind]
+        }
+        work = works[kind]
         outcome: list[Any] = []
 
         def run() -> None:
@@ -386,7 +393,9 @@ class MemoryMachine(RuleBasedStateMachine):
 def _run(store_name: str, tmp_path: Path, profile: Any) -> None:
     clock = ManualClock()
     with STORE_FACTORIES[store_name](tmp_path, clock) as store:
-        machine = type(f"MemoryMachine_{store_name}", (MemoryMachine,), {"store": store, "clock": clock})
+        machine: type[MemoryMachine] = type(
+            f"MemoryMachine_{store_name}", (MemoryMachine,), {"store": store, "clock": clock}
+        )
         machine.TestCase.settings = profile
         machine.TestCase().runTest()
 

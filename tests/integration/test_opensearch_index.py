@@ -28,7 +28,9 @@ CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def doc(mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None):
+def doc(
+    mid: str, text: str, *, ns: str = "a", type_: str = "fact", vector: tuple[float, ...] | None = None
+) -> IndexedDoc:
     return IndexedDoc(memory_id=mid, namespace=ns, text=text, type=type_, vector=vector, created_at=T0)
 
 
@@ -50,7 +52,9 @@ class Recorder:
         return [json.loads(r.content) for r in self.requests if r.method == method and r.url.path.endswith(suffix)]
 
 
-def serverless(dimension: int | None = 3, hits: list[dict[str, Any]] | None = None):
+def serverless(
+    dimension: int | None = 3, hits: list[dict[str, Any]] | None = None
+) -> Callable[[httpx.Request], httpx.Response]:
     """Answers like a Serverless vector collection that holds an index with ``dimension``."""
 
     def route(request: httpx.Request) -> httpx.Response:

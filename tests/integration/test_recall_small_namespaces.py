@@ -15,6 +15,7 @@ import pytest
 from engram.adapters.embed.local import LocalEmbedder
 from engram.bootstrap import Container, Overrides, build_container
 from engram.services.library.memories import MemoryWrite
+from engram.services.recall.pipeline import RecallService
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -37,6 +38,7 @@ def e5() -> LocalEmbedder:
 def container(tmp_path: Path, e5: LocalEmbedder) -> Iterator[Container]:
     settings = Settings(store="sqlite", search="local", data_dir=tmp_path, scheduler_enabled=False)
     built = build_container(settings, Overrides(embedder=e5, clock=ManualClock()))
+    assert isinstance(built.recall, RecallService)  # the real one (no override)
     assert built.recall.warm()  # the reference background, as after start-up
     yield built
     built.close()
@@ -127,6 +129,7 @@ def test_without_the_background_small_namespaces_stay_conservative(
 ) -> None:
     # Given four memories and a background that cannot be embedded (a remote embedder down, say)
     write(container, FOUR)
+    assert isinstance(container.recall, RecallService)
     monkeypatch.setattr(container.recall._background, "vectors", lambda **_: None)
     # When recalling / Then the best of four is not called relevant because it is the best
     result = container.recall.recall(NS, "and what is the weather", min_relevance=0.0)

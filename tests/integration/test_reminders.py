@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -53,7 +53,7 @@ def _now() -> datetime:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("door", ["openai", "anthropic"])
-def test_a_due_reminder_is_delivered_once_in_the_next_turn(make_gateway, door: str, stream: bool) -> None:
+def test_a_due_reminder_is_delivered_once_in_the_next_turn(make_gateway: MakeGateway, door: str, stream: bool) -> None:
     # Given a reminder that came due a minute ago and one for tomorrow
     gw = make_gateway()
     due = _remember(gw, "call mum about the trip", _now() - timedelta(minutes=1))
@@ -82,7 +82,7 @@ def test_a_due_reminder_is_delivered_once_in_the_next_turn(make_gateway, door: s
     ],
     ids=["error-status", "cut-stream"],
 )
-def test_a_failed_turn_marks_nothing_and_the_next_turn_delivers(make_gateway, failure: Reply) -> None:
+def test_a_failed_turn_marks_nothing_and_the_next_turn_delivers(make_gateway: MakeGateway, failure: Reply) -> None:
     # Given a due reminder and a turn whose upstream fails (an error status, or a stream cut midway)
     gw = make_gateway()
     _remember(gw, "renew the passport", _now() - timedelta(minutes=5))
@@ -96,7 +96,7 @@ def test_a_failed_turn_marks_nothing_and_the_next_turn_delivers(make_gateway, fa
     assert [r["content"] for r in _reminders(gw, "delivered")] == ["renew the passport"]
 
 
-def test_two_concurrent_turns_deliver_it_once(make_gateway) -> None:
+def test_two_concurrent_turns_deliver_it_once(make_gateway: MakeGateway) -> None:
     # Given a due reminder and two chats arriving at once (the upstream answers slowly)
     gw = make_gateway()
     _remember(gw, "take the medicine", _now() - timedelta(minutes=1))
@@ -113,7 +113,7 @@ def test_two_concurrent_turns_deliver_it_once(make_gateway) -> None:
     assert [r["content"] for r in _reminders(gw, "delivered")] == ["take the medicine"]
 
 
-def test_a_long_past_due_reminder_is_listed_as_missed_not_injected(make_gateway) -> None:
+def test_a_long_past_due_reminder_is_listed_as_missed_not_injected(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     _remember(gw, "dentist appointment", _now() - timedelta(days=8))
     _chat(gw, "openai", "hello")
@@ -122,7 +122,7 @@ def test_a_long_past_due_reminder_is_listed_as_missed_not_injected(make_gateway)
     assert _reminders(gw, "upcoming") == []
 
 
-def test_a_turn_with_memory_off_delivers_nothing(make_gateway) -> None:
+def test_a_turn_with_memory_off_delivers_nothing(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     _remember(gw, "feed the cat", _now() - timedelta(minutes=1))
     gw.upstream.script(Reply(text="ok"))
@@ -132,7 +132,7 @@ def test_a_turn_with_memory_off_delivers_nothing(make_gateway) -> None:
     assert [r["content"] for r in _reminders(gw, "upcoming")] == ["feed the cat"]
 
 
-def test_snooze_and_cancel(make_gateway) -> None:
+def test_snooze_and_cancel(make_gateway: MakeGateway) -> None:
     # Given a delivered reminder and a pending one
     gw = make_gateway()
     done = _remember(gw, "book the train", _now() - timedelta(minutes=1))
@@ -157,7 +157,7 @@ def test_snooze_and_cancel(make_gateway) -> None:
     assert api.get("/v1/reminders", params={"status": "soon"}).status_code == 422
 
 
-def test_remind_me_in_chat_sets_a_reminder(make_gateway) -> None:
+def test_remind_me_in_chat_sets_a_reminder(make_gateway: MakeGateway) -> None:
     # Given a gateway in Berlin time
     gw = make_gateway(timezone="Europe/Berlin")
     # When the user asks in chat

@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, MakeGateway, make_gateway, upstream
 from tests.integration.test_chat_openai import RecordingQueue
 
 __all__ = ["make_gateway", "upstream"]
@@ -51,7 +51,7 @@ def newest_only(gw: Any, text: str, key: str = PARTITION_KEY) -> httpx.Response:
     return reply
 
 
-def test_partition_client_sends_only_the_newest_message(make_gateway, tmp_path: Path) -> None:
+def test_partition_client_sends_only_the_newest_message(make_gateway: MakeGateway, tmp_path: Path) -> None:
     # Given a key set to keep history (the keys file), and a client that sends only its newest message
     # with a fixed session id (OpenAI `user`, as the thread id)
     gw = make_gateway(keys_file=keys_file(tmp_path), queue=RecordingQueue())
@@ -79,7 +79,7 @@ def test_partition_client_sends_only_the_newest_message(make_gateway, tmp_path: 
     ]
 
 
-async def test_thread_summary_view_edit_clear_and_inherit(make_gateway, tmp_path: Path) -> None:
+async def test_thread_summary_view_edit_clear_and_inherit(make_gateway: MakeGateway, tmp_path: Path) -> None:
     gw = make_gateway(keys_file=keys_file(tmp_path), queue=RecordingQueue())
     auth = {"authorization": f"Bearer {PARTITION_KEY}"}
     # PUT /api/partition/summary -> PUT /v1/threads/{id}/summary; status -> GET
@@ -102,7 +102,7 @@ async def test_thread_summary_view_edit_clear_and_inherit(make_gateway, tmp_path
         assert wrong.is_error
 
 
-def test_explicit_memory_write_with_external_id_is_idempotent(make_gateway, tmp_path: Path) -> None:
+def test_explicit_memory_write_with_external_id_is_idempotent(make_gateway: MakeGateway, tmp_path: Path) -> None:
     # Pawwake's POST /api/memories {content, external_id}: a retry returns the original
     gw = make_gateway(keys_file=keys_file(tmp_path), queue=RecordingQueue())
     with httpx.Client(base_url=gw.url, headers={"authorization": f"Bearer {PARTITION_KEY}"}, timeout=10) as api:

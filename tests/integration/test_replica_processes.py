@@ -17,7 +17,7 @@ from tests.conftest import write_keys
 
 
 def _settings(data_dir: Path) -> Settings:
-    return Settings(  # type: ignore[call-arg]
+    return Settings(
         data_dir=data_dir,
         keys_file=write_keys(data_dir / "keys.json"),
         search="replica",

@@ -183,13 +183,17 @@ def test_erase_for_good_needs_the_memory_or_thread_out_of_use_first(owner: httpx
     assert owner.post("/v1/threads/t1/erase", json={"confirm": True}).json()["error"]["code"] == "not_deleted"
     # When they are deleted first, then erased (the memory at the version read)
     deleted = owner.delete(f"/v1/memories/{memory['id']}").json()
-    erase = {"json": {"confirm": True}}
+    confirm = {"confirm": True}
     assert (
-        owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": memory["version"]}, **erase).status_code
+        owner.post(
+            f"/v1/memories/{memory['id']}/erase", params={"version": memory["version"]}, json=confirm
+        ).status_code
         == 409
     )
     assert (
-        owner.post(f"/v1/memories/{memory['id']}/erase", params={"version": deleted["version"]}, **erase).status_code
+        owner.post(
+            f"/v1/memories/{memory['id']}/erase", params={"version": deleted["version"]}, json=confirm
+        ).status_code
         == 200
     )
     owner.delete("/v1/threads/t1").raise_for_status()

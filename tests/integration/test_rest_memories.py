@@ -165,7 +165,7 @@ def test_list_paginates_with_cursor(owner: httpx.Client) -> None:
     seen: list[str] = []
     cursor = None
     while True:
-        params: dict[str, object] = {"limit": 2}
+        params: dict[str, str | int] = {"limit": 2}
         if cursor:
             params["cursor"] = cursor
         page = owner.get("/v1/memories", params=params).json()

@@ -4,16 +4,18 @@ a queued job with the scripted fake model, byte-stable prefixes, cache markers, 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
 import httpx
 import pytest
+from engram.domain.ports import ChatModel
 from engram.domain.wire.cache_markers import count_cache_control
 from engram.services.sync_bridge import run_sync
 
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 from tests.integration.test_chat_openai import RecordingQueue
 
 __all__ = ["make_gateway", "upstream"]
@@ -33,7 +35,8 @@ def chat(gw: Gateway, text: str, *, thread: str = THREAD, history: str | None = 
 
 
 def sent_messages(gw: Gateway) -> list[dict[str, Any]]:
-    return gw.upstream.last("/v1/chat/completions").json["messages"]
+    messages: list[dict[str, Any]] = gw.upstream.last("/v1/chat/completions").json["messages"]
+    return messages
 
 
 def conversation(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -46,7 +49,7 @@ def conversation(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
-def test_a_client_sending_only_its_newest_message_gets_the_threads_recent_turns(make_gateway) -> None:
+def test_a_client_sending_only_its_newest_message_gets_the_threads_recent_turns(make_gateway: MakeGateway) -> None:
     # Given a gateway that keeps history when asked (rotation every 3 turns)
     gw = make_gateway(history_rotate_turns=3, queue=RecordingQueue())
     for n in range(1, 4):
@@ -68,7 +71,7 @@ def test_a_client_sending_only_its_newest_message_gets_the_threads_recent_turns(
     assert conversation(sent_messages(gw)) == [("user", "elsewhere")]
 
 
-def test_between_rotations_every_request_extends_the_previous_ones_prefix(make_gateway) -> None:
+def test_between_rotations_every_request_extends_the_previous_ones_prefix(make_gateway: MakeGateway) -> None:
     # Given five turns in a thread whose window rotates at 2 x 5 turns
     gw = make_gateway(history_rotate_turns=5, queue=RecordingQueue())
     prefixes = []
@@ -82,7 +85,7 @@ def test_between_rotations_every_request_extends_the_previous_ones_prefix(make_g
         assert after.startswith(before[:-1]), "the kept history changed between rotations"
 
 
-def test_rotation_is_a_queued_job_and_the_summary_comes_before_the_window(make_gateway) -> None:
+def test_rotation_is_a_queued_job_and_the_summary_comes_before_the_window(make_gateway: MakeGateway) -> None:
     # Given a thread rotating every 2 turns and a queue that holds jobs (as SQS would)
     queue = RecordingQueue()
     gw = make_gateway(history_rotate_turns=2, queue=queue)
@@ -122,7 +125,7 @@ def test_rotation_is_a_queued_job_and_the_summary_comes_before_the_window(make_g
     assert reply.headers["x-engram-history"] == "3"
 
 
-def test_a_failed_summary_call_keeps_the_window_for_a_later_job(make_gateway) -> None:
+def test_a_failed_summary_call_keeps_the_window_for_a_later_job(make_gateway: MakeGateway) -> None:
     gw = make_gateway(history_rotate_turns=1, queue=RecordingQueue())
     for n in (1, 2):
         gw.upstream.script(Reply(text=f"answer {n}"))
@@ -138,20 +141,35 @@ def test_a_failed_summary_call_keeps_the_window_for_a_later_job(make_gateway) ->
     assert chat(gw, "question 3").headers["x-engram-history"] == "2"
 
 
-def test_a_summary_edited_while_a_rotation_runs_is_kept(make_gateway) -> None:
+def test_a_summary_edited_while_a_rotation_runs_is_kept(make_gateway: MakeGateway) -> None:
     gw = make_gateway(history_rotate_turns=1, queue=RecordingQueue())
     for n in (1, 2):
         gw.upstream.script(Reply(text=f"answer {n}"))
         chat(gw, f"question {n}")
     history = gw.container.history
-    model = history._model  # the summary model: the scripted fake upstream
+    current = history._model  # the summary model: the scripted fake upstream
+    assert current is not None
+    summary_model: ChatModel = current
 
-    class EditsWhileWriting:
+    class EditsWhileWriting(ChatModel):
         """The summary model, during whose call the person edits the summary in the panel."""
 
-        async def complete(self, messages: Any, **kwargs: Any) -> str:
+        @property
+        def model_id(self) -> str:
+            return summary_model.model_id
+
+        async def complete(
+            self,
+            messages: Sequence[dict[str, Any]],
+            *,
+            json_mode: bool = False,
+            max_tokens: int | None = None,
+            temperature: float | None = None,
+        ) -> str:
             history.set_summary("default", THREAD, "Written by hand: the user is planning a trip.")
-            return await model.complete(messages, **kwargs)
+            return await summary_model.complete(
+                messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature
+            )
 
     history._model = EditsWhileWriting()
     gw.upstream.script(Reply(text="A summary from before the edit."))
@@ -162,13 +180,13 @@ def test_a_summary_edited_while_a_rotation_runs_is_kept(make_gateway) -> None:
     state = history.state("default", THREAD)
     assert (state.summary, state.rotations) == ("Written by hand: the user is planning a trip.", 0)
     # And the next rotation folds from the edited summary
-    history._model = model
+    history._model = summary_model
     gw.upstream.script(Reply(text="Trip planning; questions 1 and 2."))
     assert run_sync(history.rotate("default", THREAD))["folded"] >= 1
     assert "Written by hand" in gw.upstream.last("/v1/chat/completions").json["messages"][-1]["content"]
 
 
-def test_the_anthropic_door_streaming_with_claude_cache_markers(make_gateway) -> None:
+def test_the_anthropic_door_streaming_with_claude_cache_markers(make_gateway: MakeGateway) -> None:
     # Given a thread with a summary and two stored turns, through the Anthropic door to Claude
     gw = make_gateway(history_rotate_turns=5, queue=RecordingQueue(), chat_model="claude-sonnet-4-5")
     gw.container.history.set_summary("default", THREAD, "Lin moved to Oslo in May.")
@@ -199,7 +217,7 @@ def test_the_anthropic_door_streaming_with_claude_cache_markers(make_gateway) ->
     assert 1 <= count_cache_control(sent) <= 4
 
 
-def test_the_summary_is_read_edited_cleared_and_copied_over_rest_and_mcp(make_gateway) -> None:
+def test_the_summary_is_read_edited_cleared_and_copied_over_rest_and_mcp(make_gateway: MakeGateway) -> None:
     gw = make_gateway(queue=RecordingQueue())
     auth = {"authorization": f"Bearer {OWNER_KEY}"}
     with httpx.Client(base_url=gw.url, headers=auth, timeout=10) as api:

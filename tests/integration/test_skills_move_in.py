@@ -58,7 +58,7 @@ def _head(namespace: str, name: str, version: int, **extra: object) -> Skill:
         agents=("claude-code",),
         created_at=T0,
         updated_at=T0.replace(day=version),
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 

@@ -9,7 +9,7 @@ import httpx
 
 from tests.configs import config
 from tests.fakes.upstream import Reply
-from tests.integration.chat_support import OWNER_KEY, Gateway, make_gateway, upstream
+from tests.integration.chat_support import OWNER_KEY, Gateway, MakeGateway, make_gateway, upstream
 
 __all__ = ["make_gateway", "upstream"]
 
@@ -46,7 +46,7 @@ def _texts(gw: Gateway, thread: str) -> list[str]:
     return [m["content"] for m in _get(gw, f"/v1/threads/{thread}/messages")["items"]]
 
 
-def test_a_thread_continues_across_doors_and_clients(make_gateway) -> None:
+def test_a_thread_continues_across_doors_and_clients(make_gateway: MakeGateway) -> None:
     # Given a conversation started on the OpenAI door with a pinned thread (not streaming, then streaming)
     gw = make_gateway()
     pin = {"x-engram-thread": "trip-2026"}
@@ -71,7 +71,7 @@ def test_a_thread_continues_across_doors_and_clients(make_gateway) -> None:
     assert threads[0]["last_message_at"] is not None and "namespace" not in threads[0]
 
 
-def test_without_the_header_each_wire_uses_its_own_user_field(make_gateway) -> None:
+def test_without_the_header_each_wire_uses_its_own_user_field(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     _openai(gw, "hello from openai", user="laptop")
     _anthropic(gw, "hello from claude", metadata={"user_id": "phone"})
@@ -81,7 +81,7 @@ def test_without_the_header_each_wire_uses_its_own_user_field(make_gateway) -> N
     assert ids == {"laptop": 2, "phone": 2, "pinned": 2, "default": 2}
 
 
-def test_a_failed_turn_is_kept_in_its_thread(make_gateway) -> None:
+def test_a_failed_turn_is_kept_in_its_thread(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     gw.upstream.script(Reply(status=500, text="boom"))
     payload = {"model": "companion", "messages": [{"role": "user", "content": "lost?"}]}
@@ -90,7 +90,7 @@ def test_a_failed_turn_is_kept_in_its_thread(make_gateway) -> None:
     assert _texts(gw, "t") == ["lost?"]
 
 
-def test_thread_messages_page_oldest_first(make_gateway) -> None:
+def test_thread_messages_page_oldest_first(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     for n in range(3):
         _openai(gw, f"turn {n}", headers={"x-engram-thread": "long"})
@@ -101,7 +101,7 @@ def test_thread_messages_page_oldest_first(make_gateway) -> None:
     assert second["next_cursor"] is None
 
 
-def test_rename_delete_restore_merge_and_purge(make_gateway) -> None:
+def test_rename_delete_restore_merge_and_purge(make_gateway: MakeGateway) -> None:
     # Given two threads
     gw = make_gateway()
     _openai(gw, "first", headers={"x-engram-thread": "a"})
@@ -142,7 +142,7 @@ def test_rename_delete_restore_merge_and_purge(make_gateway) -> None:
     assert gw.store.count_messages("default") == 0
 
 
-def test_a_deleted_thread_comes_back_with_a_new_turn(make_gateway) -> None:
+def test_a_deleted_thread_comes_back_with_a_new_turn(make_gateway: MakeGateway) -> None:
     gw = make_gateway()
     _openai(gw, "one", headers={"x-engram-thread": "t"})
     httpx.delete(gw.url + "/v1/threads/t", headers=AUTH)

@@ -31,7 +31,7 @@ def upstream() -> Iterator[FakeUpstream]:
 @pytest.fixture
 def container(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Any]:
     upstream.reset()
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         store="sqlite",
         search="memory",
         embedder="none",

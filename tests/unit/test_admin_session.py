@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.entrypoints.http.session import SESSION_SECONDS, AdminSessions, LoginLimiter
+from engram.services.index.upkeep import IndexUpkeep
 from engram.services.runtime_settings import SYSTEM_NAMESPACE
 from engram.settings import Settings
 from starlette.requests import HTTPConnection
@@ -164,7 +166,9 @@ def test_a_running_reindex_of_another_namespace_is_invisible_and_does_not_block(
     # Given alice's reindex queued and not yet run
     queue = HeldQueue()
     clock = ManualClock()
-    service = ReindexService(InMemoryMemoryStore(clock=clock), upkeep=None, embedder=None, clock=clock, queue=queue)
+    store, index = InMemoryMemoryStore(clock=clock), InMemorySearchIndex()
+    upkeep = IndexUpkeep(store, index, None, clock)
+    service = ReindexService(store, upkeep=upkeep, embedder=None, clock=clock, queue=queue)
     alice = service.start("alice")
     # When bob starts one and polls, Then he gets his own run and never alice's
     bob = service.start("bob")

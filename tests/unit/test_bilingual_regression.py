@@ -32,7 +32,7 @@ class Clock:
         return datetime(2026, 1, 1, tzinfo=UTC)
 
 
-World = tuple[RecallService, SqliteSearchIndex, Any, dict]
+World = tuple[RecallService, SqliteSearchIndex, Any, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")

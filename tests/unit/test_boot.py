@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
@@ -83,14 +84,15 @@ def test_the_long_tail_is_the_next_memories_by_importance_beyond_the_stable_ones
     memories = MemoryService(
         store, InMemorySearchIndex(), None, ManualClock(), configs.memory_rules(Settings.model_construct())
     )
-    for content, fields in [
+    writes: list[tuple[str, dict[str, Any]]] = [
         ("The user's birthday is May 2", {"pinned": True, "importance": 0.9}),
         ("The user is called Lin", {"type": "identity", "importance": 0.9}),
         ("The user is allergic to peanuts", {"importance": 0.8}),
         ("The user likes jazz", {"importance": 0.5}),
         ("The user once visited Oslo", {"importance": 0.2}),
         ("The user prefers tea to coffee", {"importance": 0.6}),
-    ]:
+    ]
+    for content, fields in writes:
         memories.write(NS, MemoryWrite(content=content, **fields))
     # When the package is read with a long tail of three
     package = boot.package(NS, BootLimits(precious=1, glossary=0, longtail=3, today=0))

@@ -6,11 +6,10 @@ import copy
 import json
 from typing import Any
 
-from engram.domain.wire.cache_markers import count_cache_control
+from engram.domain.wire.cache_markers import CachePolicy, count_cache_control
 from engram.domain.wire.content import text_of
 from engram.services.chat.injection import (
     BootData,
-    CachePolicy,
     inject_anthropic,
     inject_openai,
     is_volatile_line,
@@ -52,7 +51,7 @@ def test_volatile_lines_are_detected_conservatively() -> None:
 
 def test_openai_boot_after_client_system_and_patch_in_last_user_turn() -> None:
     # Given a client request with a time line in its system prompt
-    body = {
+    body: dict[str, Any] = {
         "model": "companion",
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"}],
     }
@@ -91,7 +90,7 @@ def _turn(history: list[dict[str, Any]], user: str) -> dict[str, Any]:
 
 def test_claude_markers_at_most_four_none_on_patch_and_ttl() -> None:
     # Given a conversation in its third turn
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "one"},
         {"role": "assistant", "content": "r1"},
         {"role": "user", "content": "two"},
@@ -122,7 +121,7 @@ def test_bridge_marker_for_long_turns_and_never_more_than_four() -> None:
     # Given a turn in which the assistant made 12 tool calls (24+ blocks since the previous tail)
     calls = [{"type": "tool_use", "id": f"t{i}", "name": "a", "input": {}} for i in range(12)]
     results = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"} for i in range(12)]
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "start"},
         {"role": "assistant", "content": "ok, working"},
         {"role": "user", "content": [*results[:1], {"type": "text", "text": "go"}]},

@@ -75,7 +75,7 @@ def test_stack_context_keys_take_the_functions_defaults_unless_deliberately_diff
     shared = [f for f in fields(EngramConfig) if f.name in Settings.model_fields]
     assert len(shared) > 10
     for f in shared:
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default_factory is MISSING else f.default_factory()
         if f.name in AWS_DEFAULTS:
             # Then a deliberate AWS default differs from the local one (else it should not be listed)
             assert default != getattr(DEFAULTS, f.name), f"{f.name} is listed in AWS_DEFAULTS but is the same"

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
 from engram.domain.models import Message
+from engram.domain.ports import Embedder
 from engram.domain.text import estimate_tokens
 from engram.services.index.gated_embedder import GatedEmbedder
 from engram.services.index.guard import GuardedIndex
@@ -24,13 +25,13 @@ NS = "alice"
 
 
 def _world(
-    embedder: object = None, **config: object
+    embedder: Embedder | None = None, **config: object
 ) -> tuple[InMemoryMemoryStore, ConversationService, ManualClock, GuardedIndex]:
     clock = ManualClock(T0 + timedelta(days=30))
     store = InMemoryMemoryStore(clock=clock)
     index = GuardedIndex(InMemorySearchIndex(), clock=clock)
-    gate = GatedEmbedder(embedder, index) if embedder is not None else None  # type: ignore[arg-type]
-    service = ConversationService(store, index, gate, clock, cfg(ConversationConfig, **config))  # type: ignore[arg-type]
+    gate = GatedEmbedder(embedder, index) if embedder is not None else None
+    service = ConversationService(store, index, gate, clock, cfg(ConversationConfig, **config))
     return store, service, clock, index
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import pytest
 from engram.services.index.fair_embedder import FairEmbedder, embedding_for
@@ -61,9 +62,9 @@ def test_a_query_of_one_namespace_does_not_wait_behind_another_namespaces_querie
     # Given one slot, busy with namespace A's query, and three more of A's queries waiting
     inner = HeldEmbedder()
     fair = FairEmbedder(inner, slots=1)
-    threads = [_in("a", lambda i=i: fair.embed_query(f"a{i}")) for i in range(1)]
+    threads = [_in("a", partial(fair.embed_query, f"a{i}")) for i in range(1)]
     _until(lambda: inner.started == ["q:a0"])
-    threads += [_in("a", lambda i=i: fair.embed_query(f"a{i}")) for i in range(1, 4)]
+    threads += [_in("a", partial(fair.embed_query, f"a{i}")) for i in range(1, 4)]
     _until(lambda: fair.waiting()["query"] == 3)
     # When namespace B asks for one query
     threads.append(_in("b", lambda: fair.embed_query("b0")))
@@ -80,7 +81,7 @@ def test_a_namespace_with_a_query_running_leaves_the_last_slot_to_another_namesp
     # Given two slots and namespace A sending three queries at once
     inner = HeldEmbedder()
     fair = FairEmbedder(inner, slots=2)
-    threads = [_in("a", lambda i=i: fair.embed_query(f"a{i}")) for i in range(3)]
+    threads = [_in("a", partial(fair.embed_query, f"a{i}")) for i in range(3)]
     _until(lambda: len(inner.started) == 1 and fair.waiting()["query"] == 2)
     # Then A runs on one slot only; when B asks, B's query starts at once on the other
     time.sleep(0.05)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from engram.domain import fusion
 from engram.domain.text import tokenize
@@ -23,7 +25,9 @@ def scripts() -> dict[str, fusion.Script]:
     return {mid: fusion.script_of(text) for mid, text in DOCS.items()}
 
 
-def fuse(query: str, keyword: list[tuple[str, float]], vector: list[tuple[str, float]], **kw: float):  # type: ignore[no-untyped-def]
+def fuse(
+    query: str, keyword: list[tuple[str, float]], vector: list[tuple[str, float]], **kw: Any
+) -> tuple[dict[str, float], fusion.Evidence]:
     return fusion.adaptive_fuse(tokenize(query), keyword, vector, tokens_of, scripts(), **kw)
 
 
@@ -96,7 +100,7 @@ def test_hubness_correction_lets_a_distinctive_memory_pass_a_crowded_one() -> No
     assert max(corrected, key=lambda m: corrected[m]) == "cat"
     assert corrected["cat"] == pytest.approx(0.85 - 0.5 * 0.70)
     # And so it does after fusion
-    scores, _ = fuse("who waits for me at home", [], vector, density=density)  # type: ignore[arg-type]
+    scores, _ = fuse("who waits for me at home", [], vector, density=density)
     assert top(scores) == "cat"
 
 
@@ -174,7 +178,7 @@ def test_a_small_namespace_that_all_shares_the_query_s_name_vouches_for_none_of_
     background: list[tuple[float, fusion.Script]] = [(0.75 + 0.0005 * i, "latin") for i in range(60)]
     vector = [("cat", 0.84), ("tea", 0.835), ("gym", 0.83), ("meeting", 0.83), ("plate", 0.825)]
 
-    def evidence_of(**options: bool) -> fusion.Evidence:
+    def evidence_of(*, common_words: bool = True) -> fusion.Evidence:
         return fusion.adaptive_fuse(
             tokenize("What did Melanie paint?"),
             [],
@@ -182,7 +186,7 @@ def test_a_small_namespace_that_all_shares_the_query_s_name_vouches_for_none_of_
             lambda m: frozenset(tokenize(names[m])),
             scripts(),
             background=background,
-            **options,
+            common_words=common_words,
         )[1]
 
     evidence = evidence_of()

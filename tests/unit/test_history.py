@@ -18,7 +18,7 @@ T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 
 def msg(i: int, role: str, text: str, error: str | None = None) -> Message:
     return Message(id=f"m{i:02d}", namespace="n", role=role, content=text, created_at=T0 + timedelta(minutes=i),
-                   error=error)  # type: ignore[arg-type]  # fmt: skip
+                   error=error)  # fmt: skip
 
 
 def test_turns_are_answered_user_messages_only() -> None:

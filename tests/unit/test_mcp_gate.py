@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from engram.entrypoints.http.mcp.gate import host_allowed, security_settings, strip_query_token
 from engram.settings import Settings
@@ -56,6 +58,7 @@ def test_query_token_is_removed_from_the_scope() -> None:
 def test_building_the_server_leaves_root_logging_alone() -> None:
     import logging
 
+    from engram.bootstrap import Container
     from engram.entrypoints.http.mcp import build_server
 
     # Given a root logger without handlers (as under uvicorn --factory; pytest's own are set aside)
@@ -64,7 +67,7 @@ def test_building_the_server_leaves_root_logging_alone() -> None:
     root.handlers.clear()
     try:
         # When the MCP server is built (the SDK calls logging.basicConfig)
-        build_server(object())
+        build_server(cast("Container", object()))  # building the server never touches the container
         after = (list(root.handlers), root.level)
     finally:
         root.handlers[:] = saved[0]

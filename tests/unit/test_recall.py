@@ -116,7 +116,9 @@ class World:
             )
         return memory
 
-    def service(self, embedder: Any = "hash", reranker: Any = None, compressor: Any = None, **cfg: Any):
+    def service(
+        self, embedder: Any = "hash", reranker: Any = None, compressor: Any = None, **cfg: Any
+    ) -> RecallService:
         emb = HashEmbedder() if embedder == "hash" else embedder
         cfg.setdefault("min_relevance", 0.0)  # ranking tests; relevance has its own tests
         return RecallService(self.store, self.index, emb, reranker, compressor, self.clock, config(RecallConfig, **cfg))

@@ -169,4 +169,5 @@ def test_the_cli_rebuild_reports_each_namespace(capsys: pytest.CaptureFixture[st
 
     assert c.reindex.rebuild("default", every_namespace=True, progress=progress) == 6
     assert [(ns, count, sum(steps)) for ns, count, steps in bars] == [("alice", 4, 4), ("bob", 2, 2)]
-    assert store.get_cache("default", STATE_KEY)["state"] == "done"
+    state = store.get_cache("default", STATE_KEY)
+    assert state is not None and state["state"] == "done"

@@ -105,6 +105,7 @@ def test_the_composed_services_follow_runtime_changes_without_a_restart() -> Non
     )
     container = build_container(settings)
     try:
+        assert container.extraction._model is not None and container.dreaming._model is not None
         assert container.extraction._model.model_id == "env-model"
         assert container.chat._config().routing.chat_model == "env-model"
         # When the owner changes models, thresholds and the time zone at runtime
@@ -181,7 +182,8 @@ def test_a_live_config_is_fixed_or_follows_the_runtime_settings() -> None:
     top_k = runtime.provider(lambda s: s.recall_top_k)
     fixed = Live.of(7)
     # Then a plain config never changes, a Live is taken as it is, and a provider follows a change
-    assert fixed() == 7 and Live.of(fixed) is fixed and Live.of(top_k) is top_k
+    same, followed = Live[int].of(fixed), Live[int].of(top_k)
+    assert fixed() == 7 and same is fixed and followed is top_k
     before = top_k()
     runtime.update({"recall_top_k": before + 1})
     assert (fixed(), top_k()) == (7, before + 1)

@@ -100,7 +100,8 @@ def test_refused_requests_trip_the_guard_but_bad_input_does_not() -> None:
     inner.error = InvalidInput("bad query")
     with pytest.raises(InvalidInput):
         guard.keyword_search(NS, "tea")
-    assert guard.state == "unknown"
+    after_bad_input = guard.state  # read once: mypy would keep the narrowed state past the next call
+    assert after_bad_input == "unknown"
     # When it refuses access (a data-access policy still propagating), Then it counts as unavailable
     inner.error = UpstreamRejected("403 forbidden", status=502)
     with pytest.raises(UpstreamUnavailable):
@@ -251,7 +252,7 @@ def test_the_guard_passes_neighbour_densities_through_when_the_index_has_them() 
     ]
     # Given the guard over an index that keeps its vectors, and over one that does not
     local = GuardedIndex(InMemorySearchIndex(), clock=ManualClock())
-    remote = GuardedIndex(NoVectorsAtHand(), clock=ManualClock())  # type: ignore[arg-type]
+    remote = GuardedIndex(NoVectorsAtHand(), clock=ManualClock())
     for index in (local, remote):
         for d in docs:
             index.upsert(d)

@@ -71,7 +71,7 @@ from engram.services.local_day import LocalDay
 from engram.services.ratelimit import RequestLimits
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
-from engram.services.recall.pipeline import RecallService
+from engram.services.recall.pipeline import Recall
 from engram.services.runtime_settings import RuntimeSettings
 from engram.services.transfer.engram_format import TransferService
 from engram.services.transfer.other_systems import MovingInService
@@ -118,7 +118,7 @@ class Container:
     local_day: LocalDay  # today and yesterday in ENGRAM_TIMEZONE
     stats: NamespaceStats  # the counts of a namespace
     transfer: TransferService
-    recall: RecallService
+    recall: Recall
     conversations: ConversationService  # recall of past conversations
     boot: BootService  # the boot package (chat block, REST, MCP)
     usage: UsageReportService
@@ -172,7 +172,7 @@ class Overrides:
     extract_model: ChatModel | Unset | None = UNSET  # None: extraction not configured
     dream_model: ChatModel | Unset | None = UNSET  # None: dreaming not configured
     compress_model: ChatModel | None = None  # recall compression
-    recall: RecallService | None = None
+    recall: Recall | None = None
     skills: SkillService | None = None
     conversations: ConversationService | None = None
     chat: ChatService | None = None
@@ -202,7 +202,7 @@ class _Library:
     local_day: LocalDay
     stats: NamespaceStats
     transfer: TransferService
-    recall: RecallService
+    recall: Recall
     conversations: ConversationService
     boot: BootService
     skills: SkillService
@@ -438,7 +438,7 @@ def _build_conversations(
     store: MemoryStore,
     raw_embedder: Embedder | None,
     clock: Clock,
-    recall: RecallService,
+    recall: Recall,
     index: SearchIndex | None,
     closers: Closers,
     clients: AwsClients,

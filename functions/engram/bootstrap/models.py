@@ -28,7 +28,7 @@ from engram.services.library.messages import MessageService
 from engram.services.library.reminders import ReminderService
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
-from engram.services.recall.pipeline import RecallService
+from engram.services.recall.pipeline import Recall, RecallService
 from engram.services.runtime_settings import RuntimeSettings
 from engram.settings import Settings
 
@@ -178,7 +178,7 @@ class ChatParts:
     store: MemoryStore
     messages: MessageService
     memories: MemoryService
-    recall: RecallService
+    recall: Recall
     boot: BootService
     clock: Clock
     queue: JobQueue

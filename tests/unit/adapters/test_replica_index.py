@@ -259,7 +259,7 @@ def test_snapshots_stream_in_chunks_and_restore_byte_for_byte(tmp_path: Path) ->
     assert size > 1_000_000 and store.largest <= 1024 * 1024 < size
     # And a cold replica restores it without reading the log's rows again
     spy = SpyLog(shared_log)
-    cold = replica(spy, tmp_path, "cold", snapshots=store)  # type: ignore[arg-type]
+    cold = replica(spy, tmp_path, "cold", snapshots=store)
     assert ids(cold.keyword_search("a", "999", k=1)) == ["m999"] and cold.info("a").documents == 1000
     assert spy.full_reads == 0
     writer.close()
@@ -275,7 +275,7 @@ def test_a_corrupt_snapshot_is_ignored_and_the_log_rebuilds(shared_log: SearchLo
     path = next((tmp_path / "snapshots").rglob("index.snapshot"))
     path.write_bytes(b"not a snapshot at all\n" + path.read_bytes())
     spy = SpyLog(shared_log)
-    cold = replica(spy, tmp_path, "cold", snapshots=store)  # type: ignore[arg-type]
+    cold = replica(spy, tmp_path, "cold", snapshots=store)
     assert ids(cold.keyword_search("a", "cello")) == ["m1"] and spy.full_reads == 1
     writer.close()
     cold.close()
@@ -339,7 +339,7 @@ def test_reconcile_rebuilds_a_replica_whose_count_differs_from_the_log(shared_lo
     assert ids(index.keyword_search("a", "lost")) == [] and index.info("a").documents == 3
     # When the nightly cleanup reconciles it / Then the replica is rebuilt from the log and holds what it has
     spy = SpyLog(shared_log)
-    index._log = spy  # type: ignore[assignment]
+    index._log = spy
     assert index.reconcile_all() == ["a"]
     assert spy.full_reads == 1
     assert sorted(ids(index.keyword_search("a", "lost"))) == ["extra", "lost"]

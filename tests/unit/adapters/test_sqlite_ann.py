@@ -22,7 +22,8 @@ DIM = 16
 
 def vectors(n: int, seed: int = 1) -> np.ndarray:
     m = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
-    return m / np.linalg.norm(m, axis=1, keepdims=True)
+    normed: np.ndarray = m / np.linalg.norm(m, axis=1, keepdims=True)
+    return normed
 
 
 def fill(index: SqliteSearchIndex, matrix: np.ndarray) -> None:

@@ -3,7 +3,7 @@ a bag-of-words embedder, plus helpers to add messages and memories."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from engram.bootstrap import Container, Overrides, build_container
-from engram.domain.models import Message, new_id
+from engram.domain.models import Message, MessageRole, new_id
 from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
@@ -28,12 +28,12 @@ class Env:
     model: ScriptedChatModel
     clock: ManualClock
 
-    def message(self, content: str, *, at: datetime | None = None, role: str = "user", ns: str = NS) -> Message:
+    def message(self, content: str, *, at: datetime | None = None, role: MessageRole = "user", ns: str = NS) -> Message:
         row, _ = self.container.store.insert_message(
             Message(
                 id=new_id("msg"),
                 namespace=ns,
-                role=role,  # type: ignore[arg-type]
+                role=role,
                 content=content,
                 created_at=at or self.clock.now(),
             )
@@ -47,8 +47,11 @@ class Env:
         return list(self.container.store.iter_memories(ns, ("active",)))
 
 
+MakeEnv = Callable[..., Env]  # the make_env fixture: Settings overrides in, a fresh Env out
+
+
 @pytest.fixture(params=["memory", "sqlite"])
-def make_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def make_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeEnv]:
     built: list[Container] = []
 
     def make(**settings: Any) -> Env:
@@ -74,7 +77,7 @@ def make_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def env(make_env: Any) -> Env:
+def env(make_env: MakeEnv) -> Env:
     return make_env()
 
 

@@ -13,7 +13,7 @@ from engram.services.jobs.dreaming import day_bounds
 from engram.services.jobs.runs import last_runs
 from engram.services.models.prompts import DREAM_SYSTEM
 
-from tests.unit.jobs.conftest import NS, Env
+from tests.unit.jobs.conftest import NS, Env, MakeEnv
 
 # 04:10 on 2026-03-11 in Singapore (UTC+8): "yesterday" there is 2026-03-10.
 DREAM_TIME = datetime(2026, 3, 10, 20, 10, tzinfo=UTC)
@@ -34,7 +34,7 @@ def plan(**fields: Any) -> str:
 
 
 @pytest.fixture
-def sg(make_env: Any) -> Env:
+def sg(make_env: MakeEnv) -> Env:
     env = make_env(timezone="Asia/Singapore")
     env.clock.set(DREAM_TIME)
     return env
@@ -110,6 +110,7 @@ async def test_updates_supersede_and_keep_the_chain_deletes_archive(sg: Env) -> 
     assert result["superseded"] == 1 and result["updated"] == 1 and result["archived"] == 1
     store = sg.container.store
     current = store.find_active_by_fact_key(NS, "profile:city")
+    assert current is not None
     assert current.content == "The user lives in Lisbon" and current.supersedes_id == city.id
     assert current.source == "dreaming" and current.tags == ("home",)
     assert store.get_memory(NS, city.id).status == "superseded"
@@ -175,7 +176,7 @@ async def test_a_core_memory_rewrite_waits_for_review_and_accepting_keeps_the_la
     assert new.supersedes_id == core.id and sg.container.store.get_memory(NS, core.id).status == "superseded"
 
 
-async def test_the_model_may_only_touch_memories_it_was_shown(make_env: Any) -> None:
+async def test_the_model_may_only_touch_memories_it_was_shown(make_env: MakeEnv) -> None:
     # Given more memories than the dream context holds
     env = make_env(timezone="Asia/Singapore", dream_memory_context_limit=1)
     env.clock.set(DREAM_TIME)
@@ -235,11 +236,13 @@ async def test_digest_is_at_most_500_chars_and_the_daily_log_is_rewritten(sg: En
     digest = sg.container.store.get_digest(NS)
     assert digest is not None and len(digest.content) <= 500
     log = sg.container.store.get_daily_log(NS, "2026-03-10")
+    assert log is not None
     assert log.title == "Moving day" and log.sections == ({"heading": "Home", "content": "Packing boxes for Lisbon."},)
     await dream(sg, force=True)
     # Then the log is rewritten and, without a digest field, the summary becomes the digest
-    assert sg.container.store.get_daily_log(NS, "2026-03-10").summary == "Second take"
-    assert sg.container.store.get_digest(NS).content == "Second take"
+    log, digest = sg.container.store.get_daily_log(NS, "2026-03-10"), sg.container.store.get_digest(NS)
+    assert log is not None and log.summary == "Second take"
+    assert digest is not None and digest.content == "Second take"
 
 
 def _state(env: Env) -> dict[str, Any]:
@@ -292,13 +295,17 @@ async def test_one_bad_field_is_dropped_the_rest_applied_once(sg: Env) -> None:
     assert store.get_memory(NS, dup.id).status == "archived"
     assert store.get_memory(NS, tea.id).status == "active" and store.get_memory(NS, tea.id).content == tea.content
     current = store.find_active_by_fact_key(NS, "profile:city")
+    assert current is not None
     assert current.content == "The user lives in Lisbon" and len(current.tags) == 20
     (note,) = store.list_precious(NS)
     assert note.content == "Today I promised myself to write every day." and note.tags == ("promise",)
     # the digest is clamped to 500 characters at a sentence boundary, the log keeps the summary
-    digest = store.get_digest(NS).content
+    stored_digest = store.get_digest(NS)
+    assert stored_digest is not None
+    digest = stored_digest.content
     assert len(digest) <= 500 and digest.endswith("habit.") and digest.startswith(sentence.strip())
-    assert store.get_daily_log(NS, "2026-03-10").summary == summary
+    daily = store.get_daily_log(NS, "2026-03-10")
+    assert daily is not None and daily.summary == summary
     assert store.get_cursor(NS, "dream:2026-03-10")
     # When it runs again without force / Then nothing is asked and nothing changes
     before = _state(sg)

@@ -16,7 +16,7 @@ from engram.services.library.messages import MessageIn
 from engram.services.models.prompts import EXTRACTION_SYSTEM
 
 from tests.fakes.embedder import HashEmbedder
-from tests.unit.jobs.conftest import NS, Env, ago
+from tests.unit.jobs.conftest import NS, Env, MakeEnv, ago
 
 
 def mem(content: str, **fields: Any) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def mem(content: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def reply(*memories: dict[str, Any]) -> str:
+def reply(*memories: object) -> str:
     return json.dumps({"memories": list(memories)}, ensure_ascii=False)
 
 
@@ -100,7 +100,7 @@ async def test_quiet_first_window_anchors_the_cursor(env: Env) -> None:
     assert msg.id in env.model.calls[0].user
 
 
-async def test_batches_limit_a_run_and_the_next_run_continues(make_env: Any) -> None:
+async def test_batches_limit_a_run_and_the_next_run_continues(make_env: MakeEnv) -> None:
     # Given 5 messages, batches of 2 messages and at most 2 batches per run
     env = make_env(extract_max_messages=2, extract_max_batches=2)
     msgs = [env.message(f"fact number {i}", at=ago(env, minutes=50 - i)) for i in range(5)]
@@ -152,7 +152,8 @@ async def test_invalid_json_leaves_the_cursor_then_fenced_json_in_prose_is_accep
     assert first["errors"] == 1 and first["namespaces"][0]["errors"][0]["error"] == "invalid_model_output"
     assert env.model.calls[0].user == env.model.calls[1].user
     assert second["created"] == 1
-    assert env.container.store.find_active_by_fact_key(NS, "profile:city").content == "用户住在上海"
+    city = env.container.store.find_active_by_fact_key(NS, "profile:city")
+    assert city is not None and city.content == "用户住在上海"
 
 
 async def test_json_without_a_memories_list_is_invalid_and_retried(env: Env) -> None:
@@ -196,6 +197,7 @@ async def test_a_window_is_never_applied_twice_even_if_the_cursor_write_was_lost
 
     env.model.script(remember_anchor)
     await extract(env)
+    assert anchor is not None
     store.set_cursor(NS, "extract", anchor)
     # When extraction runs again over the same window
     env.model.script(reply(mem("The user likes teal", type="preference")))
@@ -225,7 +227,8 @@ async def test_low_confidence_goes_to_review_with_the_key_holder_as_target(env: 
     by_text = {c.content: c for c in pending}
     assert by_text["The user lives in Lisbon"].target_memory_id == holder.id
     assert by_text["The user might learn Portuguese"].target_memory_id is None
-    assert env.container.store.find_active_by_fact_key(NS, "profile:city").id == holder.id
+    city = env.container.store.find_active_by_fact_key(NS, "profile:city")
+    assert city is not None and city.id == holder.id
 
 
 async def test_same_low_confidence_fact_twice_is_one_candidate(env: Env) -> None:
@@ -256,7 +259,7 @@ async def test_same_key_same_text_marks_the_existing_memory_seen(env: Env) -> No
     assert seen.seen_count == holder.seen_count + 1 and seen.status == "active"
 
 
-async def test_same_key_near_identical_by_cosine_marks_seen(make_env: Any) -> None:
+async def test_same_key_near_identical_by_cosine_marks_seen(make_env: MakeEnv) -> None:
     # Given the issue's 0.9 threshold, a keyed memory and a reworded text whose cosine is at least 0.9
     env = make_env(dedup_cosine=0.9)
     old_text = "The user works as a senior data engineer at Acme in Berlin office team platform"
@@ -269,7 +272,8 @@ async def test_same_key_near_identical_by_cosine_marks_seen(make_env: Any) -> No
     # When extracted
     result = await extract(env)
     # Then it counts as seen
-    assert result["seen"] == 1 and env.container.store.find_active_by_fact_key(NS, "work:employer").id == holder.id
+    employer = env.container.store.find_active_by_fact_key(NS, "work:employer")
+    assert result["seen"] == 1 and employer is not None and employer.id == holder.id
 
 
 async def test_same_key_changed_supersedes_and_keeps_the_chain(env: Env) -> None:
@@ -282,6 +286,7 @@ async def test_same_key_changed_supersedes_and_keeps_the_chain(env: Env) -> None
     # Then a new version replaces the old one, which stays restorable in the chain
     assert result["superseded"] == 1
     current = env.container.store.find_active_by_fact_key(NS, "profile:city")
+    assert current is not None
     assert current.content == "The user lives in Lisbon" and current.supersedes_id == holder.id
     chain = env.container.memories.versions(NS, current.id)
     assert [m.status for m in chain] == ["superseded", "active"]
@@ -422,7 +427,7 @@ async def test_a_batch_of_only_system_and_tool_rows_needs_no_model_call(env: Env
     assert env.model.calls == [] and result["messages"] == 2 and result["batches"] == 1
 
 
-async def test_extracted_memories_below_the_least_importance_are_not_written(make_env: Any) -> None:
+async def test_extracted_memories_below_the_least_importance_are_not_written(make_env: MakeEnv) -> None:
     # Given ENGRAM_MEMORY_MIN_IMPORTANCE 0.3 (Aelios' MEMORY_MIN_IMPORTANCE) and a reply with trivia
     env = make_env(memory_min_importance=0.3)
     env.message("I had toast, and by the way my sister is called Lena")

@@ -17,7 +17,7 @@ from engram.domain.errors import UpstreamUnavailable
 from engram.services.jobs.dreaming import MAX_DAY_ATTEMPTS
 from engram.services.jobs.extraction import FAILURES
 
-from tests.unit.jobs.conftest import NS, Env, ago
+from tests.unit.jobs.conftest import NS, Env, MakeEnv, ago
 
 BOB = "bob"
 # 04:10 on 2026-03-11 UTC: the nightly dream is for 2026-03-10.
@@ -100,7 +100,9 @@ async def test_retries_within_one_interval_cost_the_batch_no_attempt(env: Env) -
     env.model.script(*["not json"] * 4)
 
     def attempts() -> int:
-        return int(json.loads(env.container.store.get_cursor(NS, FAILURES))["count"])
+        cursor = env.container.store.get_cursor(NS, FAILURES)
+        assert cursor is not None
+        return int(json.loads(cursor)["count"])
 
     # When the run is repeated three times within one scheduled interval (Lambda's async retries, a
     # manual run, the local scheduler's early retry)
@@ -128,7 +130,7 @@ async def test_an_item_that_cannot_be_stored_is_no_failure_of_the_run(env: Env) 
 
 # -- dreaming ---------------------------------------------------------------------------------
 @pytest.fixture
-def night(make_env: Any) -> Env:
+def night(make_env: MakeEnv) -> Env:
     env = make_env(timezone="UTC")
     env.clock.set(NIGHT)
     return env

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from engram.domain.wire.anthropic import (
     anthropic_request_to_openai,
@@ -125,13 +126,13 @@ def test_whole_responses_both_ways_with_usage() -> None:
     assert back["stop_reason"] == "tool_use"
 
 
-def _events(raw: bytes) -> list[tuple[str | None, dict]]:
+def _events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
     return [(e.event, json.loads(e.data)) for e in SseParser().feed(raw) if e.data and e.data != "[DONE]"]
 
 
 def test_streams_both_ways_round_trip() -> None:
     # Given an OpenAI stream with reasoning, text and a tool call
-    chunks = [
+    chunks: list[dict[str, Any]] = [
         {"id": "c", "choices": [{"delta": {"role": "assistant", "content": ""}}]},
         {"id": "c", "choices": [{"delta": {"reasoning_content": "th"}}]},
         {"id": "c", "choices": [{"delta": {"content": "he"}}]},
@@ -179,7 +180,7 @@ def test_streams_both_ways_round_trip() -> None:
 
 def test_engram_model_calls_become_a_messages_request_with_the_system_prompts_joined() -> None:
     # Given Engram's own job messages with two system prompts
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You extract facts."},
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "I moved to Lyon"},

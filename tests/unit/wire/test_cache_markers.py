@@ -192,7 +192,7 @@ def test_both_wires_mark_the_same_positions() -> None:
     ]
     body = {"system": "s", "tools": [{"name": "a", "input_schema": {}}], "messages": anthropic_messages}
     out, info = inject_anthropic(body, BOOT, "- m", CachePolicy())
-    converse = {
+    converse: dict[str, Any] = {
         "system": [{"text": "s"}, {"text": BOOT}],
         "toolConfig": {"tools": [{"toolSpec": {"name": "a", "inputSchema": {"json": {}}}}]},
         "messages": [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 from engram.domain.errors import InvalidInput
@@ -20,7 +21,7 @@ from engram.domain.wire.usage import openai_usage, usage_from_converse
 PNG = b"\x89PNG\r\n\x1a\nfake"
 
 
-def _validate(request: dict) -> None:
+def _validate(request: dict[str, Any]) -> None:
     """The request must pass botocore's own check for Converse (what boto3 runs before sending)."""
     botocore_session = pytest.importorskip("botocore.session")
     from botocore.validate import validate_parameters
@@ -206,7 +207,7 @@ def test_stop_reasons_map(reason: str, finish: str) -> None:
     assert converse_to_openai(response, "m")["choices"][0]["finish_reason"] == finish
 
 
-def _chunks(raw: list[bytes]) -> list[dict | str]:
+def _chunks(raw: list[bytes]) -> list[Any]:  # JSON chunks, then "[DONE]"
     parser = SseParser()
     events = [e for piece in raw for e in parser.feed(piece)]
     return [e.data if e.data == "[DONE]" else e.json() for e in events]
@@ -214,7 +215,7 @@ def _chunks(raw: list[bytes]) -> list[dict | str]:
 
 def test_stream_events_become_openai_chunks_with_usage_and_done() -> None:
     # Given a ConverseStream with text, a streamed tool call, the stop and the usage metadata
-    events = [
+    events: list[dict[str, Any]] = [
         {"messageStart": {"role": "assistant"}},
         {"contentBlockDelta": {"delta": {"reasoningContent": {"text": "hmm"}}, "contentBlockIndex": 0}},
         {"contentBlockDelta": {"delta": {"text": "Hel"}, "contentBlockIndex": 1}},
@@ -265,7 +266,7 @@ def test_usage_without_cache_fields() -> None:
 
 def test_messages_become_alternating_converse_turns() -> None:
     # Given OpenAI-style messages with a system prompt, parts and two user turns in a row
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You extract facts."},
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
         {"role": "user", "content": "I moved to Lyon"},

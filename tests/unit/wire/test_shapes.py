@@ -16,6 +16,7 @@ from engram.domain.wire import anthropic as w
 from engram.domain.wire import shapes as ws
 from engram.domain.wire import usage as u
 from engram.domain.wire.cache_markers import CachePolicy
+from engram.domain.wire.content import text_of
 from engram.domain.wire.converse import openai_to_converse
 from engram.domain.wire.sse import SseParser
 from engram.entrypoints.http.app import scrub_lone_surrogates
@@ -175,7 +176,7 @@ RICH_ANTHROPIC: dict[str, Any] = {
         },
     ],
 }
-WRONG = (None, 5, 1.5, True, "x", [], {}, [None], [5], {"x": None})
+WRONG: tuple[object, ...] = (None, 5, 1.5, True, "x", [], {}, [None], [5], {"x": None})
 
 
 def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -260,7 +261,7 @@ def test_any_field_of_an_upstream_answer_with_a_wrong_type_is_a_502_or_handled(w
                 continue
             try:
                 if wire == "openai":
-                    w.text_of(((data.get("choices") or [{}])[0].get("message") or {}).get("content"))
+                    text_of(((data.get("choices") or [{}])[0].get("message") or {}).get("content"))
                     w.openai_response_to_anthropic(data, "m")
                 else:
                     w.anthropic_response_to_openai(data, "m")
@@ -270,18 +271,20 @@ def test_any_field_of_an_upstream_answer_with_a_wrong_type_is_a_502_or_handled(w
 
 def _rich_events(upstream: str) -> list[tuple[str | None, dict[str, Any]]]:
     if upstream == "openai":
-        base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        base: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
         deltas = [
             {"role": "assistant", "content": ""},
             {"reasoning_content": "t"},
             {"content": "hi"},
             {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{"}}]},
         ]
-        events = [(None, {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}) for d in deltas]
+        events: list[tuple[str | None, dict[str, Any]]] = [
+            (None, {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}) for d in deltas
+        ]
         events.append((None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
         events.append((None, {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}))
         return events
-    raw = [
+    raw: list[dict[str, Any]] = [
         {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 3}}},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},

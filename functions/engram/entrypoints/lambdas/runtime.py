@@ -11,16 +11,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engram.bootstrap import Container, build_container
+from engram.bootstrap import build_container
 from engram.domain.deployment import METRICS_NAMESPACE, METRICS_SERVICE
+from engram.domain.ports import Clock, KeyValueRows
 from engram.entrypoints.logs import configure_logging
-from engram.services.jobs.registry import JOBS, JobResult
+from engram.services.jobs.registry import JOBS, JobResult, JobRunner
 from engram.settings import load_settings
 
 # Service and namespace defaults keep local runs and tests working without POWERTOOLS_* variables.
@@ -28,19 +29,34 @@ logger = Logger(service=METRICS_SERVICE)
 tracer = Tracer(service=METRICS_SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=METRICS_SERVICE)
 
+
+class JobContainer(Protocol):
+    """What the job Lambdas use of the container (a ``bootstrap.Container``): the runner, and the store and
+    clock of SQS deliveries' claims. Tests give a smaller one through ``set_container_factory``."""
+
+    @property
+    def store(self) -> KeyValueRows: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def jobs(self) -> JobRunner: ...
+
+
 _lock = threading.Lock()
-_container: Container | None = None
-_factory: Callable[[], Container] | None = None
+_container: JobContainer | None = None
+_factory: Callable[[], JobContainer] | None = None
 
 
-def set_container_factory(factory: Callable[[], Container] | None) -> None:
+def set_container_factory(factory: Callable[[], JobContainer] | None) -> None:
     """Replace how the container is built (tests), and forget the one built so far."""
     global _container, _factory
     with _lock:
         _factory, _container = factory, None
 
 
-def get_container() -> Container:
+def get_container() -> JobContainer:
     global _container
     with _lock:
         if _container is None:

@@ -30,7 +30,7 @@ from engram.services.chat.turn import Reason, ReminderClaim, TurnContext, TurnRe
 from engram.services.library.reminders import ReminderService
 from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
-from engram.services.recall.pipeline import RecallResult, RecallService, render_prompt
+from engram.services.recall.pipeline import Recall, RecallResult, render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class TurnContextSource:
         self,
         *,
         boot: BootService,
-        recall: RecallService,
+        recall: Recall,
         reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
         render_recall: Callable[[RecallResult], str] = render_prompt,

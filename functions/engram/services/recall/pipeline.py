@@ -253,6 +253,32 @@ class RecallStore(MemoryRows, NoteRows, Protocol):
     """What recall re-checks (memories) and matches (glossary terms)."""
 
 
+class Recall(Protocol):
+    """What the rest of Engram asks of recall (the chat turn, REST, MCP, conversation recall):
+    ``RecallService`` below; a test's spy around it stands in through ``Overrides.recall``."""
+
+    @property
+    def config(self) -> RecallConfig: ...
+
+    def recall(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        top_k: int | None = None,
+        types: Sequence[str] = (),
+        exclude_ids: Collection[str] = (),
+        record_injection: bool = False,
+        min_relevance: float | None = None,
+        budget_tokens: int | None = None,
+        refine: bool = True,
+    ) -> RecallResult: ...
+
+    def query_vector(self, namespace: str, text: str) -> Sequence[float]: ...
+
+    def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None: ...
+
+
 class RecallService:
     def __init__(
         self,
