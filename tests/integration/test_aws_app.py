@@ -141,7 +141,9 @@ def test_one_client_per_aws_service_and_the_rare_ones_on_first_use(
     # Then the store, the rate limiter and the skills library share one DynamoDB client, and neither the
     # queue's SQS client nor the jobs' Bedrock client is built yet (bench/README.md, "Cold start")
     assert sorted(built) == ["dynamodb", "secretsmanager"]
-    store = container.store.inner
+    journaled = container.store
+    assert isinstance(journaled, JournaledStore)
+    store = journaled.inner
     assert isinstance(store, DynamoMemoryStore)
     limiter: Any = container.limits._limiter
     skill_store: Any = container.skills._store
