@@ -9,8 +9,8 @@ same uvicorn, one ``httpx.AsyncClient``: read the body, send it, stream the answ
 with recall over 1,000 memories (boot block + keyword recall, or keyword + vectors with
 ``--embedder local``; every exchange stored). Each request streams (`stream: true`); TTFB is the time
 to the first body byte, total the time to the end of the stream. Concurrency 1 and 8. After the
-table, issue #23's goals (server CPU per request; TTFB p50 added over the floor) beside the measured
-values and their ratio.
+table, issue #23's goals (server CPU per request above the floor's and absolute; TTFB p50 added over the
+floor) beside the measured values and their ratio.
 """
 
 from __future__ import annotations
@@ -248,13 +248,20 @@ def _report(rows: list[tuple[str, int, dict[str, list[float]], float]], requests
         "\nThe floor's own cost over the upstream (total p50): "
         + ", ".join(f"c={c}: {v:+.1f} ms" for c, v in floor.items())
     )
+    floor_cpu = {c: cpu for n, c, _, cpu in rows if n == FLOOR}
     print("\n| goal (issue #23 item 1) | goal | measured | measured / goal |")
     print("|---|---:|---:|---:|")
     for name, (cpu_goal, c1_goal, c8_goal) in GOALS.items():
         if kind != "keyword" and "recall" in name:
             continue
         measured_cpu = [cpu for n, _, _, cpu in rows if n == name]
-        lines = [(f"{name}: server CPU/req", cpu_goal, max(measured_cpu))]
+        # The floor (uvicorn + httpx) alone costs about a millisecond of CPU per request, so the goal is
+        # read as the gateway's cost above the floor's in the same run; the absolute value beside it.
+        over_floor = [cpu - floor_cpu[c] for n, c, _, cpu in rows if n == name]
+        lines = [
+            (f"{name}: server CPU/req over the floor's", cpu_goal, max(over_floor)),
+            (f"{name}: server CPU/req (absolute)", cpu_goal, max(measured_cpu)),
+        ]
         for c, goal in ((1, c1_goal), (8, c8_goal)):
             if (name, c) in ttfb50:
                 lines.append((f"{name}: added TTFB p50 at c={c}", goal, ttfb50[(name, c)] - ttfb50[(FLOOR, c)]))

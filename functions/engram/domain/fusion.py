@@ -403,7 +403,7 @@ def diversify(
     out: dict[str, float] = {}
     while remaining:
         # The best adjusted score, the earliest on a tie (by position: ``remaining.index`` in the key
-        # made each pick quadratic, the whole cubic in the pool; bench/profiles/recall-1k.svg).
+        # made each pick quadratic, the whole cubic in the pool; bench/profiles).
         adjusted = [scores[mid] - penalty * overlap[mid] for mid in remaining]
         at = adjusted.index(max(adjusted))  # the first of the best
         best = remaining.pop(at)
