@@ -165,3 +165,19 @@ def test_chinese_bigrams_match_in_postings(indexes: tuple[SqliteSearchIndex, InM
     assert "zh" in [mid for mid, _ in ranking(index, "a", "花生过敏", k=200)]
     assert ranking(index, "a", "花生过敏") == ranking(reference, "a", "花生过敏")
     index.close()
+
+
+def test_warm_loads_the_postings_and_b075_keeps_fts5(tmp_path: Path) -> None:
+    # Given a namespace over the threshold, reopened
+    first = SqliteSearchIndex(tmp_path / "e.db", keyword_threshold=50)
+    first.upsert_many(docs(80, random.Random(9)))
+    first.close()
+    warmed = SqliteSearchIndex(tmp_path / "e.db", keyword_threshold=50)
+    fts_only = SqliteSearchIndex(tmp_path / "e.db", keyword_threshold=50, bm25_b=0.75)
+    # When warmed at start-up, the postings are there before any query
+    warmed.warm("a")
+    assert "a" in warmed._keywords
+    # With b = 0.75 FTS5's own bm25() is the ranking at every size: no postings are loaded
+    assert fts_only.keyword_search("a", "coffee") and "a" not in fts_only._keywords
+    warmed.close()
+    fts_only.close()
