@@ -22,6 +22,10 @@ get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanne
 ``search/vector_cache.py``. The graph is never built on a query's time: a background thread builds it
 (or loads the one saved next to the SQLite file and reconciles it) while queries scan exactly; once
 ready it is patched on every write and saved again on ``close``.
+
+Over 450 lines on purpose: every write transaction patches both in-memory caches (vectors, keyword
+postings) under the one lock and connection that the reads use; the caches themselves live in
+``search/vector_cache.py`` and ``search/keyword_cache.py``.
 """
 
 from __future__ import annotations
