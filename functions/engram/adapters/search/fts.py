@@ -4,11 +4,10 @@ and the BM25 re-scoring of the top matches from FTS5's own statistics."""
 from __future__ import annotations
 
 import hashlib
-import math
 import sqlite3
 from collections.abc import Sequence
 
-from engram.adapters.search.inmemory import BM25_B, BM25_K1
+from engram.adapters.search.inmemory import BM25_B, bm25_idf, bm25_norm, bm25_term
 
 __all__ = ["BM25_B", "RESCORE_DEPTH", "fts_query", "nskey", "rescore_bm25", "varints"]
 
@@ -57,20 +56,19 @@ def rescore_bm25(
     avgdl = total_tokens / n_rows
     marks = ",".join("?" * len(terms))
     df = dict(conn.execute(f"SELECT term, doc FROM search_vocab WHERE term IN ({marks})", list(terms)).fetchall())
-    idf = {t: math.log(1.0 + (n_rows - n + 0.5) / (n + 0.5)) for t, n in df.items() if n}
+    idf = {t: bm25_idf(n_rows, n) for t, n in df.items() if n}
     ids = [r[2] for r in rows]
     texts = dict(conn.execute(f"SELECT rowid, tokens FROM search_fts WHERE rowid IN ({','.join('?' * len(ids))})", ids))
-    k1 = BM25_K1
     weights = list(idf.items())
     scored: list[tuple[str, float]] = []
     for memory_id, _, rowid in rows:
         tokens = str(texts.get(rowid, "")).split()
-        norm = k1 * (1.0 - b + b * len(tokens) / avgdl)
+        norm = bm25_norm(len(tokens), avgdl, b)
         score = 0.0
         for term, weight in weights:
             c = tokens.count(term)  # a few query terms: list.count beats building a Counter
             if c:
-                score += weight * c * (k1 + 1.0) / (c + norm)
+                score += bm25_term(weight, c, norm)
         scored.append((memory_id, score))
     scored.sort(key=lambda pair: (-pair[1], pair[0]))
     return [pair for pair in scored if pair[1] > 0]

@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 import numpy as np
 
@@ -21,6 +22,33 @@ from engram.domain.text import tokenize
 
 BM25_K1 = 1.2
 BM25_B = 0.3  # SqliteSearchIndex re-scores with the same (engram.adapters.search.fts)
+
+
+# BM25 in three expressions that every local keyword path uses (this reference, FTS5's re-scoring in
+# search/fts.py, big namespaces' postings in search/keyword_cache.py), so their scores agree to the bit.
+def bm25_idf(n: int, df: int) -> float:
+    """A term's weight among ``n`` documents of which ``df`` hold it."""
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+@overload
+def bm25_norm(length: float, avgdl: float, b: float) -> float: ...
+@overload
+def bm25_norm(length: np.ndarray, avgdl: float, b: float) -> np.ndarray: ...
+def bm25_norm(length: Any, avgdl: float, b: float) -> Any:
+    """A document's length normalisation (element-wise over an array of lengths)."""
+    return BM25_K1 * (1.0 - b + b * length / avgdl)
+
+
+@overload
+def bm25_term(weight: float, tf: float, norm: float) -> float: ...
+@overload
+def bm25_term(weight: float, tf: np.ndarray, norm: np.ndarray) -> np.ndarray: ...
+def bm25_term(weight: float, tf: Any, norm: Any) -> Any:
+    """One term's share of a document's score (element-wise over arrays of counts and norms)."""
+    return weight * tf * (BM25_K1 + 1.0) / (tf + norm)
+
+
 # Long chat turns make long queries; the rarest terms carry the signal, so cap the unique terms.
 MAX_QUERY_TERMS = 128
 
@@ -135,7 +163,7 @@ class InMemorySearchIndex:
                 return []
             n_docs = len(ns.docs)
             avg_len = ns.total_length / n_docs if n_docs else 0.0
-            idf = {t: math.log(1.0 + (n_docs - ns.df[t] + 0.5) / (ns.df[t] + 0.5)) for t in terms if ns.df[t]}
+            idf = {t: bm25_idf(n_docs, ns.df[t]) for t in terms if ns.df[t]}
             if not idf:
                 return []
             # Term by term over its postings: each document's score is the same sum, in the same order
@@ -152,13 +180,11 @@ class InMemorySearchIndex:
                         if wanted and doc.type not in wanted:
                             norm = norms[mid] = -1.0
                         else:
-                            norm = norms[mid] = (
-                                BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / avg_len) if avg_len else BM25_K1
-                            )
+                            norm = norms[mid] = bm25_norm(doc.length, avg_len, BM25_B) if avg_len else BM25_K1
                     if norm < 0:
                         continue  # not of the wanted types
                     tf = docs[mid].tf[term]
-                    scores[mid] = scores.get(mid, 0.0) + weight * tf * (BM25_K1 + 1.0) / (tf + norm)
+                    scores[mid] = scores.get(mid, 0.0) + bm25_term(weight, tf, norm)
             scored = [(-score, mid) for mid, score in scores.items() if score > 0]
         # Only the top k become SearchHit objects (building one per matching document dominated the cost).
         return [SearchHit(memory_id=mid, score=-neg) for neg, mid in heapq.nsmallest(k, scored)]

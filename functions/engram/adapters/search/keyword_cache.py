@@ -15,13 +15,12 @@ FTS5 path of small namespaces ranks its top ``RESCORE_DEPTH`` by ``bm25()`` and 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
-from engram.adapters.search.inmemory import BM25_K1
+from engram.adapters.search.inmemory import bm25_idf, bm25_norm, bm25_term
 
 # Namespaces with at least this many documents are ranked from in-memory postings (below it FTS5 is fast).
 KEYWORD_THRESHOLD = 5_000
@@ -115,7 +114,6 @@ class KeywordCache:
         n = self.n_alive
         if n == 0 or k <= 0:
             return []
-        k1 = BM25_K1
         avgdl = self.total_length / n
         scores = np.zeros(self.built, dtype=np.float64)
         weights: list[tuple[str, float]] = []
@@ -124,12 +122,11 @@ class KeywordCache:
             df = len(docs) + self.extra_df[term]
             if df <= 0:
                 continue
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            idf = bm25_idf(n, df)
             weights.append((term, idf))
             if len(docs):
-                # The reference's expression, in its order (search/inmemory.py), element-wise.
-                norm = k1 * (1.0 - b + b * self.lengths[docs] / avgdl)
-                scores[docs] += idf * tf * (k1 + 1.0) / (tf + norm)
+                # The reference's expressions (search/inmemory.py), element-wise.
+                scores[docs] += bm25_term(idf, tf, bm25_norm(self.lengths[docs], avgdl, b))
         if not weights:
             return []
         wanted = {self.type_codes[t] for t in types if t in self.type_codes}
@@ -149,17 +146,16 @@ class KeywordCache:
         self, weights: Sequence[tuple[str, float]], wanted: set[int] | None, avgdl: float, b: float
     ) -> list[tuple[str, float]]:
         """Rows written since the build (at most ~a thousand: ``stale``), scored one by one."""
-        k1 = BM25_K1
         out: list[tuple[str, float]] = []
         for row, (counts, length, code) in self.extra.items():
             if wanted is not None and code not in wanted:
                 continue
-            norm = k1 * (1.0 - b + b * length / avgdl)
+            norm = bm25_norm(length, avgdl, b)
             score = 0.0
             for term, weight in weights:
                 c = counts.get(term)
                 if c:
-                    score += weight * c * (k1 + 1.0) / (c + norm)
+                    score += bm25_term(weight, c, norm)
             if score > 0:
                 out.append((self.ids[row], score))
         return out
