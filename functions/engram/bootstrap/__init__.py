@@ -91,6 +91,7 @@ __all__ = [
     "index_model_mismatch",
     "load_keys_file",
     "local_db_path",
+    "warm_search",
 ]
 
 log = logging.getLogger(__name__)
@@ -491,3 +492,15 @@ def write_owner_only(path: Path, data: bytes) -> None:
     owner-only from the first byte and atomic (``adapters/files.write_private``). Entry points reach
     adapters only through bootstrap (docs/ARCHITECTURE.md, "Layers")."""
     write_private(path, data)
+
+
+def warm_search(container: Container) -> None:
+    """Start loading the local memory index's big namespaces (vectors, keyword postings) on a helper thread
+    (``engram serve`` at start), so the first queries do not load them on their own time (search/sqlite.py)."""
+    if container.settings.search != "local":
+        return
+    from engram.adapters.search.sqlite import SqliteSearchIndex
+
+    index = container.index.inner
+    if isinstance(index, SqliteSearchIndex):
+        index.warm_in_background()

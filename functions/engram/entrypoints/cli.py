@@ -44,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"API keys: {settings.keys_file}", file=sys.stderr)
     print(f"  REST docs {base}/docs · chat {base}/v1 · MCP {base}/mcp · admin {base}/admin", file=sys.stderr)
     app = create_app(container)
+    bootstrap.warm_search(container)
     try:
         uvicorn.run(
             app,

@@ -3,6 +3,7 @@ DynamoDB under moto) see each other's writes, deletes and resets; a cold one sta
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -12,11 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 from engram.adapters.search.document_log import LogRow, SearchLog, pack_vector, unit_vectors, unpack_vector
+from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.search.replica import ReplicaSearchIndex
 from engram.adapters.search.replica_log import SqliteSearchLog
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
 from engram.adapters.storage.blobs import LocalBlobStore
 from engram.domain.models import IndexedDoc
+
+from tests.unit.adapters.warm_gate import Gate
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -374,5 +378,40 @@ def test_a_full_hydrate_reads_and_applies_the_log_page_by_page(
     assert cold.info("a").documents == 10 and len(ids(cold.keyword_search("a", "harbour", k=50))) == 10
     # And its cursor is the newest entry's (the tombstone, read by the sync before the search)
     assert cold._spaces["a"].cursor == max(r.seq for r in shared_log.changed_since("a", 0))
+    writer.close()
+    cold.close()
+
+
+@pytest.mark.parametrize("start", ["log", "snapshot"])
+def test_a_big_namespace_postings_load_off_the_first_search(
+    shared_log: SearchLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    # Given a namespace over a replica's keyword-postings threshold (20 here), in the log (and in a snapshot)
+    snapshots = LocalBlobStore(tmp_path / "snapshots") if start == "snapshot" else None
+    writer, reference = replica(shared_log, tmp_path, "w", snapshots=snapshots), InMemorySearchIndex()
+    for n in range(40):
+        written = doc(f"m{n:02d}", f"note {n} about the harbour" + " crane" * (n % 3), (1.0, float(n), 0.0))
+        writer.upsert(written)
+        reference.upsert(written)
+    if snapshots is not None:
+        assert writer.snapshot("a") is True
+    # When a cold replica hydrates on its first search, the postings' build held mid-way
+    gate = Gate(monkeypatch)
+    cold = replica(shared_log, tmp_path, "cold", snapshots=snapshots, keyword_threshold=20)
+    first = ids(cold.keyword_search("a", "harbour crane", k=50))
+    # Then that search did not build them (FTS5 ranked it) and the build runs on a helper thread
+    assert gate.entered.wait(10)
+    index = cold._spaces["a"].index
+    assert "a" not in index._keywords and len(first) == 40
+    gate.open.set()
+    for _ in range(200):
+        if "a" in index._keywords:
+            break
+        time.sleep(0.05)
+    # And once built, the postings rank as the in-memory reference; the vectors are at hand too
+    assert "a" in index._keywords and "a" in index._caches
+    for query in ["harbour crane", "crane", "note 7"]:
+        assert cold.keyword_search("a", query, k=10) == reference.keyword_search("a", query, k=10)
+    assert ids(cold.vector_search("a", (0.0, 1.0, 0.0), k=1)) == ["m39"]
     writer.close()
     cold.close()

@@ -1,9 +1,11 @@
 """Big namespaces' keyword ranking from in-memory postings (search/keyword_cache.py) equals the in-memory
-reference BM25 — scores and order — through writes, deletes, another process's writes and reloads."""
+reference BM25 — scores and order — through writes, deletes, another process's writes and reloads; and the
+postings (with the vectors) load in the background without a query waiting, writes meanwhile replayed."""
 
 from __future__ import annotations
 
 import random
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.search.keyword_cache import KeywordCache
 from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.models import IndexedDoc
+
+from tests.unit.adapters.warm_gate import Gate
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 WORDS = ["coffee", "morning", "sister", "job", "dentist", "trip", "japan", "cat", "budget", "food"]
@@ -181,3 +185,121 @@ def test_warm_loads_the_postings_and_b075_keeps_fts5(tmp_path: Path) -> None:
     assert fts_only.keyword_search("a", "coffee") and "a" not in fts_only._keywords
     warmed.close()
     fts_only.close()
+
+
+# -- loading in the background (``warm_in_background``, search/warmup.py) ------------------------------
+def with_vectors(batch: list[IndexedDoc], rng: random.Random) -> list[IndexedDoc]:
+    return [d.model_copy(update={"vector": tuple(rng.uniform(-1, 1) for _ in range(8))}) for d in batch]
+
+
+def vector_ranking(index: object, vector: tuple[float, ...]) -> list[str]:
+    return [h.memory_id for h in index.vector_search("a", vector, k=15)]  # type: ignore[attr-defined]
+
+
+def reopened(tmp_path: Path, batch: list[IndexedDoc], reference: InMemorySearchIndex) -> SqliteSearchIndex:
+    """``batch`` written by one process; a new one opened on the file (nothing loaded yet)."""
+    first = SqliteSearchIndex(tmp_path / "e.db", keyword_threshold=50)
+    first.upsert_many(batch)
+    first.close()
+    fill(reference, batch)
+    return SqliteSearchIndex(tmp_path / "e.db", keyword_threshold=50)
+
+
+def held_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: list[IndexedDoc], reference: InMemorySearchIndex
+) -> tuple[SqliteSearchIndex, Gate, threading.Thread]:
+    """A reopened index with ``batch``, its background load of namespace "a" held inside the postings' build."""
+    index = reopened(tmp_path, batch, reference)
+    gate = Gate(monkeypatch)
+    thread = index.warm_in_background(["a"])
+    assert thread is not None and gate.entered.wait(10)
+    return index, gate, thread
+
+
+def test_a_background_warm_loads_big_namespaces_before_any_query(tmp_path: Path) -> None:
+    # Given a reopened file with a namespace over the threshold and one under it
+    rng, reference = random.Random(10), InMemorySearchIndex()
+    index = reopened(tmp_path, with_vectors(docs(120, rng), rng) + docs(10, rng, ns="small"), reference)
+    # When it is warmed in the background (every namespace big enough)
+    thread = index.warm_in_background()
+    assert thread is not None
+    thread.join(10)
+    # Then the big namespace's postings and vectors are loaded, the small one's not, and they rank as the reference
+    assert "a" in index._keywords and "a" in index._caches and "small" not in index._keywords
+    assert_same(index, reference)
+    probe = tuple(rng.uniform(-1, 1) for _ in range(8))
+    assert vector_ranking(index, probe) == vector_ranking(reference, probe)
+    index.close()
+
+
+def test_queries_during_the_load_are_ranked_by_fts5_and_never_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a big namespace whose postings are being built in the background, held mid-way
+    reference = InMemorySearchIndex()
+    index, gate, thread = held_load(tmp_path, monkeypatch, docs(200, random.Random(11)), reference)
+    # When a query comes meanwhile / Then it is answered by FTS5 at once, loading nothing itself
+    for query in QUERIES:
+        assert ranking(index, "a", query) == [
+            (h.memory_id, round(h.score, 9)) for h in index.fts_keyword_search("a", query, k=20)
+        ]
+    assert "a" not in index._keywords
+    # And once the load is done the postings rank, as the reference
+    gate.open.set()
+    thread.join(10)
+    assert "a" in index._keywords
+    assert_same(index, reference)
+    index.close()
+
+
+def test_writes_during_the_load_are_replayed_onto_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a big namespace (with vectors) whose postings are being built in the background, held mid-way
+    rng, reference = random.Random(12), InMemorySearchIndex()
+    index, gate, thread = held_load(tmp_path, monkeypatch, with_vectors(docs(150, rng), rng), reference)
+    # When this process replaces, adds and deletes documents meanwhile
+    changed = with_vectors(docs(20, rng) + docs(15, rng, prefix="new"), rng)
+    index.upsert_many(changed[:20])
+    index.upsert_many(changed[20:])
+    fill(reference, changed)
+    for mid in ["m0004", "new0002", "missing"]:
+        index.delete("a", mid)
+        reference.delete("a", mid)
+    gate.open.set()
+    thread.join(10)
+    # Then the loaded postings and vectors hold them (published by the load, not reloaded by a query)
+    postings = index._keywords["a"]
+    assert postings.generation == index._current("a") and "new0010" in postings.rows and "m0004" not in postings.rows
+    assert_same(index, reference)
+    assert index._keywords["a"] is postings
+    for _ in range(5):
+        probe = tuple(rng.uniform(-1, 1) for _ in range(8))
+        assert vector_ranking(index, probe) == vector_ranking(reference, probe)
+    index.close()
+
+
+def test_another_process_write_during_the_load_drops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a load held mid-way
+    reference = InMemorySearchIndex()
+    index, gate, thread = held_load(tmp_path, monkeypatch, docs(100, random.Random(13)), reference)
+    # When another process writes meanwhile (this one cannot replay what it did not see)
+    other = SqliteSearchIndex(tmp_path / "e.db", keyword_threshold=50)
+    late = IndexedDoc(memory_id="late", namespace="a", text="dentist dentist piano", type="fact", created_at=T0)
+    other.upsert(late)
+    reference.upsert(late)
+    gate.open.set()
+    thread.join(10)
+    # Then the load is dropped, and the next query loads the namespace afresh with the other's write
+    assert "a" not in index._keywords
+    assert ranking(index, "a", "dentist piano")[0][0] == "late"
+    assert_same(index, reference)
+    index.close()
+    other.close()
+
+
+def test_a_close_during_the_load_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = InMemorySearchIndex()
+    index, gate, thread = held_load(tmp_path, monkeypatch, docs(100, random.Random(14)), reference)
+    index.close()
+    gate.open.set()
+    thread.join(10)
+    assert not index._keywords and not index._caches and index._conn is None

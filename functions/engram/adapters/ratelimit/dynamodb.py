@@ -12,6 +12,7 @@ from typing import Any
 
 from engram.adapters.aws_clients import new_client
 from engram.adapters.storage.dynamodb.table import DynamoTable
+from engram.domain.deployment import TTL_ATTRIBUTE
 from engram.domain.errors import InvalidInput
 from engram.domain.ports import Clock
 
@@ -43,7 +44,7 @@ class DynamoRateLimiter:
             f"W#{start}",
             UpdateExpression="ADD #n :one SET #ttl = :ttl",
             ConditionExpression="attribute_not_exists(#n) OR #n < :limit",
-            ExpressionAttributeNames={"#n": "n", "#ttl": "ttl"},
+            ExpressionAttributeNames={"#n": "n", "#ttl": TTL_ATTRIBUTE},
             ExpressionAttributeValues={
                 ":one": {"N": "1"},
                 ":limit": {"N": str(limit)},

@@ -52,7 +52,9 @@ from engram.adapters.search.document_log import (
     pack_vector,
     unit_vectors,
 )
+from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex
+from engram.adapters.search.vector_cache import ANN_THRESHOLD
 from engram.domain.deployment import REPLICA_CEILING_MESSAGE, REPLICA_WARN_SHARE
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
@@ -141,15 +143,19 @@ class ReplicaSearchIndex:
         snapshots: SnapshotStore | None = None,
         sync_seconds: float = 1.0,
         ann_threshold: int | None = None,
+        keyword_threshold: int | None = None,
         ceiling: int = 0,
     ) -> None:
+        """``ann_threshold`` / ``keyword_threshold``: the local index's (``search/sqlite.py``), its defaults
+        when None."""
         base = private_dir(Path(directory))
         # Private to this process: two processes on one data dir never share a replica file.
         self._dir = private_dir(base / f"{os.getpid()}-{secrets.token_hex(4)}")
         self._log = log
         self._snapshots = snapshots
         self._sync_seconds = sync_seconds
-        self._ann_threshold = ann_threshold
+        self._ann_threshold = ANN_THRESHOLD if ann_threshold is None else ann_threshold
+        self._keyword_threshold = KEYWORD_THRESHOLD if keyword_threshold is None else keyword_threshold
         self._ceiling = ceiling
         self._lock = threading.RLock()
         self._spaces: dict[str, _Namespace] = {}
@@ -157,9 +163,9 @@ class ReplicaSearchIndex:
 
     # -- plumbing -------------------------------------------------------------------------------
     def _open_index(self, path: Path) -> SqliteSearchIndex:
-        if self._ann_threshold is None:
-            return SqliteSearchIndex(path, ann_persist=False)
-        return SqliteSearchIndex(path, ann_persist=False, ann_threshold=self._ann_threshold)
+        return SqliteSearchIndex(
+            path, ann_persist=False, ann_threshold=self._ann_threshold, keyword_threshold=self._keyword_threshold
+        )
 
     def _current_meta(self) -> LogMeta:
         if self._meta is None:
@@ -212,6 +218,9 @@ class ReplicaSearchIndex:
             # The overlap re-applies rows the snapshot holds already: only later ones count as changes.
             space.changes_since_snapshot = sum(1 for r in rows if r.seq > cursor)
         space.synced_at = time.monotonic()
+        # The keyword postings (and, from a snapshot, the vectors) load on a helper thread, not on the first
+        # search's time; that search ranks keywords by FTS5 meanwhile (search/sqlite.py).
+        index.warm_in_background([namespace])
         return space
 
     @staticmethod

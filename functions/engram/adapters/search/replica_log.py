@@ -34,6 +34,7 @@ from engram.adapters.aws_clients import new_client
 from engram.adapters.files import private_sqlite
 from engram.adapters.search.document_log import TOMBSTONE_DAYS, LogMeta, LogRow
 from engram.adapters.storage.dynamodb.table import ConditionFailed, DynamoTable
+from engram.domain.deployment import TTL_ATTRIBUTE
 
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS {prefix}_docs (
@@ -243,7 +244,7 @@ class DynamoSearchLog:
             item["vec"] = {"B": row.vector}
             item["dimension"] = {"N": str(row.dimension)}
         if row.deleted:
-            item["ttl"] = {"N": str(int(time.time()) + TOMBSTONE_DAYS * 86_400)}
+            item[TTL_ATTRIBUTE] = {"N": str(int(time.time()) + TOMBSTONE_DAYS * 86_400)}
         self._call("put_item", Item=item)
         if row.namespace not in self._known:
             self._call("put_item", Item={"PK": {"S": self._namespaces_pk}, "SK": {"S": row.namespace}})

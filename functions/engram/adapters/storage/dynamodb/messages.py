@@ -11,6 +11,7 @@ from typing import Any
 from engram.adapters.storage.common import check_limit, thread_position, to_iso
 from engram.adapters.storage.dynamodb.base import DynamoStoreBase, cursor_sort_key
 from engram.adapters.storage.dynamodb.table import Cancelled, fields, sort_key, to_model
+from engram.domain.deployment import TTL_ATTRIBUTE
 from engram.domain.errors import Conflict, NotFound
 from engram.domain.models import Message, Page, Thread
 
@@ -40,7 +41,7 @@ class DynamoMessages(DynamoStoreBase):
         pk = self._pk(message.namespace)
         msg_sk = f"MSG#{to_iso(message.created_at)}#{message.id}"
         ttl = self._ttl(message.created_at, self._message_ttl)
-        common = {"entity": "message_ref", "msg_sk": msg_sk, "message_id": message.id, "ttl": ttl}
+        common = {"entity": "message_ref", "msg_sk": msg_sk, "message_id": message.id, TTL_ATTRIBUTE: ttl}
         in_thread = {
             "GSI1PK": f"{pk}#THR#{message.conversation_id}",
             "GSI1SK": sort_key(message.created_at, message.id),
@@ -48,7 +49,7 @@ class DynamoMessages(DynamoStoreBase):
             "GSI2SK": sort_key(stored_at, message.id),
         }
         absent = "attribute_not_exists(PK)"
-        item = {"PK": pk, "SK": msg_sk, "entity": "message", "ttl": ttl, **in_thread, **fields(message)}
+        item = {"PK": pk, "SK": msg_sk, "entity": "message", TTL_ATTRIBUTE: ttl, **in_thread, **fields(message)}
         operations = [
             self._db.put_operation(item, absent),
             self._db.put_operation({"PK": pk, "SK": f"MSGID#{message.id}", **common}, absent),

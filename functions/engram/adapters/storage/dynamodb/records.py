@@ -11,6 +11,7 @@ from typing import Any
 from engram.adapters.storage.common import cache_text, check_limit, decode_cursor, to_iso
 from engram.adapters.storage.dynamodb.base import NAMESPACES_PK, DynamoStoreBase, cursor_sort_key
 from engram.adapters.storage.dynamodb.table import epoch, fields, sort_key, to_model
+from engram.domain.deployment import TTL_ATTRIBUTE
 from engram.domain.errors import Conflict
 from engram.domain.models import IdempotencyRecord, MemoryEvent, Page, UsageRecord
 
@@ -29,7 +30,7 @@ class DynamoRecords(DynamoStoreBase):
             **fields(event),
         }
         if event.run_id is None:
-            item["ttl"] = self._ttl(event.created_at, self._log_ttl)
+            item[TTL_ATTRIBUTE] = self._ttl(event.created_at, self._log_ttl)
         elif not event.is_run:  # a run's change sits under its run (docs/journal.md), kept by the journal's retention
             item["SK"] = f"RUN#{event.run_id}#{event.id}"
         if event.is_run:
@@ -125,7 +126,7 @@ class DynamoRecords(DynamoStoreBase):
             "entity": "usage",
             "GSI1PK": f"{pk}#USAGE",
             "GSI1SK": sort_key(usage.created_at, usage.id),
-            "ttl": self._ttl(usage.created_at, self._log_ttl),
+            TTL_ATTRIBUTE: self._ttl(usage.created_at, self._log_ttl),
             **fields(usage),
         }
         if not self._db.put(item, "attribute_not_exists(PK)"):
@@ -152,7 +153,7 @@ class DynamoRecords(DynamoStoreBase):
             "PK": self._pk(record.namespace),
             "SK": f"IDEM#{record.key}",
             "entity": "idempotency",
-            "ttl": self._ttl(record.created_at, self._idempotency_ttl),
+            TTL_ATTRIBUTE: self._ttl(record.created_at, self._idempotency_ttl),
             **fields(record),
         }
         return self._db.put(item, "attribute_not_exists(PK)")
@@ -221,7 +222,7 @@ class DynamoRecords(DynamoStoreBase):
             "updated_at": to_iso(self._clock.now()),
         }
         if expires_at is not None:
-            item |= {"expires_at": to_iso(expires_at), "ttl": epoch(expires_at)}
+            item |= {"expires_at": to_iso(expires_at), TTL_ATTRIBUTE: epoch(expires_at)}
         self._db.put(item)
 
     def delete_cache(self, namespace: str, key: str) -> None:
