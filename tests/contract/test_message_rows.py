@@ -35,6 +35,18 @@ def test_message_insert_is_idempotent_by_external_id(store: MessageRows) -> None
     assert store.insert_message(a_message("msg3", namespace=OTHER, external_id="turn-1"))[1] is True
 
 
+def test_an_external_id_is_free_again_once_its_message_is_deleted(store: MessageRows) -> None:
+    # Given a message stored with an external_id, then deleted by retention
+    store.insert_message(a_message("msg1", external_id="turn-1"))
+    assert store.delete_messages_before(NS, at(1)) == 1
+    # When a message with the same external_id is stored again
+    stored, created = store.insert_message(a_message("msg2", minute=2, external_id="turn-1", content="again"))
+    # Then it is new, and from then on it is the one a retry finds
+    assert created is True and stored.id == "msg2"
+    assert store.insert_message(a_message("msg3", minute=3, external_id="turn-1"))[0].id == "msg2"
+    assert ids(store.list_messages(NS)) == ["msg2"]
+
+
 def test_a_message_keeps_its_error_note(store: MessageRows) -> None:
     # Given a turn the upstream never answered, stored with what went wrong, and an answered one
     store.insert_message(a_message("msg1", external_id="t1").model_copy(update={"error": "upstream_timeout: slow"}))

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from engram.domain import fusion
 from engram.domain.text import tokenize
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 DOCS = {
     "plate": "开一辆银色的丰田卡罗拉，车牌 SKL 4821 K",
@@ -258,3 +260,51 @@ def test_diversify_pushes_templated_repeats_down() -> None:
     out = fusion.diversify(["a", "b", "c"], scores, lambda m: frozenset(tokenize(texts[m])), 0.5)
     assert sorted(out, key=lambda m: -out[m]) == ["a", "c", "b"]
     assert fusion.diversify(["a", "b", "c"], scores, lambda m: frozenset(), 0.0) == scores
+
+
+def _mmr_reference(
+    ranked: list[str], scores: dict[str, float], tokens: dict[str, frozenset[str]], penalty: float
+) -> dict[str, float]:
+    """Maximal marginal relevance written the plain way (every pick rescans every pair)."""
+    out: dict[str, float] = {}
+    remaining = list(ranked)
+    while remaining:
+
+        def adjusted(mid: str) -> float:
+            overlaps = [
+                len(tokens[mid] & tokens[p]) / len(tokens[mid] | tokens[p]) if tokens[mid] | tokens[p] else 0.0
+                for p in out
+            ]
+            return scores[mid] - penalty * max(overlaps, default=0.0)
+
+        values = [adjusted(mid) for mid in remaining]
+        at = values.index(max(values))
+        out[remaining.pop(at)] = values[at]
+    return out
+
+
+@given(
+    st.lists(st.frozensets(st.sampled_from("abcdefghij"), max_size=7), max_size=25),
+    st.lists(st.sampled_from([0.25, 0.5, 0.8, 1.0, 0.3333]), min_size=25, max_size=25),
+    st.sampled_from([0.3, 0.5, 1.0]),
+)
+@settings(max_examples=300, deadline=None)
+def test_diversify_equals_the_plain_greedy_to_the_bit(
+    sets: list[frozenset[str]], values: list[float], penalty: float
+) -> None:
+    # Given a pool with ties, empty token sets and repeated sets
+    ranked = [f"m{i}" for i in range(len(sets))]
+    tokens = dict(zip(ranked, sets, strict=True))
+    scores = dict(zip(ranked, values, strict=False))
+    # Then the bit-set greedy picks in the same order with the same floats as the plain one
+    out = fusion.diversify(ranked, scores, tokens.__getitem__, penalty)
+    reference = _mmr_reference(ranked, scores, tokens, penalty)
+    assert list(out) == list(reference) and out == reference
+
+
+def test_token_bits_count_shared_tokens() -> None:
+    sets = [frozenset("abc"), frozenset("cd"), frozenset(), frozenset("dcb")]
+    bits = fusion.token_bits(sets)
+    for a, sa in zip(bits, sets, strict=True):
+        for b, sb in zip(bits, sets, strict=True):
+            assert (a & b).bit_count() == len(sa & sb)

@@ -17,15 +17,20 @@ from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import GlossaryTerm, IndexedDoc, Memory, SearchHit
 from engram.domain.recall_scoring import (
     dedup_memories,
+    fold_text,
     fuse_rrf,
     fuse_scores,
     glossary_matches,
     importance_factor,
     is_live,
+    jaccard,
     recency_factor,
     repeat_factor,
+    token_set,
 )
 from engram.services.recall.pipeline import RecallConfig, RecallResult, RecallService, render_prompt
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.configs import config
 from tests.fakes.embeddings_server import fake_vector
@@ -187,6 +192,35 @@ def test_dedup_drops_same_folded_text_and_near_identical_tokens() -> None:
     assert len(dedup_memories(memories, 1.0)[0]) == 4  # folded equality still applies
 
 
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["tea", "green", "user", "likes", "lisbon", "river", "black"]), max_size=6),
+        max_size=20,
+    ),
+    st.sampled_from([0.0, 0.5, 0.75, 0.9, 1.0]),
+)
+@settings(max_examples=200, deadline=None)
+def test_dedup_equals_the_plain_pairwise_check(texts: list[list[str]], threshold: float) -> None:
+    # Given memories whose token sets repeat, nest and differ in size
+    memories = [_m(str(i), " ".join(words) + "." * (i % 2)) for i, words in enumerate(texts)]
+    # Then the bit-set dedup keeps exactly what comparing every kept pair with jaccard keeps
+    kept: list[Memory] = []
+    folds: set[str] = set()
+    for m in memories:
+        tokens = token_set(m.content)
+        near = (
+            threshold < 1.0
+            and len(tokens) >= 3
+            and any(jaccard(tokens, token_set(k.content)) >= threshold for k in kept)
+        )
+        if fold_text(m.content) in folds or near:
+            continue
+        folds.add(fold_text(m.content))
+        kept.append(m)
+    out, dropped = dedup_memories(memories, threshold)
+    assert [m.id for m in out] == [m.id for m in kept] and dropped == len(memories) - len(kept)
+
+
 def test_is_live_rejects_other_namespaces_statuses_expired_and_types() -> None:
     assert is_live(_m("1", "x"), "u", NOW, ())
     assert not is_live(_m("1", "x"), "other", NOW, ())
@@ -312,6 +346,30 @@ def test_score_floor_drops_weak_hits() -> None:
     assert len(full.hits) == 2
     assert ids(floored) == ["rust cargo workspaces and rust editions"]
     assert floored.meta["counts"]["floored"] == 1
+
+
+def test_nothing_relevant_skips_the_pool_stages_and_returns_what_they_would() -> None:
+    # Given templated memories a vague question matches only by a common word
+    w = World()
+    for i in range(30):
+        w.add(f"note number {i} about the garden shed and the {('red', 'blue', 'green')[i % 3]} paint")
+    service = w.service(embedder=None, min_relevance=0.15)
+    floor = service.config.min_relevance
+    # When no candidate's relevance reaches the floor
+    skipped = service.recall("u", "what is the weather like today in the garden", budget_tokens=120)
+    # Then nothing is returned and the weighing, dedup and diversity stages were not run
+    assert skipped.hits == []
+    assert "filter" in skipped.meta["skipped"] and "filter" not in skipped.meta["timings_ms"]
+    assert skipped.meta["counts"]["below_min_relevance"] == skipped.meta["counts"]["fused"]
+    # And the full pipeline, floor 0, ranks the same candidates with every relevance under that floor
+    full = service.recall("u", "what is the weather like today in the garden", min_relevance=0.0)
+    assert full.hits and all(h.relevance < floor for h in full.hits)
+    assert "filter" in full.meta["timings_ms"]
+    # And a reranker (whose scores replace the estimate) always gets the pool
+    reranked = w.service(embedder=None, reranker=ScriptedReranker(prefer="red"), min_relevance=0.15).recall(
+        "u", "what is the weather like today in the garden", budget_tokens=120
+    )
+    assert "filter" not in reranked.meta["skipped"] and reranked.hits
 
 
 def test_recently_injected_memories_decay_and_injection_is_recorded() -> None:

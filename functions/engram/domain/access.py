@@ -143,6 +143,9 @@ class KeyRing:
         digests = [k.digest for k in self._keys]
         if len(set(digests)) != len(digests):
             raise InvalidInput("two configured keys have the same secret", code="duplicate_key")
+        # Built once: a Principal is frozen, so each request of a key gets the same one (no per-request
+        # hashing of its rate key). A key taken out of the configuration is a new ring: refused at once.
+        self._principals = tuple((key.digest, _principal(key)) for key in self._keys)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -151,19 +154,23 @@ class KeyRing:
         if not token:
             raise Unauthorized("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key'", code="missing_key")
         digest = _digest(token)
-        match: ApiKey | None = None
-        for key in self._keys:  # compare against all keys so timing does not reveal which matched
-            if hmac.compare_digest(key.digest, digest):
-                match = key
+        match: Principal | None = None
+        for key_digest, principal in self._principals:  # all of them: timing does not reveal which matched
+            if hmac.compare_digest(key_digest, digest):
+                match = principal
         if match is None:
             raise Unauthorized("invalid API key", code="invalid_key")
-        return Principal(
-            namespace=match.namespace,
-            scopes=match.scopes,
-            key_name=match.name,
-            rate_key=match.rate_key,
-            chat_per_minute=match.chat_per_minute,
-            requests_per_minute=match.requests_per_minute,
-            agent=match.agent,
-            server_history=match.server_history,
-        )
+        return match
+
+
+def _principal(key: ApiKey) -> Principal:
+    return Principal(
+        namespace=key.namespace,
+        scopes=key.scopes,
+        key_name=key.name,
+        rate_key=key.rate_key,
+        chat_per_minute=key.chat_per_minute,
+        requests_per_minute=key.requests_per_minute,
+        agent=key.agent,
+        server_history=key.server_history,
+    )

@@ -388,6 +388,23 @@ def padded_background(
     return padded, scripts
 
 
+def token_bits(token_sets: Sequence[frozenset[str]]) -> list[int]:
+    """Each token set as an int with one bit per token of the sets' own vocabulary (first seen, lowest bit),
+    so ``(a & b).bit_count()`` is ``len(set_a & set_b)`` without building the intersection: recall's
+    pairwise overlaps (``diversify``, ``recall_scoring.dedup_memories``) count shared tokens this way."""
+    vocabulary: dict[str, int] = {}
+    out: list[int] = []
+    for tokens in token_sets:
+        bits = 0
+        for token in tokens:
+            bit = vocabulary.get(token)
+            if bit is None:
+                bit = vocabulary[token] = 1 << len(vocabulary)
+            bits |= bit
+        out.append(bits)
+    return out
+
+
 def diversify(
     ranked: Sequence[str], scores: Mapping[str, float], tokens_of: Callable[[str], frozenset[str]], penalty: float
 ) -> dict[str, float]:
@@ -396,29 +413,36 @@ def diversify(
     X，味道一般", "Had X with Y") then stop filling every slot for a vague query."""
     if penalty <= 0 or len(ranked) < 2:
         return {mid: scores[mid] for mid in ranked}
-    tokens = {mid: tokens_of(mid) for mid in ranked}
-    sizes = {mid: len(t) for mid, t in tokens.items()}
-    overlap = dict.fromkeys(ranked, 0.0)
-    remaining = list(ranked)
+    sets = [tokens_of(mid) for mid in ranked]
+    bits = token_bits(sets)
+    sizes = [len(t) for t in sets]
+    base = [scores[mid] for mid in ranked]
+    # By position in ``ranked``: each one's adjusted score, kept current as its overlap grows (a placed
+    # one is -inf), so a pick is ``max`` and ``index`` over a list (the earliest on a tie), not a list
+    # built per pick; the pool's pairs are recall's largest cost (bench/profiles).
+    adjusted = list(base)
+    overlap = [0.0] * len(ranked)
+    remaining = list(range(len(ranked)))
     out: dict[str, float] = {}
-    while remaining:
-        # The best adjusted score, the earliest on a tie (by position: ``remaining.index`` in the key
-        # made each pick quadratic, the whole cubic in the pool; bench/profiles).
-        adjusted = [scores[mid] - penalty * overlap[mid] for mid in remaining]
-        at = adjusted.index(max(adjusted))  # the first of the best
-        best = remaining.pop(at)
-        out[best] = adjusted[at]
-        placed, placed_size = tokens[best], sizes[best]
-        if not placed:
+    placed_mark = -math.inf
+    for _ in range(len(ranked)):
+        best_value = max(adjusted)
+        at = adjusted.index(best_value)  # the first of the best
+        out[ranked[at]] = best_value
+        adjusted[at] = placed_mark
+        remaining.remove(at)
+        placed, placed_size = bits[at], sizes[at]
+        if not placed_size:
             continue  # an empty token set overlaps nothing (Jaccard 0)
-        for mid in remaining:
+        for i in remaining:
             # Jaccard (shared / union, the union's size without building it); skipped when the sizes
             # alone cannot beat the overlap already noted (Jaccard is at most the smaller size over the larger).
-            size, seen = sizes[mid], overlap[mid]
+            size, seen = sizes[i], overlap[i]
             if not size or (size / placed_size if size < placed_size else placed_size / size) <= seen:
                 continue
-            shared = len(tokens[mid] & placed)
+            shared = (bits[i] & placed).bit_count()
             share = shared / (size + placed_size - shared)
             if share > seen:
-                overlap[mid] = share
+                overlap[i] = share
+                adjusted[i] = base[i] - penalty * share
     return out

@@ -91,33 +91,36 @@ def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tupl
     """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
     kept: list[Memory] = []
     seen_folds: set[str] = set()
-    kept_tokens: list[tuple[frozenset[str], int]] = []
+    sets = [token_set(memory.content) for memory in memories]
+    bits = fusion.token_bits(sets) if jaccard_threshold < 1.0 else []
+    kept_tokens: list[tuple[int, int]] = []
     dropped = 0
-    for memory in memories:
+    for i, memory in enumerate(memories):
         folded = fold_text(memory.content)
-        tokens = token_set(memory.content)
+        size = len(sets[i])
         if folded in seen_folds or (
-            jaccard_threshold < 1.0 and len(tokens) >= 3 and _near_any(tokens, kept_tokens, jaccard_threshold)
+            jaccard_threshold < 1.0 and size >= 3 and _near_any(bits[i], size, kept_tokens, jaccard_threshold)
         ):
             dropped += 1
             continue
         seen_folds.add(folded)
-        kept_tokens.append((tokens, len(tokens)))
+        if bits:
+            kept_tokens.append((bits[i], size))
         kept.append(memory)
     return kept, dropped
 
 
-def _near_any(tokens: frozenset[str], kept: Sequence[tuple[frozenset[str], int]], threshold: float) -> bool:
-    """Whether ``jaccard(tokens, t) >= threshold`` for one of ``kept`` (token sets with their sizes).
+def _near_any(tokens: int, size: int, kept: Sequence[tuple[int, int]], threshold: float) -> bool:
+    """Whether ``jaccard(tokens, t) >= threshold`` for one of ``kept`` (token sets as ``fusion.token_bits``
+    with their sizes).
 
     The same comparison as ``jaccard`` (the same float), inlined: the pool's pairs are the recall's largest
     cost (bench/profiles). A pair whose sizes alone put it under the threshold is skipped (Jaccard is at
     most the smaller size over the larger)."""
-    size = len(tokens)
     for other, other_size in kept:
         if (size / other_size if other_size > size else other_size / size) < threshold:
             continue
-        shared = len(tokens & other)
+        shared = (tokens & other).bit_count()
         if shared / (size + other_size - shared) >= threshold:
             return True
     return False

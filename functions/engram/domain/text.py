@@ -11,9 +11,10 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import snowballstemmer
+if TYPE_CHECKING:
+    import snowballstemmer
 
 _CJK_RANGES = (
     (0x3040, 0x30FF),  # Hiragana, Katakana
@@ -225,6 +226,11 @@ def is_cjk(ch: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _stemmer() -> snowballstemmer.stemmer:
+    # Imported on the first word stemmed, not with this module: the package imports the stemmers of all
+    # its ~30 languages (~40-90 ms), and a function's init or a request that tokenizes nothing (a listing,
+    # an MCP session) need none of them (bench/README.md, "Cold start per HTTP function").
+    import snowballstemmer
+
     return snowballstemmer.stemmer("english")
 
 

@@ -102,8 +102,37 @@ class HttpxReply:
         await self._resp.aclose()
 
 
+class _NoCookies(httpx.Cookies):
+    """A cookie jar that keeps nothing: a provider's ``Set-Cookie`` is not sent back (one client carries
+    every person's turns), and no per-response cookie parsing on the forwarding path."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return None
+
+
+class UpstreamClient(httpx.AsyncClient):
+    """The shared ``httpx.AsyncClient`` of a provider, without a cookie jar (``_NoCookies``)."""
+
+    _no_cookies = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        return None  # httpx's own __init__ sets an empty jar: ignored
+
+
 class HttpxUpstream:
-    """Base of the provider adapters: ``send`` implements the ``ChatUpstream`` port."""
+    """Base of the provider adapters: ``send`` implements the ``ChatUpstream`` port.
+
+    The request is built here rather than by ``client.build_request`` (which merges the base URL,
+    headers, cookies and query parameters again on every call): the URL of each path and the client's
+    headers are merged once (bench/README.md, "Gateway overhead")."""
 
     name = "upstream"
 
@@ -124,6 +153,10 @@ class HttpxUpstream:
         )
         self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._client = client
+        self._urls: dict[str, httpx.URL] = {}
+        # the client's headers (with the auth headers) and timeouts, as build_request would merge them
+        self._headers: list[tuple[str, str]] | None = None
+        self._timeouts: dict[str, float | None] = {}
 
     @property
     def configured(self) -> bool:
@@ -133,7 +166,7 @@ class HttpxUpstream:
     def client(self) -> httpx.AsyncClient:
         # Built on first use (inside the running loop), then shared by every request of the process.
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._timeout, limits=self._limits, headers=self._auth_headers)
+            self._client = UpstreamClient(timeout=self._timeout, limits=self._limits, headers=self._auth_headers)
         return self._client
 
     def url(self, path: str) -> str:
@@ -152,11 +185,10 @@ class HttpxUpstream:
             content = body
         else:
             content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        hdrs = {"content-type": "application/json"} if content is not None else {}
-        if headers:
-            hdrs.update(headers)
         client = self.client
-        request = client.build_request(method, self.url(path), content=content, headers=hdrs)
+        merged = self._request_headers(client, content, headers)  # first: reads the client's timeouts once
+        request = httpx.Request(method, self._url(path), content=content, headers=merged)
+        request.extensions = {"timeout": self._timeouts}
         try:
             resp = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -173,7 +205,28 @@ class HttpxUpstream:
             )
         return HttpxReply(resp, self.name)
 
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(self.url(path))
+        return url
+
+    def _request_headers(
+        self, client: httpx.AsyncClient, content: bytes | None, extra: Mapping[str, str] | None
+    ) -> list[tuple[str, str]]:
+        """The client's headers (httpx's defaults and the auth headers), then the request's own, as
+        ``build_request`` merges them: a request header replaces the client's of the same name."""
+        if self._headers is None:
+            self._headers = client.headers.multi_items()  # names in lower case
+            self._timeouts = client.timeout.as_dict()
+        own = {"content-type": "application/json"} if content is not None else {}
+        own.update({k.lower(): v for k, v in (extra or {}).items()})
+        if not own:
+            return self._headers
+        return [(k, v) for k, v in self._headers if k not in own] + list(own.items())
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+            self._headers = None

@@ -94,8 +94,14 @@ class _Namespace:
     # (scanning every document was most of a keyword recall's cost at 1,000 memories; bench/gateway.py).
     postings: dict[str, set[str]] = field(default_factory=dict)
     total_length: int = 0
+    # term -> each holder's BM25 share of it (``bm25_term``), computed on the term's first query since the
+    # last write: the documents' scores are sums of these, so a query repeating a term adds them up again
+    # instead of recomputing them (most of a keyword recall at 1,000 memories; bench/gateway.py). Any write
+    # changes the document count and average length every share depends on, so it empties the cache.
+    shares: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def add(self, doc: _Doc) -> None:
+        self.shares.clear()
         self.docs[doc.memory_id] = doc
         self.df.update(doc.tf.keys())
         for term in doc.tf:
@@ -106,6 +112,7 @@ class _Namespace:
         doc = self.docs.pop(memory_id, None)
         if doc is None:
             return
+        self.shares.clear()
         self.df.subtract(doc.tf.keys())
         for term in doc.tf:
             if self.df[term] <= 0:
@@ -116,6 +123,22 @@ class _Namespace:
                 if not holders:
                     del self.postings[term]
         self.total_length -= doc.length
+
+    def shares_of(self, term: str) -> list[tuple[str, float]]:
+        """Each document holding ``term`` with the term's share of its BM25 score (cached until a write)."""
+        cached = self.shares.get(term)
+        if cached is None:
+            n_docs = len(self.docs)
+            avg_len = self.total_length / n_docs if n_docs else 0.0
+            weight = bm25_idf(n_docs, self.df[term])
+            docs = self.docs
+            cached = []
+            for mid in self.postings[term]:
+                doc = docs[mid]
+                norm = bm25_norm(doc.length, avg_len, BM25_B) if avg_len else BM25_K1
+                cached.append((mid, bm25_term(weight, doc.tf[term], norm)))
+            self.shares[term] = cached
+        return cached
 
 
 class InMemorySearchIndex:
@@ -161,30 +184,17 @@ class InMemorySearchIndex:
             ns = self._namespaces.get(namespace)
             if ns is None or not ns.docs:
                 return []
-            n_docs = len(ns.docs)
-            avg_len = ns.total_length / n_docs if n_docs else 0.0
-            idf = {t: bm25_idf(n_docs, ns.df[t]) for t in terms if ns.df[t]}
-            if not idf:
-                return []
-            # Term by term over its postings: each document's score is the same sum, in the same order
-            # (the query's terms), as scoring document by document; documents matching no term are
-            # never visited.
+            # Term by term over its holders: each document's score is the same sum, in the same order (the
+            # query's terms), as scoring document by document; documents matching no term are never visited.
             scores: dict[str, float] = {}
-            norms: dict[str, float] = {}
             docs = ns.docs
-            for term, weight in idf.items():
-                for mid in ns.postings[term]:
-                    norm = norms.get(mid)
-                    if norm is None:
-                        doc = docs[mid]
-                        if wanted and doc.type not in wanted:
-                            norm = norms[mid] = -1.0
-                        else:
-                            norm = norms[mid] = bm25_norm(doc.length, avg_len, BM25_B) if avg_len else BM25_K1
-                    if norm < 0:
+            for term in terms:
+                if not ns.df[term]:
+                    continue
+                for mid, share in ns.shares_of(term):
+                    if wanted and docs[mid].type not in wanted:
                         continue  # not of the wanted types
-                    tf = docs[mid].tf[term]
-                    scores[mid] = scores.get(mid, 0.0) + bm25_term(weight, tf, norm)
+                    scores[mid] = scores.get(mid, 0.0) + share
             scored = [(-score, mid) for mid, score in scores.items() if score > 0]
         # Only the top k become SearchHit objects (building one per matching document dominated the cost).
         return [SearchHit(memory_id=mid, score=-neg) for neg, mid in heapq.nsmallest(k, scored)]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from http.cookies import SimpleCookie
@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette._utils import get_route_path
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -191,7 +192,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        rid = (headers.get(b"x-request-id") or b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
+        rid = (headers.get(b"x-request-id") or b"").decode("latin-1")[:64] or os.urandom(8).hex()
         scope.setdefault("state", {})["request_id"] = rid
         # Under the Lambda Web Adapter, x-amzn-request-id is the invocation's id (as in the REPORT line).
         lambda_id = (headers.get(b"x-amzn-request-id") or b"").decode("latin-1")[:64]
@@ -216,6 +217,39 @@ class RequestIdMiddleware:
             unbind(bound)
 
 
+class EngramApp(FastAPI):
+    """The app, with a POST to a chat door answered ahead of FastAPI's and the app's own layers.
+
+    A chat turn is the request the gateway adds to every message a person sends, so its own cost is
+    kept near a bare proxy's (issue #23; bench/gateway.py): ``door_stack`` is the request id, the body
+    limit and key check, and the door itself (``ChatDoors``, entrypoints/http/chat.py), the same classes
+    the app's middleware stack is built of. The layers it leaves out do nothing for a door's path (path
+    aliases, hand edits, the panel's headers: tests/unit/test_chat_doors.py checks that each passes a
+    door by) or are FastAPI's own (exception and telemetry wrappers, when OpenTelemetry is not set up:
+    with it, the doors are served as routes, traced as every other request).
+    """
+
+    door_of: Callable[[str], object | None] | None = None
+    door_stack: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.door_stack is not None and scope["type"] == "http" and scope["method"] == "POST":
+            if self.root_path:
+                scope["root_path"] = self.root_path
+            assert self.door_of is not None
+            if self.door_of(get_route_path(scope)) is not None and not _traced(self):
+                scope["app"] = self
+                await self.door_stack(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _traced(app: FastAPI) -> bool:
+    """Whether FastAPI's own OpenTelemetry instrumentation is on for this request (a provider is set up)."""
+    telemetry = getattr(app, "_native_telemetry", None)  # FastAPI >= 0.135; older ones trace nothing here
+    return telemetry is not None and bool(telemetry.enabled())
+
+
 def create_app(container: Container | None = None) -> FastAPI:
     if container is None:
         # The factory path (run.sh on Lambda, `uvicorn --factory`): this process's logging is ours to set.
@@ -232,7 +266,7 @@ def create_app(container: Container | None = None) -> FastAPI:
         async with _lifespan_hooks(app):
             yield
 
-    app = FastAPI(
+    app = EngramApp(
         title="Engram",
         version=__version__,
         description="Long-term memory for AI chat clients: REST API. Authenticate with `Authorization: Bearer <key>`.",
@@ -248,17 +282,26 @@ def create_app(container: Container | None = None) -> FastAPI:
     door_refusal: Callable[[str, EngramError], Response | None] | None = getattr(app.state, "door_refusal", None)
     public_paths = {route.path for route in rest.public.routes if isinstance(route, APIRoute)}
     install_openapi(app, public_paths=public_paths)
-    app.add_middleware(
-        BodyLimitMiddleware,
-        limit=settings.max_body_bytes,
-        timeout=settings.body_timeout,
-        keys=container.keys,
-        open_paths=frozenset(public_paths | {"/admin/login", "/admin/logout"}),
-        door_refusal=door_refusal,
-    )
+    open_paths = frozenset(public_paths | {"/admin/login", "/admin/logout"})
+
+    def body_limit(inner: ASGIApp) -> ASGIApp:
+        return BodyLimitMiddleware(
+            inner,
+            limit=settings.max_body_bytes,
+            timeout=settings.body_timeout,
+            keys=container.keys,
+            open_paths=open_paths,
+            door_refusal=door_refusal,
+        )
+
+    app.add_middleware(body_limit)
     app.add_middleware(HandEditMiddleware, journal=container.journal)  # docs/journal.md
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(PathAliasMiddleware)  # outermost: every layer sees Engram's own path
+    doors = getattr(app.state, "chat_doors", None)  # the chat surface's (entrypoints/http/chat.py)
+    if doors is not None:
+        app.door_of = doors.door_of
+        app.door_stack = RequestIdMiddleware(body_limit(doors))
     return app
 
 

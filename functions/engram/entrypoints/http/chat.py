@@ -9,9 +9,10 @@ door's shape (an OpenAI-compatible upstream's error on the Anthropic door, and t
 Every chat response carries the ``x-engram-*`` headers.
 
 The doors are FastAPI routes (their OpenAPI entries, and the answer to any other method), but a POST to
-one is answered by ``ChatDoorsMiddleware`` before FastAPI's routing: the same handler (``_chat``), the
-same auth, limits, errors and headers, without matching the request against every route of the app and
-without a task group around the streamed body (bench/README.md, "Gateway overhead").
+one is answered by ``ChatDoors`` before FastAPI and its middleware (the app's outermost dispatch,
+``EngramApp`` in app.py): the same handler (``_chat``), the same auth, limits, errors and headers, without
+a dozen layers around every streamed chunk, without matching the request against every route of the app
+and without a task group around the streamed body (bench/README.md, "Gateway overhead").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from starlette._utils import get_route_path
 from starlette.responses import StreamingResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
@@ -38,6 +39,7 @@ from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response, stated
 from engram.entrypoints.http.state import container_of
 from engram.services.chat.gateway import ChatReply, ChatService
+from engram.services.chat.stream_relay import INTERNAL
 from engram.services.chat.turn import Wire
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,10 @@ _ANTHROPIC_TYPES = {
 
 
 def mount(app: FastAPI, container: Container) -> None:
-    """The chat doors; the body-limit middleware answers their refusals in the door's shape."""
+    """The chat doors; the body-limit middleware answers their refusals in the door's shape, and
+    ``create_app`` serves a POST to a door with ``ChatDoors`` ahead of the app's other layers."""
     app.include_router(router)
-    app.add_middleware(ChatDoorsMiddleware)
+    app.state.chat_doors = ChatDoors()
     app.state.door_refusal = door_refusal
 
     @asynccontextmanager
@@ -111,7 +114,7 @@ _DOORS: tuple[tuple[str, Wire], ...] = (
 )
 
 
-# POST paths answered by ChatDoorsMiddleware: (wire, guide-dog) by path; under `/agents/{agent}` the
+# POST paths answered by ChatDoors: (wire, guide-dog) by path; under `/agents/{agent}` the
 # three doors of `_AGENT_DOORS` (the routes below declare the same paths).
 _FIXED_DOORS: dict[str, tuple[Wire, bool]] = {
     "/v1/chat/completions": ("openai", False),
@@ -141,23 +144,25 @@ def door_of(path: str) -> tuple[Wire, bool, str | None] | None:
     return None
 
 
-class ChatDoorsMiddleware:
-    """Answers a POST to a chat door with the door's handler directly, before FastAPI's routing and
-    its per-request layers (route matching over every route, the exception and exit-stack middleware,
-    the streamed body's task group): one turn's own CPU is what the gateway adds to every chat request
-    (issue #23; bench/gateway.py). The outer middleware (request id, body limit and key check, path
-    aliases) runs as for every request; anything else goes on to the app."""
+class ChatDoors:
+    """The ASGI app of a POST to a chat door (``door_of``): the door's handler, its response sent
+    directly. ``create_app`` runs it ahead of FastAPI and the app's middleware, behind only the layers a
+    chat request needs (the request id, the body limit and key check from the headers): one turn's own
+    CPU is what the gateway adds to every chat request (issue #23; bench/gateway.py). Any other request
+    is not its to answer (``EngramApp`` dispatches)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    door_of = staticmethod(door_of)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        door = door_of(get_route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if door is None:
-            await self.app(scope, receive, send)
-            return
+        door = door_of(get_route_path(scope))
+        assert door is not None  # EngramApp sends only a door's POST here
         wire, guide_dog, agent = door
-        response = await _chat(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent)
+        try:
+            response = await _chat(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent)
+        except Exception:
+            # A bug before the answer began: said in the door's shape, as the handler does for the turn's.
+            log.exception("chat request failed")
+            response = _error_response(wire, INTERNAL, dict(_DEFAULT_HEADERS))
         if isinstance(response, StreamingResponse):
             await send_stream(response, receive, send)
         else:
@@ -238,7 +243,7 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
     except Exception:
         # A bug, not a client or upstream fault; still answered in the door's shape with its headers.
         log.exception("chat request failed")
-        return _error_response(wire, EngramError("internal error", code="internal_error"), dict(_DEFAULT_HEADERS))
+        return _error_response(wire, INTERNAL, dict(_DEFAULT_HEADERS))
     if reply.error is not None:
         return _error_response(wire, reply.error, reply.headers)
     if reply.stream is not None:

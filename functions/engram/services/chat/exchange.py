@@ -298,11 +298,15 @@ class ExchangeRecorder:
             except Exception:  # the store is away: name the turn by the request, as a retry would
                 log.warning("deciding the turn of an exchange failed", exc_info=True)
                 owed.turn = owed.turn or req.key
+        if not req.persist or owed.settled:
+            if owed.reminders is not None or owed.fragments:  # else nothing is owed: no tasks to gather
+                await asyncio.gather(
+                    self._settle_reminders(req, owed, delivered=error is None),
+                    self._settle_fragments(req, owed, seen=error is None),
+                )
+            return
         reminders = self._settle_reminders(req, owed, delivered=error is None)
         fragments = self._settle_fragments(req, owed, seen=error is None)
-        if not req.persist or owed.settled:
-            await asyncio.gather(reminders, fragments)
-            return
         owed.settled = True
         now = self._clock.now()
         writes = [reminders, fragments]

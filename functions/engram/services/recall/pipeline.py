@@ -357,11 +357,15 @@ class RecallService:
         run.counts["fused"] = len(fused)
         run.counts["excluded"] = len(fused) - len(ranked)
         run.stages.lap("fusion")
-        live, factor, weighted = self._weigh(run, pool, ranked, fused)
-        live, scores, reranked = self._rerank(run, live, factor, weighted)
         floor = cfg.min_relevance if min_relevance is None else min_relevance
-        hits = self._select(run, pool, live, scores, reranked, evidence, floor)
-        hits = self._compress_hits(run, hits)
+        head = ranked[: self._head_size(run)]
+        if self._none_relevant(run, head, evidence, floor):
+            hits: list[RecallHit] = []
+        else:
+            live, factor, weighted = self._weigh(run, pool, head, fused)
+            live, scores, reranked = self._rerank(run, live, factor, weighted)
+            hits = self._select(run, pool, live, scores, reranked, evidence, floor)
+            hits = self._compress_hits(run, hits)
         if record_injection and hits:
             self._record_stage(run, hits)
         run.counts["returned"] = len(hits)
@@ -474,14 +478,33 @@ class RecallService:
             )
         return fused, evidence
 
+    def _head_size(self, run: _Run) -> int:
+        """How much of the fused ranking is weighed (its head: the rest cannot reach the top k)."""
+        return max(run.k * 4, run.cfg.rerank_candidates if self._reranker else 0, 20)
+
+    def _none_relevant(self, run: _Run, head: list[str], evidence: fusion.Evidence, floor: float) -> bool:
+        """Whether no memory of the head can reach the relevance ``floor``: then nothing is returned whatever
+        the weighing, dedup, diversity and anti-repeat stages do (they reorder and drop, the floor reads the
+        fusion's estimate alone), so they are skipped — a turn whose words match only unrelated memories
+        costs the search and the fusion, not the pool's pairwise overlaps (bench/README.md, "Gateway
+        overhead"). Not when a reranker would run: its scores replace the estimate."""
+        if not head or (self._reranker is not None and run.refine):
+            return False
+        if any(fusion.relevance(evidence, mid) >= floor for mid in head):
+            return False
+        run.counts["below_min_relevance"] = len(head)
+        if run.budget is not None:
+            run.counts["budget_tokens"] = run.budget
+        run.stages.skipped.extend(["filter", "rerank", "compress"])
+        return True
+
     def _weigh(
-        self, run: _Run, pool: _Pool, ranked: list[str], fused: dict[str, float]
+        self, run: _Run, pool: _Pool, head: list[str], fused: dict[str, float]
     ) -> tuple[list[Memory], dict[str, float], dict[str, float]]:
         """The head of the ranking weighted by importance and recency, near-duplicates dropped, then spread
         out (diversity)."""
         cfg, by_id = run.cfg, pool.by_id
-        pool_size = max(run.k * 4, cfg.rerank_candidates if self._reranker else 0, 20)
-        live = [by_id[mid] for mid in ranked[:pool_size]]
+        live = [by_id[mid] for mid in head]
         factor, weighted = weigh(
             live,
             fused,

@@ -68,6 +68,9 @@ class InMemoryStoreBase:
         self._memories: dict[str, dict[str, Memory]] = {}
         self._candidates: dict[str, dict[str, Candidate]] = {}
         self._messages: dict[str, dict[str, Message]] = {}
+        # external id -> the id of the last message inserted with it (insert_message's duplicate check
+        # without scanning every message of the namespace; a deleted message's entry is simply stale).
+        self._message_keys: dict[str, dict[str, str]] = {}
         self._precious: dict[str, dict[str, Precious]] = {}
         self._glossary: dict[str, dict[str, GlossaryTerm]] = {}
         self._digests: dict[str, Digest] = {}

@@ -16,14 +16,19 @@ class InMemoryMessages(InMemoryStoreBase):
     def insert_message(self, message: Message) -> tuple[Message, bool]:
         with self._lock:
             rows = self._messages.setdefault(message.namespace, {})
+            keys = self._message_keys.setdefault(message.namespace, {})
             if message.external_id is not None:
-                stored = next((m for m in rows.values() if m.external_id == message.external_id), None)
-                if stored is not None:
+                # Only this method adds messages, so the last one inserted with the key is the only one
+                # that can still hold it (an earlier one was gone when it was inserted).
+                stored = rows.get(keys.get(message.external_id, ""))
+                if stored is not None and stored.external_id == message.external_id:
                     return stored, False
             if message.id in rows:
                 raise Conflict(f"message {message.id} already exists")
             message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
             rows[message.id] = message
+            if message.external_id is not None:
+                keys[message.external_id] = message.id
             self._count_in_thread(message)
             return message, True
 
