@@ -158,8 +158,8 @@ class AnnGraph:
                 next_key = int(data["next"][0])
             if index is None or index.ndim != dimension or len(ids) != len(index):
                 return None
-            index.expansion_add, index.expansion_search = EXPANSION_ADD, EXPANSION_SEARCH
             graph = cls(dimension, index)
+            graph._index.expansion_add, graph._index.expansion_search = EXPANSION_ADD, EXPANSION_SEARCH
             graph._key_of = dict(zip(ids, keys, strict=True))
             graph._id_of = dict(zip(keys, ids, strict=True))
             graph._digest = dict(zip(ids, digests, strict=True))
