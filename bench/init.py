@@ -12,10 +12,15 @@ request is served: ``GET /v1/memories?limit=1`` on the API function (a rate-limi
 DynamoDB), MCP ``tools/call memory_list`` on the MCP function.
 
 Every row imports from the same bytecode cache (``PYTHONPYCACHEPREFIX``, filled by a warm-up round that
-is not counted). ``--from-source`` empties it and writes none, so every module is compiled on import:
-what a Lambda instance does today, whose layer and code ship no ``.pyc`` (bench/README.md).
+is not counted). ``--from-source`` empties it and writes none, so every module is compiled on import.
 
-    python bench/init.py [--runs 7] [--from-source]
+``--lambda-assets`` runs every row as a Lambda instance does: with the runtime's Python (3.12, found as
+layers/build.py finds it) on the dependency layer and the functions' code asset as synth builds them
+(layers/build, build/functions: built here when missing), nothing written (their folders are read-only
+on Lambda), importing the ``.pyc`` they ship; with ``--from-source`` as well, every module is compiled
+(a layer and code without bytecode).
+
+    python bench/init.py [--runs 7] [--from-source] [--lambda-assets]
 """
 
 from __future__ import annotations
@@ -39,11 +44,11 @@ GOALS = {"api": 1.3, "mcp": 2.0}
 
 PROBE = """
 import json, os, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 from engram.entrypoints.http.app import create_app
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 app = create_app()
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 from starlette.testclient import TestClient
 key = {"authorization": "Bearer " + os.environ["BENCH_KEY"], "accept": "application/json, text/event-stream"}
 with TestClient(app) as client:
@@ -60,14 +65,15 @@ with TestClient(app) as client:
 if not ok:
     raise SystemExit(f"the first request failed: {response.status_code} {response.text[:500]}")
 print(json.dumps({"import": t1 - t0, "create_app": t2 - t1, "startup": t3 - t2, "request": t4 - t3,
-                  "modules": len(sys.modules)}))
+                  "init_cpu": c2 - c0, "modules": len(sys.modules)}))
 """
 IMPORTS = """
 import json, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 {imports}
-t1 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0, "create_app": 0.0, "startup": 0.0, "request": 0.0, "modules": len(sys.modules)}}))
+t1, c1 = time.perf_counter(), time.process_time()
+print(json.dumps({{"import": t1 - t0, "create_app": 0.0, "startup": 0.0, "request": 0.0, "init_cpu": c1 - c0,
+                  "modules": len(sys.modules)}}))
 """
 # What each function imports whatever Engram does: its web framework, the AWS SDK (boto3: the DynamoDB
 # item types; botocore: every client), httpx (the chat upstreams), and on the MCP function the MCP SDK's
@@ -124,8 +130,24 @@ def aws_environment(endpoint: str) -> dict[str, str]:
     }
 
 
+def lambda_assets() -> tuple[str, str]:
+    """The runtime's interpreter and the PYTHONPATH of a Lambda instance: the dependency layer and the code
+    asset as synth builds them (infra/layer.py, infra/functions.py), built here when missing or stale."""
+    sys.path[:0] = [str(REPO), str(REPO / "functions")]
+    from infra.functions import built_code
+    from infra.layer import ensure_layer_built
+    from layers.build import NO_BYTECODE, bytecode_tag, runtime_python
+
+    python = runtime_python()
+    if python is None or bytecode_tag() == NO_BYTECODE:
+        raise SystemExit("--lambda-assets needs a Python 3.12 interpreter (layers/build.py runtime_python)")
+    layer = ensure_layer_built(REPO / "layers" / "build") / "python"
+    return python, f"{layer}{os.pathsep}{built_code()}"
+
+
 def measure(code: str, env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    python = env.get("BENCH_PYTHON", sys.executable)
+    done = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -140,10 +162,14 @@ def sample(name: str, env: dict[str, str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="fresh interpreters per row (default 7)")
+    parser.add_argument("--from-source", action="store_true", help="no bytecode: every module compiled on import")
     parser.add_argument(
-        "--from-source", action="store_true", help="no bytecode cache: every module compiled on import (Lambda today)"
+        "--lambda-assets",
+        action="store_true",
+        help="Python 3.12 on the built layer and code asset, with the .pyc they ship (Lambda's view)",
     )
     args = parser.parse_args()
+    assets = lambda_assets() if args.lambda_assets else None
 
     import logging
 
@@ -162,11 +188,17 @@ def main() -> None:
                 "PYTHONPYCACHEPREFIX": cache,
                 **aws_environment(f"http://127.0.0.1:{port}"),
             }
-            if args.from_source:
+            if assets is not None:  # the asset's own __pycache__, unless a (here empty) prefix hides it
+                base["BENCH_PYTHON"], base["PYTHONPATH"] = assets
+                base["PYTHONDONTWRITEBYTECODE"] = "1"  # read-only on Lambda
+                if not args.from_source:
+                    base.pop("PYTHONPYCACHEPREFIX")
+            elif args.from_source:
                 base["PYTHONDONTWRITEBYTECODE"] = "1"
             else:
                 base.pop("PYTHONDONTWRITEBYTECODE", None)
-                for name in rows:  # the warm-up round fills the bytecode cache; not counted
+            if not args.from_source:
+                for name in rows:  # the warm-up round fills the bytecode cache (and the page cache); not counted
                     sample(name, base)
             for _ in range(args.runs):  # interleaved, so drift in the machine's load hits every row alike
                 for name in rows:
@@ -178,38 +210,63 @@ def main() -> None:
         return float(statistics.median(sum(s[k] for k in keys) for s in samples)) * 1000
 
     bare = median_ms(rows["import fastapi"], "import")
+    bare_cpu = median_ms(rows["import fastapi"], "init_cpu")
     ratios: dict[str, float] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     mode = "every module compiled on import (--from-source)" if args.from_source else "bytecode cached"
+    if assets is not None:
+        shipped = "no .pyc" if args.from_source else "the .pyc they ship"
+        mode = f"Python 3.12 on the built layer and code asset, {shipped}"
     print(f"\nInit per HTTP function (median of {args.runs} fresh interpreters; {mode}; load average {load:.1f})")
     print(
         "| what | import (ms) | create_app (ms) | init: import + create_app (ms) | × bare `import fastapi` "
-        "| startup (ms) | first request (ms) | init + startup + first request (ms) | × bare | modules loaded |"
+        "| init CPU (ms) | × bare, CPU | startup (ms) | first request (ms) | init + startup + first request (ms) "
+        "| × bare | modules loaded |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    wall: dict[str, float] = {}
     for name, samples in rows.items():
         imp, build = median_ms(samples, "import"), median_ms(samples, "create_app")
-        init = median_ms(samples, "import", "create_app")
+        init, cpu = median_ms(samples, "import", "create_app"), median_ms(samples, "init_cpu")
         startup, request = median_ms(samples, "startup"), median_ms(samples, "request")
         whole = median_ms(samples, "import", "create_app", "startup", "request")
         label = LABELS.get(name, f"`ENGRAM_SURFACE={name}`")
         modules = int(statistics.median(s["modules"] for s in samples))
-        ratios[name] = init / bare
+        ratios[name], wall[name] = cpu / bare_cpu, init / bare
         served = (
             f"{startup:.0f} | {request:.0f} | {whole:.0f} | {whole / bare:.1f}"
             if name not in FLOORS
             else "— | — | — | —"
         )
-        print(f"| {label} | {imp:.0f} | {build:.0f} | {init:.0f} | {init / bare:.2f} | {served} | {modules} |")
+        print(
+            f"| {label} | {imp:.0f} | {build:.0f} | {init:.0f} | {init / bare:.2f} | {cpu:.0f} | {ratios[name]:.2f} "
+            f"| {served} | {modules} |"
+        )
     print(
-        "\n| goal (issue #23 item 1) | goal (× bare `import fastapi`) | measured | measured / goal | its SDKs alone |"
+        "\nThe goals read on CPU time (the init's own work: on a shared machine the wall time adds the wait for a "
+        "core; the wall-time ratio beside it), twice: as issue #23 states them (the whole init against a bare "
+        "`import fastapi`), and above the SDKs the function imports whatever Engram does (its floor), with the "
+        "same allowance for Engram's own part (the goal minus 1: what a bare `import fastapi` leaves)."
     )
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| goal (issue #23 item 1) | goal (× bare) | measured (× bare, CPU) | wall | met? | its SDKs alone (× bare) "
+        "| the goal above the SDKs (× bare) | met above the SDKs? | Engram's own: measured − SDKs (CPU ms) "
+        "| allowed for Engram's own: (goal − 1) × bare (CPU ms) |"
+    )
+    print("|---|---:|---:|---:|---|---:|---:|---|---:|---:|")
     for name, goal in GOALS.items():
-        verdict = "met" if ratios[name] <= goal else "not met"
         floor = ratios[f"floor {name}"]
-        measured = f"{ratios[name]:.2f} | {ratios[name] / goal:.2f} ({verdict})"
-        print(f"| `ENGRAM_SURFACE={name}` | {goal:.1f} | {measured} | {floor:.2f} |")
+        above = floor + goal - 1
+        own = (ratios[name] - floor) * bare_cpu
+        print(
+            f"| `ENGRAM_SURFACE={name}` | {goal:.1f} | {ratios[name]:.2f} | {wall[name]:.2f} "
+            f"| {_met(ratios[name], goal)} | {floor:.2f} | {above:.2f} | {_met(ratios[name], above)} | {own:.0f} "
+            f"| {(goal - 1) * bare_cpu:.0f} |"
+        )
+
+
+def _met(measured: float, goal: float) -> str:
+    return "met" if measured <= goal else f"not met ({measured / goal:.2f}× the goal)"
 
 
 if __name__ == "__main__":

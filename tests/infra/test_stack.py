@@ -19,10 +19,12 @@ from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from engram.settings import Settings  # noqa: E402
 
 from infra.config import LAMBDA_MAX_BODY_BYTES, EngramConfig  # noqa: E402
+from infra.functions import built_code  # noqa: E402
 from infra.layer import LAMBDA_UNZIPPED_LIMIT, require_supported_region  # noqa: E402
 from infra.search import COLLECTION_NAME_MAX  # noqa: E402
 from infra.stack import EngramStack  # noqa: E402
-from layers.build import lock_path, stamp  # noqa: E402
+from layers.build import NO_BYTECODE, bytecode_tag, lock_path, stamp, unzipped_size  # noqa: E402
+from tests.bytecode import bytecode_problems  # noqa: E402
 
 LWA_LAYER = "753240598075:layer:LambdaAdapterLayerX86:"
 
@@ -935,12 +937,32 @@ def test_synth_refuses_code_and_layers_over_lambdas_unzipped_limit(layer_dir: Pa
 
 
 def test_layer_sizes_are_measured_like_lambda_counts_them(local_embedder: tuple[EngramStack, Template]) -> None:
-    # Given the synthesized stack / Then the code asset (no caches) and each layer were measured
+    # Given the synthesized stack / Then the code asset as shipped (sources, and the runtime's .pyc when
+    # this machine compiles them; no local caches) and each layer were measured
     stack, _ = local_embedder
     sizes = stack.layers.sizes
     assert set(sizes) == {"code", "dependencies", "embedder"}
     code = sum(p.stat().st_size for p in (Path(__file__).resolve().parents[2] / "functions").rglob("*.py"))
-    assert 0.5 * code < sizes["code"] < 2 * code
+    assert sizes["code"] == unzipped_size(built_code())
+    assert 0.9 * code < sizes["code"] < (3 if bytecode_tag() != NO_BYTECODE else 1.2) * code
+
+
+def test_the_synthesized_code_asset_ships_the_runtimes_bytecode(synth: tuple[EngramStack, Template]) -> None:
+    # Given the synthesized stack / When its functions' code asset is read from the cloud assembly
+    stack, _ = synth
+    assembly = cdk.App.of(stack).synth()
+    folders = [
+        Path(assembly.directory) / entry["source"]["path"]
+        for manifest in Path(assembly.directory).glob("*.assets.json")
+        for entry in json.loads(manifest.read_text())["files"].values()
+        if entry["source"].get("packaging") == "zip"
+    ]
+    code = [folder for folder in folders if (folder / "run.sh").is_file()]
+    assert len(code) == 1, folders
+    # Then it holds every module with, on a machine that has the runtime's interpreter, a valid .pyc for
+    # that runtime (magic, unchecked hash of this very source); without one, no .pyc at all (said at synth)
+    assert (code[0] / "engram" / "entrypoints" / "http" / "app.py").is_file()
+    assert bytecode_problems(code[0]) == []
 
 
 # -- skill resource files ------------------------------------------------------------------------------

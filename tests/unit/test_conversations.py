@@ -5,10 +5,11 @@ seen TTL, the token budget, namespaces apart, and the index following the embedd
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from engram.adapters.search.inmemory import InMemorySearchIndex
 from engram.adapters.storage.inmemory import InMemoryMemoryStore
-from engram.domain.models import Message
+from engram.domain.models import Message, SearchHit
 from engram.domain.ports import Embedder
 from engram.domain.text import estimate_tokens
 from engram.services.index.gated_embedder import GatedEmbedder
@@ -89,6 +90,32 @@ def test_the_current_thread_binned_threads_and_other_namespaces_are_left_out() -
     # A thread in the recycle bin is not recalled
     store.update_thread(NS, "trip", title=None, deleted_at=T0)
     assert service.search(NS, "trip").fragments == []
+
+
+def test_a_namespace_with_one_thread_is_not_searched_from_it_and_a_second_thread_is_found() -> None:
+    # Given a namespace whose only thread is the one asking, indexed
+    store, service, _, index = _world()
+    _say(store, "trip", TRIP)
+    service.index_new(NS)
+    searched: list[str] = []
+    keyword_search = index.keyword_search
+
+    def spy(namespace: str, query: str, **kw: Any) -> list[SearchHit]:
+        searched.append(query)
+        return keyword_search(namespace, query, **kw)
+
+    index.keyword_search = spy  # type: ignore[method-assign]
+    # When it searches the other threads: nothing, and the index is not asked
+    result = service.search(NS, "the trip to Kyoto", exclude_thread="trip")
+    assert result.fragments == [] and result.meta["no_other_thread"] is True and searched == []
+    # And once a second thread exists it is searched and found
+    _say(store, "plans", ["booked the Kyoto trip hotel", "nice"], start=30)
+    service.index_new(NS)
+    assert {f.thread_id for f in service.search(NS, "the trip to Kyoto", exclude_thread="trip").fragments} == {"plans"}
+    assert searched
+    # And the namespace, known to hold several threads, is not asked again even with that thread gone
+    store.purge_thread(NS, "plans")
+    assert "no_other_thread" not in service.search(NS, "the trip to Kyoto", exclude_thread="trip").meta
 
 
 def test_at_most_k_threads_best_first() -> None:

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from engram.adapters.tls import tls_context
 from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
@@ -110,7 +111,8 @@ class OpenSearchIndex:
         if signer is None and sign:
             signer = SigV4Signer(region or _region_from_endpoint(endpoint))
         self._signer = signer
-        self._http = http_client or httpx.Client(timeout=timeout)
+        # The process's one TLS context: a client of its own would load the CA bundle again (adapters/tls.py).
+        self._http = http_client or httpx.Client(timeout=timeout, verify=tls_context())
         self._endpoint = endpoint
         self._retry_backoff = retry_backoff
         self._index = index

@@ -45,6 +45,7 @@ SEEN_PREFIX = "conversations:seen:"
 MAX_QUERY_CHARS = 2000
 MAX_INDEXED_CHARS = 8000  # keyword text per message; vectors are capped by the embedder gate
 MAX_SEEN = 500  # message ids remembered per thread
+MAX_KNOWN_NAMESPACES = 10_000  # namespaces remembered as holding several threads (then forgotten at once)
 READABLE = ("user", "assistant")
 
 # Words that ask *about a conversation* rather than name its topic ("what did we talk about regarding the
@@ -222,6 +223,9 @@ class ConversationService:
         self._clock = clock
         self._config = Live.of(config)
         self._query_vector = query_vector
+        # Namespaces seen holding a live thread besides the one a search left out: never asked again
+        # (knowing one is only ever a reason to search; ``_only_thread``).
+        self._several_threads: set[str] = set()
 
     @property
     def config(self) -> ConversationConfig:
@@ -317,6 +321,9 @@ class ConversationService:
         text = (query or "").strip()[-MAX_QUERY_CHARS:]
         if not text or not cfg.enabled:
             return result
+        if exclude_thread is not None and self._only_thread(namespace, exclude_thread):
+            result.meta["no_other_thread"] = True
+            return result
         topic = topic_query(text)
         keyword = self._try(result, "keyword", lambda: self._index.keyword_search(namespace, topic, k=cfg.candidates))
         vector = self._try(result, "vector", lambda: self._vector_hits(namespace, text, cfg.candidates))
@@ -361,6 +368,27 @@ class ConversationService:
         )
         counts["fragments"] = len(result.fragments)
         return result
+
+    def _only_thread(self, namespace: str, thread_id: str) -> bool:
+        """Whether ``thread_id`` is the namespace's only live thread (or it has none): then a search that
+        leaves it out finds nothing, since a fragment comes only from a live thread other than it
+        (``_live_title``), and the keyword and vector searches, the message reads and the scoring are
+        skipped — a client that keeps every turn in one thread pays for none of them (bench/README.md,
+        "Gateway overhead"). One store read of at most two threads per turn until a second thread is
+        seen; a namespace known to hold several is not asked again (the answer can only send it to the
+        search). A store that cannot answer: the search runs as before."""
+        if namespace in self._several_threads:
+            return False
+        try:
+            page = self._store.list_threads(namespace, limit=2)
+        except Exception:
+            return False
+        if page.next_cursor is None and all(t.id == thread_id for t in page.items):
+            return True
+        if len(self._several_threads) >= MAX_KNOWN_NAMESPACES:
+            self._several_threads.clear()
+        self._several_threads.add(namespace)
+        return False
 
     def _vector_hits(self, namespace: str, text: str, k: int) -> list[Any]:
         if self._embedder is None or not self._embedder.matches_index:
