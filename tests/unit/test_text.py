@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from engram.domain.text import is_cjk, text_batches, tokenize
+import random
+import unicodedata
+
+from engram.domain.text import _RUNS, STOPWORDS, _stem, is_cjk, text_batches, tokenize
 
 
 def test_english_is_lowercased_stemmed_and_stopworded() -> None:
@@ -43,3 +46,27 @@ def test_text_batches_keep_order_and_bound_items_and_characters() -> None:
     # Then the order is kept, no batch passes either bound but the one long text, alone
     assert batches == [["aa", "bbb", "c"], ["d" * 20], ["ee", "f", "g"]]
     assert list(text_batches([], max_items=3, max_chars=6)) == []
+
+
+def _one_pass(text: str) -> list[str]:
+    """The tokenizer as it was written first (one ``_RUNS`` pass over the whole text): the reference the
+    faster word-runs-first form must equal."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    tokens: list[str] = []
+    for cjk, other in _RUNS.findall(text):
+        if cjk:
+            tokens.extend([cjk] if len(cjk) == 1 else [cjk[i : i + 2] for i in range(len(cjk) - 1)])
+        elif other not in STOPWORDS:
+            tokens.append(other if other.isdigit() else _stem(other))
+    return tokens
+
+
+def test_tokens_equal_the_one_pass_reference_on_mixed_scripts() -> None:
+    # Given texts mixing ASCII, fullwidth, CJK, kana, Hangul, accents, ligatures, combining marks,
+    # superscripts, enclosed and Roman numerals, underscores, zero-width spaces and CJK punctuation
+    rng = random.Random(23)
+    alphabet = "abcXYZ 019_-'.,!?，。、・　ａｂｃ１２３ﬁ記憶记忆ひらがなカタカナ한국어éüßİΣσς\u0301\u200b\t\nＡ①ⅷ²ǅ"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(20000)]
+    texts += ["The Running dogs", "我在用Python写AI记忆系统", "ＰＹＴＨＯＮ，３．１２！", "ラーメン", "isn't it"]
+    # Then every text's tokens are the reference's
+    assert [tokenize(t) for t in texts] == [_one_pass(t) for t in texts]

@@ -258,19 +258,21 @@ def tokenize(text: str) -> list[str]:
     """Search tokens of ``text`` in order (duplicates kept, for term frequency)."""
     text = unicodedata.normalize("NFKC", text).casefold()
     tokens: list[str] = []
-    for cjk, other in _RUNS.findall(text):
-        tokens.extend(_emit(cjk, True) if cjk else _emit(other, False))
+    append = tokens.append
+    # Word runs first; only a run with a non-ASCII character can hold CJK, so only those take ``_RUNS``'s
+    # per-character look-ahead (the same runs as ``_RUNS`` over the whole text: no run crosses a non-word
+    # character). Recall tokenizes every candidate it has not seen yet: bench/latency.py --stages.
+    for word in _TOKEN.findall(text):
+        if word.isascii():
+            if word not in STOPWORDS:
+                append(word if word.isdigit() else _stem(word))
+            continue
+        for cjk, other in _RUNS.findall(word):
+            if cjk:
+                tokens.extend(_cjk_tokens(cjk))
+            elif other not in STOPWORDS:
+                append(other if other.isdigit() else _stem(other))
     return tokens
-
-
-def _emit(run: str, cjk: bool) -> list[str]:
-    if cjk:
-        return _cjk_tokens(run)
-    if run in STOPWORDS:
-        return []
-    if run.isdigit():
-        return [run]
-    return [_stem(run)]
 
 
 _CJK_CHARS = re.compile(f"[{_cjk_class()}]")

@@ -62,6 +62,9 @@ class KeywordCache:
         self.extra: dict[int, tuple[Counter[str], int, int]] = {}
         self.extra_df: Counter[str] = Counter()
         self.dead = 0
+        # Every built row's length normalisation for one (avgdl, b): a query gathers it per posting instead
+        # of recomputing it from the lengths term by term (the same element-wise values); a write moves avgdl.
+        self._norms: tuple[float, float, np.ndarray] | None = None
 
     def _code(self, type_: str) -> int:
         return self.type_codes.setdefault(type_, len(self.type_codes))
@@ -109,12 +112,18 @@ class KeywordCache:
             docs, tf = docs[live], tf[live]
         return docs, tf
 
+    def _norm(self, avgdl: float, b: float) -> np.ndarray:
+        if self._norms is None or self._norms[:2] != (avgdl, b):
+            self._norms = (avgdl, b, bm25_norm(self.lengths, avgdl, b))
+        return self._norms[2]
+
     def search(self, terms: Sequence[str], k: int, types: Sequence[str], b: float) -> list[tuple[str, float]]:
         """The best ``k`` (memory_id, BM25) with a positive score, best first, ties by memory_id."""
         n = self.n_alive
         if n == 0 or k <= 0:
             return []
         avgdl = self.total_length / n
+        norm = self._norm(avgdl, b)
         scores = np.zeros(self.built, dtype=np.float64)
         weights: list[tuple[str, float]] = []
         for term in terms:
@@ -126,7 +135,7 @@ class KeywordCache:
             weights.append((term, idf))
             if len(docs):
                 # The reference's expressions (search/inmemory.py), element-wise.
-                scores[docs] += bm25_term(idf, tf, bm25_norm(self.lengths[docs], avgdl, b))
+                scores[docs] += bm25_term(idf, tf, norm[docs])
         if not weights:
             return []
         wanted = {self.type_codes[t] for t in types if t in self.type_codes}
