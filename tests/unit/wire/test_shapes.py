@@ -369,6 +369,24 @@ def test_a_compiled_shape_checker_refuses_a_bool_for_a_number() -> None:
     shape_checker({"type": ["boolean", "integer"]})(True)
 
 
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_nesting_over_the_limit_is_refused_and_brackets_inside_strings_are_not_nesting(wire: str) -> None:
+    # 100 levels are allowed, 101 are not (the text is only walked when it has enough opening brackets).
+    key = "messages"
+    ok = json.dumps({key: [{"role": "user", "content": "[" * 500 + "{" * 500}], "x": _nest(99)})
+    assert ws.parse_chat_request(ok.encode(), wire)[key][0]["content"].startswith("[[")  # type: ignore[arg-type]
+    deep = json.dumps({key: [{"role": "user", "content": "hi"}], "x": _nest(100)})
+    with pytest.raises(InvalidInput, match="nests deeper than 100"):
+        ws.parse_chat_request(deep.encode(), wire)  # type: ignore[arg-type]
+
+
+def _nest(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def test_depth_is_measured_without_overflow() -> None:
     deep: Any = []
     for _ in range(100_000):

@@ -1,3 +1,4 @@
+import pytest
 from engram.domain.wire.sse import SseParser, sse_bytes
 
 
@@ -21,3 +22,41 @@ def test_flush_returns_unterminated_last_event_and_format_roundtrips() -> None:
     (event,) = parser.flush()
     assert event.event == "e"
     assert event.json() == {"x": "é"}
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b'data: {"a": 1}\n\n',
+        b"data: \n\n",
+        b"data:  two spaces\n\n",
+        b"data: a: b\n\n",
+        b"data: x\rthe rest\n\n",
+        b"data: \xff\xfe\n\n",
+        b"data:no-space\n\n",
+        b"data: one\ndata: two\n\n",
+        b"event: e\ndata: x\n\n",
+        b"data: x\nid: 7\n\n",
+    ],
+)
+def test_a_one_line_data_event_is_read_as_every_other_event(block: bytes) -> None:
+    # The parser's shortcut for the common `data: ...` event gives what the line-by-line reading gives.
+    (event,) = SseParser().feed(block)
+    slow = _line_by_line(block)
+    assert (event.event, event.data, event.raw) == slow
+
+
+def _line_by_line(block: bytes) -> tuple[str | None, str, bytes]:
+    """The SSE reading of a block, field by field (the parser's general path, written out)."""
+    event: str | None = None
+    data: list[str] = []
+    for line in block.decode("utf-8", "replace").split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    return event, "\n".join(data), block

@@ -57,9 +57,13 @@ class SseParser:
 
 
 def _parse_block(block: bytes) -> SseEvent:
+    text = block.decode("utf-8", "replace")
+    if text.startswith("data: ") and text.count("\n") == 2:
+        # The common event: one `data: ` line (``block`` ends in its blank line), read as the loop would.
+        return SseEvent(None, text[6:-2], block)
     event: str | None = None
     data: list[str] = []
-    for line in block.decode("utf-8", "replace").split("\n"):
+    for line in text.split("\n"):
         if not line or line.startswith(":"):
             continue
         name, _, value = line.partition(":")
