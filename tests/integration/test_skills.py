@@ -360,4 +360,13 @@ def test_a_base_url_naming_the_agent_lists_its_skills_on_both_doors(make_gateway
         assert http.get("/agents/codex/v1/models").json() == http.get("/v1/models").json()
         bad = http.post("/agents/bad%20id/v1/messages", json={"model": "companion", "max_tokens": 8, "messages": turn1})
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_agent_id"
+        # And so is a malformed `x-engram-agent` header, on every door, before the upstream is called;
+        # an empty one is as if not sent
+        calls = len(gateway.upstream.requests)
+        for door in ("/v1/chat/completions", "/v1/messages", "/agents/codex/v1/chat/completions"):
+            body = {"model": "companion", "max_tokens": 8, "messages": turn1}
+            refused = http.post(door, json=body, headers={"x-engram-agent": "../etc"})
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_agent_id", door
+        assert len(gateway.upstream.requests) == calls
+        assert "- deploy: How to deploy" in system_seen("/agents/codex/v1/messages", turn1, **{"x-engram-agent": ""})
         assert bad.json()["type"] == "error"  # the Anthropic door's error shape

@@ -147,13 +147,13 @@ def test_a_replayed_memory_write_answers_200_as_documented(app: Any) -> None:
 
 def test_skill_names_agent_ids_and_fact_keys_state_the_pattern_their_rule_checks(spec: dict[str, Any]) -> None:
     from engram.domain.policies import OPTIONAL_FACT_KEY_PATTERN
-    from engram.domain.skills import AGENT_ID_PATTERN, SKILL_NAME_PATTERN
+    from engram.domain.skills import AGENT_ID_PATTERN, OPTIONAL_AGENT_ID_PATTERN, SKILL_NAME_PATTERN
 
     # Given every place a skill name, an agent id or a fact key enters the API
     stated: dict[str, set[str]] = {}
     for _method, path, op in _operations(spec):
         for param in op.get("parameters", []):
-            if param["name"] in ("name", "agent", "fact_key"):
+            if param["name"] in ("name", "agent", "fact_key", "x-engram-agent"):
                 stated.setdefault(f"{path} {param['name']}", set()).add(param["schema"].get("pattern", "-"))
     schemas = spec["components"]["schemas"]
     for model, field in [
@@ -168,10 +168,18 @@ def test_skill_names_agent_ids_and_fact_keys_state_the_pattern_their_rule_checks
         branches = [prop, *prop.get("anyOf", [])]
         stated[f"{model}.{field}"] = {b["pattern"] for b in branches if "pattern" in b} or {"-"}
     # Then each states the pattern the domain's rule accepts exactly (checked there: tests/unit/test_policies.py)
-    expected = {"name": SKILL_NAME_PATTERN, "agent": AGENT_ID_PATTERN, "agent_id": AGENT_ID_PATTERN}
+    expected = {
+        "name": SKILL_NAME_PATTERN,
+        "agent": AGENT_ID_PATTERN,
+        "agent_id": AGENT_ID_PATTERN,
+        "x-engram-agent": OPTIONAL_AGENT_ID_PATTERN,  # the header: empty is as if not sent
+    }
     for where, patterns in stated.items():
         last = where.split(" ")[-1].split(".")[-1]
         want = expected.get(last, OPTIONAL_FACT_KEY_PATTERN)
         assert patterns == {want}, where
     assert "/v1/skills/{name} name" in stated and "/agents/{agent}/v1/models agent" in stated
+    # And the chat doors declare the `x-engram-agent` header they check
+    doors = ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/agents/{agent}/v1/messages")
+    assert all(f"{door} x-engram-agent" in stated for door in doors)
     assert "/v1/memories fact_key" in stated

@@ -29,6 +29,8 @@ RESTORE_DAYS = 30  # a deleted skill can be restored this long
 # agents"); ASCII spaces around a name or an agent id are ignored, a name's case is folded.
 SKILL_NAME_PATTERN = "^ *[A-Za-z0-9][A-Za-z0-9._-]{0,63} *$"
 AGENT_ID_PATTERN = "^ *[A-Za-z0-9][A-Za-z0-9._:@-]{0,63} *$"
+# The `x-engram-agent` header: an agent id, or empty for none (as if not sent).
+OPTIONAL_AGENT_ID_PATTERN = f"^$|{AGENT_ID_PATTERN}"
 _NAME = re.compile(SKILL_NAME_PATTERN)
 _AGENT = re.compile(AGENT_ID_PATTERN)
 _PATH_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")

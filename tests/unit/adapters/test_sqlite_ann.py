@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engram.adapters.search.ann import AnnGraph, row_digests
+from engram.adapters.search.ann import EXPANSION_ADD, EXPANSION_SEARCH, AnnGraph, row_digests
 from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.adapters.search.vector_cache import VectorCache
 from engram.domain.models import IndexedDoc
@@ -144,3 +144,27 @@ def test_an_unreadable_saved_graph_is_ignored_and_rebuilt(tmp_path: Path) -> Non
     assert reopened.wait_for_ann("a", timeout=10)
     assert top1(reopened, m[9]) == "m9"
     reopened.close()
+
+
+def test_a_reloaded_graph_searches_as_broadly_as_a_built_one(tmp_path: Path) -> None:
+    # Given a built graph saved to a file (usearch does not keep the search breadth in it)
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((300, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    built = AnnGraph(DIM)
+    built.add_many([f"m{i}" for i in range(300)], vectors)
+    built.save(tmp_path / "g.npz")
+    # When it is loaded back
+    loaded = AnnGraph.load(tmp_path / "g.npz", DIM)
+    # Then it searches with the same expansions, and finds what the built one finds
+    assert loaded is not None
+    assert (
+        (loaded._index.expansion_search, loaded._index.expansion_add)
+        == (
+            built._index.expansion_search,
+            built._index.expansion_add,
+        )
+        == (EXPANSION_SEARCH, EXPANSION_ADD)
+    )
+    for query in vectors[:20]:
+        assert loaded.search(query, 10) == built.search(query, 10)

@@ -19,6 +19,13 @@ import numpy as np
 
 from engram.adapters.files import write_private
 
+# The graph's shape and search breadth. A graph usearch restores from its saved bytes searches with the
+# library's default expansion (64), not the one it was built with, so ``load`` sets both expansions again:
+# a graph reloaded after a restart answers as the one built in the background does.
+CONNECTIVITY = 16
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 96
+
 _DIGEST_COEFFS = np.random.default_rng(20261130).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
@@ -39,7 +46,12 @@ class AnnGraph:
 
         self.dimension = dimension
         self._index: Any = index or Index(
-            ndim=dimension, metric="ip", dtype="f32", connectivity=16, expansion_add=128, expansion_search=96
+            ndim=dimension,
+            metric="ip",
+            dtype="f32",
+            connectivity=CONNECTIVITY,
+            expansion_add=EXPANSION_ADD,
+            expansion_search=EXPANSION_SEARCH,
         )
         self._key_of: dict[str, int] = {}
         self._id_of: dict[int, str] = {}
@@ -147,6 +159,7 @@ class AnnGraph:
             if index is None or index.ndim != dimension or len(ids) != len(index):
                 return None
             graph = cls(dimension, index)
+            graph._index.expansion_add, graph._index.expansion_search = EXPANSION_ADD, EXPANSION_SEARCH
             graph._key_of = dict(zip(ids, keys, strict=True))
             graph._id_of = dict(zip(keys, ids, strict=True))
             graph._digest = dict(zip(ids, digests, strict=True))

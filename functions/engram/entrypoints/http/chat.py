@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from engram.bootstrap import Container
 from engram.domain.errors import EngramError, UpstreamRejected
-from engram.domain.skills import AGENT_ID_PATTERN, agent_id
+from engram.domain.skills import AGENT_ID_PATTERN, OPTIONAL_AGENT_ID_PATTERN, agent_id
 from engram.domain.wire.errors import error_message, error_wire
 from engram.domain.wire.shapes import ANTHROPIC_REQUEST, OPENAI_REQUEST, RESPONSES_REQUEST
 from engram.entrypoints.http.auth import authenticate
@@ -221,9 +221,11 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
         chat = _service(request)
         # Which agent's skills the boot block lists: the header, else the base URL's `/agents/{id}`
         # (a client setting), else the key's `agent` (README, "Skills for coding agents").
-        header = (request.headers.get("x-engram-agent") or "").strip()
+        # An empty header is no header; any other value must be an agent id (400 invalid_agent_id).
+        header = request.headers.get("x-engram-agent") or ""
+        in_header = agent_id(header) if header else None
         in_path = agent_id(path_agent) if path_agent is not None else None  # checked even when the header wins
-        agent = header or in_path or principal.agent
+        agent = in_header or in_path or principal.agent
     except EngramError as exc:
         return _error_response(wire, exc, dict(_DEFAULT_HEADERS))
     raw = await request.body()
@@ -271,12 +273,24 @@ _SSE_EVENT = {
 }
 
 
+# Stated, not enforced by FastAPI: _chat checks it with agent_id (400 invalid_agent_id, openapi.stated).
+_AGENT_HEADER = {
+    "name": "x-engram-agent",
+    "in": "header",
+    "required": False,
+    "description": "An agent id: the skills allocated to it are listed in the boot block (wins over an agent in "
+    "the base URL and the key's own). Empty: as if not sent.",
+    "schema": {"type": "string", **stated(OPTIONAL_AGENT_ID_PATTERN)},
+}
+
+
 def _chat_doc(wire: Wire) -> dict[str, Any]:
     """The OpenAPI body and answers of a chat door (the handler reads the raw body itself)."""
     shape = {"openai": OPENAI_REQUEST, "anthropic": ANTHROPIC_REQUEST, "responses": RESPONSES_REQUEST}[wire]
     answer = {"type": "object"}
     upstream = "The upstream's own error status and body, passed through unchanged."
     return {
+        "parameters": [_AGENT_HEADER],
         "requestBody": {"required": True, "content": {"application/json": {"schema": shape}}},
         "responses": {
             "200": {
