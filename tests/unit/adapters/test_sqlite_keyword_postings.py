@@ -8,6 +8,7 @@ import random
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engram.adapters.search.inmemory import InMemorySearchIndex
@@ -303,3 +304,38 @@ def test_a_close_during_the_load_publishes_nothing(tmp_path: Path, monkeypatch: 
     gate.open.set()
     thread.join(10)
     assert not index._keywords and not index._caches and index._conn is None
+
+
+def test_a_vector_query_during_the_load_waits_for_its_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a reopened namespace whose vectors a background load is building, held mid-way
+    rng, reference = random.Random(15), InMemorySearchIndex()
+    index = reopened(tmp_path, with_vectors(docs(120, rng), rng), reference)
+    entered, release = threading.Event(), threading.Event()
+    built: list[tuple[str, object]] = []
+    build = index._vector_cache
+
+    def held(*args: Any) -> Any:
+        cache = build(*args)
+        built.append((threading.current_thread().name, cache))
+        if threading.current_thread().name == "engram-index-warm":
+            entered.set()
+            assert release.wait(10)
+        return cache
+
+    monkeypatch.setattr(index, "_vector_cache", held)
+    thread = index.warm_in_background(["a"])
+    assert thread is not None and entered.wait(10)
+    # When a vector query comes meanwhile
+    probe = tuple(rng.uniform(-1, 1) for _ in range(8))
+    answers: list[list[str]] = []
+    query = threading.Thread(target=lambda: answers.append(vector_ranking(index, probe)))
+    query.start()
+    query.join(0.3)
+    # Then it waits for the load (it reads nothing itself), and answers from the loaded vectors
+    assert query.is_alive() and not answers
+    release.set()
+    query.join(10)
+    thread.join(10)
+    assert answers == [vector_ranking(reference, probe)]
+    assert [name for name, _ in built] == ["engram-index-warm"] and index._caches["a"] is built[0][1]
+    index.close()

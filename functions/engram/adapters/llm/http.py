@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from engram.adapters.tls import tls_context
 from engram.domain.errors import (
     EngramError,
     UpstreamRateLimited,
@@ -61,7 +62,10 @@ class JsonApiClient:
             if self._client is None:
                 headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
                 self._client = httpx.Client(
-                    timeout=httpx.Timeout(self._timeout), headers=headers, transport=self._transport
+                    timeout=httpx.Timeout(self._timeout),
+                    headers=headers,
+                    transport=self._transport,
+                    verify=tls_context(),
                 )
             return self._client
 
@@ -166,7 +170,9 @@ class HttpxUpstream:
     def client(self) -> httpx.AsyncClient:
         # Built on first use (inside the running loop), then shared by every request of the process.
         if self._client is None:
-            self._client = UpstreamClient(timeout=self._timeout, limits=self._limits, headers=self._auth_headers)
+            self._client = UpstreamClient(
+                timeout=self._timeout, limits=self._limits, headers=self._auth_headers, verify=tls_context()
+            )
         return self._client
 
     def url(self, path: str) -> str:

@@ -86,6 +86,9 @@ _POSTINGS_ROWS = (
     "SELECT d.memory_id, d.type, c.c1 FROM search_docs d JOIN search_fts_content c ON c.id = d.id WHERE d.namespace = ?"
 )
 _VECTOR_ROWS = "SELECT memory_id, type, vec FROM search_vectors WHERE namespace = ?"
+# The longest a vector query waits for a background load already reading its namespace's vectors (~0.5 s
+# at 100k) before reading them itself.
+VECTOR_WAIT_S = 5.0
 
 
 class PreparedDoc(NamedTuple):
@@ -272,6 +275,7 @@ class SqliteSearchIndex:
                 with self._lock:
                     if self._opened == opened:
                         self._publish_vectors(namespace, cache, pending.since(generation, self._current(namespace)))
+            pending.vectors_done.set()
             keywords = KeywordCache(generation, postings) if postings is not None else None
             del postings
             with self._lock:
@@ -280,9 +284,19 @@ class SqliteSearchIndex:
                 if keywords is not None and self._opened == opened:
                     self._publish_keywords(namespace, keywords, pending.since(generation, self._current(namespace)))
         finally:
+            pending.vectors_done.set()
             with self._lock:
                 if self._warming.get(namespace) is pending:
                     del self._warming[namespace]
+
+    def _await_vectors(self, namespace: str) -> None:
+        """If a background load is reading this namespace's vectors now, wait for them (without the lock)
+        rather than read them a second time under it; up to ``VECTOR_WAIT_S``, then load as usual."""
+        with self._lock:
+            pending = self._warming.get(namespace)
+            if pending is None or not pending.claimed or namespace in self._caches:
+                return
+        pending.vectors_done.wait(VECTOR_WAIT_S)
 
     def _current(self, namespace: str) -> int:
         return self._generation(self._db(), namespace)
@@ -543,6 +557,7 @@ class SqliteSearchIndex:
         query = unit_vector(vector)
         if k <= 0:
             return []
+        self._await_vectors(namespace)
         with self._lock:
             conn = self._db()
             _, dimension = self._meta(conn)
@@ -557,6 +572,7 @@ class SqliteSearchIndex:
             return cache.search(query, k, types)
 
     def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
+        self._await_vectors(namespace)
         with self._lock:
             conn = self._db()
             _, dimension = self._meta(conn)

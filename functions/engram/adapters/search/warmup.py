@@ -11,6 +11,7 @@ index was reset), the load is dropped and the next query loads the namespace as 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -32,6 +33,7 @@ class PendingWrites:
     def __init__(self) -> None:
         self._writes: list[tuple[int, int, Sequence[WrittenDoc]]] = []
         self.claimed = False  # a loader is on it (another asking for the same namespace leaves it be)
+        self.vectors_done = threading.Event()  # the loader published the vectors (or has none to publish)
 
     def record(self, old_generation: int, new_generation: int, docs: Sequence[WrittenDoc]) -> None:
         self._writes.append((old_generation, new_generation, docs))
