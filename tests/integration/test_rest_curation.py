@@ -62,6 +62,12 @@ def test_check_says_what_a_save_would_do_and_writes_nothing(owner: httpx.Client)
     assert [m["id"] for m in owner.get("/v1/memories").json()["items"]] == [city["id"]]
     # And a bad body is a clear 422
     assert owner.post("/v1/memories/check", json={"content": ""}).status_code == 422
+    # And a bad fact key is refused as a save refuses it, even with an external id already stored
+    # (the save checks the key first; the check answered "existing" for it)
+    owner.post("/v1/memories", json={"content": "Alice has a cat", "external_id": "check-ext-1"}).raise_for_status()
+    for path in ("/v1/memories/check", "/v1/memories"):
+        bad = owner.post(path, json={"content": "x", "external_id": "check-ext-1", "fact_key": "no colon here"})
+        assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_fact_key"), path
 
 
 def test_merge_drafted_by_the_model_confirmed_and_undone(

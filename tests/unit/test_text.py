@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import unicodedata
 
-from engram.domain.text import _RUNS, STOPWORDS, _stem, is_cjk, text_batches, tokenize
+from engram.domain.text import _RUNS, STOPWORDS, _stem, is_cjk, script_letters, text_batches, tokenize
 
 
 def test_english_is_lowercased_stemmed_and_stopworded() -> None:
@@ -70,3 +70,26 @@ def test_tokens_equal_the_one_pass_reference_on_mixed_scripts() -> None:
     texts += ["The Running dogs", "我在用Python写AI记忆系统", "ＰＹＴＨＯＮ，３．１２！", "ラーメン", "isn't it"]
     # Then every text's tokens are the reference's
     assert [tokenize(t) for t in texts] == [_one_pass(t) for t in texts]
+
+
+def test_script_letters_count_as_a_character_by_character_loop() -> None:
+    # Given texts of every kind of character, astral CJK and the ranges' edges included
+    rng = random.Random(29)
+    alphabet = "abcXYZ 019_.,，。・　ａ１ﬁ記憶记忆ひらカタ한국éüßİΣς\u0301\u200bＡ①ⅷ²ǅ\U00020000\U0002fa1f\U0002fa20"
+    alphabet += "\u3040\u30ff\u33ff\u3400\u4dbf\u4dc0\uac00\ud7af\ud7b0\uf900\ufaff\U0001f600"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(20000)]
+    texts += ["", "plain ascii only", "我对芒果过敏", "每天早上一杯 Americano，no sugar"]
+
+    def by_character(text: str) -> tuple[int, int]:
+        cjk = latin = 0
+        for ch in text:
+            if ch.isascii():
+                latin += ch.isalpha()
+            elif is_cjk(ch):
+                cjk += 1
+            elif ch.isalpha():
+                latin += 1
+        return cjk, latin
+
+    # Then the counts (CJK characters, other letters) are the loop's
+    assert [script_letters(t) for t in texts] == [by_character(t) for t in texts]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Literal
 
-from engram.domain.text import is_cjk
+from engram.domain.text import script_letters
 
 Script = Literal["cjk", "latin", "mixed", "none"]
 
@@ -55,14 +55,7 @@ COMMON_MIN_MEMORIES = 4
 def script_of(text: str) -> Script:
     """``cjk`` or ``latin`` when one script holds at least three quarters of ``text``'s letters (a CJK
     character counts as 3 Latin letters, about one word each), ``mixed`` when both have a real share."""
-    cjk = latin = 0
-    for ch in text:
-        if ch.isascii():
-            latin += ch.isalpha()
-        elif is_cjk(ch):
-            cjk += 1
-        elif ch.isalpha():
-            latin += 1
+    cjk, latin = script_letters(text)
     if not cjk and not latin:
         return "none"
     share = cjk * 3 / (cjk * 3 + latin)

@@ -276,6 +276,21 @@ def tokenize(text: str) -> list[str]:
 
 
 _CJK_CHARS = re.compile(f"[{_cjk_class()}]")
+_NOT_ASCII_LETTERS = re.compile("[^A-Za-z]+")
+_NOT_CJK = re.compile(f"[^{_cjk_class()}]+")
+_ASCII_OR_CJK = re.compile(f"[\\x00-\\x7f{_cjk_class()}]+")
+
+
+def script_letters(text: str) -> tuple[int, int]:
+    """``text``'s CJK characters (``is_cjk``) and its other letters (ASCII letters and any other alphabetic
+    character), counted by C loops (regular expressions over runs, ``map``) rather than character by
+    character in Python: recall reads the script of every candidate it has not seen yet
+    (bench/latency.py --stages)."""
+    ascii_letters = len(_NOT_ASCII_LETTERS.sub("", text))
+    if text.isascii():
+        return 0, ascii_letters
+    other = sum(map(str.isalpha, _ASCII_OR_CJK.sub("", text)))
+    return len(_NOT_CJK.sub("", text)), ascii_letters + other
 
 
 def estimate_tokens(text: str) -> int:

@@ -238,12 +238,14 @@ class MemoryService:
         steps (``_plan_unkeyed``, ``_plan_keyed``), and the ``near`` closest active memories. Pinned or
         core memories are named as such: a person's write supersedes them, a job's is proposed."""
         content = clean_content(req.content)
+        # Checked first, as write() checks it: a bad key is refused even when the external id was seen.
+        fact_key = normalize_fact_key(req.fact_key) if req.fact_key else None
         vector = self.upkeep.embed_document(content)
         plan: WritePlan | None = None
         if req.external_id and (existing := self._store.find_by_external_id(namespace, req.external_id)):
             plan = WritePlan("existing", "external_id seen before", existing, vector)
-        elif req.fact_key:
-            plan = self._plan_keyed(namespace, req, content, normalize_fact_key(req.fact_key), dedup=dedup)
+        elif fact_key:
+            plan = self._plan_keyed(namespace, req, content, fact_key, dedup=dedup)
         else:
             plan = self._plan_unkeyed(namespace, req, content, dedup=dedup, vector=vector)
         return WriteCheck(plan.action, plan.reason, plan.target, self._near(namespace, content, None, vector, near))
