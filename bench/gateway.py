@@ -1,16 +1,21 @@
 """Gateway overhead: the fake upstream called directly, through a minimal pass-through proxy (the
 floor) and through Engram, side by side in one run.
 
-    python bench/gateway.py [--requests 200] [--embedder none|local]
+    python bench/gateway.py [--requests 200] [--embedder none|local] [--verbatim]
 
 Processes: the scripted fake upstream (tests/fakes/upstream.py), the floor (a raw ASGI proxy under the
 same uvicorn, one ``httpx.AsyncClient``: read the body, send it, stream the answer back), Engram
-(uvicorn) and this client. Engram runs three times: pure forwarding (injection and storage off, in-memory
+(uvicorn) and this client. Engram runs five times: pure forwarding (injection and storage off, in-memory
 store and index), and with recall over 1,000 memories (boot block + keyword recall, or keyword + vectors
-with ``--embedder local``; every exchange stored) twice: on the in-memory store and index, and on the
-local default a user gets (``ENGRAM_STORE=sqlite``, ``ENGRAM_SEARCH=local``: SQLite + FTS5 in a
-temporary data dir). Each request streams (`stream: true`); TTFB is the time to the first body byte,
-total the time to the end of the stream. Concurrency 1 and 8. After the table, issue #23's goals (server
+with ``--embedder local``; every exchange stored) on the in-memory store and index, and on the local
+default a user gets (``ENGRAM_STORE=sqlite``, ``ENGRAM_SEARCH=local``: SQLite + FTS5 in a temporary data
+dir), each of those two once with look-alike memories only (no question reaches the relevance floor:
+nothing is injected) and, keyword-only, once with an answer to each bench question among them (the
+``injecting`` rows: every turn injects one recalled memory; see ANSWERS).
+Each request streams (`stream: true`); TTFB is the time to the first body byte, total the time to the end
+of the stream. Concurrency 1 and 8. After the table, how many turns of each recall row injected recalled
+memories (Engram's ``x-engram-reason`` header) and how many upstream requests held an answer memory's text
+(the fake upstream's record), then issue #23's goals (server
 CPU per request above the floor's and absolute; TTFB p50 added over the floor) beside the measured values
 and their ratio; with ``--embedder local`` the e5 goal (the query embedding plus <= 3 ms), the query
 embedding's own time measured in this process in the same run.
@@ -46,6 +51,20 @@ QUERIES = [
     "how is my garden doing this week?",
     "remind me of my budget for the trip",
 ]
+# The injecting rows' store: the same 1,000 look-alike memories, the last four replaced by one answer to each
+# of QUERIES holding all its words, so that keyword recall clears the relevance floor (a keyword-only hit
+# needs about half the query's rarity-weighted words: docs/recall.md) and injects it. These rows send each
+# question verbatim: the other rows' distinct tail ("(cat #8.13)") would be most of a two-word question's
+# tokens and keep every answer under the floor. Keyword recall keys no cache on the query text, so the
+# repeats flatter nothing; with ``--embedder local`` the query-vector cache would, so they run keyword-only.
+# Each answer holds a mark the fake upstream looks for in what it receives (the memory reached the model).
+ANSWERS = [
+    "Remember: the user's cat is called Miso, a grey tabby cat who sleeps on the piano.",
+    "On Fridays the user uses the deploy script ./ship.sh --prod, after the Friday tests pass.",
+    "The user's garden this week: the tomatoes are ripening and the garden beds need water.",
+    "Remind the user: the budget for the trip to Lisbon is 1,200 euros, flights included.",
+]
+ANSWER_MARKS = ("Miso", "./ship.sh", "tomatoes", "Lisbon")
 
 
 # -- child processes ------------------------------------------------------------------------------------
@@ -54,13 +73,18 @@ def _serve_upstream() -> None:
 
     up = FakeUpstream(default=Reply(text="Sure - here is a short answer from the fake model.", chunks=4)).start()
     print(up.port, flush=True)
-    sys.stdin.read()  # until the parent closes our stdin
+    marks = [mark.encode() for mark in ANSWER_MARKS]
+    for _ in sys.stdin:  # a line asks how many requests since the last ask held an answer; EOF: stop
+        seen = list(up.requests)  # asked between rows: no request is in flight
+        up.reset()
+        print(json.dumps([len(seen), sum(any(m in r.raw for m in marks) for r in seen)]), flush=True)
     up.stop()
 
 
 def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
     """``forward``, ``recall`` (in-memory store and index) or ``recall-sqlite`` (the local default: SQLite
-    store, SQLite FTS5 + vector index, in a temporary data dir removed at exit)."""
+    store, SQLite FTS5 + vector index, in a temporary data dir removed at exit); a ``+answers`` suffix puts
+    ANSWERS among the 1,000 memories (the injecting rows)."""
     import uvicorn
     from engram.adapters.clock import SystemClock
     from engram.adapters.search.inmemory import InMemorySearchIndex
@@ -73,6 +97,7 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
 
     from tests.servers import free_port
 
+    mode, answers = mode.removesuffix("+answers"), mode.endswith("+answers")
     recall = mode.startswith("recall")
     sqlite = mode == "recall-sqlite"
     data_dir = tempfile.mkdtemp(prefix="engram-bench-gateway-") if sqlite else None
@@ -104,6 +129,8 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
         for i in range(1000):
             topic = rng.choice(TOPICS)
             content = f"Memory {i}: the user's {topic} note number {rng.randint(1, 10_000)} ({rng.choice(TOPICS)})."
+            if answers and i >= 1000 - len(ANSWERS):
+                content = ANSWERS[i - (1000 - len(ANSWERS))]
             container.memories.write("default", MemoryWrite(content=content, pinned=i < 5))
         container.store.put_digest(
             Digest(
@@ -189,7 +216,10 @@ def _spawn(*args: str, script: str = __file__) -> tuple[subprocess.Popen[str], s
 
 
 # -- the client ------------------------------------------------------------------------------------------
-async def _one(client: Any, url: str, headers: dict[str, str], query: str) -> tuple[float, float]:
+async def _one(client: Any, url: str, headers: dict[str, str], query: str) -> tuple[float, float, bool]:
+    """TTFB and total (ms), and whether the turn injected recalled memories: Engram's ``x-engram-reason:
+    injected`` (README, "Chat gateway"), set when the recall text placed in the request is not empty; the
+    boot block alone does not count, and no other source (reminders, past conversations) runs here."""
     body = {"model": "companion", "stream": True, "messages": [{"role": "user", "content": query}]}
     t0 = time.perf_counter()
     ttfb = 0.0
@@ -199,10 +229,12 @@ async def _one(client: Any, url: str, headers: dict[str, str], query: str) -> tu
         async for _ in resp.aiter_raw():
             if not ttfb:
                 ttfb = time.perf_counter() - t0
-    return ttfb * 1000, (time.perf_counter() - t0) * 1000
+    return ttfb * 1000, (time.perf_counter() - t0) * 1000, resp.headers.get("x-engram-reason") == "injected"
 
 
-async def _run(url: str, headers: dict[str, str], concurrency: int, n: int, warmup: int) -> dict[str, list[float]]:
+async def _run(
+    url: str, headers: dict[str, str], concurrency: int, n: int, warmup: int, verbatim: bool = False
+) -> dict[str, list[float]]:
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -211,19 +243,23 @@ async def _run(url: str, headers: dict[str, str], concurrency: int, n: int, warm
             await _one(client, url, headers, QUERIES[i % len(QUERIES)])
         ttfb: list[float] = []
         total: list[float] = []
+        injected: list[float] = []  # 1.0 per measured turn that injected recalled memories
         counter = iter(range(n))
 
         async def worker() -> None:
             for i in counter:
                 # A distinct text per request (a real user rarely repeats a message verbatim), so the
-                # query-embedding cache does not flatter the recall row.
-                text = f"{QUERIES[i % len(QUERIES)]} ({TOPICS[i % len(TOPICS)]} #{concurrency}.{i})"
-                a, b = await _one(client, url, headers, text)
+                # query-embedding cache does not flatter the recall row; the injecting rows: see ANSWERS.
+                text = QUERIES[i % len(QUERIES)]
+                if not verbatim:
+                    text += f" ({TOPICS[i % len(TOPICS)]} #{concurrency}.{i})"
+                a, b, hit = await _one(client, url, headers, text)
                 ttfb.append(a)
                 total.append(b)
+                injected.append(float(hit))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return {"ttfb": ttfb, "total": total}
+    return {"ttfb": ttfb, "total": total, "injected": injected}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -242,16 +278,26 @@ def _pct(values: list[float], p: float) -> float:
 
 FLOOR = "floor (minimal pass-through proxy)"
 # Issue #23 item 1: (server CPU per request, added TTFB p50 over the floor at c=1, at c=8), ms.
-RECALL_ROWS = ("gateway, recall 1k (keyword)", "gateway, recall 1k (keyword, SQLite: the local default)")
+RECALL_ROWS = (
+    "gateway, recall 1k (keyword)",
+    "gateway, recall 1k (keyword, SQLite: the local default)",
+    "gateway, recall 1k (keyword, injecting)",
+    "gateway, recall 1k (keyword, SQLite: the local default, injecting)",
+)
 GOALS = {"gateway, forwarding": (1.0, 1.0, 4.0), **dict.fromkeys(RECALL_ROWS, (2.0, 3.0, 15.0))}
 # "local e5 recall: the query embedding (~12-18 ms) plus <= 3 ms" (added TTFB p50 at c=1 and CPU per request).
 E5_EXTRA_MS = 3.0
 
 
 def _report(
-    rows: list[tuple[str, int, dict[str, list[float]], float]], requests: int, kind: str, embed: dict[str, float]
+    rows: list[tuple[str, int, dict[str, list[float]], float]],
+    requests: int,
+    kind: str,
+    embed: dict[str, float],
+    reached: dict[tuple[str, int], tuple[int, int]],
 ) -> None:
-    """The table, then each goal beside its measured value and their ratio (<= 1.0: met)."""
+    """The table, the recall rows' injecting turns, then each goal beside its measured value and their
+    ratio (<= 1.0: met)."""
     ttfb50 = {(name, c): statistics.median(res["ttfb"]) for name, c, res, _ in rows}
     total50 = {(name, c): statistics.median(res["total"]) for name, c, res, _ in rows}
     print(f"\nGateway overhead, {requests} streamed requests per row (ms)\n")
@@ -269,6 +315,19 @@ def _report(
         + ", ".join(f"c={c}: {v:+.1f} ms" for c, v in floor.items())
     )
     floor_cpu = {c: cpu for n, c, _, cpu in rows if n == FLOOR}
+    print(
+        "\nRecall rows: measured turns that injected recalled memories (x-engram-reason: injected), and the"
+        " upstream requests of the row (warm-up included) that held an answer memory's text"
+    )
+    print("\n| target | c | turns injecting | upstream requests with an answer | server CPU/req over the floor |")
+    print("|---|---:|---:|---:|---:|")
+    for name, c, res, cpu in rows:
+        if "recall" in name:
+            got, seen = reached.get((name, c), (0, 0))
+            print(
+                f"| {name} | {c} | {sum(res['injected']):.0f} / {len(res['injected'])} | {got} / {seen} |"
+                f" {cpu - floor_cpu[c]:.2f} |"
+            )
     print("\n| goal (issue #23 item 1) | goal | measured | measured / goal |")
     print("|---|---:|---:|---:|")
     for name, (cpu_goal, c1_goal, c8_goal) in GOALS.items():
@@ -355,6 +414,7 @@ def _profile(directory: str, name: str, concurrency: int, pid: int) -> subproces
         return None
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     stem = name.split(", ")[1].split(" (")[0].replace(" ", "-") + ("-sqlite" if "SQLite" in name else "")
+    stem += "-injecting" if "injecting" in name else ""
     out = Path(directory) / (stem + ".svg")
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
@@ -374,6 +434,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="measured requests per row (default 200)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="levels to run (default 1 8)")
+    parser.add_argument(
+        "--verbatim",
+        action="store_true",
+        help="every row sends the bench questions verbatim, as the injecting rows do (the same texts on both stores)",
+    )
     parser.add_argument("--profile", default="", help="write py-spy flame graphs of the c=1 gateway rows to this dir")
     parser.add_argument(
         "--embedder",
@@ -420,19 +485,36 @@ def main() -> None:
                 lite.pid,
             ),
         ]
+        if args.embedder == "none":  # the injecting rows (see ANSWERS)
+            for mode, label in (("recall", ""), ("recall-sqlite", ", SQLite: the local default")):
+                proc, url = _spawn("_gateway", "--mode", mode + "+answers", "--upstream", up_url)
+                procs.append(proc)
+                targets.append(
+                    (f"gateway, recall 1k (keyword{label}, injecting)", url + "/v1/chat/completions", auth, proc.pid)
+                )
         rows: list[tuple[str, int, dict[str, list[float]], float]] = []
+        reached: dict[tuple[str, int], tuple[int, int]] = {}  # (upstream requests with an answer, all)
+        assert up.stdin is not None and up.stdout is not None
         for concurrency in args.concurrency:
             for name, url, headers, pid in targets:
+                up.stdin.write("ask\n")  # clears the upstream's record: what follows is this row's
+                up.stdin.flush()
+                up.stdout.readline()
                 cpu0 = _cpu_seconds(pid)
                 spy = _profile(args.profile, name, concurrency, pid)
-                res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup))
+                verbatim = args.verbatim or name.endswith("injecting)")
+                res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim))
                 cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
                     spy.wait(timeout=60)
                 rows.append((name, concurrency, res, cpu))
+                up.stdin.write("ask\n")
+                up.stdin.flush()
+                seen, got = json.loads(up.stdout.readline())
+                reached[(name, concurrency)] = (got, seen)
         embed = _embedding_cost() if args.embedder == "local" else {}
-        _report(rows, args.requests, kind, embed)
+        _report(rows, args.requests, kind, embed, reached)
     finally:
         for proc in procs:
             if proc.stdin:
