@@ -306,6 +306,7 @@ def test_a_close_during_the_load_publishes_nothing(tmp_path: Path, monkeypatch: 
     assert not index._keywords and not index._caches and index._conn is None
 
 
+@pytest.mark.real_monotonic  # `query.join(0.3)` must time out: it never does under libfaketime
 def test_a_vector_query_during_the_load_waits_for_its_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a reopened namespace whose vectors a background load is building, held mid-way
     rng, reference = random.Random(15), InMemorySearchIndex()
