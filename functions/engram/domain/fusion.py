@@ -76,6 +76,15 @@ def coverage(weights: Mapping[str, float], doc: frozenset[str]) -> float:
     return sum(w for t, w in weights.items() if t in doc) / total
 
 
+def coverages(weights: Mapping[str, float], docs: Mapping[str, frozenset[str]]) -> dict[str, float]:
+    """``coverage`` of each document (the same floats), the weights' total summed once for all of them."""
+    total = sum(weights.values())
+    if total <= 0:
+        return dict.fromkeys(docs, 0.0)
+    items = list(weights.items())
+    return {mid: sum(w for t, w in items if t in doc) / total for mid, doc in docs.items()}
+
+
 def keyword_confidence(coverages: Sequence[float], floor: float = 0.3, full: float = 0.6) -> float:
     """How much to trust keyword ranking for this query, in [0, 1]: the best coverage among the top keyword
     hits, 0 up to ``floor`` (a shared common word or two), rising linearly to 1 at ``full``."""
@@ -302,7 +311,7 @@ def adaptive_fuse(
     """
     docs = {mid: tokens_of(mid) for mid in dict.fromkeys([m for m, _ in keyword] + [m for m, _ in vector])}
     weights = token_weights(query_tokens, list(docs.values()))
-    cov = {mid: coverage(weights, d) for mid, d in docs.items()}
+    cov = coverages(weights, docs)
     if len(keyword) >= many_hits:
         confidence = 1.0
     else:
@@ -327,7 +336,7 @@ def adaptive_fuse(
         relevance_standout = standout_in_namespace(centred_all, real, namespace_prior)
         if common_words:
             common = without_common(weights, list(docs.values()))
-            relevance_coverage = {mid: coverage(common, d) for mid, d in docs.items()}
+            relevance_coverage = coverages(common, docs)
     w_k = keyword_weight * confidence if keyword else 0.0
     w_v = vector_weight if vector else 0.0
     if standout_ref > 0 and distinct:

@@ -94,15 +94,27 @@ class _Namespace:
     # (scanning every document was most of a keyword recall's cost at 1,000 memories; bench/gateway.py).
     postings: dict[str, set[str]] = field(default_factory=dict)
     total_length: int = 0
-    # term -> each holder's BM25 share of it (``bm25_term``), computed on the term's first query since the
-    # last write: the documents' scores are sums of these, so a query repeating a term adds them up again
-    # instead of recomputing them (most of a keyword recall at 1,000 memories; bench/gateway.py). Any write
-    # changes the document count and average length every share depends on, so it empties the cache.
-    shares: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    # Each document's row in a query's score array (a removed document's row is reused by the next one).
+    rows: dict[str, int] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+    free: list[int] = field(default_factory=list)
+    # term -> its holders' rows and each one's BM25 share of it (``bm25_term``), computed on the term's
+    # first query since the last write: the documents' scores are sums of these, added term by term into
+    # one array (numpy, instead of a dict update per holder: most of a keyword recall at 1,000 memories;
+    # bench/gateway.py). Any write changes the document count and average length every share depends
+    # on, so it empties the cache.
+    shares: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def add(self, doc: _Doc) -> None:
         self.shares.clear()
         self.docs[doc.memory_id] = doc
+        if self.free:
+            row = self.free.pop()
+            self.ids[row] = doc.memory_id
+        else:
+            row = len(self.ids)
+            self.ids.append(doc.memory_id)
+        self.rows[doc.memory_id] = row
         self.df.update(doc.tf.keys())
         for term in doc.tf:
             self.postings.setdefault(term, set()).add(doc.memory_id)
@@ -113,6 +125,9 @@ class _Namespace:
         if doc is None:
             return
         self.shares.clear()
+        row = self.rows.pop(memory_id)
+        self.ids[row] = ""
+        self.free.append(row)
         self.df.subtract(doc.tf.keys())
         for term in doc.tf:
             if self.df[term] <= 0:
@@ -124,21 +139,48 @@ class _Namespace:
                     del self.postings[term]
         self.total_length -= doc.length
 
-    def shares_of(self, term: str) -> list[tuple[str, float]]:
-        """Each document holding ``term`` with the term's share of its BM25 score (cached until a write)."""
+    def shares_of(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the documents holding ``term`` and the term's share of each one's BM25 score
+        (float64, each the same float ``bm25_term`` gives; cached until a write)."""
         cached = self.shares.get(term)
         if cached is None:
             n_docs = len(self.docs)
             avg_len = self.total_length / n_docs if n_docs else 0.0
             weight = bm25_idf(n_docs, self.df[term])
-            docs = self.docs
-            cached = []
-            for mid in self.postings[term]:
+            docs, rows = self.docs, self.rows
+            holders = list(self.postings[term])
+            values: list[float] = []
+            for mid in holders:
                 doc = docs[mid]
                 norm = bm25_norm(doc.length, avg_len, BM25_B) if avg_len else BM25_K1
-                cached.append((mid, bm25_term(weight, doc.tf[term], norm)))
+                values.append(bm25_term(weight, doc.tf[term], norm))
+            cached = (np.fromiter((rows[mid] for mid in holders), dtype=np.intp, count=len(holders)), np.array(values))
             self.shares[term] = cached
         return cached
+
+    def scores(self, terms: Sequence[str], wanted: set[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The rows matching one of ``terms`` (of the ``wanted`` types, when given) and their scores. Each
+        row's score is the same sum, in the same order (the query's terms), as scoring document by
+        document: each term adds its share to each of its holders once."""
+        total = np.zeros(len(self.ids))
+        touched: list[np.ndarray] = []
+        for term in terms:
+            if not self.df[term]:
+                continue
+            rows, values = self.shares_of(term)
+            if wanted:
+                keep = np.fromiter(
+                    (self.docs[self.ids[r]].type in wanted for r in rows.tolist()), dtype=bool, count=len(rows)
+                )
+                rows, values = rows[keep], values[keep]
+            total[rows] += values
+            touched.append(rows)
+        if not touched:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        hit = np.unique(np.concatenate(touched))
+        found = total[hit]
+        positive = found > 0
+        return hit[positive], found[positive]
 
 
 class InMemorySearchIndex:
@@ -184,18 +226,13 @@ class InMemorySearchIndex:
             ns = self._namespaces.get(namespace)
             if ns is None or not ns.docs:
                 return []
-            # Term by term over its holders: each document's score is the same sum, in the same order (the
-            # query's terms), as scoring document by document; documents matching no term are never visited.
-            scores: dict[str, float] = {}
-            docs = ns.docs
-            for term in terms:
-                if not ns.df[term]:
-                    continue
-                for mid, share in ns.shares_of(term):
-                    if wanted and docs[mid].type not in wanted:
-                        continue  # not of the wanted types
-                    scores[mid] = scores.get(mid, 0.0) + share
-            scored = [(-score, mid) for mid, score in scores.items() if score > 0]
+            rows, scores = ns.scores(terms, wanted)
+            if len(rows) > k:  # the k best and every row tied with the k-th: ties are broken by id below
+                kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+                best = scores >= kth
+                rows, scores = rows[best], scores[best]
+            ids = ns.ids
+            scored = [(-score, ids[row]) for row, score in zip(rows.tolist(), scores.tolist(), strict=True)]
         # Only the top k become SearchHit objects (building one per matching document dominated the cost).
         return [SearchHit(memory_id=mid, score=-neg) for neg, mid in heapq.nsmallest(k, scored)]
 
