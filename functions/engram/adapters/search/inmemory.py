@@ -104,9 +104,14 @@ class _Namespace:
     # bench/gateway.py). Any write changes the document count and average length every share depends
     # on, so it empties the cache.
     shares: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # The documents with a vector (in ``docs`` order) and their vectors stacked, built on the first
+    # vector query since the last write (stacking 1,000 vectors per query was most of a vector recall's
+    # own cost; bench/gateway.py --embedder local); any write drops it.
+    stacked: tuple[list[_Doc], np.ndarray | None] | None = None
 
     def add(self, doc: _Doc) -> None:
         self.shares.clear()
+        self.stacked = None
         self.docs[doc.memory_id] = doc
         if self.free:
             row = self.free.pop()
@@ -125,6 +130,7 @@ class _Namespace:
         if doc is None:
             return
         self.shares.clear()
+        self.stacked = None
         row = self.rows.pop(memory_id)
         self.ids[row] = ""
         self.free.append(row)
@@ -250,10 +256,19 @@ class InMemorySearchIndex:
             ns = self._namespaces.get(namespace)
             if ns is None or k <= 0:
                 return []
-            rows = [d for d in ns.docs.values() if d.vector is not None and (not wanted or d.type in wanted)]
-            if not rows:
-                return []
-            matrix = np.stack([d.vector for d in rows if d.vector is not None])
+            if not wanted:  # every document with a vector: the stack kept until the next write
+                if ns.stacked is None:
+                    held = [d for d in ns.docs.values() if d.vector is not None]
+                    ns.stacked = (held, np.stack([d.vector for d in held if d.vector is not None]) if held else None)
+                rows, stacked = ns.stacked
+                if stacked is None:
+                    return []
+                matrix = stacked
+            else:
+                rows = [d for d in ns.docs.values() if d.vector is not None and d.type in wanted]
+                if not rows:
+                    return []
+                matrix = np.stack([d.vector for d in rows if d.vector is not None])
         scores = np.clip(matrix @ query, -1.0, 1.0)
         order = np.argsort(-scores, kind="stable")[:k]
         return [SearchHit(memory_id=rows[i].memory_id, score=float(scores[i])) for i in order]
@@ -279,6 +294,7 @@ class InMemorySearchIndex:
             raise InvalidInput("dimension must be positive")
         with self._lock:
             for ns in self._namespaces.values():
+                ns.stacked = None
                 for doc in ns.docs.values():
                     doc.vector = None
             self._model_id = model_id
