@@ -47,15 +47,13 @@ def _sent(gw: Gateway) -> str:
 
 @pytest.fixture(params=["one-hop", "side-by-side"])
 def hops(request: pytest.FixtureRequest) -> str:
-    """How the turn's reads and writes reach their worker threads: in one hop each (an in-process store,
-    the gateway these tests build) or one hop per source and write (a store over the network)."""
+    """How the turn's reads reach their worker thread: in one hop (an in-process store, the gateway these
+    tests build) or one hop per source (a store over the network)."""
     return str(request.param)
 
 
 def _hops(gw: Gateway, hops: str) -> Gateway:
-    side_by_side = hops == "side-by-side"
-    gw.container.chat._context._in_process = not side_by_side
-    gw.container.chat._record._in_process = not side_by_side
+    gw.container.chat._context._in_process = hops == "one-hop"
     return gw
 
 

@@ -1,11 +1,10 @@
-"""The writes a chat exchange owes (services/chat/exchange.py): on an in-process store they go to a
-worker thread in one hop, side by side otherwise, with the same rows either way; the once-a-day cleanup
-mark is read once per namespace and interval, not on every turn (bench/README.md, "Gateway overhead")."""
+"""The writes a chat exchange owes (services/chat/exchange.py): each fails alone, and the once-a-day
+cleanup mark is read once per namespace and interval, not on every turn (bench/README.md, "Gateway
+overhead")."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +19,6 @@ from engram.domain.wire.usage import TokenUsage
 from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.routing import Route
 from engram.services.chat.turn import ReminderClaim, TurnContext, TurnRequest
-from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -56,7 +54,7 @@ def _container(clock: ManualClock) -> tuple[Container, InMemoryMemoryStore]:
     return build_container(settings, Overrides(store=store, index=InMemorySearchIndex(), clock=clock)), store
 
 
-def _recorder(c: Container, clock: ManualClock, queue: RecordingQueue, *, in_process: bool) -> ExchangeRecorder:
+def _recorder(c: Container, clock: ManualClock, queue: RecordingQueue) -> ExchangeRecorder:
     return ExchangeRecorder(
         store=c.store,
         messages=c.messages,
@@ -68,7 +66,6 @@ def _recorder(c: Container, clock: ManualClock, queue: RecordingQueue, *, in_pro
         reminders=c.reminders,
         conversations=c.conversations,
         record_injection=c.recall.record_injected,
-        in_process=in_process,
     )
 
 
@@ -88,12 +85,12 @@ def _exchange(rec: ExchangeRecorder, req: TurnRequest, answer: str = "the answer
 
 
 def test_the_cleanup_mark_is_read_once_per_namespace_and_interval() -> None:
-    # Given a recorder on an in-process store with a job queue
+    # Given a recorder with a job queue
     clock = ManualClock()
     c, store = _container(clock)
     reads = Reads(store)
     queue = RecordingQueue()
-    rec = _recorder(c, clock, queue, in_process=True)
+    rec = _recorder(c, clock, queue)
     # When three turns go through in one namespace and one in another
     for text in ("one", "two", "three"):
         _exchange(rec, _turn(text))
@@ -115,11 +112,11 @@ def test_a_cleanup_mark_another_process_wrote_is_read_once_then_known() -> None:
     clock = ManualClock()
     c, store = _container(clock)
     first_queue = RecordingQueue()
-    _exchange(_recorder(c, clock, first_queue, in_process=True), _turn("one"))
+    _exchange(_recorder(c, clock, first_queue), _turn("one"))
     clock.advance(hours=1)
     reads = Reads(store)
     queue = RecordingQueue()
-    rec = _recorder(c, clock, queue, in_process=True)
+    rec = _recorder(c, clock, queue)
     # When this process's turns go through
     for text in ("two", "three", "four"):
         _exchange(rec, _turn(text))
@@ -132,13 +129,12 @@ def test_a_cleanup_mark_another_process_wrote_is_read_once_then_known() -> None:
     assert queue.jobs == [("cleanup", {"namespace": "default"})]
 
 
-@pytest.mark.parametrize("in_process", [True, False], ids=["one-hop", "side-by-side"])
-def test_an_exchange_stores_the_same_rows_in_one_hop_or_side_by_side(in_process: bool) -> None:
-    # Given a recorder either way
+def test_a_retry_reuses_its_turn() -> None:
+    # Given a recorder
     clock = ManualClock()
     c, store = _container(clock)
     queue = RecordingQueue()
-    rec = _recorder(c, clock, queue, in_process=in_process)
+    rec = _recorder(c, clock, queue)
     # When an exchange is settled, and a retry of it within the window
     _exchange(rec, _turn("what is my cat called?"))
     _exchange(rec, _turn("what is my cat called?"), answer="the answer again")
@@ -150,15 +146,12 @@ def test_an_exchange_stores_the_same_rows_in_one_hop_or_side_by_side(in_process:
     assert queue.jobs == [("cleanup", {"namespace": "default"})]
 
 
-@pytest.mark.parametrize("in_process", [True, False], ids=["one-hop", "side-by-side"])
-def test_each_write_fails_alone_in_one_hop_or_side_by_side(
-    in_process: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Given a store whose usage rows and turn marks are away, and a recorder either way
+def test_each_write_fails_alone(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a store whose usage rows and turn marks are away
     clock = ManualClock()
     c, store = _container(clock)
     queue = RecordingQueue()
-    rec = _recorder(c, clock, queue, in_process=in_process)
+    rec = _recorder(c, clock, queue)
 
     def away(*args: Any, **kwargs: Any) -> Any:
         raise UpstreamUnavailable("the store is away")
@@ -175,36 +168,11 @@ def test_each_write_fails_alone_in_one_hop_or_side_by_side(
     assert "enqueueing cleanup failed" in logged
 
 
-def test_the_injection_record_of_a_turn_that_stores_nothing_is_still_written() -> None:
-    # Given an in-process recorder and a turn that injected a memory but is not persisted
+def test_a_claim_is_settled_beside_the_writes() -> None:
+    # Given a recorder and a turn holding a reminder claim
     clock = ManualClock()
     c, store = _container(clock)
-
-    memory = c.memories.write("default", MemoryWrite(content="The cat is called Miso")).memory
-    rec = _recorder(c, clock, RecordingQueue(), in_process=True)
-    req = _turn("what is my cat called?")
-    req = dataclasses.replace(req, persist=False)
-    told = TurnContext(reason="injected", recall="- The cat is called Miso", recalled=(memory.id,))
-
-    async def run() -> None:
-        owed = Owed()
-        rec.take(owed, told)
-        await rec.placed(req, owed, told, reminders=False, fragments=False, recall=True)
-        rec.sent(owed)
-        await rec.settle(req, owed, "Miso", TokenUsage())
-
-    asyncio.run(run())
-    # Then the injection was recorded before settle returned
-    [found] = store.get_memories("default", [memory.id])
-    assert found.last_injected_at == clock.now()
-    assert store.list_messages("default") == []
-
-
-def test_a_claim_is_settled_beside_the_one_hop_of_writes() -> None:
-    # Given an in-process recorder and a turn holding a (stale) reminder claim
-    clock = ManualClock()
-    c, store = _container(clock)
-    rec = _recorder(c, clock, RecordingQueue(), in_process=True)
+    rec = _recorder(c, clock, RecordingQueue())
     settled: list[tuple[str, bool]] = []
 
     def settle(namespace: str, owner: str, memory_ids: Any, *, delivered: bool) -> None:

@@ -222,7 +222,7 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         )
     )
     # The store and the indexes in this process (not DynamoDB, OpenSearch, the replica's DynamoDB reads):
-    # a turn's reads and its writes each go to a worker thread in one hop (services/chat/turn_context.py).
+    # a turn's reads go to a worker thread in one hop (services/chat/turn_context.py).
     in_process = settings.store in ("memory", "sqlite") and settings.search in ("memory", "local")
     record = ExchangeRecorder(
         store=parts.store,
@@ -235,7 +235,6 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         reminders=parts.reminders,
         conversations=parts.conversations,
         record_injection=parts.recall.record_injected,
-        in_process=in_process,
     )
     context = TurnContextSource(
         boot=parts.boot,

@@ -70,19 +70,13 @@ def token_weights(query_tokens: Iterable[str], docs: Sequence[frozenset[str]]) -
 
 def coverage(weights: Mapping[str, float], doc: frozenset[str]) -> float:
     """Share of the query's (rarity-weighted) tokens that ``doc`` contains, in [0, 1]."""
-    total = sum(weights.values())
-    if total <= 0:
-        return 0.0
-    return sum(w for t, w in weights.items() if t in doc) / total
+    return coverages(weights, {"": doc})[""]
 
 
 def coverages(weights: Mapping[str, float], docs: Mapping[str, frozenset[str]]) -> dict[str, float]:
-    """``coverage`` of each document (the same floats), the weights' total summed once for all of them."""
-    total = sum(weights.values())
-    if total <= 0:
-        return dict.fromkeys(docs, 0.0)
-    items = list(weights.items())
-    return {mid: sum(w for t, w in items if t in doc) / total for mid, doc in docs.items()}
+    """``coverage`` of each document, the weights' total summed once for all of them."""
+    total, items = sum(weights.values()), list(weights.items())
+    return {mid: sum(w for t, w in items if t in doc) / total if total > 0 else 0.0 for mid, doc in docs.items()}
 
 
 def keyword_confidence(coverages: Sequence[float], floor: float = 0.3, full: float = 0.6) -> float:
