@@ -45,7 +45,15 @@ from typing import NamedTuple
 import numpy as np
 
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.fts import BM25_B, RESCORE_DEPTH, fts_query, nskey, rescore_bm25
+from engram.adapters.search.fts import (
+    BM25_B,
+    RESCORE_DEPTH,
+    RescoreCache,
+    fts_query,
+    index_version,
+    nskey,
+    rescore_bm25,
+)
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
 from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD, KeywordCache
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
@@ -131,6 +139,7 @@ class SqliteSearchIndex:
         # Namespaces whose caches load in the background (``warm_in_background``): this process's writes since.
         self._warming: dict[str, PendingWrites] = {}
         self._opened = 0  # bumped by ``close``: a background load started before it publishes nothing
+        self._rescore = RescoreCache()  # what the FTS5 re-scoring read, kept while the index is unchanged
 
     @property
     def _postings_rank(self) -> bool:
@@ -161,6 +170,7 @@ class SqliteSearchIndex:
             self._keywords.clear()
             self._keyword_small.clear()
             self._warming.clear()
+            self._rescore = RescoreCache()
             self._opened += 1
 
     def _ann_path(self, namespace: str) -> Path | None:
@@ -541,13 +551,18 @@ class SqliteSearchIndex:
             params = [match, depth, namespace]
         with self._lock:
             conn = self._db()
-            rows = conn.execute(sql, params).fetchall()
-            scored = [(mid, float(score)) for mid, score, _ in rows]
-            if rescore and rows:
-                try:
-                    scored = rescore_bm25(conn, terms, rows, self._bm25_b)
-                except (sqlite3.Error, ValueError, IndexError, ZeroDivisionError) as exc:
-                    log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
+            conn.execute("BEGIN")  # one snapshot: the matches, the statistics and the cache's version agree
+            try:
+                rows = conn.execute(sql, params).fetchall()
+                scored = [(mid, float(score)) for mid, score, _ in rows]
+                if rescore and rows:
+                    try:
+                        cache = self._rescore.at(index_version(conn))
+                        scored = rescore_bm25(conn, terms, rows, self._bm25_b, cache)
+                    except (sqlite3.Error, ValueError, IndexError, ZeroDivisionError) as exc:
+                        log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
+            finally:
+                conn.execute("COMMIT")
         # bm25() is never exactly 0 for a match, but keep the port's "positive" promise explicit.
         return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
 
