@@ -16,7 +16,18 @@ from collections.abc import Sequence
 
 from engram.adapters.search.inmemory import BM25_B, bm25_idf, bm25_norm, bm25_term
 
-__all__ = ["BM25_B", "RESCORE_DEPTH", "RescoreCache", "fts_query", "index_version", "nskey", "rescore_bm25", "varints"]
+__all__ = [
+    "BM25_B",
+    "RESCORE_DEPTH",
+    "RescoreCache",
+    "document_frequencies",
+    "fts_averages",
+    "fts_query",
+    "index_version",
+    "nskey",
+    "rescore_bm25",
+    "varints",
+]
 
 # Keyword ranking: SQLite's bm25() has k1 = 1.2, b = 0.75 built in. Its top RESCORE_DEPTH matches are
 # re-scored with b = BM25_B (less penalty for long memories), which won on held-out LoCoMo data
@@ -79,6 +90,24 @@ def index_version(conn: sqlite3.Connection) -> tuple[int, int]:
     return int(total), int(count)
 
 
+def fts_averages(conn: sqlite3.Connection) -> tuple[int, tuple[int, int]]:
+    """FTS5's row count and each column's token total (namespace token, tokens), from its averages record."""
+    averages = conn.execute("SELECT block FROM search_fts_data WHERE id = 1").fetchone()
+    n_rows, namespace_tokens, tokens = varints(bytes(averages[0]))[:3]
+    return n_rows, (namespace_tokens, tokens)
+
+
+def document_frequencies(conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
+    """The rows holding each term (0 if none; ``search_vocab``), read once per version of ``cache``."""
+    missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
+    if missing:
+        marks = ",".join("?" * len(missing))
+        found = dict(conn.execute(f"SELECT term, doc FROM search_vocab WHERE term IN ({marks})", missing).fetchall())
+        for term in missing:
+            cache.df[term] = int(found.get(term, 0))
+    return cache.df
+
+
 def rescore_bm25(
     conn: sqlite3.Connection,
     terms: Sequence[str],
@@ -89,19 +118,13 @@ def rescore_bm25(
     """BM25 with ``b`` over the candidates, from FTS5's own statistics (all namespaces, as
     ``bm25()`` uses them): row count and token totals from its averages record, df from ``search_vocab``.
     With ``cache`` (filled at the version of the caller's read transaction), what it holds is not read."""
-    averages = conn.execute("SELECT block FROM search_fts_data WHERE id = 1").fetchone()
-    n_rows, _, total_tokens = varints(bytes(averages[0]))[:3]
+    n_rows, (_, total_tokens) = fts_averages(conn)
     avgdl = total_tokens / n_rows
     if cache is None:
         cache = RescoreCache()
     unique = sorted(set(terms))  # FTS5's term order (UTF-8 bytes sort as code points): search_vocab's
-    missing = [t for t in unique if t not in cache.df]
-    if missing:
-        marks = ",".join("?" * len(missing))
-        found = dict(conn.execute(f"SELECT term, doc FROM search_vocab WHERE term IN ({marks})", missing).fetchall())
-        for term in missing:
-            cache.df[term] = int(found.get(term, 0))
-    weights = [(t, bm25_idf(n_rows, cache.df[t])) for t in unique if cache.df[t]]
+    df = document_frequencies(conn, unique, cache)
+    weights = [(t, bm25_idf(n_rows, df[t])) for t in unique if df[t]]
     wanted = [r[2] for r in rows if r[2] not in cache.docs]
     if wanted:
         for rowid, text in conn.execute(
