@@ -206,7 +206,8 @@ def test_two_deliveries_of_one_message_at_once_run_it_once(container: FakeContai
     container.cleanup = SlowCleanup()
     batch = event("sqs_cleanup_batch.json")
     batch["Records"] = batch["Records"][:1]
-    first = threading.Thread(target=cleanup.handler, args=(batch, LambdaContextStub()))
+    first_result: list[Any] = []
+    first = threading.Thread(target=lambda: first_result.append(cleanup.handler(batch, LambdaContextStub())))
     first.start()
     assert inside.wait(10)
     # When the duplicate is processed meanwhile
@@ -214,7 +215,9 @@ def test_two_deliveries_of_one_message_at_once_run_it_once(container: FakeContai
         cleanup.handler(batch, LambdaContextStub())
     second_done.set()
     first.join(10)
-    # Then the duplicate failed back to the queue (retried later, then acknowledged) and the cleanup ran once
+    # Then the first delivery succeeded (its batch is not mixed with the duplicate's failure), the
+    # duplicate failed back to the queue (retried later, then acknowledged) and the cleanup ran once
+    assert first_result == [{"batchItemFailures": []}]
     assert service.calls == [{"namespace": "alice"}]
     assert cleanup.handler(batch, LambdaContextStub()) == {"batchItemFailures": []}
     assert service.calls == [{"namespace": "alice"}]

@@ -225,6 +225,9 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
             bedrock_configured=bedrock is not None and (bedrock.configured or not _names_bedrock(eff)),
         )
     )
+    # The store and the indexes in this process (not DynamoDB, OpenSearch, the replica's DynamoDB reads):
+    # a turn's reads and its writes each go to a worker thread in one hop (services/chat/turn_context.py).
+    in_process = settings.store in ("memory", "sqlite") and settings.search in ("memory", "local")
     record = ExchangeRecorder(
         store=parts.store,
         messages=parts.messages,
@@ -236,9 +239,14 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         reminders=parts.reminders,
         conversations=parts.conversations,
         record_injection=parts.recall.record_injected,
+        in_process=in_process,
     )
     context = TurnContextSource(
-        boot=parts.boot, recall=parts.recall, reminders=parts.reminders, conversations=parts.conversations
+        boot=parts.boot,
+        recall=parts.recall,
+        reminders=parts.reminders,
+        conversations=parts.conversations,
+        in_process=in_process,
     )
     return ChatService(
         openai=openai,

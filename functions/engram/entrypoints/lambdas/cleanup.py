@@ -31,8 +31,6 @@ from engram.services.jobs.registry import JOBS_NAMESPACE, job_named, run_once
 
 __all__ = ["JOBS_NAMESPACE", "decode_job", "handler", "record_handler"]
 
-processor = BatchProcessor(event_type=EventType.SQS)
-
 
 def decode_job(body: str) -> tuple[str, dict[str, Any]]:
     """The (job, payload) of a message body (the format ``SqsJobQueue`` writes); ``InvalidInput`` otherwise."""
@@ -81,4 +79,8 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    # A processor per invocation: it collects the batch's successes and failures as it goes, so one shared
+    # by every invocation would mix two batches handled at once (one Lambda instance never does; two
+    # handlers in one process, as tests/integration/test_lambda_handlers.py runs them, do).
+    processor = BatchProcessor(event_type=EventType.SQS)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
