@@ -128,11 +128,13 @@ def test_a_namespace_with_other_tokens_is_left_to_fts5(tmp_path: Path, monkeypat
 def test_a_near_tie_of_different_rows_at_the_cut_is_left_to_fts5() -> None:
     # Given two rows of equal score from different inputs ("x" once vs "y" once, same document count)
     mirror = FtsMirror(1, [(1, "a", "fact", "x w"), (2, "b", "fact", "y w")])
-    stats = {"n_rows": 2, "total_tokens": 6, "df": {"x": 1, "y": 1}}
+    df = {"x": 1, "y": 1}
     # When the cut falls between them, then the mirror declines (SQLite's arithmetic could order them
     # either way); when it keeps both, it answers, ties by rowid
-    assert mirror.candidates(["x", "y"], 1, (), **stats) is None  # type: ignore[arg-type]
-    assert [r[0] for r in mirror.candidates(["x", "y"], 2, (), **stats) or []] == ["a", "b"]  # type: ignore[arg-type]
+    assert mirror.candidates(["x", "y"], 1, (), n_rows=2, total_tokens=6, df=df) is None
+    both = mirror.candidates(["x", "y"], 2, (), n_rows=2, total_tokens=6, df=df)
+    assert both is not None and [r[0] for r in both.rows] == ["a", "b"]
     # And rows of one input tied at the cut go by rowid, as FTS5's ORDER BY does
     same = FtsMirror(1, [(5, "late", "fact", "x w"), (3, "early", "fact", "x w")])
-    assert [r[0] for r in same.candidates(["x"], 1, (), **stats) or []] == ["early"]  # type: ignore[arg-type]
+    first = same.candidates(["x"], 1, (), n_rows=2, total_tokens=6, df=df)
+    assert first is not None and [r[0] for r in first.rows] == ["early"]

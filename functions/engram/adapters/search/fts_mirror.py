@@ -21,7 +21,8 @@ When it is the same, to the bit:
   otherwise (a near-tie a fused multiply-add could flip) ``candidates`` returns None and FTS5 ranks.
 
 The mirror is loaded once per generation of the namespace, patched by this process's writes like the
-other caches, and reloaded when another process moved the generation.
+other caches, and reloaded when another process moved the generation. A cut from its arrays is also
+re-scored from them (``rescore_cut``: ``rescore_bm25``'s expressions element-wise, in the same order).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
+
+from engram.adapters.search.inmemory import bm25_idf, bm25_norm, bm25_term
 
 # FTS5's bm25() constants (fts5_aux.c).
 FTS5_K1 = 1.2
@@ -40,6 +44,38 @@ FTS5_B = 0.75
 TIE_EPSILON = 1e-12
 _PLAIN = re.compile(r"[a-z0-9]+")
 _NAMESPACE_TOKEN = re.compile(r"ns[0-9a-f]{20}")  # search/fts.py ``nskey``
+
+
+class Cut(NamedTuple):
+    """FTS5's candidates as (memory_id, -bm25(), rowid), best first; from the arrays (no type filter, no
+    row written since the build) also each one's row length and its count of each query term (in the
+    query's order), for ``rescore_cut``."""
+
+    rows: list[tuple[str, float, int]]
+    lengths: np.ndarray | None = None
+    freqs: np.ndarray | None = None
+
+
+def rescore_cut(
+    cut: Cut, terms: Sequence[str], b: float, n_rows: int, total_tokens: int, df: Mapping[str, int]
+) -> list[tuple[str, float]] | None:
+    """``search/fts.py``'s ``rescore_bm25`` over a cut from the arrays, element-wise: the same expressions
+    (``bm25_norm``, ``bm25_term``), the same terms in the same (FTS5's) order, each row's sum in that
+    order (a term absent from a row is skipped there, as ``rescore_bm25`` skips it); ``total_tokens`` is the
+    tokens column's total. None for a cut without arrays."""
+    if cut.lengths is None or cut.freqs is None:
+        return None
+    position = {term: i for i, term in enumerate(terms)}
+    norm = bm25_norm(cut.lengths - 1.0, total_tokens / n_rows, b)  # without the namespace token
+    scores = np.zeros(len(cut.rows), dtype=np.float64)
+    for term in sorted(set(terms)):
+        if df.get(term, 0):
+            tf = cut.freqs[position[term]]
+            held = tf > 0
+            scores[held] += bm25_term(bm25_idf(n_rows, df[term]), tf[held], norm[held])
+    scored = [(row[0], score) for row, score in zip(cut.rows, scores.tolist(), strict=True) if score > 0]
+    scored.sort(key=lambda pair: (-pair[1], pair[0]))
+    return scored
 
 
 def plain_terms(terms: Sequence[str]) -> bool:
@@ -101,7 +137,7 @@ class FtsMirror:
         n_rows: int,
         total_tokens: int,
         df: Mapping[str, int],
-    ) -> list[tuple[str, float, int]] | None:
+    ) -> Cut | None:
         """FTS5's best ``depth`` matches as (memory_id, -bm25(), rowid), best first (ties by rowid; with
         ``types``, only those types, ties by memory_id, as the SQL does), from the index-wide ``n_rows``,
         ``total_tokens`` (every column) and ``df`` (rows holding each term); None when the cut is a
@@ -149,11 +185,9 @@ class FtsMirror:
         ranked.sort(key=lambda r: (-r[0], r[1]))
         if len(ranked) > depth and not self._clear_cut(ranked, depth, terms):
             return None
-        return [(memory_id, score, self.docs[memory_id][0]) for score, _, memory_id in ranked[:depth]]
+        return Cut([(memory_id, score, self.docs[memory_id][0]) for score, _, memory_id in ranked[:depth]])
 
-    def _cut(
-        self, arrays: _Arrays, scores: np.ndarray, freqs: np.ndarray, hit: np.ndarray, depth: int
-    ) -> list[tuple[str, float, int]] | None:
+    def _cut(self, arrays: _Arrays, scores: np.ndarray, freqs: np.ndarray, hit: np.ndarray, depth: int) -> Cut | None:
         """``candidates`` without a type filter or rows written since the build, in numpy."""
         order = hit[np.lexsort((arrays.rowids[hit], -scores[hit]))]
         if len(order) > depth:
@@ -165,12 +199,13 @@ class FtsMirror:
                 if not (inputs == inputs[:, :1]).all():
                     return None
             order = order[:depth]
-        return [
+        rows = [
             (arrays.ids[i], score, rowid)
             for i, score, rowid in zip(
                 order.tolist(), scores[order].tolist(), arrays.rowids[order].tolist(), strict=True
             )
         ]
+        return Cut(rows, arrays.lengths[order], freqs[:, order])
 
     def _clear_cut(self, ranked: Sequence[tuple[float, object, str]], depth: int, terms: Sequence[str]) -> bool:
         """Whether the rows near the cut (within ``TIE_EPSILON`` of the last kept or the first dropped) are

@@ -58,7 +58,7 @@ from engram.adapters.search.fts import (
     nskey,
     rescore_bm25,
 )
-from engram.adapters.search.fts_mirror import FtsMirror, plain_terms
+from engram.adapters.search.fts_mirror import Cut, FtsMirror, plain_terms, rescore_cut
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
 from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD, KeywordCache
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
@@ -580,13 +580,14 @@ class SqliteSearchIndex:
             try:
                 cache = self._rescore.at(index_version(conn)) if rescore else None
                 # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
-                rows = self._mirrored(conn, namespace, terms, depth, wanted, cache) if cache is not None else None
-                if rows is None:
-                    rows = conn.execute(sql, params).fetchall()
+                cut = self._mirrored(conn, namespace, terms, depth, wanted, cache) if cache is not None else None
+                rows = cut.rows if cut is not None else conn.execute(sql, params).fetchall()
                 scored = [(mid, float(score)) for mid, score, _ in rows]
                 if cache is not None and rows:
                     try:
-                        scored = rescore_bm25(conn, terms, rows, self._bm25_b, cache)
+                        scored = self._rescored(conn, terms, cut, cache) or rescore_bm25(
+                            conn, terms, rows, self._bm25_b, cache
+                        )
                     except (sqlite3.Error, ValueError, IndexError, ZeroDivisionError) as exc:
                         log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
             finally:
@@ -602,7 +603,7 @@ class SqliteSearchIndex:
         depth: int,
         types: Sequence[str],
         cache: RescoreCache,
-    ) -> list[tuple[str, float, int]] | None:
+    ) -> Cut | None:
         """FTS5's candidates cut from the namespace's mirror (loaded now if its generation moved), inside
         the caller's read transaction; None where FTS5 must rank (search/fts_mirror.py)."""
         if not plain_terms(terms):
@@ -626,6 +627,15 @@ class SqliteSearchIndex:
         except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
             log.warning("the in-memory FTS5 cut failed, ranking in FTS5: %s", exc)
             return None
+
+    def _rescored(
+        self, conn: sqlite3.Connection, terms: Sequence[str], cut: Cut | None, cache: RescoreCache
+    ) -> list[tuple[str, float]] | None:
+        """The re-scoring of a cut from the mirror's arrays (search/fts_mirror.py ``rescore_cut``), else None."""
+        if cut is None or cut.freqs is None:
+            return None
+        n_rows, (_, tokens) = fts_averages(conn)
+        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, document_frequencies(conn, terms, cache))
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
