@@ -45,6 +45,20 @@ def _sent(gw: Gateway) -> str:
     return json.dumps(gw.upstream.last().json, ensure_ascii=False)
 
 
+@pytest.fixture(params=["one-hop", "side-by-side"])
+def hops(request: pytest.FixtureRequest) -> str:
+    """How the turn's reads and writes reach their worker threads: in one hop each (an in-process store,
+    the gateway these tests build) or one hop per source and write (a store over the network)."""
+    return str(request.param)
+
+
+def _hops(gw: Gateway, hops: str) -> Gateway:
+    side_by_side = hops == "side-by-side"
+    gw.container.chat._context._in_process = not side_by_side
+    gw.container.chat._record._in_process = not side_by_side
+    return gw
+
+
 def _messages(gw: Gateway) -> list[Message]:
     return gw.store.list_messages("default", limit=100)
 
@@ -55,10 +69,10 @@ def _memories(gw: Gateway) -> list[str]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_recall_past_the_deadline_leaves_the_turn_going_with_what_is_ready(
-    make_gateway: MakeGateway, stream: bool
+    make_gateway: MakeGateway, stream: bool, hops: str
 ) -> None:
     # Given a pinned memory (the boot block) and a recall that takes far longer than the turn's deadline
-    gw = make_gateway(chat_context_deadline_seconds=0.3)
+    gw = _hops(make_gateway(chat_context_deadline_seconds=0.3), hops)
     gw.container.memories.write("default", MemoryWrite(content="Pinned fact: Lin ships on Fridays.", pinned=True))
     gw.container.memories.write("default", MemoryWrite(content="The deploy script is deploy.sh"))
     gw.recall.hold = threading.Event()  # the recall does not return until the test says so
@@ -80,8 +94,8 @@ def test_a_recall_past_the_deadline_leaves_the_turn_going_with_what_is_ready(
     assert [m.role for m in _messages(gw)] == ["user", "assistant"]
 
 
-def test_the_memories_a_turn_injects_are_recorded_before_its_last_byte(make_gateway: MakeGateway) -> None:
-    gw = make_gateway()
+def test_the_memories_a_turn_injects_are_recorded_before_its_last_byte(make_gateway: MakeGateway, hops: str) -> None:
+    gw = _hops(make_gateway(), hops)
     gw.container.memories.write("default", MemoryWrite(content="The deploy script is deploy.sh"))
     resp = _chat(gw, "which deploy script do I use?")
     assert resp.headers["x-engram-reason"] == "injected"
@@ -92,10 +106,10 @@ def test_the_memories_a_turn_injects_are_recorded_before_its_last_byte(make_gate
 
 
 def test_a_reminder_claim_that_lands_after_the_deadline_is_released_for_the_next_turn(
-    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, hops: str
 ) -> None:
     # Given a due reminder and a reminder claim that takes longer than the turn's deadline
-    gw = make_gateway(chat_context_deadline_seconds=0.3)
+    gw = _hops(make_gateway(chat_context_deadline_seconds=0.3), hops)
     when = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     created = httpx.post(gw.url + "/v1/memories", json={"content": "feed the cat", "remind_at": when}, headers=AUTH)
     assert created.status_code == 201
@@ -119,11 +133,11 @@ def test_a_reminder_claim_that_lands_after_the_deadline_is_released_for_the_next
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_no_memory_failure_breaks_a_chat(
-    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, stream: bool
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, stream: bool, hops: str
 ) -> None:
     # Given every memory part of a turn failing: recall, boot block, reminders, past conversations,
     # the injection record, the explicit "remember ...", the stored exchange
-    gw = make_gateway(recall_fails=True)
+    gw = _hops(make_gateway(recall_fails=True), hops)
     c = gw.container
 
     def broken(*args: Any, **kwargs: Any) -> Any:
@@ -143,10 +157,10 @@ def test_no_memory_failure_breaks_a_chat(
 
 
 def test_a_bug_after_a_write_started_still_awaits_the_write_before_the_response(
-    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, hops: str
 ) -> None:
     # Given a slow "remember ..." write and an upstream adapter that fails with a bug (not an EngramError)
-    gw = make_gateway()
+    gw = _hops(make_gateway(), hops)
     memories = gw.container.memories
     write = memories.write
 

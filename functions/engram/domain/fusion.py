@@ -399,15 +399,21 @@ def token_bits(token_sets: Sequence[frozenset[str]]) -> list[int]:
 
 
 def diversify(
-    ranked: Sequence[str], scores: Mapping[str, float], tokens_of: Callable[[str], frozenset[str]], penalty: float
+    ranked: Sequence[str],
+    scores: Mapping[str, float],
+    tokens_of: Callable[[str], frozenset[str]],
+    penalty: float,
+    bits: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """Maximal-marginal-relevance scores: greedily, each next memory's score minus ``penalty`` times its
     highest token overlap (Jaccard) with the memories already placed above it. Templated notes ("晚上做了
-    X，味道一般", "Had X with Y") then stop filling every slot for a vague query."""
+    X，味道一般", "Had X with Y") then stop filling every slot for a vague query. ``bits``: the token sets
+    as ``token_bits`` gives them (any vocabulary order: only shared counts are read), when the caller has them."""
     if penalty <= 0 or len(ranked) < 2:
         return {mid: scores[mid] for mid in ranked}
     sets = [tokens_of(mid) for mid in ranked]
-    bits = token_bits(sets)
+    if bits is None:
+        bits = token_bits(sets)
     sizes = [len(t) for t in sets]
     base = [scores[mid] for mid in ranked]
     # By position in ``ranked``: each one's adjusted score, kept current as its overlap grows (a placed

@@ -87,12 +87,18 @@ def text_script(text: str) -> fusion.Script:
     return fusion.script_of(text)
 
 
-def dedup_memories(memories: Sequence[Memory], jaccard_threshold: float) -> tuple[list[Memory], int]:
-    """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one."""
+def dedup_memories(
+    memories: Sequence[Memory], jaccard_threshold: float, bits: Sequence[int] | None = None
+) -> tuple[list[Memory], int]:
+    """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one.
+    ``bits``: the memories' token sets as ``fusion.token_bits`` gives them, when the caller has them."""
     kept: list[Memory] = []
     seen_folds: set[str] = set()
     sets = [token_set(memory.content) for memory in memories]
-    bits = fusion.token_bits(sets) if jaccard_threshold < 1.0 else []
+    if jaccard_threshold >= 1.0:
+        bits = []
+    elif bits is None:
+        bits = fusion.token_bits(sets)
     kept_tokens: list[tuple[int, int]] = []
     dropped = 0
     for i, memory in enumerate(memories):

@@ -69,13 +69,16 @@ def mount(app: FastAPI, container: Container) -> None:
     """The chat doors; the body-limit middleware answers their refusals in the door's shape, and
     ``create_app`` serves a POST to a door with ``ChatDoors`` ahead of the app's other layers."""
     app.include_router(router)
+    _ = container.chat  # built with the doors, not by their first turn (the container builds it on first use)
     app.state.chat_doors = ChatDoors()
     app.state.door_refusal = door_refusal
 
     @asynccontextmanager
     async def close_clients(_: FastAPI) -> AsyncIterator[None]:
         yield
-        await container.chat.aclose()
+        chat = container.chat_if_built  # a process that served no turn never built it
+        if chat is not None:
+            await chat.aclose()
 
     app.state.startup_hooks.append(close_clients)
 

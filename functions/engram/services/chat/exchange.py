@@ -18,6 +18,9 @@ reminder not cancelled) is a retry: it reuses the turn, so its user turn is the 
 only its answer is added. Anything else — later than the window (the next day's "remind me tomorrow at
 9 ..."), after the memory was deleted or the reminder cancelled, a new conversation in thread
 ``default`` that opens with the same words — is a new turn with its own messages.
+
+Over 450 lines on purpose: every write an exchange owes, in one class with how they reach the store (side
+by side, or one hop on an in-process store) and the retry rule that names them; nothing else lives here.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ log = logging.getLogger(__name__)
 
 
 _MAX_STORED_CHARS = 100_000
+# Namespaces whose cleanup mark a process keeps in mind (``ExchangeRecorder._cleanup_known``).
+_CLEANUP_MARKS_KEPT = 10_000
 _REMEMBER = re.compile(
     r"^\s*(?:(?:please|pls|kindly|can you|could you)[\s,]+)?remember(?:\s+that)?\s*[:：,，\-]?\s*(?P<x>.+)$",
     re.IGNORECASE | re.DOTALL,
@@ -71,7 +76,8 @@ class Owed:
     else (docs/ARCHITECTURE.md, "Lambda rules").
 
     ``pending``: writes started during the request (an explicit "remember ...", the injection record, a
-    reminder claim that landed after the deadline), awaited before the last byte; ``reminders``: the
+    reminder claim that landed after the deadline), awaited before the last byte; ``deferred``: writes
+    held for the exchange's own hop of writes instead (the injection record, in process); ``reminders``: the
     claim this turn injected (delivered once the upstream answered, else released); ``fragments``: the
     past-conversation messages it injected (marked seen once the upstream answered); ``forwarded``: the
     request went upstream, so from here on the user's turn is kept; ``turn``/``turn_note``: the turn
@@ -79,6 +85,8 @@ class Owed:
     """
 
     pending: list[asyncio.Future[None]] = field(default_factory=list)
+    # Writes held for the exchange's one hop of writes (an in-process store: ``ExchangeRecorder.placed``).
+    deferred: list[tuple[Callable[[], object], str]] = field(default_factory=list)
     reminders: ReminderClaim | None = None
     fragments: tuple[str, ...] = ()
     forwarded: bool = False
@@ -94,7 +102,13 @@ class ExchangeStore(AuditRows, KeyValueRows, MemoryRows, Protocol):
 
 class ExchangeRecorder:
     """The writes of an exchange. ``cleanup_interval()`` is read per use (runtime settings);
-    ``record_injection(namespace, memory_ids)`` notes that memories were injected (anti-repeat)."""
+    ``record_injection(namespace, memory_ids)`` notes that memories were injected (anti-repeat).
+
+    ``in_process``: the store (and the indexes its writes feed) lives in this process (memory, SQLite):
+    the exchange's writes then run one after another in one worker-thread hop. Each such write takes
+    tens of microseconds, less than the hop that would carry it (a queue put, a thread wake-up, the GIL
+    handed over and back: bench/README.md, "Gateway overhead"); side by side, one hop each, pays off
+    only where each write waits on the network (DynamoDB)."""
 
     def __init__(
         self,
@@ -109,6 +123,7 @@ class ExchangeRecorder:
         reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
         record_injection: Callable[[str, Sequence[str]], None] | None = None,
+        in_process: bool = False,
     ) -> None:
         self._store = store
         self._messages = messages  # services.library.messages.MessageService
@@ -120,6 +135,9 @@ class ExchangeRecorder:
         self._reminders = reminders  # services.library.reminders.ReminderService
         self._conversations = conversations  # services.recall.conversations.ConversationService
         self._record_injection = record_injection
+        self._in_process = in_process
+        # Until when this process knows a namespace's cleanup mark holds (``_maybe_cleanup``).
+        self._cleanup_marked: dict[str, datetime] = {}
 
     # -- the turn ------------------------------------------------------------------------------------
     def turn_of(self, req: TurnRequest, owed: Owed) -> str:
@@ -239,7 +257,11 @@ class ExchangeRecorder:
         released now (a later turn delivers them)."""
         if recall and told.recalled and self._record_injection is not None:
             record, ids = self._record_injection, told.recalled
-            self.start(owed, lambda: record(req.namespace, ids), "recording the injected memories failed")
+            write, failure = (lambda: record(req.namespace, ids)), "recording the injected memories failed"
+            if self._in_process:  # done in the exchange's one hop of writes, before the last byte all the same
+                owed.deferred.append((write, failure))
+            else:
+                self.start(owed, write, failure)
         if not fragments:
             owed.fragments = ()
         if not reminders:
@@ -288,48 +310,91 @@ class ExchangeRecorder:
         self, req: TurnRequest, owed: Owed, assistant_text: str, usage: TokenUsage, error: EngramError | None = None
     ) -> None:
         """Every write the exchange owes, done before the reply's last byte. The writes are independent,
-        so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
-        logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no
-        answer is stored, the user's turn carries the error; usage only if the upstream reported any)."""
+        so they run side by side (one store round trip of wait on DynamoDB, not four), or one after
+        another in one hop on an in-process store; each failure is logged and the reply goes out
+        regardless. ``error``: the turn failed after it was sent (no answer is stored, the user's turn
+        carries the error; usage only if the upstream reported any)."""
         await self._settle_pending(owed)
-        if req.persist and not owed.settled and req.user_text:
-            try:
-                await asyncio.to_thread(self.turn_of, req, owed)
-            except Exception:  # the store is away: name the turn by the request, as a retry would
-                log.warning("deciding the turn of an exchange failed", exc_info=True)
-                owed.turn = owed.turn or req.key
         if not req.persist or owed.settled:
+            await self._run_deferred(owed)
             if owed.reminders is not None or owed.fragments:  # else nothing is owed: no tasks to gather
                 await asyncio.gather(
                     self._settle_reminders(req, owed, delivered=error is None),
                     self._settle_fragments(req, owed, seen=error is None),
                 )
             return
-        reminders = self._settle_reminders(req, owed, delivered=error is None)
-        fragments = self._settle_fragments(req, owed, seen=error is None)
         owed.settled = True
         now = self._clock.now()
-        writes = [reminders, fragments]
+        writes = self._exchange_writes(req, owed, assistant_text, usage, error, now)
+        held = owed.reminders is not None or bool(owed.fragments)
+        if self._in_process:
+            named = [self._named_turn(req, owed)] if req.user_text else []
+            batch = [*owed.deferred, *named, *writes]
+            owed.deferred = []
+            if held:
+                await asyncio.gather(
+                    self._settle_reminders(req, owed, delivered=error is None),
+                    self._settle_fragments(req, owed, seen=error is None),
+                    asyncio.to_thread(_run_each, batch),
+                )
+            else:
+                await asyncio.to_thread(_run_each, batch)
+            return
+        if req.user_text:
+            try:
+                await asyncio.to_thread(self.turn_of, req, owed)
+            except Exception:  # the store is away: name the turn by the request, as a retry would
+                log.warning("deciding the turn of an exchange failed", exc_info=True)
+                owed.turn = owed.turn or req.key
+        await asyncio.gather(
+            self._settle_reminders(req, owed, delivered=error is None),
+            self._settle_fragments(req, owed, seen=error is None),
+            *(self._write(fn, failure) for fn, failure in writes),
+        )
+
+    def _named_turn(self, req: TurnRequest, owed: Owed) -> tuple[Callable[[], object], str]:
+        """Deciding the exchange's turn, as a write of the batch (it names the stored messages); the store
+        away, the turn is named by the request, as a retry would."""
+
+        def name() -> None:
+            try:
+                self.turn_of(req, owed)
+            except Exception:
+                owed.turn = owed.turn or req.key
+                raise
+
+        return name, "deciding the turn of an exchange failed"
+
+    def _exchange_writes(
+        self,
+        req: TurnRequest,
+        owed: Owed,
+        assistant_text: str,
+        usage: TokenUsage,
+        error: EngramError | None,
+        now: datetime,
+    ) -> list[tuple[Callable[[], object], str]]:
+        """The exchange's own writes (usage, its messages, the cleanup mark), each with its failure's log line."""
+        writes: list[tuple[Callable[[], object], str]] = []
         if error is None or usage.input or usage.output:
-            writes.append(self._write(lambda: self._store_usage(req, usage, now), "storing usage failed"))
+            writes.append((lambda: self._store_usage(req, usage, now), "storing usage failed"))
         if req.user_text:
             note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
             user_text = req.user_text
             writes.append(
-                self._write(
-                    lambda: self._store_message(req, owed, "user", user_text, now, note), "storing the exchange failed"
-                )
+                (lambda: self._store_message(req, owed, "user", user_text, now, note), "storing the exchange failed")
             )
             if assistant_text.strip():
                 later = now + timedelta(microseconds=1)
                 writes.append(
-                    self._write(
+                    (
                         lambda: self._store_message(req, owed, "assistant", assistant_text, later),
                         "storing the exchange failed",
                     )
                 )
-        writes.append(self._write(lambda: self._maybe_cleanup(req.namespace, now), "enqueueing cleanup failed"))
-        await asyncio.gather(*writes)
+        if self._queue is not None and not self._cleanup_known(req.namespace, now):
+            writes.append((lambda: self._maybe_cleanup(req.namespace, now), "enqueueing cleanup failed"))
+        return writes
 
     async def settle_failed(
         self, req: TurnRequest | None, owed: Owed, error: EngramError, usage: TokenUsage | None = None
@@ -341,6 +406,7 @@ class ExchangeRecorder:
             await self.settle(req, owed, "", usage or TokenUsage(), error)
             return
         await self._settle_pending(owed)
+        await self._run_deferred(owed)
         if req is not None:
             await self._settle_reminders(req, owed, delivered=False)
             await self._settle_fragments(req, owed, seen=False)
@@ -349,6 +415,13 @@ class ExchangeRecorder:
         """Wait for the writes started during the request (each logs its own failure)."""
         while owed.pending:
             await owed.pending.pop()
+
+    @staticmethod
+    async def _run_deferred(owed: Owed) -> None:
+        """The writes held for the exchange's hop of writes, when it has none (nothing stored): one hop."""
+        if owed.deferred:
+            held, owed.deferred = owed.deferred, []
+            await asyncio.to_thread(_run_each, held)
 
     @staticmethod
     async def _write(fn: Callable[[], object], failure: str) -> None:
@@ -394,12 +467,42 @@ class ExchangeRecorder:
         )
         self._messages.ingest(req.namespace, [message])
 
+    def _cleanup_known(self, namespace: str, now: datetime) -> bool:
+        """Whether this process knows the namespace's cleanup mark still holds at ``now`` (it wrote or
+        read the mark, and the mark's interval has not run out since): then the turn skips the mark's
+        read. Another process's mark is read once, then known here too. A mark removed from the store
+        meanwhile (the cache cleared) is not seen until then: the next cleanup is enqueued at most one
+        interval later than it would have been, never twice in one interval. Keyed by namespace."""
+        until = self._cleanup_marked.get(namespace)
+        return until is not None and now < until
+
     def _maybe_cleanup(self, namespace: str, now: datetime) -> None:
         if self._queue is None:
             return
-        if self._store.get_cache(namespace, "gateway:cleanup-enqueued") is not None:
+        interval = self._cleanup_interval()
+        mark = self._store.get_cache(namespace, "gateway:cleanup-enqueued")
+        if mark is not None:
+            try:
+                at = datetime.fromisoformat(str(mark))
+            except ValueError:
+                return  # not a time: read again next turn
+            if (at.tzinfo is None) == (now.tzinfo is None):
+                self._note_cleanup(namespace, at + interval)
             return
-        self._store.put_cache(
-            namespace, "gateway:cleanup-enqueued", now.isoformat(), expires_at=now + self._cleanup_interval()
-        )
+        self._store.put_cache(namespace, "gateway:cleanup-enqueued", now.isoformat(), expires_at=now + interval)
         self._queue.enqueue("cleanup", {"namespace": namespace})
+        self._note_cleanup(namespace, now + interval)
+
+    def _note_cleanup(self, namespace: str, until: datetime) -> None:
+        if len(self._cleanup_marked) >= _CLEANUP_MARKS_KEPT and namespace not in self._cleanup_marked:
+            self._cleanup_marked.clear()  # many namespaces: start over (each reads its mark once more)
+        self._cleanup_marked[namespace] = until
+
+
+def _run_each(writes: Sequence[tuple[Callable[[], object], str]]) -> None:
+    """Run ``writes`` one after another, each failure logged with its line (the rest still run)."""
+    for fn, failure in writes:
+        try:
+            fn()
+        except Exception:
+            log.warning(failure, exc_info=True)

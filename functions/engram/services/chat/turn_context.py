@@ -7,6 +7,13 @@ conversation search shares the recall's query vector (cached) — and returns a 
 source degrades on its own: a failed source is logged and the turn goes on without it (memory never
 fails a chat).
 
+With ``in_process`` (the store and the index live in this process: memory, SQLite) the reads that need
+a worker thread — the reminder claim, the conversation search, the boot block when it is not cached,
+then the recall — run one after another in ONE worker-thread hop, each answer handed back as soon as
+it is ready (the deadline reads them one by one as before). Each of them takes less CPU than a hop of
+its own would (bench/README.md, "Gateway overhead"); side by side pays off only where each waits on the
+network (DynamoDB, OpenSearch).
+
 The turn waits for its context at most ``deadline`` seconds (``ENGRAM_CHAT_CONTEXT_DEADLINE_SECONDS``;
 docs/recall.md, "A deadline per turn"): it then goes on with what is ready and the reason
 ``recall_timeout``. What was still running is left to finish on its own and its answer dropped: the
@@ -18,7 +25,6 @@ running is handed to the recorder, which releases it once it lands, before the r
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -44,12 +50,14 @@ class TurnContextSource:
         reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
         render_recall: Callable[[RecallResult], str] = render_prompt,
+        in_process: bool = False,
     ) -> None:
         self._boot = boot
         self._recall = recall
         self._reminders = reminders
         self._conversations = conversations
         self._render_recall = render_recall
+        self._in_process = in_process
 
     async def gather(
         self,
@@ -61,10 +69,13 @@ class TurnContextSource:
         patch_max_tokens: int,
     ) -> TurnContext:
         t0 = time.perf_counter()
-        past = self._start_conversations(req)
-        claim = asyncio.ensure_future(self._claim_reminders(req.namespace)) if self._reminders is not None else None
-        boot = asyncio.ensure_future(self._boot_block(req.namespace, req.agent, boot_cache_seconds, boot_max_chars))
-        recall = asyncio.ensure_future(self._recall_after(boot, req)) if req.user_text is not None else None
+        if self._in_process:
+            past, claim, boot, recall = self._start_in_one_hop(req, boot_cache_seconds, boot_max_chars)
+        else:
+            past = self._start_conversations(req)
+            claim = asyncio.ensure_future(self._claim_reminders(req.namespace)) if self._reminders is not None else None
+            boot = asyncio.ensure_future(self._boot_block(req.namespace, req.agent, boot_cache_seconds, boot_max_chars))
+            recall = asyncio.ensure_future(self._recall_after(boot, req)) if req.user_text is not None else None
         running: set[asyncio.Future[Any]] = {t for t in (past, claim, boot, recall) if t is not None}
         _, late = await asyncio.wait(running, timeout=deadline)
         for task in late - {claim}:
@@ -108,42 +119,92 @@ class TurnContextSource:
         )
 
     # -- the sources ----------------------------------------------------------------------------------
+    def _start_in_one_hop(
+        self, req: TurnRequest, boot_cache_seconds: float, boot_max_chars: int
+    ) -> tuple[
+        asyncio.Future[Any] | None,
+        asyncio.Future[ReminderClaim | None] | None,
+        asyncio.Future[tuple[str, tuple[str, ...]]],
+        asyncio.Future[tuple[Reason, str, tuple[str, ...]]] | None,
+    ]:
+        """Every source's future, answered by one worker-thread job that reads them one after another
+        (``in_process``: module docstring). The cheap reads go first; each answer is handed to the event
+        loop as soon as it is ready, so a slow recall does not hold the others past the deadline."""
+        loop = asyncio.get_running_loop()
+        asks = req.user_text is not None
+        past: asyncio.Future[Any] | None = loop.create_future() if self._conversations is not None and asks else None
+        claim: asyncio.Future[ReminderClaim | None] | None = (
+            loop.create_future() if self._reminders is not None else None
+        )
+        boot: asyncio.Future[tuple[str, tuple[str, ...]]] = loop.create_future()
+        recall: asyncio.Future[tuple[Reason, str, tuple[str, ...]]] | None = loop.create_future() if asks else None
+        cached = self._boot.cached_block(req.namespace, req.agent, boot_cache_seconds)
+        if cached is not None:
+            boot.set_result((cached.text, cached.memory_ids))
+
+        def answer(future: asyncio.Future[Any], value: Any, error: BaseException | None = None) -> None:
+            loop.call_soon_threadsafe(_settle, future, value, error)
+
+        def read_all() -> None:
+            if claim is not None:
+                answer(claim, self._claim_now(req.namespace))
+            if past is not None:
+                try:
+                    answer(past, self._search_conversations(req))
+                except Exception as exc:  # read by ``_past_conversations``, which logs it
+                    answer(past, None, exc)
+            if cached is None:
+                block = self._boot_now(req.namespace, req.agent, boot_max_chars)
+                answer(boot, block)
+            else:
+                block = (cached.text, cached.memory_ids)
+            if recall is not None:
+                answer(recall, self._recall_now(req, block[1]))
+
+        job = asyncio.ensure_future(asyncio.to_thread(read_all))
+        job.add_done_callback(_log_failure)
+        return past, claim, boot, recall
+
     async def _boot_block(
         self, namespace: str, agent: str | None, cache_seconds: float, max_chars: int
     ) -> tuple[str, tuple[str, ...]]:
         """The rendered boot block (kept briefly per namespace and agent) and the ids of its memories."""
         cached = self._boot.cached_block(namespace, agent, cache_seconds)
         if cached is None:
-            try:
-                cached = await asyncio.to_thread(self._boot.block, namespace, agent, max_chars=max_chars)
-            except Exception:
-                log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
-                return "", ()
+            return await asyncio.to_thread(self._boot_now, namespace, agent, max_chars)
         return cached.text, cached.memory_ids
+
+    def _boot_now(self, namespace: str, agent: str | None, max_chars: int) -> tuple[str, tuple[str, ...]]:
+        try:
+            block = self._boot.block(namespace, agent, max_chars=max_chars)
+        except Exception:
+            log.warning("boot block unavailable; the chat goes on without it", exc_info=True)
+            return "", ()
+        return block.text, block.memory_ids
 
     async def _recall_after(
         self, boot: asyncio.Future[tuple[str, tuple[str, ...]]], req: TurnRequest
     ) -> tuple[Reason, str, tuple[str, ...]]:
         """The memories for the turn (not those of the boot block): the reason, their text, their ids."""
         _, boot_ids = await boot
+        return await asyncio.to_thread(self._recall_now, req, boot_ids)
+
+    def _recall_now(self, req: TurnRequest, boot_ids: tuple[str, ...]) -> tuple[Reason, str, tuple[str, ...]]:
         try:
-            result = await asyncio.to_thread(
-                functools.partial(
-                    self._recall.recall,
-                    req.namespace,
-                    req.user_text or "",
-                    exclude_ids=boot_ids,
-                    # Recorded by the turn once it used them (``record_injection``), not here: a recall
-                    # that misses the deadline must leave no trace.
-                    record_injection=False,
-                    # A token budget (docs/recall.md, "How much is injected"); 0 = the top_k best.
-                    budget_tokens=self._recall.config.budget_tokens,
-                )
+            result = self._recall.recall(
+                req.namespace,
+                req.user_text or "",
+                exclude_ids=boot_ids,
+                # Recorded by the turn once it used them (``record_injection``), not here: a recall
+                # that misses the deadline must leave no trace.
+                record_injection=False,
+                # A token budget (docs/recall.md, "How much is injected"); 0 = the top_k best.
+                budget_tokens=self._recall.config.budget_tokens,
             )
+            text = self._render_recall(result) if result.hits else ""
         except Exception:
             log.warning("recall failed; the chat goes on without memories", exc_info=True)
             return "recall_failed", "", ()
-        text = self._render_recall(result) if result.hits else ""
         reason: Reason = "injected" if text.strip() else "no_content"
         if result.meta.get("index") == "unavailable":
             reason = "index_unavailable"  # boot block (and what the index gave) only
@@ -151,29 +212,30 @@ class TurnContextSource:
 
     async def _claim_reminders(self, namespace: str) -> ReminderClaim | None:
         """Claim the namespace's due reminders for this turn (None when there are none or they are away)."""
+        return await asyncio.to_thread(self._claim_now, namespace)
+
+    def _claim_now(self, namespace: str) -> ReminderClaim | None:
         assert self._reminders is not None
         owner = new_id("turn")
         try:
-            due = await asyncio.to_thread(self._reminders.claim_due, namespace, owner)
+            due = self._reminders.claim_due(namespace, owner)
+            if not due:
+                return None
+            return ReminderClaim(namespace, owner, tuple(d.memory.id for d in due), str(self._reminders.render(due)))
         except Exception:
             log.warning("reminders unavailable; the chat goes on without them", exc_info=True)
             return None
-        if not due:
-            return None
-        return ReminderClaim(namespace, owner, tuple(d.memory.id for d in due), str(self._reminders.render(due)))
 
     def _start_conversations(self, req: TurnRequest) -> asyncio.Future[Any] | None:
         """Start the search of other threads for the current turn (None when there is nothing to search)."""
         if self._conversations is None or req.user_text is None:
             return None
-        return asyncio.ensure_future(
-            asyncio.to_thread(
-                self._conversations.search,
-                req.namespace,
-                req.user_text,
-                exclude_thread=req.conversation,
-                skip_seen=True,
-            )
+        return asyncio.ensure_future(asyncio.to_thread(self._search_conversations, req))
+
+    def _search_conversations(self, req: TurnRequest) -> Any:
+        assert self._conversations is not None
+        return self._conversations.search(
+            req.namespace, req.user_text or "", exclude_thread=req.conversation, skip_seen=True
         )
 
     def _past_conversations(self, search: asyncio.Future[Any], budget: int) -> tuple[str, tuple[str, ...]]:
@@ -186,3 +248,19 @@ class TurnContextSource:
             log.warning("recalling past conversations failed; the chat goes on without them", exc_info=True)
             return "", ()
         return str(text), tuple(shown)
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    """A source's answer, handed over on the event loop (dropped when the deadline cancelled it)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _log_failure(job: asyncio.Future[None]) -> None:
+    """The one-hop job's own failure (each source catches its own): logged, the turn goes on."""
+    if not job.cancelled() and job.exception() is not None:
+        log.warning("reading the turn's context failed", exc_info=job.exception())

@@ -514,10 +514,21 @@ class RecallService:
             recency_half_life_days=cfg.recency_half_life_days,
         )
         live.sort(key=lambda m: (-weighted[m.id], m.id))
-        live, run.counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard)
+        # The head's token sets as bits once, for both pairwise stages (dedup, then diversity).
+        bits = fusion.token_bits([token_set(m.content) for m in live])
+        bits_of = {m.id: b for m, b in zip(live, bits, strict=True)}
+        live, run.counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard, bits)
         if cfg.diversity > 0:
             order = [m.id for m in live]
-            weighted.update(fusion.diversify(order, weighted, lambda mid: token_set(by_id[mid].content), cfg.diversity))
+            weighted.update(
+                fusion.diversify(
+                    order,
+                    weighted,
+                    lambda mid: token_set(by_id[mid].content),
+                    cfg.diversity,
+                    [bits_of[mid] for mid in order],
+                )
+            )
             live.sort(key=lambda m: (-weighted[m.id], m.id))
         run.stages.lap("filter")
         return live, factor, weighted
