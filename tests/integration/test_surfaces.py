@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from engram.bootstrap import build_container
 from engram.entrypoints.http.app import create_app
+from engram.entrypoints.http.routes import MOUNTS
 from engram.settings import Settings
 
 from tests.servers import app_routes, free_port
@@ -39,6 +40,14 @@ TLS_PROBE = (
     "from engram.entrypoints.http.app import create_app\n"
     "create_app()\n"
     "print(json.dumps([f'contexts={len(made)}']))\n"
+)
+
+
+ENGRAM_MODULES_PROBE = (
+    "import json, sys\n"
+    "from engram.entrypoints.http.app import create_app\n"
+    "create_app()\n"
+    "print(json.dumps(sorted(m for m in sys.modules if m.startswith('engram.'))))\n"
 )
 
 
@@ -74,6 +83,23 @@ def test_a_function_imports_only_what_it_serves(surface: str, needs_mcp: bool) -
     assert "fastapi" in modules
     # And no stemmer: domain/text.py imports snowballstemmer (all its languages) on the first word stemmed
     assert "snowballstemmer" not in modules
+
+
+def test_the_api_functions_init_imports_no_lazy_route_module() -> None:
+    # Given the API function's environment / When its app is built in a fresh interpreter
+    modules = _imported(ENGRAM_MODULES_PROBE, surface="api")
+    # Then no lazy route group's module was imported (their decorators build the routes' models:
+    # entrypoints/http/routes.py), and the chat gateway was, with the doors
+    assert "engram.entrypoints.http.chat" in modules and "engram.services.chat.gateway" in modules
+    lazy = {f"engram.entrypoints.http.{entry.module}" for entry in MOUNTS if entry.prefixes}
+    assert len(lazy) == 9 and not lazy & modules
+
+
+def test_the_mcp_functions_init_imports_no_chat_gateway() -> None:
+    modules = _imported(ENGRAM_MODULES_PROBE, surface="mcp")
+    assert "engram.entrypoints.http.mcp" in modules
+    gateway = {"gateway", "exchange", "turn", "turn_context", "stream_relay"}
+    assert not {f"engram.services.chat.{name}" for name in gateway} & modules
 
 
 @pytest.mark.parametrize("surface", ["api", "mcp"])

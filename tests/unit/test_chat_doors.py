@@ -4,6 +4,8 @@ way it arrives, and with the same edge rules (request id, key check from the hea
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -12,9 +14,12 @@ from engram.bootstrap import build_container
 from engram.entrypoints.http import hand_edits
 from engram.entrypoints.http.aliases import alias_of, canonical_path
 from engram.entrypoints.http.app import create_app
-from engram.entrypoints.http.chat import door_of, router
+from engram.entrypoints.http.chat import _read_headers, door_of, router
 from engram.settings import Settings
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+
+from tests.fakes.upstream import FakeUpstream, Reply
 
 KEY = "ek-doors-test-key"
 
@@ -104,3 +109,97 @@ async def test_a_doors_post_is_answered_ahead_of_fastapis_stack_with_the_same_ed
         assert answered.headers["x-request-id"]
     # None of them went through FastAPI's middleware stack: it is built on the first other request.
     assert app.middleware_stack is None
+
+
+async def _door_messages(app: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ASGI messages the app sends for one POST to the OpenAI door (the server's side of the wire)."""
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {KEY}".encode()), (b"content-length", str(len(raw)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    messages: list[dict[str, Any]] = []
+    ended = asyncio.Event()
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await ended.wait()  # as a server does: the disconnect once the response is over
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            ended.set()
+
+    await app(scope, receive, send)
+    return messages
+
+
+@pytest.mark.parametrize(
+    ("reply", "last"),
+    [
+        (Reply(text="abcdef", chunks=3), b"data: [DONE]\n\n"),
+        (Reply(text="abcdef", chunks=3, drop_after=2), b'"code":"upstream_unavailable"}}\n\ndata: [DONE]\n\n'),
+    ],
+)
+async def test_a_streams_last_bytes_go_out_with_the_end_of_the_body(reply: Reply, last: bytes) -> None:
+    # The closing event the relay holds back (or the error event of a failed stream) is sent in the message
+    # that ends the body (one write), and every event before it in its own message, as it came.
+    with FakeUpstream() as up:
+        up.script(reply)
+        settings = Settings(
+            store="memory",
+            search="memory",
+            embedder="none",
+            api_key=KEY,
+            scheduler_enabled=False,
+            upstream_base_url=up.openai_base_url,
+            chat_model="fake-chat",
+            chat_inject_enabled=False,
+            chat_store_messages=False,
+        )
+        app = create_app(build_container(settings))
+        try:
+            body = {"model": "companion", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            messages = await _door_messages(app, body)
+        finally:
+            await app.state.container.chat.aclose()
+    assert messages[0]["type"] == "http.response.start" and messages[0]["status"] == 200
+    bodies = messages[1:]
+    assert [m.get("more_body", False) for m in bodies] == [True] * (len(bodies) - 1) + [False]
+    assert bodies[-1]["body"].endswith(last)
+    assert all(m["body"] for m in bodies)  # no empty write: the end of the body carries the last event
+    assert b"".join(m["body"] for m in bodies).count(b"data: [DONE]") == 1
+
+
+def test_the_doors_read_each_header_as_starlettes_headers_do() -> None:
+    # _read_headers reads the chat headers in one pass: the first of a repeated x-engram-* header (what
+    # `request.headers.get` gives), the last of a repeated anthropic-* one (what a dict of its items keeps).
+    raw = [
+        (b"x-engram-thread", b"t-1"),
+        (b"anthropic-beta", b"one"),
+        (b"x-engram-thread", b"t-2"),
+        (b"x-engram-memory", b"off"),
+        (b"anthropic-beta", b"two"),
+        (b"anthropic-version", b"2023-06-01"),
+        (b"x-other", b"x"),
+    ]
+    engram, forward = _read_headers({"type": "http", "headers": raw})
+    headers = Headers(raw=raw)
+    for name in ("x-engram-thread", "x-engram-memory", "x-engram-agent", "x-engram-history"):
+        assert engram.get(name) == headers.get(name)
+    assert forward == {k: v for k, v in headers.items() if k.startswith("anthropic-")}

@@ -62,6 +62,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("services/chat/gateway.py", "time.perf_counter"): "recall and upstream latency of a turn",
     ("services/chat/turn_context.py", "time.perf_counter"): "how long a turn's context took (x-engram-recall-ms)",
     ("entrypoints/http/app.py", "time.perf_counter"): "request duration in the access log",
+    ("entrypoints/http/app.py", "time.monotonic"): "the telemetry switch read at most once a second",
 }
 
 

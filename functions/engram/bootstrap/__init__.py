@@ -12,11 +12,12 @@ to bottom in one place.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_clients import AwsClients
 from engram.adapters.clock import SystemClock
@@ -42,7 +43,6 @@ from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_o
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
-from engram.services.chat.gateway import ChatService
 from engram.services.chat.history import CURSOR_PREFIX as HISTORY_KEY
 from engram.services.chat.history import HistoryService
 from engram.services.chat.usage_report import UsageReportService
@@ -76,6 +76,9 @@ from engram.services.runtime_settings import RuntimeSettings
 from engram.services.transfer.engram_format import TransferService
 from engram.services.transfer.other_systems import MovingInService
 from engram.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from engram.services.chat.gateway import ChatService
 
 __all__ = [
     "LOCAL_CONVERSATIONS_NAME",
@@ -135,8 +138,28 @@ class Container:
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
     curation: CurationService  # merges by hand, core candidates
     consolidation: ConsolidationService  # consolidation drafts (a queued job)
-    chat: ChatService  # the chat gateway
+    make_chat: Callable[[], ChatService]  # builds the chat gateway: ``chat``, on first use
     _closers: Closers = field(default_factory=list)
+    _chat: ChatService | None = field(default=None, init=False, repr=False)
+    _chat_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def chat(self) -> ChatService:
+        """The chat gateway, built on first use (once, whichever thread asks first): a process that
+        serves no chat door (the MCP function, the job functions) never builds it (docs/aws.md, "Cold
+        starts")."""
+        chat = self._chat
+        if chat is None:
+            with self._chat_lock:
+                chat = self._chat
+                if chat is None:
+                    chat = self._chat = self.make_chat()
+        return chat
+
+    @property
+    def chat_if_built(self) -> ChatService | None:
+        """The chat gateway if something has used it (closing it must not build it)."""
+        return self._chat
 
     def close(self) -> None:
         for closer in reversed(self._closers):
@@ -236,9 +259,12 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
     base = _foundation(settings, o, closers, clients)
     lib = _library(settings, o, base, closers, clients)
     jobs = _jobs(settings, o, base, lib, clients)
-    chat = o.chat or build_chat(
-        settings,
-        ChatParts(
+    given_chat = o.chat
+
+    def make_chat() -> ChatService:
+        if given_chat is not None:
+            return given_chat
+        parts = ChatParts(
             runtime=base.runtime,
             store=base.store,
             messages=lib.messages,
@@ -250,9 +276,9 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
             reminders=lib.reminders,
             conversations=lib.conversations,
             history=jobs.history,
-        ),
-        o.bedrock_runtime,
-    )
+        )
+        return build_chat(settings, parts, o.bedrock_runtime)
+
     store, clock = base.store, base.clock
     return Container(
         settings=settings,
@@ -289,7 +315,7 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         moving_in=MovingInService(lib.transfer, jobs.extract_model),
         curation=jobs.curation,
         consolidation=jobs.consolidation,
-        chat=chat,
+        make_chat=make_chat,
         _closers=closers,
     )
 

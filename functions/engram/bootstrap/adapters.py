@@ -186,16 +186,22 @@ def build_replica(settings: Settings, clients: AwsClients, *, conversations: boo
         raise NotConfigured("ENGRAM_SEARCH=replica needs ENGRAM_STORE=sqlite or dynamodb")
     directory = settings.replica_dir
     if directory is None:
-        on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         # Lambda's only writable place is /tmp (``TMPDIR`` where set).
-        directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda else data_dir / "replica"
+        directory = Path(tempfile.gettempdir()) / "engram-replica" if on_lambda() else data_dir / "replica"
     return ReplicaSearchIndex(
         search_log,
         Path(f"{directory}{suffix}"),
         snapshots=snapshots,
         sync_seconds=settings.replica_sync_seconds,
         ceiling=settings.replica_ceiling,
+        helper_threads=not on_lambda(),  # no thread may run past a response there
     )
+
+
+def on_lambda() -> bool:
+    """Whether this process is a Lambda instance: it freezes after each response, and no thread Engram
+    starts may run past one (docs/aws.md, "How Lambda runs it")."""
+    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
 
 
 def build_embedder(settings: Settings, clients: AwsClients) -> Embedder | None:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from engram.domain.wire.cache_markers import CachePolicy
-from engram.services.chat.gateway import ChatConfig
+from engram.services.chat.config import ChatConfig
 from engram.services.chat.history import HistoryConfig
 from engram.services.chat.routing import RouteConfig
 from engram.services.jobs.cleanup import RetentionPolicy

@@ -8,21 +8,18 @@ is in the optional `aws` extra (a local install without it still serves every ot
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram.adapters.aws_clients import AwsClients
 from engram.adapters.llm.anthropic import AnthropicChatModel, AnthropicUpstream
 from engram.adapters.llm.openai_compat import OpenAICompatChatModel, OpenAICompatUpstream
 from engram.bootstrap import configs
+from engram.bootstrap.adapters import on_lambda
 from engram.domain.errors import NotConfigured
 from engram.domain.ports import ChatModel, ChatUpstream, Clock, Embedder, JobQueue, MemoryStore, Reranker, SearchIndex
-from engram.services.chat.exchange import ExchangeRecorder
-from engram.services.chat.gateway import ChatService
 from engram.services.chat.history import HistoryService
-from engram.services.chat.turn_context import TurnContextSource
 from engram.services.library.memories import MemoryService
 from engram.services.library.messages import MessageService
 from engram.services.library.reminders import ReminderService
@@ -31,6 +28,9 @@ from engram.services.recall.conversations import ConversationService
 from engram.services.recall.pipeline import Recall, RecallService
 from engram.services.runtime_settings import RuntimeSettings
 from engram.settings import Settings
+
+if TYPE_CHECKING:
+    from engram.services.chat.gateway import ChatService
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +166,7 @@ def build_recall(
         if compressor is None:
             log.warning("ENGRAM_RECALL_COMPRESS_MODEL is set but no upstream is configured: compression is off")
     # On Lambda no thread may run past a response (the instance freezes after the last byte).
-    on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
-    return RecallService(store, index, embedder, reranker, compressor, clock, config, helper_threads=not on_lambda)
+    return RecallService(store, index, embedder, reranker, compressor, clock, config, helper_threads=not on_lambda())
 
 
 @dataclass(frozen=True)
@@ -189,7 +188,12 @@ class ChatParts:
 
 def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None) -> ChatService:
     """The chat gateway: one shared HTTP client per upstream (closed by the app's lifespan); Bedrock
-    (``bedrock/<model-id>``) through one boto3 client built on first use."""
+    (``bedrock/<model-id>``) through one boto3 client built on first use. Its modules are imported here:
+    a process that serves no chat door never builds it (``Container.chat``) nor imports them."""
+    from engram.services.chat.exchange import ExchangeRecorder
+    from engram.services.chat.gateway import ChatService
+    from engram.services.chat.turn_context import TurnContextSource
+
     timeouts = {"connect_timeout": settings.upstream_connect_timeout, "read_timeout": settings.upstream_timeout}
     openai = OpenAICompatUpstream(
         settings.upstream_base_url,

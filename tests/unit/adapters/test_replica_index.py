@@ -3,6 +3,7 @@ DynamoDB under moto) see each other's writes, deletes and resets; a cold one sta
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -382,11 +383,11 @@ def test_a_full_hydrate_reads_and_applies_the_log_page_by_page(
     cold.close()
 
 
-@pytest.mark.parametrize("start", ["log", "snapshot"])
-def test_a_big_namespace_postings_load_off_the_first_search(
-    shared_log: SearchLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
-) -> None:
-    # Given a namespace over a replica's keyword-postings threshold (20 here), in the log (and in a snapshot)
+def _big_namespace(
+    shared_log: SearchLog, tmp_path: Path, start: str
+) -> tuple[ReplicaSearchIndex, InMemorySearchIndex, LocalBlobStore | None]:
+    """40 documents of namespace ``a`` written through a replica (and snapshotted when ``start`` says so),
+    and the same in an in-memory reference."""
     snapshots = LocalBlobStore(tmp_path / "snapshots") if start == "snapshot" else None
     writer, reference = replica(shared_log, tmp_path, "w", snapshots=snapshots), InMemorySearchIndex()
     for n in range(40):
@@ -395,6 +396,15 @@ def test_a_big_namespace_postings_load_off_the_first_search(
         reference.upsert(written)
     if snapshots is not None:
         assert writer.snapshot("a") is True
+    return writer, reference, snapshots
+
+
+@pytest.mark.parametrize("start", ["log", "snapshot"])
+def test_a_big_namespace_postings_load_off_the_first_search(
+    shared_log: SearchLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    # Given a namespace over a replica's keyword-postings threshold (20 here), in the log (and in a snapshot)
+    writer, reference, snapshots = _big_namespace(shared_log, tmp_path, start)
     # When a cold replica hydrates on its first search, the postings' build held mid-way
     gate = Gate(monkeypatch)
     cold = replica(shared_log, tmp_path, "cold", snapshots=snapshots, keyword_threshold=20)
@@ -415,3 +425,36 @@ def test_a_big_namespace_postings_load_off_the_first_search(
     assert ids(cold.vector_search("a", (0.0, 1.0, 0.0), k=1)) == ["m39"]
     writer.close()
     cold.close()
+
+
+@pytest.mark.parametrize("start", ["log", "snapshot"])
+def test_without_helper_threads_a_hydrate_starts_no_thread_and_the_first_search_loads_the_postings(
+    shared_log: SearchLog, tmp_path: Path, start: str
+) -> None:
+    # Given a namespace over the keyword-postings threshold, in the log (and in a snapshot)
+    writer, reference, snapshots = _big_namespace(shared_log, tmp_path, start)
+    # When a replica without helper threads (Lambda: no thread may outlive a response) hydrates on a search
+    cold = replica(shared_log, tmp_path, "cold", snapshots=snapshots, keyword_threshold=20, helper_threads=False)
+    before = {thread.ident for thread in threading.enumerate()}
+    first = cold.keyword_search("a", "harbour crane", k=10)
+    # Then no thread was started, and that search built the postings itself and ranked with them
+    assert not [t.name for t in threading.enumerate() if t.ident not in before]
+    assert "a" in cold._spaces["a"].index._keywords
+    assert first == reference.keyword_search("a", "harbour crane", k=10)
+    assert ids(cold.vector_search("a", (0.0, 1.0, 0.0), k=1)) == ["m39"]
+    writer.close()
+    cold.close()
+
+
+def test_the_replica_built_on_lambda_starts_no_helper_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram.adapters.aws_clients import AwsClients
+    from engram.bootstrap.adapters import build_replica
+    from engram.settings import Settings
+
+    settings = Settings(
+        store="sqlite", search="replica", embedder="none", data_dir=tmp_path, replica_dir=tmp_path / "r"
+    )
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    assert build_replica(settings, AwsClients(None))._helper_threads is True
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "engram-api")
+    assert build_replica(settings, AwsClients(None))._helper_threads is False

@@ -168,3 +168,17 @@ def test_a_reloaded_graph_searches_as_broadly_as_a_built_one(tmp_path: Path) -> 
     )
     for query in vectors[:20]:
         assert loaded.search(query, 10) == built.search(query, 10)
+
+
+def test_a_graph_over_any_restored_index_searches_as_broadly_as_a_built_one() -> None:
+    # Given an index restored from a built graph's bytes by hand (not through AnnGraph.load): usearch
+    # gives it the library's default search breadth
+    from usearch.index import Index
+
+    built = AnnGraph(DIM)
+    built.add_many([f"m{i}" for i in range(50)], vectors(50))
+    restored = Index.restore(bytes(built._index.save()))
+    assert restored is not None and restored.expansion_search != EXPANSION_SEARCH
+    # When a graph is made over it / Then the constructor gives it the graph's expansions
+    graph = AnnGraph(DIM, restored)
+    assert (graph._index.expansion_search, graph._index.expansion_add) == (EXPANSION_SEARCH, EXPANSION_ADD)

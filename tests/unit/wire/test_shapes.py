@@ -421,3 +421,24 @@ def test_scrubbed_json_always_encodes_to_utf8(text: str) -> None:
     decoded.encode("utf-8")
     if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
         assert decoded == text  # valid text is never changed
+
+
+@FUZZ
+@given(
+    text=st.one_of(
+        json_values.map(json.dumps),
+        json_values.map(lambda v: " " + json.dumps(v) + "\n"),
+        json_values.map(lambda v: "\ufeff" + json.dumps(v)),
+        json_values.map(lambda v: json.dumps(v) + ",1"),
+        st.text(),
+    )
+)
+def test_a_text_is_decoded_as_json_loads_decodes_it(text: str) -> None:
+    # The stream events' scanner shortcut (shapes._loads) gives json.loads's value or its very error.
+    def outcome(load: Any) -> Any:
+        try:
+            return ("value", load(text))
+        except (ValueError, RecursionError) as exc:
+            return ("error", type(exc), str(exc))
+
+    assert outcome(ws._loads) == outcome(json.loads)

@@ -20,8 +20,9 @@ import numpy as np
 from engram.adapters.files import write_private
 
 # The graph's shape and search breadth. A graph usearch restores from its saved bytes searches with the
-# library's default expansion (64), not the one it was built with, so ``load`` sets both expansions again:
-# a graph reloaded after a restart answers as the one built in the background does.
+# library's default expansion (64), not the one it was built with, so the constructor sets both expansions
+# on any index it is given: a graph reloaded after a restart (``load``), or an index a caller passes,
+# answers as the one built in the background does.
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 96
@@ -45,14 +46,11 @@ class AnnGraph:
         from usearch.index import Index
 
         self.dimension = dimension
-        self._index: Any = index or Index(
-            ndim=dimension,
-            metric="ip",
-            dtype="f32",
-            connectivity=CONNECTIVITY,
-            expansion_add=EXPANSION_ADD,
-            expansion_search=EXPANSION_SEARCH,
-        )
+        if index is None:
+            index = Index(ndim=dimension, metric="ip", dtype="f32", connectivity=CONNECTIVITY)
+        # Set on any index, a given one too (usearch does not keep the search breadth in saved bytes).
+        index.expansion_add, index.expansion_search = EXPANSION_ADD, EXPANSION_SEARCH
+        self._index: Any = index
         self._key_of: dict[str, int] = {}
         self._id_of: dict[int, str] = {}
         self._digest: dict[str, int] = {}
@@ -158,8 +156,7 @@ class AnnGraph:
                 next_key = int(data["next"][0])
             if index is None or index.ndim != dimension or len(ids) != len(index):
                 return None
-            graph = cls(dimension, index)
-            graph._index.expansion_add, graph._index.expansion_search = EXPANSION_ADD, EXPANSION_SEARCH
+            graph = cls(dimension, index)  # sets the expansions the restored bytes do not keep
             graph._key_of = dict(zip(ids, keys, strict=True))
             graph._id_of = dict(zip(keys, ids, strict=True))
             graph._digest = dict(zip(ids, digests, strict=True))

@@ -1,15 +1,33 @@
 """FTS5 details of ``SqliteSearchIndex`` (``search/sqlite.py``): the namespace token, the MATCH query,
-and the BM25 re-scoring of the top matches from FTS5's own statistics."""
+and the BM25 re-scoring of the top matches from FTS5's own statistics.
+
+The re-scoring reads each query term's document frequency and each candidate's tokens back from FTS5;
+``RescoreCache`` keeps both in memory while the index's write version (``index_version``: the sum of the
+namespaces' generations, which every write of any process bumps) stands, so a turn re-scores from memory
+what an earlier turn read. The scores are the same to the bit: the same integers, summed in the same
+order (the terms in FTS5's own term order, which ``search_vocab`` returns)."""
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections import Counter
 from collections.abc import Sequence
 
 from engram.adapters.search.inmemory import BM25_B, bm25_idf, bm25_norm, bm25_term
 
-__all__ = ["BM25_B", "RESCORE_DEPTH", "fts_query", "nskey", "rescore_bm25", "varints"]
+__all__ = [
+    "BM25_B",
+    "RESCORE_DEPTH",
+    "RescoreCache",
+    "document_frequencies",
+    "fts_averages",
+    "fts_query",
+    "index_version",
+    "nskey",
+    "rescore_bm25",
+    "varints",
+]
 
 # Keyword ranking: SQLite's bm25() has k1 = 1.2, b = 0.75 built in. Its top RESCORE_DEPTH matches are
 # re-scored with b = BM25_B (less penalty for long memories), which won on held-out LoCoMo data
@@ -46,27 +64,82 @@ def fts_query(namespace: str, terms: Sequence[str]) -> str:
     return f'nskey : "{nskey(namespace)}" AND tokens : ({ors})'
 
 
+class RescoreCache:
+    """Document frequencies (term -> rows holding it, 0 if none) and candidates' tokens (FTS rowid -> term
+    counts and length) read from FTS5 at one ``index_version``; emptied when the version moves (any write,
+    by any process, to any namespace: the frequencies are the whole index's, as ``bm25()``'s are)."""
+
+    def __init__(self) -> None:
+        self.version: tuple[int, int] | None = None
+        self.df: dict[str, int] = {}
+        self.docs: dict[int, tuple[Counter[str], int]] = {}
+
+    def at(self, version: tuple[int, int]) -> RescoreCache:
+        """This cache, emptied first if it was filled at another version."""
+        if version != self.version:
+            self.version = version
+            self.df = {}
+            self.docs = {}
+        return self
+
+
+def index_version(conn: sqlite3.Connection) -> tuple[int, int]:
+    """The index's write version: every write bumps its namespace's generation (rows are never removed
+    and generations only grow), so the sum moves on every write; read inside the query's transaction."""
+    total, count = conn.execute("SELECT COALESCE(SUM(generation), 0), COUNT(*) FROM search_namespaces").fetchone()
+    return int(total), int(count)
+
+
+def fts_averages(conn: sqlite3.Connection) -> tuple[int, tuple[int, int]]:
+    """FTS5's row count and each column's token total (namespace token, tokens), from its averages record."""
+    averages = conn.execute("SELECT block FROM search_fts_data WHERE id = 1").fetchone()
+    n_rows, namespace_tokens, tokens = varints(bytes(averages[0]))[:3]
+    return n_rows, (namespace_tokens, tokens)
+
+
+def document_frequencies(conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
+    """The rows holding each term (0 if none; ``search_vocab``), read once per version of ``cache``."""
+    missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
+    if missing:
+        marks = ",".join("?" * len(missing))
+        found = dict(conn.execute(f"SELECT term, doc FROM search_vocab WHERE term IN ({marks})", missing).fetchall())
+        for term in missing:
+            cache.df[term] = int(found.get(term, 0))
+    return cache.df
+
+
 def rescore_bm25(
-    conn: sqlite3.Connection, terms: Sequence[str], rows: Sequence[tuple[str, float, int]], b: float
+    conn: sqlite3.Connection,
+    terms: Sequence[str],
+    rows: Sequence[tuple[str, float, int]],
+    b: float,
+    cache: RescoreCache | None = None,
 ) -> list[tuple[str, float]]:
     """BM25 with ``b`` over the candidates, from FTS5's own statistics (all namespaces, as
-    ``bm25()`` uses them): row count and token totals from its averages record, df from ``search_vocab``."""
-    averages = conn.execute("SELECT block FROM search_fts_data WHERE id = 1").fetchone()
-    n_rows, _, total_tokens = varints(bytes(averages[0]))[:3]
+    ``bm25()`` uses them): row count and token totals from its averages record, df from ``search_vocab``.
+    With ``cache`` (filled at the version of the caller's read transaction), what it holds is not read."""
+    n_rows, (_, total_tokens) = fts_averages(conn)
     avgdl = total_tokens / n_rows
-    marks = ",".join("?" * len(terms))
-    df = dict(conn.execute(f"SELECT term, doc FROM search_vocab WHERE term IN ({marks})", list(terms)).fetchall())
-    idf = {t: bm25_idf(n_rows, n) for t, n in df.items() if n}
-    ids = [r[2] for r in rows]
-    texts = dict(conn.execute(f"SELECT rowid, tokens FROM search_fts WHERE rowid IN ({','.join('?' * len(ids))})", ids))
-    weights = list(idf.items())
+    if cache is None:
+        cache = RescoreCache()
+    unique = sorted(set(terms))  # FTS5's term order (UTF-8 bytes sort as code points): search_vocab's
+    df = document_frequencies(conn, unique, cache)
+    weights = [(t, bm25_idf(n_rows, df[t])) for t in unique if df[t]]
+    wanted = [r[2] for r in rows if r[2] not in cache.docs]
+    if wanted:
+        for rowid, text in conn.execute(
+            f"SELECT rowid, tokens FROM search_fts WHERE rowid IN ({','.join('?' * len(wanted))})", wanted
+        ):
+            tokens = str(text).split()
+            cache.docs[rowid] = (Counter(tokens), len(tokens))
+    empty: tuple[Counter[str], int] = (Counter(), 0)
     scored: list[tuple[str, float]] = []
     for memory_id, _, rowid in rows:
-        tokens = str(texts.get(rowid, "")).split()
-        norm = bm25_norm(len(tokens), avgdl, b)
+        counts, length = cache.docs.get(rowid, empty)
+        norm = bm25_norm(length, avgdl, b)
         score = 0.0
         for term, weight in weights:
-            c = tokens.count(term)  # a few query terms: list.count beats building a Counter
+            c = counts.get(term)
             if c:
                 score += bm25_term(weight, c, norm)
         scored.append((memory_id, score))

@@ -145,9 +145,12 @@ class ReplicaSearchIndex:
         ann_threshold: int | None = None,
         keyword_threshold: int | None = None,
         ceiling: int = 0,
+        helper_threads: bool = True,
     ) -> None:
         """``ann_threshold`` / ``keyword_threshold``: the local index's (``search/sqlite.py``), its defaults
-        when None."""
+        when None. ``helper_threads=False`` where no thread may outlive a response (Lambda, as
+        ``RecallService``'s): a loaded namespace's keyword postings and vectors are not loaded on a helper
+        thread, the first search loads what it needs."""
         base = private_dir(Path(directory))
         # Private to this process: two processes on one data dir never share a replica file.
         self._dir = private_dir(base / f"{os.getpid()}-{secrets.token_hex(4)}")
@@ -157,6 +160,7 @@ class ReplicaSearchIndex:
         self._ann_threshold = ANN_THRESHOLD if ann_threshold is None else ann_threshold
         self._keyword_threshold = KEYWORD_THRESHOLD if keyword_threshold is None else keyword_threshold
         self._ceiling = ceiling
+        self._helper_threads = helper_threads
         self._lock = threading.RLock()
         self._spaces: dict[str, _Namespace] = {}
         self._meta: LogMeta | None = None
@@ -219,8 +223,10 @@ class ReplicaSearchIndex:
             space.changes_since_snapshot = sum(1 for r in rows if r.seq > cursor)
         space.synced_at = time.monotonic()
         # The keyword postings (and, from a snapshot, the vectors) load on a helper thread, not on the first
-        # search's time; that search ranks keywords by FTS5 meanwhile (search/sqlite.py).
-        index.warm_in_background([namespace])
+        # search's time; that search ranks keywords by FTS5 meanwhile (search/sqlite.py). Without helper
+        # threads (Lambda freezes the instance after a response, a thread with it) the first search loads them.
+        if self._helper_threads:
+            index.warm_in_background([namespace])
         return space
 
     @staticmethod

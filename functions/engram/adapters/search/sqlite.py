@@ -11,7 +11,9 @@ tables prefixed ``search_``, over its own connection:
 - ``search_namespaces`` a generation counter per namespace, bumped by every write.
 - ``search_meta``       embedding model id and dimension.
 
-Keyword search runs in FTS5 (``bm25()`` over every match, ranked and cut in SQLite) for small namespaces;
+Keyword search runs in FTS5 (``bm25()`` over every match, ranked and cut in SQLite) for small namespaces,
+the cut computed from a mirror of the namespace's rows in memory where that is FTS5's to the bit
+(``search/fts_mirror.py``; patched by this process's writes, reloaded when the generation moved);
 a namespace of at least ``KEYWORD_THRESHOLD`` documents is ranked from its postings held in memory
 (``search/keyword_cache.py``: loaded once, patched by this process's writes, reloaded when another process
 moved the generation), since ``bm25()`` per matching row grows with the namespace.
@@ -40,12 +42,23 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.fts import BM25_B, RESCORE_DEPTH, fts_query, nskey, rescore_bm25
+from engram.adapters.search.fts import (
+    BM25_B,
+    RESCORE_DEPTH,
+    RescoreCache,
+    document_frequencies,
+    fts_averages,
+    fts_query,
+    index_version,
+    nskey,
+    rescore_bm25,
+)
+from engram.adapters.search.fts_mirror import Cut, FtsMirror, plain_terms, rescore_cut
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
 from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD, KeywordCache
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
@@ -86,6 +99,12 @@ _POSTINGS_ROWS = (
     "SELECT d.memory_id, d.type, c.c1 FROM search_docs d JOIN search_fts_content c ON c.id = d.id WHERE d.namespace = ?"
 )
 _VECTOR_ROWS = "SELECT memory_id, type, vec FROM search_vectors WHERE namespace = ?"
+_MIRROR_ROWS = (
+    "SELECT d.id, d.memory_id, d.type, c.c1 FROM search_docs d JOIN search_fts_content c ON c.id = d.id "
+    "WHERE d.namespace = ?"
+)
+# Namespaces whose FTS5 rows are mirrored in memory at once (search/fts_mirror.py); the oldest loaded go first.
+MIRRORED_NAMESPACES = 64
 # The longest a vector query waits for a background load already reading its namespace's vectors (~0.5 s
 # at 100k) before reading them itself.
 VECTOR_WAIT_S = 5.0
@@ -131,6 +150,9 @@ class SqliteSearchIndex:
         # Namespaces whose caches load in the background (``warm_in_background``): this process's writes since.
         self._warming: dict[str, PendingWrites] = {}
         self._opened = 0  # bumped by ``close``: a background load started before it publishes nothing
+        self._rescore = RescoreCache()  # what the FTS5 re-scoring read, kept while the index is unchanged
+        # Small namespaces' FTS5 rows, to cut the bm25() candidates in memory (search/fts_mirror.py).
+        self._mirrors: dict[str, FtsMirror] = {}
 
     @property
     def _postings_rank(self) -> bool:
@@ -161,6 +183,8 @@ class SqliteSearchIndex:
             self._keywords.clear()
             self._keyword_small.clear()
             self._warming.clear()
+            self._rescore = RescoreCache()
+            self._mirrors.clear()
             self._opened += 1
 
     def _ann_path(self, namespace: str) -> Path | None:
@@ -365,14 +389,7 @@ class SqliteSearchIndex:
 
     def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
         """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        cache = self._caches.get(namespace)
-        if cache is None:
-            return None
-        if cache.generation != old_generation:
-            del self._caches[namespace]
-            return None
-        cache.generation = new_generation
-        return cache
+        return _patched(self._caches, namespace, old_generation, new_generation)
 
     def _patch_keywords(self, namespace: str, old_generation: int, new_generation: int) -> KeywordCache | None:
         """The keyword postings to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
@@ -384,6 +401,18 @@ class SqliteSearchIndex:
             return None
         cache.generation = new_generation
         return cache
+
+    def _patch_mirrors(self, generations: dict[str, int], written: Sequence[tuple[PreparedDoc, str, int]]) -> None:
+        """The FTS5 mirrors brought up to date with a write's documents (doc, tokens, rowid)."""
+        mirrors = {ns: self._patch_mirror(ns, gen - 1, gen) for ns, gen in generations.items()}
+        for doc, tokens, rowid in written:
+            mirror = mirrors[doc.namespace]
+            if mirror is not None:
+                mirror.put(rowid, doc.memory_id, doc.type, tokens)
+
+    def _patch_mirror(self, namespace: str, old_generation: int, new_generation: int) -> FtsMirror | None:
+        """The FTS5 mirror to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        return _patched(self._mirrors, namespace, old_generation, new_generation)
 
     # -- the port -------------------------------------------------------------------------
     def upsert(self, doc: IndexedDoc) -> str:
@@ -419,6 +448,7 @@ class SqliteSearchIndex:
                     if conn.execute("SELECT 1 FROM search_docs WHERE namespace = ? LIMIT 1", (ns,)).fetchone() is None
                 }
                 written: set[tuple[str, str]] = set()
+                rowids: list[int] = []
                 for doc, tokens, vector in prepared:
                     if vector is not None:
                         if dimension is None:
@@ -444,6 +474,7 @@ class SqliteSearchIndex:
                         "INSERT INTO search_fts (rowid, nskey, tokens) VALUES (?, ?, ?)",
                         (cur.lastrowid, nskey(doc.namespace), tokens),
                     )
+                    rowids.append(int(cur.lastrowid or 0))
                     if vector is not None:
                         conn.execute(
                             "INSERT INTO search_vectors (namespace, memory_id, type, vec) VALUES (?, ?, ?, ?)",
@@ -463,6 +494,7 @@ class SqliteSearchIndex:
                     )
             caches = {ns: self._patch_cache(ns, gen - 1, gen) for ns, gen in generations.items()}
             keywords = {ns: self._patch_keywords(ns, gen - 1, gen) for ns, gen in generations.items()}
+            self._patch_mirrors(generations, [(d, t, r) for (d, t, _), r in zip(prepared, rowids, strict=True)])
             for doc, tokens, _ in prepared:
                 postings = keywords[doc.namespace]
                 if postings is not None:
@@ -498,6 +530,9 @@ class SqliteSearchIndex:
             postings = self._patch_keywords(namespace, generation - 1, generation)
             if postings is not None:
                 postings.remove(memory_id)
+            mirror = self._patch_mirror(namespace, generation - 1, generation)
+            if mirror is not None:
+                mirror.remove(memory_id)
 
     def keyword_search(self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()) -> list[SearchHit]:
         terms = query_terms(query)
@@ -541,15 +576,66 @@ class SqliteSearchIndex:
             params = [match, depth, namespace]
         with self._lock:
             conn = self._db()
-            rows = conn.execute(sql, params).fetchall()
-            scored = [(mid, float(score)) for mid, score, _ in rows]
-            if rescore and rows:
-                try:
-                    scored = rescore_bm25(conn, terms, rows, self._bm25_b)
-                except (sqlite3.Error, ValueError, IndexError, ZeroDivisionError) as exc:
-                    log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
+            conn.execute("BEGIN")  # one snapshot: the matches, the statistics and the caches' versions agree
+            try:
+                cache = self._rescore.at(index_version(conn)) if rescore else None
+                # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
+                cut = self._mirrored(conn, namespace, terms, depth, wanted, cache) if cache is not None else None
+                rows = cut.rows if cut is not None else conn.execute(sql, params).fetchall()
+                scored = [(mid, float(score)) for mid, score, _ in rows]
+                if cache is not None and rows:
+                    try:
+                        scored = self._rescored(conn, terms, cut, cache) or rescore_bm25(
+                            conn, terms, rows, self._bm25_b, cache
+                        )
+                    except (sqlite3.Error, ValueError, IndexError, ZeroDivisionError) as exc:
+                        log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
+            finally:
+                conn.execute("COMMIT")
         # bm25() is never exactly 0 for a match, but keep the port's "positive" promise explicit.
         return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
+
+    def _mirrored(
+        self,
+        conn: sqlite3.Connection,
+        namespace: str,
+        terms: Sequence[str],
+        depth: int,
+        types: Sequence[str],
+        cache: RescoreCache,
+    ) -> Cut | None:
+        """FTS5's candidates cut from the namespace's mirror (loaded now if its generation moved), inside
+        the caller's read transaction; None where FTS5 must rank (search/fts_mirror.py)."""
+        if not plain_terms(terms):
+            return None
+        generation = self._generation(conn, namespace)
+        mirror = self._mirrors.get(namespace)
+        if mirror is None or mirror.generation != generation:
+            self._mirrors.pop(namespace, None)
+            if self._count(conn, namespace) >= self._keyword_threshold:
+                return None  # a big namespace: its postings rank it (search/keyword_cache.py), or FTS5
+            mirror = FtsMirror(generation, conn.execute(_MIRROR_ROWS, (namespace,)))
+            self._mirrors[namespace] = mirror
+            while len(self._mirrors) > MIRRORED_NAMESPACES:
+                del self._mirrors[next(iter(self._mirrors))]
+        if not mirror.usable:
+            return None
+        try:
+            n_rows, (namespace_tokens, tokens) = fts_averages(conn)
+            df = document_frequencies(conn, terms, cache)
+            return mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, df)
+        except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
+            log.warning("the in-memory FTS5 cut failed, ranking in FTS5: %s", exc)
+            return None
+
+    def _rescored(
+        self, conn: sqlite3.Connection, terms: Sequence[str], cut: Cut | None, cache: RescoreCache
+    ) -> list[tuple[str, float]] | None:
+        """The re-scoring of a cut from the mirror's arrays (search/fts_mirror.py ``rescore_cut``), else None."""
+        if cut is None or cut.freqs is None:
+            return None
+        n_rows, (_, tokens) = fts_averages(conn)
+        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, document_frequencies(conn, terms, cache))
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
@@ -679,3 +765,19 @@ class SqliteSearchIndex:
     def ping(self) -> None:
         with self._lock:
             self._db().execute("SELECT 1 FROM search_meta LIMIT 1").fetchall()
+
+
+_Cached = TypeVar("_Cached", VectorCache, FtsMirror)
+
+
+def _patched(caches: dict[str, _Cached], namespace: str, old_generation: int, new_generation: int) -> _Cached | None:
+    """The namespace's cache moved to ``new_generation`` if it was at ``old_generation`` (this process's
+    write), else dropped (None: another writer came between, it reloads on the next query)."""
+    cache = caches.get(namespace)
+    if cache is None:
+        return None
+    if cache.generation != old_generation:
+        del caches[namespace]
+        return None
+    cache.generation = new_generation
+    return cache

@@ -11,7 +11,8 @@ schemas also document the chat doors in the OpenAPI document.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from json.scanner import make_scanner
+from typing import Any, Literal, cast
 
 from engram.domain.errors import MESSAGE_CHARS, InvalidInput, UpstreamUnavailable
 from engram.domain.json_checks import Schema, ShapeError, depth_exceeds, shape_checker
@@ -347,10 +348,30 @@ class _TooDeep(ValueError):
     pass
 
 
+# The scanner ``json.loads`` runs (a plain decoder's, as ``json.loads`` without arguments uses).
+_SCAN = make_scanner(cast(Any, json.JSONDecoder()))  # typeshed types its context as a scanner, not a decoder
+
+
+def _loads(raw: bytes | str) -> Any:
+    """``json.loads(raw)``. A text that is one JSON value from its first character to its last (a stream
+    event's ``data``) is read by the scanner directly, without ``json.loads``'s checks around it (a BOM,
+    whitespace, extra data): the same value, ~60 fewer bytecodes an event. Anything else, and anything
+    the scanner cannot start on, goes through ``json.loads``, for its value or its error."""
+    if isinstance(raw, str):
+        try:
+            value, end = _SCAN(raw, 0)
+        except StopIteration:
+            pass
+        else:
+            if end == len(raw):
+                return value
+    return json.loads(raw)
+
+
 def _decode(raw: bytes | str) -> Any:
     """``json.loads``, with nesting deeper than ``MAX_DEPTH`` (or than the parser's own limit) refused."""
     try:
-        value = json.loads(raw)
+        value = _loads(raw)
     except RecursionError as exc:
         raise _TooDeep from exc
     # Nesting is never deeper than the text has opening brackets (those inside strings only add to the

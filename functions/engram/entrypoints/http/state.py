@@ -6,6 +6,10 @@ from starlette.requests import HTTPConnection
 
 from engram.bootstrap import Container
 
+# The ASGI scope key under which ``EngramApp`` hands ``ChatDoors`` the door it matched for a POST (its
+# wire, guide-dog, agent: ``chat.door_of``), so the path is matched once per chat turn.
+DOOR_KEY = "engram.door"
+
 
 def container_of(request: HTTPConnection) -> Container:
     container: Container = request.app.state.container

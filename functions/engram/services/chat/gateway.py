@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal
 
 import anyio
@@ -43,15 +42,16 @@ from engram.domain.wire.anthropic import (
     openai_request_to_anthropic,
     openai_response_to_anthropic,
 )
-from engram.domain.wire.cache_markers import CachePolicy, reads_cache_control, strip_cache_control
+from engram.domain.wire.cache_markers import reads_cache_control, strip_cache_control
 from engram.domain.wire.content import text_of
 from engram.domain.wire.responses import chat_to_response, custom_tools, response_text, responses_to_chat
 from engram.domain.wire.shapes import check_upstream_response, parse_chat_request
 from engram.domain.wire.usage import TokenUsage, usage_from_anthropic, usage_from_openai, usage_from_responses
+from engram.services.chat.config import ChatConfig
 from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.history import HistoryService, place_history
 from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
-from engram.services.chat.routing import RouteConfig, anthropic_has_images, openai_has_images, route
+from engram.services.chat.routing import anthropic_has_images, openai_has_images, route
 from engram.services.chat.stream_relay import CLIENT_GONE, INTERNAL, StreamTap, relay_stream
 from engram.services.chat.turn import Outcome, TurnRequest, Wire, client_wants_usage, thread_of
 from engram.services.chat.turn_context import TurnContextSource
@@ -63,29 +63,6 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Timing:  # how long the upstream took to answer, for the headers of an error too
     upstream_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class ChatConfig:
-    """The chat gateway's settings.
-
-    ``settings.py`` holds the defaults (written once); ``bootstrap/configs.py`` maps them.
-    """
-
-    routing: RouteConfig
-    inject_enabled: bool
-    inject_max_body_bytes: int
-    boot_max_chars: int
-    patch_max_tokens: int
-    boot_cache_seconds: float
-    keepalive_seconds: float
-    context_deadline_seconds: float
-    store_messages: bool
-    default_max_tokens: int
-    cleanup_interval: timedelta
-    retry_window: timedelta
-    cache: CachePolicy | None  # None: no prompt-cache markers
-    responses_native: bool  # the OpenAI-compatible upstream takes `/responses` requests as they are
 
 
 @dataclass

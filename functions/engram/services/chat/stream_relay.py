@@ -30,6 +30,15 @@ log = logging.getLogger(__name__)
 
 Wire = Literal["openai", "anthropic", "responses"]
 
+
+class LastChunk(bytes):
+    """The stream's last bytes (its closing event, or the error event of a failed one), marked so the
+    HTTP layer can send them with the end of the body in one write (entrypoints/http/chat.py,
+    ``send_stream``); to anything else they are the bytes they hold."""
+
+    __slots__ = ()
+
+
 CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
 INTERNAL = EngramError("internal error", code="internal_error")  # a bug: nothing more is said to the client
 
@@ -70,16 +79,16 @@ async def relay_stream(  # noqa: C901 - one loop over the upstream events; each 
         if not tap.finished:
             raise UpstreamUnavailable("the upstream ended the stream early")
         await settle(tap.text, tap.usage)
-        yield b"".join(closing)
+        yield LastChunk(b"".join(closing))
     except EngramError as exc:
         log.warning("chat stream ended with an error event: %s", exc.message)
         await settle_failed(exc, tap.usage)
-        yield b"".join(error_event(tap.client, exc))
+        yield LastChunk(b"".join(error_event(tap.client, exc)))
     except Exception:
         # The status line is gone: a clean error event is the only answer left (never a cut stream).
         log.exception("chat stream failed")
         await settle_failed(INTERNAL, tap.usage)
-        yield b"".join(error_event(tap.client, INTERNAL))
+        yield LastChunk(b"".join(error_event(tap.client, INTERNAL)))
     finally:
         if not task.done():
             task.cancel()
@@ -161,17 +170,17 @@ class StreamTap:
         )
         self._o2a = OpenAIToAnthropicStream(model) if (upstream == "openai" and client == "anthropic") else None
         self._converts = self._a2o is not None or self._o2a is not None or self._responses is not None
+        # Pure forwarding: each event is checked and passed on as it came (``_pass``).
+        self._passes = not observe and not self._converts and upstream != "responses"
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        if event.is_comment:
-            return [] if self._converts else [event.raw]
-        if not event.data:
-            return []  # no data (a bare "event:" or a line that is no SSE field): nothing to pass on
-        if not self.observe and not self._converts and self.upstream != "responses":
+        if not event.data:  # a comment (a keep-alive), or no data: a bare "event:", a line that is no field
+            return [] if not event.is_comment or self._converts else [event.raw]
+        if self._passes:
             return self._pass(event)
         if self.upstream == "openai":
             return self._openai(event)

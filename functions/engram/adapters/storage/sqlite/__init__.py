@@ -8,9 +8,10 @@ ISO-8601 UTC text, so text order is time order. The schema is created on first u
 ``schema.MIGRATIONS``: append a new tuple of statements to change it, never edit a released one.
 
 Modules: ``schema.py`` (migrations), ``tables.py`` (model <-> row mapping), ``base.py`` (connection,
-sessions, selects, paging); ``store.py`` composes ``SqliteMemoryStore`` from one part per concern:
-``memories.py`` (memories, candidates), ``messages.py`` (messages, threads), ``notes.py`` (reminders,
-precious, glossary, digest, daily logs), ``records.py`` (events, usage, idempotency, cursors, cache).
+sessions, selects, paging), ``row_cache.py`` (the memory rows ``get_memories`` serves from memory);
+``store.py`` composes ``SqliteMemoryStore`` from one part per concern: ``memories.py`` (memories,
+candidates), ``messages.py`` (messages, threads), ``notes.py`` (reminders, precious, glossary, digest,
+daily logs), ``records.py`` (events, usage, idempotency, cursors, cache).
 """
 
 from engram.adapters.storage.sqlite.schema import SCHEMA_VERSION

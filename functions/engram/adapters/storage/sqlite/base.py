@@ -12,6 +12,7 @@ from typing import Any
 
 from engram.adapters.files import private_sqlite
 from engram.adapters.storage.common import check_limit, cut_page, decode_cursor, to_iso
+from engram.adapters.storage.sqlite.row_cache import MemoryRowCache
 from engram.adapters.storage.sqlite.schema import immediate, migrate
 from engram.adapters.storage.sqlite.tables import (
     BUSY_TIMEOUT_S,
@@ -37,6 +38,7 @@ class SqliteStoreBase:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._closed = False
+        self._memory_rows = MemoryRowCache()  # get_memories' rows, kept coherent by the change log
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
@@ -44,6 +46,7 @@ class SqliteStoreBase:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            self._memory_rows.clear()
             self._closed = True
 
     # -- plumbing ---------------------------------------------------------------------------

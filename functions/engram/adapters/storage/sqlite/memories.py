@@ -102,7 +102,11 @@ class SqliteMemories(SqliteStoreBase):
         return memory
 
     def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
-        return self._by_ids(MEMORIES, namespace, memory_ids)
+        with self._session() as db:
+            if db.in_transaction:  # a row read here could still be rolled back: not cached (row_cache.py)
+                return self._by_ids(MEMORIES, namespace, memory_ids)
+            found = self._memory_rows.get(db, namespace, memory_ids, lambda ids: self._by_ids(MEMORIES, namespace, ids))
+        return [found[memory_id] for memory_id in memory_ids if memory_id in found]
 
     def find_active_by_fact_key(self, namespace: str, fact_key: str) -> Memory | None:
         return self._select_one(MEMORIES, "namespace = ? AND fact_key = ? AND status = 'active'", (namespace, fact_key))

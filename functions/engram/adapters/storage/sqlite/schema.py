@@ -256,6 +256,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (namespace, name)
         )""",
     ),
+    # 10: the memory change log (sqlite/row_cache.py): every insert, update and delete of a memory row
+    # appends its key, whoever writes; every thousandth change prunes it to its newest 10,000.
+    (
+        """CREATE TABLE memory_changes (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL
+        )""",
+        """CREATE TRIGGER memories_inserted AFTER INSERT ON memories BEGIN
+            INSERT INTO memory_changes (namespace, id) VALUES (new.namespace, new.id);
+        END""",
+        """CREATE TRIGGER memories_updated AFTER UPDATE ON memories BEGIN
+            INSERT INTO memory_changes (namespace, id) VALUES (old.namespace, old.id);
+            INSERT INTO memory_changes (namespace, id) SELECT new.namespace, new.id
+                WHERE new.namespace != old.namespace OR new.id != old.id;
+        END""",
+        """CREATE TRIGGER memories_deleted AFTER DELETE ON memories BEGIN
+            INSERT INTO memory_changes (namespace, id) VALUES (old.namespace, old.id);
+        END""",
+        """CREATE TRIGGER memory_changes_pruned AFTER INSERT ON memory_changes WHEN new.seq % 1000 = 0 BEGIN
+            DELETE FROM memory_changes WHERE seq <= new.seq - 10000;
+        END""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

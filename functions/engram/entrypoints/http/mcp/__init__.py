@@ -19,8 +19,10 @@ argument-schema failures and unknown tools -> the SDK's own tool errors; anythin
 from __future__ import annotations
 
 import logging
+import threading
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram import __version__
 from engram.bootstrap import Container
@@ -47,9 +49,10 @@ Engram is the user's long-term memory, shared across chat windows, clients and m
 TOOL_MODULES = (memories, curation, notes, conversations, reminders, runs, overview, skills)
 
 
-def build_server(container: Container) -> StrictServer:
+def build_server(container: Container, *, tools: bool = True) -> StrictServer:
     """An MCP server whose tools call ``container``'s services (``StrictServer``: other systems' argument
-    names read as Engram's, unknown ones refused; ``compat``)."""
+    names read as Engram's, unknown ones refused; ``compat``); with ``tools=False``, none registered yet
+    (``ToolsOnFirstRequest``)."""
     # MCPServer() calls logging.basicConfig(); logging belongs to the entry point, so undo it.
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
@@ -58,22 +61,52 @@ def build_server(container: Container) -> StrictServer:
     )
     root.handlers[:] = root_handlers
     root.setLevel(root_level)
+    if tools:
+        register_tools(server)
+    return server
+
+
+def register_tools(server: StrictServer) -> None:
     for module in TOOL_MODULES:
         module.TOOLS.register(server)
-    return server
+
+
+class ToolsOnFirstRequest:
+    """The SDK's handler, with the tools registered on the first request it gets (once, under a lock),
+    not when the app is built: the SDK builds a pydantic model and JSON schemas per tool (39 tools), a
+    large part of the MCP function's own init (bench/README.md, "Cold start"). Every answer a client
+    gets (tools/list, tools/call, and the SDK's check of a call's arguments) comes from a request, so
+    it sees the same tools; a request the gate refuses registers nothing."""
+
+    def __init__(self, app: ASGIApp, server: StrictServer) -> None:
+        self.app = app
+        self.server = server
+        self._registered = False
+        self._lock = threading.Lock()
+
+    def register(self) -> None:
+        if not self._registered:
+            with self._lock:
+                if not self._registered:
+                    register_tools(self.server)
+                    self._registered = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.register()
+        await self.app(scope, receive, send)
 
 
 def mount(app: FastAPI, container: Container) -> None:
     """Serve the MCP server at ``/mcp`` and run its session manager inside the host app's lifespan."""
     settings = container.settings
-    server = build_server(container)
+    server = build_server(container, tools=False)
     hosts = list(settings.mcp_allowed_hosts)
     server.streamable_http_app(
         streamable_http_path=PATH, stateless_http=True, json_response=True, transport_security=security_settings(hosts)
     )
     manager = server.session_manager
     gate = McpGate(
-        manager.handle_request,
+        ToolsOnFirstRequest(manager.handle_request, server),
         container.keys,
         hosts=hosts,
         allow_query_token=settings.mcp_allow_query_token,
