@@ -236,6 +236,9 @@ class EngramApp(FastAPI):
     _traced_on = False  # FastAPI's telemetry found on: stays on (OpenTelemetry's providers are set once)
     _traced_next = 0.0  # while off, looked at again from this monotonic time on (at most once a second)
     route_groups: RouteGroups | None = None  # the lazy route groups (entrypoints/http/routes.py)
+    # Behind API Gateway the stage (/prod) prefixes every URL a browser loads; the app never sees it. Set in
+    # the scope here, as a server's --root-path would (FastAPI 0.165 deprecates its root_path parameter).
+    stage_prefix = ""
 
     @property
     def routes(self) -> list[BaseRoute]:
@@ -246,9 +249,9 @@ class EngramApp(FastAPI):
         return self.router.routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.stage_prefix:
+            scope["root_path"] = self.stage_prefix
         if self.door_stack is not None and scope["type"] == "http" and scope["method"] == "POST":
-            if self.root_path:
-                scope["root_path"] = self.root_path
             assert self.door_of is not None
             door = self.door_of(get_route_path(scope))
             if door is not None and not self._traced_now():
@@ -297,9 +300,8 @@ def create_app(container: Container | None = None) -> FastAPI:
         version=__version__,
         description="Long-term memory for AI chat clients: REST API. Authenticate with `Authorization: Bearer <key>`.",
         lifespan=lifespan,
-        # Behind API Gateway the stage (/prod) prefixes every URL a browser loads; the app never sees it.
-        root_path=settings.root_path,
     )
+    app.stage_prefix = settings.root_path
     app.state.container = container
     app.state.startup_hooks = []
     install_error_handlers(app)
