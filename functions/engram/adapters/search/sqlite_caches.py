@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.fts import BM25_B, RescoreCache
+from engram.adapters.search.fts import BM25_B, FTS5_TOKENIZER, RescoreCache
 from engram.adapters.search.fts_mirror import FtsMirror
 from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD, KeywordCache
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
@@ -31,7 +31,7 @@ from engram.adapters.search.warmup import PendingWrites, WrittenDoc
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS search_meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS search_docs (
     id INTEGER PRIMARY KEY,
@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS search_docs (
     UNIQUE (namespace, memory_id)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(
-    nskey, tokens, tokenize = 'unicode61 remove_diacritics 0'
+    nskey, tokens, tokenize = '{FTS5_TOKENIZER}'
 );
 CREATE TABLE IF NOT EXISTS search_vectors (
     namespace TEXT NOT NULL,
