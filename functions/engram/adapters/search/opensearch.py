@@ -267,6 +267,11 @@ class OpenSearchIndex:
             self._recent[(doc.namespace, doc.memory_id)] = [ref]
         return ref
 
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        """One by one: each upsert also deletes the memory's older documents it finds (``upsert``)."""
+        for doc in docs:
+            self.upsert(doc)
+
     def _document_ids(self, namespace: str, memory_id: str) -> list[str]:
         """Known ``_id``s of a memory: written by this process, or found by a (lagging) search."""
         with self._lock:
