@@ -33,6 +33,8 @@ __all__ = [
 # re-scored with b = BM25_B (less penalty for long memories), which won on held-out LoCoMo data
 # (bench/README.md). BM25_B = 0.75 turns the re-scoring off.
 RESCORE_DEPTH = 100
+# The tokenizer of search_fts's columns (search/sqlite_caches.py's schema; search/fts_mirror.py probes it).
+FTS5_TOKENIZER = "unicode61 remove_diacritics 0"
 
 
 def varints(blob: bytes) -> list[int]:
