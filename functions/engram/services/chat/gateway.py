@@ -27,7 +27,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,7 +52,7 @@ from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.history import HistoryService, place_history
 from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.chat.routing import anthropic_has_images, openai_has_images, route
-from engram.services.chat.stream_relay import CLIENT_GONE, INTERNAL, StreamTap, relay_stream
+from engram.services.chat.stream_relay import CLIENT_GONE, INTERNAL, EarlyStart, StreamTap, relay_stream
 from engram.services.chat.turn import Outcome, TurnRequest, Wire, client_wants_usage, thread_of
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.runtime_settings import Live
@@ -75,6 +75,9 @@ class ChatReply:
     stream: AsyncIterator[bytes] | None = None
     media_type: str = "application/json"
     error: EngramError | None = None
+
+
+_SSE = "text/event-stream"
 
 
 class ChatService:
@@ -112,9 +115,13 @@ class ChatService:
         forward_headers: Mapping[str, str] | None = None,
         agent: str | None = None,
         server_history: bool = False,
+        early: EarlyStart | None = None,
     ) -> ChatReply:
         """One chat request, answered whatever goes wrong (an ``EngramError`` is the reply's error, any other
-        exception an ``internal_error``); the writes already started are awaited first, even on cancel."""
+        exception an ``internal_error``); the writes already started are awaited first, even on cancel.
+        With ``early`` (the HTTP layer's), a streamed turn calls the upstream in this task and a slow
+        upstream makes ``early`` begin the answer; without it, in a task of its own while this one waits
+        the keep-alive interval."""
         owed = Owed()
         req: TurnRequest | None = None
         outcome = Outcome()
@@ -134,10 +141,8 @@ class ChatService:
             if req.memory:
                 upstream_body, outcome = await self._inject(req, owed, upstream_body, len(raw))
                 self._record.remember(req, owed)
-            reply = await self._forward(req, owed, outcome, upstream_body, forward_headers or {}, timing)
-            if kept is not None:
-                reply.headers["x-engram-history"] = kept
-            return reply
+            extra = {"x-engram-history": kept} if kept is not None else {}
+            return await self._forward(req, owed, outcome, upstream_body, forward_headers or {}, timing, extra, early)
         except EngramError as exc:
             await self._record.settle_failed(req, owed, exc)
             return ChatReply(status=0, headers=outcome.headers(timing.upstream_ms), error=exc)
@@ -289,6 +294,8 @@ class ChatService:
         body: dict[str, Any],
         fwd: Mapping[str, str],
         timing: _Timing,
+        extra: dict[str, str],
+        early: EarlyStart | None,
     ) -> ChatReply:
         upstream = self._upstream_for(req.route.provider)
         path = (
@@ -305,20 +312,66 @@ class ChatService:
             finally:
                 timing.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
-            return await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
-        # A task, so the first keep-alive can go out while the upstream has not answered yet.
-        task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
-        done, _ = await asyncio.wait({task}, timeout=self._config().keepalive_seconds)
-        timing.upstream_ms = (time.perf_counter() - t0) * 1000
-        first: UpstreamReply | None = None
-        if done:
-            first = task.result()  # an error status, unreachable or timeout raise here -> real status
-        return ChatReply(
-            status=200,
-            headers={**outcome.headers(timing.upstream_ms), "cache-control": "no-cache", "x-accel-buffering": "no"},
-            stream=self._stream(req, owed, task, first),
-            media_type="text/event-stream",
+            whole = await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
+            whole.headers.update(extra)
+            return whole
+        keepalive = self._config().keepalive_seconds
+
+        def stream_headers() -> dict[str, str]:
+            timing.upstream_ms = (time.perf_counter() - t0) * 1000
+            return {
+                **outcome.headers(timing.upstream_ms),
+                "cache-control": "no-cache",
+                "x-accel-buffering": "no",
+                **extra,
+            }
+
+        if early is None:
+            # A task, so the first keep-alive can go out while the upstream has not answered yet.
+            task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
+            done, _ = await asyncio.wait({task}, timeout=keepalive)
+            headers_now = stream_headers()
+            first: UpstreamReply | None = None
+            if done:
+                first = task.result()  # an error status, unreachable or timeout raise here -> real status
+            return ChatReply(200, headers_now, stream=self._stream(req, owed, task, first, keepalive), media_type=_SSE)
+        return await self._forward_inline(
+            req, owed, upstream.send("POST", path, body, headers=headers), early, keepalive, stream_headers
         )
+
+    async def _forward_inline(
+        self,
+        req: TurnRequest,
+        owed: Owed,
+        call: Awaitable[UpstreamReply],
+        early: EarlyStart,
+        keepalive: float,
+        stream_headers: Callable[[], dict[str, str]],
+    ) -> ChatReply:
+        """A streamed turn's upstream call in this task. If it has not answered within ``keepalive``
+        seconds, a timer has ``early`` begin the answer (its head, then keep-alive comments) with the
+        headers of that moment, as the task-and-wait above does; what the upstream then says, an error
+        included, is the body's (``relay_stream``). Otherwise an error raises here: a real status."""
+        begun: dict[str, str] = {}
+
+        def slow() -> None:
+            begun.update(stream_headers())
+            early.begin(begun, _SSE, keepalive)
+
+        timer = asyncio.get_running_loop().call_later(keepalive, slow)
+        answer: asyncio.Future[UpstreamReply] = asyncio.get_running_loop().create_future()
+        try:
+            answer.set_result(await call)
+        except Exception as exc:  # raised below, or the body's error event once begun
+            answer.set_exception(exc)
+        finally:
+            timer.cancel()
+        if begun and await early.end():  # the head went out: an error is the stream's error event now
+            first = None if answer.exception() is not None else answer.result()
+            return ChatReply(200, begun, stream=self._stream(req, owed, answer, first, keepalive), media_type=_SSE)
+        headers_now = stream_headers()
+        reply = answer.result()  # an error status, unreachable or timeout raise here -> real status
+        return ChatReply(200, headers_now, stream=self._stream(req, owed, answer, reply, keepalive), media_type=_SSE)
 
     def _upstream_for(self, provider: str) -> ChatUpstream:
         if provider == "anthropic":
@@ -363,7 +416,12 @@ class ChatService:
         return ChatReply(status=200, headers=headers, body=raw)
 
     def _stream(
-        self, req: TurnRequest, owed: Owed, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
+        self,
+        req: TurnRequest,
+        owed: Owed,
+        task: asyncio.Future[UpstreamReply],
+        reply: UpstreamReply | None,
+        keepalive: float,
     ) -> AsyncIterator[bytes]:
         tap = StreamTap(
             "anthropic" if req.route.provider == "anthropic" else "responses" if req.native else "openai",
@@ -384,7 +442,7 @@ class ChatService:
             task,
             reply,
             tap,
-            keepalive_seconds=self._config().keepalive_seconds,
+            keepalive_seconds=keepalive,
             settle=settle,
             settle_failed=settle_failed,
         )

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal, Protocol
 
 import anyio
 
@@ -37,6 +37,20 @@ class LastChunk(bytes):
     ``send_stream``); to anything else they are the bytes they hold."""
 
     __slots__ = ()
+
+
+class EarlyStart(Protocol):
+    """The HTTP layer's side of a streamed answer that begins before the upstream answers
+    (entrypoints/http/streaming.py): the upstream is called in the request's own task, and only a slow
+    upstream (no answer within the keep-alive interval) makes the answer begin without it."""
+
+    def begin(self, headers: Mapping[str, str], media_type: str, keepalive_seconds: float) -> None:
+        """The head (200, ``headers``) now, then a keep-alive comment every ``keepalive_seconds`` until
+        ``end``; called from a timer's callback, so it only starts what sends them."""
+
+    async def end(self) -> bool:
+        """No more keep-alives; whether the head went out (if so, what follows is the body's to say,
+        an upstream error included)."""
 
 
 CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")
