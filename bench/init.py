@@ -5,11 +5,13 @@ without, each in a fresh interpreter, in the same run.
 The functions' AWS settings as the stack sets them, with every AWS service on loopback: DynamoDB, SQS
 and Secrets Manager on a local moto server (``AWS_ENDPOINT_URL``; building the app reads the secret
 once), OpenSearch at a closed port (building the app must not call it), Bedrock embeddings (a client
-is configured, never called). Surfaces: ``api`` (the API function), ``mcp`` (the MCP function) and
-``all`` (the local default, for comparison). After ``create_app``, the app's lifespan starts (what the
-Lambda Web Adapter's readiness check waits for, with Starlette's TestClient as the server) and one
-request is served: ``GET /v1/memories?limit=1`` on the API function (a rate-limit count and a query in
-DynamoDB), MCP ``tools/call memory_list`` on the MCP function.
+is configured, never called). Each function's init is what run.sh runs: ``uvicorn --factory
+engram.entrypoints.http.factory:create_app`` imports the factory module, then calls it (the collector
+paused meanwhile: the GC column says what collections took in each row). Surfaces: ``api`` (the API
+function), ``mcp`` (the MCP function) and ``all`` (the local default, for comparison). After
+``create_app``, the app's lifespan starts (what the Lambda Web Adapter's readiness check waits for, with
+Starlette's TestClient as the server) and one request is served: ``GET /v1/memories?limit=1`` on the API
+function (a rate-limit count and a query in DynamoDB), MCP ``tools/call memory_list`` on the MCP function.
 
 Every row imports from the same bytecode cache (``PYTHONPYCACHEPREFIX``, filled by a warm-up round that
 is not counted). ``--from-source`` empties it and writes none, so every module is compiled on import.
@@ -42,13 +44,27 @@ OWNER_KEY = "ek_bench_owner_key_000000001"
 # Issue #23 item 1: init (import + create_app) of each function as a multiple of a bare `import fastapi`.
 GOALS = {"api": 1.3, "mcp": 2.0}
 
+# The CPU time the cyclic garbage collector takes during the init (gc.callbacks), in every row alike.
+GC_CLOCK = """
+import gc
+gc_cpu = [0.0, 0.0]
+def _gc_clock(phase, info):
+    if phase == "start":
+        gc_cpu[1] = time.process_time()
+    else:
+        gc_cpu[0] += time.process_time() - gc_cpu[1]
+gc.callbacks.append(_gc_clock)
+"""
+# What run.sh runs: uvicorn imports the factory module, then calls it.
 PROBE = """
 import json, os, sys, time
+{gc_clock}
 t0, c0 = time.perf_counter(), time.process_time()
-from engram.entrypoints.http.app import create_app
+from engram.entrypoints.http.factory import create_app
 t1, c1 = time.perf_counter(), time.process_time()
 app = create_app()
 t2, c2 = time.perf_counter(), time.process_time()
+init_gc = gc_cpu[0]
 from starlette.testclient import TestClient
 key = {"authorization": "Bearer " + os.environ["BENCH_KEY"], "accept": "application/json, text/event-stream"}
 with TestClient(app) as client:
@@ -65,15 +81,16 @@ with TestClient(app) as client:
 if not ok:
     raise SystemExit(f"the first request failed: {response.status_code} {response.text[:500]}")
 print(json.dumps({"import": t1 - t0, "create_app": t2 - t1, "startup": t3 - t2, "request": t4 - t3,
-                  "init_cpu": c2 - c0, "modules": len(sys.modules)}))
+                  "init_cpu": c2 - c0, "init_gc": init_gc, "modules": len(sys.modules)}))
 """
 IMPORTS = """
 import json, sys, time
+{gc_clock}
 t0, c0 = time.perf_counter(), time.process_time()
 {imports}
 t1, c1 = time.perf_counter(), time.process_time()
 print(json.dumps({{"import": t1 - t0, "create_app": 0.0, "startup": 0.0, "request": 0.0, "init_cpu": c1 - c0,
-                  "modules": len(sys.modules)}}))
+                  "init_gc": gc_cpu[0], "modules": len(sys.modules)}}))
 """
 # What each function imports whatever Engram does: its web framework, the AWS SDK (boto3: the DynamoDB
 # item types; botocore: every client), httpx (the chat upstreams), and on the MCP function the MCP SDK's
@@ -155,8 +172,8 @@ def measure(code: str, env: dict[str, str]) -> dict[str, Any]:
 
 def sample(name: str, env: dict[str, str]) -> dict[str, Any]:
     if name in FLOORS:
-        return measure(IMPORTS.format(imports=FLOORS[name]), env)
-    return measure(PROBE, {**env, "ENGRAM_SURFACE": name, "BENCH_KEY": OWNER_KEY})
+        return measure(IMPORTS.format(imports=FLOORS[name], gc_clock=GC_CLOCK), env)
+    return measure(PROBE.replace("{gc_clock}", GC_CLOCK), {**env, "ENGRAM_SURFACE": name, "BENCH_KEY": OWNER_KEY})
 
 
 def main() -> None:
@@ -220,14 +237,16 @@ def main() -> None:
     print(f"\nInit per HTTP function (median of {args.runs} fresh interpreters; {mode}; load average {load:.1f})")
     print(
         "| what | import (ms) | create_app (ms) | init: import + create_app (ms) | × bare `import fastapi` "
-        "| init CPU (ms) | × bare, CPU | startup (ms) | first request (ms) | init + startup + first request (ms) "
-        "| × bare | modules loaded |"
+        "| init CPU (ms) | of which GC (ms) | × bare, CPU | startup (ms) | first request (ms) "
+        "| init + startup + first request (ms) | × bare | modules loaded |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     wall: dict[str, float] = {}
+    gc: dict[str, float] = {}
     for name, samples in rows.items():
         imp, build = median_ms(samples, "import"), median_ms(samples, "create_app")
         init, cpu = median_ms(samples, "import", "create_app"), median_ms(samples, "init_cpu")
+        collector = gc[name] = median_ms(samples, "init_gc")
         startup, request = median_ms(samples, "startup"), median_ms(samples, "request")
         whole = median_ms(samples, "import", "create_app", "startup", "request")
         label = LABELS.get(name, f"`ENGRAM_SURFACE={name}`")
@@ -239,7 +258,8 @@ def main() -> None:
             else "— | — | — | —"
         )
         print(
-            f"| {label} | {imp:.0f} | {build:.0f} | {init:.0f} | {init / bare:.2f} | {cpu:.0f} | {ratios[name]:.2f} "
+            f"| {label} | {imp:.0f} | {build:.0f} | {init:.0f} | {init / bare:.2f} | {cpu:.0f} | {collector:.0f} "
+            f"| {ratios[name]:.2f} "
             f"| {served} | {modules} |"
         )
     print(
@@ -251,17 +271,20 @@ def main() -> None:
     print(
         "| goal (issue #23 item 1) | goal (× bare) | measured (× bare, CPU) | wall | met? | its SDKs alone (× bare) "
         "| the goal above the SDKs (× bare) | met above the SDKs? | Engram's own: measured − SDKs (CPU ms) "
-        "| allowed for Engram's own: (goal − 1) × bare (CPU ms) |"
+        "| Engram's own, GC left out of both rows (CPU ms) | allowed for Engram's own: (goal − 1) × bare (CPU ms) |"
     )
-    print("|---|---:|---:|---:|---|---:|---:|---|---:|---:|")
+    print("|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|")
     for name, goal in GOALS.items():
         floor = ratios[f"floor {name}"]
         above = floor + goal - 1
         own = (ratios[name] - floor) * bare_cpu
+        # The function's init runs with the collector paused (entrypoints/http/factory.py), the SDKs' row
+        # with it on: this reading does not credit Engram with the SDKs' own collections.
+        own_no_gc = own - gc[name] + gc[f"floor {name}"]
         print(
             f"| `ENGRAM_SURFACE={name}` | {goal:.1f} | {ratios[name]:.2f} | {wall[name]:.2f} "
             f"| {_met(ratios[name], goal)} | {floor:.2f} | {above:.2f} | {_met(ratios[name], above)} | {own:.0f} "
-            f"| {(goal - 1) * bare_cpu:.0f} |"
+            f"| {own_no_gc:.0f} | {(goal - 1) * bare_cpu:.0f} |"
         )
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from engram.domain.errors import Conflict, NotFound
-from engram.domain.ports import MessageRows
+from engram.domain.ports import MemoryStore, MessageRows
 
 from tests.contract.rows import (
     NS,
@@ -45,6 +45,39 @@ def test_an_external_id_is_free_again_once_its_message_is_deleted(store: Message
     assert created is True and stored.id == "msg2"
     assert store.insert_message(a_message("msg3", minute=3, external_id="turn-1"))[0].id == "msg2"
     assert ids(store.list_messages(NS)) == ["msg2"]
+
+
+def test_messages_inserted_together_are_each_inserted_in_order(store: MemoryStore) -> None:
+    # Given a message stored before, and a thread with one message
+    first, _ = store.insert_message(a_message("msg0", external_id="turn-0-u", conversation_id="t1"))
+    # When a batch stores a turn's two sides, a retry of the earlier message, and a repeat inside the batch
+    results = store.insert_messages(
+        [
+            a_message("msg1", minute=1, external_id="turn-1-u", conversation_id="t1"),
+            a_message("msg2", minute=2, external_id="turn-1-a", conversation_id="t1", role="assistant"),
+            a_message("msg3", minute=3, external_id="turn-0-u", conversation_id="t1"),
+            a_message("msg4", minute=4, external_id="turn-1-u", conversation_id="t1"),
+        ]
+    )
+    # Then each result is what insert_message would have returned, in the batch's order
+    assert [(m.id, new) for m, new in results] == [("msg1", True), ("msg2", True), ("msg0", False), ("msg1", False)]
+    assert results[2][0] == first
+    assert results[0][0].stored_at == results[0][0].created_at
+    # And the new ones are stored once each, in order, and counted in their thread
+    assert ids(store.list_messages(NS)) == ["msg0", "msg1", "msg2"]
+    assert ids(store.list_messages_stored(NS)) == ["msg0", "msg1", "msg2"]
+    assert store.get_thread(NS, "t1").message_count == 3
+    assert store.insert_messages([]) == []
+
+
+def test_a_batch_with_a_taken_id_conflicts(store: MessageRows) -> None:
+    # Given a stored message
+    store.insert_message(a_message("msg1"))
+    # When a batch repeats its id (no external id: not a retry)
+    with pytest.raises(Conflict):
+        store.insert_messages([a_message("msg2", minute=1), a_message("msg1", minute=2)])
+    # Then the conflict is reported and the first message is still the only one under its id
+    assert [m.content for m in store.get_messages(NS, ["msg1"])] == ["message msg1"]
 
 
 def test_a_message_keeps_its_error_note(store: MessageRows) -> None:

@@ -198,6 +198,28 @@ def test_upsert_replaces_text_and_type(keyword_index: SearchIndex) -> None:
     assert keyword_index.info().documents == 1
 
 
+def test_upsert_many_upserts_each_in_order(keyword_index: SearchIndex) -> None:
+    # Given a memory
+    keyword_index.upsert(doc("m1", "lives in Berlin"))
+    # When a batch replaces it, adds two (one in another namespace) and repeats one (the later one wins)
+    keyword_index.upsert_many(
+        [
+            doc("m1", "lives in Lisbon", type_="identity"),
+            doc("m2", "drinks green tea"),
+            doc("m2", "drinks black coffee"),
+            doc("m3", "drinks green tea", ns="b"),
+        ]
+    )
+    keyword_index.upsert_many([])
+    # Then each is found as if upserted one by one
+    assert ids(keyword_index.keyword_search("a", "berlin")) == []
+    assert ids(keyword_index.keyword_search("a", "lisbon", types=["identity"])) == ["m1"]
+    assert ids(keyword_index.keyword_search("a", "tea")) == []
+    assert ids(keyword_index.keyword_search("a", "coffee")) == ["m2"]
+    assert ids(keyword_index.keyword_search("b", "tea")) == ["m3"]
+    assert keyword_index.info("a").documents == 2
+
+
 def test_upsert_replaces_text_vector_and_type(index: SearchIndex) -> None:
     # Given a memory
     index.upsert(doc("m1", "lives in Berlin", vector=(1.0, 0.0, 0.0)))

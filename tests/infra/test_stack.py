@@ -161,7 +161,7 @@ def test_run_sh_execs_uvicorn_factory() -> None:
     run_sh = Path(__file__).resolve().parents[2] / "functions" / "run.sh"
     text = run_sh.read_text()
     assert os.access(run_sh, os.X_OK)
-    assert "uvicorn --factory engram.entrypoints.http.app:create_app" in text
+    assert "uvicorn --factory engram.entrypoints.http.factory:create_app" in text
     assert text.startswith("#!/bin/bash")
 
 

@@ -154,6 +154,29 @@ def test_no_memory_failure_breaks_a_chat(
     assert resp.headers["x-engram-reason"] == "recall_failed"
 
 
+@pytest.mark.parametrize("failing", ["claim", "boot", "claim+boot"])
+def test_a_source_failing_past_its_own_guard_does_not_hold_up_the_others(
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, hops: str, failing: str
+) -> None:
+    # Given a reminder claim and/or boot block that fail with a bug their own guards do not catch, and a
+    # deadline long enough that a source left unanswered would show as a timeout
+    gw = _hops(make_gateway(chat_context_deadline_seconds=10), hops)
+    gw.container.memories.write("default", MemoryWrite(content="The deploy script is deploy.sh"))
+    context = gw.container.chat._context
+
+    def bug(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug outside the source's guard")
+
+    for source in failing.split("+"):
+        monkeypatch.setattr(context, {"claim": "_claim_now", "boot": "_boot_now"}[source], bug)
+    # When chatting
+    resp = _chat(gw, "which deploy script do I use?")
+    # Then the recall still answers (in time, not as a timeout) and its memory is injected
+    assert resp.status_code == 200
+    assert resp.headers["x-engram-reason"] == "injected"
+    assert "deploy.sh" in _sent(gw)
+
+
 def test_a_bug_after_a_write_started_still_awaits_the_write_before_the_response(
     make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch, hops: str
 ) -> None:

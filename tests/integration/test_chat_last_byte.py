@@ -5,6 +5,7 @@ that fails is logged and the answer is still delivered whole."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -35,14 +36,14 @@ def test_the_stream_flows_while_the_write_waits_and_only_the_end_is_held(
     gw: Gateway = make_gateway()
     gw.upstream.script(Reply(text="aaabbbcccddd", chunks=4))
     release, writing = threading.Event(), threading.Event()
-    real_insert = gw.store.insert_message
+    real_insert = gw.store.insert_messages
 
-    def slow_insert(message: Message) -> tuple[Message, bool]:
+    def slow_insert(messages: Sequence[Message]) -> list[tuple[Message, bool]]:
         writing.set()
         assert release.wait(10)
-        return real_insert(message)
+        return real_insert(messages)
 
-    monkeypatch.setattr(gw.store, "insert_message", slow_insert)
+    monkeypatch.setattr(gw.store, "insert_messages", slow_insert)
     received: list[bytes] = []
 
     def read() -> None:
@@ -80,7 +81,7 @@ def test_a_failing_write_is_logged_and_the_answer_still_arrives(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk full")
 
-    for name in ("insert_message", "append_usage", "insert_memory"):
+    for name in ("insert_messages", "append_usage", "insert_memory"):
         setattr(gw.store, name, broken)
     # When a chat (with a remember request) goes through
     path, _, end = DOORS[door]

@@ -172,6 +172,52 @@ def test_cleanup_redelivery_is_not_processed_twice(container: FakeContainer) -> 
     assert container.cleanup.calls == [{"namespace": "alice"}]
 
 
+def _emf(out: str) -> list[dict[str, Any]]:
+    """The EMF blobs (metrics) Powertools printed."""
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"_aws"' in line]
+
+
+def test_an_invocation_that_runs_no_job_publishes_no_metrics_and_says_nothing(
+    container: FakeContainer, capsys: pytest.CaptureFixture[str], recwarn: pytest.WarningsRecorder
+) -> None:
+    # Given a batch processed once: its invocation published the job's metric
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    cleanup.handler(batch, LambdaContextStub())
+    assert any("CleanupRuns" in blob for blob in _emf(capsys.readouterr().out))
+    # When SQS delivers it again (acknowledged without running it) and a job is refused before it runs
+    cleanup.handler(batch, LambdaContextStub())
+    container.cleanup.fail_for = {"alice"}
+    batch["Records"][0]["messageId"] = "another-delivery"
+    with pytest.raises(BatchProcessingError):
+        cleanup.handler(batch, LambdaContextStub())
+    # Then neither published an application metric, and Powertools warned of nothing (runtime.log_metrics)
+    assert _emf(capsys.readouterr().out) == []
+    assert [str(w.message) for w in recwarn if "metrics" in str(w.message)] == []
+
+
+def test_the_cold_start_is_counted_by_the_first_invocation_that_succeeds(
+    container: FakeContainer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a new process (no invocation has succeeded yet)
+    monkeypatch.setattr(runtime, "_cold_start", True)
+    batch = event("sqs_cleanup_batch.json")
+    batch["Records"] = batch["Records"][:1]
+    container.cleanup.fail_for = {"alice"}
+    # When its first invocation fails, then two succeed
+    with pytest.raises(BatchProcessingError):
+        cleanup.handler(batch, LambdaContextStub())
+    container.cleanup.fail_for = set()
+    cleanup.handler(batch, LambdaContextStub())
+    batch["Records"][0]["messageId"] = "another-delivery"
+    cleanup.handler(batch, LambdaContextStub())
+    # Then ColdStart was published once, with the function's name, and each run's metric with its run
+    blobs = _emf(capsys.readouterr().out)
+    cold = [blob for blob in blobs if "ColdStart" in blob]
+    assert len(cold) == 1 and cold[0]["function_name"] == "Engram-JobsFunction"
+    assert sum("CleanupRuns" in blob for blob in blobs) == 2
+
+
 def test_cleanup_failure_is_retried_and_not_marked_done(container: FakeContainer) -> None:
     # Given the cleanup of one namespace fails
     container.cleanup.fail_for = {"alice"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +20,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from engram.adapters.search.opensearch import OpenSearchIndex, SigV4Signer, _inner_product_to_cosine
+from engram.adapters.tls import tls_context
 from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc
 from engram.domain.ports import SearchIndex
@@ -258,6 +261,55 @@ def test_region_comes_from_the_endpoint() -> None:
     assert index._signer is not None and index._signer.region == "us-east-1"
     with pytest.raises(InvalidInput):
         OpenSearchIndex("http://localhost:9200")
+
+
+def test_the_http_client_is_built_by_the_first_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an index built as bootstrap builds it (no client given): building it made no HTTP client, so
+    # no TLS context (docs/aws.md, "Cold starts")
+    made: list[dict[str, Any]] = []
+    real_client = httpx.Client
+    started = threading.Barrier(8)
+
+    def counted(**kwargs: Any) -> httpx.Client:
+        made.append(kwargs)
+        time.sleep(0.05)  # a slow build: the other first calls arrive meanwhile
+        return real_client(transport=httpx.MockTransport(serverless()))
+
+    monkeypatch.setattr(httpx, "Client", counted)
+    index = OpenSearchIndex(ENDPOINT, signer=SigV4Signer("us-east-1", CREDS), timeout=3.0)
+    assert made == []
+    # When eight threads make the first calls at once
+    errors: list[BaseException] = []
+
+    def first_call() -> None:
+        started.wait(5)
+        try:
+            index.ping()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    # Then one client was built, with the index's timeout and the process's one TLS context
+    assert errors == [] and len(made) == 1
+    assert made[0]["timeout"] == 3.0 and made[0]["verify"] is tls_context()
+    # And closing it closes that client; a closed index sends nothing
+    client = index._client()
+    index.close()
+    assert client.is_closed
+
+
+def test_an_index_never_called_closes_without_building_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[object] = []
+    monkeypatch.setattr(httpx, "Client", lambda **kwargs: made.append(kwargs))
+    index = OpenSearchIndex(ENDPOINT, signer=SigV4Signer("us-east-1", CREDS))
+    index.close()
+    assert made == []
+    with pytest.raises(RuntimeError, match="closed"):
+        index.ping()
 
 
 # -- SigV4 ------------------------------------------------------------------------------------

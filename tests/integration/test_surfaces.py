@@ -38,8 +38,14 @@ TLS_PROBE = (
     "    return default_context(*args, **kwargs)\n"
     "ssl.create_default_context = counted\n"
     "from engram.entrypoints.http.app import create_app\n"
-    "create_app()\n"
-    "print(json.dumps([f'contexts={len(made)}']))\n"
+    "container = create_app().state.container\n"
+    "built = len(made)\n"
+    "for index in (container.index.inner, container.conversations.index.inner):\n"
+    "    try:\n"
+    "        index.ping()\n"
+    "    except Exception:\n"
+    "        pass  # OpenSearch at a closed port\n"
+    "print(json.dumps([f'at init={built}', f'after a call to each index={len(made)}']))\n"
 )
 
 
@@ -103,11 +109,49 @@ def test_the_mcp_functions_init_imports_no_chat_gateway() -> None:
 
 
 @pytest.mark.parametrize("surface", ["api", "mcp"])
-def test_a_functions_init_loads_the_ca_bundle_once(surface: str) -> None:
+def test_a_functions_init_loads_no_ca_bundle_and_its_indexes_one(surface: str) -> None:
     # Given a function with two OpenSearch indexes (memories, conversations), each with its httpx client
-    # When its app is built / Then one TLS context was made for both (adapters/tls.py): a CA bundle load
-    # is ~40-60 ms of CPU
-    assert _imported(TLS_PROBE, surface=surface) == {"contexts=1"}
+    # When its app is built / Then no TLS context was made (a CA bundle load is ~40-60 ms of CPU): each
+    # index builds its client on its first call (adapters/search/opensearch.py)
+    # And after a call to each, one was made for both (adapters/tls.py)
+    assert _imported(TLS_PROBE, surface=surface) == {"at init=0", "after a call to each index=1"}
+
+
+FACTORY_PROBE = (
+    "import gc, json, sys\n"
+    "collections = []\n"
+    "def started(phase, info):\n"  # from the factory module's first statement on (not its parents, not compiling it)
+    "    factory = sys.modules.get('engram.entrypoints.http.factory')\n"
+    "    if phase == 'start' and factory is not None and '_COLLECTING' in vars(factory):\n"
+    "        collections.append(info['generation'])\n"
+    "gc.callbacks.append(started)\n"
+    "from engram.entrypoints.http.factory import create_app\n"
+    "try:\n"
+    "    create_app()\n"
+    "    built = 'built'\n"
+    "except Exception as exc:\n"
+    "    built = type(exc).__name__\n"
+    "during = len(collections)\n"
+    "print(json.dumps([built, f'collections during init={during}', f'collecting={gc.isenabled()}',\n"
+    "                  f'frozen={gc.get_freeze_count() > 0}']))\n"
+)
+
+
+@pytest.mark.parametrize("surface", ["api", "mcp"])
+def test_run_shs_factory_builds_the_app_with_the_collector_paused_then_frozen(surface: str) -> None:
+    # Given a function started as run.sh starts it (uvicorn imports the factory module, then calls it)
+    # When its app is built in a fresh interpreter
+    # Then no collection ran during the init, the collector runs again afterwards, and what init made is
+    # frozen out of later collections (entrypoints/http/factory.py)
+    found = _imported(FACTORY_PROBE, surface=surface)
+    assert found == {"built", "collections during init=0", "collecting=True", "frozen=True"}
+
+
+def test_the_factory_resumes_the_collector_when_the_app_cannot_be_built() -> None:
+    # Given settings the app cannot be built from (a DynamoDB store without its table)
+    found = _imported(FACTORY_PROBE, surface="api", store="dynamodb")
+    # Then the error is the app's, and the collector runs again
+    assert "NotConfigured" in found and "collecting=True" in found
 
 
 @pytest.mark.parametrize(

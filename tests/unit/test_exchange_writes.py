@@ -248,3 +248,55 @@ def test_a_claim_is_settled_beside_the_writes() -> None:
     # Then the claim was delivered and the exchange stored
     assert settled == [("turn_x", True)]
     assert [m.role for m in store.list_messages("default")] == ["user", "assistant"]
+
+
+def test_a_turns_two_sides_are_one_store_write_and_one_index_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a recorder whose store's and conversation index's batch writes are counted
+    clock = ManualClock()
+    c, store = _container(clock)
+    rec = _recorder(c, clock, RecordingQueue())
+    batches: list[list[str]] = []
+    indexed: list[list[str]] = []
+    real_insert, index = store.insert_messages, c.conversations.index
+    real_upsert = index.upsert_many
+
+    def insert_messages(messages: Any) -> Any:
+        batches.append([m.role for m in messages])
+        return real_insert(messages)
+
+    def upsert_many(docs: Any) -> None:
+        indexed.append([d.text for d in docs])
+        real_upsert(docs)
+
+    monkeypatch.setattr(store, "insert_messages", insert_messages)
+    monkeypatch.setattr(index, "upsert_many", upsert_many)
+    # When an exchange is settled
+    _exchange(rec, _turn("hello there"))
+    # Then both sides went to the store in one call, in order, and to the conversation index in one call
+    assert batches == [["user", "assistant"]]
+    assert indexed == [["hello there", "the answer"]]
+    assert [m.role for m in store.list_messages("default")] == ["user", "assistant"]
+
+
+def test_a_failed_turn_write_stores_each_side_alone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a store that refuses a write of two messages at once, and one refusing the assistant's side
+    clock = ManualClock()
+    c, store = _container(clock)
+    rec = _recorder(c, clock, RecordingQueue())
+    real_insert = store.insert_messages
+
+    def insert_messages(messages: Any) -> Any:
+        if len(messages) > 1 or messages[0].role == "assistant":
+            raise UpstreamUnavailable("the store is away")
+        return real_insert(messages)
+
+    monkeypatch.setattr(store, "insert_messages", insert_messages)
+    # When an exchange is settled
+    _exchange(rec, _turn("hello"))
+    # Then the user's side is stored alone, and both failures are logged
+    assert [m.role for m in store.list_messages("default")] == ["user"]
+    logged = [r.getMessage() for r in caplog.records]
+    assert "storing the exchange in one write failed; storing each side alone" in logged
+    assert "storing the exchange failed" in logged

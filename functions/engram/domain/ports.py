@@ -169,6 +169,14 @@ class MessageRows(Protocol):
         was stored: the caller's clock) defaults to ``created_at``."""
         ...
 
+    def insert_messages(self, messages: Sequence[Message]) -> list[tuple[Message, bool]]:
+        """``insert_message`` for each, in order (a later one with an ``external_id`` an earlier one of the
+        batch took returns that one), the results in the same order. One transaction where the store has
+        them across rows (SQLite: all or none); elsewhere message by message, so a failure leaves the
+        earlier ones stored (DynamoDB: a transaction may not touch the thread row twice). A chat turn
+        stores its two sides with one call."""
+        ...
+
     def list_messages_stored(
         self,
         namespace: str,
@@ -473,6 +481,13 @@ class SearchIndex(Protocol):
     """
 
     def upsert(self, doc: IndexedDoc) -> str: ...
+
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        """``upsert`` each document, in order (a later one of the same (namespace, memory_id) wins); one
+        transaction on the SQLite index, one by one elsewhere. Returns no references: a caller that keeps
+        them (OpenSearch's differ from the memory id) upserts one by one. The conversation index takes a
+        stored turn's messages this way."""
+        ...
 
     def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None: ...
 

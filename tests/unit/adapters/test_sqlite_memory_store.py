@@ -13,7 +13,7 @@ from engram.adapters.storage.sqlite import SCHEMA_VERSION, SqliteMemoryStore
 from engram.adapters.storage.sqlite import memories as sqlite_memories
 from engram.adapters.storage.sqlite.schema import MIGRATIONS
 from engram.domain.errors import Conflict, UpstreamUnavailable
-from engram.domain.models import Memory, MemoryFilter
+from engram.domain.models import Memory, MemoryFilter, Message
 
 from tests.fakes.clock import ManualClock
 
@@ -212,4 +212,31 @@ def test_a_broken_uniqueness_rule_is_a_conflict_without_sqlite_internals(tmp_pat
                 store.insert_memory(row)
             assert err.value.message == message
     finally:
+        store.close()
+
+
+def test_messages_stored_together_are_one_transaction(tmp_path: Path) -> None:
+    # Given a store, and the statements its connection runs
+    store = SqliteMemoryStore(tmp_path / "engram.db", clock=CLOCK)
+    store.insert_message(Message(id="m0", namespace="alice", role="user", content="hi", created_at=T0))
+    statements: list[str] = []
+    db = store._connection()
+    db.set_trace_callback(statements.append)
+
+    def side(message_id: str, minute: int) -> Message:
+        at = T0 + timedelta(minutes=minute)
+        return Message(id=message_id, namespace="alice", role="user", content=message_id, created_at=at)
+
+    try:
+        # When a turn's two sides are stored together
+        store.insert_messages([side("m1", 1), side("m2", 2)])
+        # Then they are one transaction: one BEGIN, one COMMIT
+        assert [s for s in statements if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE", "COMMIT"]
+        # And a batch that breaks a rule half-way stores none of it (nor counts it in the thread)
+        with pytest.raises(Conflict):
+            store.insert_messages([side("m3", 3), side("m1", 4)])
+        assert [m.id for m in store.list_messages("alice")] == ["m0", "m1", "m2"]
+        assert store.get_thread("alice", "default").message_count == 3
+    finally:
+        db.set_trace_callback(None)
         store.close()

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 import pytest
-from engram.adapters.search import sqlite as sqlite_module
+from engram.adapters.search import sqlite_caches as sqlite_module
 from engram.adapters.search.keyword_cache import KeywordCache
 
 

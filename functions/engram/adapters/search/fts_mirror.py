@@ -10,11 +10,14 @@ expression in its order (``fts5Bm25Function``: phrase by phrase, the namespace p
 
 When it is the same, to the bit:
 
-- Every token of every document is ``[a-z0-9]+`` (``domain/text.py``'s ASCII tokens): then FTS5's
-  ``unicode61`` tokenizer keeps each token whole and unchanged, so its counts are ``str.split``'s and a
-  row's length is its tokens plus the one namespace token. A namespace holding any other token (another
-  script, which ``unicode61`` might split or fold by its own Unicode tables) is ranked by FTS5, and so is
-  a query with such a term or one that looks like a namespace token.
+- Every token of every document is one FTS5's tokenizer keeps whole and unchanged: then its counts are
+  ``str.split``'s and a row's length is its tokens plus the one namespace token. ``unicode61`` decides
+  character by character (a token character or a separator, folded or not, by its own Unicode tables),
+  so a token is kept whole and unchanged when each of its characters, alone, is a token equal to itself.
+  ``[a-z0-9]`` are; any other character (another script: Chinese, accented Latin, Cyrillic) is asked of
+  this SQLite build's tokenizer once (``Fts5Chars``: FTS5's own terms of it, on a private in-memory
+  table). A namespace holding a token with any other character (one ``unicode61`` splits at, drops or
+  folds) is ranked by FTS5, and so is a query with such a term or one that looks like a namespace token.
 - The cut itself: two rows whose scores are within ``TIE_EPSILON`` of each other across the cut are only
   ordered the same as SQLite's arithmetic if they have the same inputs (length and term counts: then the
   same double in any arithmetic, and the tie goes by rowid, or memory_id with a type filter, in both);
@@ -27,15 +30,21 @@ re-scored from them (``rescore_cut``: ``rescore_bm25``'s expressions element-wis
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import sqlite3
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
+from engram.adapters.search.fts import FTS5_TOKENIZER
 from engram.adapters.search.inmemory import bm25_idf, bm25_norm, bm25_term
+
+log = logging.getLogger(__name__)
 
 # FTS5's bm25() constants (fts5_aux.c).
 FTS5_K1 = 1.2
@@ -78,9 +87,66 @@ def rescore_cut(
     return scored
 
 
+class Fts5Chars:
+    """The characters FTS5's tokenizer (``FTS5_TOKENIZER``, as this SQLite build has it) keeps as a token
+    equal to themselves, and those it does not (a separator, dropped, or folded into another): each asked
+    of FTS5 once per process, by indexing it alone in a private in-memory table and reading the terms back
+    (``fts5vocab``). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept = set("abcdefghijklmnopqrstuvwxyz0123456789")
+        self._other: set[str] = set()
+
+    def whole(self, token: str) -> bool:
+        """Whether FTS5 keeps ``token`` whole and unchanged (module docstring)."""
+        if token.isascii():
+            return _PLAIN.fullmatch(token) is not None
+        if self._kept.issuperset(token):
+            return True
+        self.learn(token)
+        return self._kept.issuperset(token)
+
+    def learn(self, chars: Iterable[str]) -> None:
+        """Ask FTS5 about the characters of ``chars`` not asked yet, in one go (a mirror's load)."""
+        unknown = set(chars) - self._kept - self._other
+        if not unknown:
+            return
+        with self._lock:
+            unknown -= self._kept | self._other
+            if not unknown:
+                return
+            asked = sorted(unknown)
+            try:
+                terms = _fts5_terms(asked)
+            except sqlite3.Error as exc:  # not asked: ranked by FTS5, asked again next time
+                log.warning("could not ask FTS5's tokenizer about %d characters: %s", len(asked), exc)
+                return
+            for i, char in enumerate(asked):
+                (self._kept if terms.get(i) == [char] else self._other).add(char)
+
+
+def _fts5_terms(texts: Sequence[str]) -> dict[int, list[str]]:
+    """FTS5's terms of each text (by position), tokenized as search_fts's columns are."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(f"CREATE VIRTUAL TABLE probe USING fts5(t, tokenize = '{FTS5_TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE probe_terms USING fts5vocab(probe, 'instance')")
+        conn.executemany("INSERT INTO probe (rowid, t) VALUES (?, ?)", enumerate(texts))
+        found: dict[int, list[str]] = {}
+        for row, term in conn.execute("SELECT doc, term FROM probe_terms ORDER BY doc, offset"):
+            found.setdefault(int(row), []).append(str(term))
+        return found
+    finally:
+        conn.close()
+
+
+FTS5_CHARS = Fts5Chars()
+
+
 def plain_terms(terms: Sequence[str]) -> bool:
     """Whether a query's terms are ones the mirror can rank (see the module's docstring)."""
-    return all(_PLAIN.fullmatch(t) and not _NAMESPACE_TOKEN.fullmatch(t) for t in terms)
+    return all(FTS5_CHARS.whole(t) and not _NAMESPACE_TOKEN.fullmatch(t) for t in terms)
 
 
 class FtsMirror:
@@ -92,23 +158,25 @@ class FtsMirror:
         """``rows``: (FTS rowid, memory_id, type, tokens joined by spaces) of every document."""
         self.generation = generation
         self.docs: dict[str, tuple[int, str, Counter[str], int]] = {}
-        self.unplain = 0  # documents with a token that is not [a-z0-9]+: while any, FTS5 ranks
+        self.unplain: set[str] = set()  # documents with a token FTS5 does not keep whole: while any, FTS5 ranks
         self._built: _Arrays | None = None
         self._fresh: set[str] = set()  # memory_ids put since the arrays were built (scored one by one)
         self._gone: set[int] = set()  # built rows removed or replaced since
+        rows = list(rows)
+        FTS5_CHARS.learn("".join(tokens for _, _, _, tokens in rows if not tokens.isascii()))
         for rowid, memory_id, type_, tokens in rows:
             self.put(rowid, memory_id, type_, tokens)
 
     @property
     def usable(self) -> bool:
-        return self.unplain == 0
+        return not self.unplain
 
     def put(self, rowid: int, memory_id: str, type_: str, tokens: str) -> None:
         self.remove(memory_id)
         split = tokens.split()
         counts = Counter(split)
-        if not all(_PLAIN.fullmatch(t) for t in counts):
-            self.unplain += 1
+        if not all(map(FTS5_CHARS.whole, counts)):
+            self.unplain.add(memory_id)
         self.docs[memory_id] = (rowid, type_, counts, len(split) + 1)  # + the namespace token
         self._fresh.add(memory_id)
 
@@ -116,8 +184,7 @@ class FtsMirror:
         doc = self.docs.pop(memory_id, None)
         if doc is None:
             return
-        if not all(_PLAIN.fullmatch(t) for t in doc[2]):
-            self.unplain -= 1
+        self.unplain.discard(memory_id)
         self._fresh.discard(memory_id)
         if self._built is not None and memory_id in self._built.rows:
             self._gone.add(self._built.rows[memory_id])

@@ -217,6 +217,11 @@ class InMemorySearchIndex:
             ns.add(_Doc(doc.memory_id, doc.type, Counter(tokens), len(tokens), vector))
         return doc.memory_id
 
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        with self._lock:
+            for doc in docs:
+                self.upsert(doc)
+
     def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
         with self._lock:
             ns = self._namespaces.get(namespace)

@@ -60,16 +60,23 @@ class SigV4Signer:
         self.region = region
         self.service = service
         self._credentials = credentials
+        self._lock = threading.Lock()
 
     def _frozen(self) -> Any:
-        if self._credentials is None:
-            import botocore.session
+        # The credential chain is looked up by the first request (once, whichever thread signs first), never
+        # when the index is built.
+        credentials = self._credentials
+        if credentials is None:
+            with self._lock:
+                if self._credentials is None:
+                    import botocore.session
 
-            self._credentials = botocore.session.get_session().get_credentials()
-            if self._credentials is None:
-                raise UpstreamRejected("no AWS credentials to sign OpenSearch requests", status=502)
-        get_frozen = getattr(self._credentials, "get_frozen_credentials", None)
-        return get_frozen() if callable(get_frozen) else self._credentials
+                    self._credentials = botocore.session.get_session().get_credentials()
+                    if self._credentials is None:
+                        raise UpstreamRejected("no AWS credentials to sign OpenSearch requests", status=502)
+                credentials = self._credentials
+        get_frozen = getattr(credentials, "get_frozen_credentials", None)
+        return get_frozen() if callable(get_frozen) else credentials
 
     def sign(self, request: httpx.Request) -> None:
         from botocore.auth import SigV4Auth
@@ -111,8 +118,14 @@ class OpenSearchIndex:
         if signer is None and sign:
             signer = SigV4Signer(region or _region_from_endpoint(endpoint))
         self._signer = signer
-        # The process's one TLS context: a client of its own would load the CA bundle again (adapters/tls.py).
-        self._http = http_client or httpx.Client(timeout=timeout, verify=tls_context())
+        # The HTTP client is built by the first index call (``_client``), not here: its TLS context (the CA
+        # bundle, ~40 ms of CPU the first time in a process) and httpx's transport (~25 ms) are init work of
+        # every function that builds the index, and many cold starts never call it (docs/aws.md, "Cold
+        # starts"). The signer reads the credentials and imports botocore's SigV4 on its first request.
+        self._http = http_client
+        self._timeout = timeout
+        self._http_lock = threading.Lock()
+        self._closed = False
         self._endpoint = endpoint
         self._retry_backoff = retry_backoff
         self._index = index
@@ -149,12 +162,27 @@ class OpenSearchIndex:
             f"OpenSearch {method} {path}: {response.status_code} {reason}", status=502, body=response.content
         )
 
+    def _client(self) -> httpx.Client:
+        """The HTTP client, built by the first call (once, whichever thread asks first)."""
+        client = self._http
+        if client is None:
+            with self._http_lock:
+                client = self._http
+                if client is None:
+                    if self._closed:  # as a closed httpx client refuses to send
+                        raise RuntimeError("the OpenSearch index is closed")
+                    # The process's one TLS context: a client of its own would load the CA bundle again
+                    # (adapters/tls.py).
+                    client = self._http = httpx.Client(timeout=self._timeout, verify=tls_context())
+        return client
+
     def _send(self, method: str, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
-        request = self._http.build_request(method, f"{self._endpoint}{path}", content=content, headers=headers)
+        http = self._client()
+        request = http.build_request(method, f"{self._endpoint}{path}", content=content, headers=headers)
         if self._signer is not None:
             self._signer.sign(request)
         try:
-            return self._http.send(request)
+            return http.send(request)
         except httpx.TimeoutException as exc:
             raise UpstreamUnavailable(f"OpenSearch {method} {path} timed out") from exc
         except httpx.HTTPError as exc:
@@ -238,6 +266,11 @@ class OpenSearchIndex:
         with self._lock:
             self._recent[(doc.namespace, doc.memory_id)] = [ref]
         return ref
+
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        """One by one: each upsert also deletes the memory's older documents it finds (``upsert``)."""
+        for doc in docs:
+            self.upsert(doc)
 
     def _document_ids(self, namespace: str, memory_id: str) -> list[str]:
         """Known ``_id``s of a memory: written by this process, or found by a (lagging) search."""
@@ -373,7 +406,10 @@ class OpenSearchIndex:
         self._request("GET", f"/{self._index}/_mapping", ok=(404,))
 
     def close(self) -> None:
-        self._http.close()
+        with self._http_lock:
+            client, self._closed = self._http, True
+        if client is not None:  # never built: nothing to close
+            client.close()
 
 
 def _region_from_endpoint(endpoint: str) -> str:

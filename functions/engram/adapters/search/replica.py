@@ -349,6 +349,12 @@ class ReplicaSearchIndex:
             self._apply(space, [row], meta)
         return doc.memory_id
 
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        """One log row and one apply per document, under one hold of the lock."""
+        with self._lock:
+            for doc in docs:
+                self.upsert(doc)
+
     def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
         with self._lock:
             row = LogRow(namespace=namespace, memory_id=memory_id, seq=SEQ.next(), deleted=True)

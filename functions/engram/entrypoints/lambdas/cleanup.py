@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engram.domain.errors import InvalidInput
-from engram.entrypoints.lambdas.runtime import get_container, logger, metrics, run_job, tracer
+from engram.entrypoints.lambdas.runtime import get_container, log_metrics, logger, run_job, tracer
 from engram.services.jobs.registry import JOBS_NAMESPACE, job_named, run_once
 
 __all__ = ["JOBS_NAMESPACE", "decode_job", "handler", "record_handler"]
@@ -77,7 +77,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     # A processor per invocation: it collects the batch's successes and failures as it goes, so one shared
     # by every invocation would mix two batches handled at once (one Lambda instance never does; two

@@ -9,11 +9,11 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engram.entrypoints.lambdas.runtime import logger, metrics, run_job, tracer
+from engram.entrypoints.lambdas.runtime import log_metrics, logger, run_job, tracer
 
 
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return run_job("dream", event or {}, context).report

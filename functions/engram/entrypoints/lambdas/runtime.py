@@ -8,10 +8,11 @@ invocations of the same execution environment.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -28,6 +29,37 @@ from engram.settings import load_settings
 logger = Logger(service=METRICS_SERVICE)
 tracer = Tracer(service=METRICS_SERVICE)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=METRICS_SERVICE)
+
+Event = TypeVar("Event")
+Response = TypeVar("Response")
+_cold_lock = threading.Lock()
+_cold_start = True  # no invocation of this process has succeeded yet
+
+
+def log_metrics(handler: Callable[[Event, LambdaContext], Response]) -> Callable[[Event, LambdaContext], Response]:
+    """Publish the invocation's metrics when it ends, and the ``ColdStart`` metric with the process's first
+    invocation that succeeds: Powertools' ``metrics.log_metrics(capture_cold_start_metric=True)``, except
+    that an invocation that added no application metric publishes none, without a warning. Those are the
+    invocations that ran no job: a redelivered SQS message acknowledged without running it, a duplicate
+    refused while the first delivery still runs, a job refused before it ran (its error is Lambda's own
+    ``Errors`` metric). Powertools warns on each ("No application metrics to publish"); its
+    ``raise_on_empty_metrics`` would fail them instead."""
+
+    @functools.wraps(handler)
+    def publish(event: Event, context: LambdaContext) -> Response:
+        global _cold_start
+        try:
+            response = handler(event, context)
+            with _cold_lock:
+                first, _cold_start = _cold_start, False
+            if first:
+                metrics.provider.add_cold_start_metric(context=context)  # its own EMF line, as Powertools writes it
+        finally:
+            if metrics.metric_set:
+                metrics.flush_metrics()
+        return response
+
+    return publish
 
 
 class JobContainer(Protocol):

@@ -56,6 +56,8 @@ _REMEMBER = re.compile(
 _REMEMBER_ZH = re.compile(
     r"^\s*(?:请|請)?(?:帮我|幫我)?(?:记住|記住|记一下|記一下)\s*[:：,，]?\s*(?P<x>.+)$", re.DOTALL
 )
+# One side of an exchange to store: role, text, when, and why it got no answer (the user's side of a failed turn).
+_Side = tuple[Literal["user", "assistant"], str, datetime, str | None]
 _NOT_A_REQUEST = re.compile(r"^(when|what|how|who|where|why|if|whether|me\b|the time)", re.IGNORECASE)
 
 
@@ -350,18 +352,10 @@ class ExchangeRecorder:
             writes.append((lambda: self._store_usage(req, usage, now), "storing usage failed"))
         if req.user_text:
             note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
-            user_text = req.user_text
-            writes.append(
-                (lambda: self._store_message(req, owed, "user", user_text, now, note), "storing the exchange failed")
-            )
+            sides: list[_Side] = [("user", req.user_text, now, note)]
             if assistant_text.strip():
-                later = now + timedelta(microseconds=1)
-                writes.append(
-                    (
-                        lambda: self._store_message(req, owed, "assistant", assistant_text, later),
-                        "storing the exchange failed",
-                    )
-                )
+                sides.append(("assistant", assistant_text, now + timedelta(microseconds=1), None))
+            writes.append((lambda: self._store_messages(req, owed, sides), "storing the exchange failed"))
         if self._queue is not None and not self._cleanup_known(req.namespace, now):
             writes.append((lambda: self._maybe_cleanup(req.namespace, now), "enqueueing cleanup failed"))
         return writes
@@ -407,27 +401,42 @@ class ExchangeRecorder:
             )
         )
 
-    def _store_message(
-        self,
-        req: TurnRequest,
-        owed: Owed,
-        role: Literal["user", "assistant"],
-        content: str,
-        at: datetime,
-        error: str | None = None,
-    ) -> None:
-        """One side of the exchange under its turn's id, which a retry of the same turn repeats (``turn_of``)."""
+    def _store_messages(self, req: TurnRequest, owed: Owed, sides: Sequence[_Side]) -> None:
+        """The exchange's sides under its turn's id, which a retry of the same turn repeats (``turn_of``),
+        in one ingest: one store transaction and one conversation-index write for the turn (SQLite). If
+        that fails, each side is tried alone, so one that can be stored is not lost with the other."""
+        turn = self.turn_of(req, owed)
+        messages = [self._message_in(req, turn, *side) for side in sides]
+        try:
+            self._messages.ingest(req.namespace, messages)
+        except Exception:
+            if len(messages) == 1:
+                raise
+            log.warning("storing the exchange in one write failed; storing each side alone", exc_info=True)
+            failed: Exception | None = None
+            for message in messages:
+                try:
+                    self._messages.ingest(req.namespace, [message])
+                except Exception as exc:
+                    failed = exc
+            if failed is not None:
+                raise failed from None
+
+    @staticmethod
+    def _message_in(
+        req: TurnRequest, turn: str, role: Literal["user", "assistant"], content: str, at: datetime, error: str | None
+    ) -> MessageIn:
+        """One side of the exchange, named by its turn and role."""
         model = req.route.requested if role == "user" else req.route.model
-        message = MessageIn(
+        return MessageIn(
             role=role,
             content=content[:_MAX_STORED_CHARS],
             conversation_id=req.conversation,
-            id=f"gw-{self.turn_of(req, owed)}-{role[0]}",
+            id=f"gw-{turn}-{role[0]}",
             created_at=at,
             model=model[:200],
             error=error,
         )
-        self._messages.ingest(req.namespace, [message])
 
     def _cleanup_known(self, namespace: str, now: datetime) -> bool:
         """Whether this process knows the namespace's cleanup mark still holds at ``now`` (it wrote or

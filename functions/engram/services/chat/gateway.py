@@ -299,14 +299,15 @@ class ChatService:
         stream = bool(body.get("stream"))
         t0 = time.perf_counter()
         self._record.sent(owed)
-        task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         if not stream:
             try:
-                reply = await task
+                reply = await upstream.send("POST", path, body, headers=headers)
             finally:
                 timing.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
             return await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
+        # A task, so the first keep-alive can go out while the upstream has not answered yet.
+        task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
         done, _ = await asyncio.wait({task}, timeout=self._config().keepalive_seconds)
         timing.upstream_ms = (time.perf_counter() - t0) * 1000
         first: UpstreamReply | None = None

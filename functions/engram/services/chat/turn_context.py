@@ -81,7 +81,7 @@ class TurnContextSource:
         for task in late - {claim}:
             task.cancel()  # read-only: its thread finishes on its own, its answer is dropped
 
-        boot_text = boot.result()[0] if boot.done() and not boot.cancelled() else ""
+        boot_text = _outcome(boot, ("", ()))[0] if boot.done() and not boot.cancelled() else ""
         reason: Reason
         recall_text = ""
         recalled: tuple[str, ...] = ()
@@ -90,7 +90,7 @@ class TurnContextSource:
         elif recall in late:
             reason = "recall_timeout"
         else:
-            reason, recall_text, recalled = recall.result()
+            reason, recall_text, recalled = _outcome(recall, ("recall_failed", "", ()))
         conversation_text = ""
         fragments: tuple[str, ...] = ()
         if past is not None and past not in late:
@@ -103,7 +103,7 @@ class TurnContextSource:
             if claim in late:
                 late_claim = claim
             else:
-                reminders = claim.result()
+                reminders = _outcome(claim, None)
         if late and reason not in ("not_injectable", "recall_timeout"):
             reason = "recall_timeout"  # another source missed the deadline: the context is incomplete
         return TurnContext(
@@ -146,20 +146,31 @@ class TurnContextSource:
             loop.call_soon_threadsafe(_settle, future, value, error)
 
         def read_all() -> None:
+            # Each read answers its own future, whatever happens to the others: a source that fails past
+            # its own guard is answered with its degraded value, and the reads after it still run.
             if claim is not None:
-                answer(claim, self._claim_now(req.namespace))
+                answer_from(claim, lambda: self._claim_now(req.namespace), None)
             if past is not None:
-                try:
-                    answer(past, self._search_conversations(req))
-                except Exception as exc:  # read by ``_past_conversations``, which logs it
-                    answer(past, None, exc)
+                answer_from(past, lambda: self._search_conversations(req), _FAILED)
+            block: tuple[str, tuple[str, ...]]
             if cached is None:
-                block = self._boot_now(req.namespace, req.agent, boot_max_chars)
-                answer(boot, block)
+                block = answer_from(boot, lambda: self._boot_now(req.namespace, req.agent, boot_max_chars), ("", ()))
             else:
                 block = (cached.text, cached.memory_ids)
             if recall is not None:
-                answer(recall, self._recall_now(req, block[1]))
+                answer_from(recall, lambda: self._recall_now(req, block[1]), ("recall_failed", "", ()))
+
+        def answer_from(future: asyncio.Future[Any], read: Callable[[], Any], degraded: Any) -> Any:
+            try:
+                value = read()
+            except Exception as exc:
+                if degraded is _FAILED:  # read by ``_past_conversations``, which logs it
+                    answer(future, None, exc)
+                    return None
+                log.warning("a source of the turn's context failed; the chat goes on without it", exc_info=True)
+                value = degraded
+            answer(future, value)
+            return value
 
         job = asyncio.ensure_future(asyncio.to_thread(read_all))
         job.add_done_callback(_log_failure)
@@ -186,7 +197,8 @@ class TurnContextSource:
         self, boot: asyncio.Future[tuple[str, tuple[str, ...]]], req: TurnRequest
     ) -> tuple[Reason, str, tuple[str, ...]]:
         """The memories for the turn (not those of the boot block): the reason, their text, their ids."""
-        _, boot_ids = await boot
+        await asyncio.wait({boot})  # a failed boot block leaves the recall to go on without its ids
+        _, boot_ids = _outcome(boot, ("", ()))
         return await asyncio.to_thread(self._recall_now, req, boot_ids)
 
     def _recall_now(self, req: TurnRequest, boot_ids: tuple[str, ...]) -> tuple[Reason, str, tuple[str, ...]]:
@@ -248,6 +260,18 @@ class TurnContextSource:
             log.warning("recalling past conversations failed; the chat goes on without them", exc_info=True)
             return "", ()
         return str(text), tuple(shown)
+
+
+_FAILED = object()  # ``answer_from``: hand the exception itself to the future's reader
+
+
+def _outcome(future: asyncio.Future[Any], degraded: Any) -> Any:
+    """A finished source's answer, or its degraded value when it failed past its own guard (logged)."""
+    try:
+        return future.result()
+    except Exception:
+        log.warning("a source of the turn's context failed; the chat goes on without it", exc_info=True)
+        return degraded
 
 
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:

@@ -152,6 +152,9 @@ class GuardedIndex:
     def upsert(self, doc: IndexedDoc) -> str:
         return self._call("upsert", lambda: self._inner.upsert(doc))
 
+    def upsert_many(self, docs: Sequence[IndexedDoc]) -> None:
+        self._call("upsert_many", lambda: self._inner.upsert_many(docs))
+
     def delete(self, namespace: str, memory_id: str, ref: str | None = None) -> None:
         self._call("delete", lambda: self._inner.delete(namespace, memory_id, ref))
 

@@ -65,13 +65,11 @@ class MessageService:
         self._on_stored = on_stored
 
     def ingest(self, namespace: str, messages: Sequence[MessageIn]) -> dict[str, Any]:
-        """Store messages once each; returns ids and how many were new."""
-        stored: list[dict[str, Any]] = []
-        created = 0
-        fresh: list[Message] = []
+        """Store messages once each, in one store call (one transaction on SQLite); returns ids and how
+        many were new."""
         now = self._clock.now()
-        for msg in messages:
-            row, new = self._store.insert_message(
+        rows = self._store.insert_messages(
+            [
                 Message(
                     id=new_id("msg"),
                     namespace=namespace,
@@ -84,11 +82,12 @@ class MessageService:
                     error=msg.error,
                     stored_at=now,
                 )
-            )
-            created += int(new)
-            stored.append({"id": row.id, "created": new})
-            if new:
-                fresh.append(row)
+                for msg in messages
+            ]
+        )
+        stored = [{"id": row.id, "created": new} for row, new in rows]
+        fresh = [row for row, new in rows if new]
+        created = len(fresh)
         if fresh and self._on_stored is not None:
             try:
                 self._on_stored(namespace, fresh)

@@ -277,9 +277,10 @@ class ConversationService:
         if not self.config.enabled:
             return 0
         readable = [m for m in messages if m.role in READABLE and m.content.strip()]
-        try:
-            for message in readable:
-                self._index.upsert(_document(namespace, message, None))
+        if not readable:
+            return 0
+        try:  # one index write for all of them (one transaction on SQLite: a turn's two sides at once)
+            self._index.upsert_many([_document(namespace, message, None) for message in readable])
         except Exception as exc:
             log.warning("keyword-indexing a stored message failed (the extraction job indexes it): %s", exc)
             return 0

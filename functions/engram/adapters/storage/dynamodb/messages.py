@@ -70,6 +70,11 @@ class DynamoMessages(DynamoStoreBase):
             raise Conflict(f"message {message.id} already exists") from exc
         return message, True
 
+    def insert_messages(self, messages: Sequence[Message]) -> list[tuple[Message, bool]]:
+        """One transaction per message: two of one thread in one ``TransactWriteItems`` would update its
+        thread row twice, which DynamoDB refuses."""
+        return [self.insert_message(message) for message in messages]
+
     def _count_in_thread(self, message: Message, *, old: bool = False) -> dict[str, Any]:
         """The thread's row, created with its first message; counted, moved to this message's time and
         taken out of the recycle bin by every message. An ``old`` message (``engram migrate``, older than

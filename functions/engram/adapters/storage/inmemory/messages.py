@@ -32,6 +32,10 @@ class InMemoryMessages(InMemoryStoreBase):
             self._count_in_thread(message)
             return message, True
 
+    def insert_messages(self, messages: Sequence[Message]) -> list[tuple[Message, bool]]:
+        with self._lock:
+            return [self.insert_message(message) for message in messages]
+
     def _count_in_thread(self, message: Message) -> None:
         threads = self._threads.setdefault(message.namespace, {})
         thread = threads.get(message.conversation_id) or Thread(

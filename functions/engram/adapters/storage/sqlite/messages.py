@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -12,27 +13,42 @@ from engram.adapters.storage.sqlite.tables import MESSAGES, THREAD_ORDER, THREAD
 from engram.domain.errors import NotFound
 from engram.domain.models import Message, Page, Thread
 
+_INSERT_MESSAGE = f"{MESSAGES.insert_sql} ON CONFLICT (namespace, external_id) DO NOTHING"
+_COUNT_IN_THREAD = (
+    "INSERT INTO threads (namespace, id, title, message_count, last_message_at, created_at, deleted_at)"
+    " VALUES (?, ?, NULL, 1, ?, ?, NULL) ON CONFLICT (namespace, id) DO UPDATE SET"
+    " message_count = message_count + 1, last_message_at = excluded.last_message_at, deleted_at = NULL"
+)
+
 
 class SqliteMessages(SqliteStoreBase):
     # -- messages -------------------------------------------------------------------------
     def insert_message(self, message: Message) -> tuple[Message, bool]:
-        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
+        return self.insert_messages([message])[0]
+
+    def insert_messages(self, messages: Sequence[Message]) -> list[tuple[Message, bool]]:
+        """Every message in one transaction: a turn's two sides cost one commit, not two."""
+        if not messages:
+            return []
+        results: list[tuple[Message, bool]] = []
         with self._transaction() as db:
-            sql = f"{MESSAGES.insert_sql} ON CONFLICT (namespace, external_id) DO NOTHING"
-            if db.execute(sql, MESSAGES.insert_params(message)).rowcount == 1:
-                at = to_iso(message.created_at)
-                db.execute(
-                    "INSERT INTO threads (namespace, id, title, message_count, last_message_at, created_at, deleted_at)"
-                    " VALUES (?, ?, NULL, 1, ?, ?, NULL) ON CONFLICT (namespace, id) DO UPDATE SET"
-                    " message_count = message_count + 1, last_message_at = excluded.last_message_at, deleted_at = NULL",
-                    (message.namespace, message.conversation_id, at, at),
-                )
-                return message, True
-            stored = self._select_one(
-                MESSAGES, "namespace = ? AND external_id = ?", (message.namespace, message.external_id)
-            )
-        assert stored is not None, "the insert was skipped only because this external_id exists"
-        return stored, False
+            for message in messages:
+                results.append(self._insert_one(db, message))
+        return results
+
+    def _insert_one(self, db: sqlite3.Connection, message: Message) -> tuple[Message, bool]:
+        """``insert_message`` inside the caller's transaction."""
+        message = message.model_copy(update={"stored_at": message.stored_at or message.created_at})
+        if db.execute(_INSERT_MESSAGE, MESSAGES.insert_params(message)).rowcount == 1:
+            at = to_iso(message.created_at)
+            db.execute(_COUNT_IN_THREAD, (message.namespace, message.conversation_id, at, at))
+            return message, True
+        row = db.execute(
+            "SELECT * FROM messages WHERE namespace = ? AND external_id = ? LIMIT 1",
+            (message.namespace, message.external_id),
+        ).fetchone()
+        assert row is not None, "the insert was skipped only because this external_id exists"
+        return MESSAGES.load(row), False
 
     def list_messages(
         self,
