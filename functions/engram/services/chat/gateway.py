@@ -27,7 +27,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,7 +52,14 @@ from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.history import HistoryService, place_history
 from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.chat.routing import anthropic_has_images, openai_has_images, route
-from engram.services.chat.stream_relay import CLIENT_GONE, INTERNAL, EarlyStart, StreamTap, relay_stream
+from engram.services.chat.stream_relay import (
+    CLIENT_GONE,
+    INTERNAL,
+    EarlyStart,
+    StreamTap,
+    first_answer,
+    relay_stream,
+)
 from engram.services.chat.turn import Outcome, TurnRequest, Wire, client_wants_usage, thread_of
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.runtime_settings import Live
@@ -326,52 +333,9 @@ class ChatService:
                 **extra,
             }
 
-        if early is None:
-            # A task, so the first keep-alive can go out while the upstream has not answered yet.
-            task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
-            done, _ = await asyncio.wait({task}, timeout=keepalive)
-            headers_now = stream_headers()
-            first: UpstreamReply | None = None
-            if done:
-                first = task.result()  # an error status, unreachable or timeout raise here -> real status
-            return ChatReply(200, headers_now, stream=self._stream(req, owed, task, first, keepalive), media_type=_SSE)
-        return await self._forward_inline(
-            req, owed, upstream.send("POST", path, body, headers=headers), early, keepalive, stream_headers
-        )
-
-    async def _forward_inline(
-        self,
-        req: TurnRequest,
-        owed: Owed,
-        call: Awaitable[UpstreamReply],
-        early: EarlyStart,
-        keepalive: float,
-        stream_headers: Callable[[], dict[str, str]],
-    ) -> ChatReply:
-        """A streamed turn's upstream call in this task. If it has not answered within ``keepalive``
-        seconds, a timer has ``early`` begin the answer (its head, then keep-alive comments) with the
-        headers of that moment, as the task-and-wait above does; what the upstream then says, an error
-        included, is the body's (``relay_stream``). Otherwise an error raises here: a real status."""
-        begun: dict[str, str] = {}
-
-        def slow() -> None:
-            begun.update(stream_headers())
-            early.begin(begun, _SSE, keepalive)
-
-        timer = asyncio.get_running_loop().call_later(keepalive, slow)
-        answer: asyncio.Future[UpstreamReply] = asyncio.get_running_loop().create_future()
-        try:
-            answer.set_result(await call)
-        except Exception as exc:  # raised below, or the body's error event once begun
-            answer.set_exception(exc)
-        finally:
-            timer.cancel()
-        if begun and await early.end():  # the head went out: an error is the stream's error event now
-            first = None if answer.exception() is not None else answer.result()
-            return ChatReply(200, begun, stream=self._stream(req, owed, answer, first, keepalive), media_type=_SSE)
-        headers_now = stream_headers()
-        reply = answer.result()  # an error status, unreachable or timeout raise here -> real status
-        return ChatReply(200, headers_now, stream=self._stream(req, owed, answer, reply, keepalive), media_type=_SSE)
+        call = upstream.send("POST", path, body, headers=headers)
+        answer, first, head = await first_answer(call, early, keepalive, stream_headers)
+        return ChatReply(200, head, stream=self._stream(req, owed, answer, first, keepalive), media_type=_SSE)
 
     def _upstream_for(self, provider: str) -> ChatUpstream:
         if provider == "anthropic":
