@@ -2,6 +2,7 @@
 floor) and through Engram, side by side in one run.
 
     python bench/gateway.py [--requests 200] [--embedder none|local] [--verbatim]
+                            [--rows forwarding recall sqlite injecting] [--against TREE] [--rounds N]
 
 Processes: the scripted fake upstream (tests/fakes/upstream.py), the floor (a raw ASGI proxy under the
 same uvicorn, one ``httpx.AsyncClient``: read the body, send it, stream the answer back), Engram
@@ -19,6 +20,13 @@ memories (Engram's ``x-engram-reason`` header) and how many upstream requests he
 CPU per request above the floor's and absolute; TTFB p50 added over the floor) beside the measured values
 and their ratio; with ``--embedder local`` the e5 goal (the query embedding plus <= 3 ms), the query
 embedding's own time measured in this process in the same run.
+
+``--rows`` runs only the named gateway rows (the direct and floor rows always run): ``--rows forwarding``
+is the forwarding turn alone. ``--against TREE`` adds TREE's forwarding gateway (another checkout of
+the repository, e.g. ``git worktree add /tmp/base main``) beside this tree's, the same row served by the
+other code: an A/B in one run. ``--rounds N`` repeats the rows N times, alternating their order (every
+other round backwards), and prints each round's CPU above the floor and added TTFB p50 before the
+pooled table, so a change is read against the run-to-run spread.
 """
 
 from __future__ import annotations
@@ -187,15 +195,18 @@ def _serve_floor(upstream: str) -> None:
     server.run()
 
 
-def _spawn(*args: str, script: str = __file__) -> tuple[subprocess.Popen[str], str]:
-    """``script`` with ``args`` in a child process; its URL once it listens (it prints its port first)."""
+def _spawn(*args: str, script: str = __file__, root: Path = ROOT) -> tuple[subprocess.Popen[str], str]:
+    """``script`` with ``args`` in a child process, ``root``'s code on its path (another checkout's:
+    its own bench/gateway.py); its URL once it listens (it prints its port first)."""
+    if root != ROOT:
+        script = str(root / "bench" / "gateway.py")
     proc = subprocess.Popen(
         [sys.executable, script, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"},
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root / 'functions'}:{root}"},
     )
     assert proc.stdout is not None
     port = proc.stdout.readline().strip()
@@ -315,6 +326,18 @@ def _report(
         + ", ".join(f"c={c}: {v:+.1f} ms" for c, v in floor.items())
     )
     floor_cpu = {c: cpu for n, c, _, cpu in rows if n == FLOOR}
+    if any("recall" in name for name, _, _, _ in rows):
+        _report_reached(rows, floor_cpu, reached)
+    _report_goals(rows, ttfb50, floor_cpu, kind)
+    if embed:
+        _report_e5(rows, ttfb50, floor_cpu, embed)
+
+
+def _report_reached(
+    rows: list[tuple[str, int, dict[str, list[float]], float]],
+    floor_cpu: dict[int, float],
+    reached: dict[tuple[str, int], tuple[int, int]],
+) -> None:
     print(
         "\nRecall rows: measured turns that injected recalled memories (x-engram-reason: injected), and the"
         " upstream requests of the row (warm-up included) that held an answer memory's text"
@@ -328,12 +351,22 @@ def _report(
                 f"| {name} | {c} | {sum(res['injected']):.0f} / {len(res['injected'])} | {got} / {seen} |"
                 f" {cpu - floor_cpu[c]:.2f} |"
             )
+
+
+def _report_goals(
+    rows: list[tuple[str, int, dict[str, list[float]], float]],
+    ttfb50: dict[tuple[str, int], float],
+    floor_cpu: dict[int, float],
+    kind: str,
+) -> None:
     print("\n| goal (issue #23 item 1) | goal | measured | measured / goal |")
     print("|---|---:|---:|---:|")
     for name, (cpu_goal, c1_goal, c8_goal) in GOALS.items():
         if kind != "keyword" and "recall" in name:
             continue
         measured_cpu = [cpu for n, _, _, cpu in rows if n == name]
+        if not measured_cpu:  # a row left out (--rows)
+            continue
         # The floor (uvicorn + httpx) alone costs about a millisecond of CPU per request, so the goal is
         # read as the gateway's cost above the floor's in the same run; the absolute value beside it.
         over_floor = [cpu - floor_cpu[c] for n, c, _, cpu in rows if n == name]
@@ -348,8 +381,27 @@ def _report(
             print(
                 f"| {label} | {goal:.1f} | {value:.2f} | {value / goal:.2f} ({'met' if value <= goal else 'not met'}) |"
             )
-    if embed:
-        _report_e5(rows, ttfb50, floor_cpu, embed)
+
+
+def _report_rounds(
+    per_round: list[dict[tuple[str, int], tuple[float, float]]], names: list[str], levels: list[int]
+) -> None:
+    """Each round's CPU per request above the floor's and added TTFB p50 over the floor's, per gateway row."""
+    print("\nPer round: server CPU/req above the floor's, ms / added TTFB p50 over the floor's, ms\n")
+    print("| target | c | " + " | ".join(f"round {i + 1}" for i in range(len(per_round))) + " | median |")
+    print("|---|---:|" + "---:|" * (len(per_round) + 1))
+    for c in levels:
+        for name in names:
+            cells = []
+            cpus, ttfbs = [], []
+            for measured in per_round:
+                cpu, ttfb = measured[(name, c)]
+                floor_cpu, floor_ttfb = measured[(FLOOR, c)]
+                cpus.append(cpu - floor_cpu)
+                ttfbs.append(ttfb - floor_ttfb)
+                cells.append(f"{cpus[-1]:.2f} / {ttfbs[-1]:+.1f}")
+            cells.append(f"{statistics.median(cpus):.2f} / {statistics.median(ttfbs):+.1f}")
+            print(f"| {name} | {c} | " + " | ".join(cells) + " |")
 
 
 def _report_e5(
@@ -439,6 +491,17 @@ def main() -> None:
         action="store_true",
         help="every row sends the bench questions verbatim, as the injecting rows do (the same texts on both stores)",
     )
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        choices=["forwarding", "recall", "sqlite", "injecting"],
+        default=["forwarding", "recall", "sqlite", "injecting"],
+        help="gateway rows to run (default all; the direct and floor rows always run)",
+    )
+    parser.add_argument(
+        "--against", default="", help="another checkout: its forwarding gateway runs beside this tree's (an A/B)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the rows, alternating their order (default 1)")
     parser.add_argument("--profile", default="", help="write py-spy flame graphs of the c=1 gateway rows to this dir")
     parser.add_argument(
         "--embedder",
@@ -457,64 +520,86 @@ def main() -> None:
         _serve_floor(args.upstream)
         return
 
+    rows_wanted = set(args.rows)
     procs: list[subprocess.Popen[str]] = []
     try:
         up, up_url = _spawn("_upstream")
         procs.append(up)
         floor, floor_url = _spawn("_floor", "--upstream", up_url)
         procs.append(floor)
-        fwd, fwd_url = _spawn("_gateway", "--mode", "forward", "--upstream", up_url)
-        procs.append(fwd)
-        rec, rec_url = _spawn("_gateway", "--mode", "recall", "--upstream", up_url, "--embedder", args.embedder)
-        procs.append(rec)
-        lite, lite_url = _spawn(
-            "_gateway", "--mode", "recall-sqlite", "--upstream", up_url, "--embedder", args.embedder
-        )
-        procs.append(lite)
         auth = {"authorization": f"Bearer {KEY}"}
         kind = "keyword" if args.embedder == "none" else "keyword+e5"
-        targets = [
+        targets: list[tuple[str, str, dict[str, str], int]] = [
             ("direct (fake upstream)", up_url + "/v1/chat/completions", {}, up.pid),
             (FLOOR, floor_url + "/v1/chat/completions", {}, floor.pid),
-            ("gateway, forwarding", fwd_url + "/v1/chat/completions", auth, fwd.pid),
-            (f"gateway, recall 1k ({kind})", rec_url + "/v1/chat/completions", auth, rec.pid),
-            (
-                f"gateway, recall 1k ({kind}, SQLite: the local default)",
-                lite_url + "/v1/chat/completions",
-                auth,
-                lite.pid,
-            ),
+        ]
+        # (row key, label, gateway mode, embedder, tree)
+        gateways = [("forwarding", "gateway, forwarding", "forward", "none", ROOT)]
+        if args.against:
+            other = Path(args.against).resolve()
+            gateways.append(("forwarding", f"gateway, forwarding ({other.name}'s tree)", "forward", "none", other))
+        gateways += [
+            ("recall", f"gateway, recall 1k ({kind})", "recall", args.embedder, ROOT),
+            ("sqlite", f"gateway, recall 1k ({kind}, SQLite: the local default)", "recall-sqlite", args.embedder, ROOT),
         ]
         if args.embedder == "none":  # the injecting rows (see ANSWERS)
-            for mode, label in (("recall", ""), ("recall-sqlite", ", SQLite: the local default")):
-                proc, url = _spawn("_gateway", "--mode", mode + "+answers", "--upstream", up_url)
+            gateways += [
+                ("injecting", "gateway, recall 1k (keyword, injecting)", "recall+answers", "none", ROOT),
+                (
+                    "injecting",
+                    "gateway, recall 1k (keyword, SQLite: the local default, injecting)",
+                    "recall-sqlite+answers",
+                    "none",
+                    ROOT,
+                ),
+            ]
+        for key, label, mode, embedder, tree in gateways:
+            if key in rows_wanted:
+                proc, url = _spawn("_gateway", "--mode", mode, "--upstream", up_url, "--embedder", embedder, root=tree)
                 procs.append(proc)
-                targets.append(
-                    (f"gateway, recall 1k (keyword{label}, injecting)", url + "/v1/chat/completions", auth, proc.pid)
-                )
-        rows: list[tuple[str, int, dict[str, list[float]], float]] = []
+                targets.append((label, url + "/v1/chat/completions", auth, proc.pid))
+        results: dict[tuple[str, int], dict[str, list[float]]] = {}
+        cpu_total: dict[tuple[str, int], float] = {}
+        per_round: list[dict[tuple[str, int], tuple[float, float]]] = []  # (CPU per request, TTFB p50)
         reached: dict[tuple[str, int], tuple[int, int]] = {}  # (upstream requests with an answer, all)
         assert up.stdin is not None and up.stdout is not None
-        for concurrency in args.concurrency:
-            for name, url, headers, pid in targets:
-                up.stdin.write("ask\n")  # clears the upstream's record: what follows is this row's
-                up.stdin.flush()
-                up.stdout.readline()
-                cpu0 = _cpu_seconds(pid)
-                spy = _profile(args.profile, name, concurrency, pid)
-                verbatim = args.verbatim or name.endswith("injecting)")
-                res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim))
-                cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
-                if spy is not None:
-                    spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
-                    spy.wait(timeout=60)
-                rows.append((name, concurrency, res, cpu))
-                up.stdin.write("ask\n")
-                up.stdin.flush()
-                seen, got = json.loads(up.stdout.readline())
-                reached[(name, concurrency)] = (got, seen)
+        for round_ in range(args.rounds):
+            measured: dict[tuple[str, int], tuple[float, float]] = {}
+            for concurrency in args.concurrency:
+                for name, url, headers, pid in targets if round_ % 2 == 0 else targets[::-1]:
+                    up.stdin.write("ask\n")  # clears the upstream's record: what follows is this row's
+                    up.stdin.flush()
+                    up.stdout.readline()
+                    cpu0 = _cpu_seconds(pid)
+                    first = round_ == 0 and "tree)" not in name
+                    spy = _profile(args.profile, name, concurrency, pid) if first else None
+                    verbatim = args.verbatim or name.endswith("injecting)")
+                    res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim))
+                    cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
+                    if spy is not None:
+                        spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
+                        spy.wait(timeout=60)
+                    row = (name, concurrency)
+                    pooled = results.setdefault(row, {"ttfb": [], "total": [], "injected": []})
+                    for field, values in res.items():
+                        pooled[field] += values
+                    cpu_total[row] = cpu_total.get(row, 0.0) + cpu
+                    measured[row] = (cpu, statistics.median(res["ttfb"]))
+                    up.stdin.write("ask\n")
+                    up.stdin.flush()
+                    seen, got = json.loads(up.stdout.readline())
+                    was = reached.get(row, (0, 0))
+                    reached[row] = (was[0] + got, was[1] + seen)
+            per_round.append(measured)
+        rows = [
+            (name, c, results[(name, c)], cpu_total[(name, c)] / args.rounds)
+            for c in args.concurrency
+            for name, _, _, _ in targets
+        ]
+        if args.rounds > 1:
+            _report_rounds(per_round, [name for name, _, _, _ in targets[2:]], args.concurrency)
         embed = _embedding_cost() if args.embedder == "local" else {}
-        _report(rows, args.requests, kind, embed, reached)
+        _report(rows, args.requests * args.rounds, kind, embed, reached)
     finally:
         for proc in procs:
             if proc.stdin:

@@ -138,3 +138,53 @@ def test_cache_rejects_values_that_are_not_json(store: KeyValueRows) -> None:
     with pytest.raises(InvalidInput):
         store.put_cache(NS, "bad", object())
     assert store.get_cache(NS, "bad") is None
+
+
+def test_add_cache_stores_only_where_no_live_value_is_held(store: KeyValueRows, clock: ManualClock) -> None:
+    # Given nothing under the key / When a value is added / Then this call stored it
+    note = {"turn": "t1", "at": "2026-03-10T12:00:00+00:00"}
+    assert store.add_cache(NS, "mark", note, expires_at=clock.now() + timedelta(minutes=10)) == (True, None)
+    assert store.get_cache(NS, "mark") == note
+    # When another value is added under the live key / Then nothing is written and the held value comes back
+    other = {"turn": "t2", "at": "2026-03-10T12:01:00+00:00"}
+    assert store.add_cache(NS, "mark", other, expires_at=clock.now() + timedelta(minutes=10)) == (False, note)
+    assert store.get_cache(NS, "mark") == note
+    # And keys are per namespace
+    assert store.add_cache(OTHER, "mark", other) == (True, None)
+    assert store.get_cache(OTHER, "mark") == other
+    # When the held value has expired by the store's clock (still in the table: TTL deletes lazily) /
+    # Then the add writes over it
+    clock.advance(minutes=10)
+    assert store.add_cache(NS, "mark", other, expires_at=clock.now() + timedelta(minutes=10)) == (True, None)
+    assert store.get_cache(NS, "mark") == other
+    # And a value without expiry is held for good, a falsy one too (the flag tells, not the value)
+    assert store.add_cache(NS, "flag", 0) == (True, None)
+    clock.advance(days=400)
+    assert store.add_cache(NS, "flag", 1, expires_at=clock.now() + timedelta(minutes=1)) == (False, 0)
+    assert store.get_cache(NS, "flag") == 0
+    # And a deleted value can be added again; a value JSON cannot hold is refused, nothing stored
+    store.delete_cache(NS, "flag")
+    assert store.add_cache(NS, "flag", [1]) == (True, None)
+    with pytest.raises(InvalidInput):
+        store.add_cache(NS, "bad", object())
+    assert store.get_cache(NS, "bad") is None
+
+
+def test_add_cache_names_one_winner_among_concurrent_adds(store: KeyValueRows, clock: ManualClock) -> None:
+    # Given eight threads adding their own value under one key at once
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    barrier = Barrier(8)
+
+    def add(i: int) -> tuple[bool, object]:
+        barrier.wait()
+        return store.add_cache(NS, "race", {"by": i}, expires_at=clock.now() + timedelta(minutes=5))
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(add, range(8)))
+    # Then exactly one stored its value, and every other saw that value
+    winners = [i for i, (stored, _) in enumerate(results) if stored]
+    assert len(winners) == 1
+    assert all(held == {"by": winners[0]} for stored, held in results if not stored)
+    assert store.get_cache(NS, "race") == {"by": winners[0]}

@@ -111,6 +111,22 @@ async def test_a_doors_post_is_answered_ahead_of_fastapis_stack_with_the_same_ed
     assert app.middleware_stack is None
 
 
+def _forwarding_app(up: FakeUpstream) -> Any:
+    """The app as a pure forwarder (no recall, nothing stored) to ``up``."""
+    settings = Settings(
+        store="memory",
+        search="memory",
+        embedder="none",
+        api_key=KEY,
+        scheduler_enabled=False,
+        upstream_base_url=up.openai_base_url,
+        chat_model="fake-chat",
+        chat_inject_enabled=False,
+        chat_store_messages=False,
+    )
+    return create_app(build_container(settings))
+
+
 async def _door_messages(app: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The ASGI messages the app sends for one POST to the OpenAI door (the server's side of the wire)."""
     raw = json.dumps(body).encode()
@@ -161,18 +177,7 @@ async def test_a_streams_last_bytes_go_out_with_the_end_of_the_body(reply: Reply
     # that ends the body (one write), and every event before it in its own message, as it came.
     with FakeUpstream() as up:
         up.script(reply)
-        settings = Settings(
-            store="memory",
-            search="memory",
-            embedder="none",
-            api_key=KEY,
-            scheduler_enabled=False,
-            upstream_base_url=up.openai_base_url,
-            chat_model="fake-chat",
-            chat_inject_enabled=False,
-            chat_store_messages=False,
-        )
-        app = create_app(build_container(settings))
+        app = _forwarding_app(up)
         try:
             body = {"model": "companion", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
             messages = await _door_messages(app, body)
@@ -203,3 +208,62 @@ def test_the_doors_read_each_header_as_starlettes_headers_do() -> None:
     for name in ("x-engram-thread", "x-engram-memory", "x-engram-agent", "x-engram-history"):
         assert engram.get(name) == headers.get(name)
     assert forward == {k: v for k, v in headers.items() if k.startswith("anthropic-")}
+
+
+@pytest.mark.parametrize(
+    ("headers", "media_type"),
+    [
+        ({"x-engram-reason": "disabled", "cache-control": "no-cache", "x-accel-buffering": "no"}, "text/event-stream"),
+        ({"X-Engram-History": "3"}, "text/event-stream; charset=latin-1"),
+        ({"content-type": "text/event-stream"}, "text/event-stream"),
+        ({}, "application/json"),
+    ],
+)
+def test_a_streams_head_is_the_one_starlette_sends(headers: dict[str, str], media_type: str) -> None:
+    # ChatDoors sends a streamed reply's head itself: the bytes StreamingResponse would have sent.
+    from engram.entrypoints.http.streaming import stream_head
+    from engram.services.chat.gateway import ChatReply
+    from starlette.responses import StreamingResponse
+
+    async def nothing() -> Any:
+        yield b""
+
+    reply = ChatReply(status=200, headers=headers, stream=nothing(), media_type=media_type)
+    starlette = StreamingResponse(nothing(), status_code=200, headers=headers, media_type=media_type)
+    assert stream_head(reply.headers, reply.media_type) == starlette.raw_headers
+
+
+async def test_a_chat_turn_looks_its_key_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The body limit checks the key from the headers before the body is read (issue #23 item 3); the
+    # door's authenticate takes that principal instead of looking the key up again. The rate limit is
+    # still counted once per turn.
+    from engram.domain.access import KeyRing
+
+    looked_up: list[str | None] = []
+    real = KeyRing.authenticate
+
+    def counting(self: KeyRing, token: str | None) -> Any:
+        looked_up.append(token)
+        return real(self, token)
+
+    monkeypatch.setattr(KeyRing, "authenticate", counting)
+    with FakeUpstream() as up:
+        up.script(Reply(text="abcdef", chunks=3))
+        app = _forwarding_app(up)
+        checked: list[str] = []
+        limits = app.state.container.limits
+        real_check = limits.check
+
+        def check(principal: Any, kind: str) -> None:
+            checked.append(kind)
+            real_check(principal, kind)
+
+        monkeypatch.setattr(limits, "check", check)
+        try:
+            body = {"model": "companion", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            messages = await _door_messages(app, body)
+        finally:
+            await app.state.container.chat.aclose()
+    assert messages[0]["status"] == 200
+    assert looked_up == [KEY]
+    assert checked == ["chat"]

@@ -146,6 +146,61 @@ def test_a_retry_reuses_its_turn() -> None:
     assert queue.jobs == [("cleanup", {"namespace": "default"})]
 
 
+def test_the_turn_mark_is_one_store_call_per_turn() -> None:
+    # Given a recorder over a store whose cache calls are counted
+    clock = ManualClock()
+    c, store = _container(clock)
+    calls: Counter[str] = Counter()
+    for name in ("get_cache", "put_cache", "add_cache"):
+        real = getattr(store, name)
+
+        def counted(namespace: str, key: str, *args: Any, _name: str = name, _real: Any = real, **kw: Any) -> Any:
+            if key.startswith("gateway:turn:"):
+                calls[_name] += 1
+            return _real(namespace, key, *args, **kw)
+
+        setattr(store, name, counted)
+    rec = _recorder(c, clock, RecordingQueue())
+    # When a new turn is settled / Then its mark was noted by one put-if-absent, nothing read before it
+    _exchange(rec, _turn("where did I park?"))
+    assert calls == {"add_cache": 1}
+    # When its retry comes within the window / Then the same one call found the first attempt's note
+    # (nothing written), and the retry joined its turn: the exchange is stored once
+    clock.advance(minutes=1)
+    _exchange(rec, _turn("where did I park?"))
+    assert calls == {"add_cache": 2}
+    assert [m.role for m in store.list_messages("default")] == ["user", "assistant"]
+    # When the same request comes after the window (its mark expired) / Then it is a new turn, one call again
+    clock.advance(minutes=10)
+    _exchange(rec, _turn("where did I park?"))
+    assert calls == {"add_cache": 3}
+    assert len(store.list_messages("default")) == 4
+
+
+def test_a_mark_held_that_is_no_earlier_attempt_is_replaced() -> None:
+    # Given a turn mark under the request's key that no attempt of it wrote (noted "now" by a clock
+    # another process ran ahead: not within the window by this service's clock)
+    clock = ManualClock()
+    c, store = _container(clock)
+    rec = _recorder(c, clock, RecordingQueue())
+    req = _turn("what did we decide?")
+    ahead = (clock.now() + timedelta(minutes=5)).isoformat()
+    store.put_cache("default", f"gateway:turn:{req.key}", {"turn": "t_elsewhere", "at": ahead})
+    # When the request is settled
+    owed = Owed()
+    turn = rec.turn_of(req, owed)
+    # Then it is a new turn, and its own note replaced the one held
+    assert turn != "t_elsewhere"
+    assert (
+        store.get_cache("default", f"gateway:turn:{req.key}")
+        == owed.turn_note
+        == {
+            "turn": turn,
+            "at": clock.now().isoformat(),
+        }
+    )
+
+
 def test_each_write_fails_alone(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # Given a store whose usage rows and turn marks are away
     clock = ManualClock()
@@ -158,6 +213,7 @@ def test_each_write_fails_alone(monkeypatch: pytest.MonkeyPatch, caplog: pytest.
 
     monkeypatch.setattr(store, "append_usage", away)
     monkeypatch.setattr(store, "get_cache", away)
+    monkeypatch.setattr(store, "add_cache", away)
     # When an exchange is settled
     _exchange(rec, _turn("hello"))
     # Then the messages are stored all the same (under the request's own turn), each failure logged

@@ -410,6 +410,15 @@ class KeyValueRows(Protocol):
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None: ...
 
+    def add_cache(
+        self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None
+    ) -> tuple[bool, Any]:
+        """Cache ``value`` only if ``key`` holds no unexpired value, in one call (a put-if-absent):
+        ``(True, None)`` if this call stored it, else ``(False, the value held)`` and nothing is written.
+        A chat turn's mark is noted this way (services/chat/exchange.py, ``turn_of``): one store call
+        instead of a read and a write, and of two concurrent first attempts only one names the turn."""
+        ...
+
     def delete_cache(self, namespace: str, key: str) -> None: ...
 
 

@@ -67,14 +67,16 @@ def fts_query(namespace: str, terms: Sequence[str]) -> str:
 
 
 class RescoreCache:
-    """Document frequencies (term -> rows holding it, 0 if none) and candidates' tokens (FTS rowid -> term
-    counts and length) read from FTS5 at one ``index_version``; emptied when the version moves (any write,
-    by any process, to any namespace: the frequencies are the whole index's, as ``bm25()``'s are)."""
+    """Document frequencies (term -> rows holding it, 0 if none), candidates' tokens (FTS rowid -> term
+    counts and length) and FTS5's averages record read from FTS5 at one ``index_version``; emptied when the
+    version moves (any write, by any process, to any namespace: the frequencies are the whole index's, as
+    ``bm25()``'s are, and every write that changes the averages bumps a generation)."""
 
     def __init__(self) -> None:
         self.version: tuple[int, int] | None = None
         self.df: dict[str, int] = {}
         self.docs: dict[int, tuple[Counter[str], int]] = {}
+        self.averages: tuple[int, tuple[int, int]] | None = None
 
     def at(self, version: tuple[int, int]) -> RescoreCache:
         """This cache, emptied first if it was filled at another version."""
@@ -82,6 +84,7 @@ class RescoreCache:
             self.version = version
             self.df = {}
             self.docs = {}
+            self.averages = None
         return self
 
 
@@ -92,10 +95,15 @@ def index_version(conn: sqlite3.Connection) -> tuple[int, int]:
     return int(total), int(count)
 
 
-def fts_averages(conn: sqlite3.Connection) -> tuple[int, tuple[int, int]]:
-    """FTS5's row count and each column's token total (namespace token, tokens), from its averages record."""
+def fts_averages(conn: sqlite3.Connection, cache: RescoreCache | None = None) -> tuple[int, tuple[int, int]]:
+    """FTS5's row count and each column's token total (namespace token, tokens), from its averages record
+    (read once per version of ``cache``)."""
+    if cache is not None and cache.averages is not None:
+        return cache.averages
     averages = conn.execute("SELECT block FROM search_fts_data WHERE id = 1").fetchone()
     n_rows, namespace_tokens, tokens = varints(bytes(averages[0]))[:3]
+    if cache is not None:
+        cache.averages = (n_rows, (namespace_tokens, tokens))
     return n_rows, (namespace_tokens, tokens)
 
 
@@ -120,10 +128,10 @@ def rescore_bm25(
     """BM25 with ``b`` over the candidates, from FTS5's own statistics (all namespaces, as
     ``bm25()`` uses them): row count and token totals from its averages record, df from ``search_vocab``.
     With ``cache`` (filled at the version of the caller's read transaction), what it holds is not read."""
-    n_rows, (_, total_tokens) = fts_averages(conn)
-    avgdl = total_tokens / n_rows
     if cache is None:
         cache = RescoreCache()
+    n_rows, (_, total_tokens) = fts_averages(conn, cache)
+    avgdl = total_tokens / n_rows
     unique = sorted(set(terms))  # FTS5's term order (UTF-8 bytes sort as code points): search_vocab's
     df = document_frequencies(conn, unique, cache)
     weights = [(t, bm25_idf(n_rows, df[t])) for t in unique if df[t]]

@@ -1,15 +1,7 @@
 """The embedded ``SearchIndex``: SQLite FTS5 for keywords, float32 BLOBs + numpy for vectors.
 
-It lives in the same SQLite file as the store (which owns the other tables) and only touches
-tables prefixed ``search_``, over its own connection:
-
-- ``search_docs``       one row per (namespace, memory_id): type; its integer id is the FTS rowid.
-- ``search_fts``        FTS5 over the *pre-tokenized* text (``engram.domain.text.tokenize`` joined by
-                        spaces; ``unicode61`` only splits on those spaces) plus a hashed namespace token,
-                        so a query only ever matches its own namespace. Ranked with ``bm25()``.
-- ``search_vectors``    unit float32 vectors as BLOBs.
-- ``search_namespaces`` a generation counter per namespace, bumped by every write.
-- ``search_meta``       embedding model id and dimension.
+It lives in the same SQLite file as the store (which owns the other tables) and only touches tables
+prefixed ``search_`` (listed with the schema in ``search/sqlite_caches.py``), over its own connection.
 
 Keyword search runs in FTS5 (``bm25()`` over every match, ranked and cut in SQLite) for small namespaces,
 the cut computed from a mirror of the namespace's rows in memory where that is FTS5's to the bit
@@ -18,12 +10,9 @@ a namespace of at least ``KEYWORD_THRESHOLD`` documents is ranked from its posti
 (``search/keyword_cache.py``: loaded once, patched by this process's writes, reloaded when another process
 moved the generation), since ``bm25()`` per matching row grows with the namespace.
 
-kNN runs over a per-namespace matrix cached in memory, loaded lazily and patched in place by this
-process's writes; a generation that moved under it (another process wrote) reloads it. Big namespaces
-get an HNSW graph on top (``engram.adapters.search.ann``), small ones are scanned exactly; both live in
-``search/vector_cache.py``. The graph is never built on a query's time: a background thread builds it
-(or loads the one saved next to the SQLite file and reconciles it) while queries scan exactly; once
-ready it is patched on every write and saved again on ``close``.
+kNN runs over a per-namespace matrix cached in memory (patched by this process's writes, reloaded when
+another moved the generation), with an HNSW graph on top for big namespaces (``search/vector_cache.py``,
+``search/ann.py``), built or loaded in the background (never on a query's time) and saved on ``close``.
 
 The connection, the tables and the loading of the vector and keyword caches (on a query, or off the query
 path by ``warm_in_background``) are ``SqliteIndexCaches``' (``search/sqlite_caches.py``); this module writes
@@ -273,9 +262,8 @@ class SqliteSearchIndex(SqliteIndexCaches):
             with self._lock:
                 postings = self._keyword_cache(self._db(), namespace)
                 if postings is not None:
-                    found = postings.search(terms, k, types, self._bm25_b)
-                    return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in found]
-        return self.fts_keyword_search(namespace, query, k=k, types=types)
+                    return _hits(postings.search(terms, k, types, self._bm25_b), k)
+        return self._fts_search(namespace, terms, k, types)
 
     def fts_keyword_search(
         self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()
@@ -285,6 +273,9 @@ class SqliteSearchIndex(SqliteIndexCaches):
         terms = query_terms(query)
         if not terms or k <= 0:
             return []
+        return self._fts_search(namespace, terms, k, types)
+
+    def _fts_search(self, namespace: str, terms: list[str], k: int, types: Sequence[str]) -> list[SearchHit]:
         rescore = abs(self._bm25_b - 0.75) > 1e-9
         match = fts_query(namespace, terms)
         wanted = sorted(set(types))
@@ -313,7 +304,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
                 # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
                 cut = self._mirrored(conn, namespace, terms, depth, wanted, cache) if cache is not None else None
                 rows = cut.rows if cut is not None else conn.execute(sql, params).fetchall()
-                scored = [(mid, float(score)) for mid, score, _ in rows]
+                scored: list[tuple[str, float]] | None = None
                 if cache is not None and rows:
                     try:
                         scored = self._rescored(conn, terms, cut, cache) or rescore_bm25(
@@ -323,8 +314,9 @@ class SqliteSearchIndex(SqliteIndexCaches):
                         log.warning("BM25 re-scoring failed, using SQLite's bm25(): %s", exc)
             finally:
                 conn.execute("COMMIT")
-        # bm25() is never exactly 0 for a match, but keep the port's "positive" promise explicit.
-        return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
+        if scored is None:
+            scored = [(mid, float(score)) for mid, score, _ in rows]
+        return _hits(scored, k)
 
     def _mirrored(
         self,
@@ -352,7 +344,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
         if not mirror.usable:
             return None
         try:
-            n_rows, (namespace_tokens, tokens) = fts_averages(conn)
+            n_rows, (namespace_tokens, tokens) = fts_averages(conn, cache)
             df = document_frequencies(conn, terms, cache)
             return mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, df)
         except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
@@ -365,7 +357,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
         """The re-scoring of a cut from the mirror's arrays (search/fts_mirror.py ``rescore_cut``), else None."""
         if cut is None or cut.freqs is None:
             return None
-        n_rows, (_, tokens) = fts_averages(conn)
+        n_rows, (_, tokens) = fts_averages(conn, cache)
         return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, document_frequencies(conn, terms, cache))
 
     def vector_search(
@@ -431,6 +423,12 @@ class SqliteSearchIndex(SqliteIndexCaches):
     def ping(self) -> None:
         with self._lock:
             self._db().execute("SELECT 1 FROM search_meta LIMIT 1").fetchall()
+
+
+def _hits(scored: Sequence[tuple[str, float]], k: int) -> list[SearchHit]:
+    """The best ``k`` as the port's hits. bm25() is never exactly 0 for a match, but the port's "positive"
+    promise is kept explicit."""
+    return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
 
 
 _Cached = TypeVar("_Cached", VectorCache, FtsMirror)

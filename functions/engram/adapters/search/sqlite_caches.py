@@ -2,6 +2,16 @@
 (``SqliteIndexCaches``, the base of ``SqliteSearchIndex`` in search/sqlite.py, which writes, patches the
 caches and searches).
 
+The tables (the index only touches tables prefixed ``search_``; the store owns the others):
+
+- ``search_docs``       one row per (namespace, memory_id): type; its integer id is the FTS rowid.
+- ``search_fts``        FTS5 over the *pre-tokenized* text (``engram.domain.text.tokenize`` joined by
+                        spaces; ``unicode61`` only splits on those spaces) plus a hashed namespace token,
+                        so a query only ever matches its own namespace. Ranked with ``bm25()``.
+- ``search_vectors``    unit float32 vectors as BLOBs.
+- ``search_namespaces`` a generation counter per namespace, bumped by every write.
+- ``search_meta``       embedding model id and dimension.
+
 Per namespace, three caches live in memory beside the SQLite file: the vector matrix (``search/vector_cache.py``),
 the keyword postings of a namespace of at least ``KEYWORD_THRESHOLD`` documents (``search/keyword_cache.py``)
 and, in search/sqlite.py, the FTS5 mirror of a small one (``search/fts_mirror.py``). The first two are loaded

@@ -39,7 +39,7 @@ from engram.entrypoints.http.openapi import install_openapi
 from engram.entrypoints.http.redact import install_redaction
 from engram.entrypoints.http.routes import LazyRoutesMiddleware, RouteGroups, mount_all
 from engram.entrypoints.http.session import COOKIE_NAME
-from engram.entrypoints.http.state import DOOR_KEY
+from engram.entrypoints.http.state import DOOR_KEY, KEY_PRINCIPAL
 from engram.entrypoints.logs import bind_request, configure_logging, unbind
 from engram.settings import load_settings
 
@@ -149,14 +149,17 @@ class BodyLimitMiddleware:
             return None
         headers = Headers(scope=scope)
         token = token_from_headers(headers)
+        in_headers = token is not None
         if token is None and scope["path"].startswith("/mcp"):
             token = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get("token") or None
         if token is None and COOKIE_NAME in SimpleCookie(headers.get("cookie", "")):
             return None  # the panel's session: verified by the route
         try:
-            self.keys.authenticate(token)
+            principal = self.keys.authenticate(token)
         except Unauthorized as exc:
             return exc
+        if in_headers:  # the key the route's ``authenticate`` would look up: it takes this one (auth.py)
+            scope[KEY_PRINCIPAL] = principal
         return None
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, exc: Unauthorized) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from fastapi import Request
 
 from engram.domain.access import Principal, refuse_internal
-from engram.entrypoints.http.state import container_of
+from engram.entrypoints.http.state import KEY_PRINCIPAL, container_of
 from engram.services.ratelimit import Kind
 
 
@@ -31,15 +31,21 @@ def token_from(request: Request, *, allow_query: bool = False) -> str | None:
 
 def authenticate(request: Request, kind: Kind = "requests") -> Principal:
     """The principal of this request (cached on the request), counted once against its key's rate
-    limit of ``kind``. Raises Unauthorized, or RateLimited over the limit."""
+    limit of ``kind``. Raises Unauthorized, or RateLimited over the limit. A key sent in the headers was
+    looked up already by the body limit, before the body was read (app.py, ``BodyLimitMiddleware``):
+    that lookup is taken, not done twice."""
     cached = getattr(request.state, "principal", None)
     if isinstance(cached, Principal):
         return cached
-    token = token_from(request)
-    sessions = getattr(request.app.state, "admin_sessions", None)
-    session_principal = sessions.principal(request) if token is None and sessions is not None else None
     container = container_of(request)
-    principal: Principal = refuse_internal(session_principal or container.keys.authenticate(token))
+    checked = request.scope.get(KEY_PRINCIPAL)  # the header key the body limit checked (app.py)
+    if isinstance(checked, Principal):
+        principal = refuse_internal(checked)
+    else:
+        token = token_from(request)
+        sessions = getattr(request.app.state, "admin_sessions", None)
+        session_principal = sessions.principal(request) if token is None and sessions is not None else None
+        principal = refuse_internal(session_principal or container.keys.authenticate(token))
     container.limits.check(principal, kind)
     request.state.principal = principal
     return principal

@@ -38,8 +38,9 @@ from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response, stated
 from engram.entrypoints.http.state import DOOR_KEY, container_of
+from engram.entrypoints.http.streaming import StreamOut, stream_head
 from engram.services.chat.gateway import ChatReply, ChatService
-from engram.services.chat.stream_relay import INTERNAL, LastChunk
+from engram.services.chat.stream_relay import INTERNAL, EarlyStart
 from engram.services.chat.turn import Wire
 
 log = logging.getLogger(__name__)
@@ -160,63 +161,28 @@ class ChatDoors:
         door = scope.get(DOOR_KEY) or door_of(get_route_path(scope))  # EngramApp matched it already
         assert door is not None  # EngramApp sends only a door's POST here
         wire, guide_dog, agent = door
+        out = StreamOut(receive, send)  # a streamed answer, begun early if the upstream is slow to answer
         try:
-            response = await _chat(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent)
-        except Exception:
-            # A bug before the answer began: said in the door's shape, as the handler does for the turn's.
-            log.exception("chat request failed")
-            response = _error_response(wire, INTERNAL, dict(_DEFAULT_HEADERS))
-        if isinstance(response, StreamingResponse):
-            await send_stream(response, receive, send)
-        else:
-            await response(scope, receive, send)
-
-
-async def send_stream(response: StreamingResponse, receive: Receive, send: Send) -> None:
-    """``response`` sent as Starlette sends a stream, without its task group: each chunk as it comes,
-    and a client that goes away (``http.disconnect``) cancels the body where it waits, so the relay
-    settles the turn as ``client_disconnected`` (services/chat/stream_relay.py). A body left unfinished
-    is closed here, before the response ends, not whenever it is collected.
-
-    The relay's ``LastChunk`` (the closing event, sent once the exchange is stored, or the error event)
-    goes out with the end of the body, once the body is done: the same bytes in one write instead of
-    two, and one wake-up less for the client (bench/README.md, "Gateway overhead")."""
-    task = asyncio.current_task()
-    assert task is not None
-    state = {"done": False, "gone": False}
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        if not state["done"]:
-            state["gone"] = True
-            task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    body = response.body_iterator
-    try:
-        await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
-        last: bytes = b""
-        async for chunk in body:
-            if last:  # more came after the last chunk: it was not the last
-                await send({"type": "http.response.body", "body": last, "more_body": True})
-                last = b""
-            if isinstance(chunk, LastChunk):
-                last = chunk
-            else:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        state["done"] = True
-        await send({"type": "http.response.body", "body": last, "more_body": False})
-    except asyncio.CancelledError:
-        if not state["gone"]:
-            raise
-        task.uncancel()  # the client went away: the request ends here, as Starlette's would
-    finally:
-        state["done"] = True
-        watcher.cancel()
-        closer = getattr(body, "aclose", None)
-        if closer is not None:
-            await closer()
+            try:
+                response = await _turn(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent, early=out)
+            except Exception:
+                # A bug before the answer began: said in the door's shape, as the handler does for the turn's.
+                log.exception("chat request failed")
+                response = _error_response(wire, INTERNAL, dict(_DEFAULT_HEADERS))
+            if isinstance(response, ChatReply):
+                assert response.stream is not None
+                await out.stream(response.status, stream_head(response.headers, response.media_type), response.stream)
+            elif not out.started:
+                await response(scope, receive, send)
+            else:  # a bug after the head went out (a reply begun early is a stream): the body is ended
+                log.error("chat answer begun, then not a stream")
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not out.gone:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]  # the client went away: the request ends
+        finally:
+            await out.close()
 
 
 def door_refusal(path: str, exc: EngramError) -> Response | None:
@@ -229,6 +195,24 @@ def door_refusal(path: str, exc: EngramError) -> Response | None:
 
 
 async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_agent: str | None = None) -> Response:
+    """A door's turn as a route answers it (``ChatDoors`` sends a streamed reply itself)."""
+    reply = await _turn(request, wire, guide_dog=guide_dog, path_agent=path_agent)
+    if isinstance(reply, Response):
+        return reply
+    assert reply.stream is not None
+    return StreamingResponse(reply.stream, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
+
+
+async def _turn(
+    request: Request,
+    wire: Wire,
+    *,
+    guide_dog: bool = False,
+    path_agent: str | None = None,
+    early: EarlyStart | None = None,
+) -> Response | ChatReply:
+    """A door's turn: its whole answer, or the ``ChatReply`` of a stream (sent by the caller; with
+    ``early``, the caller's to begin while the upstream has not answered yet)."""
     try:
         principal = authenticate(request, "chat")
         principal.require("chat:proxy")
@@ -256,6 +240,7 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
             memory_off=engram.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers=forward,
             server_history=_server_history(engram.get("x-engram-history"), principal.server_history),
+            early=early,
         )
     except Exception:
         # A bug, not a client or upstream fault; still answered in the door's shape with its headers.
@@ -264,9 +249,7 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
     if reply.error is not None:
         return _error_response(wire, reply.error, reply.headers)
     if reply.stream is not None:
-        return StreamingResponse(
-            reply.stream, status_code=reply.status, headers=reply.headers, media_type=reply.media_type
-        )
+        return reply
     return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.media_type)
 
 

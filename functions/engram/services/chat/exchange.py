@@ -144,14 +144,24 @@ class ExchangeRecorder:
         now = self._clock.now()
         window = self._retry_window()
         mark = f"gateway:turn:{req.key}"
-        prior = self._store.get_cache(req.namespace, mark)
+        turn = f"{req.key[:16]}{new_id('t')[2:]}"
+        note = {"turn": turn, "at": now.isoformat()}
+        if window > timedelta(0):
+            # Noted unless a mark is held, in one store call (the read and the write of a first attempt);
+            # of two first attempts at once, the second finds the first's note and joins its turn.
+            stored, prior = self._store.add_cache(req.namespace, mark, note, expires_at=now + window)
+            if stored:
+                owed.turn, owed.turn_note = turn, note
+                return turn
+        else:
+            prior = self._store.get_cache(req.namespace, mark)
         if isinstance(prior, dict) and self._is_retry_of(req, prior, now, window):
             owed.turn = str(prior["turn"])
             return owed.turn
-        owed.turn = f"{req.key[:16]}{new_id('t')[2:]}"
-        if window > timedelta(0):
-            owed.turn_note = {"turn": owed.turn, "at": now.isoformat()}
-            self._store.put_cache(req.namespace, mark, owed.turn_note, expires_at=now + window)
+        owed.turn = turn
+        if window > timedelta(0):  # the mark held is no earlier attempt of this one: this turn's replaces it
+            owed.turn_note = note
+            self._store.put_cache(req.namespace, mark, note, expires_at=now + window)
         return owed.turn
 
     def _note_remembered(self, req: TurnRequest, owed: Owed, memory_id: str) -> None:

@@ -211,19 +211,40 @@ class DynamoRecords(DynamoStoreBase):
         return json.loads(item["value_json"])
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
-        text = cache_text(key, value, ensure_ascii=False)
+        self._db.put(self._cache_item(namespace, key, value, expires_at))
+
+    def add_cache(
+        self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None
+    ) -> tuple[bool, Any]:
+        item = self._cache_item(namespace, key, value, expires_at)
+        # Absent, or held past its expiry (DynamoDB's TTL deletes expired items only eventually): the same
+        # fixed-width ISO text ``get_cache`` compares as a time.
+        condition = "attribute_not_exists(PK) OR #expires <= :now"
+        while True:
+            stored, held = self._db.put_or_held(
+                item,
+                condition,
+                ExpressionAttributeNames={"#expires": "expires_at"},
+                ExpressionAttributeValues={":now": {"S": to_iso(self._clock.now())}},
+            )
+            if stored:
+                return True, None
+            if held is not None:
+                return False, json.loads(held["value_json"])
+
+    def _cache_item(self, namespace: str, key: str, value: Any, expires_at: datetime | None) -> dict[str, Any]:
         item: dict[str, Any] = {
             "PK": self._pk(namespace),
             "SK": f"CACHE#{key}",
             "entity": "cache",
             "namespace": namespace,
             "key": key,
-            "value_json": text,
+            "value_json": cache_text(key, value, ensure_ascii=False),
             "updated_at": to_iso(self._clock.now()),
         }
         if expires_at is not None:
             item |= {"expires_at": to_iso(expires_at), TTL_ATTRIBUTE: epoch(expires_at)}
-        self._db.put(item)
+        return item
 
     def delete_cache(self, namespace: str, key: str) -> None:
         self._db.delete(self._pk(namespace), f"CACHE#{key}")

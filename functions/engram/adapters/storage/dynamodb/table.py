@@ -114,7 +114,12 @@ class Cancelled(Exception):
 
 
 class ConditionFailed(Exception):
-    """A single-item write's condition did not hold (nothing was written)."""
+    """A single-item write's condition did not hold (nothing was written). ``item``: the item held, in
+    DynamoDB's wire form, when the write asked for it (``ReturnValuesOnConditionCheckFailure``)."""
+
+    def __init__(self, message: str, item: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.item = item
 
 
 class DynamoTable:
@@ -142,7 +147,7 @@ class DynamoTable:
                     reasons = [r.strip() for r in message[message.rindex("[") + 1 : message.rindex("]")].split(",")]
                 raise Cancelled(reasons) from exc
             if code == "ConditionalCheckFailedException":
-                raise ConditionFailed(message) from exc
+                raise ConditionFailed(message, exc.response.get("Item")) from exc
             if code == "ResourceNotFoundException":
                 raise UpstreamUnavailable(f"DynamoDB table {self.name!r} not found") from exc
             raise translate(exc, f"DynamoDB {operation}") from exc
@@ -174,6 +179,25 @@ class DynamoTable:
         except ConditionFailed:
             return False
         return True
+
+    def put_or_held(self, item: dict[str, Any], condition: str, **extra: Any) -> tuple[bool, dict[str, Any] | None]:
+        """Put ``item`` if ``condition`` holds: ``(True, None)``; else ``(False, the item held)``, nothing
+        written. The held item comes back with the failed condition (one call); an emulator that leaves it
+        out costs a read. ``None`` held: the item was deleted meanwhile (the caller may try again)."""
+        try:
+            self.call(
+                "put_item",
+                TableName=self.name,
+                Item=self.ser(item),
+                ConditionExpression=condition,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **extra,
+            )
+        except ConditionFailed as exc:
+            if exc.item is not None:
+                return False, self.des(exc.item)
+            return False, self.get(item["PK"], item["SK"])
+        return True, None
 
     def delete(self, pk: str, sk: str, condition: str | None = None, **extra: Any) -> bool:
         kwargs: dict[str, Any] = {"TableName": self.name, "Key": self.key(pk, sk)}

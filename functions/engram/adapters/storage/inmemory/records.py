@@ -148,6 +148,20 @@ class InMemoryRecords(InMemoryStoreBase):
         with self._lock:
             self._cache.setdefault(namespace, {})[key] = entry
 
+    def add_cache(
+        self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None
+    ) -> tuple[bool, Any]:
+        text = cache_text(key, value)
+        now = self._clock.now()
+        entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=now)
+        with self._lock:
+            entries = self._cache.setdefault(namespace, {})
+            held = entries.get(key)
+            if held is not None and (held.expires_at is None or held.expires_at > now):
+                return False, json.loads(held.value)
+            entries[key] = entry
+        return True, None
+
     def delete_cache(self, namespace: str, key: str) -> None:
         with self._lock:
             self._cache.get(namespace, {}).pop(key, None)

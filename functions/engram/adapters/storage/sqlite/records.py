@@ -14,6 +14,10 @@ from engram.adapters.storage.sqlite.tables import CACHE, EVENTS, IDEMPOTENCY, US
 from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import CacheEntry, IdempotencyRecord, MemoryEvent, Page, UsageRecord
 
+_GET_CACHE_SQL = "SELECT value FROM cache WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)"
+# ``add_cache``: the cache's upsert, which writes over an existing row only while that row has expired.
+_ADD_CACHE_SQL = f"{CACHE.upsert_sql} WHERE cache.expires_at IS NOT NULL AND cache.expires_at <= ?"
+
 
 class SqliteRecords(SqliteStoreBase):
     # -- events, usage, idempotency, cursors, cache -----------------------------------------
@@ -121,10 +125,7 @@ class SqliteRecords(SqliteStoreBase):
         # The value column alone: a chat turn reads two marks, and a CacheEntry model per read cost more
         # than the read.
         with self._session() as db:
-            row = db.execute(
-                "SELECT value FROM cache WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
-                (namespace, key, to_iso(self._clock.now())),
-            ).fetchone()
+            row = db.execute(_GET_CACHE_SQL, (namespace, key, to_iso(self._clock.now()))).fetchone()
         return None if row is None else json.loads(row[0])
 
     def put_cache(self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None) -> None:
@@ -133,6 +134,24 @@ class SqliteRecords(SqliteStoreBase):
             namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=self._clock.now()
         )
         self._execute(CACHE.upsert_sql, CACHE.insert_params(entry))
+
+    def add_cache(
+        self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None
+    ) -> tuple[bool, Any]:
+        text = cache_text(key, value)
+        now = to_iso(self._clock.now())
+        entry = CacheEntry(
+            namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=self._clock.now()
+        )
+        # One statement: inserted, or written over an expired value; a live value is left alone (0 rows).
+        # Only then is the held value read (another process may delete it in between: then try again).
+        while True:
+            with self._session() as db:
+                if db.execute(_ADD_CACHE_SQL, [*CACHE.insert_params(entry), now]).rowcount == 1:
+                    return True, None
+                row = db.execute(_GET_CACHE_SQL, (namespace, key, now)).fetchone()
+            if row is not None:
+                return False, json.loads(row[0])
 
     def delete_cache(self, namespace: str, key: str) -> None:
         self._execute("DELETE FROM cache WHERE namespace = ? AND key = ?", (namespace, key))
