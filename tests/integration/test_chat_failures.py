@@ -224,6 +224,26 @@ def test_client_disconnect_cancels_the_upstream(make_gateway: MakeGateway) -> No
     ]
 
 
+def test_client_disconnect_while_the_upstream_has_not_answered_cancels_it(make_gateway: MakeGateway) -> None:
+    # Given an upstream that takes longer than the keep-alive interval to answer at all
+    gw = make_gateway(chat_keepalive_seconds=0.1)
+    gw.upstream.script(Reply(text="too late", first_byte_delay=4.0))
+    body = {"model": "companion", "stream": True, "messages": [{"role": "user", "content": "are you there?"}]}
+    # When the answer begins (its head, with the Engram headers, then a keep-alive) and the client goes away
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, headers=AUTH) as resp:
+        assert resp.status_code == 200 and all(h in resp.headers for h in HEADERS)
+        assert resp.headers["content-type"] == "text/event-stream; charset=utf-8" and resp.headers["x-request-id"]
+        for chunk in resp.iter_raw():
+            assert chunk.startswith(b": ping")
+            break
+    # Then the turn ends there, not when the upstream answers after 4 s: what the user wrote is kept,
+    # noting that the answer never finished
+    turns = gw.wait_for(lambda: gw.store.list_messages("default"), timeout=2.0)
+    assert [(m.role, m.content, m.error) for m in turns] == [
+        ("user", "are you there?", "client_disconnected: the client went away before the answer ended")
+    ]
+
+
 def test_a_failed_turn_is_kept_and_its_retry_is_not_stored_twice(make_gateway: MakeGateway) -> None:
     # Given an upstream that fails twice, then answers
     gw = make_gateway()

@@ -230,7 +230,7 @@ def test_a_streams_head_is_the_one_starlette_sends(headers: dict[str, str], medi
 
     reply = ChatReply(status=200, headers=headers, stream=nothing(), media_type=media_type)
     starlette = StreamingResponse(nothing(), status_code=200, headers=headers, media_type=media_type)
-    assert stream_head(reply) == starlette.raw_headers
+    assert stream_head(reply.headers, reply.media_type) == starlette.raw_headers
 
 
 async def test_a_chat_turn_looks_its_key_up_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engram.adapters.storage.common import to_iso
@@ -14,6 +16,7 @@ from engram.adapters.storage.sqlite import memories as sqlite_memories
 from engram.adapters.storage.sqlite.schema import MIGRATIONS
 from engram.domain.errors import Conflict, UpstreamUnavailable
 from engram.domain.models import Memory, MemoryFilter, Message
+from pydantic import BaseModel
 
 from tests.fakes.clock import ManualClock
 
@@ -240,3 +243,53 @@ def test_messages_stored_together_are_one_transaction(tmp_path: Path) -> None:
     finally:
         db.set_trace_callback(None)
         store.close()
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the last row is built unvalidated on purpose
+def test_json_columns_hold_what_pydantics_json_mode_gives() -> None:
+    # Given rows of every table with JSON fields, in other scripts too, and a value json cannot dump as it is
+    from engram.adapters.storage.sqlite import tables
+    from engram.domain.models import DailyLog, GlossaryTerm
+
+    rows: list[tuple[tables.Table[Any], BaseModel]] = [
+        (tables.MEMORIES, a_memory("m1").model_copy(update={"tags": ("茶", "tea"), "source_message_ids": ("a",)})),
+        (
+            tables.MESSAGES,
+            Message(id="x", namespace="alice", role="user", content="hi", created_at=T0, usage={"in": 3}),
+        ),
+        (
+            tables.GLOSSARY,
+            GlossaryTerm(
+                id="g",
+                namespace="alice",
+                term="LGTM",
+                aliases=("lgtm", "好"),
+                definition="ok",
+                created_at=T0,
+                updated_at=T0,
+            ),
+        ),
+        (
+            tables.DAILY_LOGS,
+            DailyLog(namespace="alice", date="2025-03-01", sections=({"h": "早上", "t": "tea"},), created_at=T0),
+        ),
+        (
+            tables.MESSAGES,
+            Message.model_construct(
+                id="y",
+                namespace="alice",
+                role="user",
+                content="hi",
+                created_at=T0,
+                usage={"at": T0},  # type: ignore[dict-item]  # what json cannot dump as it is
+                conversation_id="default",
+            ),
+        ),
+    ]
+    for table, obj in rows:
+        # When the table turns it into column values
+        row = table.row(obj)
+        # Then each JSON column is the text of pydantic's JSON mode, as before
+        dumped = obj.model_dump(mode="json", include=set(table.json_fields))
+        for column in table.json_fields:
+            assert row[column] == json.dumps(dumped[column], ensure_ascii=False)

@@ -17,6 +17,7 @@ and without a task group around the streamed body (bench/README.md, "Gateway ove
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -37,9 +38,9 @@ from engram.entrypoints.http.auth import authenticate
 from engram.entrypoints.http.errors import error_headers, status_for
 from engram.entrypoints.http.openapi import error_response, stated
 from engram.entrypoints.http.state import DOOR_KEY, container_of
-from engram.entrypoints.http.streaming import send_stream, stream_head
+from engram.entrypoints.http.streaming import StreamOut, stream_head
 from engram.services.chat.gateway import ChatReply, ChatService
-from engram.services.chat.stream_relay import INTERNAL
+from engram.services.chat.stream_relay import INTERNAL, EarlyStart
 from engram.services.chat.turn import Wire
 
 log = logging.getLogger(__name__)
@@ -160,17 +161,28 @@ class ChatDoors:
         door = scope.get(DOOR_KEY) or door_of(get_route_path(scope))  # EngramApp matched it already
         assert door is not None  # EngramApp sends only a door's POST here
         wire, guide_dog, agent = door
+        out = StreamOut(receive, send)  # a streamed answer, begun early if the upstream is slow to answer
         try:
-            response = await _turn(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent)
-        except Exception:
-            # A bug before the answer began: said in the door's shape, as the handler does for the turn's.
-            log.exception("chat request failed")
-            response = _error_response(wire, INTERNAL, dict(_DEFAULT_HEADERS))
-        if isinstance(response, Response):
-            await response(scope, receive, send)
-        else:
-            assert response.stream is not None
-            await send_stream(response.status, stream_head(response), response.stream, receive, send)
+            try:
+                response = await _turn(Request(scope, receive), wire, guide_dog=guide_dog, path_agent=agent, early=out)
+            except Exception:
+                # A bug before the answer began: said in the door's shape, as the handler does for the turn's.
+                log.exception("chat request failed")
+                response = _error_response(wire, INTERNAL, dict(_DEFAULT_HEADERS))
+            if isinstance(response, ChatReply):
+                assert response.stream is not None
+                await out.stream(response.status, stream_head(response.headers, response.media_type), response.stream)
+            elif not out.started:
+                await response(scope, receive, send)
+            else:  # a bug after the head went out (a reply begun early is a stream): the body is ended
+                log.error("chat answer begun, then not a stream")
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not out.gone:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]  # the client went away: the request ends
+        finally:
+            await out.close()
 
 
 def door_refusal(path: str, exc: EngramError) -> Response | None:
@@ -192,9 +204,15 @@ async def _chat(request: Request, wire: Wire, *, guide_dog: bool = False, path_a
 
 
 async def _turn(
-    request: Request, wire: Wire, *, guide_dog: bool = False, path_agent: str | None = None
+    request: Request,
+    wire: Wire,
+    *,
+    guide_dog: bool = False,
+    path_agent: str | None = None,
+    early: EarlyStart | None = None,
 ) -> Response | ChatReply:
-    """A door's turn: its whole answer, or the ``ChatReply`` of a stream (sent by the caller)."""
+    """A door's turn: its whole answer, or the ``ChatReply`` of a stream (sent by the caller; with
+    ``early``, the caller's to begin while the upstream has not answered yet)."""
     try:
         principal = authenticate(request, "chat")
         principal.require("chat:proxy")
@@ -222,6 +240,7 @@ async def _turn(
             memory_off=engram.get("x-engram-memory", "").lower() in ("off", "0", "false"),
             forward_headers=forward,
             server_history=_server_history(engram.get("x-engram-history"), principal.server_history),
+            early=early,
         )
     except Exception:
         # A bug, not a client or upstream fault; still answered in the door's shape with its headers.

@@ -52,7 +52,14 @@ from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.history import HistoryService, place_history
 from engram.services.chat.injection import Injected, inject_anthropic, inject_openai, inject_responses, last_user_text
 from engram.services.chat.routing import anthropic_has_images, openai_has_images, route
-from engram.services.chat.stream_relay import CLIENT_GONE, INTERNAL, StreamTap, relay_stream
+from engram.services.chat.stream_relay import (
+    CLIENT_GONE,
+    INTERNAL,
+    EarlyStart,
+    StreamTap,
+    first_answer,
+    relay_stream,
+)
 from engram.services.chat.turn import Outcome, TurnRequest, Wire, client_wants_usage, thread_of
 from engram.services.chat.turn_context import TurnContextSource
 from engram.services.runtime_settings import Live
@@ -75,6 +82,9 @@ class ChatReply:
     stream: AsyncIterator[bytes] | None = None
     media_type: str = "application/json"
     error: EngramError | None = None
+
+
+_SSE = "text/event-stream"
 
 
 class ChatService:
@@ -112,9 +122,13 @@ class ChatService:
         forward_headers: Mapping[str, str] | None = None,
         agent: str | None = None,
         server_history: bool = False,
+        early: EarlyStart | None = None,
     ) -> ChatReply:
         """One chat request, answered whatever goes wrong (an ``EngramError`` is the reply's error, any other
-        exception an ``internal_error``); the writes already started are awaited first, even on cancel."""
+        exception an ``internal_error``); the writes already started are awaited first, even on cancel.
+        With ``early`` (the HTTP layer's), a streamed turn calls the upstream in this task and a slow
+        upstream makes ``early`` begin the answer; without it, in a task of its own while this one waits
+        the keep-alive interval."""
         owed = Owed()
         req: TurnRequest | None = None
         outcome = Outcome()
@@ -134,10 +148,8 @@ class ChatService:
             if req.memory:
                 upstream_body, outcome = await self._inject(req, owed, upstream_body, len(raw))
                 self._record.remember(req, owed)
-            reply = await self._forward(req, owed, outcome, upstream_body, forward_headers or {}, timing)
-            if kept is not None:
-                reply.headers["x-engram-history"] = kept
-            return reply
+            extra = {"x-engram-history": kept} if kept is not None else {}
+            return await self._forward(req, owed, outcome, upstream_body, forward_headers or {}, timing, extra, early)
         except EngramError as exc:
             await self._record.settle_failed(req, owed, exc)
             return ChatReply(status=0, headers=outcome.headers(timing.upstream_ms), error=exc)
@@ -289,6 +301,8 @@ class ChatService:
         body: dict[str, Any],
         fwd: Mapping[str, str],
         timing: _Timing,
+        extra: dict[str, str],
+        early: EarlyStart | None,
     ) -> ChatReply:
         upstream = self._upstream_for(req.route.provider)
         path = (
@@ -305,20 +319,23 @@ class ChatService:
             finally:
                 timing.upstream_ms = (time.perf_counter() - t0) * 1000
             raw = await reply.aread()
-            return await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
-        # A task, so the first keep-alive can go out while the upstream has not answered yet.
-        task = asyncio.ensure_future(upstream.send("POST", path, body, headers=headers))
-        done, _ = await asyncio.wait({task}, timeout=self._config().keepalive_seconds)
-        timing.upstream_ms = (time.perf_counter() - t0) * 1000
-        first: UpstreamReply | None = None
-        if done:
-            first = task.result()  # an error status, unreachable or timeout raise here -> real status
-        return ChatReply(
-            status=200,
-            headers={**outcome.headers(timing.upstream_ms), "cache-control": "no-cache", "x-accel-buffering": "no"},
-            stream=self._stream(req, owed, task, first),
-            media_type="text/event-stream",
-        )
+            whole = await self._whole(req, owed, outcome.headers(timing.upstream_ms), raw)
+            whole.headers.update(extra)
+            return whole
+        keepalive = self._config().keepalive_seconds
+
+        def stream_headers() -> dict[str, str]:
+            timing.upstream_ms = (time.perf_counter() - t0) * 1000
+            return {
+                **outcome.headers(timing.upstream_ms),
+                "cache-control": "no-cache",
+                "x-accel-buffering": "no",
+                **extra,
+            }
+
+        call = upstream.send("POST", path, body, headers=headers)
+        answer, first, head = await first_answer(call, early, keepalive, stream_headers)
+        return ChatReply(200, head, stream=self._stream(req, owed, answer, first, keepalive), media_type=_SSE)
 
     def _upstream_for(self, provider: str) -> ChatUpstream:
         if provider == "anthropic":
@@ -363,7 +380,12 @@ class ChatService:
         return ChatReply(status=200, headers=headers, body=raw)
 
     def _stream(
-        self, req: TurnRequest, owed: Owed, task: asyncio.Future[UpstreamReply], reply: UpstreamReply | None
+        self,
+        req: TurnRequest,
+        owed: Owed,
+        task: asyncio.Future[UpstreamReply],
+        reply: UpstreamReply | None,
+        keepalive: float,
     ) -> AsyncIterator[bytes]:
         tap = StreamTap(
             "anthropic" if req.route.provider == "anthropic" else "responses" if req.native else "openai",
@@ -384,7 +406,7 @@ class ChatService:
             task,
             reply,
             tap,
-            keepalive_seconds=self._config().keepalive_seconds,
+            keepalive_seconds=keepalive,
             settle=settle,
             settle_failed=settle_failed,
         )

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal, Protocol
 
 import anyio
 
@@ -37,6 +37,60 @@ class LastChunk(bytes):
     ``send_stream``); to anything else they are the bytes they hold."""
 
     __slots__ = ()
+
+
+class EarlyStart(Protocol):
+    """The HTTP layer's side of a streamed answer that begins before the upstream answers
+    (entrypoints/http/streaming.py): the upstream is called in the request's own task, and only a slow
+    upstream (no answer within the keep-alive interval) makes the answer begin without it."""
+
+    def begin(self, headers: Mapping[str, str], media_type: str, keepalive_seconds: float) -> None:
+        """The head (200, ``headers``) now, then a keep-alive comment every ``keepalive_seconds`` until
+        ``end``; called from a timer's callback, so it only starts what sends them."""
+
+    async def end(self) -> bool:
+        """No more keep-alives; whether the head went out (if so, what follows is the body's to say,
+        an upstream error included)."""
+
+
+async def first_answer(
+    call: Awaitable[UpstreamReply],
+    early: EarlyStart | None,
+    keepalive: float,
+    head: Callable[[], dict[str, str]],
+) -> tuple[asyncio.Future[UpstreamReply], UpstreamReply | None, dict[str, str]]:
+    """A streamed turn's upstream ``call`` up to its answer (for ``relay_stream``: the answer, the reply if
+    it came, and the reply's headers, ``head()`` when read): an upstream error before the answer begins
+    raises here (a real status), after it the stream's error event says it.
+
+    With ``early`` (the HTTP layer's), the call runs in this task; if it has not answered within
+    ``keepalive`` seconds, a timer has ``early`` begin the answer (its head, then keep-alive comments)
+    with the headers of that moment. Without it, the call is a task of its own while this one waits up
+    to ``keepalive`` seconds, and ``relay_stream`` sends the keep-alives."""
+    if early is None:
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait({task}, timeout=keepalive)
+        headers = head()
+        return task, (task.result() if done else None), headers
+    begun: dict[str, str] = {}
+
+    def slow() -> None:
+        begun.update(head())
+        early.begin(begun, "text/event-stream", keepalive)
+
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(keepalive, slow)
+    answer: asyncio.Future[UpstreamReply] = loop.create_future()
+    try:
+        answer.set_result(await call)
+    except Exception as exc:  # raised below, or the stream's error event once begun
+        answer.set_exception(exc)
+    finally:
+        timer.cancel()
+    if begun and await early.end():  # the head went out: an error is the stream's error event now
+        return answer, (None if answer.exception() is not None else answer.result()), begun
+    headers = head()
+    return answer, answer.result(), headers
 
 
 CLIENT_GONE = EngramError("the client went away before the answer ended", code="client_disconnected")

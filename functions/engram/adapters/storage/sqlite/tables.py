@@ -61,14 +61,20 @@ class Table(Generic[M]):
         self._update_order = (*values, *key)
 
     def row(self, obj: M) -> dict[str, Any]:
-        """The column values of ``obj``."""
-        as_json = obj.model_dump(mode="json", include=set(self.json_fields))
+        """The column values of ``obj``. A JSON field is dumped from its value as it is (tuples of strings,
+        dicts of numbers: what pydantic's JSON mode would give, without its serializer's cost on every
+        write); a value ``json`` cannot dump as it is, or only as something else than JSON (NaN), goes
+        through pydantic's JSON mode as before."""
         row: dict[str, Any] = {}
         for column in self.columns:
+            value = getattr(obj, column)
             if column in self.json_fields:
-                row[column] = json.dumps(as_json[column], ensure_ascii=False)
+                try:
+                    row[column] = json.dumps(value, ensure_ascii=False, allow_nan=False)
+                except (TypeError, ValueError):
+                    as_json = obj.model_dump(mode="json", include={column})
+                    row[column] = json.dumps(as_json[column], ensure_ascii=False)
             else:
-                value = getattr(obj, column)
                 row[column] = to_iso(value) if isinstance(value, datetime) else value
         return row
 
