@@ -30,7 +30,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "functions"), str(Path
 
 import numpy as np  # noqa: E402
 from engram.adapters.search.inmemory import neighbour_density  # noqa: E402
-from engram.domain import fusion  # noqa: E402
+from engram.domain import fusion, recall_scoring  # noqa: E402
 from engram.domain.recall_scoring import fold_text, fuse_scores, jaccard  # noqa: E402
 from engram.domain.text import tokenize  # noqa: E402
 from engram.services.recall.pipeline import RecallConfig  # noqa: E402
@@ -116,7 +116,7 @@ def pipeline(q: Question, fused: dict[str, float], diversity: float = DEFAULTS.d
         folds.add(fold)
         seen.append(toks)
         kept.append(mid)
-    scores = fusion.diversify(kept, fused, lambda m: tokens(q.texts.get(m, "")), diversity)
+    scores = recall_scoring.diversify(kept, fused, lambda m: tokens(q.texts.get(m, "")), diversity)
     return sorted(kept, key=lambda m: (-scores[m], m))
 
 

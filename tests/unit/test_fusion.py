@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from engram.domain import fusion
+from engram.domain import fusion, recall_scoring
+from engram.domain.recall_scoring import jaccard
 from engram.domain.text import tokenize
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -257,9 +258,9 @@ def test_diversify_pushes_templated_repeats_down() -> None:
         "c": "Can't stand celery, not even a little",
     }
     scores = {"a": 0.9, "b": 0.85, "c": 0.8}
-    out = fusion.diversify(["a", "b", "c"], scores, lambda m: frozenset(tokenize(texts[m])), 0.5)
+    out = recall_scoring.diversify(["a", "b", "c"], scores, lambda m: frozenset(tokenize(texts[m])), 0.5)
     assert sorted(out, key=lambda m: -out[m]) == ["a", "c", "b"]
-    assert fusion.diversify(["a", "b", "c"], scores, lambda m: frozenset(), 0.0) == scores
+    assert recall_scoring.diversify(["a", "b", "c"], scores, lambda m: frozenset(), 0.0) == scores
 
 
 def _mmr_reference(
@@ -297,14 +298,27 @@ def test_diversify_equals_the_plain_greedy_to_the_bit(
     tokens = dict(zip(ranked, sets, strict=True))
     scores = dict(zip(ranked, values, strict=False))
     # Then the bit-set greedy picks in the same order with the same floats as the plain one
-    out = fusion.diversify(ranked, scores, tokens.__getitem__, penalty)
+    out = recall_scoring.diversify(ranked, scores, tokens.__getitem__, penalty)
     reference = _mmr_reference(ranked, scores, tokens, penalty)
     assert list(out) == list(reference) and out == reference
 
 
+@given(st.lists(st.frozensets(st.sampled_from("abcdefghij"), max_size=7), max_size=25))
+@settings(max_examples=200, deadline=None)
+def test_overlaps_are_jaccard_of_every_pair_to_the_bit(sets: list[frozenset[str]]) -> None:
+    # Given token sets, empty and repeated ones among them / Then each pair's overlap is jaccard's float,
+    # the matrix symmetric, 0 on the diagonal
+    pairs = recall_scoring.overlaps(sets)
+    assert len(pairs) == len(sets)
+    for i, a in enumerate(sets):
+        assert len(pairs[i]) == len(sets)
+        for j, b in enumerate(sets):
+            assert pairs[i][j] == (0.0 if i == j else jaccard(a, b)), (i, j)
+
+
 def test_token_bits_count_shared_tokens() -> None:
     sets = [frozenset("abc"), frozenset("cd"), frozenset(), frozenset("dcb")]
-    bits = fusion.token_bits(sets)
+    bits = recall_scoring.token_bits(sets)
     for a, sa in zip(bits, sets, strict=True):
         for b, sb in zip(bits, sets, strict=True):
             assert (a & b).bit_count() == len(sa & sb)

@@ -24,6 +24,7 @@ from engram.domain.recall_scoring import (
     importance_factor,
     is_live,
     jaccard,
+    overlaps,
     recency_factor,
     repeat_factor,
     token_set,
@@ -219,6 +220,9 @@ def test_dedup_equals_the_plain_pairwise_check(texts: list[list[str]], threshold
         kept.append(m)
     out, dropped = dedup_memories(memories, threshold)
     assert [m.id for m in out] == [m.id for m in kept] and dropped == len(memories) - len(kept)
+    # And the same with the overlaps given (as the pipeline hands them over)
+    given = dedup_memories(memories, threshold, overlaps([token_set(m.content) for m in memories]))
+    assert [m.id for m in given[0]] == [m.id for m in kept] and given[1] == dropped
 
 
 def test_is_live_rejects_other_namespaces_statuses_expired_and_types() -> None:

@@ -1,6 +1,7 @@
 """The pure scoring of recall (``services/recall/pipeline.py`` runs the stages): fusion by ranks or scores, the
-importance, recency and anti-repeat factors, dedup, the liveness check, glossary matches and the final
-selection under the score and relevance floors. Query-adaptive fusion and relevance: ``domain/fusion.py``.
+importance, recency and anti-repeat factors, the pool's pairwise stages (the head's token overlaps computed
+once, dedup, diversity), the liveness check, glossary matches and the final selection under the score and
+relevance floors. Query-adaptive fusion and relevance: ``domain/fusion.py``.
 """
 
 from __future__ import annotations
@@ -87,49 +88,113 @@ def text_script(text: str) -> fusion.Script:
     return fusion.script_of(text)
 
 
+def token_bits(token_sets: Sequence[frozenset[str]]) -> list[int]:
+    """Each token set as an int with one bit per token of the sets' own vocabulary (first seen, lowest bit),
+    so ``(a & b).bit_count()`` is ``len(set_a & set_b)`` without building the intersection (``overlaps``)."""
+    vocabulary: dict[str, int] = {}
+    out: list[int] = []
+    for tokens in token_sets:
+        bits = 0
+        for token in tokens:
+            bit = vocabulary.get(token)
+            if bit is None:
+                bit = vocabulary[token] = 1 << len(vocabulary)
+            bits |= bit
+        out.append(bits)
+    return out
+
+
+def overlaps(token_sets: Sequence[frozenset[str]]) -> list[list[float]]:
+    """The token overlap (Jaccard) of every pair of ``token_sets``: row ``i``, column ``j``; 0 on the diagonal
+    and with an empty set. Each is the same float as ``jaccard`` (shared over the union's
+    size), each pair computed once: recall's two pairwise stages (``dedup_memories``, then
+    ``diversify``) read one matrix instead of each comparing the pairs again (bench/README.md, "Gateway
+    overhead": the pool's pairs are the injecting recall's largest cost)."""
+    bits = token_bits(token_sets)
+    sizes = [len(tokens) for tokens in token_sets]
+    n = len(bits)
+    rows = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        a, size, row = bits[i], sizes[i], rows[i]
+        if not size:
+            continue
+        for j in range(i + 1, n):
+            other = sizes[j]
+            if other:
+                shared = (a & bits[j]).bit_count()
+                row[j] = rows[j][i] = shared / (size + other - shared)
+    return rows
+
+
+def diversify(
+    ranked: Sequence[str],
+    scores: Mapping[str, float],
+    tokens_of: Callable[[str], frozenset[str]],
+    penalty: float,
+    pairs: Sequence[Sequence[float]] | None = None,
+) -> dict[str, float]:
+    """Maximal-marginal-relevance scores: greedily, each next memory's score minus ``penalty`` times its
+    highest token overlap (Jaccard) with the memories already placed above it. Templated notes ("晚上做了
+    X，味道一般", "Had X with Y") then stop filling every slot for a vague query. ``pairs``: the overlaps of
+    ``ranked`` as ``overlaps`` gives them (in ``ranked``'s order), when the caller has them."""
+    if penalty <= 0 or len(ranked) < 2:
+        return {mid: scores[mid] for mid in ranked}
+    if pairs is None:
+        pairs = overlaps([tokens_of(mid) for mid in ranked])
+    base = [scores[mid] for mid in ranked]
+    # By position in ``ranked``: each one's adjusted score, kept current as its overlap grows (a placed
+    # one is -inf), so a pick is ``max`` and ``index`` over a list (the earliest on a tie), not a list
+    # built per pick.
+    adjusted = list(base)
+    overlap = [0.0] * len(ranked)
+    remaining = list(range(len(ranked)))
+    out: dict[str, float] = {}
+    placed_mark = -math.inf
+    for _ in range(len(ranked)):
+        best_value = max(adjusted)
+        at = adjusted.index(best_value)  # the first of the best
+        out[ranked[at]] = best_value
+        adjusted[at] = placed_mark
+        remaining.remove(at)
+        row = pairs[at]
+        for i in remaining:
+            share = row[i]
+            if share > overlap[i]:
+                overlap[i] = share
+                adjusted[i] = base[i] - penalty * share
+    return out
+
+
 def dedup_memories(
-    memories: Sequence[Memory], jaccard_threshold: float, bits: Sequence[int] | None = None
+    memories: Sequence[Memory], jaccard_threshold: float, pairs: Sequence[Sequence[float]] | None = None
 ) -> tuple[list[Memory], int]:
     """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one.
-    ``bits``: the memories' token sets as ``fusion.token_bits`` gives them, when the caller has them."""
+    ``pairs``: the memories' token overlaps as ``overlaps`` gives them, when the caller has them."""
     kept: list[Memory] = []
+    kept_at: list[int] = []
     seen_folds: set[str] = set()
-    sets = [token_set(memory.content) for memory in memories]
-    if jaccard_threshold >= 1.0:
-        bits = []
-    elif bits is None:
-        bits = fusion.token_bits(sets)
-    kept_tokens: list[tuple[int, int]] = []
+    near = jaccard_threshold < 1.0
+    sizes = [len(token_set(memory.content)) for memory in memories] if near else []
+    if near and pairs is None:
+        pairs = overlaps([token_set(memory.content) for memory in memories])
     dropped = 0
     for i, memory in enumerate(memories):
         folded = fold_text(memory.content)
-        size = len(sets[i])
-        if folded in seen_folds or (
-            jaccard_threshold < 1.0 and size >= 3 and _near_any(bits[i], size, kept_tokens, jaccard_threshold)
-        ):
+        if folded in seen_folds:
             dropped += 1
             continue
+        if near and sizes[i] >= 3 and kept_at:
+            assert pairs is not None
+            row = pairs[i]
+            # Its highest overlap with a memory kept before it (all of them while none was dropped).
+            highest = max(row[:i]) if len(kept_at) == i else max(map(row.__getitem__, kept_at))
+            if highest >= jaccard_threshold:
+                dropped += 1
+                continue
         seen_folds.add(folded)
-        if bits:
-            kept_tokens.append((bits[i], size))
+        kept_at.append(i)
         kept.append(memory)
     return kept, dropped
-
-
-def _near_any(tokens: int, size: int, kept: Sequence[tuple[int, int]], threshold: float) -> bool:
-    """Whether ``jaccard(tokens, t) >= threshold`` for one of ``kept`` (token sets as ``fusion.token_bits``
-    with their sizes).
-
-    The same comparison as ``jaccard`` (the same float), inlined: the pool's pairs are the recall's largest
-    cost (bench/profiles). A pair whose sizes alone put it under the threshold is skipped (Jaccard is at
-    most the smaller size over the larger)."""
-    for other, other_size in kept:
-        if (size / other_size if other_size > size else other_size / size) < threshold:
-            continue
-        shared = (tokens & other).bit_count()
-        if shared / (size + other_size - shared) >= threshold:
-            return True
-    return False
 
 
 def is_live(memory: Memory, namespace: str, now: datetime, types: Collection[str]) -> bool:
