@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from engram.bootstrap.configs import CONFIGS
+from engram.bootstrap.configs import by_type
 from engram.settings import Settings
 
 C = TypeVar("C")
@@ -17,5 +17,5 @@ DEFAULTS = Settings.model_construct()
 
 def config(cls: type[C], **overrides: Any) -> C:
     """The config ``cls`` mapped from ``DEFAULTS`` with ``overrides`` replaced."""
-    built: C = CONFIGS[cls](DEFAULTS)
+    built: C = by_type()[cls](DEFAULTS)
     return replace(built, **overrides)  # type: ignore[type-var]

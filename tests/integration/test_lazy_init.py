@@ -371,3 +371,25 @@ def test_a_local_server_mounts_every_group_and_registers_the_tools_in_the_backgr
     assert not app.route_groups.pending
     assert list(app_routes(app.router)) == list(app_routes(_eager(container)))
     assert len(asyncio.run(app.state.mcp_server.list_tools())) == 39
+
+
+# -- the job services -------------------------------------------------------------------------------
+def test_the_job_services_are_built_once_on_first_use_whichever_thread_asks(container: Container) -> None:
+    # Given a container (the HTTP app built on it): no job service was built
+    create_app(container)
+    barrier = threading.Barrier(8)
+    seen: list[tuple[object, ...]] = []
+
+    def ask() -> None:
+        barrier.wait()
+        seen.append((container.jobs, container.extraction, container.dreaming, container.cleanup))
+
+    # When eight threads ask at once / Then they all get the same services, built once
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(seen) == 8 and len({tuple(id(part) for part in parts) for parts in seen}) == 1
+    # And the runner runs a job with them
+    assert container.jobs.run("cleanup", {"namespace": "default"}).failed is False

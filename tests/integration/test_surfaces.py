@@ -101,6 +101,14 @@ def test_the_api_functions_init_imports_no_lazy_route_module() -> None:
     assert len(lazy) == 9 and not lazy & modules
 
 
+@pytest.mark.parametrize("surface", ["api", "mcp"])
+def test_an_http_functions_init_imports_no_job_service(surface: str) -> None:
+    # Given an HTTP function (it queues its jobs to SQS) / When its app is built
+    modules = _imported(ENGRAM_MODULES_PROBE, surface=surface, queue="sqs", cleanup_queue_url="https://sqs.invalid/q")
+    # Then extraction, dreaming and cleanup were not imported: the container builds them on first use
+    assert not {f"engram.services.jobs.{name}" for name in ("extraction", "dreaming", "cleanup")} & modules
+
+
 def test_the_mcp_functions_init_imports_no_chat_gateway() -> None:
     modules = _imported(ENGRAM_MODULES_PROBE, surface="mcp")
     assert "engram.entrypoints.http.mcp" in modules

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engram.bootstrap.configs import CONFIGS
+from engram.bootstrap.configs import by_type
 from engram.settings import Settings
 
 DEFAULTS = Settings.model_construct()
 
-BUILDERS: dict[type, Callable[[Any], Any]] = CONFIGS
+BUILDERS: dict[type, Callable[[Any], Any]] = by_type()
 
 
 class _Reading:

@@ -50,10 +50,7 @@ from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.index.guard import GuardedIndex
 from engram.services.index.reindex import ReindexService
 from engram.services.index.upkeep import IndexUpkeep
-from engram.services.jobs.cleanup import CleanupService
 from engram.services.jobs.consolidation import ConsolidationService
-from engram.services.jobs.dreaming import DreamingService
-from engram.services.jobs.extraction import ExtractionService
 from engram.services.jobs.registry import JOBS, JobRunner, JobServices
 from engram.services.jobs.runs import NamespaceLocks
 from engram.services.library.candidates import CandidateService
@@ -79,6 +76,9 @@ from engram.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from engram.services.chat.gateway import ChatService
+    from engram.services.jobs.cleanup import CleanupService
+    from engram.services.jobs.dreaming import DreamingService
+    from engram.services.jobs.extraction import ExtractionService
 
 __all__ = [
     "LOCAL_CONVERSATIONS_NAME",
@@ -130,15 +130,13 @@ class Container:
     threads: ThreadService
     history: HistoryService  # server-kept history of clients that send only their newest message
     reminders: ReminderService
-    extraction: ExtractionService
-    dreaming: DreamingService
-    cleanup: CleanupService
     reindex: ReindexService
-    jobs: JobRunner  # every job by name, and what follows a run (services/jobs/registry.py)
     moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
     curation: CurationService  # merges by hand, core candidates
     consolidation: ConsolidationService  # consolidation drafts (a queued job)
     make_chat: Callable[[], ChatService]  # builds the chat gateway: ``chat``, on first use
+    # extraction, dreaming, cleanup and the job runner (``jobs`` and the three), built by its first call
+    make_jobs: Callable[[], JobParts]
     _closers: Closers = field(default_factory=list)
     _chat: ChatService | None = field(default=None, init=False, repr=False)
     _chat_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -155,6 +153,29 @@ class Container:
                 if chat is None:
                     chat = self._chat = self.make_chat()
         return chat
+
+    def _job_parts(self) -> JobParts:
+        """Extraction, dreaming, cleanup and the runner, built on first use (once, whichever thread asks
+        first: ``make_jobs`` keeps them): an HTTP function on AWS queues its jobs to SQS and never runs one,
+        and a job function builds them with its first invocation (docs/aws.md, "Cold starts")."""
+        return self.make_jobs()
+
+    @property
+    def extraction(self) -> ExtractionService:
+        return self._job_parts().extraction
+
+    @property
+    def dreaming(self) -> DreamingService:
+        return self._job_parts().dreaming
+
+    @property
+    def cleanup(self) -> CleanupService:
+        return self._job_parts().cleanup
+
+    @property
+    def jobs(self) -> JobRunner:
+        """Every job by name, and what follows a run (services/jobs/registry.py)."""
+        return self._job_parts().runner
 
     @property
     def chat_if_built(self) -> ChatService | None:
@@ -234,15 +255,22 @@ class _Library:
 
 
 @dataclass(frozen=True)
-class _Jobs:
-    """The background jobs, their runner and the queue."""
+class JobParts:
+    """The job services only a job runs, and their runner: built on first use (``Container.jobs``)."""
 
-    extract_model: ChatModel | None
     extraction: ExtractionService
     dreaming: DreamingService
     cleanup: CleanupService
-    reindex: ReindexService
     runner: JobRunner
+
+
+@dataclass(frozen=True)
+class _Jobs:
+    """The background jobs: the queue, what the routes and the chat use of them, and what builds the rest."""
+
+    extract_model: ChatModel | None
+    make_parts: Callable[[], JobParts]
+    reindex: ReindexService
     queue: JobQueue
     history: HistoryService
     curation: CurationService
@@ -307,11 +335,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         threads=ThreadService(store, clock),
         history=jobs.history,
         reminders=lib.reminders,
-        extraction=jobs.extraction,
-        dreaming=jobs.dreaming,
-        cleanup=jobs.cleanup,
         reindex=jobs.reindex,
-        jobs=jobs.runner,
+        make_jobs=jobs.make_parts,
         moving_in=MovingInService(lib.transfer, jobs.extract_model),
         curation=jobs.curation,
         consolidation=jobs.consolidation,
@@ -395,68 +420,90 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
         return runtime_model(settings, runtime, name, upstreams) if isinstance(given, Unset) else given
 
     extract_model = job_model(o.extract_model, lambda eff: eff.extract_model or eff.chat_model)
-    dream_model = job_model(o.dream_model, lambda eff: eff.dream_model or eff.chat_model)
     history = HistoryService(store, clock, extract_model, runtime.provider(configs.history))
-    locks = NamespaceLocks()
     memories = lib.memories
-    extraction = ExtractionService(
-        store,
-        memories,
-        lib.candidates,
-        extract_model,
-        clock,
-        runtime.provider(configs.extraction),
-        locks,
-        index,
-        lib.conversations,
-    )
-    dreaming = DreamingService(
-        store,
-        memories,
-        lib.notes,
-        index,
-        base.embedder,
-        dream_model,
-        clock,
-        runtime.provider(configs.dreaming),
-        locks,
-    )
-    cleanup = CleanupService(
-        store,
-        index,
-        clock,
-        configs.retention(settings),
-        locks,
-        upkeep=memories.upkeep,
-        skills=lib.skills,
-        conversations=lib.conversations,
-        reconcile=search_reconcile(settings, lambda: (index, lib.conversations.index)),
-    )
     conversations = lib.conversations
     # Drafts by hand use the extraction model (README, "Curating by hand").
     curation = CurationService(store, memories, clock, extract_model, journal=base.journal)
     consolidation = ConsolidationService(store, curation, clock, extract_model)
-    runner = JobRunner(
-        JobServices(
-            extraction=extraction,
-            dreaming=dreaming,
-            cleanup=cleanup,
-            upkeep=memories.upkeep,
-            reindex=lambda: reindex,
-            history=history,
-            consolidation=consolidation,
-            # The conversation index is a replica beside the memory index (docs/conversations.md).
-            snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
-            journal=base.journal,
+
+    def make_parts() -> JobParts:
+        # Imported here: a process that runs no job (an HTTP function on AWS) never loads them.
+        from engram.services.jobs.cleanup import CleanupService
+        from engram.services.jobs.dreaming import DreamingService
+        from engram.services.jobs.extraction import ExtractionService
+
+        dream_model = job_model(o.dream_model, lambda eff: eff.dream_model or eff.chat_model)
+        locks = NamespaceLocks()
+        extraction = ExtractionService(
+            store,
+            memories,
+            lib.candidates,
+            extract_model,
+            clock,
+            runtime.provider(configs.extraction),
+            locks,
+            index,
+            lib.conversations,
         )
-    )
+        dreaming = DreamingService(
+            store,
+            memories,
+            lib.notes,
+            index,
+            base.embedder,
+            dream_model,
+            clock,
+            runtime.provider(configs.dreaming),
+            locks,
+        )
+        cleanup = CleanupService(
+            store,
+            index,
+            clock,
+            configs.retention(settings),
+            locks,
+            upkeep=memories.upkeep,
+            skills=lib.skills,
+            conversations=lib.conversations,
+            reconcile=search_reconcile(settings, lambda: (index, lib.conversations.index)),
+        )
+        runner = JobRunner(
+            JobServices(
+                extraction=extraction,
+                dreaming=dreaming,
+                cleanup=cleanup,
+                upkeep=memories.upkeep,
+                reindex=lambda: reindex,
+                history=history,
+                consolidation=consolidation,
+                # The conversation index is a replica beside the memory index (docs/conversations.md).
+                snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
+                journal=base.journal,
+            )
+        )
+        return JobParts(extraction, dreaming, cleanup, runner)
+
+    # Built once, by the container's first use of a job (``Container.jobs``) or the in-process queue's first run.
+    parts: list[JobParts] = []
+    parts_lock = threading.Lock()
+
+    def built_parts() -> JobParts:
+        with parts_lock:
+            if not parts:
+                parts.append(make_parts())
+            return parts[0]
+
+    def run_queued(job: str, payload: dict[str, Any]) -> Any:
+        return built_parts().runner.run(job, payload)
+
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
-    queue: JobQueue = o.queue or build_queue(settings, clients) or InlineJobQueue(runner.run, JOBS)
+    queue: JobQueue = o.queue or build_queue(settings, clients) or InlineJobQueue(run_queued, JOBS)
     reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
     queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
     consolidation.attach_queue(queue)
-    return _Jobs(extract_model, extraction, dreaming, cleanup, reindex, runner, queue, history, curation, consolidation)
+    return _Jobs(extract_model, built_parts, reindex, queue, history, curation, consolidation)
 
 
 def _build_conversations(

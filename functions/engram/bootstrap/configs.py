@@ -13,21 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram.domain.wire.cache_markers import CachePolicy
 from engram.services.chat.config import ChatConfig
 from engram.services.chat.history import HistoryConfig
 from engram.services.chat.routing import RouteConfig
-from engram.services.jobs.cleanup import RetentionPolicy
-from engram.services.jobs.dreaming import DreamConfig
-from engram.services.jobs.extraction import ExtractionConfig
 from engram.services.library.memories import MemoryRules
 from engram.services.library.reminders import ReminderConfig
 from engram.services.recall.boot import BootLimits
 from engram.services.recall.conversations import ConversationConfig
 from engram.services.recall.pipeline import RecallConfig
 from engram.settings import Settings
+
+if TYPE_CHECKING:  # the job services' modules are imported by the jobs' first use (bootstrap.Container.jobs)
+    from engram.services.jobs.cleanup import RetentionPolicy
+    from engram.services.jobs.dreaming import DreamConfig
+    from engram.services.jobs.extraction import ExtractionConfig
 
 
 def recall(s: Settings) -> RecallConfig:
@@ -96,6 +98,8 @@ def history(s: Settings) -> HistoryConfig:
 
 
 def extraction(s: Settings) -> ExtractionConfig:
+    from engram.services.jobs.extraction import ExtractionConfig
+
     return ExtractionConfig(
         window_hours=s.extract_window_hours,
         max_messages=s.extract_max_messages,
@@ -109,6 +113,8 @@ def extraction(s: Settings) -> ExtractionConfig:
 
 
 def dreaming(s: Settings) -> DreamConfig:
+    from engram.services.jobs.dreaming import DreamConfig
+
     return DreamConfig(
         timezone=s.timezone,
         max_messages=s.dream_max_messages,
@@ -120,6 +126,8 @@ def dreaming(s: Settings) -> DreamConfig:
 
 
 def retention(s: Settings) -> RetentionPolicy:
+    from engram.services.jobs.cleanup import RetentionPolicy
+
     return RetentionPolicy(
         messages_days=s.retention_messages_days,
         usage_days=s.retention_usage_days,
@@ -166,17 +174,23 @@ def _chat_with_every_upstream(s: Settings) -> ChatConfig:
     return chat(s, openai_configured=True, anthropic_configured=True)
 
 
-# Every config by its type: what a test builds at the setting defaults (``tests/configs.py``) and what
-# ``tests/unit/test_config_defaults.py`` checks. A new config joins here.
-CONFIGS: dict[type, Callable[[Settings], Any]] = {
-    RecallConfig: recall,
-    ConversationConfig: conversations,
-    BootLimits: boot_package,
-    MemoryRules: memory_rules,
-    ReminderConfig: reminders,
-    HistoryConfig: history,
-    ExtractionConfig: extraction,
-    DreamConfig: dreaming,
-    RetentionPolicy: retention,
-    ChatConfig: _chat_with_every_upstream,
-}
+def by_type() -> dict[type, Callable[[Settings], Any]]:
+    """Every config by its type: what a test builds at the setting defaults (``tests/configs.py``) and what
+    ``tests/unit/test_config_defaults.py`` checks. A new config joins here. (A function: the job configs'
+    modules are imported only where a job runs.)"""
+    from engram.services.jobs.cleanup import RetentionPolicy
+    from engram.services.jobs.dreaming import DreamConfig
+    from engram.services.jobs.extraction import ExtractionConfig
+
+    return {
+        RecallConfig: recall,
+        ConversationConfig: conversations,
+        BootLimits: boot_package,
+        MemoryRules: memory_rules,
+        ReminderConfig: reminders,
+        HistoryConfig: history,
+        ExtractionConfig: extraction,
+        DreamConfig: dreaming,
+        RetentionPolicy: retention,
+        ChatConfig: _chat_with_every_upstream,
+    }
