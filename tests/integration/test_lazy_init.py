@@ -303,3 +303,71 @@ def test_the_chat_gateway_is_built_once_when_many_threads_ask_at_once(container:
     for thread in threads:
         thread.join(60)
     assert len(seen) == 8 and len({id(chat) for chat in seen}) == 1
+
+
+# -- off the event loop, and ahead of time on a local server ------------------------------------------
+@pytest.mark.parametrize("surface", ["api", "mcp"])
+def test_a_first_mount_or_tool_registration_leaves_the_event_loop_serving(
+    surface: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a real server whose first request under /v1/skills (a lazy group) or to /mcp (the tools) is
+    # held inside the mount / the registration until the test lets it go
+    import engram.entrypoints.http.mcp as mcp_entry
+    import engram.entrypoints.http.routes as routes
+
+    inside, release = threading.Event(), threading.Event()
+
+    def held(build: Any) -> Any:
+        def slow(*args: Any) -> None:
+            inside.set()
+            assert release.wait(30)
+            build(*args)
+
+        return slow
+
+    settings = Settings(
+        store="memory", search="memory", embedder="none", data_dir=tmp_path, scheduler_enabled=False, api_key=KEY,
+        surface=surface, mcp_allowed_hosts=["*"],
+    )  # fmt: skip
+    container = build_container(settings)
+    app = create_app(container)
+    if surface == "api":
+        monkeypatch.setattr(routes, "_mount", held(routes._mount))
+        path, body, headers = "/v1/skills", None, AUTH
+    else:
+        monkeypatch.setattr(mcp_entry, "register_tools", held(mcp_entry.register_tools))
+        path, body, headers = "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, MCP_HEADERS
+    first: list[httpx.Response] = []
+    try:
+        with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+            request = threading.Thread(
+                target=lambda: first.append(
+                    client.post(path, json=body, headers=headers) if body else client.get(path, headers=headers)
+                )
+            )
+            request.start()
+            assert inside.wait(30)
+            # When the readiness path is asked meanwhile / Then it is answered while the first is held
+            assert client.get("/health", timeout=5).status_code == 200
+            assert not release.is_set() and request.is_alive()
+            release.set()
+            request.join(30)
+    finally:
+        release.set()
+        container.close()
+    # And the held request is served once the mount / registration is done
+    assert [response.status_code for response in first] == [200]
+
+
+def test_a_local_server_mounts_every_group_and_registers_the_tools_in_the_background(container: Container) -> None:
+    from engram.entrypoints.http.app import warm_first_use
+
+    # Given the local default's app (every surface), as `engram serve` builds it
+    app = create_app(container)
+    assert isinstance(app, EngramApp) and app.route_groups is not None and app.route_groups.pending
+    # When it is warmed (engram serve does it after create_app)
+    warm_first_use(app).join(60)
+    # Then every group is mounted, in the eager order, and the tools are registered
+    assert not app.route_groups.pending
+    assert list(app_routes(app.router)) == list(app_routes(_eager(container)))
+    assert len(asyncio.run(app.state.mcp_server.list_tools())) == 39

@@ -27,7 +27,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The web stack (uvicorn, FastAPI, the MCP SDK) is loaded by `serve` only: the other commands start fast.
     import uvicorn
 
-    from engram.entrypoints.http.app import create_app
+    from engram.entrypoints.http.app import create_app, warm_first_use
     from engram.entrypoints.http.server import uvicorn_options
 
     settings, new_key = bootstrap.ensure_local_owner_key(settings_from(args))
@@ -45,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"  REST docs {base}/docs · chat {base}/v1 · MCP {base}/mcp · admin {base}/admin", file=sys.stderr)
     app = create_app(container)
     bootstrap.warm_search(container)
+    warm_first_use(app)  # the route groups and MCP tools a Lambda instance leaves to its first requests
     try:
         uvicorn.run(
             app,

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -335,6 +336,28 @@ def create_app(container: Container | None = None) -> FastAPI:
         app.door_of = doors.door_of
         app.door_stack = RequestIdMiddleware(body_limit(doors))
     return app
+
+
+def warm_first_use(app: FastAPI) -> threading.Thread:
+    """Mount every lazy route group and register the MCP tools on a helper thread, now (``engram serve``,
+    after ``create_app``): a local server is started once and serves for long, so what a Lambda instance
+    leaves to its first requests (docs/aws.md, "Cold starts") is done in the background here, and no
+    first request waits for it. The same locks as a first request's: a request meanwhile waits for the
+    group it needs, or finds it mounted. Never on Lambda, whose init would pay for it."""
+
+    def warm() -> None:
+        try:
+            if isinstance(app, EngramApp) and app.route_groups is not None:
+                app.route_groups.build_all()
+            register = getattr(app.state, "register_mcp_tools", None)
+            if register is not None:
+                register()
+        except Exception:  # a first request mounts or registers it again, and says why
+            log.exception("could not prepare the routes and MCP tools in the background")
+
+    thread = threading.Thread(target=warm, name="engram-warm-routes", daemon=True)
+    thread.start()
+    return thread
 
 
 @asynccontextmanager

@@ -27,6 +27,7 @@ from typing import Literal
 
 from fastapi import FastAPI
 from starlette._utils import get_route_path
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -113,6 +114,10 @@ class RouteGroups:
         else:
             self._mount(slot, entry)
 
+    def wanted(self, path: str) -> bool:
+        """Whether a group not mounted yet may route ``path`` (a look at the pending prefixes only)."""
+        return any(_under(path, entry.prefixes) for entry in list(self._lazy.values()))
+
     def serve(self, path: str) -> None:
         """Mount the groups that may route ``path`` (Engram's own path, below the root path)."""
         wanted = [slot for slot, entry in list(self._lazy.items()) if _under(path, entry.prefixes)]
@@ -148,7 +153,12 @@ def _under(path: str, prefixes: tuple[str, ...]) -> bool:
 
 class LazyRoutesMiddleware:
     """Mount the route groups a request's path may need before the router sees it (innermost layer: a
-    request refused by the key check from its headers builds nothing). A pass-through once all are in."""
+    request refused by the key check from its headers builds nothing). A pass-through once all are in.
+
+    The mount (~0.1-0.2 s of CPU for a group's module and routes) runs on a worker thread, never on the
+    event loop: the other requests of a process (a local ``engram serve``'s chat turns, ``/health``) go on
+    meanwhile, and a request under the same paths waits for the group on the lock in ``RouteGroups``.
+    A request no pending group may route does not leave the loop."""
 
     def __init__(self, app: ASGIApp, groups: RouteGroups) -> None:
         self.app = app
@@ -156,5 +166,7 @@ class LazyRoutesMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.groups.pending and scope["type"] in ("http", "websocket"):
-            self.groups.serve(get_route_path(scope))
+            path = get_route_path(scope)
+            if self.groups.wanted(path):
+                await run_in_threadpool(self.groups.serve, path)
         await self.app(scope, receive, send)

@@ -22,6 +22,7 @@ import logging
 import threading
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram import __version__
@@ -92,7 +93,8 @@ class ToolsOnFirstRequest:
                     self._registered = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.register()
+        if not self._registered:  # on a worker thread: the event loop serves the other requests meanwhile
+            await run_in_threadpool(self.register)
         await self.app(scope, receive, send)
 
 
@@ -105,8 +107,10 @@ def mount(app: FastAPI, container: Container) -> None:
         streamable_http_path=PATH, stateless_http=True, json_response=True, transport_security=security_settings(hosts)
     )
     manager = server.session_manager
+    tools = ToolsOnFirstRequest(manager.handle_request, server)
+    app.state.register_mcp_tools = tools.register  # what warm_first_use calls (entrypoints/http/app.py)
     gate = McpGate(
-        ToolsOnFirstRequest(manager.handle_request, server),
+        tools,
         container.keys,
         hosts=hosts,
         allow_query_token=settings.mcp_allow_query_token,
