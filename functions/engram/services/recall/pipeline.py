@@ -309,6 +309,8 @@ class RecallService:
         # which texts another one recently sent.
         self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
+        # The texts being embedded right now (same keys), so a second caller waits for the first's vector.
+        self._embedding: dict[tuple[str, str, str], Future[Sequence[float]]] = {}
         self._background = (
             BackgroundVectors(embedder, clock, helper_thread=helper_threads) if embedder is not None else None
         )
@@ -709,7 +711,10 @@ class RecallService:
         return self._query_vector(namespace, text[-self._config().max_query_chars :])[0]
 
     def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
-        """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""
+        """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder.
+        A text being embedded for another caller right now is waited for, not embedded twice: a turn's
+        conversation search and its recall ask for the same vector at once when their reads run side by
+        side (services/chat/turn_context.py); ``True`` then too (not embedded by this call)."""
         assert self._embedder is not None
         key = self._vector_key(namespace, text)
         with self._vectors_lock:
@@ -717,12 +722,26 @@ class RecallService:
             if vector is not None:
                 self._vectors.move_to_end(key)
                 return vector, True
-        with embedding_for(namespace):  # its turn among the namespaces (services/index/fair_embedder.py)
-            vector = tuple(self._embedder.embed_query(text))
+            pending = self._embedding.get(key)
+            if pending is None:
+                mine: Future[Sequence[float]] = Future()
+                self._embedding[key] = mine
+        if pending is not None:
+            return pending.result(), True  # the other caller's failure is this one's too
+        try:
+            with embedding_for(namespace):  # its turn among the namespaces (services/index/fair_embedder.py)
+                vector = tuple(self._embedder.embed_query(text))
+        except BaseException as exc:
+            with self._vectors_lock:
+                del self._embedding[key]
+            mine.set_exception(exc)  # a failure is not cached: the next call embeds again
+            raise
         with self._vectors_lock:
             self._vectors[key] = vector
             while len(self._vectors) > QUERY_VECTOR_CACHE:
                 self._vectors.popitem(last=False)
+            del self._embedding[key]
+        mine.set_result(vector)
         return vector, False
 
     def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None:
