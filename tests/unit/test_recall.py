@@ -721,3 +721,31 @@ def test_a_text_being_embedded_is_waited_for_not_embedded_twice(fail: bool) -> N
         assert embedder.queries == ["peanuts", "peanuts"]
     else:
         assert outcomes[0] == outcomes[1] and isinstance(outcomes[0], tuple) and len(outcomes[0]) > 0
+
+
+def test_start_embedding_embeds_the_query_on_the_side_once() -> None:
+    # Given a service whose embedder is held
+    w = World()
+    w.add("I am allergic to peanuts")
+    embedder = HeldEmbedder()
+    service = w.service(embedder=embedder)
+    # When a turn starts its query's embedding / Then the call returns while the embedding runs elsewhere
+    service.start_embedding("u", "  peanuts ")
+    assert embedder.started.wait(10)
+    # And the recall of that query (its text as recall clips it), asked meanwhile, joins that embedding
+    with ThreadPoolExecutor(1) as pool:
+        recalled = pool.submit(service.recall, "u", "peanuts")
+        while not recalled.running():
+            time.sleep(0.001)
+        time.sleep(0.05)
+        embedder.release.set()
+        result = recalled.result(10)
+    assert embedder.queries == ["peanuts"]
+    assert result.meta["counts"]["embed_cached"] == 0 and "vector" in result.meta["stages"]
+    assert ids(result) == ["I am allergic to peanuts"]
+    # And a cached text, an empty one or a service without an embedder starts nothing
+    service.start_embedding("u", "peanuts")
+    service.start_embedding("u", "   ")
+    w.service(embedder=None).start_embedding("u", "peanuts")
+    assert embedder.queries == ["peanuts"]
+    assert service.recall("u", "peanuts").meta["counts"]["embed_cached"] == 1
