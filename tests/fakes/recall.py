@@ -52,6 +52,9 @@ class SpyRecall(Recall):
         self.returned += 1
         return result
 
+    def start_embedding(self, namespace: str, query: str) -> None:
+        self.inner.start_embedding(namespace, query)
+
     def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None:
         self.recorded.append(tuple(memory_ids))
         self.inner.record_injected(namespace, memory_ids)

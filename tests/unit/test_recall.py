@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -671,3 +673,79 @@ def test_the_query_vector_cache_tells_no_namespace_what_another_asked() -> None:
     assert embedder.queries == ["my secret diagnosis", "my secret diagnosis"]
     # And alice's own repeat still comes from the cache
     assert service.recall("alice", "my secret diagnosis").meta["counts"]["embed_cached"] == 1
+
+
+class HeldEmbedder(CountingEmbedder):
+    """Embeds only once ``release`` is set (``fail``: raises instead)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def embed_query(self, text: str) -> list[float]:
+        self.started.set()
+        assert self.release.wait(10)
+        return super().embed_query(text)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_text_being_embedded_is_waited_for_not_embedded_twice(fail: bool) -> None:
+    # Given a service whose embedder is held mid-embedding of a query (a turn's recall, say)
+    w = World()
+    w.add("I am allergic to peanuts")
+    embedder = HeldEmbedder()
+    embedder.fail = fail
+    service = w.service(embedder=embedder)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(service.query_vector, "u", "peanuts")
+        assert embedder.started.wait(10)
+        # When the same text is asked for meanwhile (the turn's conversation search) and the first finishes
+        second = pool.submit(service.query_vector, "u", "peanuts")
+        while not second.running():
+            time.sleep(0.001)
+        time.sleep(0.05)  # past the cache and in-flight lookups, into the wait
+        embedder.release.set()
+        outcomes: list[object] = []
+        for future in (first, second):
+            try:
+                outcomes.append(future.result(10))
+            except Exception as exc:
+                outcomes.append(type(exc))
+    # Then it was embedded once and both callers got its vector (or both its failure, which is not kept)
+    assert embedder.queries == ["peanuts"]
+    if fail:
+        assert outcomes[0] is outcomes[1] is UpstreamUnavailable
+        embedder.fail = False
+        service.query_vector("u", "peanuts")
+        assert embedder.queries == ["peanuts", "peanuts"]
+    else:
+        assert outcomes[0] == outcomes[1] and isinstance(outcomes[0], tuple) and len(outcomes[0]) > 0
+
+
+def test_start_embedding_embeds_the_query_on_the_side_once() -> None:
+    # Given a service whose embedder is held
+    w = World()
+    w.add("I am allergic to peanuts")
+    embedder = HeldEmbedder()
+    service = w.service(embedder=embedder)
+    # When a turn starts its query's embedding / Then the call returns while the embedding runs elsewhere
+    service.start_embedding("u", "  peanuts ")
+    assert embedder.started.wait(10)
+    # And the recall of that query (its text as recall clips it), asked meanwhile, joins that embedding
+    with ThreadPoolExecutor(1) as pool:
+        recalled = pool.submit(service.recall, "u", "peanuts")
+        while not recalled.running():
+            time.sleep(0.001)
+        time.sleep(0.05)
+        embedder.release.set()
+        result = recalled.result(10)
+    assert embedder.queries == ["peanuts"]
+    assert result.meta["counts"]["embed_cached"] == 0 and "vector" in result.meta["stages"]
+    assert ids(result) == ["I am allergic to peanuts"]
+    # And a cached text, an empty one or a service without an embedder starts nothing
+    service.start_embedding("u", "peanuts")
+    service.start_embedding("u", "   ")
+    w.service(embedder=None).start_embedding("u", "peanuts")
+    assert embedder.queries == ["peanuts"]
+    assert service.recall("u", "peanuts").meta["counts"]["embed_cached"] == 1

@@ -146,6 +146,8 @@ class TurnContextSource:
             loop.call_soon_threadsafe(_settle, future, value, error)
 
         def read_all() -> None:
+            if recall is not None:
+                self._start_embedding(req)
             # Each read answers its own future, whatever happens to the others: a source that fails past
             # its own guard is answered with its degraded value, and the reads after it still run.
             if claim is not None:
@@ -175,6 +177,14 @@ class TurnContextSource:
         job = asyncio.ensure_future(asyncio.to_thread(read_all))
         job.add_done_callback(_log_failure)
         return past, claim, boot, recall
+
+    def _start_embedding(self, req: TurnRequest) -> None:
+        """The query embedding started first in the one hop, on the recall's embedding threads: the reads
+        before the recall overlap it, and the conversation search and the recall share that one embedding."""
+        try:
+            self._recall.start_embedding(req.namespace, req.user_text or "")
+        except Exception:  # the recall (or the conversation search) embeds it then
+            log.warning("starting the query embedding failed", exc_info=True)
 
     async def _boot_block(
         self, namespace: str, agent: str | None, cache_seconds: float, max_chars: int

@@ -278,6 +278,8 @@ class Recall(Protocol):
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]: ...
 
+    def start_embedding(self, namespace: str, query: str) -> None: ...
+
     def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None: ...
 
 
@@ -309,6 +311,8 @@ class RecallService:
         # which texts another one recently sent.
         self._vectors: OrderedDict[tuple[str, str, str], Sequence[float]] = OrderedDict()
         self._vectors_lock = threading.Lock()
+        # The texts being embedded right now (same keys), so a second caller waits for the first's vector.
+        self._embedding: dict[tuple[str, str, str], Future[Sequence[float]]] = {}
         self._background = (
             BackgroundVectors(embedder, clock, helper_thread=helper_threads) if embedder is not None else None
         )
@@ -674,22 +678,33 @@ class RecallService:
         return density
 
     def _embed_async(self, namespace: str, text: str) -> Future[tuple[Sequence[float], bool, float]]:
-        """The query vector as a future: done at once from the LRU, else computed on the helper thread."""
+        """The query vector as a future (vector, from the LRU, ms): done at once from the LRU, joined to the
+        embedding of the same text already running (``start_embedding``), else computed on a helper thread
+        (the text noted as being embedded before it is handed over, so no second caller embeds it)."""
+        t = time.perf_counter()
+        key = self._vector_key(namespace, text)
+        vector, pending, mine = self._claim(key)
+        out: Future[tuple[Sequence[float], bool, float]] = Future()
+        if vector is not None:
+            out.set_result((vector, True, (time.perf_counter() - t) * 1000))
+            return out
+        if pending is not None:
+
+            def relay(done: Future[Sequence[float]]) -> None:
+                error = done.exception()
+                if error is not None:
+                    out.set_exception(error)
+                else:
+                    out.set_result((done.result(), False, (time.perf_counter() - t) * 1000))
+
+            pending.add_done_callback(relay)
+            return out
+        assert mine is not None
+        claimed = mine
 
         def run() -> tuple[Sequence[float], bool, float]:
-            t = time.perf_counter()
-            vector, cached = self._query_vector(namespace, text)
-            return vector, cached, (time.perf_counter() - t) * 1000
+            return self._fill(key, namespace, text, claimed), False, (time.perf_counter() - t) * 1000
 
-        with self._vectors_lock:
-            hit = self._vector_key(namespace, text) in self._vectors
-        if hit:
-            done: Future[tuple[Sequence[float], bool, float]] = Future()
-            try:
-                done.set_result(run())
-            except Exception as exc:
-                done.set_exception(exc)
-            return done
         with self._pool_lock:
             if self._embed_pool is None:
                 # Several at once: the embedder bounds its own parallelism and takes the namespaces in
@@ -697,10 +712,23 @@ class RecallService:
                 # behind another's first, so it is wider than any embedder's slots.
                 self._embed_pool = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="recall-embed")
             pool = self._embed_pool
-        return pool.submit(run)
+        try:
+            return pool.submit(run)
+        except BaseException as exc:  # not handed over (the interpreter is stopping): nobody waits in vain
+            self._unclaim(key, claimed, exc)
+            raise
 
     def _vector_key(self, namespace: str, text: str) -> tuple[str, str, str]:
         return namespace, self._embedder.model_id if self._embedder is not None else "", text
+
+    def start_embedding(self, namespace: str, query: str) -> None:
+        """Start embedding ``query`` as ``recall`` will (on the embedding threads; nothing when it is cached,
+        being embedded, or there is no embedder), so what a chat turn reads before its recall in the same
+        worker-thread hop (the reminder claim, the conversation search's keyword side) overlaps the
+        embedding, and the recall and the conversation search share it (services/chat/turn_context.py)."""
+        text = _query_text(query, self._config().max_query_chars)
+        if text and self._embedder is not None:
+            self._embed_async(namespace, text)  # its outcome is read by whoever asks for the vector
 
     def query_vector(self, namespace: str, text: str) -> Sequence[float]:
         """The query's embedding, from the cache a recall of the same text filled (conversation recall)."""
@@ -709,21 +737,59 @@ class RecallService:
         return self._query_vector(namespace, text[-self._config().max_query_chars :])[0]
 
     def _query_vector(self, namespace: str, text: str) -> tuple[Sequence[float], bool]:
-        """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder."""
+        """The query's embedding from a small LRU (keyed by namespace, model and text), else from the embedder.
+        A text being embedded for another caller right now is waited for, not embedded twice (a turn's
+        conversation search and its recall ask for the same vector); ``True`` then too (not embedded here)."""
         assert self._embedder is not None
         key = self._vector_key(namespace, text)
+        vector, pending, mine = self._claim(key)
+        if vector is not None:
+            return vector, True
+        if pending is not None:
+            return pending.result(), True  # the other caller's failure is this one's too
+        assert mine is not None
+        return self._fill(key, namespace, text, mine), False
+
+    def _claim(
+        self, key: tuple[str, str, str]
+    ) -> tuple[Sequence[float] | None, Future[Sequence[float]] | None, Future[Sequence[float]] | None]:
+        """The cached vector of ``key``; else the embedding of it already running; else a new one, noted as
+        running, that the caller must ``_fill``."""
         with self._vectors_lock:
             vector = self._vectors.get(key)
             if vector is not None:
                 self._vectors.move_to_end(key)
-                return vector, True
-        with embedding_for(namespace):  # its turn among the namespaces (services/index/fair_embedder.py)
-            vector = tuple(self._embedder.embed_query(text))
+                return vector, None, None
+            pending = self._embedding.get(key)
+            if pending is not None:
+                return None, pending, None
+            mine: Future[Sequence[float]] = Future()
+            self._embedding[key] = mine
+            return None, None, mine
+
+    def _fill(
+        self, key: tuple[str, str, str], namespace: str, text: str, mine: Future[Sequence[float]]
+    ) -> Sequence[float]:
+        """Embed the text ``_claim`` handed this caller, cache it and answer whoever waits for it."""
+        assert self._embedder is not None
+        try:
+            with embedding_for(namespace):  # its turn among the namespaces (services/index/fair_embedder.py)
+                vector = tuple(self._embedder.embed_query(text))
+        except BaseException as exc:
+            self._unclaim(key, mine, exc)  # a failure is not cached: the next call embeds again
+            raise
         with self._vectors_lock:
             self._vectors[key] = vector
             while len(self._vectors) > QUERY_VECTOR_CACHE:
                 self._vectors.popitem(last=False)
-        return vector, False
+            del self._embedding[key]
+        mine.set_result(vector)
+        return vector
+
+    def _unclaim(self, key: tuple[str, str, str], mine: Future[Sequence[float]], error: BaseException) -> None:
+        with self._vectors_lock:
+            self._embedding.pop(key, None)
+        mine.set_exception(error)
 
     def record_injected(self, namespace: str, memory_ids: Sequence[str]) -> None:
         """Note that these memories were injected into a turn now (the anti-repeat decay and the
