@@ -139,10 +139,9 @@ class SqliteRecords(SqliteStoreBase):
         self, namespace: str, key: str, value: Any, *, expires_at: datetime | None = None
     ) -> tuple[bool, Any]:
         text = cache_text(key, value)
-        now = to_iso(self._clock.now())
-        entry = CacheEntry(
-            namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=self._clock.now()
-        )
+        at = self._clock.now()
+        now = to_iso(at)
+        entry = CacheEntry(namespace=namespace, key=key, value=text, expires_at=expires_at, updated_at=at)
         # One statement: inserted, or written over an expired value; a live value is left alone (0 rows).
         # Only then is the held value read (another process may delete it in between: then try again).
         while True:
