@@ -77,6 +77,11 @@ def login(page: Any, password: str = PASSWORD) -> None:
     page.goto("/admin")
     page.get_by_label("Admin password").fill(password)
     page.get_by_role("button", name="Log in").click()
+    if password == PASSWORD:
+        # Wait for the panel: a `page.goto` right after the click would otherwise navigate away while
+        # POST /admin/login is in flight, the browser drops its Set-Cookie, and the next page shows the
+        # login form (the CI failure of 2026-12-02 in test_reminders_view_snoozes_and_cancels).
+        expect(page.locator("#app")).to_be_visible()
 
 
 def shot(page: Any, name: str, *, full_page: bool = True) -> None:
