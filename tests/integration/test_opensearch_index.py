@@ -297,7 +297,7 @@ def test_the_http_client_is_built_by_the_first_call_once(monkeypatch: pytest.Mon
     assert errors == [] and len(made) == 1
     assert made[0]["timeout"] == 3.0 and made[0]["verify"] is tls_context()
     # And closing it closes that client; a closed index sends nothing
-    client = index._client()
+    client = index._http.get()
     index.close()
     assert client.is_closed
 

@@ -15,8 +15,11 @@ service's model once per process (its ``load_service_model`` is cached per loade
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from engram.domain.once import Once
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,9 @@ class AwsClients:
 class LazyClient:
     """A boto3 client built on its first attribute read (thread-safe), then used as the client itself."""
 
-    def __init__(self, build: Any) -> None:
-        self._build = build
-        self._client: Any = None
-        self._lock = threading.Lock()
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._client: Once[Any] = Once(build)
 
     def __getattr__(self, name: str) -> Any:
         # Only attributes a LazyClient does not have itself land here: the client's.
-        client = self._client
-        if client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._build()
-                client = self._client
-        return getattr(client, name)
+        return getattr(self._client.get(), name)

@@ -12,7 +12,6 @@ to bottom in one place.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -42,6 +41,7 @@ from engram.bootstrap.adapters import (
 from engram.bootstrap.keys import LOCAL_KEYS_NAME, build_keyring, ensure_local_owner_key, load_keys_file
 from engram.bootstrap.models import ChatParts, ModelUpstreams, RuntimeChatModel, build_chat, build_recall, runtime_model
 from engram.domain.access import KeyRing
+from engram.domain.once import Once
 from engram.domain.ports import ChatModel, Clock, Embedder, JobQueue, MemoryStore, RateLimiter, SearchIndex
 from engram.services.chat.history import CURSOR_PREFIX as HISTORY_KEY
 from engram.services.chat.history import HistoryService
@@ -138,21 +138,17 @@ class Container:
     # extraction, dreaming, cleanup and the job runner (``jobs`` and the three), built by its first call
     make_jobs: Callable[[], JobParts]
     _closers: Closers = field(default_factory=list)
-    _chat: ChatService | None = field(default=None, init=False, repr=False)
-    _chat_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _chat: Once[ChatService] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._chat = Once(self.make_chat)
 
     @property
     def chat(self) -> ChatService:
         """The chat gateway, built on first use (once, whichever thread asks first): a process that
         serves no chat door (the MCP function, the job functions) never builds it (docs/aws.md, "Cold
         starts")."""
-        chat = self._chat
-        if chat is None:
-            with self._chat_lock:
-                chat = self._chat
-                if chat is None:
-                    chat = self._chat = self.make_chat()
-        return chat
+        return self._chat.get()
 
     def _job_parts(self) -> JobParts:
         """Extraction, dreaming, cleanup and the runner, built on first use (once, whichever thread asks
@@ -180,7 +176,7 @@ class Container:
     @property
     def chat_if_built(self) -> ChatService | None:
         """The chat gateway if something has used it (closing it must not build it)."""
-        return self._chat
+        return self._chat.built
 
     def close(self) -> None:
         for closer in reversed(self._closers):
@@ -485,17 +481,10 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
         return JobParts(extraction, dreaming, cleanup, runner)
 
     # Built once, by the container's first use of a job (``Container.jobs``) or the in-process queue's first run.
-    parts: list[JobParts] = []
-    parts_lock = threading.Lock()
-
-    def built_parts() -> JobParts:
-        with parts_lock:
-            if not parts:
-                parts.append(make_parts())
-            return parts[0]
+    parts = Once(make_parts)
 
     def run_queued(job: str, payload: dict[str, Any]) -> Any:
-        return built_parts().runner.run(job, payload)
+        return parts.get().runner.run(job, payload)
 
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
     queue: JobQueue = o.queue or build_queue(settings, clients) or InlineJobQueue(run_queued, JOBS)
@@ -503,7 +492,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
     queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
     consolidation.attach_queue(queue)
-    return _Jobs(extract_model, built_parts, reindex, queue, history, curation, consolidation)
+    return _Jobs(extract_model, parts.get, reindex, queue, history, curation, consolidation)
 
 
 def _build_conversations(

@@ -70,4 +70,4 @@ def test_a_lazy_client_is_built_on_first_use_once_across_threads(
     assert names == ["sqs"] * 8
     assert [s for s, _, _ in built] == ["sqs"] and clients.built() == ["sqs"]
     # and it is the container's client: asked for again, the same one
-    assert clients.client("sqs") is lazy._client
+    assert clients.client("sqs") is lazy._client.built

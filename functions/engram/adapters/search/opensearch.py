@@ -34,6 +34,7 @@ import httpx
 from engram.adapters.tls import tls_context
 from engram.domain.errors import InvalidInput, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
+from engram.domain.once import Once
 from engram.domain.text import tokenize
 
 SERVICE = "aoss"
@@ -53,28 +54,27 @@ def _inner_product_to_cosine(score: float) -> float:
     return max(-1.0, min(1.0, cosine))
 
 
+def _credential_chain() -> Any:
+    import botocore.session
+
+    credentials = botocore.session.get_session().get_credentials()
+    if credentials is None:
+        raise UpstreamRejected("no AWS credentials to sign OpenSearch requests", status=502)
+    return credentials
+
+
 class SigV4Signer:
     """Signs httpx requests with botocore's SigV4 for one service and region."""
 
     def __init__(self, region: str, credentials: Any | None = None, service: str = SERVICE) -> None:
         self.region = region
         self.service = service
-        self._credentials = credentials
-        self._lock = threading.Lock()
+        # The credential chain is looked up by the first request (once, whichever thread signs first), never
+        # when the index is built; none found is an error of that request, and the next one looks again.
+        self._credentials: Once[Any] = Once(_credential_chain) if credentials is None else Once.of(credentials)
 
     def _frozen(self) -> Any:
-        # The credential chain is looked up by the first request (once, whichever thread signs first), never
-        # when the index is built.
-        credentials = self._credentials
-        if credentials is None:
-            with self._lock:
-                if self._credentials is None:
-                    import botocore.session
-
-                    self._credentials = botocore.session.get_session().get_credentials()
-                    if self._credentials is None:
-                        raise UpstreamRejected("no AWS credentials to sign OpenSearch requests", status=502)
-                credentials = self._credentials
+        credentials = self._credentials.get()
         get_frozen = getattr(credentials, "get_frozen_credentials", None)
         return get_frozen() if callable(get_frozen) else credentials
 
@@ -122,10 +122,8 @@ class OpenSearchIndex:
         # bundle, ~40 ms of CPU the first time in a process) and httpx's transport (~25 ms) are init work of
         # every function that builds the index, and many cold starts never call it (docs/aws.md, "Cold
         # starts"). The signer reads the credentials and imports botocore's SigV4 on its first request.
-        self._http = http_client
+        self._http: Once[httpx.Client] = Once(self._new_client) if http_client is None else Once.of(http_client)
         self._timeout = timeout
-        self._http_lock = threading.Lock()
-        self._closed = False
         self._endpoint = endpoint
         self._retry_backoff = retry_backoff
         self._index = index
@@ -162,22 +160,12 @@ class OpenSearchIndex:
             f"OpenSearch {method} {path}: {response.status_code} {reason}", status=502, body=response.content
         )
 
-    def _client(self) -> httpx.Client:
-        """The HTTP client, built by the first call (once, whichever thread asks first)."""
-        client = self._http
-        if client is None:
-            with self._http_lock:
-                client = self._http
-                if client is None:
-                    if self._closed:  # as a closed httpx client refuses to send
-                        raise RuntimeError("the OpenSearch index is closed")
-                    # The process's one TLS context: a client of its own would load the CA bundle again
-                    # (adapters/tls.py).
-                    client = self._http = httpx.Client(timeout=self._timeout, verify=tls_context())
-        return client
+    def _new_client(self) -> httpx.Client:
+        # The process's one TLS context: a client of its own would load the CA bundle again (adapters/tls.py).
+        return httpx.Client(timeout=self._timeout, verify=tls_context())
 
     def _send(self, method: str, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
-        http = self._client()
+        http = self._http.get()  # built by the first call; after close, as a closed httpx client, refuses
         request = http.build_request(method, f"{self._endpoint}{path}", content=content, headers=headers)
         if self._signer is not None:
             self._signer.sign(request)
@@ -406,8 +394,7 @@ class OpenSearchIndex:
         self._request("GET", f"/{self._index}/_mapping", ok=(404,))
 
     def close(self) -> None:
-        with self._http_lock:
-            client, self._closed = self._http, True
+        client = self._http.seal("the OpenSearch index is closed")
         if client is not None:  # never built: nothing to close
             client.close()
 

@@ -258,12 +258,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
         terms = query_terms(query)
         if not terms or k <= 0:
             return []
-        if self._postings_rank:
-            with self._lock:
-                postings = self._keyword_cache(self._db(), namespace)
-                if postings is not None:
-                    return _hits(postings.search(terms, k, types, self._bm25_b), k)
-        return self._fts_search(namespace, terms, k, types)
+        return self._fts_search(namespace, terms, k, types, postings=self._postings_rank)
 
     def fts_keyword_search(
         self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()
@@ -275,7 +270,11 @@ class SqliteSearchIndex(SqliteIndexCaches):
             return []
         return self._fts_search(namespace, terms, k, types)
 
-    def _fts_search(self, namespace: str, terms: list[str], k: int, types: Sequence[str]) -> list[SearchHit]:
+    def _fts_search(
+        self, namespace: str, terms: list[str], k: int, types: Sequence[str], *, postings: bool = False
+    ) -> list[SearchHit]:
+        """Ranked in FTS5, or its cut from the namespace's mirror; with ``postings``, a namespace big enough
+        for in-memory postings (``search/keyword_cache.py``) is ranked from them."""
         rescore = abs(self._bm25_b - 0.75) > 1e-9
         match = fts_query(namespace, terms)
         wanted = sorted(set(types))
@@ -298,11 +297,21 @@ class SqliteSearchIndex(SqliteIndexCaches):
             params = [match, depth, namespace]
         with self._lock:
             conn = self._db()
-            conn.execute("BEGIN")  # one snapshot: the matches, the statistics and the caches' versions agree
+            # One snapshot: the version and generation, the matches, the statistics and the caches agree.
+            conn.execute("BEGIN")
             try:
-                cache = self._rescore.at(index_version(conn)) if rescore else None
-                # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
-                cut = self._mirrored(conn, namespace, terms, depth, wanted, cache) if cache is not None else None
+                cache: RescoreCache | None = None
+                cut: Cut | None = None
+                if rescore or postings:
+                    # One statement for the index's version and the namespace's generation.
+                    version, generation = index_version(conn, namespace)
+                    keywords = self._keyword_cache_at(conn, namespace, generation) if postings else None
+                    if keywords is not None:
+                        return _hits(keywords.search(terms, k, types, self._bm25_b), k)
+                    cache = self._rescore.at(version) if rescore else None
+                    # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
+                    if cache is not None:
+                        cut = self._mirrored(conn, namespace, generation, terms, depth, wanted, cache)
                 rows = cut.rows if cut is not None else conn.execute(sql, params).fetchall()
                 scored: list[tuple[str, float]] | None = None
                 if cache is not None and rows:
@@ -322,16 +331,16 @@ class SqliteSearchIndex(SqliteIndexCaches):
         self,
         conn: sqlite3.Connection,
         namespace: str,
+        generation: int,
         terms: Sequence[str],
         depth: int,
         types: Sequence[str],
         cache: RescoreCache,
     ) -> Cut | None:
-        """FTS5's candidates cut from the namespace's mirror (loaded now if its generation moved), inside
-        the caller's read transaction; None where FTS5 must rank (search/fts_mirror.py)."""
+        """FTS5's candidates cut from the namespace's mirror (loaded now if it is not at ``generation``, the
+        namespace's in the caller's read transaction); None where FTS5 must rank (search/fts_mirror.py)."""
         if not plain_terms(terms):
             return None
-        generation = self._generation(conn, namespace)
         mirror = self._mirrors.get(namespace)
         if mirror is None or mirror.generation != generation:
             self._mirrors.pop(namespace, None)
@@ -345,11 +354,35 @@ class SqliteSearchIndex(SqliteIndexCaches):
             return None
         try:
             n_rows, (namespace_tokens, tokens) = fts_averages(conn, cache)
-            df = document_frequencies(conn, terms, cache)
+            df = self._frequencies(conn, terms, cache)
             return mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, df)
         except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
             log.warning("the in-memory FTS5 cut failed, ranking in FTS5: %s", exc)
             return None
+
+    def _frequencies(self, conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
+        """``document_frequencies`` of plain terms (``plain_terms``), counted from the mirrors where they hold
+        every row of the index at the cache's version, else read from ``search_vocab`` (~30 us a query even
+        for an absent term, and most turns bring a term not asked before)."""
+        missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
+        if missing and cache.version is not None:
+            mirrors = [m for m in self._mirrors.values() if m.generation > 0]
+            (total, count), (n_rows, _) = cache.version, fts_averages(conn, cache)
+            # Every namespace of the index has a row in search_namespaces (never removed, generation >= 1)
+            # and no mirror is ahead of its namespace: as many mirrors as namespaces and the same sum of
+            # generations means each namespace is mirrored at its generation in this snapshot. Each mirror
+            # holds only tokens FTS5 keeps whole (``usable``) and a plain term never equals a namespace
+            # token, so a term's rows are the mirrors' rows holding it (FTS5's ``doc``); the row count is
+            # checked against FTS5's own as well.
+            if (
+                len(mirrors) == count
+                and sum(m.generation for m in mirrors) == total
+                and all(m.usable for m in mirrors)
+                and sum(len(m.docs) for m in mirrors) == n_rows
+            ):
+                for term in missing:
+                    cache.df[term] = sum(m.df[term] for m in mirrors)
+        return document_frequencies(conn, terms, cache)
 
     def _rescored(
         self, conn: sqlite3.Connection, terms: Sequence[str], cut: Cut | None, cache: RescoreCache
@@ -358,7 +391,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
         if cut is None or cut.freqs is None:
             return None
         n_rows, (_, tokens) = fts_averages(conn, cache)
-        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, document_frequencies(conn, terms, cache))
+        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, self._frequencies(conn, terms, cache))
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()

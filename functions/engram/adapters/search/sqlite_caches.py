@@ -312,24 +312,27 @@ class SqliteIndexCaches:
         return int(row[0]) if row else 0
 
     def _keyword_cache(self, conn: sqlite3.Connection, namespace: str) -> KeywordCache | None:
+        """``_keyword_cache_at`` in a read transaction of its own."""
+        conn.execute("BEGIN")
+        try:
+            return self._keyword_cache_at(conn, namespace, self._generation(conn, namespace))
+        finally:
+            conn.execute("COMMIT")
+
+    def _keyword_cache_at(self, conn: sqlite3.Connection, namespace: str, generation: int) -> KeywordCache | None:
         """The namespace's in-memory postings if it has at least ``keyword_threshold`` documents (loaded
-        now if need be), else None (FTS5 ranks it)."""
-        generation = self._generation(conn, namespace)
+        now if need be), else None (FTS5 ranks it); ``generation`` is the namespace's in the caller's read
+        transaction, which a load reads in."""
         cache = self._keywords.get(namespace)
         if cache is not None and cache.generation == generation and not cache.stale:
             return cache
         if self._keyword_small.get(namespace) == generation or namespace in self._warming:
             return None  # small, or loading in the background (``warm_in_background``): FTS5 ranks meanwhile
-        conn.execute("BEGIN")
-        try:
-            generation = self._generation(conn, namespace)
-            if self._count(conn, namespace) < self._keyword_threshold:
-                self._keywords.pop(namespace, None)
-                self._keyword_small[namespace] = generation
-                return None
-            rows = conn.execute(_POSTINGS_ROWS, (namespace,)).fetchall()
-        finally:
-            conn.execute("COMMIT")
+        if self._count(conn, namespace) < self._keyword_threshold:
+            self._keywords.pop(namespace, None)
+            self._keyword_small[namespace] = generation
+            return None
+        rows = conn.execute(_POSTINGS_ROWS, (namespace,)).fetchall()
         self._keyword_small.pop(namespace, None)
         cache = KeywordCache(generation, rows)
         self._keywords[namespace] = cache

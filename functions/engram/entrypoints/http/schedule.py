@@ -59,3 +59,8 @@ def install_schedule(app: FastAPI, container: Container) -> None:
                 await task
 
     app.state.startup_hooks.append(scheduler_running)
+
+
+def mount(app: FastAPI, container: Container) -> None:
+    """The schedule, with ``create_app`` (its routes, ``job_routes``, are a lazy route group)."""
+    install_schedule(app, container)

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from engram.domain.access import ALL, Principal
 from engram.domain.errors import Forbidden
+from engram.domain.once import Once
 from engram.domain.ports import Clock, KeyValueRows
 from engram.entrypoints.http.proxies import TrustedProxies
 from engram.services.runtime_settings import SYSTEM_NAMESPACE
@@ -59,8 +60,7 @@ class AdminSessions:
         self._store = store
         self.namespace = namespace
         self._clock = clock  # cookie expiry and revocations (docs/ARCHITECTURE.md, "One clock")
-        self._key: bytes | None = None
-        self._lock = threading.Lock()
+        self._key = Once(self._new_signing_key)  # the salt is read (or written) by the first cookie
 
     @property
     def configured(self) -> bool:
@@ -114,13 +114,11 @@ class AdminSessions:
         return _b64(hmac.new(self._signing_key(), payload.encode(), hashlib.sha256).digest())
 
     def _signing_key(self) -> bytes:
-        if self._key is None:
-            with self._lock:
-                if self._key is None:
-                    salt = self._load_salt()
-                    secret = b"engram-admin-session\x00" + (self._password or "").encode()
-                    self._key = hmac.new(salt, secret, hashlib.sha256).digest()
-        return self._key
+        return self._key.get()
+
+    def _new_signing_key(self) -> bytes:
+        secret = b"engram-admin-session\x00" + (self._password or "").encode()
+        return hmac.new(self._load_salt(), secret, hashlib.sha256).digest()
 
     def _load_salt(self) -> bytes:
         try:
