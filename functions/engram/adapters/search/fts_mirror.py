@@ -313,6 +313,31 @@ def _sums(inputs: Sequence[Sequence[float]], idfs: Sequence[float]) -> set[_Sum]
     return {(row[0], tuple((idf, f) for idf, f in zip(idfs, row[1:], strict=True) if f)) for row in inputs}
 
 
+def mirrored_frequencies(
+    mirrors: Iterable[FtsMirror], version: tuple[int, int], n_rows: int, terms: Sequence[str]
+) -> dict[str, int] | None:
+    """The whole index's document frequency of each plain term (``plain_terms``; ``search_vocab``'s ``doc``)
+    counted from the namespaces' mirrors, or None where the mirrors do not hold every row of the index at
+    ``version`` (the index's (sum of generations, namespaces), read in the caller's snapshot; ``n_rows``
+    FTS5's own row count in it).
+
+    Every namespace of the index has a row in search_namespaces (never removed, generation >= 1) and no
+    mirror is ahead of its namespace: as many mirrors as namespaces and the same sum of generations means
+    each namespace is mirrored at its generation in the snapshot. Each mirror holds only tokens FTS5 keeps
+    whole (``usable``) and a plain term never equals a namespace token, so a term's rows are the mirrors'
+    rows holding it; the row count is checked against FTS5's as well."""
+    held = [m for m in mirrors if m.generation > 0]
+    total, count = version
+    if (
+        len(held) != count
+        or sum(m.generation for m in held) != total
+        or not all(m.usable for m in held)
+        or sum(len(m.docs) for m in held) != n_rows
+    ):
+        return None
+    return {term: sum(m.df[term] for m in held) for term in terms}
+
+
 class _Arrays:
     """The mirror's rows at one moment: row -> memory_id, row lengths, and per-term postings (built once per
     term asked for)."""

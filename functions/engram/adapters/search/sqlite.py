@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,11 +39,9 @@ from engram.adapters.search.fts import (
     nskey,
     rescore_bm25,
 )
-from engram.adapters.search.fts_mirror import Cut, FtsMirror, plain_terms, rescore_cut
+from engram.adapters.search.fts_mirror import Cut, FtsMirror, mirrored_frequencies, plain_terms, rescore_cut
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
-from engram.adapters.search.keyword_cache import KeywordCache
 from engram.adapters.search.sqlite_caches import SqliteIndexCaches
-from engram.adapters.search.vector_cache import VectorCache
 from engram.adapters.search.warmup import WrittenDoc
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
@@ -107,21 +105,6 @@ class SqliteSearchIndex(SqliteIndexCaches):
             conn.execute("DELETE FROM search_docs WHERE id = ?", (row[0],))
         conn.execute("DELETE FROM search_vectors WHERE namespace = ? AND memory_id = ?", (namespace, memory_id))
 
-    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
-        """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        return _patched(self._caches, namespace, old_generation, new_generation)
-
-    def _patch_keywords(self, namespace: str, old_generation: int, new_generation: int) -> KeywordCache | None:
-        """The keyword postings to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        cache = self._keywords.get(namespace)
-        if cache is None:
-            return None
-        if cache.generation != old_generation or cache.stale:
-            del self._keywords[namespace]
-            return None
-        cache.generation = new_generation
-        return cache
-
     def _patch_mirrors(self, generations: dict[str, int], written: Sequence[tuple[PreparedDoc, str, int]]) -> None:
         """The FTS5 mirrors brought up to date with a write's documents (doc, tokens, rowid)."""
         mirrors = {ns: self._patch_mirror(ns, gen - 1, gen) for ns, gen in generations.items()}
@@ -129,10 +112,6 @@ class SqliteSearchIndex(SqliteIndexCaches):
             mirror = mirrors[doc.namespace]
             if mirror is not None:
                 mirror.put(rowid, doc.memory_id, doc.type, tokens)
-
-    def _patch_mirror(self, namespace: str, old_generation: int, new_generation: int) -> FtsMirror | None:
-        """The FTS5 mirror to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        return _patched(self._mirrors, namespace, old_generation, new_generation)
 
     # -- the port -------------------------------------------------------------------------
     def upsert(self, doc: IndexedDoc) -> str:
@@ -361,27 +340,13 @@ class SqliteSearchIndex(SqliteIndexCaches):
             return None
 
     def _frequencies(self, conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
-        """``document_frequencies`` of plain terms (``plain_terms``), counted from the mirrors where they hold
-        every row of the index at the cache's version, else read from ``search_vocab`` (~30 us a query even
-        for an absent term, and most turns bring a term not asked before)."""
+        """``document_frequencies`` of plain terms (``plain_terms``): counted from the mirrors where they hold
+        every row of the index at the cache's version (``mirrored_frequencies``), else read from
+        ``search_vocab`` (~30 us a query even for an absent term, and most turns bring a term not asked before)."""
         missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
         if missing and cache.version is not None:
-            mirrors = [m for m in self._mirrors.values() if m.generation > 0]
-            (total, count), (n_rows, _) = cache.version, fts_averages(conn, cache)
-            # Every namespace of the index has a row in search_namespaces (never removed, generation >= 1)
-            # and no mirror is ahead of its namespace: as many mirrors as namespaces and the same sum of
-            # generations means each namespace is mirrored at its generation in this snapshot. Each mirror
-            # holds only tokens FTS5 keeps whole (``usable``) and a plain term never equals a namespace
-            # token, so a term's rows are the mirrors' rows holding it (FTS5's ``doc``); the row count is
-            # checked against FTS5's own as well.
-            if (
-                len(mirrors) == count
-                and sum(m.generation for m in mirrors) == total
-                and all(m.usable for m in mirrors)
-                and sum(len(m.docs) for m in mirrors) == n_rows
-            ):
-                for term in missing:
-                    cache.df[term] = sum(m.df[term] for m in mirrors)
+            found = mirrored_frequencies(self._mirrors.values(), cache.version, fts_averages(conn, cache)[0], missing)
+            cache.df.update(found or {})
         return document_frequencies(conn, terms, cache)
 
     def _rescored(
@@ -462,19 +427,3 @@ def _hits(scored: Sequence[tuple[str, float]], k: int) -> list[SearchHit]:
     """The best ``k`` as the port's hits. bm25() is never exactly 0 for a match, but the port's "positive"
     promise is kept explicit."""
     return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
-
-
-_Cached = TypeVar("_Cached", VectorCache, FtsMirror)
-
-
-def _patched(caches: dict[str, _Cached], namespace: str, old_generation: int, new_generation: int) -> _Cached | None:
-    """The namespace's cache moved to ``new_generation`` if it was at ``old_generation`` (this process's
-    write), else dropped (None: another writer came between, it reloads on the next query)."""
-    cache = caches.get(namespace)
-    if cache is None:
-        return None
-    if cache.generation != old_generation:
-        del caches[namespace]
-        return None
-    cache.generation = new_generation
-    return cache
