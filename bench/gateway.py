@@ -22,11 +22,11 @@ and their ratio; with ``--embedder local`` the e5 goal (the query embedding plus
 embedding's own time measured in this process in the same run.
 
 ``--rows`` runs only the named gateway rows (the direct and floor rows always run): ``--rows forwarding``
-is the forwarding turn alone. ``--against TREE`` adds TREE's forwarding gateway (another checkout of
-the repository, e.g. ``git worktree add /tmp/base main``) beside this tree's, the same row served by the
-other code: an A/B in one run. ``--rounds N`` repeats the rows N times, alternating their order (every
-other round backwards), and prints each round's CPU above the floor and added TTFB p50 before the
-pooled table, so a change is read against the run-to-run spread.
+is the forwarding turn alone. ``--against TREE`` serves each chosen row by TREE's code too (another
+checkout of the repository, e.g. ``git worktree add /tmp/base main``), right beside this tree's,
+labelled ``[TREE's tree]``: an A/B in one run. ``--rounds N`` repeats the rows N times, alternating
+their order (every other round backwards), and prints each round's CPU above the floor and added TTFB
+p50 before the pooled table, so a change is read against the run-to-run spread.
 """
 
 from __future__ import annotations
@@ -499,7 +499,7 @@ def main() -> None:
         help="gateway rows to run (default all; the direct and floor rows always run)",
     )
     parser.add_argument(
-        "--against", default="", help="another checkout: its forwarding gateway runs beside this tree's (an A/B)"
+        "--against", default="", help="another checkout: each chosen row also runs its code, beside this tree's (A/B)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the rows, alternating their order (default 1)")
     parser.add_argument("--profile", default="", help="write py-spy flame graphs of the c=1 gateway rows to this dir")
@@ -535,9 +535,6 @@ def main() -> None:
         ]
         # (row key, label, gateway mode, embedder, tree)
         gateways = [("forwarding", "gateway, forwarding", "forward", "none", ROOT)]
-        if args.against:
-            other = Path(args.against).resolve()
-            gateways.append(("forwarding", f"gateway, forwarding ({other.name}'s tree)", "forward", "none", other))
         gateways += [
             ("recall", f"gateway, recall 1k ({kind})", "recall", args.embedder, ROOT),
             ("sqlite", f"gateway, recall 1k ({kind}, SQLite: the local default)", "recall-sqlite", args.embedder, ROOT),
@@ -553,6 +550,17 @@ def main() -> None:
                     ROOT,
                 ),
             ]
+        if args.against:  # each row also served by the other tree's code, right after this tree's
+            other = Path(args.against).resolve()
+            gateways = [
+                row
+                for key, label, mode, embedder, _ in gateways
+                for row in (
+                    (key, label, mode, embedder, ROOT),
+                    (key, f"{label} [{other.name}'s tree]", mode, embedder, other),
+                )
+            ]
+        verbatim_rows = {label for _, label, mode, _, _ in gateways if mode.endswith("+answers")}
         for key, label, mode, embedder, tree in gateways:
             if key in rows_wanted:
                 proc, url = _spawn("_gateway", "--mode", mode, "--upstream", up_url, "--embedder", embedder, root=tree)
@@ -571,9 +579,9 @@ def main() -> None:
                     up.stdin.flush()
                     up.stdout.readline()
                     cpu0 = _cpu_seconds(pid)
-                    first = round_ == 0 and "tree)" not in name
+                    first = round_ == 0 and "tree]" not in name
                     spy = _profile(args.profile, name, concurrency, pid) if first else None
-                    verbatim = args.verbatim or name.endswith("injecting)")
+                    verbatim = args.verbatim or name in verbatim_rows
                     res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim))
                     cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
                     if spy is not None:
