@@ -23,11 +23,11 @@ cost above its query embeddings as the gateway ran them (timed in the gateway's 
 and the embedding alone in this process for reference.
 
 ``--rows`` runs only the named gateway rows (the direct and floor rows always run): ``--rows forwarding``
-is the forwarding turn alone. ``--against TREE`` adds TREE's forwarding gateway (another checkout of
-the repository, e.g. ``git worktree add /tmp/base main``) beside this tree's, the same row served by the
-other code: an A/B in one run. ``--rounds N`` repeats the rows N times, alternating their order (every
-other round backwards), and prints each round's CPU above the floor and added TTFB p50 before the
-pooled table, so a change is read against the run-to-run spread.
+is the forwarding turn alone. ``--against TREE`` serves each chosen row by TREE's code too (another
+checkout of the repository, e.g. ``git worktree add /tmp/base main``), right beside this tree's,
+labelled ``[TREE's tree]``: an A/B in one run. ``--rounds N`` repeats the rows N times, alternating
+their order (every other round backwards), and prints each round's CPU above the floor and added TTFB
+p50 before the pooled table, so a change is read against the run-to-run spread.
 """
 
 from __future__ import annotations
@@ -481,6 +481,11 @@ def _report_e5(
         )
 
 
+def _times_embeddings(tree: Path) -> bool:
+    """Whether ``tree``'s gateway times its query embeddings (``--against`` an older checkout: not)."""
+    return tree == ROOT or "_time_query_embeddings" in (tree / "bench" / "gateway.py").read_text()
+
+
 def _embeddings_since(gateway: subprocess.Popen[str]) -> list[list[float]]:
     """The query embeddings the ``gateway`` (an e5 row) made since the last ask: [wall ms, CPU ms] each."""
     assert gateway.stdin is not None and gateway.stdout is not None
@@ -550,7 +555,7 @@ def main() -> None:
         help="gateway rows to run (default all; the direct and floor rows always run)",
     )
     parser.add_argument(
-        "--against", default="", help="another checkout: its forwarding gateway runs beside this tree's (an A/B)"
+        "--against", default="", help="another checkout: each chosen row also runs its code, beside this tree's (A/B)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the rows, alternating their order (default 1)")
     parser.add_argument("--profile", default="", help="write py-spy flame graphs of the c=1 gateway rows to this dir")
@@ -586,9 +591,6 @@ def main() -> None:
         ]
         # (row key, label, gateway mode, embedder, tree)
         gateways = [("forwarding", "gateway, forwarding", "forward", "none", ROOT)]
-        if args.against:
-            other = Path(args.against).resolve()
-            gateways.append(("forwarding", f"gateway, forwarding ({other.name}'s tree)", "forward", "none", other))
         gateways += [
             ("recall", f"gateway, recall 1k ({kind})", "recall", args.embedder, ROOT),
             ("sqlite", f"gateway, recall 1k ({kind}, SQLite: the local default)", "recall-sqlite", args.embedder, ROOT),
@@ -604,13 +606,24 @@ def main() -> None:
                     ROOT,
                 ),
             ]
+        if args.against:  # each row also served by the other tree's code, right after this tree's
+            other = Path(args.against).resolve()
+            gateways = [
+                row
+                for key, label, mode, embedder, _ in gateways
+                for row in (
+                    (key, label, mode, embedder, ROOT),
+                    (key, f"{label} [{other.name}'s tree]", mode, embedder, other),
+                )
+            ]
+        verbatim_rows = {label for _, label, mode, _, _ in gateways if mode.endswith("+answers")}
         timed: dict[str, subprocess.Popen[str]] = {}  # e5 rows: the gateway that times its query embeddings
         for key, label, mode, embedder, tree in gateways:
             if key in rows_wanted:
                 proc, url = _spawn("_gateway", "--mode", mode, "--upstream", up_url, "--embedder", embedder, root=tree)
                 procs.append(proc)
                 targets.append((label, url + "/v1/chat/completions", auth, proc.pid))
-                if embedder == "local" and mode.startswith("recall"):
+                if embedder == "local" and mode.startswith("recall") and _times_embeddings(tree):
                     timed[label] = proc
         results: dict[tuple[str, int], dict[str, list[float]]] = {}
         cpu_total: dict[tuple[str, int], float] = {}
@@ -628,9 +641,9 @@ def main() -> None:
                     if name in timed:
                         _embeddings_since(timed[name])  # those of the rows before: not this row's
                     cpu0 = _cpu_seconds(pid)
-                    first = round_ == 0 and "tree)" not in name
+                    first = round_ == 0 and "tree]" not in name
                     spy = _profile(args.profile, name, concurrency, pid) if first else None
-                    verbatim = args.verbatim or name.endswith("injecting)")
+                    verbatim = args.verbatim or name in verbatim_rows
                     res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim))
                     cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
                     if spy is not None:

@@ -62,7 +62,6 @@ JOB_RUNNER = Path(__file__).resolve().parent / "lambda_job_runner.py"
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
-INIT_LIMIT_S = 10.0  # Lambda's init phase limit (extensions, the adapter and run.sh included)
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

@@ -97,8 +97,19 @@ def test_the_api_functions_init_imports_no_lazy_route_module() -> None:
     # Then no lazy route group's module was imported (their decorators build the routes' models:
     # entrypoints/http/routes.py), and the chat gateway was, with the doors
     assert "engram.entrypoints.http.chat" in modules and "engram.services.chat.gateway" in modules
-    lazy = {f"engram.entrypoints.http.{entry.module}" for entry in MOUNTS if entry.prefixes}
-    assert len(lazy) == 9 and not lazy & modules
+    eager = {entry.module for entry in MOUNTS if not entry.prefixes}
+    lazy = {f"engram.entrypoints.http.{e.module}" for e in MOUNTS if e.prefixes and e.module not in eager}
+    assert len(lazy) == 12 and not lazy & modules
+    # And no route with a model field was built: FastAPI imports pydantic.v1 with the first (http/routes.py)
+    assert not _imported(V1_PROBE, surface="api")
+
+
+V1_PROBE = (
+    "import json, sys\n"
+    "from engram.entrypoints.http.app import create_app\n"
+    "create_app()\n"
+    "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pydantic.v1'))))\n"
+)
 
 
 @pytest.mark.parametrize("surface", ["api", "mcp"])
@@ -107,6 +118,12 @@ def test_an_http_functions_init_imports_no_job_service(surface: str) -> None:
     modules = _imported(ENGRAM_MODULES_PROBE, surface=surface, queue="sqs", cleanup_queue_url="https://sqs.invalid/q")
     # Then extraction, dreaming and cleanup were not imported: the container builds them on first use
     assert not {f"engram.services.jobs.{name}" for name in ("extraction", "dreaming", "cleanup")} & modules
+    # And neither the job registry and the schedule, nor what only a few routes, tools and the CLI use:
+    # export/import, moving in, curation by hand, consolidation drafts (built by their first use)
+    first_use = {"jobs.registry", "jobs.scheduler", "jobs.consolidation", "library.curation", "transfer"}
+    if surface == "mcp":  # the MCP tools' modules are imported at init (registered by the first request)
+        first_use.discard("library.curation")  # and mcp/curation.py takes its types from it
+    assert not {f"engram.services.{name}" for name in first_use} & modules
 
 
 def test_the_mcp_functions_init_imports_no_chat_gateway() -> None:

@@ -14,7 +14,8 @@ from engram.bootstrap import build_container
 from engram.entrypoints.http import hand_edits
 from engram.entrypoints.http.aliases import alias_of, canonical_path
 from engram.entrypoints.http.app import create_app
-from engram.entrypoints.http.chat import _read_headers, door_of, router
+from engram.entrypoints.http.chat import _read_headers, door_of
+from engram.entrypoints.http.chat_routes import router
 from engram.settings import Settings
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers

@@ -175,16 +175,92 @@ def test_a_namespace_with_other_tokens_is_left_to_fts5(tmp_path: Path, monkeypat
         index.close()
 
 
-def test_a_near_tie_of_different_rows_at_the_cut_is_left_to_fts5() -> None:
-    # Given two rows of equal score from different inputs ("x" once vs "y" once, same document count)
-    mirror = FtsMirror(1, [(1, "a", "fact", "x w"), (2, "b", "fact", "y w")])
-    df = {"x": 1, "y": 1}
-    # When the cut falls between them, then the mirror declines (SQLite's arithmetic could order them
-    # either way); when it keeps both, it answers, ties by rowid
-    assert mirror.candidates(["x", "y"], 1, (), n_rows=2, total_tokens=6, df=df) is None
-    both = mirror.candidates(["x", "y"], 2, (), n_rows=2, total_tokens=6, df=df)
-    assert both is not None and [r[0] for r in both.rows] == ["a", "b"]
-    # And rows of one input tied at the cut go by rowid, as FTS5's ORDER BY does
-    same = FtsMirror(1, [(5, "late", "fact", "x w"), (3, "early", "fact", "x w")])
-    first = same.candidates(["x"], 1, (), n_rows=2, total_tokens=6, df=df)
+def test_a_near_tie_of_different_rows_at_the_cut_is_left_to_fts5(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cut(docs: list[tuple[int, str, str, str]], terms: list[str], depth: int, df: dict[str, int]) -> object:
+        mirror = FtsMirror(1, docs)
+        arrays = mirror.candidates(terms, depth, (), n_rows=100, total_tokens=300, df=df)
+        typed = mirror.candidates(terms, depth, ("fact",), n_rows=100, total_tokens=300, df=df)  # rows one by one
+        assert (arrays is None) == (typed is None)
+        return arrays
+
+    # Given rows whose scores SQLite's arithmetic could order either way (within the tie band, widened to
+    # catch rows of near scores), the mirror declines when the cut falls between them, and answers when
+    # it keeps them all: rows of one length with another idf ("x" vs "y"), ...
+    monkeypatch.setattr(fts_mirror, "TIE_EPSILON", 0.5)
+    idf = [(1, "a", "fact", "x w"), (2, "b", "fact", "y w")]
+    assert cut(idf, ["x", "y"], 1, {"x": 4, "y": 5}) is None
+    assert cut(idf, ["x", "y"], 2, {"x": 4, "y": 5}) is not None
+    # ... rows of one term and another length ...
+    length = [(1, "a", "fact", "x w"), (2, "b", "fact", "x")]
+    assert cut(length, ["x"], 1, {"x": 4}) is None
+    # ... and (at the true tie band) the same three products added in another order
+    monkeypatch.undo()
+    order = [(1, "a", "fact", "x y z"), (2, "b", "fact", "u v t")]
+    df = {"x": 1, "y": 2, "z": 3, "u": 3, "v": 2, "t": 1}
+    assert cut(order, ["x", "y", "z", "u", "v", "t"], 1, df) is None
+    assert cut(order, ["x", "y", "z", "u", "v", "t"], 2, df) is not None
+
+
+def test_rows_that_add_the_same_numbers_tie_at_the_cut_by_rowid() -> None:
+    # Given rows of one length holding different query terms of the same document count (the same idf):
+    # FTS5 adds the same product to 0.0 for each, so their scores are the same double in any arithmetic
+    mirror = FtsMirror(1, [(5, "late", "fact", "x w"), (3, "early", "fact", "y w"), (4, "mid", "fact", "x w")])
+    df = {"x": 2, "y": 1, "w": 3}
+    # When the cut falls inside the tie (x is in two rows, y in one: equal idf needs equal counts, so ask
+    # with "x" counted as y's), then the mirror answers, ties by rowid as FTS5's ORDER BY does
+    same_idf = {"x": 1, "y": 1}
+    first = mirror.candidates(["y", "x"], 1, (), n_rows=3, total_tokens=9, df=same_idf)
     assert first is not None and [r[0] for r in first.rows] == ["early"]
+    typed = mirror.candidates(["y", "x"], 2, ("fact",), n_rows=3, total_tokens=9, df=same_idf)
+    assert typed is not None and [r[0] for r in typed.rows] == ["early", "late"]  # with a type filter: by memory_id
+    # And with the real counts (another idf for x), the rows are not tied: the rarer term's row first
+    ranked = mirror.candidates(["y", "x"], 1, (), n_rows=3, total_tokens=9, df=df)
+    assert ranked is not None and [r[0] for r in ranked.rows] == ["early"]
+
+
+def test_document_frequencies_come_from_the_mirrors_when_they_hold_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an index of two small namespaces, and another index writing to the same file (another process)
+    path = tmp_path / "engram.db"
+    index, other = SqliteSearchIndex(path), SqliteSearchIndex(path)
+    rng = random.Random(5)
+    for i in range(300):
+        index.upsert(a_doc(rng, rng.choice("ab"), f"m{i}"))
+    vocab = sqlite3.connect(path)
+    statements: list[str] = []
+    index._db().set_trace_callback(statements.append)
+    try:
+        for step in range(40):
+            # When searching both namespaces (each query with a term never asked before, as a chat turn's is)
+            for namespace in "ab":
+                query = " ".join(rng.sample(WORDS, rng.randint(1, 3))) + f" {step}{namespace} 1"
+                statements.clear()
+                found = search(index, namespace, query, 50, ())
+                asked = any("search_vocab" in s for s in statements)
+                # Then the results equal FTS5's own ranking
+                assert found == by_fts5(monkeypatch, index, namespace, query, 50, ())
+                # And the frequencies the re-scoring used are search_vocab's, for present and absent terms
+                for term, count in index._rescore.df.items():
+                    row = vocab.execute("SELECT doc FROM search_vocab WHERE term = ?", (term,)).fetchone()
+                    assert count == (row[0] if row else 0), term
+                # And once both namespaces are mirrored at their generations, search_vocab is not asked
+                generations = dict(vocab.execute("SELECT namespace, generation FROM search_namespaces"))
+                current = {ns: m.generation for ns, m in index._mirrors.items()} == generations
+                assert asked != current, (step, namespace)
+            # And between searches, either index writes or deletes (every third step the other one)
+            writer = other if step % 3 == 1 else index
+            for _ in range(rng.randint(1, 3)):
+                if rng.random() < 0.3:
+                    writer.delete(rng.choice("ab"), f"m{rng.randrange(300)}")
+                else:
+                    writer.upsert(a_doc(rng, rng.choice("ab"), f"m{rng.randrange(330)}"))
+        # And a third namespace, written but never searched (no mirror): search_vocab answers again, the same
+        index.upsert(a_doc(rng, "c", "c1", extra=" cat"))
+        statements.clear()
+        assert search(index, "a", "cat zzz", 50, ()) == by_fts5(monkeypatch, index, "a", "cat zzz", 50, ())
+        assert any("search_vocab" in s for s in statements)
+    finally:
+        vocab.close()
+        index.close()
+        other.close()

@@ -88,11 +88,16 @@ class RescoreCache:
         return self
 
 
-def index_version(conn: sqlite3.Connection) -> tuple[int, int]:
+def index_version(conn: sqlite3.Connection, namespace: str = "") -> tuple[tuple[int, int], int]:
     """The index's write version: every write bumps its namespace's generation (rows are never removed
-    and generations only grow), so the sum moves on every write; read inside the query's transaction."""
-    total, count = conn.execute("SELECT COALESCE(SUM(generation), 0), COUNT(*) FROM search_namespaces").fetchone()
-    return int(total), int(count)
+    and generations only grow), so the sum moves on every write; read inside the query's transaction.
+    With it, in the same statement, ``namespace``'s generation (0 if it was never written)."""
+    total, count, generation = conn.execute(
+        "SELECT COALESCE(SUM(generation), 0), COUNT(*), COALESCE(MAX(CASE WHEN namespace = ? THEN generation END), 0) "
+        "FROM search_namespaces",
+        (namespace,),
+    ).fetchone()
+    return (int(total), int(count)), int(generation)
 
 
 def fts_averages(conn: sqlite3.Connection, cache: RescoreCache | None = None) -> tuple[int, tuple[int, int]]:

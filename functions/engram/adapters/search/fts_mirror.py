@@ -19,9 +19,13 @@ When it is the same, to the bit:
   table). A namespace holding a token with any other character (one ``unicode61`` splits at, drops or
   folds) is ranked by FTS5, and so is a query with such a term or one that looks like a namespace token.
 - The cut itself: two rows whose scores are within ``TIE_EPSILON`` of each other across the cut are only
-  ordered the same as SQLite's arithmetic if they have the same inputs (length and term counts: then the
-  same double in any arithmetic, and the tie goes by rowid, or memory_id with a type filter, in both);
-  otherwise (a near-tie a fused multiply-add could flip) ``candidates`` returns None and FTS5 ranks.
+  ordered the same as SQLite's arithmetic if FTS5 adds the same numbers in the same order for both (one
+  row length, and the same (idf, count) for each term present, in the query's order: a term absent adds
+  exactly 0.0, so rows holding different terms of one idf count too; then the same double in any
+  arithmetic, and the tie goes by rowid, or memory_id with a type filter, in both); otherwise (a near-tie
+  a fused multiply-add could flip) ``candidates`` returns None and FTS5 ranks.
+- The document frequencies (``search_vocab``'s ``doc``, the whole index's) are counted from the mirrors
+  when they hold every row of the index (``SqliteSearchIndex._frequencies``), else read from FTS5.
 
 The mirror is loaded once per generation of the namespace, patched by this process's writes like the
 other caches, and reloaded when another process moved the generation. A cut from its arrays is also
@@ -158,6 +162,7 @@ class FtsMirror:
         """``rows``: (FTS rowid, memory_id, type, tokens joined by spaces) of every document."""
         self.generation = generation
         self.docs: dict[str, tuple[int, str, Counter[str], int]] = {}
+        self.df: Counter[str] = Counter()  # term -> documents holding it (FTS5's ``doc`` of the namespace's rows)
         self.unplain: set[str] = set()  # documents with a token FTS5 does not keep whole: while any, FTS5 ranks
         self._built: _Arrays | None = None
         self._fresh: set[str] = set()  # memory_ids put since the arrays were built (scored one by one)
@@ -178,12 +183,14 @@ class FtsMirror:
         if not all(map(FTS5_CHARS.whole, counts)):
             self.unplain.add(memory_id)
         self.docs[memory_id] = (rowid, type_, counts, len(split) + 1)  # + the namespace token
+        self.df.update(counts.keys())
         self._fresh.add(memory_id)
 
     def remove(self, memory_id: str) -> None:
         doc = self.docs.pop(memory_id, None)
         if doc is None:
             return
+        self.df.subtract(doc[2].keys())
         self.unplain.discard(memory_id)
         self._fresh.discard(memory_id)
         if self._built is not None and memory_id in self._built.rows:
@@ -231,7 +238,7 @@ class FtsMirror:
             scores[list(self._gone)] = 0.0
         hit = np.flatnonzero(scores > 0.0)
         if not types and not self._fresh:
-            return self._cut(arrays, scores, freqs, hit, depth)
+            return self._cut(arrays, scores, freqs, hit, depth, [idf for _, idf in idfs])
         ids = [arrays.ids[i] for i in hit.tolist()]
         values = scores[hit].tolist()
         for memory_id in self._fresh:
@@ -250,11 +257,13 @@ class FtsMirror:
             if not wanted or type_ in wanted:
                 ranked.append((score, memory_id if wanted else rowid, memory_id))
         ranked.sort(key=lambda r: (-r[0], r[1]))
-        if len(ranked) > depth and not self._clear_cut(ranked, depth, terms):
+        if len(ranked) > depth and not self._clear_cut(ranked, depth, idfs):
             return None
         return Cut([(memory_id, score, self.docs[memory_id][0]) for score, _, memory_id in ranked[:depth]])
 
-    def _cut(self, arrays: _Arrays, scores: np.ndarray, freqs: np.ndarray, hit: np.ndarray, depth: int) -> Cut | None:
+    def _cut(
+        self, arrays: _Arrays, scores: np.ndarray, freqs: np.ndarray, hit: np.ndarray, depth: int, idfs: Sequence[float]
+    ) -> Cut | None:
         """``candidates`` without a type filter or rows written since the build, in numpy."""
         order = hit[np.lexsort((arrays.rowids[hit], -scores[hit]))]
         if len(order) > depth:
@@ -263,7 +272,7 @@ class FtsMirror:
                 low, high = first_out - abs(first_out) * TIE_EPSILON, last + abs(last) * TIE_EPSILON
                 band = hit[(scores[hit] >= low) & (scores[hit] <= high)]
                 inputs = np.vstack([arrays.lengths[band], freqs[:, band]])
-                if not (inputs == inputs[:, :1]).all():
+                if not (inputs == inputs[:, :1]).all() and len(_sums(np.unique(inputs, axis=1).T.tolist(), idfs)) > 1:
                     return None
             order = order[:depth]
         rows = [
@@ -274,10 +283,12 @@ class FtsMirror:
         ]
         return Cut(rows, arrays.lengths[order], freqs[:, order])
 
-    def _clear_cut(self, ranked: Sequence[tuple[float, object, str]], depth: int, terms: Sequence[str]) -> bool:
-        """Whether the rows near the cut (within ``TIE_EPSILON`` of the last kept or the first dropped) are
-        all of one input (row length and term counts): then SQLite orders them as here whatever its
-        arithmetic."""
+    def _clear_cut(
+        self, ranked: Sequence[tuple[float, object, str]], depth: int, idfs: Sequence[tuple[str, float]]
+    ) -> bool:
+        """Whether the rows near the cut (within ``TIE_EPSILON`` of the last kept or the first dropped) all
+        make FTS5 add the same numbers in the same order (``_sums``): then SQLite orders them as here
+        whatever its arithmetic."""
         last, first_out = ranked[depth - 1][0], ranked[depth][0]
         if last - first_out > abs(last) * TIE_EPSILON:
             return True  # a clear gap: any arithmetic orders them alike
@@ -286,8 +297,45 @@ class FtsMirror:
         for score, _, memory_id in ranked:
             if low <= score <= high:
                 _, _, counts, length = self.docs[memory_id]
-                inputs.add((length, *(counts.get(t, 0) for t in terms)))
-        return len(inputs) <= 1
+                inputs.add((float(length), *(float(counts.get(t, 0)) for t, _ in idfs)))
+        return len(_sums([list(row) for row in inputs], [idf for _, idf in idfs])) <= 1
+
+
+_Sum = tuple[float, tuple[tuple[float, float], ...]]  # a row's length and its present terms' (idf, count), in order
+
+
+def _sums(inputs: Sequence[Sequence[float]], idfs: Sequence[float]) -> set[_Sum]:
+    """The distinct sums FTS5 computes for rows of these inputs (row length, then each query term's count in
+    the query's order): ``fts5Bm25Function`` adds one product per phrase, and a phrase absent from the row
+    adds exactly 0.0, so two rows of one length whose present terms have the same (idf, count) in the same
+    order get the same double in any arithmetic, whichever terms they are (rare terms of one document
+    count share their idf)."""
+    return {(row[0], tuple((idf, f) for idf, f in zip(idfs, row[1:], strict=True) if f)) for row in inputs}
+
+
+def mirrored_frequencies(
+    mirrors: Iterable[FtsMirror], version: tuple[int, int], n_rows: int, terms: Sequence[str]
+) -> dict[str, int] | None:
+    """The whole index's document frequency of each plain term (``plain_terms``; ``search_vocab``'s ``doc``)
+    counted from the namespaces' mirrors, or None where the mirrors do not hold every row of the index at
+    ``version`` (the index's (sum of generations, namespaces), read in the caller's snapshot; ``n_rows``
+    FTS5's own row count in it).
+
+    Every namespace of the index has a row in search_namespaces (never removed, generation >= 1) and no
+    mirror is ahead of its namespace: as many mirrors as namespaces and the same sum of generations means
+    each namespace is mirrored at its generation in the snapshot. Each mirror holds only tokens FTS5 keeps
+    whole (``usable``) and a plain term never equals a namespace token, so a term's rows are the mirrors'
+    rows holding it; the row count is checked against FTS5's as well."""
+    held = [m for m in mirrors if m.generation > 0]
+    total, count = version
+    if (
+        len(held) != count
+        or sum(m.generation for m in held) != total
+        or not all(m.usable for m in held)
+        or sum(len(m.docs) for m in held) != n_rows
+    ):
+        return None
+    return {term: sum(m.df[term] for m in held) for term in terms}
 
 
 class _Arrays:

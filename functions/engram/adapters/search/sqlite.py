@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,11 +39,9 @@ from engram.adapters.search.fts import (
     nskey,
     rescore_bm25,
 )
-from engram.adapters.search.fts_mirror import Cut, FtsMirror, plain_terms, rescore_cut
+from engram.adapters.search.fts_mirror import Cut, FtsMirror, mirrored_frequencies, plain_terms, rescore_cut
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
-from engram.adapters.search.keyword_cache import KeywordCache
 from engram.adapters.search.sqlite_caches import SqliteIndexCaches
-from engram.adapters.search.vector_cache import VectorCache
 from engram.adapters.search.warmup import WrittenDoc
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
@@ -107,21 +105,6 @@ class SqliteSearchIndex(SqliteIndexCaches):
             conn.execute("DELETE FROM search_docs WHERE id = ?", (row[0],))
         conn.execute("DELETE FROM search_vectors WHERE namespace = ? AND memory_id = ?", (namespace, memory_id))
 
-    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
-        """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        return _patched(self._caches, namespace, old_generation, new_generation)
-
-    def _patch_keywords(self, namespace: str, old_generation: int, new_generation: int) -> KeywordCache | None:
-        """The keyword postings to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        cache = self._keywords.get(namespace)
-        if cache is None:
-            return None
-        if cache.generation != old_generation or cache.stale:
-            del self._keywords[namespace]
-            return None
-        cache.generation = new_generation
-        return cache
-
     def _patch_mirrors(self, generations: dict[str, int], written: Sequence[tuple[PreparedDoc, str, int]]) -> None:
         """The FTS5 mirrors brought up to date with a write's documents (doc, tokens, rowid)."""
         mirrors = {ns: self._patch_mirror(ns, gen - 1, gen) for ns, gen in generations.items()}
@@ -129,10 +112,6 @@ class SqliteSearchIndex(SqliteIndexCaches):
             mirror = mirrors[doc.namespace]
             if mirror is not None:
                 mirror.put(rowid, doc.memory_id, doc.type, tokens)
-
-    def _patch_mirror(self, namespace: str, old_generation: int, new_generation: int) -> FtsMirror | None:
-        """The FTS5 mirror to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        return _patched(self._mirrors, namespace, old_generation, new_generation)
 
     # -- the port -------------------------------------------------------------------------
     def upsert(self, doc: IndexedDoc) -> str:
@@ -258,12 +237,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
         terms = query_terms(query)
         if not terms or k <= 0:
             return []
-        if self._postings_rank:
-            with self._lock:
-                postings = self._keyword_cache(self._db(), namespace)
-                if postings is not None:
-                    return _hits(postings.search(terms, k, types, self._bm25_b), k)
-        return self._fts_search(namespace, terms, k, types)
+        return self._fts_search(namespace, terms, k, types, postings=self._postings_rank)
 
     def fts_keyword_search(
         self, namespace: str, query: str, *, k: int = 50, types: Sequence[str] = ()
@@ -275,7 +249,11 @@ class SqliteSearchIndex(SqliteIndexCaches):
             return []
         return self._fts_search(namespace, terms, k, types)
 
-    def _fts_search(self, namespace: str, terms: list[str], k: int, types: Sequence[str]) -> list[SearchHit]:
+    def _fts_search(
+        self, namespace: str, terms: list[str], k: int, types: Sequence[str], *, postings: bool = False
+    ) -> list[SearchHit]:
+        """Ranked in FTS5, or its cut from the namespace's mirror; with ``postings``, a namespace big enough
+        for in-memory postings (``search/keyword_cache.py``) is ranked from them."""
         rescore = abs(self._bm25_b - 0.75) > 1e-9
         match = fts_query(namespace, terms)
         wanted = sorted(set(types))
@@ -298,11 +276,21 @@ class SqliteSearchIndex(SqliteIndexCaches):
             params = [match, depth, namespace]
         with self._lock:
             conn = self._db()
-            conn.execute("BEGIN")  # one snapshot: the matches, the statistics and the caches' versions agree
+            # One snapshot: the version and generation, the matches, the statistics and the caches agree.
+            conn.execute("BEGIN")
             try:
-                cache = self._rescore.at(index_version(conn)) if rescore else None
-                # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
-                cut = self._mirrored(conn, namespace, terms, depth, wanted, cache) if cache is not None else None
+                cache: RescoreCache | None = None
+                cut: Cut | None = None
+                if rescore or postings:
+                    # One statement for the index's version and the namespace's generation.
+                    version, generation = index_version(conn, namespace)
+                    keywords = self._keyword_cache_at(conn, namespace, generation) if postings else None
+                    if keywords is not None:
+                        return _hits(keywords.search(terms, k, types, self._bm25_b), k)
+                    cache = self._rescore.at(version) if rescore else None
+                    # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
+                    if cache is not None:
+                        cut = self._mirrored(conn, namespace, generation, terms, depth, wanted, cache)
                 rows = cut.rows if cut is not None else conn.execute(sql, params).fetchall()
                 scored: list[tuple[str, float]] | None = None
                 if cache is not None and rows:
@@ -322,16 +310,16 @@ class SqliteSearchIndex(SqliteIndexCaches):
         self,
         conn: sqlite3.Connection,
         namespace: str,
+        generation: int,
         terms: Sequence[str],
         depth: int,
         types: Sequence[str],
         cache: RescoreCache,
     ) -> Cut | None:
-        """FTS5's candidates cut from the namespace's mirror (loaded now if its generation moved), inside
-        the caller's read transaction; None where FTS5 must rank (search/fts_mirror.py)."""
+        """FTS5's candidates cut from the namespace's mirror (loaded now if it is not at ``generation``, the
+        namespace's in the caller's read transaction); None where FTS5 must rank (search/fts_mirror.py)."""
         if not plain_terms(terms):
             return None
-        generation = self._generation(conn, namespace)
         mirror = self._mirrors.get(namespace)
         if mirror is None or mirror.generation != generation:
             self._mirrors.pop(namespace, None)
@@ -345,11 +333,21 @@ class SqliteSearchIndex(SqliteIndexCaches):
             return None
         try:
             n_rows, (namespace_tokens, tokens) = fts_averages(conn, cache)
-            df = document_frequencies(conn, terms, cache)
+            df = self._frequencies(conn, terms, cache)
             return mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, df)
         except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
             log.warning("the in-memory FTS5 cut failed, ranking in FTS5: %s", exc)
             return None
+
+    def _frequencies(self, conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
+        """``document_frequencies`` of plain terms (``plain_terms``): counted from the mirrors where they hold
+        every row of the index at the cache's version (``mirrored_frequencies``), else read from
+        ``search_vocab`` (~30 us a query even for an absent term, and most turns bring a term not asked before)."""
+        missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
+        if missing and cache.version is not None:
+            found = mirrored_frequencies(self._mirrors.values(), cache.version, fts_averages(conn, cache)[0], missing)
+            cache.df.update(found or {})
+        return document_frequencies(conn, terms, cache)
 
     def _rescored(
         self, conn: sqlite3.Connection, terms: Sequence[str], cut: Cut | None, cache: RescoreCache
@@ -358,7 +356,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
         if cut is None or cut.freqs is None:
             return None
         n_rows, (_, tokens) = fts_averages(conn, cache)
-        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, document_frequencies(conn, terms, cache))
+        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, self._frequencies(conn, terms, cache))
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
@@ -429,19 +427,3 @@ def _hits(scored: Sequence[tuple[str, float]], k: int) -> list[SearchHit]:
     """The best ``k`` as the port's hits. bm25() is never exactly 0 for a match, but the port's "positive"
     promise is kept explicit."""
     return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
-
-
-_Cached = TypeVar("_Cached", VectorCache, FtsMirror)
-
-
-def _patched(caches: dict[str, _Cached], namespace: str, old_generation: int, new_generation: int) -> _Cached | None:
-    """The namespace's cache moved to ``new_generation`` if it was at ``old_generation`` (this process's
-    write), else dropped (None: another writer came between, it reloads on the next query)."""
-    cache = caches.get(namespace)
-    if cache is None:
-        return None
-    if cache.generation != old_generation:
-        del caches[namespace]
-        return None
-    cache.generation = new_generation
-    return cache

@@ -29,6 +29,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -311,25 +312,47 @@ class SqliteIndexCaches:
         row = conn.execute("SELECT generation FROM search_namespaces WHERE namespace = ?", (namespace,)).fetchone()
         return int(row[0]) if row else 0
 
+    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
+        """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        return _patched(self._caches, namespace, old_generation, new_generation)
+
+    def _patch_keywords(self, namespace: str, old_generation: int, new_generation: int) -> KeywordCache | None:
+        """The keyword postings to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        cache = self._keywords.get(namespace)
+        if cache is None:
+            return None
+        if cache.generation != old_generation or cache.stale:
+            del self._keywords[namespace]
+            return None
+        cache.generation = new_generation
+        return cache
+
+    def _patch_mirror(self, namespace: str, old_generation: int, new_generation: int) -> FtsMirror | None:
+        """The FTS5 mirror to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        return _patched(self._mirrors, namespace, old_generation, new_generation)
+
     def _keyword_cache(self, conn: sqlite3.Connection, namespace: str) -> KeywordCache | None:
+        """``_keyword_cache_at`` in a read transaction of its own."""
+        conn.execute("BEGIN")
+        try:
+            return self._keyword_cache_at(conn, namespace, self._generation(conn, namespace))
+        finally:
+            conn.execute("COMMIT")
+
+    def _keyword_cache_at(self, conn: sqlite3.Connection, namespace: str, generation: int) -> KeywordCache | None:
         """The namespace's in-memory postings if it has at least ``keyword_threshold`` documents (loaded
-        now if need be), else None (FTS5 ranks it)."""
-        generation = self._generation(conn, namespace)
+        now if need be), else None (FTS5 ranks it); ``generation`` is the namespace's in the caller's read
+        transaction, which a load reads in."""
         cache = self._keywords.get(namespace)
         if cache is not None and cache.generation == generation and not cache.stale:
             return cache
         if self._keyword_small.get(namespace) == generation or namespace in self._warming:
             return None  # small, or loading in the background (``warm_in_background``): FTS5 ranks meanwhile
-        conn.execute("BEGIN")
-        try:
-            generation = self._generation(conn, namespace)
-            if self._count(conn, namespace) < self._keyword_threshold:
-                self._keywords.pop(namespace, None)
-                self._keyword_small[namespace] = generation
-                return None
-            rows = conn.execute(_POSTINGS_ROWS, (namespace,)).fetchall()
-        finally:
-            conn.execute("COMMIT")
+        if self._count(conn, namespace) < self._keyword_threshold:
+            self._keywords.pop(namespace, None)
+            self._keyword_small[namespace] = generation
+            return None
+        rows = conn.execute(_POSTINGS_ROWS, (namespace,)).fetchall()
         self._keyword_small.pop(namespace, None)
         cache = KeywordCache(generation, rows)
         self._keywords[namespace] = cache
@@ -375,3 +398,19 @@ class SqliteIndexCaches:
                 cache.types.append(type_)
                 cache.codes[i] = cache._code(type_)
         return cache
+
+
+_Cached = TypeVar("_Cached", VectorCache, FtsMirror)
+
+
+def _patched(caches: dict[str, _Cached], namespace: str, old_generation: int, new_generation: int) -> _Cached | None:
+    """The namespace's cache moved to ``new_generation`` if it was at ``old_generation`` (this process's
+    write), else dropped (None: another writer came between, it reloads on the next query)."""
+    cache = caches.get(namespace)
+    if cache is None:
+        return None
+    if cache.generation != old_generation:
+        del caches[namespace]
+        return None
+    cache.generation = new_generation
+    return cache

@@ -88,6 +88,8 @@ LOGIN_WINDOW_S = 60
 
 
 def mount(app: FastAPI, container: Container) -> None:
+    """The panel's sessions (a panel cookie is checked on every route: auth.py) and its security headers,
+    with ``create_app``; its routes are ``mount_routes``'."""
     settings = container.settings
     password = settings.admin_password.get_secret_value() if settings.admin_password else None
     proxies = TrustedProxies(settings.trusted_proxies)
@@ -96,6 +98,12 @@ def mount(app: FastAPI, container: Container) -> None:
     )
     app.state.admin_sessions = sessions
     app.add_middleware(AdminHeadersMiddleware)
+
+
+def mount_routes(app: FastAPI, container: Container) -> None:
+    """The panel's routes and files and `/v1/admin`: a lazy route group (entrypoints/http/routes.py), mounted
+    by the first request under `/admin` or `/v1/admin`; the sessions and the headers are ``mount``'s."""
+    sessions: AdminSessions = app.state.admin_sessions
     limits = container.limits
     limiter = LoginLimiter(
         attempts=LOGIN_ATTEMPTS,
@@ -104,7 +112,7 @@ def mount(app: FastAPI, container: Container) -> None:
         shared=lambda client: limits.login(client, attempts=LOGIN_ATTEMPTS, window_seconds=LOGIN_WINDOW_S),
         shared_reset=lambda client: limits.login_succeeded(client, window_seconds=LOGIN_WINDOW_S),
     )
-    app.include_router(_panel(sessions, proxies, limiter))
+    app.include_router(_panel(sessions, sessions.proxies, limiter))
     app.include_router(_admin_api(container))
     app.mount("/admin/assets", StaticFiles(directory=STATIC_DIR / "assets"), name="admin-assets")
 

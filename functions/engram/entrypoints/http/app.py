@@ -30,7 +30,7 @@ from engram import __version__
 from engram.bootstrap import Container, build_container
 from engram.domain.access import KeyRing
 from engram.domain.errors import EngramError, Unauthorized
-from engram.entrypoints.http import rest
+from engram.entrypoints.http import public
 from engram.entrypoints.http.aliases import PathAliasMiddleware
 from engram.entrypoints.http.auth import token_from_headers
 from engram.entrypoints.http.errors import engram_error_response, error_body, install_error_handlers
@@ -312,7 +312,7 @@ def create_app(container: Container | None = None) -> FastAPI:
 
     app.route_groups = mount_all(app, container, settings.surface)
     door_refusal: Callable[[str, EngramError], Response | None] | None = getattr(app.state, "door_refusal", None)
-    public_paths = {route.path for route in rest.public.routes if isinstance(route, APIRoute)}
+    public_paths = {route.path for route in public.public.routes if isinstance(route, APIRoute)}
     install_openapi(app, public_paths=public_paths)
     open_paths = frozenset(public_paths | {"/admin/login", "/admin/logout"})
 

@@ -17,7 +17,6 @@ from engram.domain.access import Principal
 from engram.domain.policies import DATE_OUT_OF_RANGE
 from engram.entrypoints.http.auth import require
 from engram.entrypoints.http.openapi import CONFLICT
-from engram.entrypoints.http.schedule import install_schedule
 from engram.entrypoints.http.state import container_of
 from engram.services.jobs.runs import last_runs
 
@@ -81,5 +80,5 @@ def cleanup_now(request: Request, who: Admin) -> dict[str, Any]:
 
 
 def mount(app: FastAPI, container: Container) -> None:
+    """A lazy route group (entrypoints/http/routes.py); the schedule is ``schedule.mount``'s, with ``create_app``."""
     app.include_router(router)
-    install_schedule(app, container)

@@ -1,9 +1,10 @@
 """The REST API (`/v1/...`): a thin layer over the services. Handlers are sync (run in a thread pool).
 
-This module serves `/`, `/health`, message ingest, the counts and the cache. Every other concern has a
-module of its own (``curation``, ``memories``, ``notes``, ``candidates``, ``transfer``, ``threads``,
-``reminders``, ``skills``, ``chat``, ``job_routes``, ``admin``, ``mcp``), all mounted in one place and
-order: ``routes.py``. What the REST modules share: ``rest_shared``.
+This module serves message ingest, the counts and the cache (two lazy route groups). Every other concern
+has a module of its own (``public``: `/` and `/health`; ``curation``, ``memories``, ``notes``,
+``candidates``, ``transfer``, ``threads``, ``reminders``, ``skills``, ``chat`` and ``chat_routes``,
+``job_routes``, ``admin``, ``mcp``), all mounted in one place and order: ``routes.py``. What the REST
+modules share: ``rest_shared``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from engram.services.library.messages import MessageIn
 
 log = logging.getLogger(__name__)
 
-public = APIRouter()
 _counts = APIRouter()  # message ingest and stats
 _cache = APIRouter()
 
@@ -46,41 +46,6 @@ class CacheRequest(BaseModel):
 
     value: Any
     ttl_seconds: Annotated[int, Field(ge=1, le=365 * 86400), WHOLE] | None = None
-
-
-# -- root ---------------------------------------------------------------------------------------
-@public.head("/", include_in_schema=False)  # one operation in the OpenAPI document, answered to both
-@public.get("/", tags=["health"])
-def root(request: Request) -> dict[str, Any]:
-    """What this server is (no auth): clients probe the base URL before their first request (Claude
-    Code sends `HEAD /`), and a person opening it in a browser finds the way on."""
-    return {"name": "engram", "version": request.app.version, "docs": "/docs", "health": "/health", "admin": "/admin"}
-
-
-# -- health -----------------------------------------------------------------------------------
-@public.get("/health", tags=["health"])
-def health(request: Request) -> dict[str, Any]:
-    """Readiness (no auth, no network call: the Lambda Web Adapter polls it before the first request).
-    Reports what this process last saw of the search index and the embedding model; `GET
-    /v1/admin/health` checks the store and the index now."""
-    container = _c(request)
-    checks = shallow_checks(container)
-    degraded = checks["search"]["status"] == "unavailable" or checks["embedder"]["status"] == "reindex_needed"
-    return {"status": "degraded" if degraded else "ok", "version": request.app.version, "checks": checks}
-
-
-def shallow_checks(container: Container) -> dict[str, Any]:
-    """The search index's and the embedder's last known state (``unknown`` until first used)."""
-    checks: dict[str, Any] = {"search": container.index.describe()}
-    if container.embedder is None:
-        checks["embedder"] = {"status": "off", "detail": "keyword search only"}
-    else:
-        checks["embedder"] = {
-            "status": container.embedder.state,
-            "model": container.embedder.model_id,
-            "dimension": container.embedder.dimension,
-        }
-    return checks
 
 
 # -- message ingest, stats -------------------------------------------------------------------
@@ -125,11 +90,6 @@ def put_cache(request: Request, key: str, body: CacheRequest, who: CacheWrite) -
 def delete_cache(request: Request, key: str, who: CacheWrite) -> dict[str, Any]:
     _c(request).store.delete_cache(who.namespace, key)
     return {"deleted": key}
-
-
-def mount_public(app: FastAPI, container: Container) -> None:
-    """`/` and `/health`, on every surface (no key)."""
-    app.include_router(public)
 
 
 def mount(app: FastAPI, container: Container) -> None:

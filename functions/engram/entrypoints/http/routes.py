@@ -3,7 +3,8 @@ route module is mounted (docs/ARCHITECTURE.md, "One change, one place").
 
 Each module exposes ``mount(app, container)``: a module of plain routes includes its router (under
 ``/v1`` where its paths are relative); one that holds state builds it there (the chat doors, the jobs'
-schedule, the admin sessions, the MCP server). A module is imported only when ``ENGRAM_SURFACE`` serves
+schedule, the admin sessions, the MCP server), and its routes, if any, are a lazy group of their own
+(``chat_routes``; the admin panel's ``mount_routes``). A module is imported only when ``ENGRAM_SURFACE`` serves
 it, so the MCP function never loads the REST modules and the API function never loads the MCP SDK
 (docs/aws.md, "Cold starts"; ``tests/integration/test_surfaces.py``). Order matters where paths overlap:
 fixed paths (``curation``'s ``/memories/check``) before patterns (``memories``' ``/memories/{id}``).
@@ -13,8 +14,10 @@ mounted on the first request under one of them (``RouteGroups.serve``), or when 
 ``app.routes`` (the OpenAPI document), never by ``create_app``: FastAPI builds a route's dependency and
 response models when the module's decorators run, the largest part of building the app (bench/README.md,
 "Cold start"). Its routes take their place in ``MOUNTS`` order whenever they are built, so routing and
-the OpenAPI document are what mounting everything at once gives. ``/`` and ``/health`` (the Lambda Web
-Adapter's readiness check) and the modules that hold state stay eager.
+the OpenAPI document are what mounting everything at once gives. Only ``/`` and ``/health`` (the Lambda Web
+Adapter's readiness check: ``public``) and the modules' state are built by ``create_app``, and they
+build no model field: FastAPI's first one imports ``pydantic.v1`` (~25 ms of CPU, its own check), so a
+cold start whose first request is a chat turn (answered ahead of the routes) or ``/health`` never does.
 """
 
 from __future__ import annotations
@@ -48,24 +51,30 @@ class Mount:
     prefixes: tuple[str, ...] = ()
 
 
+# The chat doors' routes (chat_routes.py); a door's POST is answered ahead of them (chat.py).
+CHAT_PATHS = ("/v1/chat", "/v1/messages", "/v1/responses", "/v1/guide-dog", "/v1/models", "/v1/usage", "/agents")
+
 MOUNTS: tuple[Mount, ...] = (
-    Mount("rest", EVERY, "mount_public"),  # `/`, `/health`
+    Mount("public", EVERY),  # `/`, `/health`
     # its fixed paths before `/memories/{id}`
     Mount("curation", REST, prefixes=("/v1/memories", "/v1/consolidations")),
     Mount("memories", REST, prefixes=("/v1/memories", "/v1/search")),
     Mount("notes", REST, prefixes=("/v1/digest", "/v1/glossary", "/v1/memory_boot", "/v1/precious")),
     Mount("candidates", REST, prefixes=("/v1/candidates",)),
-    Mount("rest", REST),  # ingest, stats
+    Mount("rest", REST, prefixes=("/v1/ingest", "/v1/stats")),
     Mount("transfer", REST, prefixes=("/v1/export", "/v1/import")),
-    Mount("rest", REST, "mount_cache"),
+    Mount("rest", REST, "mount_cache", prefixes=("/v1/cache",)),
     Mount("threads", REST, prefixes=("/v1/threads",)),
     Mount("reminders", REST, prefixes=("/v1/reminders",)),
     Mount("runs", REST, prefixes=("/v1/runs",)),  # the change journal (docs/journal.md)
     Mount("skills", REST, prefixes=("/v1/skills",)),
-    Mount("chat", REST),
-    Mount("job_routes", REST),
+    Mount("chat", REST),  # the doors (ahead of the routes)
+    Mount("chat_routes", REST, prefixes=CHAT_PATHS),
+    Mount("schedule", REST),  # the in-process schedule (engram serve)
+    Mount("job_routes", REST, prefixes=("/v1/jobs",)),
     Mount("mcp", MCP),
-    Mount("admin", REST),
+    Mount("admin", REST),  # the panel's sessions and headers
+    Mount("admin", REST, "mount_routes", prefixes=("/admin", "/v1/admin")),
 )
 
 
