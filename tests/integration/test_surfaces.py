@@ -118,6 +118,12 @@ def test_an_http_functions_init_imports_no_job_service(surface: str) -> None:
     modules = _imported(ENGRAM_MODULES_PROBE, surface=surface, queue="sqs", cleanup_queue_url="https://sqs.invalid/q")
     # Then extraction, dreaming and cleanup were not imported: the container builds them on first use
     assert not {f"engram.services.jobs.{name}" for name in ("extraction", "dreaming", "cleanup")} & modules
+    # And neither the job registry and the schedule, nor what only a few routes, tools and the CLI use:
+    # export/import, moving in, curation by hand, consolidation drafts (built by their first use)
+    first_use = {"jobs.registry", "jobs.scheduler", "jobs.consolidation", "library.curation", "transfer"}
+    if surface == "mcp":  # the MCP tools' modules are imported at init (registered by the first request)
+        first_use.discard("library.curation")  # and mcp/curation.py takes its types from it
+    assert not {f"engram.services.{name}" for name in first_use} & modules
 
 
 def test_the_mcp_functions_init_imports_no_chat_gateway() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,33 @@ def test_a_failed_turn_write_stores_each_side_alone(
     logged = [r.getMessage() for r in caplog.records]
     assert "storing the exchange in one write failed; storing each side alone" in logged
     assert "storing the exchange failed" in logged
+
+
+def test_a_new_turn_is_named_in_its_messages_write_not_in_a_hop_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a recorder whose namespace's cleanup mark is known (no cleanup write owed), worker jobs counted
+    clock = ManualClock()
+    c, store = _container(clock)
+    rec = _recorder(c, clock, RecordingQueue())
+    _exchange(rec, _turn("first"))
+    jobs: list[str] = []
+    submit = ThreadPoolExecutor.submit
+
+    def counted(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        jobs.append(getattr(fn, "__name__", "?"))
+        return submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", counted)
+    # When a new turn is settled
+    req = _turn("where did I park?")
+    owed = Owed()
+
+    async def run() -> None:
+        rec.sent(owed)
+        await rec.settle(req, owed, "by the river", TokenUsage(input=3, output=2))
+        monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)  # asyncio.run's own shutdown is not counted
+
+    asyncio.run(run())
+    # Then two worker jobs ran (usage; the messages, named by the turn decided in the same job)
+    assert len(jobs) == 2
+    stored = {m.external_id for m in store.list_messages("default")}
+    assert owed.turn and {f"id:gw-{owed.turn}-u", f"id:gw-{owed.turn}-a"} <= stored

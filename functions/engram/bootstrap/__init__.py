@@ -50,11 +50,7 @@ from engram.services.index.gated_embedder import ClippedEmbedder, GatedEmbedder
 from engram.services.index.guard import GuardedIndex
 from engram.services.index.reindex import ReindexService
 from engram.services.index.upkeep import IndexUpkeep
-from engram.services.jobs.consolidation import ConsolidationService
-from engram.services.jobs.registry import JOBS, JobRunner, JobServices
-from engram.services.jobs.runs import NamespaceLocks
 from engram.services.library.candidates import CandidateService
-from engram.services.library.curation import CurationService
 from engram.services.library.journal import Journal
 from engram.services.library.journaled_store import journaled
 from engram.services.library.memories import MemoryService
@@ -70,15 +66,18 @@ from engram.services.recall.boot import BootService
 from engram.services.recall.conversations import ConversationService
 from engram.services.recall.pipeline import Recall
 from engram.services.runtime_settings import RuntimeSettings
-from engram.services.transfer.engram_format import TransferService
-from engram.services.transfer.other_systems import MovingInService
 from engram.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from engram.services.chat.gateway import ChatService
     from engram.services.jobs.cleanup import CleanupService
+    from engram.services.jobs.consolidation import ConsolidationService
     from engram.services.jobs.dreaming import DreamingService
     from engram.services.jobs.extraction import ExtractionService
+    from engram.services.jobs.registry import JobRunner
+    from engram.services.library.curation import CurationService
+    from engram.services.transfer.engram_format import TransferService
+    from engram.services.transfer.other_systems import MovingInService
 
 __all__ = [
     "LOCAL_CONVERSATIONS_NAME",
@@ -121,7 +120,6 @@ class Container:
     messages: MessageService  # message ingest
     local_day: LocalDay  # today and yesterday in ENGRAM_TIMEZONE
     stats: NamespaceStats  # the counts of a namespace
-    transfer: TransferService
     recall: Recall
     conversations: ConversationService  # recall of past conversations
     boot: BootService  # the boot package (chat block, REST, MCP)
@@ -131,17 +129,24 @@ class Container:
     history: HistoryService  # server-kept history of clients that send only their newest message
     reminders: ReminderService
     reindex: ReindexService
-    moving_in: MovingInService  # imports from Aelios, Pawwake, mem0, text
-    curation: CurationService  # merges by hand, core candidates
-    consolidation: ConsolidationService  # consolidation drafts (a queued job)
     make_chat: Callable[[], ChatService]  # builds the chat gateway: ``chat``, on first use
     # extraction, dreaming, cleanup and the job runner (``jobs`` and the three), built by its first call
     make_jobs: Callable[[], JobParts]
+    # export/import and moving in (``transfer``, ``moving_in``), built by the first use of either
+    make_transfer: Callable[[], TransferParts]
+    # merges by hand and core candidates (``curation``), consolidation drafts (``consolidation``, a queued
+    # job), built on first use: the curation routes and tools and the consolidation job use them
+    make_curation: Callable[[], CurationParts]
     _closers: Closers = field(default_factory=list)
     _chat: Once[ChatService] = field(init=False, repr=False)
 
+    _transfer: Once[TransferParts] = field(init=False, repr=False)
+    _curation: Once[CurationParts] = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         self._chat = Once(self.make_chat)
+        self._transfer = Once(self.make_transfer)
+        self._curation = Once(self.make_curation)
 
     @property
     def chat(self) -> ChatService:
@@ -172,6 +177,27 @@ class Container:
     def jobs(self) -> JobRunner:
         """Every job by name, and what follows a run (services/jobs/registry.py)."""
         return self._job_parts().runner
+
+    @property
+    def transfer(self) -> TransferService:
+        """Export and import of Engram's own format, built on first use: only the transfer routes and
+        tools and the CLI use it (docs/aws.md, "Cold starts")."""
+        return self._transfer.get().transfer
+
+    @property
+    def moving_in(self) -> MovingInService:
+        """Imports from Aelios, Pawwake, mem0 and text, built with ``transfer``."""
+        return self._transfer.get().moving_in
+
+    @property
+    def curation(self) -> CurationService:
+        """Merges by hand, core candidates (README, "Curating by hand"), built on first use."""
+        return self._curation.get().curation
+
+    @property
+    def consolidation(self) -> ConsolidationService:
+        """Consolidation drafts (a queued job), built with ``curation``."""
+        return self._curation.get().consolidation
 
     @property
     def chat_if_built(self) -> ChatService | None:
@@ -242,7 +268,6 @@ class _Library:
     messages: MessageService
     local_day: LocalDay
     stats: NamespaceStats
-    transfer: TransferService
     recall: Recall
     conversations: ConversationService
     boot: BootService
@@ -261,6 +286,22 @@ class JobParts:
 
 
 @dataclass(frozen=True)
+class TransferParts:
+    """Export/import and moving in: built on first use (``Container.transfer``)."""
+
+    transfer: TransferService
+    moving_in: MovingInService
+
+
+@dataclass(frozen=True)
+class CurationParts:
+    """Curation by hand and consolidation drafts: built on first use (``Container.curation``)."""
+
+    curation: CurationService
+    consolidation: ConsolidationService
+
+
+@dataclass(frozen=True)
 class _Jobs:
     """The background jobs: the queue, what the routes and the chat use of them, and what builds the rest."""
 
@@ -269,8 +310,7 @@ class _Jobs:
     reindex: ReindexService
     queue: JobQueue
     history: HistoryService
-    curation: CurationService
-    consolidation: ConsolidationService
+    make_curation: Callable[[], CurationParts]
 
 
 def build_container(settings: Settings | None = None, overrides: Overrides | None = None) -> Container:
@@ -303,6 +343,14 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         )
         return build_chat(settings, parts, o.bedrock_runtime)
 
+    def make_transfer() -> TransferParts:
+        # Imported here: only export/import (REST, MCP, the CLI) use them; no first request needs them.
+        from engram.services.transfer.engram_format import TransferService
+        from engram.services.transfer.other_systems import MovingInService
+
+        transfer = TransferService(base.store, lib.memories, base.clock, lib.skills, journal=base.journal)
+        return TransferParts(transfer, MovingInService(transfer, jobs.extract_model))
+
     store, clock = base.store, base.clock
     return Container(
         settings=settings,
@@ -322,7 +370,6 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         messages=lib.messages,
         local_day=lib.local_day,
         stats=lib.stats,
-        transfer=lib.transfer,
         recall=lib.recall,
         conversations=lib.conversations,
         boot=lib.boot,
@@ -333,9 +380,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         reminders=lib.reminders,
         reindex=jobs.reindex,
         make_jobs=jobs.make_parts,
-        moving_in=MovingInService(lib.transfer, jobs.extract_model),
-        curation=jobs.curation,
-        consolidation=jobs.consolidation,
+        make_transfer=make_transfer,
+        make_curation=jobs.make_curation,
         make_chat=make_chat,
         _closers=closers,
     )
@@ -398,7 +444,6 @@ def _library(settings: Settings, o: Overrides, base: _Foundation, closers: Close
         messages=MessageService(store, clock, on_stored=conversations.index_stored),
         local_day=local_day,
         stats=stats,
-        transfer=TransferService(store, memories, clock, skills, journal=base.journal),
         recall=recall,
         conversations=conversations,
         boot=BootService(store, local_day, stats, skills, package_limits=configs.boot_package(settings)),
@@ -419,15 +464,26 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
     history = HistoryService(store, clock, extract_model, runtime.provider(configs.history))
     memories = lib.memories
     conversations = lib.conversations
-    # Drafts by hand use the extraction model (README, "Curating by hand").
-    curation = CurationService(store, memories, clock, extract_model, journal=base.journal)
-    consolidation = ConsolidationService(store, curation, clock, extract_model)
+
+    def make_curation() -> CurationParts:
+        # Imported here: only the curation routes and tools and the consolidation job use them.
+        from engram.services.jobs.consolidation import ConsolidationService
+        from engram.services.library.curation import CurationService
+
+        # Drafts by hand use the extraction model (README, "Curating by hand").
+        curation = CurationService(store, memories, clock, extract_model, journal=base.journal)
+        return CurationParts(curation, ConsolidationService(store, curation, clock, extract_model, queue))
+
+    # Built once, by the first use of either (``Container.curation``, the consolidation job).
+    curated = Once(make_curation)
 
     def make_parts() -> JobParts:
         # Imported here: a process that runs no job (an HTTP function on AWS) never loads them.
         from engram.services.jobs.cleanup import CleanupService
         from engram.services.jobs.dreaming import DreamingService
         from engram.services.jobs.extraction import ExtractionService
+        from engram.services.jobs.registry import JobRunner, JobServices
+        from engram.services.jobs.runs import NamespaceLocks
 
         dream_model = job_model(o.dream_model, lambda eff: eff.dream_model or eff.chat_model)
         locks = NamespaceLocks()
@@ -472,7 +528,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
                 upkeep=memories.upkeep,
                 reindex=lambda: reindex,
                 history=history,
-                consolidation=consolidation,
+                consolidation=curated.get().consolidation,
                 # The conversation index is a replica beside the memory index (docs/conversations.md).
                 snapshot=search_snapshots(settings, lambda: (index, conversations.index)),
                 journal=base.journal,
@@ -487,12 +543,19 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
         return parts.get().runner.run(job, payload)
 
     # The in-process queue runs reindex jobs, and the reindex service queues its continuations.
-    queue: JobQueue = o.queue or build_queue(settings, clients) or InlineJobQueue(run_queued, JOBS)
+    queue: JobQueue = o.queue or build_queue(settings, clients) or _inline_queue(run_queued)
     reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
     queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
-    consolidation.attach_queue(queue)
-    return _Jobs(extract_model, parts.get, reindex, queue, history, curation, consolidation)
+    return _Jobs(extract_model, parts.get, reindex, queue, history, curated.get)
+
+
+def _inline_queue(run: Callable[[str, dict[str, Any]], Any]) -> JobQueue:
+    """The in-process queue (no ``ENGRAM_QUEUE``): it runs each job through the runner, and knows the job
+    registry's schemas; imported only here, so a function whose jobs go to SQS never loads the registry."""
+    from engram.services.jobs.registry import JOBS
+
+    return InlineJobQueue(run, JOBS)
 
 
 def _build_conversations(

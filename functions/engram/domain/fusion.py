@@ -337,15 +337,15 @@ def adaptive_fuse(
         # A vector list whose best hit stands far out of the query's own candidates (a strong embedder, a
         # clear match) counts more: weight x (best standout / standout_ref), never less than x 1.
         w_v *= max(1.0, max(distinct.values()) / standout_ref)
-    keyword_scores = {mid: s * ramp(cov[mid], doc_floor, doc_full) for mid, s in max_normalized(keyword).items()}
     fused: dict[str, float] = {}
     total = w_k + w_v
-    if total > 0:
+    if not vector:  # keyword-only recall: BM25's own order, whatever the confidence
+        fused = max_normalized(keyword)
+    elif total > 0:
+        keyword_scores = {mid: s * ramp(cov[mid], doc_floor, doc_full) for mid, s in max_normalized(keyword).items()}
         for normed, w in ((keyword_scores, w_k), (min_max(centred), w_v)):
             for mid, s in normed.items():
                 fused[mid] = fused.get(mid, 0.0) + w * s / total
-    if not vector:  # keyword-only recall: BM25's own order, whatever the confidence
-        fused = max_normalized(keyword)
     evidence = Evidence(
         keyword_confidence=confidence,
         keyword_weight=w_k,

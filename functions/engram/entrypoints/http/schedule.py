@@ -6,15 +6,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
 from engram.bootstrap import Container
-from engram.services.jobs.scheduler import JobRunner, Scheduler, daily_at, every_hours
+
+if TYPE_CHECKING:
+    from engram.services.jobs.scheduler import JobRunner, Scheduler
 
 
 def build_scheduler(container: Container) -> Scheduler:
+    # Imported here: a process with the schedule off (every AWS function) never loads it.
+    from engram.services.jobs.scheduler import Scheduler, daily_at, every_hours
+
     s = container.settings
     scheduler = Scheduler(clock=container.clock)
 

@@ -325,12 +325,6 @@ class ExchangeRecorder:
         owed.settled = True
         now = self._clock.now()
         writes = self._exchange_writes(req, owed, assistant_text, usage, error, now)
-        if req.user_text:
-            try:
-                await asyncio.to_thread(self.turn_of, req, owed)
-            except Exception:  # the store is away: name the turn by the request, as a retry would
-                log.warning("deciding the turn of an exchange failed", exc_info=True)
-                owed.turn = owed.turn or req.key
         await asyncio.gather(
             self._settle_reminders(req, owed, delivered=error is None),
             self._settle_fragments(req, owed, seen=error is None),
@@ -404,8 +398,14 @@ class ExchangeRecorder:
     def _store_messages(self, req: TurnRequest, owed: Owed, sides: Sequence[_Side]) -> None:
         """The exchange's sides under its turn's id, which a retry of the same turn repeats (``turn_of``),
         in one ingest: one store transaction and one conversation-index write for the turn (SQLite). If
-        that fails, each side is tried alone, so one that can be stored is not lost with the other."""
-        turn = self.turn_of(req, owed)
+        that fails, each side is tried alone, so one that can be stored is not lost with the other.
+        The turn is decided here, in the same worker-thread hop (the messages are the only write that
+        names it; a hop of its own before the writes cost one more thread hand-off per turn)."""
+        try:
+            turn = self.turn_of(req, owed)
+        except Exception:  # the store is away: name the turn by the request, as a retry would
+            log.warning("deciding the turn of an exchange failed", exc_info=True)
+            turn = owed.turn = owed.turn or req.key
         messages = [self._message_in(req, turn, *side) for side in sides]
         try:
             self._messages.ingest(req.namespace, messages)

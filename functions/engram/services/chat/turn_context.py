@@ -9,10 +9,11 @@ fails a chat).
 
 With ``in_process`` (the store and the index live in this process: memory, SQLite) the reads that need
 a worker thread — the reminder claim, the conversation search, the boot block when it is not cached,
-then the recall — run one after another in ONE worker-thread hop, each answer handed back as soon as
-it is ready (the deadline reads them one by one as before). Each of them takes less CPU than a hop of
-its own would (bench/README.md, "Gateway overhead"); side by side pays off only where each waits on the
-network (DynamoDB, OpenSearch).
+then the recall — run one after another in ONE worker-thread hop; the event loop takes every answer
+ready when the hop ends or the deadline comes, whichever is first (a source answered before the deadline
+is used even when a later one misses it, as side by side), and is woken once for them all. Each of them
+takes less CPU than a hop of its own would (bench/README.md, "Gateway overhead", and "session 10");
+side by side pays off only where each waits on the network (DynamoDB, OpenSearch).
 
 The turn waits for its context at most ``deadline`` seconds (``ENGRAM_CHAT_CONTEXT_DEADLINE_SECONDS``;
 docs/recall.md, "A deadline per turn"): it then goes on with what is ready and the reason
@@ -25,7 +26,10 @@ running is handed to the recorder, which releases it once it lands, before the r
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,15 +73,20 @@ class TurnContextSource:
         patch_max_tokens: int,
     ) -> TurnContext:
         t0 = time.perf_counter()
+        late: set[asyncio.Future[Any]]
         if self._in_process:
-            past, claim, boot, recall = self._start_in_one_hop(req, boot_cache_seconds, boot_max_chars)
+            hop = self._start_in_one_hop(req, boot_cache_seconds, boot_max_chars)
+            past, claim, boot, recall = hop.past, hop.claim, hop.boot, hop.recall
+            if hop.job is not None:
+                await asyncio.wait({hop.job}, timeout=deadline)
+            late = hop.hand_over()
         else:
             past = self._start_conversations(req)
             claim = asyncio.ensure_future(self._claim_reminders(req.namespace)) if self._reminders is not None else None
             boot = asyncio.ensure_future(self._boot_block(req.namespace, req.agent, boot_cache_seconds, boot_max_chars))
             recall = asyncio.ensure_future(self._recall_after(boot, req)) if req.user_text is not None else None
-        running: set[asyncio.Future[Any]] = {t for t in (past, claim, boot, recall) if t is not None}
-        _, late = await asyncio.wait(running, timeout=deadline)
+            running: set[asyncio.Future[Any]] = {t for t in (past, claim, boot, recall) if t is not None}
+            _, late = await asyncio.wait(running, timeout=deadline)
         for task in late - {claim}:
             task.cancel()  # read-only: its thread finishes on its own, its answer is dropped
 
@@ -119,31 +128,20 @@ class TurnContextSource:
         )
 
     # -- the sources ----------------------------------------------------------------------------------
-    def _start_in_one_hop(
-        self, req: TurnRequest, boot_cache_seconds: float, boot_max_chars: int
-    ) -> tuple[
-        asyncio.Future[Any] | None,
-        asyncio.Future[ReminderClaim | None] | None,
-        asyncio.Future[tuple[str, tuple[str, ...]]],
-        asyncio.Future[tuple[Reason, str, tuple[str, ...]]] | None,
-    ]:
-        """Every source's future, answered by one worker-thread job that reads them one after another
-        (``in_process``: module docstring). The cheap reads go first; each answer is handed to the event
-        loop as soon as it is ready, so a slow recall does not hold the others past the deadline."""
-        loop = asyncio.get_running_loop()
+    def _start_in_one_hop(self, req: TurnRequest, boot_cache_seconds: float, boot_max_chars: int) -> _OneHop:
+        """Every source's future, answered from one worker-thread job that reads them one after another
+        (``in_process``: module docstring). The cheap reads go first. Each answer is kept where the event
+        loop takes it once the job ends or the deadline comes (``_OneHop.hand_over``), whichever is first,
+        so a slow recall does not hold the others past the deadline, and the loop is woken once per turn,
+        not once per source (a wake-up while the recall holds the GIL costs both threads a hand-off)."""
         asks = req.user_text is not None
-        past: asyncio.Future[Any] | None = loop.create_future() if self._conversations is not None and asks else None
-        claim: asyncio.Future[ReminderClaim | None] | None = (
-            loop.create_future() if self._reminders is not None else None
-        )
-        boot: asyncio.Future[tuple[str, tuple[str, ...]]] = loop.create_future()
-        recall: asyncio.Future[tuple[Reason, str, tuple[str, ...]]] | None = loop.create_future() if asks else None
+        hop = _OneHop(past=self._conversations is not None and asks, claim=self._reminders is not None, recall=asks)
+        past, claim, boot, recall = hop.past, hop.claim, hop.boot, hop.recall
         cached = self._boot.cached_block(req.namespace, req.agent, boot_cache_seconds)
         if cached is not None:
             boot.set_result((cached.text, cached.memory_ids))
-
-        def answer(future: asyncio.Future[Any], value: Any, error: BaseException | None = None) -> None:
-            loop.call_soon_threadsafe(_settle, future, value, error)
+            if past is None and claim is None and recall is None:
+                return hop  # nothing to read on a worker thread
 
         def read_all() -> None:
             if recall is not None:
@@ -167,16 +165,15 @@ class TurnContextSource:
                 value = read()
             except Exception as exc:
                 if degraded is _FAILED:  # read by ``_past_conversations``, which logs it
-                    answer(future, None, exc)
+                    hop.answer(future, None, exc)
                     return None
                 log.warning("a source of the turn's context failed; the chat goes on without it", exc_info=True)
                 value = degraded
-            answer(future, value)
+            hop.answer(future, value)
             return value
 
-        job = asyncio.ensure_future(asyncio.to_thread(read_all))
-        job.add_done_callback(_log_failure)
-        return past, claim, boot, recall
+        hop.start(read_all)
+        return hop
 
     def _start_embedding(self, req: TurnRequest) -> None:
         """The query embedding started first in the one hop, on the recall's embedding threads: the reads
@@ -273,6 +270,54 @@ class TurnContextSource:
 
 
 _FAILED = object()  # ``answer_from``: hand the exception itself to the future's reader
+
+
+class _OneHop:
+    """The futures of the one-hop read (``TurnContextSource._start_in_one_hop``) and the answers its job
+    has ready. Until the loop takes them (``hand_over``: the job ended, or the deadline came) the job only
+    keeps each answer; after that, an answer still to come is handed to the loop on its own (a reminder
+    claim that lands late is released by the recorder; the others are cancelled and their answer dropped)."""
+
+    def __init__(self, *, past: bool, claim: bool, recall: bool) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        self.past: asyncio.Future[Any] | None = loop.create_future() if past else None
+        self.claim: asyncio.Future[ReminderClaim | None] | None = loop.create_future() if claim else None
+        self.boot: asyncio.Future[tuple[str, tuple[str, ...]]] = loop.create_future()
+        self.recall: asyncio.Future[tuple[Reason, str, tuple[str, ...]]] | None = (
+            loop.create_future() if recall else None
+        )
+        self.job: asyncio.Future[None] | None = None
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._handed = False
+
+    def start(self, read_all: Callable[[], None]) -> None:
+        """Run ``read_all`` on a worker thread as ``asyncio.to_thread`` does (the caller's context variables
+        go along: services/library/journal.py), without a task around it."""
+        try:
+            job = self._loop.run_in_executor(None, functools.partial(contextvars.copy_context().run, read_all))
+        except Exception:  # no worker thread (the loop's executor is shut down): every source is late
+            log.warning("reading the turn's context failed", exc_info=True)
+            return
+        job.add_done_callback(_log_failure)
+        self.job = job
+
+    def answer(self, future: asyncio.Future[Any], value: Any, error: BaseException | None = None) -> None:
+        """A source's answer, from the job's thread."""
+        with self._lock:
+            if not self._handed:
+                self._ready.append((future, value, error))
+                return
+        self._loop.call_soon_threadsafe(_settle, future, value, error)
+
+    def hand_over(self) -> set[asyncio.Future[Any]]:
+        """On the loop: settle every future whose answer is ready; the ones still running (late)."""
+        with self._lock:
+            self._handed, ready = True, self._ready
+            self._ready = []
+        for future, value, error in ready:
+            _settle(future, value, error)
+        return {f for f in (self.past, self.claim, self.boot, self.recall) if f is not None and not f.done()}
 
 
 def _outcome(future: asyncio.Future[Any], degraded: Any) -> Any:
