@@ -15,10 +15,11 @@ The tables (the index only touches tables prefixed ``search_``; the store owns t
 Per namespace, three caches live in memory beside the SQLite file: the vector matrix (``search/vector_cache.py``),
 the keyword postings of a namespace of at least ``KEYWORD_THRESHOLD`` documents (``search/keyword_cache.py``)
 and the FTS5 mirror of a small one (``search/fts_mirror.py``; loaded on a query, in its read transaction, with
-the cut and the document frequencies it gives: ``_mirrored``). The first two are loaded here: on a query that finds them missing or behind the namespace's generation (read in one transaction with
-the rows), or off the query path by ``warm_in_background`` (at ``engram serve``'s start, after a replica's
-hydrate): read on a connection of its own, built outside the lock, published under it with this process's
-writes meanwhile replayed (``search/warmup.py``); a keyword query meanwhile is ranked by FTS5.
+the cut and the document frequencies it gives: ``_mirrored``). The first two are loaded here: on a query
+that finds them missing or behind the namespace's generation (read in one transaction with the rows), or
+off the query path by ``warm_in_background`` (at ``engram serve``'s start, after a replica's hydrate): read
+on a connection of its own, built outside the lock, published under it with this process's writes
+meanwhile replayed (``search/warmup.py``); a keyword query meanwhile is ranked by FTS5.
 """
 
 from __future__ import annotations
