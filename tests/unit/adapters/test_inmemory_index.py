@@ -1,14 +1,27 @@
 """The in-memory index's per-namespace caches (adapters/search/inmemory.py): the BM25 shares and the
 stacked vectors are kept between queries and dropped by every write, so a query after a write, a
-delete or a reset sees it, and one namespace's never answer another's."""
+delete or a reset sees it, and one namespace's never answer another's. The vector search's top k is the
+stable sort's (ties in row order), and the neighbour density reads the stack's rows."""
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
 
-from engram.adapters.search.inmemory import BM25_B, InMemorySearchIndex, bm25_idf, bm25_norm, bm25_term
+import numpy as np
+from engram.adapters.search.inmemory import (
+    BM25_B,
+    InMemorySearchIndex,
+    best_rows,
+    bm25_idf,
+    bm25_norm,
+    bm25_term,
+    neighbour_density,
+    unit_vector,
+)
 from engram.domain.models import IndexedDoc, SearchHit
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 AT = datetime(2026, 3, 10, tzinfo=UTC)
 
@@ -81,3 +94,38 @@ def test_vector_queries_follow_every_write_delete_and_reset() -> None:
     index.reset("model-2", 2)
     # Then each query saw it
     assert index.vector_search("a", [1.0, 0.1]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(st.sampled_from([-1.0, -0.25, 0.0, 0.1, 0.5, 0.5, 0.75, 1.0]), min_size=1, max_size=80),
+    k=st.integers(min_value=1, max_value=90),
+)
+def test_best_rows_are_the_stable_sorts_top_k(scores: list[float], k: int) -> None:
+    # Given scores with many ties (a few distinct values), some k
+    array = np.array(scores, dtype=np.float32)
+    # Then the partitioned top k is the whole stable sort's head: best first, ties in row order
+    assert best_rows(array, k).tolist() == np.argsort(-array, kind="stable")[:k].tolist()
+
+
+def test_neighbour_density_reads_the_stack_and_follows_writes() -> None:
+    # Given four documents with vectors (one a duplicate), the stack built by a vector query
+    index = InMemorySearchIndex()
+    vectors = {"m1": [1.0, 0.0, 0.0], "m2": [0.9, 0.1, 0.0], "m3": [0.0, 1.0, 0.2], "m4": [1.0, 0.0, 0.0]}
+    for mid, vector in vectors.items():
+        index.upsert(_doc("a", mid, mid, vector))
+    index.upsert(_doc("a", "m5", "no vector"))
+    index.vector_search("a", [1.0, 0.0, 0.0])
+
+    def expected(ids: list[str]) -> dict[str, float]:
+        return neighbour_density(ids, np.stack([unit_vector(vectors[m]) for m in ids]), 2)
+
+    # Then the density of the asked ids (repeats, unknown and vector-less ids left out) is the one of their
+    # vectors stacked in the asked order
+    assert index.neighbour_density("a", ["m3", "m1", "m3", "m5", "zz", "m4"], k=2) == expected(["m3", "m1", "m4"])
+    # And after a delete and a new document (the stack dropped and rebuilt, rows moved) too
+    index.delete("a", "m1")
+    vectors["m6"] = [0.5, 0.5, 0.5]
+    index.upsert(_doc("a", "m6", "six", vectors["m6"]))
+    assert index.neighbour_density("a", ["m6", "m1", "m2", "m4"], k=2) == expected(["m6", "m2", "m4"])
+    assert index.neighbour_density("b", ["m2"], k=2) == {}

@@ -65,6 +65,17 @@ def unit_vector(vector: Sequence[float]) -> np.ndarray:
     return arr / norm if norm > 0 else arr
 
 
+def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the ``k`` highest ``scores``, best first, ties in row order: what a stable sort of the
+    whole array gives, from a partition and a sort of the candidates (the top 50 of 1,000 vectors)."""
+    n = scores.shape[0]
+    if k >= n:
+        return np.argsort(-scores, kind="stable")
+    kth = np.partition(scores, n - k)[n - k]
+    held = np.flatnonzero(scores >= kth)  # the k best and every row tied with the k-th, in row order
+    return held[np.argsort(-scores[held], kind="stable")][:k]
+
+
 def neighbour_density(ids: Sequence[str], matrix: np.ndarray, k: int) -> dict[str, float]:
     """Each row's mean cosine to its ``k`` most similar other rows (unit-length rows; docs/recall.md, "Hubness")."""
     n = len(ids)
@@ -87,6 +98,13 @@ class _Doc:
 
 
 @dataclass
+class _Stack:
+    docs: list[_Doc]
+    matrix: np.ndarray | None
+    row_of: dict[str, int]
+
+
+@dataclass
 class _Namespace:
     docs: dict[str, _Doc] = field(default_factory=dict)
     df: Counter[str] = field(default_factory=Counter)
@@ -104,10 +122,10 @@ class _Namespace:
     # bench/gateway.py). Any write changes the document count and average length every share depends
     # on, so it empties the cache.
     shares: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # The documents with a vector (in ``docs`` order) and their vectors stacked, built on the first
-    # vector query since the last write (stacking 1,000 vectors per query was most of a vector recall's
-    # own cost; bench/gateway.py --embedder local); any write drops it.
-    stacked: tuple[list[_Doc], np.ndarray | None] | None = None
+    # The documents with a vector (in ``docs`` order), their vectors stacked and each one's row in the
+    # stack, built on the first vector query since the last write (stacking 1,000 vectors per query was
+    # most of a vector recall's own cost; bench/gateway.py --embedder local); any write drops it.
+    stacked: _Stack | None = None
 
     def add(self, doc: _Doc) -> None:
         self.shares.clear()
@@ -144,6 +162,14 @@ class _Namespace:
                 if not holders:
                     del self.postings[term]
         self.total_length -= doc.length
+
+    def stack(self) -> _Stack:
+        """The documents with a vector and their vectors stacked (kept until a write)."""
+        if self.stacked is None:
+            held = [d for d in self.docs.values() if d.vector is not None]
+            matrix = np.stack([d.vector for d in held if d.vector is not None]) if held else None
+            self.stacked = _Stack(held, matrix, {d.memory_id: i for i, d in enumerate(held)})
+        return self.stacked
 
     def shares_of(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """The rows of the documents holding ``term`` and the term's share of each one's BM25 score
@@ -258,30 +284,33 @@ class InMemorySearchIndex:
             if ns is None or k <= 0:
                 return []
             if not wanted:  # every document with a vector: the stack kept until the next write
-                if ns.stacked is None:
-                    held = [d for d in ns.docs.values() if d.vector is not None]
-                    ns.stacked = (held, np.stack([d.vector for d in held if d.vector is not None]) if held else None)
-                rows, stacked = ns.stacked
-                if stacked is None:
+                stack = ns.stack()
+                if stack.matrix is None:
                     return []
-                matrix = stacked
+                rows, matrix = stack.docs, stack.matrix
             else:
                 rows = [d for d in ns.docs.values() if d.vector is not None and d.type in wanted]
                 if not rows:
                     return []
                 matrix = np.stack([d.vector for d in rows if d.vector is not None])
         scores = np.clip(matrix @ query, -1.0, 1.0)
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [SearchHit(memory_id=rows[i].memory_id, score=float(scores[i])) for i in order]
+        order = best_rows(scores, k)
+        return [
+            SearchHit(memory_id=rows[i].memory_id, score=score)
+            for i, score in zip(order.tolist(), scores[order].tolist(), strict=True)
+        ]
 
     def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
         with self._lock:
             ns = self._namespaces.get(namespace)
-            docs = [ns.docs.get(mid) for mid in dict.fromkeys(memory_ids)] if ns is not None else []
-            rows = [(d.memory_id, d.vector) for d in docs if d is not None and d.vector is not None]
-        if not rows:
-            return {}
-        return neighbour_density([mid for mid, _ in rows], np.stack([v for _, v in rows]), k)
+            if ns is None:
+                return {}
+            stack = ns.stack()  # the vector query before this one built it: its rows, not a new stack
+            ids = [mid for mid in dict.fromkeys(memory_ids) if mid in stack.row_of]
+            if not ids or stack.matrix is None:
+                return {}
+            matrix = stack.matrix[[stack.row_of[mid] for mid in ids]]
+        return neighbour_density(ids, matrix, k)
 
     def info(self, namespace: str | None = None) -> IndexInfo:
         with self._lock:

@@ -207,7 +207,7 @@ class VectorCache:
         top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-scores[top], kind="stable")]
         return [
-            SearchHit(memory_id=self.ids[i], score=float(min(1.0, max(-1.0, scores[i]))))
-            for i in top
-            if scores[i] != -np.inf
+            SearchHit(memory_id=self.ids[i], score=min(1.0, max(-1.0, score)))
+            for i, score in zip(top.tolist(), scores[top].tolist(), strict=True)
+            if score != -np.inf
         ]
