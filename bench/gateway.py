@@ -18,8 +18,9 @@ of the stream. Concurrency 1 and 8. After the table, how many turns of each reca
 memories (Engram's ``x-engram-reason`` header) and how many upstream requests held an answer memory's text
 (the fake upstream's record), then issue #23's goals (server
 CPU per request above the floor's and absolute; TTFB p50 added over the floor) beside the measured values
-and their ratio; with ``--embedder local`` the e5 goal (the query embedding plus <= 3 ms), the query
-embedding's own time measured in this process in the same run.
+and their ratio; with ``--embedder local`` the e5 goal (the query embedding plus <= 3 ms): each e5 row's
+cost above its query embeddings as the gateway ran them (timed in the gateway's process during the row),
+and the embedding alone in this process for reference.
 
 ``--rows`` runs only the named gateway rows (the direct and floor rows always run): ``--rows forwarding``
 is the forwarding turn alone. ``--against TREE`` serves each chosen row by TREE's code too (another
@@ -145,12 +146,45 @@ def _serve_gateway(mode: str, upstream: str, embedder: str) -> None:
                 namespace="default", content="Lin, Rust developer, ships on Fridays.", updated_at=container.clock.now()
             )
         )
+    if recall and embedder == "local":
+        _time_query_embeddings()
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(container), host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
     print(port, flush=True)
     server.run()
+
+
+def _time_query_embeddings() -> None:
+    """The e5 rows' yardstick, measured in this gateway process as its turns ran (the same threads and
+    embedding pool, the same moments): the model's own call (``LocalEmbedder.embed_query``: a copy
+    borrowed, the text embedded) timed in wall and in the calling thread's CPU (the engine runs on that
+    thread: ``embedding_threads`` 1). A line on stdin asks for the calls since the last ask (a JSON list of
+    [wall ms, CPU ms]); the bench asks before and after each row."""
+    import threading
+
+    from engram.adapters.embed.local import LocalEmbedder
+
+    timed: list[list[float]] = []
+    plain = LocalEmbedder.embed_query
+
+    def embed_query(self: LocalEmbedder, text: str) -> list[float]:
+        w0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return plain(self, text)
+        finally:
+            timed.append([(time.perf_counter() - w0) * 1000, (time.thread_time() - c0) * 1000])
+
+    LocalEmbedder.embed_query = embed_query  # type: ignore[method-assign]
+
+    def answer() -> None:
+        for _ in sys.stdin:
+            done = timed[:]
+            del timed[: len(done)]
+            print(json.dumps(done), flush=True)
+
+    threading.Thread(target=answer, name="bench-embed-times", daemon=True).start()
 
 
 def _serve_floor(upstream: str) -> None:
@@ -304,7 +338,6 @@ def _report(
     rows: list[tuple[str, int, dict[str, list[float]], float]],
     requests: int,
     kind: str,
-    embed: dict[str, float],
     reached: dict[tuple[str, int], tuple[int, int]],
 ) -> None:
     """The table, the recall rows' injecting turns, then each goal beside its measured value and their
@@ -329,8 +362,6 @@ def _report(
     if any("recall" in name for name, _, _, _ in rows):
         _report_reached(rows, floor_cpu, reached)
     _report_goals(rows, ttfb50, floor_cpu, kind)
-    if embed:
-        _report_e5(rows, ttfb50, floor_cpu, embed)
 
 
 def _report_reached(
@@ -406,37 +437,62 @@ def _report_rounds(
 
 def _report_e5(
     rows: list[tuple[str, int, dict[str, list[float]], float]],
-    ttfb50: dict[tuple[str, int], float],
-    floor_cpu: dict[int, float],
     embed: dict[str, float],
+    served: dict[tuple[str, int], list[list[float]]],
+    sent: int,
 ) -> None:
-    """The e5 goal: each keyword+e5 recall row's added TTFB p50 at c=1 and CPU per request over the floor's,
-    beside the query embedding's own wall and CPU time (measured here, the same texts) plus 3 ms."""
+    """The e5 goal: each keyword+e5 recall row's cost above its query embeddings. The yardstick is the
+    embedding as the gateway ran it during the row (``_time_query_embeddings``: the same process, threads,
+    pool and moments): its CPU per request (every embedding of the row over its ``sent`` requests, warm-up
+    included, as the server CPU column counts them) and its wall p50. The embedding timed alone in this
+    client process, another process at another moment (the yardstick before session 10), is printed
+    for reference."""
+    ttfb50 = {(name, c): statistics.median(res["ttfb"]) for name, c, res, _ in rows}
+    floor_cpu = {c: cpu for n, c, _, cpu in rows if n == FLOOR}
     print(
-        f"\nThe query embedding alone (this process, {embed['n']:.0f} distinct bench queries, one at a time): "
-        f"p50 {embed['wall']:.2f} ms wall, {embed['cpu']:.2f} ms CPU"
+        f"\nThe query embedding alone in this client process ({embed['n']:.0f} distinct bench queries, one at a"
+        f" time; for reference): p50 {embed['wall']:.2f} ms wall, {embed['cpu']:.2f} ms CPU"
     )
-    print("\n| goal (issue #23 item 1) | goal | measured | measured / goal |")
+    print(
+        "\nThe query embeddings as the gateway ran them (timed in its process, the model's own call):\n\n"
+        "| target | c | embeddings / requests | wall p50 | CPU per request | server CPU/req over the floor's |"
+        " above the embedding |\n|---|---:|---:|---:|---:|---:|---:|"
+    )
+    lines = []
+    for name, c, _, cpu in rows:
+        calls = served.get((name, c))
+        if calls is None:
+            continue
+        wall = statistics.median(w for w, _ in calls) if calls else 0.0
+        per_request = sum(t for _, t in calls) / sent
+        over = cpu - floor_cpu[c]
+        cells = f"{len(calls)} / {sent} | {wall:.2f} | {per_request:.2f} | {over:.2f} | {over - per_request:.2f}"
+        print(f"| {name} | {c} | {cells} |")
+        if c == 1:
+            added = ttfb50[(name, c)] - ttfb50[(FLOOR, c)]
+            lines.append((f"{name}: added TTFB p50 at c=1 above its query embedding's wall p50", added - wall))
+        lines.append((f"{name}: server CPU/req over the floor's above its embeddings' (c={c})", over - per_request))
+    print("\n| goal (issue #23 item 1: the query embedding plus <= 3 ms) | goal | measured | measured / goal |")
     print("|---|---:|---:|---:|")
-    for name in dict.fromkeys(n for n, _, _, _ in rows if "e5" in n):
-        lines = []
-        if (name, 1) in ttfb50:
-            goal = embed["wall"] + E5_EXTRA_MS
-            lines.append(
-                (f"{name}: added TTFB p50 at c=1 (query embedding + 3)", goal, ttfb50[(name, 1)] - ttfb50[(FLOOR, 1)])
-            )
-        over_floor = [cpu - floor_cpu[c] for n, c, _, cpu in rows if n == name]
-        lines.append(
-            (
-                f"{name}: server CPU/req over the floor's (query embedding's CPU + 3)",
-                embed["cpu"] + E5_EXTRA_MS,
-                max(over_floor),
-            )
+    for label, value in lines:
+        print(
+            f"| {label} | {E5_EXTRA_MS:.1f} | {value:.2f} | {value / E5_EXTRA_MS:.2f}"
+            f" ({'met' if value <= E5_EXTRA_MS else 'not met'}) |"
         )
-        for label, goal, value in lines:
-            print(
-                f"| {label} | {goal:.1f} | {value:.2f} | {value / goal:.2f} ({'met' if value <= goal else 'not met'}) |"
-            )
+
+
+def _times_embeddings(tree: Path) -> bool:
+    """Whether ``tree``'s gateway times its query embeddings (``--against`` an older checkout: not)."""
+    return tree == ROOT or "_time_query_embeddings" in (tree / "bench" / "gateway.py").read_text()
+
+
+def _embeddings_since(gateway: subprocess.Popen[str]) -> list[list[float]]:
+    """The query embeddings the ``gateway`` (an e5 row) made since the last ask: [wall ms, CPU ms] each."""
+    assert gateway.stdin is not None and gateway.stdout is not None
+    gateway.stdin.write("ask\n")
+    gateway.stdin.flush()
+    calls: list[list[float]] = json.loads(gateway.stdout.readline())
+    return calls
 
 
 def _embedding_cost(count: int = 40) -> dict[str, float]:
@@ -561,15 +617,19 @@ def main() -> None:
                 )
             ]
         verbatim_rows = {label for _, label, mode, _, _ in gateways if mode.endswith("+answers")}
+        timed: dict[str, subprocess.Popen[str]] = {}  # e5 rows: the gateway that times its query embeddings
         for key, label, mode, embedder, tree in gateways:
             if key in rows_wanted:
                 proc, url = _spawn("_gateway", "--mode", mode, "--upstream", up_url, "--embedder", embedder, root=tree)
                 procs.append(proc)
                 targets.append((label, url + "/v1/chat/completions", auth, proc.pid))
+                if embedder == "local" and mode.startswith("recall") and _times_embeddings(tree):
+                    timed[label] = proc
         results: dict[tuple[str, int], dict[str, list[float]]] = {}
         cpu_total: dict[tuple[str, int], float] = {}
         per_round: list[dict[tuple[str, int], tuple[float, float]]] = []  # (CPU per request, TTFB p50)
         reached: dict[tuple[str, int], tuple[int, int]] = {}  # (upstream requests with an answer, all)
+        served: dict[tuple[str, int], list[list[float]]] = {}  # e5 rows: [wall, CPU] of each query embedding
         assert up.stdin is not None and up.stdout is not None
         for round_ in range(args.rounds):
             measured: dict[tuple[str, int], tuple[float, float]] = {}
@@ -578,6 +638,8 @@ def main() -> None:
                     up.stdin.write("ask\n")  # clears the upstream's record: what follows is this row's
                     up.stdin.flush()
                     up.stdout.readline()
+                    if name in timed:
+                        _embeddings_since(timed[name])  # those of the rows before: not this row's
                     cpu0 = _cpu_seconds(pid)
                     first = round_ == 0 and "tree]" not in name
                     spy = _profile(args.profile, name, concurrency, pid) if first else None
@@ -593,6 +655,8 @@ def main() -> None:
                         pooled[field] += values
                     cpu_total[row] = cpu_total.get(row, 0.0) + cpu
                     measured[row] = (cpu, statistics.median(res["ttfb"]))
+                    if name in timed:
+                        served.setdefault(row, []).extend(_embeddings_since(timed[name]))
                     up.stdin.write("ask\n")
                     up.stdin.flush()
                     seen, got = json.loads(up.stdout.readline())
@@ -607,7 +671,9 @@ def main() -> None:
         if args.rounds > 1:
             _report_rounds(per_round, [name for name, _, _, _ in targets[2:]], args.concurrency)
         embed = _embedding_cost() if args.embedder == "local" else {}
-        _report(rows, args.requests * args.rounds, kind, embed, reached)
+        _report(rows, args.requests * args.rounds, kind, reached)
+        if embed:
+            _report_e5(rows, embed, served, (args.requests + args.warmup) * args.rounds)
     finally:
         for proc in procs:
             if proc.stdin:

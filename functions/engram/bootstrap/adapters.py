@@ -323,4 +323,12 @@ def with_secret(settings: Settings) -> Settings:
 
     values = read_secret_json(settings.secret_arn, region=settings.aws_region or None)
     updates = {k: v for k, v in values.items() if k in Settings.model_fields and k != "secret_arn"}
-    return Settings.model_validate({**dict(settings), **updates}) if updates else settings
+    if not updates:
+        return settings
+    # Each field validated on its own, on a copy (its type and field validators; Settings has no rule
+    # across fields): validating the whole Settings again would read the environment again, ~6 ms of
+    # every AWS function's init (bench/README.md, "Cold start per HTTP function").
+    applied = settings.model_copy()
+    for name, value in updates.items():
+        Settings.__pydantic_validator__.validate_assignment(applied, name, value)
+    return applied

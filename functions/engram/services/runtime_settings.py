@@ -104,7 +104,9 @@ class RuntimeSettings(Generic[S]):
         self._lock = threading.Lock()
         self._fields = type(base).model_fields
         self._specs = {s.name: s for s in ALLOWLIST if s.name in self._fields}
-        self._adapters = {name: _adapter(self._fields[name]) for name in self._specs}
+        # Each setting's validator, built by its first use (the admin panel's list or a change): building
+        # all of them cost every process's init ~3 ms of CPU, and only the panel's requests read them.
+        self._adapters: dict[str, TypeAdapter[Any]] = {}
         self._overrides: dict[str, Any] = {}
         # The effective settings and their version (bumped whenever they change), replaced as one
         # tuple so a reader on another thread never pairs one version's settings with another's number.
@@ -158,7 +160,7 @@ class RuntimeSettings(Generic[S]):
         out: list[dict[str, Any]] = []
         for name, spec in self._specs.items():
             field = self._fields[name]
-            schema = self._adapters[name].json_schema()
+            schema = self._validator(name).json_schema()
             out.append(
                 {
                     "name": name,
@@ -195,7 +197,7 @@ class RuntimeSettings(Generic[S]):
     # -- internals ------------------------------------------------------------------------------
     def _validate(self, name: str, value: Any) -> Any:
         try:
-            parsed = self._adapters[name].validate_python(value)
+            parsed = self._validator(name).validate_python(value)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise InvalidInput(f"{name}: {first.get('msg', 'invalid value')}", code="invalid_setting") from exc
@@ -231,6 +233,12 @@ class RuntimeSettings(Generic[S]):
                 self._loaded_at = now
                 return
             self._apply(overrides, now)
+
+    def _validator(self, name: str) -> TypeAdapter[Any]:
+        adapter = self._adapters.get(name)
+        if adapter is None:  # two threads may both build it: the same validator, either is kept
+            adapter = self._adapters[name] = _adapter(self._fields[name])
+        return adapter
 
     def _apply(self, overrides: dict[str, Any], now: float) -> None:
         if overrides != self._overrides or self._loaded_at is None:

@@ -264,3 +264,38 @@ def test_document_frequencies_come_from_the_mirrors_when_they_hold_every_row(
         vocab.close()
         index.close()
         other.close()
+
+
+def test_a_search_the_caches_hold_reads_one_statement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given two small namespaces (mirrored), and in another file a big one (postings), each searched once so
+    # their caches are loaded, and other connections writing to both files
+    small, big = SqliteSearchIndex(tmp_path / "small.db"), SqliteSearchIndex(tmp_path / "big.db", keyword_threshold=200)
+    others = {small: SqliteSearchIndex(tmp_path / "small.db"), big: SqliteSearchIndex(tmp_path / "big.db")}
+    rng = random.Random(9)
+    small.upsert_many([a_doc(rng, rng.choice("ab"), f"s{i}") for i in range(200)])
+    big.upsert_many([a_doc(rng, "big", f"b{i}") for i in range(250)])
+    statements: list[str] = []
+    for index in (small, big):
+        index._db().set_trace_callback(statements.append)
+    try:
+        for step in range(12):
+            for index, namespace in ((small, "a"), (small, "b"), (big, "big")):
+                query = " ".join(rng.sample(WORDS, rng.randint(1, 3))) + f" {step}x"
+                index.keyword_search(namespace, query, k=20)  # loads what a write dropped
+                index.keyword_search("b" if namespace == "a" else namespace, query, k=20)
+                statements.clear()
+                # When searching again (with a term never asked before), then the one statement read is the
+                # index's version with the namespace's generation, and the results are as before
+                found = search(index, namespace, query + f" {step}y", 20, ())
+                assert len(statements) == 1 and "FROM search_namespaces" in statements[0], statements
+                if index is small:
+                    assert found == by_fts5(monkeypatch, index, namespace, query + f" {step}y", 20, ())
+            # And a write by another connection is seen: the caches reload in one read transaction
+            for index, namespace in ((small, rng.choice("ab")), (big, "big")):
+                others[index].upsert(a_doc(rng, namespace, f"o{step}"))
+                statements.clear()
+                search(index, namespace, "cat note", 20, ())
+                assert "BEGIN" in statements and "COMMIT" in statements
+    finally:
+        for index in (small, big, *others.values()):
+            index.close()

@@ -130,3 +130,23 @@ def test_random_writes_from_two_stores_never_serve_a_stale_row(
         wanted = [*rng.sample(IDS, 6), rng.choice(IDS)]  # a repeated id keeps its place twice
         # Then every read equals the file's rows, in the order asked
         assert store.get_memories("alice", wanted) == in_file(path, "alice", wanted)
+
+
+def test_rows_all_held_are_answered_after_one_read_of_the_log(
+    stores: tuple[Path, SqliteMemoryStore, SqliteMemoryStore],
+) -> None:
+    # Given rows read once through the cache
+    path, store, other = stores
+    for memory_id in IDS[:6]:
+        store.insert_memory(a_memory(memory_id))
+    store.get_memories("alice", IDS[:6])
+    statements: list[str] = []
+    store._connection().set_trace_callback(statements.append)
+    # When they are read again, then the change log is the one statement read, and they are the file's
+    assert store.get_memories("alice", IDS[:6]) == in_file(path, "alice", IDS[:6])
+    assert len(statements) == 1 and "memory_changes" in statements[0], statements
+    # And after another store changed one, it is read again (in one read transaction with the log)
+    other.update_memory(other.get_memory("alice", "m3").model_copy(update={"content": "likes cocoa"}))
+    statements.clear()
+    assert store.get_memories("alice", IDS[:6]) == in_file(path, "alice", IDS[:6])
+    assert statements[0].startswith("SELECT seq") and "BEGIN" in statements and "COMMIT" in statements

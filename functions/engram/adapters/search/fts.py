@@ -23,6 +23,7 @@ __all__ = [
     "document_frequencies",
     "fts_averages",
     "fts_query",
+    "fts_rank_sql",
     "index_version",
     "nskey",
     "rescore_bm25",
@@ -64,6 +65,27 @@ def nskey(namespace: str) -> str:
 def fts_query(namespace: str, terms: Sequence[str]) -> str:
     ors = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
     return f'nskey : "{nskey(namespace)}" AND tokens : ({ors})'
+
+
+def fts_rank_sql(namespace: str, terms: Sequence[str], depth: int, types: Sequence[str]) -> tuple[str, list[object]]:
+    """The statement ranking the namespace's matches in FTS5 by ``bm25()`` (its best ``depth``; with ``types``,
+    only those) as (memory_id, -bm25(), FTS rowid), and its parameters."""
+    match = fts_query(namespace, terms)
+    if types:
+        sql = (
+            "SELECT d.memory_id, -bm25(search_fts, 0.0, 1.0) AS score, d.id FROM search_fts "
+            "JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ? "
+            f"AND d.type IN ({','.join('?' * len(types))}) "
+            "AND d.namespace = ? ORDER BY score DESC, d.memory_id LIMIT ?"
+        )
+        return sql, [match, *types, namespace, depth]
+    # Rank inside FTS5 first and join only the top rows (the join per match cost ~20 % at 100k matches).
+    sql = (
+        "SELECT d.memory_id, s.score, d.id FROM (SELECT rowid AS rid, -bm25(search_fts, 0.0, 1.0) AS score "
+        "FROM search_fts WHERE search_fts MATCH ? ORDER BY score DESC, rowid LIMIT ?) s "
+        "JOIN search_docs d ON d.id = s.rid WHERE d.namespace = ? ORDER BY s.score DESC, d.memory_id"
+    )
+    return sql, [match, depth, namespace]
 
 
 class RescoreCache:

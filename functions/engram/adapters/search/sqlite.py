@@ -14,10 +14,12 @@ kNN runs over a per-namespace matrix cached in memory (patched by this process's
 another moved the generation), with an HNSW graph on top for big namespaces (``search/vector_cache.py``,
 ``search/ann.py``), built or loaded in the background (never on a query's time) and saved on ``close``.
 
-The connection, the tables and the loading of the vector and keyword caches (on a query, or off the query
-path by ``warm_in_background``) are ``SqliteIndexCaches``' (``search/sqlite_caches.py``); this module writes
-(every write transaction patches the caches, or records the write for a load in flight, under the one lock
-and connection the reads use), keeps the FTS5 mirrors and searches.
+The connection, the tables and the loading of the vector and keyword caches and the FTS5 mirrors (on a query,
+or off the query path by ``warm_in_background``) are ``SqliteIndexCaches``' (``search/sqlite_caches.py``);
+this module writes (every write transaction patches the caches, or records the write for a load in flight,
+under the one lock and connection the reads use) and searches: a keyword query whose caches hold all it
+needs reads one statement (the index's version and the namespace's generation), else it reads in one
+read transaction.
 """
 
 from __future__ import annotations
@@ -25,37 +27,30 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from engram.adapters.search.fts import (
     RESCORE_DEPTH,
     RescoreCache,
-    document_frequencies,
     fts_averages,
-    fts_query,
+    fts_rank_sql,
     index_version,
     nskey,
     rescore_bm25,
 )
 from engram.adapters.search.fts_mirror import Cut, FtsMirror, mirrored_frequencies, plain_terms, rescore_cut
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
+from engram.adapters.search.keyword_cache import KeywordCache
 from engram.adapters.search.sqlite_caches import SqliteIndexCaches
+from engram.adapters.search.vector_cache import VectorCache
 from engram.adapters.search.warmup import WrittenDoc
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
 
 log = logging.getLogger(__name__)
-
-
-_MIRROR_ROWS = (
-    "SELECT d.id, d.memory_id, d.type, c.c1 FROM search_docs d JOIN search_fts_content c ON c.id = d.id "
-    "WHERE d.namespace = ?"
-)
-# Namespaces whose FTS5 rows are mirrored in memory at once (search/fts_mirror.py); the oldest loaded go first.
-MIRRORED_NAMESPACES = 64
 
 
 class PreparedDoc(NamedTuple):
@@ -104,6 +99,25 @@ class SqliteSearchIndex(SqliteIndexCaches):
             conn.execute("DELETE FROM search_fts WHERE rowid = ?", (row[0],))
             conn.execute("DELETE FROM search_docs WHERE id = ?", (row[0],))
         conn.execute("DELETE FROM search_vectors WHERE namespace = ? AND memory_id = ?", (namespace, memory_id))
+
+    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
+        """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        return _patched(self._caches, namespace, old_generation, new_generation)
+
+    def _patch_keywords(self, namespace: str, old_generation: int, new_generation: int) -> KeywordCache | None:
+        """The keyword postings to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        cache = self._keywords.get(namespace)
+        if cache is None:
+            return None
+        if cache.generation != old_generation or cache.stale:
+            del self._keywords[namespace]
+            return None
+        cache.generation = new_generation
+        return cache
+
+    def _patch_mirror(self, namespace: str, old_generation: int, new_generation: int) -> FtsMirror | None:
+        """The FTS5 mirror to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
+        return _patched(self._mirrors, namespace, old_generation, new_generation)
 
     def _patch_mirrors(self, generations: dict[str, int], written: Sequence[tuple[PreparedDoc, str, int]]) -> None:
         """The FTS5 mirrors brought up to date with a write's documents (doc, tokens, rowid)."""
@@ -255,27 +269,15 @@ class SqliteSearchIndex(SqliteIndexCaches):
         """Ranked in FTS5, or its cut from the namespace's mirror; with ``postings``, a namespace big enough
         for in-memory postings (``search/keyword_cache.py``) is ranked from them."""
         rescore = abs(self._bm25_b - 0.75) > 1e-9
-        match = fts_query(namespace, terms)
         wanted = sorted(set(types))
         depth = max(k, RESCORE_DEPTH) if rescore else k
-        if wanted:
-            sql = (
-                "SELECT d.memory_id, -bm25(search_fts, 0.0, 1.0) AS score, d.id FROM search_fts "
-                "JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ? "
-                f"AND d.type IN ({','.join('?' * len(wanted))}) "
-                "AND d.namespace = ? ORDER BY score DESC, d.memory_id LIMIT ?"
-            )
-            params: list[object] = [match, *wanted, namespace, depth]
-        else:
-            # Rank inside FTS5 first and join only the top rows (the join per match cost ~20 % at 100k matches).
-            sql = (
-                "SELECT d.memory_id, s.score, d.id FROM (SELECT rowid AS rid, -bm25(search_fts, 0.0, 1.0) AS score "
-                "FROM search_fts WHERE search_fts MATCH ? ORDER BY score DESC, rowid LIMIT ?) s "
-                "JOIN search_docs d ON d.id = s.rid WHERE d.namespace = ? ORDER BY s.score DESC, d.memory_id"
-            )
-            params = [match, depth, namespace]
+        sql, params = fts_rank_sql(namespace, terms, depth, wanted)
         with self._lock:
             conn = self._db()
+            if rescore:  # from the caches alone where they hold it: the version's one statement is all it reads
+                found = self._from_memory(namespace, terms, k, wanted, depth, *index_version(conn, namespace), postings)
+                if found is not None:
+                    return found
             # One snapshot: the version and generation, the matches, the statistics and the caches agree.
             conn.execute("BEGIN")
             try:
@@ -306,48 +308,46 @@ class SqliteSearchIndex(SqliteIndexCaches):
             scored = [(mid, float(score)) for mid, score, _ in rows]
         return _hits(scored, k)
 
-    def _mirrored(
+    def _from_memory(
         self,
-        conn: sqlite3.Connection,
         namespace: str,
-        generation: int,
         terms: Sequence[str],
-        depth: int,
+        k: int,
         types: Sequence[str],
-        cache: RescoreCache,
-    ) -> Cut | None:
-        """FTS5's candidates cut from the namespace's mirror (loaded now if it is not at ``generation``, the
-        namespace's in the caller's read transaction); None where FTS5 must rank (search/fts_mirror.py)."""
-        if not plain_terms(terms):
+        depth: int,
+        version: tuple[int, int],
+        generation: int,
+        postings: bool,
+    ) -> list[SearchHit] | None:
+        """``_fts_search``'s answer from the caches at ``version`` and ``generation`` (read by one statement,
+        its own snapshot) when they hold everything it needs: the postings, or the mirror, the averages and
+        every term's frequency (``mirrored_frequencies``); else None (then read in one transaction). Each
+        statement hands the GIL back and forth while the index's lock is held (bench/README.md, session 10)."""
+        if postings:
+            keywords = self._keywords.get(namespace)
+            if keywords is not None and keywords.generation == generation and not keywords.stale:
+                return _hits(keywords.search(terms, k, types, self._bm25_b), k)
+            if self._keyword_small.get(namespace) != generation and namespace not in self._warming:
+                return None  # its size at this generation is not known: counted in the transaction
+        cache, mirror = self._rescore, self._mirrors.get(namespace)
+        if cache.version != version or cache.averages is None or mirror is None or mirror.generation != generation:
             return None
-        mirror = self._mirrors.get(namespace)
-        if mirror is None or mirror.generation != generation:
-            self._mirrors.pop(namespace, None)
-            if self._count(conn, namespace) >= self._keyword_threshold:
-                return None  # a big namespace: its postings rank it (search/keyword_cache.py), or FTS5
-            mirror = FtsMirror(generation, conn.execute(_MIRROR_ROWS, (namespace,)))
-            self._mirrors[namespace] = mirror
-            while len(self._mirrors) > MIRRORED_NAMESPACES:
-                del self._mirrors[next(iter(self._mirrors))]
-        if not mirror.usable:
+        if not mirror.usable or not plain_terms(terms):
             return None
-        try:
-            n_rows, (namespace_tokens, tokens) = fts_averages(conn, cache)
-            df = self._frequencies(conn, terms, cache)
-            return mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, df)
-        except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
-            log.warning("the in-memory FTS5 cut failed, ranking in FTS5: %s", exc)
-            return None
-
-    def _frequencies(self, conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
-        """``document_frequencies`` of plain terms (``plain_terms``): counted from the mirrors where they hold
-        every row of the index at the cache's version (``mirrored_frequencies``), else read from
-        ``search_vocab`` (~30 us a query even for an absent term, and most turns bring a term not asked before)."""
+        n_rows, (namespace_tokens, tokens) = cache.averages
         missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
-        if missing and cache.version is not None:
-            found = mirrored_frequencies(self._mirrors.values(), cache.version, fts_averages(conn, cache)[0], missing)
-            cache.df.update(found or {})
-        return document_frequencies(conn, terms, cache)
+        found = mirrored_frequencies(self._mirrors.values(), version, n_rows, missing) if missing else {}
+        if found is None:
+            return None
+        cache.df.update(found)
+        try:
+            cut = mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, cache.df)
+            scored = rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, cache.df) if cut is not None else None
+        except (ValueError, IndexError, TypeError, ZeroDivisionError):
+            return None  # the transaction's path logs it and ranks in FTS5
+        if cut is None or scored is None or (not scored and cut.rows):
+            return None
+        return _hits(scored, k)
 
     def _rescored(
         self, conn: sqlite3.Connection, terms: Sequence[str], cut: Cut | None, cache: RescoreCache
@@ -427,3 +427,19 @@ def _hits(scored: Sequence[tuple[str, float]], k: int) -> list[SearchHit]:
     """The best ``k`` as the port's hits. bm25() is never exactly 0 for a match, but the port's "positive"
     promise is kept explicit."""
     return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
+
+
+_Cached = TypeVar("_Cached", VectorCache, FtsMirror)
+
+
+def _patched(caches: dict[str, _Cached], namespace: str, old_generation: int, new_generation: int) -> _Cached | None:
+    """The namespace's cache moved to ``new_generation`` if it was at ``old_generation`` (this process's
+    write), else dropped (None: another writer came between, it reloads on the next query)."""
+    cache = caches.get(namespace)
+    if cache is None:
+        return None
+    if cache.generation != old_generation:
+        del caches[namespace]
+        return None
+    cache.generation = new_generation
+    return cache

@@ -14,11 +14,12 @@ The tables (the index only touches tables prefixed ``search_``; the store owns t
 
 Per namespace, three caches live in memory beside the SQLite file: the vector matrix (``search/vector_cache.py``),
 the keyword postings of a namespace of at least ``KEYWORD_THRESHOLD`` documents (``search/keyword_cache.py``)
-and, in search/sqlite.py, the FTS5 mirror of a small one (``search/fts_mirror.py``). The first two are loaded
-here: on a query that finds them missing or behind the namespace's generation (read in one transaction with
-the rows), or off the query path by ``warm_in_background`` (at ``engram serve``'s start, after a replica's
-hydrate): read on a connection of its own, built outside the lock, published under it with this process's
-writes meanwhile replayed (``search/warmup.py``); a keyword query meanwhile is ranked by FTS5.
+and the FTS5 mirror of a small one (``search/fts_mirror.py``; loaded on a query, in its read transaction, with
+the cut and the document frequencies it gives: ``_mirrored``). The first two are loaded here: on a query
+that finds them missing or behind the namespace's generation (read in one transaction with the rows), or
+off the query path by ``warm_in_background`` (at ``engram serve``'s start, after a replica's hydrate): read
+on a connection of its own, built outside the lock, published under it with this process's writes
+meanwhile replayed (``search/warmup.py``); a keyword query meanwhile is ranked by FTS5.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
 from engram.adapters.files import private_sqlite
-from engram.adapters.search.fts import BM25_B, FTS5_TOKENIZER, RescoreCache
-from engram.adapters.search.fts_mirror import FtsMirror
+from engram.adapters.search.fts import BM25_B, FTS5_TOKENIZER, RescoreCache, document_frequencies, fts_averages
+from engram.adapters.search.fts_mirror import Cut, FtsMirror, mirrored_frequencies, plain_terms
 from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD, KeywordCache
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
 from engram.adapters.search.warmup import PendingWrites, WrittenDoc
@@ -72,6 +72,12 @@ _POSTINGS_ROWS = (
     "SELECT d.memory_id, d.type, c.c1 FROM search_docs d JOIN search_fts_content c ON c.id = d.id WHERE d.namespace = ?"
 )
 _VECTOR_ROWS = "SELECT memory_id, type, vec FROM search_vectors WHERE namespace = ?"
+_MIRROR_ROWS = (
+    "SELECT d.id, d.memory_id, d.type, c.c1 FROM search_docs d JOIN search_fts_content c ON c.id = d.id "
+    "WHERE d.namespace = ?"
+)
+# Namespaces whose FTS5 rows are mirrored in memory at once (search/fts_mirror.py); the oldest loaded go first.
+MIRRORED_NAMESPACES = 64
 # The longest a vector query waits for a background load already reading its namespace's vectors (~0.5 s
 # at 100k) before reading them itself.
 VECTOR_WAIT_S = 5.0
@@ -312,24 +318,48 @@ class SqliteIndexCaches:
         row = conn.execute("SELECT generation FROM search_namespaces WHERE namespace = ?", (namespace,)).fetchone()
         return int(row[0]) if row else 0
 
-    def _patch_cache(self, namespace: str, old_generation: int, new_generation: int) -> VectorCache | None:
-        """The cache to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        return _patched(self._caches, namespace, old_generation, new_generation)
-
-    def _patch_keywords(self, namespace: str, old_generation: int, new_generation: int) -> KeywordCache | None:
-        """The keyword postings to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        cache = self._keywords.get(namespace)
-        if cache is None:
+    def _mirrored(
+        self,
+        conn: sqlite3.Connection,
+        namespace: str,
+        generation: int,
+        terms: Sequence[str],
+        depth: int,
+        types: Sequence[str],
+        cache: RescoreCache,
+    ) -> Cut | None:
+        """FTS5's candidates cut from the namespace's mirror (loaded now if it is not at ``generation``, the
+        namespace's in the caller's read transaction); None where FTS5 must rank (search/fts_mirror.py)."""
+        if not plain_terms(terms):
             return None
-        if cache.generation != old_generation or cache.stale:
-            del self._keywords[namespace]
+        mirror = self._mirrors.get(namespace)
+        if mirror is None or mirror.generation != generation:
+            self._mirrors.pop(namespace, None)
+            if self._count(conn, namespace) >= self._keyword_threshold:
+                return None  # a big namespace: its postings rank it (search/keyword_cache.py), or FTS5
+            mirror = FtsMirror(generation, conn.execute(_MIRROR_ROWS, (namespace,)))
+            self._mirrors[namespace] = mirror
+            while len(self._mirrors) > MIRRORED_NAMESPACES:
+                del self._mirrors[next(iter(self._mirrors))]
+        if not mirror.usable:
             return None
-        cache.generation = new_generation
-        return cache
+        try:
+            n_rows, (namespace_tokens, tokens) = fts_averages(conn, cache)
+            df = self._frequencies(conn, terms, cache)
+            return mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, df)
+        except (sqlite3.Error, ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
+            log.warning("the in-memory FTS5 cut failed, ranking in FTS5: %s", exc)
+            return None
 
-    def _patch_mirror(self, namespace: str, old_generation: int, new_generation: int) -> FtsMirror | None:
-        """The FTS5 mirror to patch for a write that moved ``old -> new``, or None (dropped: reload later)."""
-        return _patched(self._mirrors, namespace, old_generation, new_generation)
+    def _frequencies(self, conn: sqlite3.Connection, terms: Sequence[str], cache: RescoreCache) -> dict[str, int]:
+        """``document_frequencies`` of plain terms (``plain_terms``): counted from the mirrors where they hold
+        every row of the index at the cache's version (``mirrored_frequencies``), else read from
+        ``search_vocab`` (~30 us a query even for an absent term, and most turns bring a term not asked before)."""
+        missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
+        if missing and cache.version is not None:
+            found = mirrored_frequencies(self._mirrors.values(), cache.version, fts_averages(conn, cache)[0], missing)
+            cache.df.update(found or {})
+        return document_frequencies(conn, terms, cache)
 
     def _keyword_cache(self, conn: sqlite3.Connection, namespace: str) -> KeywordCache | None:
         """``_keyword_cache_at`` in a read transaction of its own."""
@@ -398,19 +428,3 @@ class SqliteIndexCaches:
                 cache.types.append(type_)
                 cache.codes[i] = cache._code(type_)
         return cache
-
-
-_Cached = TypeVar("_Cached", VectorCache, FtsMirror)
-
-
-def _patched(caches: dict[str, _Cached], namespace: str, old_generation: int, new_generation: int) -> _Cached | None:
-    """The namespace's cache moved to ``new_generation`` if it was at ``old_generation`` (this process's
-    write), else dropped (None: another writer came between, it reloads on the next query)."""
-    cache = caches.get(namespace)
-    if cache is None:
-        return None
-    if cache.generation != old_generation:
-        del caches[namespace]
-        return None
-    cache.generation = new_generation
-    return cache

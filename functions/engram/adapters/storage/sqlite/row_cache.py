@@ -66,7 +66,15 @@ class MemoryRowCache:
     ) -> dict[str, Memory]:
         """The rows of ``row_ids`` that exist, by id: from memory where current, the others through
         ``load`` (reads them on ``db``) in the same snapshot. The caller holds the store's lock and
-        ``db`` is not in a transaction."""
+        ``db`` is not in a transaction.
+
+        When every row is held (a recall turn's candidates, mostly), the check of the log is one statement
+        and its own snapshot, and nothing else is read: no transaction is opened around it (each statement
+        hands the GIL back and forth, and the store's lock is held meanwhile)."""
+        self._catch_up(db)
+        held = [self._rows.get((namespace, row_id)) for row_id in row_ids]
+        if all(row is not None for row in held):
+            return {row.id: row for row in held if row is not None}
         db.execute("BEGIN")
         try:
             self._catch_up(db)
