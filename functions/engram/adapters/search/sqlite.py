@@ -153,8 +153,8 @@ class SqliteSearchIndex(SqliteIndexCaches):
             conn = self._db()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                _, dimension = self._meta(conn)
-                # A namespace with no documents yet has nothing to replace: skip the lookups.
+                # The dimension matters only to a vector; a namespace with no documents yet has nothing to replace.
+                _, dimension = self._meta(conn) if any(v is not None for _, _, v in prepared) else (None, None)
                 empty = {
                     ns
                     for ns in {d.namespace for d in docs}
