@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -134,6 +136,33 @@ def test_ids_sort_in_creation_order_even_within_one_millisecond() -> None:
 
     ids = [new_id("evt") for _ in range(2000)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def _id_spelled_out(prefix: str, ms: int, rand: int) -> str:
+    """The id's layout character by character: 10 Crockford characters of the millisecond time (its low
+    50 bits), 16 of the random part (its low 80), most significant first, all lower case."""
+    crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    stamp = "".join(crockford[(ms >> shift) & 31] for shift in range(45, -5, -5))
+    tail = "".join(crockford[(rand >> shift) & 31] for shift in range(75, -5, -5))
+    return f"{prefix}_{stamp}{tail}".lower()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["msg", "t", "turn", "use", "Evt"]),
+    st.one_of(st.integers(0, 2**50 - 1), st.integers(0, 2**60)),
+    st.one_of(st.integers(0, 2**79), st.integers(0, 2**90)),
+)
+def test_an_id_spells_its_time_and_random_part_in_crockford_base32(prefix: str, ms: int, rand: int) -> None:
+    import engram.domain.models as models
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "_last_id", (-1, 0))  # no earlier id: the random part is fresh
+        patch.setattr(time, "time", lambda: (ms + 0.5) / 1000)
+        patch.setattr(os, "urandom", lambda n: ((rand << 1) % (1 << 80)).to_bytes(10, "big"))
+        made = models.new_id(prefix)
+    expected_ms = int((ms + 0.5) / 1000 * 1000)
+    assert made == _id_spelled_out(prefix, expected_ms, ((rand << 1) % (1 << 80)) >> 1)
 
 
 # The OpenAPI document states these patterns for the API's fields (entrypoints/http/openapi.stated): a

@@ -137,3 +137,27 @@ def test_a_failed_source_is_handed_over_as_its_failure() -> None:
         assert hop.past is not None and hop.past.exception() is failure
 
     asyncio.run(run())
+
+
+def test_a_turn_whose_read_cannot_start_goes_on_without_context_and_owes_no_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an in-process source whose event loop cannot start a worker job (its executor shut down)
+    c = _container()
+    c.memories.write("default", MemoryWrite(content="The deploy script is ./ship.sh --prod"))
+
+    async def run() -> TurnContext:
+        loop = asyncio.get_running_loop()
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+        monkeypatch.setattr(loop, "run_in_executor", refused)
+        return await _gather(_source(c), _turn("which deploy script do I use?"), deadline=5.0)
+
+    # When the turn's context is read
+    told = asyncio.run(run())
+    # Then the turn goes on at once without its context, says why, and holds no reminder claim to release
+    assert told.reason == "recall_timeout" and told.recall == ""
+    assert told.reminders is None and told.late_claim is None
+    assert told.elapsed_ms < 1000

@@ -40,6 +40,10 @@ MessageRole = Literal["system", "user", "assistant", "tool"]
 DURABLE_TYPES: frozenset[str] = frozenset({"identity", "persona"})
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# Every pair of Crockford characters (lower case), so an id's 26 characters are 13 look-ups of 10 bits.
+_PAIRS = [a + b for a in _CROCKFORD.lower() for b in _CROCKFORD.lower()]
+_PAIR_SHIFTS = tuple(range(120, -10, -10))
+_MS_BITS, _RAND_BITS = (1 << 50) - 1, (1 << 80) - 1
 
 
 _id_lock = threading.Lock()
@@ -61,9 +65,11 @@ def new_id(prefix: str) -> str:
         else:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom for increments
         _last_id = (ms, rand)
-    stamp = "".join(_CROCKFORD[(ms >> shift) & 31] for shift in range(45, -5, -5))
-    tail = "".join(_CROCKFORD[(rand >> shift) & 31] for shift in range(75, -5, -5))
-    return f"{prefix}_{stamp}{tail}".lower()
+    # 10 characters of the time's low 50 bits, then 16 of the random part's low 80, 5 bits each, most
+    # significant first: the 130 bits read 10 at a time.
+    bits = (ms & _MS_BITS) << 80 | (rand & _RAND_BITS)
+    pairs = _PAIRS
+    return f"{prefix.lower()}_" + "".join([pairs[(bits >> shift) & 1023] for shift in _PAIR_SHIFTS])
 
 
 class Frozen(BaseModel):

@@ -16,20 +16,20 @@ another moved the generation), with an HNSW graph on top for big namespaces (``s
 
 The connection, the tables and the loading of the vector and keyword caches and the FTS5 mirrors (on a query,
 or off the query path by ``warm_in_background``) are ``SqliteIndexCaches``' (``search/sqlite_caches.py``);
-this module writes (every write transaction patches the caches, or records the write for a load in flight,
-under the one lock and connection the reads use) and searches: a keyword query whose caches hold all it
-needs reads one statement (the index's version and the namespace's generation), else it reads in one
-read transaction.
+this module writes (every write transaction patches the caches, or records a load's, under the reads' lock
+and connection) and searches: one statement where the caches hold all a query needs, else a read transaction.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from engram.adapters.search.fts import (
     RESCORE_DEPTH,
@@ -153,8 +153,8 @@ class SqliteSearchIndex(SqliteIndexCaches):
             conn = self._db()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                _, dimension = self._meta(conn)
-                # A namespace with no documents yet has nothing to replace: skip the lookups.
+                # The dimension matters only to a vector; a namespace with no documents yet has nothing to replace.
+                _, dimension = self._meta(conn) if any(v is not None for _, _, v in prepared) else (None, None)
                 empty = {
                     ns
                     for ns in {d.namespace for d in docs}
@@ -424,9 +424,14 @@ class SqliteSearchIndex(SqliteIndexCaches):
 
 
 def _hits(scored: Sequence[tuple[str, float]], k: int) -> list[SearchHit]:
-    """The best ``k`` as the port's hits. bm25() is never exactly 0 for a match, but the port's "positive"
-    promise is kept explicit."""
-    return [SearchHit(memory_id=mid, score=max(score, 1e-9)) for mid, score in scored[:k]]
+    """The best ``k`` as the port's hits, validated as one list (fewer instructions than a ``SearchHit`` each).
+    bm25() is never exactly 0 for a match, but the port's "positive" promise is kept explicit."""
+    return _hit_list().validate_python([{"memory_id": m, "score": max(s, 1e-9)} for m, s in scored[:k]])
+
+
+@functools.cache
+def _hit_list() -> TypeAdapter[list[SearchHit]]:
+    return TypeAdapter(list[SearchHit])  # built by the first search, not at import
 
 
 _Cached = TypeVar("_Cached", VectorCache, FtsMirror)

@@ -296,8 +296,10 @@ class _OneHop:
         go along: services/library/journal.py), without a task around it."""
         try:
             job = self._loop.run_in_executor(None, functools.partial(contextvars.copy_context().run, read_all))
-        except Exception:  # no worker thread (the loop's executor is shut down): every source is late
+        except Exception:  # no worker thread (the loop's executor is shut down): every source is late,
             log.warning("reading the turn's context failed", exc_info=True)
+            if self.claim is not None:  # but no reminder was claimed: nothing for the recorder to release
+                self.claim.set_result(None)
             return
         job.add_done_callback(_log_failure)
         self.job = job
