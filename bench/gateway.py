@@ -278,8 +278,10 @@ async def _one(client: Any, url: str, headers: dict[str, str], query: str) -> tu
 
 
 async def _run(
-    url: str, headers: dict[str, str], concurrency: int, n: int, warmup: int, verbatim: bool = False
+    url: str, headers: dict[str, str], concurrency: int, n: int, warmup: int, verbatim: bool = False, round_: int = 0
 ) -> dict[str, list[float]]:
+    """``n`` measured turns after ``warmup``; each measured text distinct within the run and, from the second
+    of ``--rounds`` on, from the earlier rounds' too (an e5 row would otherwise find every vector cached)."""
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -297,7 +299,8 @@ async def _run(
                 # query-embedding cache does not flatter the recall row; the injecting rows: see ANSWERS.
                 text = QUERIES[i % len(QUERIES)]
                 if not verbatim:
-                    text += f" ({TOPICS[i % len(TOPICS)]} #{concurrency}.{i})"
+                    tag = f"{concurrency}.{i}" if round_ == 0 else f"{concurrency}.{round_}.{i}"
+                    text += f" ({TOPICS[i % len(TOPICS)]} #{tag})"
                 a, b, hit = await _one(client, url, headers, text)
                 ttfb.append(a)
                 total.append(b)
@@ -644,7 +647,7 @@ def main() -> None:
                     first = round_ == 0 and "tree]" not in name
                     spy = _profile(args.profile, name, concurrency, pid) if first else None
                     verbatim = args.verbatim or name in verbatim_rows
-                    res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim))
+                    res = asyncio.run(_run(url, headers, concurrency, args.requests, args.warmup, verbatim, round_))
                     cpu = (_cpu_seconds(pid) - cpu0) * 1000 / (args.requests + args.warmup)
                     if spy is not None:
                         spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
