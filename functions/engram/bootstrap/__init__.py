@@ -139,14 +139,11 @@ class Container:
     make_curation: Callable[[], CurationParts]
     _closers: Closers = field(default_factory=list)
     _chat: Once[ChatService] = field(init=False, repr=False)
-
     _transfer: Once[TransferParts] = field(init=False, repr=False)
-    _curation: Once[CurationParts] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._chat = Once(self.make_chat)
         self._transfer = Once(self.make_transfer)
-        self._curation = Once(self.make_curation)
 
     @property
     def chat(self) -> ChatService:
@@ -191,13 +188,14 @@ class Container:
 
     @property
     def curation(self) -> CurationService:
-        """Merges by hand, core candidates (README, "Curating by hand"), built on first use."""
-        return self._curation.get().curation
+        """Merges by hand, core candidates (README, "Curating by hand"), built on first use (once:
+        ``make_curation`` keeps them, as the consolidation job shares them)."""
+        return self.make_curation().curation
 
     @property
     def consolidation(self) -> ConsolidationService:
         """Consolidation drafts (a queued job), built with ``curation``."""
-        return self._curation.get().consolidation
+        return self.make_curation().consolidation
 
     @property
     def chat_if_built(self) -> ChatService | None:
