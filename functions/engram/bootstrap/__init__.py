@@ -129,34 +129,28 @@ class Container:
     history: HistoryService  # server-kept history of clients that send only their newest message
     reminders: ReminderService
     reindex: ReindexService
-    make_chat: Callable[[], ChatService]  # builds the chat gateway: ``chat``, on first use
-    # extraction, dreaming, cleanup and the job runner (``jobs`` and the three), built by its first call
-    make_jobs: Callable[[], JobParts]
-    # export/import and moving in (``transfer``, ``moving_in``), built by the first use of either
-    make_transfer: Callable[[], TransferParts]
-    # merges by hand and core candidates (``curation``), consolidation drafts (``consolidation``, a queued
-    # job), built on first use: the curation routes and tools and the consolidation job use them
-    make_curation: Callable[[], CurationParts]
+    # The parts a process may never need, each built by its first use, once, whichever thread asks first
+    # (docs/aws.md, "Cold starts"). build_container makes every one a ``Once``; the job runner shares
+    # ``job_parts`` and ``curation_parts`` (the consolidation job uses curation).
+    chat_part: Once[ChatService]  # the chat gateway: ``chat``
+    job_parts: Once[JobParts]  # extraction, dreaming, cleanup and the job runner: ``jobs`` and the three
+    transfer_parts: Once[TransferParts]  # export/import and moving in: ``transfer``, ``moving_in``
+    # merges by hand and core candidates (``curation``), consolidation drafts (``consolidation``)
+    curation_parts: Once[CurationParts]
     _closers: Closers = field(default_factory=list)
-    _chat: Once[ChatService] = field(init=False, repr=False)
-    _transfer: Once[TransferParts] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._chat = Once(self.make_chat)
-        self._transfer = Once(self.make_transfer)
 
     @property
     def chat(self) -> ChatService:
         """The chat gateway, built on first use (once, whichever thread asks first): a process that
         serves no chat door (the MCP function, the job functions) never builds it (docs/aws.md, "Cold
         starts")."""
-        return self._chat.get()
+        return self.chat_part.get()
 
     def _job_parts(self) -> JobParts:
-        """Extraction, dreaming, cleanup and the runner, built on first use (once, whichever thread asks
-        first: ``make_jobs`` keeps them): an HTTP function on AWS queues its jobs to SQS and never runs one,
-        and a job function builds them with its first invocation (docs/aws.md, "Cold starts")."""
-        return self.make_jobs()
+        """Extraction, dreaming, cleanup and the runner, built on first use: an HTTP function on AWS
+        queues its jobs to SQS and never runs one, and a job function builds them with its first
+        invocation (docs/aws.md, "Cold starts")."""
+        return self.job_parts.get()
 
     @property
     def extraction(self) -> ExtractionService:
@@ -179,28 +173,28 @@ class Container:
     def transfer(self) -> TransferService:
         """Export and import of Engram's own format, built on first use: only the transfer routes and
         tools and the CLI use it (docs/aws.md, "Cold starts")."""
-        return self._transfer.get().transfer
+        return self.transfer_parts.get().transfer
 
     @property
     def moving_in(self) -> MovingInService:
         """Imports from Aelios, Pawwake, mem0 and text, built with ``transfer``."""
-        return self._transfer.get().moving_in
+        return self.transfer_parts.get().moving_in
 
     @property
     def curation(self) -> CurationService:
-        """Merges by hand, core candidates (README, "Curating by hand"), built on first use (once:
-        ``make_curation`` keeps them, as the consolidation job shares them)."""
-        return self.make_curation().curation
+        """Merges by hand, core candidates (README, "Curating by hand"), built on first use (shared with
+        the consolidation job)."""
+        return self.curation_parts.get().curation
 
     @property
     def consolidation(self) -> ConsolidationService:
         """Consolidation drafts (a queued job), built with ``curation``."""
-        return self.make_curation().consolidation
+        return self.curation_parts.get().consolidation
 
     @property
     def chat_if_built(self) -> ChatService | None:
         """The chat gateway if something has used it (closing it must not build it)."""
-        return self._chat.built
+        return self.chat_part.built
 
     def close(self) -> None:
         for closer in reversed(self._closers):
@@ -304,11 +298,11 @@ class _Jobs:
     """The background jobs: the queue, what the routes and the chat use of them, and what builds the rest."""
 
     extract_model: ChatModel | None
-    make_parts: Callable[[], JobParts]
+    parts: Once[JobParts]
     reindex: ReindexService
     queue: JobQueue
     history: HistoryService
-    make_curation: Callable[[], CurationParts]
+    curated: Once[CurationParts]
 
 
 def build_container(settings: Settings | None = None, overrides: Overrides | None = None) -> Container:
@@ -321,11 +315,8 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
     base = _foundation(settings, o, closers, clients)
     lib = _library(settings, o, base, closers, clients)
     jobs = _jobs(settings, o, base, lib, clients)
-    given_chat = o.chat
 
     def make_chat() -> ChatService:
-        if given_chat is not None:
-            return given_chat
         parts = ChatParts(
             runtime=base.runtime,
             store=base.store,
@@ -377,10 +368,10 @@ def build_container(settings: Settings | None = None, overrides: Overrides | Non
         history=jobs.history,
         reminders=lib.reminders,
         reindex=jobs.reindex,
-        make_jobs=jobs.make_parts,
-        make_transfer=make_transfer,
-        make_curation=jobs.make_curation,
-        make_chat=make_chat,
+        chat_part=Once(make_chat) if o.chat is None else Once.of(o.chat),
+        job_parts=jobs.parts,
+        transfer_parts=Once(make_transfer),
+        curation_parts=jobs.curated,
         _closers=closers,
     )
 
@@ -545,7 +536,7 @@ def _jobs(settings: Settings, o: Overrides, base: _Foundation, lib: _Library, cl
     reindex = ReindexService(store, memories.upkeep, base.embedder, clock, queue)
     queue_repairs_when_back(index, memories.upkeep, queue)
     history.attach_queue(queue)
-    return _Jobs(extract_model, parts.get, reindex, queue, history, curated.get)
+    return _Jobs(extract_model, parts, reindex, queue, history, curated)
 
 
 def _inline_queue(run: Callable[[str, dict[str, Any]], Any]) -> JobQueue:
