@@ -20,6 +20,7 @@ from engram.domain.wire.usage import TokenUsage
 from engram.services.chat.exchange import ExchangeRecorder, Owed
 from engram.services.chat.routing import Route
 from engram.services.chat.turn import ReminderClaim, TurnContext, TurnRequest
+from engram.services.library.memories import MemoryWrite
 from engram.settings import Settings
 
 from tests.fakes.clock import ManualClock
@@ -55,7 +56,7 @@ def _container(clock: ManualClock) -> tuple[Container, InMemoryMemoryStore]:
     return build_container(settings, Overrides(store=store, index=InMemorySearchIndex(), clock=clock)), store
 
 
-def _recorder(c: Container, clock: ManualClock, queue: RecordingQueue) -> ExchangeRecorder:
+def _recorder(c: Container, clock: ManualClock, queue: RecordingQueue, *, instant: bool = False) -> ExchangeRecorder:
     return ExchangeRecorder(
         store=c.store,
         messages=c.messages,
@@ -67,6 +68,7 @@ def _recorder(c: Container, clock: ManualClock, queue: RecordingQueue) -> Exchan
         reminders=c.reminders,
         conversations=c.conversations,
         record_injection=c.recall.record_injected,
+        instant_writes=instant,
     )
 
 
@@ -202,12 +204,15 @@ def test_a_mark_held_that_is_no_earlier_attempt_is_replaced() -> None:
     )
 
 
-def test_each_write_fails_alone(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # Given a store whose usage rows and turn marks are away
+@pytest.mark.parametrize("instant", [False, True], ids=["hops", "instant"])
+def test_each_write_fails_alone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, instant: bool
+) -> None:
+    # Given a store whose usage rows and turn marks are away (its writes in hops, or on the loop)
     clock = ManualClock()
     c, store = _container(clock)
     queue = RecordingQueue()
-    rec = _recorder(c, clock, queue)
+    rec = _recorder(c, clock, queue, instant=instant)
 
     def away(*args: Any, **kwargs: Any) -> Any:
         raise UpstreamUnavailable("the store is away")
@@ -279,13 +284,14 @@ def test_a_turns_two_sides_are_one_store_write_and_one_index_write(monkeypatch: 
     assert [m.role for m in store.list_messages("default")] == ["user", "assistant"]
 
 
+@pytest.mark.parametrize("instant", [False, True], ids=["hops", "instant"])
 def test_a_failed_turn_write_stores_each_side_alone(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, instant: bool
 ) -> None:
     # Given a store that refuses a write of two messages at once, and one refusing the assistant's side
     clock = ManualClock()
     c, store = _container(clock)
-    rec = _recorder(c, clock, RecordingQueue())
+    rec = _recorder(c, clock, RecordingQueue(), instant=instant)
     real_insert = store.insert_messages
 
     def insert_messages(messages: Any) -> Any:
@@ -303,12 +309,8 @@ def test_a_failed_turn_write_stores_each_side_alone(
     assert "storing the exchange failed" in logged
 
 
-def test_a_new_turn_is_named_in_its_messages_write_not_in_a_hop_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a recorder whose namespace's cleanup mark is known (no cleanup write owed), worker jobs counted
-    clock = ManualClock()
-    c, store = _container(clock)
-    rec = _recorder(c, clock, RecordingQueue())
-    _exchange(rec, _turn("first"))
+def _jobs(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Any]:
+    """Worker jobs, counted by name until the returned ``stop`` is called."""
     jobs: list[str] = []
     submit = ThreadPoolExecutor.submit
 
@@ -317,6 +319,16 @@ def test_a_new_turn_is_named_in_its_messages_write_not_in_a_hop_of_its_own(monke
         return submit(self, fn, *args, **kwargs)
 
     monkeypatch.setattr(ThreadPoolExecutor, "submit", counted)
+    return jobs, lambda: monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)
+
+
+def test_a_new_turn_is_named_in_its_messages_write_not_in_a_hop_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a recorder whose namespace's cleanup mark is known (no cleanup write owed), worker jobs counted
+    clock = ManualClock()
+    c, store = _container(clock)
+    rec = _recorder(c, clock, RecordingQueue())
+    _exchange(rec, _turn("first"))
+    jobs, stop = _jobs(monkeypatch)
     # When a new turn is settled
     req = _turn("where did I park?")
     owed = Owed()
@@ -324,10 +336,70 @@ def test_a_new_turn_is_named_in_its_messages_write_not_in_a_hop_of_its_own(monke
     async def run() -> None:
         rec.sent(owed)
         await rec.settle(req, owed, "by the river", TokenUsage(input=3, output=2))
-        monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)  # asyncio.run's own shutdown is not counted
+        stop()  # asyncio.run's own shutdown is not counted
 
     asyncio.run(run())
     # Then two worker jobs ran (usage; the messages, named by the turn decided in the same job)
     assert len(jobs) == 2
     stored = {m.external_id for m in store.list_messages("default")}
     assert owed.turn and {f"id:gw-{owed.turn}-u", f"id:gw-{owed.turn}-a"} <= stored
+
+
+def test_instant_writes_store_the_exchange_without_a_worker_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a recorder with instant writes (the in-memory store and index) and a recalled memory
+    clock = ManualClock()
+    c, store = _container(clock)
+    queue = RecordingQueue()
+    rec = _recorder(c, clock, queue, instant=True)
+    _exchange(rec, _turn("first"))  # the namespace's cleanup mark: written in a hop of its own
+    assert queue.jobs == [("cleanup", {"namespace": "default"})]
+    memory = c.memories.write("default", MemoryWrite(content="The user parks by the river")).memory
+    jobs, stop = _jobs(monkeypatch)
+    req = _turn("where did I park?")
+    owed = Owed()
+    told = TurnContext(reason="injected", recall="- parks by the river", recalled=(memory.id,))
+
+    async def run() -> None:
+        await rec.placed(req, owed, told, reminders=False, fragments=False, recall=True)
+        rec.sent(owed)
+        await rec.settle(req, owed, "by the river", TokenUsage(input=3, output=2))
+        stop()  # asyncio.run's own shutdown is not counted
+
+    asyncio.run(run())
+    # Then no worker job ran, and the injection, the usage row and both messages were written
+    assert jobs == []
+    assert store.get_memories("default", [memory.id])[0].recall_count == 1
+    assert [u.input_tokens for u in store.list_usage("default")] == [3, 3]
+    stored = {m.external_id for m in store.list_messages("default")}
+    assert owed.turn and {f"id:gw-{owed.turn}-u", f"id:gw-{owed.turn}-a"} <= stored
+
+
+def test_instant_writes_keep_the_cleanup_marks_hop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a recorder with instant writes whose namespace has no cleanup mark yet
+    clock = ManualClock()
+    c, store = _container(clock)
+    queue = RecordingQueue()
+    rec = _recorder(c, clock, queue, instant=True)
+    jobs, stop = _jobs(monkeypatch)
+
+    async def run() -> None:
+        owed = Owed()
+        rec.sent(owed)
+        await rec.settle(_turn("hello"), owed, "hi", TokenUsage(input=1, output=1))
+        stop()
+
+    asyncio.run(run())
+    # Then the cleanup mark (it enqueues a job) went to a worker, the exchange's own writes did not
+    assert len(jobs) == 1 and queue.jobs == [("cleanup", {"namespace": "default"})]
+    assert [m.role for m in store.list_messages("default")] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize(("store", "search", "instant"), [("memory", "memory", True), ("sqlite", "local", False)])
+def test_the_chat_writes_instantly_only_on_the_in_memory_store(
+    tmp_path: Path, store: str, search: str, instant: bool
+) -> None:
+    # Given a container on the in-memory store and index, or on SQLite
+    settings = Settings(store=store, search=search, embedder="none", data_dir=tmp_path, scheduler_enabled=False)
+    c = build_container(settings, Overrides(clock=ManualClock()))
+    # Then only the in-memory one writes an exchange on the event loop (SQLite's writes wait on the disk)
+    assert c.chat._record._instant is instant

@@ -239,6 +239,8 @@ def build_chat(settings: Settings, parts: ChatParts, bedrock_runtime: Any = None
         reminders=parts.reminders,
         conversations=parts.conversations,
         record_injection=parts.recall.record_injected,
+        # Store and index in this process's memory: the exchange's writes cost less than a thread hop.
+        instant_writes=settings.store == "memory" and settings.search == "memory",
     )
     context = TurnContextSource(
         boot=parts.boot,

@@ -141,7 +141,8 @@ def test_rows_all_held_are_answered_after_one_read_of_the_log(
         store.insert_memory(a_memory(memory_id))
     store.get_memories("alice", IDS[:6])
     statements: list[str] = []
-    store._connection().set_trace_callback(statements.append)
+    for db in (store._connection(), *store._readers._idle):  # the writing connection and the read ones
+        db.set_trace_callback(statements.append)
     # When they are read again, then the change log is the one statement read, and they are the file's
     assert store.get_memories("alice", IDS[:6]) == in_file(path, "alice", IDS[:6])
     assert len(statements) == 1 and "memory_changes" in statements[0], statements

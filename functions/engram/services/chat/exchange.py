@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -103,9 +103,14 @@ class ExchangeRecorder:
     """The writes of an exchange. ``cleanup_interval()`` is read per use (runtime settings);
     ``record_injection(namespace, memory_ids)`` notes that memories were injected (anti-repeat).
 
-    The writes stay side by side, one worker-thread hop each, on every store: run one after another in
-    one hop on an in-process store they cost less CPU but held the GIL long enough to delay the other
-    turns' first bytes at concurrency 8 (bench/README.md, "Gateway overhead", round 3)."""
+    The writes stay side by side, one worker-thread hop each: run one after another in one hop on an
+    in-process store they cost less CPU but held the GIL long enough to delay the other turns' first
+    bytes at concurrency 8 (bench/README.md, "Gateway overhead", round 3). With ``instant_writes`` (the
+    store and the index are this process's memory: no I/O, each write a few dict updates under a lock)
+    the usage row, the messages with their keyword-index entries and the injection record are written
+    on the event loop instead: each costs far less than the hop it would take (~140 µs of CPU and two
+    thread wake-ups; bench/README.md, "session 11"). The once-a-day cleanup mark (it enqueues a job) and
+    an explicit "remember ..." (it may embed) keep their hop."""
 
     def __init__(
         self,
@@ -120,8 +125,10 @@ class ExchangeRecorder:
         reminders: ReminderService | None = None,
         conversations: ConversationService | None = None,
         record_injection: Callable[[str, Sequence[str]], None] | None = None,
+        instant_writes: bool = False,
     ) -> None:
         self._store = store
+        self._instant = instant_writes
         self._messages = messages  # services.library.messages.MessageService
         self._memories = memories  # services.library.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
@@ -208,9 +215,13 @@ class ExchangeRecorder:
         return self._reminders is not None and self._reminders.request_in(text) is not None
 
     # -- during the request -------------------------------------------------------------------------
-    def start(self, owed: Owed, fn: Callable[[], object], failure: str) -> None:
+    def start(self, owed: Owed, fn: Callable[[], object], failure: str, *, instant: bool = False) -> None:
         """Start a write now, beside the upstream call; the reply's last byte waits for it (``settle``).
-        Its failure is logged as ``failure``."""
+        Its failure is logged as ``failure``. ``instant`` (a write the store does in memory, with
+        ``instant_writes``): done here and now, on the event loop."""
+        if instant and self._instant:
+            self._write_now(fn, failure)
+            return
         owed.pending.append(asyncio.ensure_future(self._write(fn, failure)))
 
     def remember(self, req: TurnRequest, owed: Owed) -> None:
@@ -262,7 +273,7 @@ class ExchangeRecorder:
         released now (a later turn delivers them)."""
         if recall and told.recalled and self._record_injection is not None:
             record, ids = self._record_injection, told.recalled
-            self.start(owed, lambda: record(req.namespace, ids), "recording the injected memories failed")
+            self.start(owed, lambda: record(req.namespace, ids), "recording the injected memories failed", instant=True)
         if not fragments:
             owed.fragments = ()
         if not reminders:
@@ -325,11 +336,19 @@ class ExchangeRecorder:
         owed.settled = True
         now = self._clock.now()
         writes = self._exchange_writes(req, owed, assistant_text, usage, error, now)
-        await asyncio.gather(
-            self._settle_reminders(req, owed, delivered=error is None),
-            self._settle_fragments(req, owed, seen=error is None),
-            *(self._write(fn, failure) for fn, failure in writes),
-        )
+        hops: list[Coroutine[Any, Any, None]] = []
+        for fn, failure, instant in writes:
+            if instant and self._instant:  # here and now, on the event loop (class docstring)
+                self._write_now(fn, failure)
+            else:
+                hops.append(self._write(fn, failure))
+        if owed.reminders is not None or owed.fragments:  # else nothing is owed there: no tasks for them
+            hops += [
+                self._settle_reminders(req, owed, delivered=error is None),
+                self._settle_fragments(req, owed, seen=error is None),
+            ]
+        if hops:
+            await asyncio.gather(*hops)
 
     def _exchange_writes(
         self,
@@ -339,19 +358,20 @@ class ExchangeRecorder:
         usage: TokenUsage,
         error: EngramError | None,
         now: datetime,
-    ) -> list[tuple[Callable[[], object], str]]:
-        """The exchange's own writes (usage, its messages, the cleanup mark), each with its failure's log line."""
-        writes: list[tuple[Callable[[], object], str]] = []
+    ) -> list[tuple[Callable[[], object], str, bool]]:
+        """The exchange's own writes (usage, its messages, the cleanup mark), each with its failure's log
+        line and whether it is the store's alone (done on the event loop with ``instant_writes``)."""
+        writes: list[tuple[Callable[[], object], str, bool]] = []
         if error is None or usage.input or usage.output:
-            writes.append((lambda: self._store_usage(req, usage, now), "storing usage failed"))
+            writes.append((lambda: self._store_usage(req, usage, now), "storing usage failed", True))
         if req.user_text:
             note = f"{error.code}: {error.message}"[:MAX_ERROR_CHARS] if error is not None else None
             sides: list[_Side] = [("user", req.user_text, now, note)]
             if assistant_text.strip():
                 sides.append(("assistant", assistant_text, now + timedelta(microseconds=1), None))
-            writes.append((lambda: self._store_messages(req, owed, sides), "storing the exchange failed"))
+            writes.append((lambda: self._store_messages(req, owed, sides), "storing the exchange failed", True))
         if self._queue is not None and not self._cleanup_known(req.namespace, now):
-            writes.append((lambda: self._maybe_cleanup(req.namespace, now), "enqueueing cleanup failed"))
+            writes.append((lambda: self._maybe_cleanup(req.namespace, now), "enqueueing cleanup failed", False))
         return writes
 
     async def settle_failed(
@@ -377,6 +397,13 @@ class ExchangeRecorder:
     async def _write(fn: Callable[[], object], failure: str) -> None:
         try:
             await asyncio.to_thread(fn)
+        except Exception:
+            log.warning(failure, exc_info=True)
+
+    @staticmethod
+    def _write_now(fn: Callable[[], object], failure: str) -> None:
+        try:
+            fn()
         except Exception:
             log.warning(failure, exc_info=True)
 

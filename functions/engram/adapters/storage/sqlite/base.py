@@ -1,5 +1,5 @@
-"""What every part of ``SqliteMemoryStore`` shares: the connection, its lock, sessions and
-transactions, selects and paging."""
+"""What every part of ``SqliteMemoryStore`` shares: the writing connection and its lock, the read
+connections (``readers.py``), sessions and transactions, selects and paging."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from engram.adapters.files import private_sqlite
 from engram.adapters.storage.common import check_limit, cut_page, decode_cursor, to_iso
+from engram.adapters.storage.sqlite.readers import ReadConnections
 from engram.adapters.storage.sqlite.row_cache import MemoryRowCache
 from engram.adapters.storage.sqlite.schema import immediate, migrate
 from engram.adapters.storage.sqlite.tables import (
@@ -29,33 +30,45 @@ from engram.domain.ports import Clock
 
 
 class SqliteStoreBase:
-    """One connection to the SQLite file at ``path`` (parent directories are created on first use),
-    opened and migrated on first use, and the statements every part of the store runs through it."""
+    """The SQLite file at ``path`` (parent directories are created on first use), opened and migrated on
+    first use: writes on one connection under one lock (``_session``, ``_transaction``), reads on a pool of
+    read connections without it (``_reading``; WAL readers need no lock, ``readers.py``), and the
+    statements every part of the store runs through them.
+
+    A read made while this thread holds the writing connection (inside a write session or transaction)
+    runs on that connection: it sees the transaction's own writes, and a row it reads is not cached (it
+    could still be rolled back). An in-memory database (``:memory:``) is one connection's alone: every
+    read runs on the writing connection there."""
 
     def __init__(self, path: str | Path, *, clock: Clock) -> None:
         self._path = Path(path)
         self._clock = clock  # decides cache expiry and stamps (docs/ARCHITECTURE.md, "One clock")
         self._lock = threading.RLock()
+        self._writing: int | None = None  # the thread holding the lock in a session (only it sets its own id)
         self._db: sqlite3.Connection | None = None
         self._closed = False
+        self._shared = str(path) != ":memory:"  # other connections see the same database
+        self._readers = ReadConnections(self._open_reader)
         self._memory_rows = MemoryRowCache()  # get_memories' rows, kept coherent by the change log
 
     def close(self) -> None:
-        """Close the connection; the store cannot be used afterwards."""
+        """Close every connection, the writing one and the readers' (one in use when its read ends); the
+        store cannot be used afterwards."""
         with self._lock:
+            self._closed = True
+            self._readers.close()
             if self._db is not None:
                 self._db.close()
                 self._db = None
             self._memory_rows.clear()
-            self._closed = True
 
     # -- plumbing ---------------------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
-        """The open connection, opened and migrated on first use. The caller holds the lock."""
+        """The writing connection, opened and migrated on first use. The caller holds the lock."""
         if self._closed:
             raise UpstreamUnavailable("the SQLite store is closed")
         if self._db is None:
-            if str(self._path) != ":memory:":
+            if self._shared:
                 private_sqlite(self._path)  # owner-only, like its -wal/-shm (adapters/files.py)
             db = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
@@ -69,22 +82,64 @@ class SqliteStoreBase:
             self._db = db
         return self._db
 
+    def _open_reader(self) -> sqlite3.Connection:
+        """A read connection (``readers.py``), opened once the file exists and is migrated (under the lock
+        only the first time: a write transaction open meanwhile does not hold it up)."""
+        if self._db is None:
+            with self._lock:
+                self._connection()
+        db = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA query_only = 1")  # a write sent here by mistake fails instead of racing the writer
+        except BaseException:
+            db.close()
+            raise
+        return db
+
     @contextmanager
     def _session(self) -> Iterator[sqlite3.Connection]:
-        """The connection, held exclusively; a broken uniqueness rule becomes ``Conflict``."""
+        """The writing connection, held exclusively; a broken uniqueness rule becomes ``Conflict``."""
         with self._lock:
+            outer, self._writing = self._writing, threading.get_ident()
             try:
                 yield self._connection()
             except sqlite3.IntegrityError as exc:
                 raise Conflict(conflict_message(exc)) from exc
+            finally:
+                self._writing = outer
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._session() as db, immediate(db):
             yield db
 
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A connection for reads: this thread's writing session's if it is in one (or the database is
+        in memory), else a read connection, without the writers' lock."""
+        if self._writing == threading.get_ident() or not self._shared:
+            with self._session() as db:
+                yield db
+            return
+        with self._readers.connection() as db:
+            yield db
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """``_reading`` in one read transaction (or the caller's transaction): its reads agree."""
+        with self._reading() as db:
+            if db.in_transaction:
+                yield db
+                return
+            db.execute("BEGIN")
+            try:
+                yield db
+            finally:
+                db.execute("COMMIT")
+
     def _select(self, table: Table[M], where: str, params: Sequence[Any] = ()) -> list[M]:
-        with self._session() as db:
+        with self._reading() as db:
             rows = db.execute(f"SELECT * FROM {table.name} WHERE {where}", params).fetchall()
         return [table.load(row) for row in rows]
 

@@ -102,7 +102,7 @@ class SqliteMemories(SqliteStoreBase):
         return memory
 
     def get_memories(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
-        with self._session() as db:
+        with self._reading() as db:
             if db.in_transaction:  # a row read here could still be rolled back: not cached (row_cache.py)
                 return self._by_ids(MEMORIES, namespace, memory_ids)
             found = self._memory_rows.get(db, namespace, memory_ids, lambda ids: self._by_ids(MEMORIES, namespace, ids))
@@ -166,7 +166,7 @@ class SqliteMemories(SqliteStoreBase):
 
     def count_memories(self, namespace: str) -> dict[str, dict[str, int]]:
         counts = empty_memory_counts()
-        with self._session() as db:
+        with self._reading() as db:
             rows = db.execute(
                 "SELECT status, type, layer, COUNT(*) FROM memories WHERE namespace = ? GROUP BY status, type, layer",
                 (namespace,),

@@ -61,7 +61,7 @@ class SqliteMessages(SqliteStoreBase):
     ) -> list[Message]:
         check_limit(limit)
         clauses, params = message_window("created_at", namespace, since, until)
-        with self._lock:
+        with self._snapshot():  # the cursor's row and the page in one snapshot
             if after_id is not None:
                 after = self._select_one(MESSAGES, "namespace = ? AND id = ?", (namespace, after_id))
                 if after is None:
@@ -94,7 +94,7 @@ class SqliteMessages(SqliteStoreBase):
         if since is not None:
             sql += " AND created_at >= ?"
             params.append(to_iso(since))
-        with self._session() as db:
+        with self._reading() as db:
             (count,) = db.execute(sql, params).fetchone()
         return int(count)
 

@@ -101,7 +101,7 @@ class SqliteRecords(SqliteStoreBase):
         )
 
     def get_cursor(self, namespace: str, name: str) -> str | None:
-        with self._session() as db:
+        with self._reading() as db:
             row = db.execute("SELECT value FROM cursors WHERE namespace = ? AND name = ?", (namespace, name)).fetchone()
         return None if row is None else str(row["value"])
 
@@ -124,7 +124,7 @@ class SqliteRecords(SqliteStoreBase):
     def get_cache(self, namespace: str, key: str) -> Any | None:
         # The value column alone: a chat turn reads two marks, and a CacheEntry model per read cost more
         # than the read.
-        with self._session() as db:
+        with self._reading() as db:
             row = db.execute(_GET_CACHE_SQL, (namespace, key, to_iso(self._clock.now()))).fetchone()
         return None if row is None else json.loads(row[0])
 
@@ -158,12 +158,12 @@ class SqliteRecords(SqliteStoreBase):
     def list_namespaces(self) -> list[str]:
         tables = ("memories", "messages", "candidates", "precious", "glossary", "digests")
         sql = " UNION ".join(f"SELECT namespace FROM {table}" for table in tables) + " ORDER BY namespace"
-        with self._session() as db:
+        with self._reading() as db:
             return [row[0] for row in db.execute(sql)]
 
     def ping(self) -> None:
-        with self._lock:
-            try:
-                self._connection().execute("SELECT 1").fetchone()
-            except (sqlite3.Error, OSError) as exc:
-                raise UpstreamUnavailable(f"the SQLite store at {self._path} cannot be used ({exc})") from exc
+        try:
+            with self._reading() as db:
+                db.execute("SELECT 1").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            raise UpstreamUnavailable(f"the SQLite store at {self._path} cannot be used ({exc})") from exc

@@ -10,13 +10,19 @@ never handed out twice; a trigger prunes the log to its newest ``LOG_KEPT`` rows
 so a gap right after the last change seen means changes were pruned unseen: the whole cache is dropped.
 
 Invariant: a cached row equals the row in the file at the snapshot of the last check. It is only used or
-filled outside a write transaction of this connection (inside one, a row or a log entry could still be
-rolled back): ``get_memories`` then reads the file as before.
+filled outside a write transaction (inside one, a row or a log entry could still be rolled back):
+``get_memories`` then reads the file as before.
+
+The store reads on several connections (``readers.py``), so the cache has a lock of its own, held across
+a check and the loads that follow it: checks run one after another, each in a snapshot taken after the
+previous one's (a read on any connection sees every transaction committed before it began), so the last
+check's snapshot only moves forward and a row loaded in it is never older than what the log said.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 
 from engram.domain.models import Memory
@@ -34,10 +40,12 @@ class MemoryRowCache:
         self._capacity = capacity
         self._rows: dict[tuple[str, str], Memory] = {}
         self._seen: int | None = None  # the last change-log seq applied; None: not started
+        self._lock = threading.Lock()  # one check (and its loads) at a time (module docstring)
 
     def clear(self) -> None:
-        self._rows.clear()
-        self._seen = None
+        with self._lock:
+            self._rows.clear()
+            self._seen = None
 
     def _catch_up(self, db: sqlite3.Connection) -> None:
         """Drop what changed since the last check (inside the caller's read transaction)."""
@@ -65,35 +73,36 @@ class MemoryRowCache:
         load: Callable[[Sequence[str]], list[Memory]],
     ) -> dict[str, Memory]:
         """The rows of ``row_ids`` that exist, by id: from memory where current, the others through
-        ``load`` (reads them on ``db``) in the same snapshot. The caller holds the store's lock and
-        ``db`` is not in a transaction.
+        ``load`` (reads them on ``db``) in the same snapshot. ``db`` is not in a transaction and is the
+        caller's alone meanwhile.
 
         When every row is held (a recall turn's candidates, mostly), the check of the log is one statement
         and its own snapshot, and nothing else is read: no transaction is opened around it (each statement
-        hands the GIL back and forth, and the store's lock is held meanwhile)."""
-        self._catch_up(db)
-        held = [self._rows.get((namespace, row_id)) for row_id in row_ids]
-        if all(row is not None for row in held):
-            return {row.id: row for row in held if row is not None}
-        db.execute("BEGIN")
-        try:
+        hands the GIL back and forth, and the cache's lock is held meanwhile)."""
+        with self._lock:
             self._catch_up(db)
-            found: dict[str, Memory] = {}
-            missing: list[str] = []
-            for row_id in row_ids:
-                row = self._rows.get((namespace, row_id))
-                if row is None:
-                    missing.append(row_id)
-                else:
-                    found[row_id] = row
-            if missing:
-                for memory in load(missing):
-                    found[memory.id] = memory
-                    self._rows[(namespace, memory.id)] = memory
-                overflow = len(self._rows) - self._capacity
-                if overflow > 0:
-                    for key in list(self._rows)[:overflow]:
-                        del self._rows[key]
-        finally:
-            db.execute("COMMIT")
-        return found
+            held = [self._rows.get((namespace, row_id)) for row_id in row_ids]
+            if all(row is not None for row in held):
+                return {row.id: row for row in held if row is not None}
+            db.execute("BEGIN")
+            try:
+                self._catch_up(db)
+                found: dict[str, Memory] = {}
+                missing: list[str] = []
+                for row_id in row_ids:
+                    row = self._rows.get((namespace, row_id))
+                    if row is None:
+                        missing.append(row_id)
+                    else:
+                        found[row_id] = row
+                if missing:
+                    for memory in load(missing):
+                        found[memory.id] = memory
+                        self._rows[(namespace, memory.id)] = memory
+                    overflow = len(self._rows) - self._capacity
+                    if overflow > 0:
+                        for key in list(self._rows)[:overflow]:
+                            del self._rows[key]
+            finally:
+                db.execute("COMMIT")
+            return found

@@ -76,7 +76,7 @@ class SqliteSkillStore(SqliteStoreBase):
                 db.execute(f"DELETE FROM {table} WHERE namespace = ? AND name = ?", (namespace, name))
 
     def list_namespaces(self) -> list[str]:
-        with self._session() as db:
+        with self._reading() as db:
             return [row[0] for row in db.execute("SELECT DISTINCT namespace FROM skills ORDER BY namespace")]
 
     def put_vector(self, namespace: str, vector: SkillVector) -> None:
@@ -84,7 +84,7 @@ class SqliteSkillStore(SqliteStoreBase):
         self._execute(_PUT_VECTOR, params)
 
     def list_vectors(self, namespace: str) -> dict[str, SkillVector]:
-        with self._session() as db:
+        with self._reading() as db:
             rows = db.execute(
                 "SELECT name, version, model_id, vector FROM skill_vectors WHERE namespace = ?", (namespace,)
             ).fetchall()
