@@ -67,17 +67,29 @@ FACT_KEY_RULE = (
 
 def normalize_fact_key(raw: str) -> str:
     """The stored form of a fact key: trimmed, runs of spaces to ``_``, lower-case, and in Unicode's
-    compatibility form (NFKC) where that form is itself a valid key; ``InvalidInput``
-    (``invalid_fact_key``) unless ``raw`` matches ``FACT_KEY_PATTERN``."""
+    compatibility form (NFKC) where that form is itself a valid key (a stored key normalizes to itself);
+    ``InvalidInput`` (``invalid_fact_key``) unless ``raw`` matches ``FACT_KEY_PATTERN``."""
     if not _FACT_KEY.fullmatch(raw):
         raise InvalidInput(f"invalid fact_key {raw[:200]!r}: expected {FACT_KEY_RULE}", code="invalid_fact_key")
     key = re.sub(" +", "_", raw.strip(" "))
     lowered = key.lower()
-    for candidate in (unicodedata.normalize("NFKC", lowered), lowered):
-        if _CANONICAL.fullmatch(candidate):
+    for candidate in (_nfkc_lower(lowered), lowered):
+        if candidate is not None and _CANONICAL.fullmatch(candidate):
             return candidate
     # Lower-casing lengthened the slug past its limit (U+0130 becomes two characters): ASCII only.
     return "".join(c.lower() if c.isascii() else c for c in key)
+
+
+def _nfkc_lower(text: str) -> str | None:
+    """``text`` in NFKC and lower-case at once: a form both leave unchanged, so the stored key normalizes
+    to itself (NFKC can bring back capitals: U+1D2C MODIFIER LETTER CAPITAL A is ``A``); None if a few
+    rounds do not settle."""
+    for _ in range(4):
+        folded = unicodedata.normalize("NFKC", text).lower()
+        if folded == text:
+            return text
+        text = folded
+    return None
 
 
 def clean_content(raw: str) -> str:
