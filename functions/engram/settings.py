@@ -11,15 +11,42 @@ in one class (docs/ARCHITECTURE.md, "One change, one place"); the mapping to ser
 from __future__ import annotations
 
 import ipaddress
+import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+ENV_PREFIX = "ENGRAM_"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore", env_file=None)
+def environment(fields: Iterable[str]) -> dict[str, str]:
+    """The ``ENGRAM_<FIELD>`` variables of ``fields``, by field name: names compared case-insensitively
+    (of two that differ only in case, the later one in the environment wins), values the raw strings.
+
+    What pydantic-settings' environment source read for these fields (no dotenv file, no nested
+    delimiter, no JSON decoding: every field is a scalar but the two comma-separated lists, which its
+    ``NoDecode`` left raw too). Engram reads nothing else, and pydantic-settings imported every source
+    it has (its CLI parser with argparse, dotenv, the cloud secret managers') and built them all for
+    each ``Settings()``: ~35 ms of CPU of every cold start (bench/README.md, "Cold start per HTTP
+    function").
+    """
+    found = {name.lower(): value for name, value in os.environ.items()}
+    prefix = ENV_PREFIX.lower()
+    return {field: found[prefix + field] for field in fields if prefix + field in found}
+
+
+class Settings(BaseModel):
+    """Built from the environment (``environment``) with the values given over it (``Settings(port=1)``,
+    ``model_validate``), as pydantic-settings built it; then validated like any model."""
+
+    model_config = ConfigDict(extra="ignore", validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_the_environment(cls, data: Any) -> Any:
+        return {**environment(cls.model_fields), **data} if isinstance(data, dict) else data
 
     # -- server ---------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address `engram serve` listens on.")
@@ -76,7 +103,7 @@ class Settings(BaseSettings):
         description="Path prefix a proxy serves Engram under and does not pass on (the AWS stack sets `/prod`, "
         "API Gateway's stage): `/docs` and `/redoc` load the OpenAPI document from `<prefix>/openapi.json`.",
     )
-    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+    trusted_proxies: list[str] = Field(
         [],
         description="Reverse proxies (IP addresses or CIDR ranges, comma-separated) whose `X-Forwarded-For`, "
         "`X-Forwarded-Host` and `X-Forwarded-Proto` headers count (the client address of the login limit, the "
@@ -485,7 +512,7 @@ class Settings(BaseSettings):
         description="What the HTTP app serves: `all` (chat, REST, admin, MCP), `api` (chat, REST, admin; the "
         "MCP SDK is not even imported: the API function on AWS) or `mcp` (only `/mcp`: the MCP function).",
     )
-    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+    mcp_allowed_hosts: list[str] = Field(
         ["localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"],
         description="Host headers `/mcp` accepts (comma-separated): `name`, `name:*` (any port), "
         "`*.suffix` (any subdomain, e.g. `*.lambda-url.eu-west-1.on.aws`) or `*` (any host).",

@@ -30,7 +30,7 @@ def settings(upstream: FakeUpstream, **overrides: object) -> Settings:
         "scheduler_enabled": False,
     }
     values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values)
 
 
 def test_the_compress_model_setting_compresses_recalled_memories(upstream: FakeUpstream) -> None:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings(data_dir: Path, **extra: object) -> Settings:
-    return Settings(data_dir=data_dir, keys_file=write_keys(data_dir / "keys.json"), **extra)  # type: ignore[arg-type]
+    return Settings(data_dir=data_dir, keys_file=write_keys(data_dir / "keys.json"), **extra)
 
 
 def test_model_change_is_detected_and_reindex_rebuilds(tmp_path: Path) -> None:

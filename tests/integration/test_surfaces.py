@@ -89,6 +89,9 @@ def test_a_function_imports_only_what_it_serves(surface: str, needs_mcp: bool) -
     assert "fastapi" in modules
     # And no stemmer: domain/text.py imports snowballstemmer (all its languages) on the first word stemmed
     assert "snowballstemmer" not in modules
+    # And no pydantic-settings, argparse or dotenv: settings.py reads ENGRAM_* itself (the package imported
+    # every source it has: its CLI parser, dotenv, the cloud secret managers')
+    assert not {"pydantic_settings", "argparse", "dotenv"} & modules
 
 
 def test_the_api_functions_init_imports_no_lazy_route_module() -> None:
@@ -102,6 +105,23 @@ def test_the_api_functions_init_imports_no_lazy_route_module() -> None:
     assert len(lazy) == 12 and not lazy & modules
     # And no route with a model field was built: FastAPI imports pydantic.v1 with the first (http/routes.py)
     assert not _imported(V1_PROBE, surface="api")
+
+
+CJK_PROBE = (
+    "import json\n"
+    "from engram.entrypoints.http.app import create_app\n"
+    "from engram.domain import text\n"
+    "create_app()\n"
+    "names = ('_RUNS', '_CJK_CHARS', '_NOT_CJK', '_ASCII_OR_CJK')\n"
+    "print(json.dumps([n for n in names if getattr(text, n).cache_info().currsize]))\n"
+)
+
+
+@pytest.mark.parametrize("surface", ["api", "mcp"])
+def test_a_functions_init_compiles_no_cjk_pattern(surface: str) -> None:
+    # Given an HTTP function / When its app is built / Then none of the tokenizer's patterns of the CJK
+    # ranges was compiled (~1.5 ms of CPU each, domain/text.py): only non-ASCII text needs them
+    assert not _imported(CJK_PROBE, surface=surface)
 
 
 V1_PROBE = (

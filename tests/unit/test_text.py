@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 import unicodedata
+from pathlib import Path
 
 from engram.domain.text import _RUNS, STOPWORDS, _stem, is_cjk, script_letters, text_batches, tokenize
 
@@ -53,7 +58,7 @@ def _one_pass(text: str) -> list[str]:
     faster word-runs-first form must equal."""
     text = unicodedata.normalize("NFKC", text).casefold()
     tokens: list[str] = []
-    for cjk, other in _RUNS.findall(text):
+    for cjk, other in _RUNS().findall(text):
         if cjk:
             tokens.extend([cjk] if len(cjk) == 1 else [cjk[i : i + 2] for i in range(len(cjk) - 1)])
         elif other not in STOPWORDS:
@@ -93,3 +98,24 @@ def test_script_letters_count_as_a_character_by_character_loop() -> None:
 
     # Then the counts (CJK characters, other letters) are the loop's
     assert [script_letters(t) for t in texts] == [by_character(t) for t in texts]
+
+
+def test_ascii_text_compiles_no_cjk_pattern() -> None:
+    # Given a fresh interpreter (a cold start) / When it imports the tokenizer and reads ASCII text only
+    probe = (
+        "import json\n"
+        "from engram.domain import text\n"
+        "patterns = (text._RUNS, text._CJK_CHARS, text._NOT_CJK, text._ASCII_OR_CJK)\n"
+        "seen = [text.tokenize('The hikers ran 3 miles'), text.estimate_tokens('hello there'),\n"
+        "        text.script_letters('hello')]\n"
+        "before = [p.cache_info().currsize for p in patterns]\n"
+        "seen += [text.tokenize('ai记忆'), text.estimate_tokens('记忆 ok'), text.script_letters('记忆 é')]\n"
+        "print(json.dumps([before, [p.cache_info().currsize for p in patterns], seen]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "functions")}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    before, after, seen = json.loads(done.stdout)
+    # Then none of the CJK ranges' patterns was compiled (~1.5 ms of CPU each); non-ASCII text compiles
+    # each once, with the results the patterns give
+    assert before == [0, 0, 0, 0] and after == [1, 1, 1, 1]
+    assert seen == [["hiker", "ran", "3", "mile"], 4, [0, 5], ["ai", "记忆"], 3, [2, 1]]

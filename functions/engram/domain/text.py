@@ -249,9 +249,17 @@ def _cjk_class() -> str:
     return "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
 
 
+def _compiled_on_first_use(pattern: str) -> Callable[[], re.Pattern[str]]:
+    """``pattern`` compiled by the first call (then the same object). Compiling a class of the CJK ranges
+    is ~1.5 ms of CPU (Python's ``re`` compiler marks each of its ~40k code points below U+10000 one by
+    one), and only non-ASCII text needs one: a process that sees only ASCII text (an English cold start's
+    init and requests) never compiles them (bench/README.md, "Cold start per HTTP function")."""
+    return lru_cache(maxsize=1)(lambda: re.compile(pattern))
+
+
 # One pass: a CJK run, or a run of other letters/digits ("ai记忆" -> "ai", "记忆"). Only word
 # characters count, as before: CJK punctuation inside the ranges (such as "・") separates runs.
-_RUNS = re.compile(f"((?:(?=[{_cjk_class()}])[^\\W_])+)|((?:(?![{_cjk_class()}])[^\\W_])+)")
+_RUNS = _compiled_on_first_use(f"((?:(?=[{_cjk_class()}])[^\\W_])+)|((?:(?![{_cjk_class()}])[^\\W_])+)")
 
 
 def tokenize(text: str) -> list[str]:
@@ -267,7 +275,7 @@ def tokenize(text: str) -> list[str]:
             if word not in STOPWORDS:
                 append(word if word.isdigit() else _stem(word))
             continue
-        for cjk, other in _RUNS.findall(word):
+        for cjk, other in _RUNS().findall(word):
             if cjk:
                 tokens.extend(_cjk_tokens(cjk))
             elif other not in STOPWORDS:
@@ -275,10 +283,10 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-_CJK_CHARS = re.compile(f"[{_cjk_class()}]")
+_CJK_CHARS = _compiled_on_first_use(f"[{_cjk_class()}]")
 _NOT_ASCII_LETTERS = re.compile("[^A-Za-z]+")
-_NOT_CJK = re.compile(f"[^{_cjk_class()}]+")
-_ASCII_OR_CJK = re.compile(f"[\\x00-\\x7f{_cjk_class()}]+")
+_NOT_CJK = _compiled_on_first_use(f"[^{_cjk_class()}]+")
+_ASCII_OR_CJK = _compiled_on_first_use(f"[\\x00-\\x7f{_cjk_class()}]+")
 
 
 def script_letters(text: str) -> tuple[int, int]:
@@ -289,15 +297,15 @@ def script_letters(text: str) -> tuple[int, int]:
     ascii_letters = len(_NOT_ASCII_LETTERS.sub("", text))
     if text.isascii():
         return 0, ascii_letters
-    other = sum(map(str.isalpha, _ASCII_OR_CJK.sub("", text)))
-    return len(_NOT_CJK.sub("", text)), ascii_letters + other
+    other = sum(map(str.isalpha, _ASCII_OR_CJK().sub("", text)))
+    return len(_NOT_CJK().sub("", text)), ascii_letters + other
 
 
 def estimate_tokens(text: str) -> int:
     """A conservative model-token count for embedders whose tokenizer is not at hand: one per CJK
     character (subword tokenizers rarely merge them) and one per three other characters (English runs
     about four characters per token)."""
-    cjk = len(_CJK_CHARS.findall(text))
+    cjk = 0 if text.isascii() else len(_CJK_CHARS().findall(text))
     return cjk + -(-(len(text) - cjk) // 3)
 
 

@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from engram.adapters.search import fts_mirror
-from engram.adapters.search import sqlite as sqlite_index
+from engram.adapters.search import fts_mirror, sqlite_caches, sqlite_reads
 from engram.adapters.search.fts_mirror import FTS5_CHARS, FtsMirror
 from engram.adapters.search.sqlite import SqliteSearchIndex
 from engram.domain.models import IndexedDoc
@@ -69,6 +68,22 @@ def search(index: SqliteSearchIndex, namespace: str, query: str, k: int, types: 
     return [(h.memory_id, h.score) for h in index.keyword_search(namespace, query, k=k, types=types)]
 
 
+def traced(index: SqliteSearchIndex, statements: list[str]) -> None:
+    """Every statement ``index`` runs from now on appended to ``statements``: on its connection and on its
+    read connections (search/sqlite_reads.py), those open and those it opens later."""
+    index._db().set_trace_callback(statements.append)
+    for conn in index._readers._idle:
+        conn.set_trace_callback(statements.append)
+    opener = index._readers._open_reader
+
+    def open_traced() -> sqlite3.Connection:
+        conn = opener()
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    index._readers._open_reader = open_traced
+
+
 def by_fts5(
     monkeypatch: pytest.MonkeyPatch,
     index: SqliteSearchIndex,
@@ -79,7 +94,8 @@ def by_fts5(
 ) -> list[object]:
     """The same search with the mirror turned off: FTS5 ranks (the reference)."""
     with monkeypatch.context() as patch:
-        patch.setattr(sqlite_index, "plain_terms", lambda terms: False)
+        for module in (sqlite_reads, sqlite_caches):  # the answer from memory, and the cut in a transaction
+            patch.setattr(module, "plain_terms", lambda terms: False)
         return search(index, namespace, query, k, types)
 
 
@@ -276,7 +292,7 @@ def test_a_search_the_caches_hold_reads_one_statement(tmp_path: Path, monkeypatc
     big.upsert_many([a_doc(rng, "big", f"b{i}") for i in range(250)])
     statements: list[str] = []
     for index in (small, big):
-        index._db().set_trace_callback(statements.append)
+        traced(index, statements)
     try:
         for step in range(12):
             for index, namespace in ((small, "a"), (small, "b"), (big, "big")):

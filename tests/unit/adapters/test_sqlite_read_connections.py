@@ -19,6 +19,7 @@ from engram.domain.errors import UpstreamUnavailable
 from engram.domain.models import Memory, MemoryFilter, Reminder
 
 from tests.fakes.clock import ManualClock
+from tests.unit.adapters.races import reads_during
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 WAIT_S = 10.0  # how long a test waits for a thread that should finish at once
@@ -109,8 +110,6 @@ def test_concurrent_readers_never_see_a_row_older_than_a_write_committed_before_
     for memory_id in ids:
         store.insert_memory(a_memory(memory_id))
     committed = dict.fromkeys(ids, 1)  # the newest version whose write has returned
-    stop = threading.Event()
-    stale: list[str] = []
 
     def write() -> None:
         for step in range(300):
@@ -118,25 +117,18 @@ def test_concurrent_readers_never_see_a_row_older_than_a_write_committed_before_
             current = store.get_memory("alice", memory_id)
             written = store.update_memory(current.model_copy(update={"content": f"v{step}"}))
             committed[memory_id] = written.version
-        stop.set()
 
-    def read() -> int:
-        reads = 0
-        while not stop.is_set():
-            floor = dict(committed)
-            for memory in store.get_memories("alice", ids):
-                if memory.version < floor[memory.id]:
-                    stale.append(f"{memory.id} read at version {memory.version} after {floor[memory.id]} committed")
-            reads += 1
-        return reads
+    def check() -> str | None:
+        floor = dict(committed)
+        for memory in store.get_memories("alice", ids):
+            if memory.version < floor[memory.id]:
+                return f"{memory.id} read at version {memory.version} after {floor[memory.id]} committed"
+        return None
 
-    with ThreadPoolExecutor(5) as pool:
-        readers = [pool.submit(read) for _ in range(4)]
-        pool.submit(write).result(timeout=120)
-        counts = [r.result(timeout=WAIT_S) for r in readers]
+    # When four threads read while it writes
+    stale = reads_during(write, check, readers=4)
     # Then no reader was served a row older than a write that had committed before it asked
     assert not stale, stale[:5]
-    assert all(counts)
     assert store.get_memories("alice", ids) == [store.get_memory("alice", i) for i in ids]
 
 

@@ -17,35 +17,27 @@ another moved the generation), with an HNSW graph on top for big namespaces (``s
 The connection, the tables and the loading of the vector and keyword caches and the FTS5 mirrors (on a query,
 or off the query path by ``warm_in_background``) are ``SqliteIndexCaches``' (``search/sqlite_caches.py``);
 this module writes (every write transaction patches the caches, or records a load's, under the reads' lock
-and connection) and searches: one statement where the caches hold all a query needs, else a read transaction.
+and connection) and searches: one statement on a read connection, without the lock, where the caches hold
+all a query needs (``search/sqlite_reads.py``), else a read transaction under the lock.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import sqlite3
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 import numpy as np
-from pydantic import TypeAdapter
 
-from engram.adapters.search.fts import (
-    RESCORE_DEPTH,
-    RescoreCache,
-    fts_averages,
-    fts_rank_sql,
-    index_version,
-    nskey,
-    rescore_bm25,
-)
-from engram.adapters.search.fts_mirror import Cut, FtsMirror, mirrored_frequencies, plain_terms, rescore_cut
+from engram.adapters.search.fts import RESCORE_DEPTH, RescoreCache, fts_rank_sql, index_version, nskey, rescore_bm25
+from engram.adapters.search.fts_mirror import Cut, FtsMirror
 from engram.adapters.search.inmemory import neighbour_density, query_terms, unit_vector
 from engram.adapters.search.keyword_cache import KeywordCache
-from engram.adapters.search.sqlite_caches import SqliteIndexCaches
+from engram.adapters.search.sqlite_reads import SqliteIndexReads, hits
 from engram.adapters.search.vector_cache import VectorCache
 from engram.adapters.search.warmup import WrittenDoc
+from engram.adapters.storage.sqlite.readers import ReadConnections
 from engram.domain.errors import InvalidInput
 from engram.domain.models import IndexedDoc, IndexInfo, SearchHit
 from engram.domain.text import tokenize
@@ -63,9 +55,10 @@ class PreparedDoc(NamedTuple):
     vector: np.ndarray | None
 
 
-class SqliteSearchIndex(SqliteIndexCaches):
+class SqliteSearchIndex(SqliteIndexReads):
     """``SearchIndex`` in a SQLite file (shared with the store; tables ``search_*``); its connection and the
-    loading of its caches: ``SqliteIndexCaches`` (search/sqlite_caches.py)."""
+    loading of its caches: ``SqliteIndexCaches`` (search/sqlite_caches.py); the reads before the lock:
+    ``SqliteIndexReads`` (search/sqlite_reads.py)."""
 
     # -- plumbing -------------------------------------------------------------------------
     def close(self) -> None:
@@ -75,6 +68,8 @@ class SqliteSearchIndex(SqliteIndexCaches):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._readers.close()  # each one lent now closes when its read returns it
+            self._readers = ReadConnections(self._open_reader)  # an index may be opened again
             self._caches.clear()
             self._keywords.clear()
             self._keyword_small.clear()
@@ -272,10 +267,12 @@ class SqliteSearchIndex(SqliteIndexCaches):
         wanted = sorted(set(types))
         depth = max(k, RESCORE_DEPTH) if rescore else k
         sql, params = fts_rank_sql(namespace, terms, depth, wanted)
+        # From the caches alone where they hold it: the version's one statement is all it reads, before the lock.
+        known = self._version(namespace) if rescore else None
         with self._lock:
             conn = self._db()
-            if rescore:  # from the caches alone where they hold it: the version's one statement is all it reads
-                found = self._from_memory(namespace, terms, k, wanted, depth, *index_version(conn, namespace), postings)
+            if known is not None:
+                found = self._from_memory(namespace, terms, k, wanted, depth, *known, postings)
                 if found is not None:
                     return found
             # One snapshot: the version and generation, the matches, the statistics and the caches agree.
@@ -288,7 +285,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
                     version, generation = index_version(conn, namespace)
                     keywords = self._keyword_cache_at(conn, namespace, generation) if postings else None
                     if keywords is not None:
-                        return _hits(keywords.search(terms, k, types, self._bm25_b), k)
+                        return hits(keywords.search(terms, k, types, self._bm25_b), k)
                     cache = self._rescore.at(version) if rescore else None
                     # The cut in memory where it is FTS5's to the bit (search/fts_mirror.py), else in FTS5.
                     if cache is not None:
@@ -306,57 +303,7 @@ class SqliteSearchIndex(SqliteIndexCaches):
                 conn.execute("COMMIT")
         if scored is None:
             scored = [(mid, float(score)) for mid, score, _ in rows]
-        return _hits(scored, k)
-
-    def _from_memory(
-        self,
-        namespace: str,
-        terms: Sequence[str],
-        k: int,
-        types: Sequence[str],
-        depth: int,
-        version: tuple[int, int],
-        generation: int,
-        postings: bool,
-    ) -> list[SearchHit] | None:
-        """``_fts_search``'s answer from the caches at ``version`` and ``generation`` (read by one statement,
-        its own snapshot) when they hold everything it needs: the postings, or the mirror, the averages and
-        every term's frequency (``mirrored_frequencies``); else None (then read in one transaction). Each
-        statement hands the GIL back and forth while the index's lock is held (bench/README.md, session 10)."""
-        if postings:
-            keywords = self._keywords.get(namespace)
-            if keywords is not None and keywords.generation == generation and not keywords.stale:
-                return _hits(keywords.search(terms, k, types, self._bm25_b), k)
-            if self._keyword_small.get(namespace) != generation and namespace not in self._warming:
-                return None  # its size at this generation is not known: counted in the transaction
-        cache, mirror = self._rescore, self._mirrors.get(namespace)
-        if cache.version != version or cache.averages is None or mirror is None or mirror.generation != generation:
-            return None
-        if not mirror.usable or not plain_terms(terms):
-            return None
-        n_rows, (namespace_tokens, tokens) = cache.averages
-        missing = [t for t in dict.fromkeys(terms) if t not in cache.df]
-        found = mirrored_frequencies(self._mirrors.values(), version, n_rows, missing) if missing else {}
-        if found is None:
-            return None
-        cache.df.update(found)
-        try:
-            cut = mirror.candidates(terms, depth, types, n_rows, namespace_tokens + tokens, cache.df)
-            scored = rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, cache.df) if cut is not None else None
-        except (ValueError, IndexError, TypeError, ZeroDivisionError):
-            return None  # the transaction's path logs it and ranks in FTS5
-        if cut is None or scored is None or (not scored and cut.rows):
-            return None
-        return _hits(scored, k)
-
-    def _rescored(
-        self, conn: sqlite3.Connection, terms: Sequence[str], cut: Cut | None, cache: RescoreCache
-    ) -> list[tuple[str, float]] | None:
-        """The re-scoring of a cut from the mirror's arrays (search/fts_mirror.py ``rescore_cut``), else None."""
-        if cut is None or cut.freqs is None:
-            return None
-        n_rows, (_, tokens) = fts_averages(conn, cache)
-        return rescore_cut(cut, terms, self._bm25_b, n_rows, tokens, self._frequencies(conn, terms, cache))
+        return hits(scored, k)
 
     def vector_search(
         self, namespace: str, vector: Sequence[float], *, k: int = 50, types: Sequence[str] = ()
@@ -365,17 +312,18 @@ class SqliteSearchIndex(SqliteIndexCaches):
         if k <= 0:
             return []
         self._await_vectors(namespace)
+        dimension, generation = self._vector_version(namespace)  # before the lock (search/sqlite_reads.py)
+        if dimension is not None and query.shape[0] != dimension:
+            raise InvalidInput(
+                f"query vector has {query.shape[0]} dimensions; the index holds {dimension}",
+                code="dimension_mismatch",
+            )
+        if dimension is None:
+            return []
         with self._lock:
-            conn = self._db()
-            _, dimension = self._meta(conn)
-            if dimension is not None and query.shape[0] != dimension:
-                raise InvalidInput(
-                    f"query vector has {query.shape[0]} dimensions; the index holds {dimension}",
-                    code="dimension_mismatch",
-                )
-            if dimension is None:
-                return []
-            cache = self._load_cache(conn, namespace, dimension)
+            cache = self._caches.get(namespace)
+            if cache is None or cache.generation != generation or cache.dimension != dimension:
+                cache = self._load_cache(self._db(), namespace, dimension)
             return cache.search(query, k, types)
 
     def neighbour_density(self, namespace: str, memory_ids: Sequence[str], *, k: int = 10) -> dict[str, float]:
@@ -421,17 +369,6 @@ class SqliteSearchIndex(SqliteIndexCaches):
     def ping(self) -> None:
         with self._lock:
             self._db().execute("SELECT 1 FROM search_meta LIMIT 1").fetchall()
-
-
-def _hits(scored: Sequence[tuple[str, float]], k: int) -> list[SearchHit]:
-    """The best ``k`` as the port's hits, validated as one list (fewer instructions than a ``SearchHit`` each).
-    bm25() is never exactly 0 for a match, but the port's "positive" promise is kept explicit."""
-    return _hit_list().validate_python([{"memory_id": m, "score": max(s, 1e-9)} for m, s in scored[:k]])
-
-
-@functools.cache
-def _hit_list() -> TypeAdapter[list[SearchHit]]:
-    return TypeAdapter(list[SearchHit])  # built by the first search, not at import
 
 
 _Cached = TypeVar("_Cached", VectorCache, FtsMirror)

@@ -39,6 +39,7 @@ from engram.adapters.search.fts_mirror import Cut, FtsMirror, mirrored_frequenci
 from engram.adapters.search.keyword_cache import KEYWORD_THRESHOLD, KeywordCache
 from engram.adapters.search.vector_cache import ANN_THRESHOLD, VectorCache
 from engram.adapters.search.warmup import PendingWrites, WrittenDoc
+from engram.adapters.storage.sqlite.readers import ReadConnections
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class SqliteIndexCaches:
         self._ann_persist = ann_persist and self._path != ":memory:"
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._readers = ReadConnections(self._open_reader)  # statements without the lock (search/sqlite_reads.py)
         self._caches: dict[str, VectorCache] = {}
         self._keyword_threshold = keyword_threshold
         self._keywords: dict[str, KeywordCache] = {}
@@ -134,6 +136,15 @@ class SqliteIndexCaches:
             conn.executescript(_SCHEMA)
             self._conn = conn
         return self._conn
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """A read connection (adapters/storage/sqlite/readers.py), once the file and its tables exist."""
+        if self._conn is None:
+            with self._lock:
+                self._db()
+        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=10.0)
+        conn.execute("PRAGMA query_only = 1")
+        return conn
 
     def _ann_path(self, namespace: str) -> Path | None:
         if not self._ann_persist:

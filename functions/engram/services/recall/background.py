@@ -48,7 +48,9 @@ class BackgroundVectors:
         self._partial_model = ""
         self._clock = clock
         self._texts = tuple(texts)
-        self._scripts: tuple[Script, ...] = tuple(script_of(t) for t in self._texts)
+        # By the first cosines() that has vectors: the background's Chinese sentences take the CJK patterns
+        # of domain/text.py, which a process that sees only ASCII text never compiles otherwise.
+        self._scripts: tuple[Script, ...] | None = None
         self._lock = threading.Lock()
         self._fill_lock = threading.Lock()
         self._model = ""
@@ -136,4 +138,7 @@ class BackgroundVectors:
         vectors = self.vectors(wait=wait)
         if vectors is None or not vectors or len(vectors[0]) != len(query_vector):
             return None
-        return [(dot(query_vector, v), s) for v, s in zip(vectors, self._scripts, strict=True)]
+        scripts = self._scripts
+        if scripts is None:
+            scripts = self._scripts = tuple(script_of(t) for t in self._texts)
+        return [(dot(query_vector, v), s) for v, s in zip(vectors, scripts, strict=True)]
