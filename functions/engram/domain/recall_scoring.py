@@ -178,9 +178,11 @@ def dedup_memories(
     near = jaccard_threshold < 1.0
     if near and bits is None:
         bits = token_bits([token_set(memory.content) for memory in memories])
-    kept_bits: list[int] = []
-    # The kept sets by their prefix's tokens (a token's bit): the only ones a set can be near to.
+    # The kept sets by their prefix's tokens (a token's bit), and all those tokens as one int: a set whose
+    # own prefix shares none of them is near no kept one (one ``&``, the usual answer).
     by_prefix: dict[int, list[int]] = {}
+    indexed = 0
+    any_kept = False
     dropped = 0
     for i, memory in enumerate(memories):
         folded = fold_text(memory.content)
@@ -190,48 +192,56 @@ def dedup_memories(
         if near:
             assert bits is not None
             mine = bits[i]
-            prefix = _prefix(mine, jaccard_threshold)
-            if mine.bit_count() >= 3 and kept_bits and _near_one(mine, prefix, kept_bits, by_prefix, jaccard_threshold):
+            size = mine.bit_count()
+            prefix = _prefix(mine, size, jaccard_threshold)
+            if (
+                size >= 3
+                and any_kept
+                and (jaccard_threshold <= 0.0 or _near_one(mine, size, prefix & indexed, by_prefix, jaccard_threshold))
+            ):  # at a threshold of 0 every overlap reaches it, 0 with an empty set included
                 dropped += 1
                 continue
-            kept_bits.append(mine)
-            for bit in prefix:
+            any_kept = True
+            indexed |= prefix
+            rest = prefix
+            while rest:
+                bit = rest & -rest
                 by_prefix.setdefault(bit, []).append(mine)
+                rest ^= bit
         seen_folds.add(folded)
         kept.append(memory)
     return kept, dropped
 
 
-def _prefix(bits: int, threshold: float) -> list[int]:
-    """The first tokens (bits, highest first) of a set that every set overlapping it at ``threshold`` or more
-    shares one of with it (with the other's own first ones): ``size - α + 1`` of them, ``α`` a lower bound
-    of the shared tokens (an overlap ``≥ t`` shares ``≥ t * size``; taken a little under, so a rounded
-    overlap just at the threshold is never missed)."""
-    size = bits.bit_count()
-    at_least = int((threshold - 1e-9) * size)
-    out: list[int] = []
-    for _ in range(max(0, min(size, size - at_least + 1))):
+def _prefix(bits: int, size: int, threshold: float) -> int:
+    """The first tokens (bits, highest first) of a set of ``size`` tokens that every set overlapping it at
+    ``threshold`` or more shares one of with it (with the other's own first ones): ``size - α + 1`` of them,
+    ``α`` a lower bound of the shared tokens (an overlap ``≥ t`` shares ``≥ t * size``; taken a little under,
+    so a rounded overlap just at the threshold is never missed), as one int."""
+    count = size - max(0, int((threshold - 1e-9) * size)) + 1
+    if count >= size:
+        return bits
+    out = 0
+    for _ in range(count):
         top = 1 << (bits.bit_length() - 1)
-        out.append(top)
+        out |= top
         bits ^= top
     return out
 
 
 def _near_one(
-    mine: int, prefix: Sequence[int], kept: Sequence[int], by_prefix: Mapping[int, Sequence[int]], threshold: float
+    mine: int, size: int, shared_prefix: int, by_prefix: Mapping[int, Sequence[int]], threshold: float
 ) -> bool:
-    """Whether the set ``mine`` overlaps a kept one at ``threshold`` or more (only those sharing a prefix
-    token with it are compared; at a threshold of 0 every one, an empty set included)."""
-    size = mine.bit_count()
-    candidates = kept if threshold <= 0.0 else (theirs for bit in prefix for theirs in by_prefix.get(bit, ()))
-    for theirs in candidates:
-        other = theirs.bit_count()
-        share = 0.0
-        if other:
+    """Whether the set ``mine`` overlaps at ``threshold`` or more one of the kept sets filed under a token of
+    ``shared_prefix`` (the tokens its prefix shares with theirs)."""
+    while shared_prefix:
+        bit = shared_prefix & -shared_prefix
+        shared_prefix ^= bit
+        for theirs in by_prefix[bit]:
+            other = theirs.bit_count()
             shared = (mine & theirs).bit_count()
-            share = shared / (size + other - shared)
-        if share >= threshold:
-            return True
+            if shared / (size + other - shared) >= threshold:
+                return True
     return False
 
 
