@@ -374,6 +374,31 @@ def test_instant_writes_store_the_exchange_without_a_worker_job(monkeypatch: pyt
     assert owed.turn and {f"id:gw-{owed.turn}-u", f"id:gw-{owed.turn}-a"} <= stored
 
 
+def test_instant_writes_take_their_hops_while_another_turn_is_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a recorder with instant writes whose namespace's cleanup mark is known, and two turns opened
+    clock = ManualClock()
+    c, store = _container(clock)
+    rec = _recorder(c, clock, RecordingQueue(), instant=True)
+    _exchange(rec, _turn("first"))
+    jobs, stop = _jobs(monkeypatch)
+
+    async def run() -> None:
+        other, owed = rec.open(), rec.open()
+        # When one settles while the other is still in flight
+        rec.sent(owed)
+        await rec.settle(_turn("hello"), owed, "hi", TokenUsage(input=1, output=1))
+        # Then its usage and messages went to worker threads (the other turn's first bytes go first)
+        assert len(jobs) == 2
+        # And once the other settled too, the next turn alone writes on the loop
+        rec.sent(other)
+        await rec.settle(_turn("again"), other, "yes", TokenUsage(input=1, output=1))
+        assert len(jobs) == 2
+        stop()
+
+    asyncio.run(run())
+    assert {"hello", "hi", "again", "yes"} <= {m.content for m in store.list_messages("default")}
+
+
 def test_instant_writes_keep_the_cleanup_marks_hop(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a recorder with instant writes whose namespace has no cleanup mark yet
     clock = ManualClock()

@@ -322,3 +322,38 @@ def test_token_bits_count_shared_tokens() -> None:
     for a, sa in zip(bits, sets, strict=True):
         for b, sb in zip(bits, sets, strict=True):
             assert (a & b).bit_count() == len(sa & sb)
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0), max_size=60),
+    st.dictionaries(st.integers(0, 80), st.floats(-3.0, 6.0), max_size=30),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.floats(0.0, 1.0),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_relevant_answers_as_estimating_every_memory(
+    covered: list[float],
+    standout: dict[int, float],
+    has_vectors: bool,
+    thin: bool,
+    unpadded: bool,
+    floor: float,
+) -> None:
+    # Given candidates' coverages (one not covered at all), keyword-only (thin or not) or with vectors
+    ids = [f"m{i}" for i in range(len(covered) + 1)]
+    evidence = fusion.Evidence(
+        keyword_confidence=0.5,
+        keyword_weight=1.0,
+        vector_weight=1.0 if has_vectors else 0.0,
+        coverage={f"m{i}": c for i, c in enumerate(covered)},
+        vector_standout={f"m{i}": s for i, s in standout.items()},
+        has_vectors=has_vectors,
+        vector_position={f"m{i}": min(1.0, abs(s) / 6) for i, s in standout.items()} if unpadded else None,
+        thin_keyword=thin and not has_vectors,
+    )
+    # Then whether one reaches the floor is what estimating each one says, for every head of them
+    for head in (ids, ids[:20], ids[-1:], []):
+        expected = any(fusion.relevance(evidence, mid) >= floor for mid in head)
+        assert fusion.any_relevant(evidence, head, floor) is expected

@@ -65,7 +65,7 @@ def script_of(text: str) -> Script:
 def token_weights(query_tokens: Iterable[str], docs: Sequence[frozenset[str]]) -> dict[str, float]:
     """Rarity of each distinct query token among the candidate documents: ``log(1 + N / (1 + df))``."""
     n = len(docs)
-    return {t: math.log(1.0 + n / (1.0 + sum(1 for d in docs if t in d))) for t in dict.fromkeys(query_tokens)}
+    return {t: math.log(1.0 + n / (1.0 + sum([t in d for d in docs]))) for t in dict.fromkeys(query_tokens)}
 
 
 def coverage(weights: Mapping[str, float], doc: frozenset[str]) -> float:
@@ -76,7 +76,11 @@ def coverage(weights: Mapping[str, float], doc: frozenset[str]) -> float:
 def coverages(weights: Mapping[str, float], docs: Mapping[str, frozenset[str]]) -> dict[str, float]:
     """``coverage`` of each document, the weights' total summed once for all of them."""
     total, items = sum(weights.values()), list(weights.items())
-    return {mid: sum(w for t, w in items if t in doc) / total if total > 0 else 0.0 for mid, doc in docs.items()}
+    if total <= 0:
+        return dict.fromkeys(docs, 0.0)
+    # A list, not a generator, inside ``sum``: the same floats added in the same order, without a
+    # generator's frame per document (50-70 documents per recall).
+    return {mid: sum([w for t, w in items if t in doc]) / total for mid, doc in docs.items()}
 
 
 def keyword_confidence(coverages: Sequence[float], floor: float = 0.3, full: float = 0.6) -> float:
@@ -250,6 +254,19 @@ def relevance(evidence: Evidence, memory_id: str, model: RelevanceModel = DEFAUL
         if evidence.thin_keyword:  # a handful of matches: their coverage itself is the best estimate
             return max(cov, 1.0 / (1.0 + math.exp(-x)))
     return 1.0 / (1.0 + math.exp(-x))
+
+
+def any_relevant(
+    evidence: Evidence, memory_ids: Sequence[str], floor: float, model: RelevanceModel = DEFAULT_RELEVANCE
+) -> bool:
+    """Whether one of ``memory_ids`` reaches ``floor`` (``relevance``). Keyword-only, the estimate rises with
+    the coverage alone (a logistic of it, or the coverage itself when thin), so only the best-covered
+    memory is estimated: the same answer as estimating every one, without 50 logistics per turn."""
+    if not evidence.has_vectors and evidence.vector_position is None and model.keyword_coverage >= 0:
+        coverage = evidence.coverage
+        best = max(memory_ids, key=lambda mid: coverage.get(mid, 0.0), default=None)
+        return best is not None and relevance(evidence, best, model) >= floor
+    return any(relevance(evidence, mid, model) >= floor for mid in memory_ids)
 
 
 def ramp(x: float, floor: float, full: float) -> float:

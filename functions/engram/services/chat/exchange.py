@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -72,7 +73,7 @@ def explicit_remember(text: str) -> str | None:
     return fact[:4000]
 
 
-@dataclass
+@dataclass(eq=False)  # one exchange's, kept by identity (``ExchangeRecorder.open``)
 class Owed:
     """What one exchange still owes before its last byte: the recorder's bookkeeping, changed by nothing
     else (docs/ARCHITECTURE.md, "Lambda rules").
@@ -108,9 +109,12 @@ class ExchangeRecorder:
     bytes at concurrency 8 (bench/README.md, "Gateway overhead", round 3). With ``instant_writes`` (the
     store and the index are this process's memory: no I/O, each write a few dict updates under a lock)
     the usage row, the messages with their keyword-index entries and the injection record are written
-    on the event loop instead: each costs far less than the hop it would take (~140 µs of CPU and two
-    thread wake-ups; bench/README.md, "session 11"). The once-a-day cleanup mark (it enqueues a job) and
-    an explicit "remember ..." (it may embed) keep their hop."""
+    on the event loop instead while no other turn is in flight (``open``): each costs far less than the
+    hop it would take (~140 µs of CPU and two thread wake-ups). With other turns in flight they keep
+    their hops: a worker's write waits for the loop to idle (the GIL's switch interval), so the other
+    turns' first bytes go first, where on the loop it would delay them (bench/README.md, "session 11").
+    The once-a-day cleanup mark (it enqueues a job) and an explicit "remember ..." (it may embed) always
+    keep their hop."""
 
     def __init__(
         self,
@@ -129,6 +133,8 @@ class ExchangeRecorder:
     ) -> None:
         self._store = store
         self._instant = instant_writes
+        # The exchanges in flight (``open`` .. ``settle``); one dropped unsettled leaves with its turn.
+        self._open: weakref.WeakSet[Owed] = weakref.WeakSet()
         self._messages = messages  # services.library.messages.MessageService
         self._memories = memories  # services.library.memories.MemoryService: an explicit "remember ..."
         self._clock = clock
@@ -140,6 +146,17 @@ class ExchangeRecorder:
         self._record_injection = record_injection
         # Until when this process knows a namespace's cleanup mark holds (``_maybe_cleanup``).
         self._cleanup_marked: dict[str, datetime] = {}
+
+    def open(self) -> Owed:
+        """A new exchange's bookkeeping, in flight until it is settled."""
+        owed = Owed()
+        self._open.add(owed)
+        return owed
+
+    def _alone(self, owed: Owed) -> bool:
+        """Whether ``owed``'s writes go on the event loop now: instant writes, no other turn in flight."""
+        others = len(self._open) - (1 if owed in self._open else 0)
+        return self._instant and others == 0
 
     # -- the turn ------------------------------------------------------------------------------------
     def turn_of(self, req: TurnRequest, owed: Owed) -> str:
@@ -217,9 +234,9 @@ class ExchangeRecorder:
     # -- during the request -------------------------------------------------------------------------
     def start(self, owed: Owed, fn: Callable[[], object], failure: str, *, instant: bool = False) -> None:
         """Start a write now, beside the upstream call; the reply's last byte waits for it (``settle``).
-        Its failure is logged as ``failure``. ``instant`` (a write the store does in memory, with
-        ``instant_writes``): done here and now, on the event loop."""
-        if instant and self._instant:
+        Its failure is logged as ``failure``. ``instant`` (a write the store does in memory): done here and
+        now, on the event loop, while no other turn is in flight (class docstring)."""
+        if instant and self._alone(owed):
             self._write_now(fn, failure)
             return
         owed.pending.append(asyncio.ensure_future(self._write(fn, failure)))
@@ -325,6 +342,7 @@ class ExchangeRecorder:
         so they run side by side (one store round trip of wait on DynamoDB, not four); each failure is
         logged and the reply goes out regardless. ``error``: the turn failed after it was sent (no answer
         is stored, the user's turn carries the error; usage only if the upstream reported any)."""
+        self._open.discard(owed)
         await self._settle_pending(owed)
         if not req.persist or owed.settled:
             if owed.reminders is not None or owed.fragments:  # else nothing is owed: no tasks to gather
@@ -337,8 +355,9 @@ class ExchangeRecorder:
         now = self._clock.now()
         writes = self._exchange_writes(req, owed, assistant_text, usage, error, now)
         hops: list[Coroutine[Any, Any, None]] = []
+        alone = self._alone(owed)
         for fn, failure, instant in writes:
-            if instant and self._instant:  # here and now, on the event loop (class docstring)
+            if instant and alone:  # here and now, on the event loop (class docstring)
                 self._write_now(fn, failure)
             else:
                 hops.append(self._write(fn, failure))
@@ -380,6 +399,7 @@ class ExchangeRecorder:
         """The writes of a turn that got no answer: the user's turn (with ``error``) once it was sent
         upstream; before that (a request refused by Engram itself) only what was already started.
         ``req`` is None when the request could not even be read."""
+        self._open.discard(owed)
         if req is not None and owed.forwarded:
             await self.settle(req, owed, "", usage or TokenUsage(), error)
             return

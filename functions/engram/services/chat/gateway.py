@@ -129,7 +129,7 @@ class ChatService:
         With ``early`` (the HTTP layer's), a streamed turn calls the upstream in this task and a slow
         upstream makes ``early`` begin the answer; without it, in a task of its own while this one waits
         the keep-alive interval."""
-        owed = Owed()
+        owed = self._record.open()
         req: TurnRequest | None = None
         outcome = Outcome()
         timing = _Timing()

@@ -359,7 +359,7 @@ class RecallService:
         pool = self._live_candidates(run, keyword_hits, vector_hits)
         fused, evidence = self._fuse(run, pool)
         excluded = set(exclude_ids)
-        ranked = [mid for mid in sorted(fused, key=lambda m: (-fused[m], m)) if mid not in excluded]
+        ranked = [mid for _, mid in sorted([(-score, mid) for mid, score in fused.items()]) if mid not in excluded]
         run.counts["fused"] = len(fused)
         run.counts["excluded"] = len(fused) - len(ranked)
         run.stages.lap("fusion")
@@ -459,7 +459,8 @@ class RecallService:
             pool.keyword_live,
             pool.vector_live,
             lambda mid: token_set(by_id[mid].content),
-            {mid: text_script(m.content) for mid, m in by_id.items()},
+            # Read by the vector side alone (its script correction): none to read keyword-only.
+            {mid: text_script(m.content) for mid, m in by_id.items()} if pool.vector_live else {},
             keyword_weight=cfg.keyword_weight,
             vector_weight=cfg.vector_weight,
             density=density,
@@ -496,7 +497,7 @@ class RecallService:
         overhead"). Not when a reranker would run: its scores replace the estimate."""
         if not head or (self._reranker is not None and run.refine):
             return False
-        if any(fusion.relevance(evidence, mid) >= floor for mid in head):
+        if fusion.any_relevant(evidence, head, floor):
             return False
         run.counts["below_min_relevance"] = len(head)
         if run.budget is not None:
