@@ -26,9 +26,9 @@ from engram.domain.recall_scoring import (
     importance_factor,
     is_live,
     jaccard,
-    overlaps,
     recency_factor,
     repeat_factor,
+    token_bits,
     token_set,
 )
 from engram.services.recall.pipeline import RecallConfig, RecallResult, RecallService, render_prompt
@@ -197,12 +197,15 @@ def test_dedup_drops_same_folded_text_and_near_identical_tokens() -> None:
 
 @given(
     st.lists(
-        st.lists(st.sampled_from(["tea", "green", "user", "likes", "lisbon", "river", "black"]), max_size=6),
+        st.lists(
+            st.sampled_from(["tea", "green", "user", "likes", "lisbon", "river", "black", "x1", "x2", "x3", "y", "z"]),
+            max_size=12,
+        ),
         max_size=20,
     ),
-    st.sampled_from([0.0, 0.5, 0.75, 0.9, 1.0]),
+    st.sampled_from([0.0, 0.3, 0.5, 0.75, 0.8, 0.9, 0.95, 1.0]),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_dedup_equals_the_plain_pairwise_check(texts: list[list[str]], threshold: float) -> None:
     # Given memories whose token sets repeat, nest and differ in size
     memories = [_m(str(i), " ".join(words) + "." * (i % 2)) for i, words in enumerate(texts)]
@@ -222,8 +225,8 @@ def test_dedup_equals_the_plain_pairwise_check(texts: list[list[str]], threshold
         kept.append(m)
     out, dropped = dedup_memories(memories, threshold)
     assert [m.id for m in out] == [m.id for m in kept] and dropped == len(memories) - len(kept)
-    # And the same with the overlaps given (as the pipeline hands them over)
-    given = dedup_memories(memories, threshold, overlaps([token_set(m.content) for m in memories]))
+    # And the same with the token bits given (as the pipeline hands them over)
+    given = dedup_memories(memories, threshold, token_bits([token_set(m.content) for m in memories]))
     assert [m.id for m in given[0]] == [m.id for m in kept] and given[1] == dropped
 
 

@@ -1,11 +1,12 @@
 """The pure scoring of recall (``services/recall/pipeline.py`` runs the stages): fusion by ranks or scores, the
-importance, recency and anti-repeat factors, the pool's pairwise stages (the head's token overlaps computed
-once, dedup, diversity), the liveness check, glossary matches and the final selection under the score and
-relevance floors. Query-adaptive fusion and relevance: ``domain/fusion.py``.
+importance, recency and anti-repeat factors, the pool's pairwise stages (dedup, diversity: the head's token sets
+as bits once, a pair compared only where a stage needs it), the liveness check, glossary matches and the final
+selection under the score and relevance floors. Query-adaptive fusion and relevance: ``domain/fusion.py``.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import unicodedata
@@ -90,7 +91,8 @@ def text_script(text: str) -> fusion.Script:
 
 def token_bits(token_sets: Sequence[frozenset[str]]) -> list[int]:
     """Each token set as an int with one bit per token of the sets' own vocabulary (first seen, lowest bit),
-    so ``(a & b).bit_count()`` is ``len(set_a & set_b)`` without building the intersection (``overlaps``)."""
+    so ``(a & b).bit_count()`` is ``len(set_a & set_b)`` without building the intersection, and
+    ``a.bit_count()`` is ``len(set_a)`` (``dedup_memories``, ``diversify``)."""
     vocabulary: dict[str, int] = {}
     out: list[int] = []
     for tokens in token_sets:
@@ -104,97 +106,133 @@ def token_bits(token_sets: Sequence[frozenset[str]]) -> list[int]:
     return out
 
 
-def overlaps(token_sets: Sequence[frozenset[str]]) -> list[list[float]]:
-    """The token overlap (Jaccard) of every pair of ``token_sets``: row ``i``, column ``j``; 0 on the diagonal
-    and with an empty set. Each is the same float as ``jaccard`` (shared over the union's
-    size), each pair computed once: recall's two pairwise stages (``dedup_memories``, then
-    ``diversify``) read one matrix instead of each comparing the pairs again (bench/README.md, "Gateway
-    overhead": the pool's pairs are the injecting recall's largest cost)."""
-    bits = token_bits(token_sets)
-    sizes = [len(tokens) for tokens in token_sets]
-    n = len(bits)
-    rows = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        a, size, row = bits[i], sizes[i], rows[i]
-        if not size:
-            continue
-        for j in range(i + 1, n):
-            other = sizes[j]
-            if other:
-                shared = (a & bits[j]).bit_count()
-                row[j] = rows[j][i] = shared / (size + other - shared)
-    return rows
-
-
 def diversify(
     ranked: Sequence[str],
     scores: Mapping[str, float],
     tokens_of: Callable[[str], frozenset[str]],
     penalty: float,
-    pairs: Sequence[Sequence[float]] | None = None,
+    bits: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """Maximal-marginal-relevance scores: greedily, each next memory's score minus ``penalty`` times its
     highest token overlap (Jaccard) with the memories already placed above it. Templated notes ("晚上做了
-    X，味道一般", "Had X with Y") then stop filling every slot for a vague query. ``pairs``: the overlaps of
-    ``ranked`` as ``overlaps`` gives them (in ``ranked``'s order), when the caller has them."""
+    X，味道一般", "Had X with Y") then stop filling every slot for a vague query. ``bits``: the token sets of
+    ``ranked`` as ``token_bits`` gives them (in ``ranked``'s order), when the caller has them.
+
+    Lazily (the same picks and floats as rescanning every pair after each pick: tests/unit/test_fusion.py):
+    a memory's score only falls as memories are placed, so each one waits in a heap under the score it had
+    when last looked at, an upper bound of its score now; the top of the heap is brought up to date (its
+    overlaps with the memories placed since, from the bits) and placed when it stays on top, else it goes
+    back under its new score. A pick is the best score, the earliest in ``ranked`` on a tie, as the heap
+    orders ``(-score, position)``. Each pair is compared once at most, when the later of the two is looked
+    at, with no matrix of every pair built first (bench/README.md, "The e5 turn, session 11").
+    """
     if penalty <= 0 or len(ranked) < 2:
         return {mid: scores[mid] for mid in ranked}
-    if pairs is None:
-        pairs = overlaps([tokens_of(mid) for mid in ranked])
+    if bits is None:
+        bits = token_bits([tokens_of(mid) for mid in ranked])
+    sizes = [b.bit_count() for b in bits]
     base = [scores[mid] for mid in ranked]
-    # By position in ``ranked``: each one's adjusted score, kept current as its overlap grows (a placed
-    # one is -inf), so a pick is ``max`` and ``index`` over a list (the earliest on a tie), not a list
-    # built per pick.
-    adjusted = list(base)
-    overlap = [0.0] * len(ranked)
-    remaining = list(range(len(ranked)))
+    overlap = [0.0] * len(ranked)  # each one's highest overlap with the placed ones it was compared with
+    compared = [0] * len(ranked)  # how many of ``placed`` (its first ones) that covers
+    placed: list[tuple[int, int]] = []  # the placed ones' bits and sizes, in order
+    heap = [(-score, at) for at, score in enumerate(base)]
+    heapq.heapify(heap)
     out: dict[str, float] = {}
-    placed_mark = -math.inf
-    for _ in range(len(ranked)):
-        best_value = max(adjusted)
-        at = adjusted.index(best_value)  # the first of the best
-        out[ranked[at]] = best_value
-        adjusted[at] = placed_mark
-        remaining.remove(at)
-        row = pairs[at]
-        for i in remaining:
-            share = row[i]
-            if share > overlap[i]:
-                overlap[i] = share
-                adjusted[i] = base[i] - penalty * share
+    while heap:
+        key, at = heap[0]
+        seen = compared[at]
+        if seen == len(placed):  # up to date and on top: the next pick
+            heapq.heappop(heap)
+            out[ranked[at]] = -key
+            placed.append((bits[at], sizes[at]))
+            continue
+        compared[at] = len(placed)
+        size = sizes[at]
+        if size:  # an empty set overlaps nothing (and with an empty set ``shared`` is 0: 0.0)
+            mine, highest = bits[at], overlap[at]
+            for theirs, other in placed[seen:]:
+                shared = (mine & theirs).bit_count()
+                share = shared / (size + other - shared)
+                if share > highest:
+                    highest = share
+            if highest > overlap[at]:
+                overlap[at] = highest
+                heapq.heapreplace(heap, (-(base[at] - penalty * highest), at))
     return out
 
 
 def dedup_memories(
-    memories: Sequence[Memory], jaccard_threshold: float, pairs: Sequence[Sequence[float]] | None = None
+    memories: Sequence[Memory], jaccard_threshold: float, bits: Sequence[int] | None = None
 ) -> tuple[list[Memory], int]:
-    """Drop later memories whose folded text equals, or whose token set nearly equals, an earlier one.
-    ``pairs``: the memories' token overlaps as ``overlaps`` gives them, when the caller has them."""
+    """Drop later memories whose folded text equals, or whose token set nearly equals (an overlap at or above
+    ``jaccard_threshold``, for sets of 3 tokens or more), an earlier kept one. ``bits``: the memories' token
+    sets as ``token_bits`` gives them, when the caller has them.
+
+    A memory is compared only with the kept ones that share a token with it among the first few of each
+    (prefix filtering: two sets whose overlap reaches the threshold share a token among their first
+    ``size - ceil(threshold * size) + 1`` in any one order of the tokens; here the latest-seen token first,
+    a memory's own words before the ones the pool shares), so a pool of memories that are not near
+    copies compares few of its pairs (bench/README.md, "The e5 turn, session 11")."""
     kept: list[Memory] = []
-    kept_at: list[int] = []
     seen_folds: set[str] = set()
     near = jaccard_threshold < 1.0
-    sizes = [len(token_set(memory.content)) for memory in memories] if near else []
-    if near and pairs is None:
-        pairs = overlaps([token_set(memory.content) for memory in memories])
+    if near and bits is None:
+        bits = token_bits([token_set(memory.content) for memory in memories])
+    kept_bits: list[int] = []
+    # The kept sets by their prefix's tokens (a token's bit): the only ones a set can be near to.
+    by_prefix: dict[int, list[int]] = {}
     dropped = 0
     for i, memory in enumerate(memories):
         folded = fold_text(memory.content)
         if folded in seen_folds:
             dropped += 1
             continue
-        if near and sizes[i] >= 3 and kept_at:
-            assert pairs is not None
-            row = pairs[i]
-            # Its highest overlap with a memory kept before it (all of them while none was dropped).
-            highest = max(row[:i]) if len(kept_at) == i else max(map(row.__getitem__, kept_at))
-            if highest >= jaccard_threshold:
+        if near:
+            assert bits is not None
+            mine = bits[i]
+            prefix = _prefix(mine, jaccard_threshold)
+            if mine.bit_count() >= 3 and kept_bits and _near_one(mine, prefix, kept_bits, by_prefix, jaccard_threshold):
                 dropped += 1
                 continue
+            kept_bits.append(mine)
+            for bit in prefix:
+                by_prefix.setdefault(bit, []).append(mine)
         seen_folds.add(folded)
-        kept_at.append(i)
         kept.append(memory)
     return kept, dropped
+
+
+def _prefix(bits: int, threshold: float) -> list[int]:
+    """The first tokens (bits, highest first) of a set that every set overlapping it at ``threshold`` or more
+    shares one of with it (with the other's own first ones): ``size - α + 1`` of them, ``α`` a lower bound
+    of the shared tokens (an overlap ``≥ t`` shares ``≥ t * size``; taken a little under, so a rounded
+    overlap just at the threshold is never missed)."""
+    size = bits.bit_count()
+    at_least = int((threshold - 1e-9) * size)
+    out: list[int] = []
+    for _ in range(max(0, min(size, size - at_least + 1))):
+        top = 1 << (bits.bit_length() - 1)
+        out.append(top)
+        bits ^= top
+    return out
+
+
+def _near_one(
+    mine: int, prefix: Sequence[int], kept: Sequence[int], by_prefix: Mapping[int, Sequence[int]], threshold: float
+) -> bool:
+    """Whether the set ``mine`` overlaps a kept one at ``threshold`` or more (only those sharing a prefix
+    token with it are compared; at a threshold of 0 every one, an empty set included)."""
+    size = mine.bit_count()
+    candidates = kept if threshold <= 0.0 else (theirs for bit in prefix for theirs in by_prefix.get(bit, ()))
+    for theirs in candidates:
+        other = theirs.bit_count()
+        share = 0.0
+        if other:
+            shared = (mine & theirs).bit_count()
+            share = shared / (size + other - shared)
+        if share >= threshold:
+            return True
+    return False
 
 
 def is_live(memory: Memory, namespace: str, now: datetime, types: Collection[str]) -> bool:

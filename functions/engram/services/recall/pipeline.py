@@ -51,9 +51,9 @@ from engram.domain.recall_scoring import (
     fuse_scores,
     glossary_matches,
     is_live,
-    overlaps,
     select,
     text_script,
+    token_bits,
     token_set,
     weigh,
 )
@@ -521,17 +521,16 @@ class RecallService:
             recency_half_life_days=cfg.recency_half_life_days,
         )
         live.sort(key=lambda m: (-weighted[m.id], m.id))
-        # The head's pairwise token overlaps once, for both pairwise stages (dedup, then diversity).
-        pairs = overlaps([token_set(m.content) for m in live])
-        kept, run.counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard, pairs)
-        if kept and len(kept) < len(live):  # the kept ones' rows and columns
-            at = {m.id: i for i, m in enumerate(live)}
-            kept_at = [at[m.id] for m in kept]
-            pairs = [[pairs[i][j] for j in kept_at] for i in kept_at]
+        # The head's token sets as bits once, for both pairwise stages (dedup, then diversity).
+        bits = token_bits([token_set(m.content) for m in live])
+        kept, run.counts["duplicates"] = dedup_memories(live, cfg.dedup_jaccard, bits)
+        if len(kept) < len(live):  # the kept ones' bits
+            bits_of = {m.id: b for m, b in zip(live, bits, strict=True)}
+            bits = [bits_of[m.id] for m in kept]
         live = kept
         if cfg.diversity > 0:
             order = [m.id for m in live]
-            weighted.update(diversify(order, weighted, lambda mid: token_set(by_id[mid].content), cfg.diversity, pairs))
+            weighted.update(diversify(order, weighted, lambda mid: token_set(by_id[mid].content), cfg.diversity, bits))
             live.sort(key=lambda m: (-weighted[m.id], m.id))
         run.stages.lap("filter")
         return live, factor, weighted
