@@ -88,7 +88,7 @@ def test_close_closes_the_read_connections_and_the_index_opens_again(tmp_path: P
 def test_a_read_connection_of_the_index_cannot_write(tmp_path: Path) -> None:
     index = SqliteSearchIndex(tmp_path / "engram.db")
     index.upsert(a_doc(1))
-    with index._readers.connection() as conn, pytest.raises(sqlite3.OperationalError, match="readonly"):
+    with index._readers as conn, pytest.raises(sqlite3.OperationalError, match="readonly"):
         conn.execute("DELETE FROM search_docs")
     assert found(index, 1) == (True, True)
     index.close()

@@ -109,6 +109,7 @@ def test_concurrent_readers_never_see_a_row_older_than_a_write_committed_before_
     ids = [f"m{i}" for i in range(6)]
     for memory_id in ids:
         store.insert_memory(a_memory(memory_id))
+    store._memory_rows._capacity = 4  # fewer than a read asks for: most reads also load rows, racing the writes
     committed = dict.fromkeys(ids, 1)  # the newest version whose write has returned
 
     def write() -> None:

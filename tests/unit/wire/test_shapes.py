@@ -442,3 +442,25 @@ def test_a_text_is_decoded_as_json_loads_decodes_it(text: str) -> None:
             return ("error", type(exc), str(exc))
 
     assert outcome(ws._loads) == outcome(json.loads)
+
+
+def test_a_shape_checker_is_compiled_by_its_first_check_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a checker made (as domain/wire/shapes.py makes nine at import) / Then nothing is compiled yet
+    from engram.domain import json_checks
+
+    compiled: list[Any] = []
+    real = json_checks._compile
+
+    def counted(schema: Any) -> Any:
+        compiled.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(json_checks, "_compile", counted)
+    schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+    check = shape_checker(schema)
+    assert compiled == []
+    # When it checks values, good and bad / Then it is compiled once, by the first, and decides as before
+    check({"n": 1})
+    with pytest.raises(ShapeError, match="n: must be an integer"):
+        check({"n": "one"})
+    assert compiled == [schema]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from pydantic import TypeAdapter
 
@@ -37,15 +37,14 @@ _VECTOR_VERSION = (
 class SqliteIndexReads(SqliteIndexCaches):
     """What a query reads before it takes the lock, and its answer from the caches alone (module docstring)."""
 
-    @contextmanager
-    def _unlocked(self) -> Iterator[sqlite3.Connection]:
+    def _unlocked(self) -> AbstractContextManager[sqlite3.Connection]:
         """A read connection, without the index's lock (``:memory:``: the connection, under it)."""
-        if self._path == ":memory:":
-            with self._lock:
-                yield self._db()
-            return
-        with self._readers.connection() as conn:
-            yield conn
+        return self._readers if self._path != ":memory:" else self._locked_db()
+
+    @contextmanager
+    def _locked_db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._db()
 
     def _version(self, namespace: str) -> tuple[tuple[int, int], int]:
         """``index_version`` read without the lock: what ``_from_memory`` answers at."""

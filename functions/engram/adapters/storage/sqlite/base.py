@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,16 +114,12 @@ class SqliteStoreBase:
         with self._session() as db, immediate(db):
             yield db
 
-    @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
+    def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
         """A connection for reads: this thread's writing session's if it is in one (or the database is
         in memory), else a read connection, without the writers' lock."""
         if self._writing == threading.get_ident() or not self._shared:
-            with self._session() as db:
-                yield db
-            return
-        with self._readers.connection() as db:
-            yield db
+            return self._session()
+        return self._readers
 
     @contextmanager
     def _snapshot(self) -> Iterator[sqlite3.Connection]:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from engram.domain.errors import UpstreamUnavailable
 
@@ -44,24 +43,26 @@ class ReadConnections:
     def opened(self) -> int:
         return self._opened
 
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
-        """A read connection for the caller's reads (the one this thread holds already, if it does)."""
-        held: sqlite3.Connection | None = getattr(self._lent, "db", None)
+    def __enter__(self) -> sqlite3.Connection:
+        """``with pool as db``: a read connection for the caller's reads (the one this thread holds already,
+        if it does). A plain context manager, shared by every thread (what it lends is kept per thread):
+        a turn makes a few reads, each ~3 us cheaper than through a generator's context manager."""
+        lent = self._lent
+        held: sqlite3.Connection | None = getattr(lent, "db", None)
         if held is not None:
-            self._lent.depth += 1
-            try:
-                yield held
-            finally:
-                self._lent.depth -= 1
-            return
+            lent.depth += 1
+            return held
         db = self._take()
-        self._lent.db, self._lent.depth = db, 0
-        try:
-            yield db
-        finally:
-            self._lent.db = None
-            self._give(db)
+        lent.db, lent.depth = db, 0
+        return db
+
+    def __exit__(self, *exc: object) -> None:
+        lent = self._lent
+        if lent.depth:
+            lent.depth -= 1
+            return
+        db, lent.db = lent.db, None
+        self._give(db)
 
     def _take(self) -> sqlite3.Connection:
         with self._changed:

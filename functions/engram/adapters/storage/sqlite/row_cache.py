@@ -14,9 +14,12 @@ filled outside a write transaction (inside one, a row or a log entry could still
 ``get_memories`` then reads the file as before.
 
 The store reads on several connections (``readers.py``), so the cache has a lock of its own, held across
-a check and the loads that follow it: checks run one after another, each in a snapshot taken after the
-previous one's (a read on any connection sees every transaction committed before it began), so the last
-check's snapshot only moves forward and a row loaded in it is never older than what the log said.
+a load and the check of the log it is read with: loads run one after another, each in a snapshot taken
+after the previous one's (a read on any connection sees every transaction committed before it began), so
+a row loaded is never older than what the log said. The check before serving held rows runs before the
+lock (one statement: the log past the last change seen, in its own snapshot) and is applied under it as
+far as it goes past what another thread applied meanwhile: held rows then reflect a snapshot no older
+than the statement's, which saw every write committed before the read began.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from engram.domain.models import Memory
 CACHED_ROWS = 4096
 # Newest change-log rows the pruning trigger keeps (schema.py, migration 10).
 LOG_KEPT = 10_000
+_CHANGES_SINCE = "SELECT seq, namespace, id FROM memory_changes WHERE seq > ? ORDER BY seq"
 
 
 class MemoryRowCache:
@@ -53,9 +57,7 @@ class MemoryRowCache:
             self._rows.clear()
             self._seen = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM memory_changes").fetchone()[0])
             return
-        changes = db.execute(
-            "SELECT seq, namespace, id FROM memory_changes WHERE seq > ? ORDER BY seq", (self._seen,)
-        ).fetchall()
+        changes = db.execute(_CHANGES_SINCE, (self._seen,)).fetchall()
         if not changes:
             return
         if int(changes[0][0]) != self._seen + 1:  # pruned past what this cache saw
@@ -64,6 +66,21 @@ class MemoryRowCache:
             for _, namespace, row_id in changes:
                 self._rows.pop((namespace, row_id), None)
         self._seen = int(changes[-1][0])
+
+    def _applied(self, since: int, changes: list[tuple[int, str, str]]) -> bool:
+        """``changes`` (the log past ``since``, read before the lock) applied beyond what was applied
+        meanwhile; False when the cache was cleared since (then it is not used). Under the lock."""
+        if self._seen is None:
+            return False
+        if changes and int(changes[0][0]) != since + 1:  # pruned past what this cache saw
+            self._rows.clear()
+        else:
+            for seq, namespace, row_id in changes:
+                if int(seq) > self._seen:
+                    self._rows.pop((namespace, row_id), None)
+        if changes:
+            self._seen = max(self._seen, int(changes[-1][0]))
+        return True
 
     def get(
         self,
@@ -77,13 +94,18 @@ class MemoryRowCache:
         caller's alone meanwhile.
 
         When every row is held (a recall turn's candidates, mostly), the check of the log is one statement
-        and its own snapshot, and nothing else is read: no transaction is opened around it (each statement
-        hands the GIL back and forth, and the cache's lock is held meanwhile)."""
+        and its own snapshot, before the lock (module docstring), and nothing else is read: no transaction
+        is opened around it (each statement hands the GIL back and forth)."""
         with self._lock:
-            self._catch_up(db)
-            held = [self._rows.get((namespace, row_id)) for row_id in row_ids]
-            if all(row is not None for row in held):
-                return {row.id: row for row in held if row is not None}
+            since = self._seen
+        if since is not None:
+            changes = db.execute(_CHANGES_SINCE, (since,)).fetchall()
+            with self._lock:
+                if self._applied(since, changes):
+                    held = [self._rows.get((namespace, row_id)) for row_id in row_ids]
+                    if all(row is not None for row in held):
+                        return {row.id: row for row in held if row is not None}
+        with self._lock:
             db.execute("BEGIN")
             try:
                 self._catch_up(db)
