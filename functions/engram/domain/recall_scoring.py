@@ -194,11 +194,15 @@ def dedup_memories(
             mine = bits[i]
             size = mine.bit_count()
             prefix = _prefix(mine, size, jaccard_threshold)
+            shared_prefix = prefix & indexed
             if (
                 size >= 3
                 and any_kept
-                and (jaccard_threshold <= 0.0 or _near_one(mine, size, prefix & indexed, by_prefix, jaccard_threshold))
-            ):  # at a threshold of 0 every overlap reaches it, 0 with an empty set included
+                and (
+                    jaccard_threshold <= 0.0  # every overlap reaches it, 0 with an empty set included
+                    or (shared_prefix and _near_one(mine, size, shared_prefix, by_prefix, jaccard_threshold))
+                )
+            ):
                 dropped += 1
                 continue
             any_kept = True
