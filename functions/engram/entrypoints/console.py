@@ -7,8 +7,11 @@ import sys
 import time
 from typing import Any, TextIO
 
+from pydantic import ValidationError
+
+from engram.domain.errors import InvalidInput
 from engram.entrypoints.logs import configure_logging
-from engram.settings import Settings, load_settings
+from engram.settings import ENV_PREFIX, Settings, load_settings
 
 
 class Progress:
@@ -48,6 +51,20 @@ def settings_from(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
-    settings = load_settings(**overrides)
+    try:
+        settings = load_settings(**overrides)
+    except ValidationError as exc:  # a bad ENGRAM_* variable or flag: one line per setting, no traceback
+        raise InvalidInput(_invalid_settings(exc, overrides)) from exc
     configure_logging(settings.log_level)
     return settings
+
+
+def _invalid_settings(exc: ValidationError, flags: dict[str, Any]) -> str:
+    """Which settings are invalid and why, named as the user set them (``--port`` or ``ENGRAM_PORT``);
+    the values are left out (a setting may be a secret)."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = f"--{field.replace('_', '-')}" if field in flags else f"{ENV_PREFIX}{field.upper()}"
+        lines.append(f"{where}: {error['msg']}" if field else str(error["msg"]))
+    return "invalid settings: " + "; ".join(lines)
