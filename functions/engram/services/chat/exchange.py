@@ -148,9 +148,11 @@ class ExchangeRecorder:
         self._cleanup_marked: dict[str, datetime] = {}
 
     def open(self) -> Owed:
-        """A new exchange's bookkeeping, in flight until it is settled."""
+        """A new exchange's bookkeeping, in flight until it is settled (counted only with ``instant_writes``:
+        no other store asks how many are in flight)."""
         owed = Owed()
-        self._open.add(owed)
+        if self._instant:
+            self._open.add(owed)
         return owed
 
     def _alone(self, owed: Owed) -> bool:
